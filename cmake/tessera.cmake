@@ -1,0 +1,19 @@
+# Helpers shared by every folder's CMakeLists.txt.
+
+# tessera_test(NAME SOURCES... [LIBS libs...] [LABELS labels...] [TIMEOUT seconds])
+# A GoogleTest executable registered with CTest. Every test has a time bound.
+function(tessera_test name)
+  if(NOT TESSERA_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}"
+    ENVIRONMENT "TESSERA_BUILD_DIR=${CMAKE_BINARY_DIR}")
+endfunction()
