@@ -1,0 +1,445 @@
+// SimState: attaching to the shared simulated machine, process slots, capacity reservation, the
+// device clock and the reaper. Lock-free by construction (see sim_state.h); the only syscalls are
+// in Attach, ClaimSlot and the reaper's liveness checks, never in Reserve or BookKernel.
+#include "simgpu/sim_state.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "core/bytes.h"
+
+namespace tessera::sim {
+namespace {
+
+constexpr uint64_t kAttachWaitNs = 3'000'000'000;  // how long to wait for a creator to finish
+
+void AddBusy(BusyBucket* ring, int ring_size, uint64_t bucket_ns, uint64_t start, uint64_t end) {
+  while (start < end) {
+    const uint64_t epoch = start / bucket_ns;
+    const uint64_t bucket_end = (epoch + 1) * bucket_ns;
+    const uint64_t piece = std::min(end, bucket_end) - start;
+    BusyBucket& b = ring[epoch % static_cast<uint64_t>(ring_size)];
+    uint64_t seen = b.epoch.load(std::memory_order_acquire);
+    if (seen < epoch) {
+      // The bucket holds an older window: claim it for this one and start from zero. A racing
+      // adder may lose its piece; utilisation is a statistic, never used for accounting.
+      if (b.epoch.compare_exchange_strong(seen, epoch, std::memory_order_acq_rel)) {
+        b.busy_ns.store(0, std::memory_order_release);
+      }
+    }
+    if (b.epoch.load(std::memory_order_acquire) == epoch) {
+      b.busy_ns.fetch_add(piece, std::memory_order_relaxed);
+    }
+    start += piece;
+  }
+}
+
+double BusyFraction(const BusyBucket* ring, int ring_size, uint64_t bucket_ns, uint64_t window_ns) {
+  const uint64_t now = MonotonicNs();
+  const uint64_t from = now > window_ns ? now - window_ns : 0;
+  uint64_t busy = 0;
+  for (uint64_t epoch = from / bucket_ns; epoch <= now / bucket_ns; ++epoch) {
+    const BusyBucket& b = ring[epoch % static_cast<uint64_t>(ring_size)];
+    if (b.epoch.load(std::memory_order_acquire) != epoch) continue;
+    uint64_t ns = b.busy_ns.load(std::memory_order_relaxed);
+    // Buckets at the window's edges are only partly inside it; count them pro rata.
+    const uint64_t b_start = epoch * bucket_ns, b_end = b_start + bucket_ns;
+    const uint64_t inside = std::min(b_end, now) - std::max(b_start, from);
+    ns = std::min(ns, inside);
+    busy += ns;
+  }
+  return window_ns == 0 ? 0.0 : std::min(1.0, static_cast<double>(busy) / window_ns);
+}
+
+void MakeUuid(int index, const std::string& state_name, char* out, size_t out_size) {
+  // Deterministic per (state, index) so every process of a simulation agrees, distinct across
+  // simulations. FNV-1a over the name, then the index.
+  uint64_t h = 1469598103934665603ull;
+  for (char c : state_name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  const uint64_t a = h ^ (0x9e3779b97f4a7c15ull * (index + 1));
+  const uint64_t b = (a * 6364136223846793005ull) + 1442695040888963407ull;
+  std::snprintf(out, out_size, "GPU-%08x-%04x-%04x-%04x-%012llx",
+                static_cast<unsigned>(a >> 32), static_cast<unsigned>((a >> 16) & 0xffff),
+                static_cast<unsigned>(0x4000 | (a & 0x0fff)),
+                static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
+                static_cast<unsigned long long>(b & 0xffffffffffffull));
+}
+
+}  // namespace
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void SleepUntilNs(uint64_t deadline_ns) {
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(deadline_ns / 1'000'000'000ull);
+  ts.tv_nsec = static_cast<long>(deadline_ns % 1'000'000'000ull);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+uint64_t ProcessStartTicks(int32_t pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  // Fields after the command name (which may hold spaces) start after the last ')'.
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  // p+2 is field 3 (state); starttime is field 22.
+  int field = 3;
+  for (const char* q = p + 2; *q != '\0'; ++q) {
+    if (*q == ' ') {
+      ++field;
+      if (field == 22) return std::strtoull(q + 1, nullptr, 10);
+    }
+  }
+  return 0;
+}
+
+bool ProcessAlive(int32_t pid, uint64_t start_ticks) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno != ENOENT;  // no /proc (or no permission): trust kill()
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');
+  if (p != nullptr && (p[2] == 'Z' || p[2] == 'X')) return false;  // zombie or dead
+  if (start_ticks != 0) {
+    const uint64_t now_ticks = ProcessStartTicks(pid);
+    if (now_ticks != 0 && now_ticks != start_ticks) return false;  // the pid was reused
+  }
+  return true;
+}
+
+Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text) {
+  std::vector<SimDeviceConfig> out;
+  const std::string_view allowed =
+      "expected a comma list of NAME:MEMORY[:SMS], e.g. SimA100:40GiB:108,SimA100:40GiB:108";
+  if (text == nullptr || *text == '\0') {
+    out.push_back({"SimGPU", 16ull << 30, 80});
+    return out;
+  }
+  const std::string all(text);
+  auto fail = [&](const std::string& why) {
+    return Result<std::vector<SimDeviceConfig>>::Error("TESSERA_SIM_GPUS=\"" + all + "\": " + why +
+                                                       "; " + std::string(allowed));
+  };
+  size_t pos = 0;
+  while (pos <= all.size()) {
+    size_t comma = all.find(',', pos);
+    if (comma == std::string::npos) comma = all.size();
+    const std::string item = all.substr(pos, comma - pos);
+    pos = comma + 1;
+    const size_t c1 = item.find(':');
+    if (item.empty()) return fail("empty device entry");
+    if (c1 == std::string::npos || c1 == 0) return fail("device \"" + item + "\" has no NAME:MEMORY");
+    SimDeviceConfig dev;
+    dev.name = item.substr(0, c1);
+    if (dev.name.size() > 63) return fail("device name \"" + dev.name + "\" is longer than 63");
+    for (char c : dev.name) {
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ' ' ||
+            c == '.')) {
+        return fail("device name \"" + dev.name + "\" has a character other than [A-Za-z0-9 ._-]");
+      }
+    }
+    const size_t c2 = item.find(':', c1 + 1);
+    const std::string mem = item.substr(c1 + 1, c2 == std::string::npos ? std::string::npos
+                                                                        : c2 - c1 - 1);
+    auto bytes = ParseBytes(mem, "TESSERA_SIM_GPUS memory of " + dev.name);
+    if (!bytes.ok()) return fail(bytes.error());
+    dev.total_bytes = bytes->count();
+    if (dev.total_bytes < (64ull << 20) || dev.total_bytes > (1ull << 44)) {
+      return fail("memory of " + dev.name + " must be between 64MiB and 16TiB");
+    }
+    if (c2 != std::string::npos) {
+      const std::string sms = item.substr(c2 + 1);
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long v = std::strtoul(sms.c_str(), &end, 10);
+      if (sms.empty() || *end != '\0' || errno != 0 || v < 1 || v > 1024 ||
+          !std::isdigit(static_cast<unsigned char>(sms[0]))) {
+        return fail("SM count \"" + sms + "\" of " + dev.name + " must be an integer 1-1024");
+      }
+      dev.sm_count = static_cast<uint32_t>(v);
+    }
+    out.push_back(dev);
+    if (comma == all.size()) break;
+  }
+  if (out.size() > static_cast<size_t>(kMaxDevices)) {
+    return fail("at most " + std::to_string(kMaxDevices) + " devices are simulated");
+  }
+  return out;
+}
+
+Result<std::string> SimStateObjectName(const char* text) {
+  if (text == nullptr || *text == '\0') {
+    return "/tessera-sim-uid" + std::to_string(getuid());
+  }
+  const std::string name(text);
+  bool ok = name.size() <= 64;
+  for (char c : name) {
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
+  }
+  if (!ok) {
+    return Result<std::string>::Error("TESSERA_SIM_STATE=\"" + name +
+                                      "\": expected 1-64 characters of [A-Za-z0-9_.-]");
+  }
+  return "/tessera-sim-" + name;
+}
+
+Result<SimState*> SimState::Attach() {
+  auto name = SimStateObjectName(std::getenv("TESSERA_SIM_STATE"));
+  if (!name.ok()) return name.status();
+  const char* gpus_text = std::getenv("TESSERA_SIM_GPUS");
+  auto configs = ParseSimGpus(gpus_text);
+  if (!configs.ok()) return configs.status();
+
+  const size_t size = sizeof(SimStateLayout);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    int fd = shm_open(name->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const bool creator = fd >= 0;
+    if (!creator) {
+      if (errno != EEXIST) {
+        return Result<SimState*>::Error("simgpu: cannot create shared state " + *name + ": " +
+                                        std::strerror(errno));
+      }
+      fd = shm_open(name->c_str(), O_RDWR | O_CLOEXEC, 0600);
+      if (fd < 0) {
+        return Result<SimState*>::Error("simgpu: cannot open shared state " + *name + ": " +
+                                        std::strerror(errno));
+      }
+    } else if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      const int err = errno;
+      close(fd);
+      shm_unlink(name->c_str());
+      return Result<SimState*>::Error("simgpu: cannot size shared state " + *name + ": " +
+                                      std::strerror(err));
+    }
+    // Wait for the creator's ftruncate before mapping.
+    const uint64_t deadline = MonotonicNs() + kAttachWaitNs;
+    struct stat st {};
+    while (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) < size &&
+           MonotonicNs() < deadline) {
+      SleepUntilNs(MonotonicNs() + 1'000'000);
+    }
+    if (static_cast<size_t>(st.st_size) != size) {
+      close(fd);
+      if (static_cast<size_t>(st.st_size) > 0) {
+        return Result<SimState*>::Error(
+            "simgpu: shared state /dev/shm" + *name + " has size " +
+            std::to_string(st.st_size) + ", this simgpu expects " + std::to_string(size) +
+            " (another version); remove it or pick another TESSERA_SIM_STATE");
+      }
+      shm_unlink(name->c_str());  // an abandoned, never-sized object: start again
+      continue;
+    }
+    void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mem == MAP_FAILED) {
+      return Result<SimState*>::Error("simgpu: cannot map shared state " + *name + ": " +
+                                      std::strerror(errno));
+    }
+    auto* layout = static_cast<SimStateLayout*>(mem);
+    if (creator) {
+      layout->magic = kSimStateMagic;
+      layout->version = kSimStateVersion;
+      layout->size = size;
+      layout->creator_pid = getpid();
+      layout->device_count = static_cast<uint32_t>(configs->size());
+      std::snprintf(layout->config, sizeof(layout->config), "%s", gpus_text ? gpus_text : "");
+      for (size_t i = 0; i < configs->size(); ++i) {
+        SimDevice& d = layout->devices[i];
+        std::snprintf(d.name, sizeof(d.name), "%s", (*configs)[i].name.c_str());
+        MakeUuid(static_cast<int>(i), *name, d.uuid, sizeof(d.uuid));
+        d.total_bytes = (*configs)[i].total_bytes;
+        d.sm_count = (*configs)[i].sm_count;
+      }
+      layout->ready.store(1, std::memory_order_release);
+    } else {
+      while (layout->ready.load(std::memory_order_acquire) == 0 && MonotonicNs() < deadline) {
+        SleepUntilNs(MonotonicNs() + 1'000'000);
+      }
+      if (layout->ready.load(std::memory_order_acquire) == 0) {
+        const bool creator_alive = ProcessAlive(layout->creator_pid, 0);
+        munmap(mem, size);
+        if (!creator_alive) {
+          shm_unlink(name->c_str());  // its creator died half-way: start again
+          continue;
+        }
+        return Result<SimState*>::Error("simgpu: shared state " + *name +
+                                        " was never initialised by pid " +
+                                        std::to_string(layout->creator_pid));
+      }
+      if (layout->magic != kSimStateMagic || layout->version != kSimStateVersion ||
+          layout->size != size) {
+        munmap(mem, size);
+        return Result<SimState*>::Error("simgpu: shared state /dev/shm" + *name +
+                                        " has another layout version; remove it or pick another "
+                                        "TESSERA_SIM_STATE");
+      }
+    }
+    return new SimState(layout);
+  }
+  return Result<SimState*>::Error("simgpu: could not create shared state " + *name);
+}
+
+int SimState::ClaimSlot() {
+  const int32_t me = getpid();
+  if (slot_ >= 0 && layout_->processes[slot_].pid.load() == me) return slot_;
+  const uint64_t ticks = ProcessStartTicks(me);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < kMaxProcesses; ++i) {
+      SimProcess& p = layout_->processes[i];
+      uint32_t expected = kSlotFree;
+      if (!p.state.compare_exchange_strong(expected, kSlotClaiming, std::memory_order_acq_rel)) {
+        continue;
+      }
+      for (int d = 0; d < kMaxDevices; ++d) {
+        p.used_bytes[d].store(0);
+        p.busy_ns_total[d].store(0);
+        for (auto& b : p.busy[d]) {
+          b.epoch.store(0);
+          b.busy_ns.store(0);
+        }
+      }
+      p.context_mask.store(0);
+      p.start_ticks.store(ticks);
+      p.pid.store(me);
+      p.state.store(kSlotLive, std::memory_order_release);
+      slot_ = i;
+      return i;
+    }
+    ReapDead();
+  }
+  return -1;
+}
+
+void SimState::ReleaseSlot() {
+  if (slot_ < 0) return;
+  SimProcess& p = layout_->processes[slot_];
+  uint32_t expected = kSlotLive;
+  if (p.state.compare_exchange_strong(expected, kSlotReaping)) ReapSlot(slot_);
+  slot_ = -1;
+}
+
+void SimState::ReapSlot(int index) {
+  SimProcess& p = layout_->processes[index];
+  for (int d = 0; d < kMaxDevices; ++d) {
+    const uint64_t held = p.used_bytes[d].exchange(0);
+    if (held != 0 && d < static_cast<int>(layout_->device_count)) {
+      // Saturating subtraction: the device counter never wraps below zero.
+      uint64_t cur = layout_->devices[d].used_bytes.load();
+      while (!layout_->devices[d].used_bytes.compare_exchange_weak(cur,
+                                                                     cur > held ? cur - held : 0)) {
+      }
+    }
+  }
+  p.context_mask.store(0);
+  p.pid.store(0);
+  p.generation.fetch_add(1);
+  p.state.store(kSlotFree, std::memory_order_release);
+}
+
+int SimState::ReapDead() {
+  int reaped = 0;
+  for (int i = 0; i < kMaxProcesses; ++i) {
+    SimProcess& p = layout_->processes[i];
+    if (p.state.load(std::memory_order_acquire) != kSlotLive) continue;
+    const int32_t pid = p.pid.load();
+    if (ProcessAlive(pid, p.start_ticks.load())) continue;
+    uint32_t expected = kSlotLive;
+    if (!p.state.compare_exchange_strong(expected, kSlotReaping)) continue;  // someone else won
+    if (p.pid.load() != pid) {  // re-claimed in between: not ours to reap
+      p.state.store(kSlotLive);
+      continue;
+    }
+    ReapSlot(i);
+    ++reaped;
+  }
+  return reaped;
+}
+
+bool SimState::Reserve(int d, uint64_t bytes) {
+  SimDevice& dev = layout_->devices[d];
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    uint64_t cur = dev.used_bytes.load(std::memory_order_relaxed);
+    while (bytes <= dev.total_bytes && cur <= dev.total_bytes - bytes) {
+      if (dev.used_bytes.compare_exchange_weak(cur, cur + bytes, std::memory_order_acq_rel)) {
+        if (SimProcess* p = process()) p->used_bytes[d].fetch_add(bytes);
+        return true;
+      }
+    }
+    if (attempt == 0 && ReapDead() == 0) return false;
+  }
+  return false;
+}
+
+void SimState::Unreserve(int d, uint64_t bytes) {
+  SimDevice& dev = layout_->devices[d];
+  auto saturating_sub = [](std::atomic<uint64_t>& counter, uint64_t n) {
+    uint64_t cur = counter.load(std::memory_order_relaxed);
+    while (!counter.compare_exchange_weak(cur, cur > n ? cur - n : 0, std::memory_order_acq_rel)) {
+    }
+  };
+  if (SimProcess* p = process()) saturating_sub(p->used_bytes[d], bytes);
+  saturating_sub(dev.used_bytes, bytes);
+}
+
+uint64_t SimState::BookKernel(int d, uint64_t earliest_ns, uint64_t duration_ns,
+                              uint64_t* start_ns) {
+  SimDevice& dev = layout_->devices[d];
+  uint64_t busy = dev.busy_until_ns.load(std::memory_order_acquire);
+  uint64_t start = 0, end = 0;
+  do {
+    start = std::max(earliest_ns, busy);
+    end = start + duration_ns;
+  } while (duration_ns != 0 &&
+           !dev.busy_until_ns.compare_exchange_weak(busy, end, std::memory_order_acq_rel));
+  dev.kernels.fetch_add(1, std::memory_order_relaxed);
+  if (duration_ns != 0) {
+    dev.busy_ns_total.fetch_add(duration_ns, std::memory_order_relaxed);
+    AddBusy(dev.busy, kDeviceBuckets, kDeviceBucketNs, start, end);
+    if (SimProcess* p = process()) {
+      p->busy_ns_total[d].fetch_add(duration_ns, std::memory_order_relaxed);
+      AddBusy(p->busy[d], kProcessBuckets, kProcessBucketNs, start, end);
+    }
+  }
+  if (start_ns != nullptr) *start_ns = start;
+  return end;
+}
+
+double SimState::DeviceBusyFraction(int d, uint64_t window_ns) const {
+  return BusyFraction(layout_->devices[d].busy, kDeviceBuckets, kDeviceBucketNs, window_ns);
+}
+
+double SimState::ProcessBusyFraction(int slot, int d, uint64_t window_ns) const {
+  return BusyFraction(layout_->processes[slot].busy[d], kProcessBuckets, kProcessBucketNs,
+                      window_ns);
+}
+
+}  // namespace tessera::sim
