@@ -1,1 +1,297 @@
-// placeholder
+// simgpu's NVML subset: devices, names, UUIDs, memory, utilisation (busy fraction of the last
+// second of the shared device clock), running compute processes (host pid, bytes held) and
+// per-process utilisation, all read from the shared SimState so every process sees one machine.
+// NVML calls reap dead processes first, so a SIGKILLed tenant disappears from the lists at once.
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "driver/nvml_api.h"
+#include "simgpu/runtime.h"
+
+struct nvmlDevice_st {
+  int index;
+};
+
+namespace {
+
+using tessera::sim::State;
+
+nvmlDevice_st g_devices[tessera::sim::kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
+std::mutex g_nvml_mu;
+int g_init_count = 0;
+
+bool Initialised() {
+  std::lock_guard<std::mutex> lock(g_nvml_mu);
+  return g_init_count > 0 && State() != nullptr;
+}
+
+int DeviceIndex(nvmlDevice_t device) {
+  if (device < &g_devices[0] || device >= &g_devices[tessera::sim::kMaxDevices]) return -1;
+  const int index = device->index;
+  return index < State()->device_count() ? index : -1;
+}
+
+#define NVML_REQUIRE_DEVICE(device, index)                  \
+  if (!Initialised()) return NVML_ERROR_UNINITIALIZED;      \
+  const int index = DeviceIndex(device);                    \
+  if (index < 0) return NVML_ERROR_INVALID_ARGUMENT
+
+nvmlReturn_t CopyString(const char* text, char* out, unsigned int length) {
+  if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (std::strlen(text) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::memcpy(out, text, std::strlen(text) + 1);
+  return NVML_SUCCESS;
+}
+
+// Fills `infos` with the processes holding memory or a context on `d`.
+template <typename Info>
+nvmlReturn_t RunningProcesses(int d, unsigned int* count, Info* infos) {
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  State()->ReapDead();
+  unsigned int n = 0;
+  const unsigned int capacity = infos == nullptr ? 0 : *count;
+  for (int i = 0; i < tessera::sim::kMaxProcesses; ++i) {
+    const tessera::sim::SimProcess& p = State()->layout()->processes[i];
+    if (p.state.load() != tessera::sim::kSlotLive) continue;
+    const uint64_t used = p.used_bytes[d].load();
+    if (used == 0 && (p.context_mask.load() & (1u << d)) == 0) continue;
+    if (n < capacity) {
+      Info info{};
+      info.pid = static_cast<unsigned int>(p.pid.load());
+      info.usedGpuMemory = used;
+      infos[n] = info;
+    }
+    ++n;
+  }
+  const bool fits = n <= capacity;
+  *count = n;
+  return fits ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+}
+
+}  // namespace
+
+extern "C" {
+
+nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+  if (flags & ~(NVML_INIT_FLAG_NO_GPUS | NVML_INIT_FLAG_NO_ATTACH)) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  if (tessera::sim::EnsureAttached() != CUDA_SUCCESS) return NVML_ERROR_DRIVER_NOT_LOADED;
+  std::lock_guard<std::mutex> lock(g_nvml_mu);
+  ++g_init_count;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlShutdown(void) {
+  std::lock_guard<std::mutex> lock(g_nvml_mu);
+  if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  --g_init_count;
+  return NVML_SUCCESS;
+}
+
+const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    default: return "Unknown Error";
+  }
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  if (!Initialised()) return NVML_ERROR_UNINITIALIZED;
+  return CopyString("580.00.sim", version, length);
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
+  if (!Initialised()) return NVML_ERROR_UNINITIALIZED;
+  return CopyString("13.580.00.sim", version, length);
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* version) {
+  if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *version = tessera::sim::kDriverVersion;
+  return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  return nvmlSystemGetCudaDriverVersion(version);
+}
+
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  if (!Initialised()) return NVML_ERROR_UNINITIALIZED;
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = static_cast<unsigned int>(State()->device_count());
+  return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return nvmlDeviceGetCount_v2(count); }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
+  if (!Initialised()) return NVML_ERROR_UNINITIALIZED;
+  if (device == nullptr || index >= static_cast<unsigned int>(State()->device_count())) {
+    return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  *device = &g_devices[index];
+  return NVML_SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
+  return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
+  if (!Initialised()) return NVML_ERROR_UNINITIALIZED;
+  if (uuid == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  for (int d = 0; d < State()->device_count(); ++d) {
+    if (std::strcmp(State()->device(d).uuid, uuid) == 0) {
+      *device = &g_devices[d];
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *index = static_cast<unsigned int>(d);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minor) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *minor = static_cast<unsigned int>(d);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
+  NVML_REQUIRE_DEVICE(device, d);
+  return CopyString(State()->device(d).name, name, length);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+  NVML_REQUIRE_DEVICE(device, d);
+  return CopyString(State()->device(d).uuid, uuid, length);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  std::memset(pci, 0, sizeof(*pci));
+  pci->bus = static_cast<unsigned int>(0x10 + d);
+  pci->pciDeviceId = 0x233010de;  // vendor 0x10de (NVIDIA)
+  std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", 0x10 + d);
+  std::snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", 0x10 + d);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int* multi) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (multi == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *multi = 0;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  State()->ReapDead();
+  const tessera::sim::SimDevice& dev = State()->device(d);
+  const uint64_t used = std::min<uint64_t>(dev.used_bytes.load(), dev.total_bytes);
+  memory->total = dev.total_bytes;
+  memory->used = used;
+  memory->free = dev.total_bytes - used;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  nvmlMemory_t v1{};
+  if (nvmlReturn_t r = nvmlDeviceGetMemoryInfo(device, &v1); r != NVML_SUCCESS) return r;
+  memory->total = v1.total;
+  memory->reserved = 0;
+  memory->free = v1.free;
+  memory->used = v1.used;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* util) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (util == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  util->gpu = static_cast<unsigned int>(State()->DeviceBusyFraction(d, 1'000'000'000) * 100 + 0.5);
+  util->memory = 0;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                  nvmlProcessInfo_v1_t* infos) {
+  NVML_REQUIRE_DEVICE(device, d);
+  return RunningProcesses(d, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                     nvmlProcessInfo_v2_t* infos) {
+  NVML_REQUIRE_DEVICE(device, d);
+  return RunningProcesses(d, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                     nvmlProcessInfo_t* infos) {
+  NVML_REQUIRE_DEVICE(device, d);
+  return RunningProcesses(d, count, infos);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                      nvmlProcessInfo_t* infos) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = 0;  // simgpu runs no graphics work
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t* samples,
+                                             unsigned int* count,
+                                             unsigned long long last_seen_us) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  State()->ReapDead();
+  const uint64_t now_ns = tessera::sim::MonotonicNs();
+  const uint64_t since_ns = last_seen_us * 1000;
+  const uint64_t window = since_ns != 0 && since_ns < now_ns
+                              ? std::min<uint64_t>(now_ns - since_ns, 1'000'000'000)
+                              : 1'000'000'000;
+  unsigned int n = 0;
+  const unsigned int capacity = samples == nullptr ? 0 : *count;
+  for (int i = 0; i < tessera::sim::kMaxProcesses; ++i) {
+    const tessera::sim::SimProcess& p = State()->layout()->processes[i];
+    if (p.state.load() != tessera::sim::kSlotLive) continue;
+    if ((p.context_mask.load() & (1u << d)) == 0 && p.used_bytes[d].load() == 0) continue;
+    if (n < capacity) {
+      nvmlProcessUtilizationSample_t s{};
+      s.pid = static_cast<unsigned int>(p.pid.load());
+      s.timeStamp = now_ns / 1000;
+      s.smUtil = static_cast<unsigned int>(State()->ProcessBusyFraction(i, d, window) * 100 + 0.5);
+      samples[n] = s;
+    }
+    ++n;
+  }
+  if (samples == nullptr) {
+    *count = n;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  const bool fits = n <= capacity;
+  *count = n;
+  return fits ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+}
+
+}  // extern "C"

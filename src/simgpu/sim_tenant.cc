@@ -1,0 +1,172 @@
+// sim_tenant: a test program that plays one tenant process against a driver library opened by
+// path (simgpu in the tests), so multi-process tests run real processes through the real ABI.
+// It prints `key=value` lines on stdout for the test to parse and exits 0 on success, 1 on a
+// CUDA failure it did not expect, 2 on bad usage. It is test tooling: no product code uses it.
+//
+//   sim_tenant LIB alloc-until-oom CHUNK_MIB     allocate until failure, report, hold until stdin EOF
+//   sim_tenant LIB hold BYTES                    allocate BYTES, print ready, sleep until killed
+//   sim_tenant LIB spin-loop KERNEL_US WALL_MS   launch+sync spin kernels for WALL_MS of wall time
+//   sim_tenant LIB elapsed SPIN_US               event elapsed time around one spin kernel
+//   sim_tenant LIB fill-copy BYTES VALUE         fill kernel then cuMemcpyDtoH, verify every byte
+//   sim_tenant LIB meminfo                       print cuMemGetInfo free and total
+#include <time.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "driver/cuda_driver.h"
+
+namespace {
+
+using tessera::CudaDriver;
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+const CudaDriver* g_cu = nullptr;
+
+#define CHECK_CU(call)                                                                \
+  do {                                                                                \
+    CUresult r_ = (call);                                                             \
+    if (r_ != CUDA_SUCCESS) {                                                         \
+      std::printf("error=%s call=%s\n", g_cu->ErrorText(r_).c_str(), #call);          \
+      std::fflush(stdout);                                                            \
+      return 1;                                                                       \
+    }                                                                                 \
+  } while (0)
+
+int Usage() {
+  std::fprintf(stderr, "usage: sim_tenant LIB MODE ARGS... (see the source)\n");
+  return 2;
+}
+
+void WaitForStdinEof() {
+  char buf[64];
+  while (read(0, buf, sizeof(buf)) > 0) {
+  }
+}
+
+CUresult LaunchSpin(CUfunction spin, uint64_t ns, CUstream s) {
+  void* params[] = {&ns};
+  return g_cu->cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return Usage();
+  auto lib = tessera::DynamicLibrary::Open(argv[1]);
+  if (!lib.ok()) {
+    std::fprintf(stderr, "%s\n", lib.error().c_str());
+    return 2;
+  }
+  auto driver = CudaDriver::Load(*lib);
+  if (!driver.ok()) {
+    std::fprintf(stderr, "%s\n", driver.error().c_str());
+    return 2;
+  }
+  const CudaDriver& cu = *driver;
+  g_cu = &cu;
+  const std::string mode = argv[2];
+  auto arg = [&](int i) -> uint64_t { return i < argc ? std::strtoull(argv[i], nullptr, 10) : 0; };
+
+  CHECK_CU(cu.cuInit(0));
+  CUdevice dev = 0;
+  CHECK_CU(cu.cuDeviceGet(&dev, 0));
+  CUcontext ctx = nullptr;
+  CHECK_CU(cu.cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK_CU(cu.cuCtxSetCurrent(ctx));
+  CUmodule mod = nullptr;
+  CHECK_CU(cu.cuModuleLoadData(&mod, "simgpu"));
+  CUfunction spin = nullptr, fill = nullptr;
+  CHECK_CU(cu.cuModuleGetFunction(&spin, mod, "spin"));
+  CHECK_CU(cu.cuModuleGetFunction(&fill, mod, "fill"));
+
+  if (mode == "alloc-until-oom") {
+    const uint64_t chunk = arg(3) << 20;
+    uint64_t total = 0;
+    CUresult failure = CUDA_SUCCESS;
+    std::vector<CUdeviceptr> held;
+    for (;;) {
+      CUdeviceptr p = 0;
+      failure = cu.cuMemAlloc_v2(&p, chunk);
+      if (failure != CUDA_SUCCESS) break;
+      held.push_back(p);
+      total += chunk;
+    }
+    std::printf("allocated=%llu\nfailure=%d\n", static_cast<unsigned long long>(total),
+                static_cast<int>(failure));
+    std::fflush(stdout);
+    WaitForStdinEof();
+    for (CUdeviceptr p : held) CHECK_CU(cu.cuMemFree_v2(p));
+    return 0;
+  }
+  if (mode == "hold") {
+    CUdeviceptr p = 0;
+    CHECK_CU(cu.cuMemAlloc_v2(&p, arg(3)));
+    std::printf("ready=1\n");
+    std::fflush(stdout);
+    for (;;) pause();
+  }
+  if (mode == "spin-loop") {
+    const uint64_t kernel_ns = arg(3) * 1000;
+    const uint64_t wall_ns = arg(4) * 1'000'000;
+    const uint64_t start = MonotonicNs();
+    uint64_t kernels = 0;
+    while (MonotonicNs() - start < wall_ns) {
+      CHECK_CU(LaunchSpin(spin, kernel_ns, nullptr));
+      CHECK_CU(cu.cuCtxSynchronize());
+      ++kernels;
+    }
+    const uint64_t end = MonotonicNs();
+    std::printf("kernels=%llu\ndevice_ns=%llu\nstart_ns=%llu\nend_ns=%llu\n",
+                static_cast<unsigned long long>(kernels),
+                static_cast<unsigned long long>(kernels * kernel_ns),
+                static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
+    return 0;
+  }
+  if (mode == "elapsed") {
+    CUstream s = nullptr;
+    CHECK_CU(cu.cuStreamCreate(&s, 0));
+    CUevent a = nullptr, b = nullptr;
+    CHECK_CU(cu.cuEventCreate(&a, 0));
+    CHECK_CU(cu.cuEventCreate(&b, 0));
+    CHECK_CU(cu.cuEventRecord(a, s));
+    CHECK_CU(LaunchSpin(spin, arg(3) * 1000, s));
+    CHECK_CU(cu.cuEventRecord(b, s));
+    CHECK_CU(cu.cuEventSynchronize(b));
+    float ms = 0;
+    CHECK_CU(cu.cuEventElapsedTime(&ms, a, b));
+    std::printf("elapsed_ms=%.4f\n", static_cast<double>(ms));
+    return 0;
+  }
+  if (mode == "fill-copy") {
+    const uint64_t bytes = arg(3);
+    uint32_t value = static_cast<uint32_t>(arg(4));
+    CUdeviceptr p = 0;
+    CHECK_CU(cu.cuMemAlloc_v2(&p, bytes));
+    size_t n = bytes;
+    void* params[] = {&p, &n, &value};
+    CHECK_CU(cu.cuLaunchKernel(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+    std::vector<unsigned char> host(bytes, 0);
+    CHECK_CU(cu.cuMemcpyDtoH_v2(host.data(), p, bytes));
+    size_t wrong = 0;
+    for (unsigned char c : host) wrong += c != (value & 0xff);
+    std::printf("wrong_bytes=%zu\n", wrong);
+    CHECK_CU(cu.cuMemFree_v2(p));
+    return wrong == 0 ? 0 : 1;
+  }
+  if (mode == "meminfo") {
+    size_t free_bytes = 0, total = 0;
+    CHECK_CU(cu.cuMemGetInfo_v2(&free_bytes, &total));
+    std::printf("free=%zu\ntotal=%zu\n", free_bytes, total);
+    return 0;
+  }
+  return Usage();
+}

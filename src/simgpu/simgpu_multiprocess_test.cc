@@ -1,0 +1,130 @@
+// Multi-process behaviour of simgpu: real processes (sim_tenant) each dlopen the built library
+// and share one simulated machine through TESSERA_SIM_STATE. Each test uses its own state name.
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "testing/child_process.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using tessera::testing::BuildDir;
+using tessera::testing::ChildProcess;
+using tessera::testing::UniqueName;
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+class SimMultiProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override { state_ = UniqueName("mp"); }
+  void TearDown() override { shm_unlink(("/tessera-sim-" + state_).c_str()); }
+
+  std::unique_ptr<ChildProcess> Tenant(const std::vector<std::string>& args,
+                                       const std::string& gpus = "SimT:8GiB:80") {
+    std::vector<std::string> argv = {BuildDir() + "/tests/sim_tenant",
+                                     BuildDir() + "/lib/libtessera-simgpu.so"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto child = std::make_unique<ChildProcess>(
+        argv, std::vector<std::string>{"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=" + gpus});
+    EXPECT_TRUE(child->started());
+    return child;
+  }
+
+  uint64_t FreeBytes() {
+    auto probe = Tenant({"meminfo"});
+    auto free_bytes = probe->WaitForKey("free", 10s);
+    EXPECT_TRUE(free_bytes.has_value());
+    EXPECT_EQ(probe->Wait(10s), 0);
+    return free_bytes ? std::stoull(*free_bytes) : 0;
+  }
+
+  std::string state_;
+};
+
+TEST_F(SimMultiProcessTest, TwoProcessesShareCapacityAndGetExactOutOfMemory) {
+  auto a = Tenant({"alloc-until-oom", "64"});
+  auto b = Tenant({"alloc-until-oom", "64"});
+  auto a_bytes = a->WaitForKey("allocated", 60s);
+  auto b_bytes = b->WaitForKey("allocated", 60s);
+  ASSERT_TRUE(a_bytes && b_bytes);
+  EXPECT_EQ(a->WaitForKey("failure", 5s), "2");  // CUDA_ERROR_OUT_OF_MEMORY
+  EXPECT_EQ(b->WaitForKey("failure", 5s), "2");
+  const uint64_t sum = std::stoull(*a_bytes) + std::stoull(*b_bytes);
+  EXPECT_LE(sum, 8 * kGiB);
+  EXPECT_EQ(sum, 8 * kGiB) << "64 MiB chunks fill an 8 GiB device exactly";
+  EXPECT_EQ(FreeBytes(), 0u);
+  a->CloseStdin();
+  b->CloseStdin();
+  EXPECT_EQ(a->Wait(30s), 0);
+  EXPECT_EQ(b->Wait(30s), 0);
+  EXPECT_EQ(FreeBytes(), 8 * kGiB) << "frees return memory to the shared device";
+}
+
+TEST_F(SimMultiProcessTest, ConcurrentSpinKernelsAreSerialisedAndShared) {
+  auto a = Tenant({"spin-loop", "1000", "2000"});
+  auto b = Tenant({"spin-loop", "1000", "2000"});
+  ASSERT_EQ(a->Wait(30s), 0);
+  ASSERT_EQ(b->Wait(30s), 0);
+  a->DrainOutput(5s);
+  b->DrainOutput(5s);
+  const auto& va = a->values();
+  const auto& vb = b->values();
+  ASSERT_TRUE(va.count("device_ns") && vb.count("device_ns"));
+  const double da = std::stod(va.at("device_ns")) / 1e9;
+  const double db = std::stod(vb.at("device_ns")) / 1e9;
+  const uint64_t start = std::min(std::stoull(va.at("start_ns")), std::stoull(vb.at("start_ns")));
+  const uint64_t end = std::max(std::stoull(va.at("end_ns")), std::stoull(vb.at("end_ns")));
+  const double wall = static_cast<double>(end - start) / 1e9;
+  // One kernel at a time: the device time of both can never exceed the wall time.
+  EXPECT_LE(da + db, wall + 0.002);
+  // Alternating submission gives each about half of two seconds.
+  EXPECT_NEAR(da, 1.0, 0.2);
+  EXPECT_NEAR(db, 1.0, 0.2);
+}
+
+TEST_F(SimMultiProcessTest, EventElapsedTimeMeasuresDeviceExecution) {
+  auto t = Tenant({"elapsed", "10000"});
+  auto ms = t->WaitForKey("elapsed_ms", 10s);
+  ASSERT_TRUE(ms.has_value());
+  EXPECT_NEAR(std::stod(*ms), 10.0, 1.0);
+  EXPECT_EQ(t->Wait(10s), 0);
+}
+
+TEST_F(SimMultiProcessTest, SigkilledProcessMemoryIsFreeWithinOneSecond) {
+  auto holder = Tenant({"hold", std::to_string(6 * kGiB)});
+  ASSERT_EQ(holder->WaitForKey("ready", 30s), "1");
+  EXPECT_EQ(FreeBytes(), 2 * kGiB);
+  holder->Kill(SIGKILL);  // not reaped by us yet: the sim must see through the zombie too
+  const auto killed = std::chrono::steady_clock::now();
+  uint64_t free_bytes = 0;
+  while (std::chrono::steady_clock::now() - killed < 1s) {
+    free_bytes = FreeBytes();
+    if (free_bytes == 8 * kGiB) break;
+  }
+  EXPECT_EQ(free_bytes, 8 * kGiB);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 1s);
+  EXPECT_EQ(holder->Wait(10s), 128 + SIGKILL);
+}
+
+TEST_F(SimMultiProcessTest, FillThenCopyToHostMovesTheRightBytes) {
+  auto t = Tenant({"fill-copy", std::to_string(3 << 20), "171"});  // 0xAB
+  EXPECT_EQ(t->WaitForKey("wrong_bytes", 30s), "0");
+  EXPECT_EQ(t->Wait(10s), 0);
+}
+
+TEST_F(SimMultiProcessTest, InvalidSimConfigurationIsRejectedWithItsName) {
+  auto t = Tenant({"meminfo"}, "SimT:-8GiB");
+  auto error = t->WaitForKey("error", 10s);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("CUDA_ERROR_INVALID_VALUE"), std::string::npos) << *error;
+  EXPECT_EQ(t->Wait(10s), 1);
+}
+
+}  // namespace
