@@ -17,7 +17,7 @@
 
 #include "driver/cuda_api.h"
 #include "driver/nvml_api.h"
-#include "testing/child_process.h"
+#include "process/child_process.h"
 
 namespace {
 
@@ -42,10 +42,10 @@ class Sim {
 
  private:
   Sim() {
-    state_ = tessera::testing::UniqueName("api");
+    state_ = tessera::process::UniqueName("api");
     setenv("TESSERA_SIM_STATE", state_.c_str(), 1);
     setenv("TESSERA_SIM_GPUS", "SimA:4GiB:108,SimB:2GiB:40", 1);
-    const std::string path = tessera::testing::BuildDir() + "/lib/libtessera-simgpu.so";
+    const std::string path = tessera::process::BuildDir() + "/lib/libtessera-simgpu.so";
     handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle_ == nullptr) std::abort();
     std::atexit([] { shm_unlink(("/tessera-sim-" + Get().state_).c_str()); });

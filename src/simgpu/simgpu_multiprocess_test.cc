@@ -10,14 +10,14 @@
 
 #include <gtest/gtest.h>
 
-#include "testing/child_process.h"
+#include "process/child_process.h"
 
 namespace {
 
 using namespace std::chrono_literals;
-using tessera::testing::BuildDir;
-using tessera::testing::ChildProcess;
-using tessera::testing::UniqueName;
+using tessera::process::BuildDir;
+using tessera::process::ChildProcess;
+using tessera::process::UniqueName;
 
 constexpr uint64_t kGiB = 1ull << 30;
 

@@ -1,5 +1,5 @@
-// ChildProcess: spawn a real program for a multi-process test, talk to it over pipes, and bound
-// every wait. Test support only: product code never links it.
+// ChildProcess: spawn a real program, talk to it over pipes, and bound every wait. Used by the
+// multi-process tests and by `tessera demo` to run its tenants; holds no policy of its own.
 //
 // The child gets a pipe on stdin (closing it is how tests say "you may exit now") and stdout
 // captured line by line; stderr is inherited so failures show in the test log. Every wait takes a
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::testing {
+namespace tessera::process {
 
 class ChildProcess {
  public:
@@ -52,9 +52,9 @@ class ChildProcess {
   std::map<std::string, std::string> values_;
 };
 
-// The build tree (TESSERA_BUILD_DIR, set by CTest) or the directory two levels above the test.
+// The build tree (TESSERA_BUILD_DIR, set by CTest) or the directory two levels above this program.
 std::string BuildDir();
 // A name unique to this process and call, for TESSERA_SIM_STATE and socket paths.
 std::string UniqueName(const std::string& prefix);
 
-}  // namespace tessera::testing
+}  // namespace tessera::process

@@ -1,5 +1,5 @@
 // ChildProcess implementation: posix_spawn with pipes, poll-based bounded reads, SIGKILL on exit.
-#include "testing/child_process.h"
+#include "process/child_process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,7 +16,7 @@
 
 extern char** environ;
 
-namespace tessera::testing {
+namespace tessera::process {
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv,
                            const std::vector<std::string>& extra_env) {
@@ -154,4 +154,4 @@ std::string UniqueName(const std::string& prefix) {
   return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(counter.fetch_add(1));
 }
 
-}  // namespace tessera::testing
+}  // namespace tessera::process

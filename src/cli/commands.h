@@ -1,0 +1,20 @@
+// The tessera subcommands. Each takes the arguments after its name and returns the exit status
+// (0 success, 1 failure, 2 bad usage). They print for people on stdout and errors on stderr.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessera::cli {
+
+// Hidden subcommand the demo re-executes itself with to play one tenant.
+inline constexpr const char* kDemoTenantCommand = "__demo-tenant";
+
+int RunVersion(const std::vector<std::string>& args);
+int RunDemo(const std::vector<std::string>& args);
+int RunDemoTenant(const std::vector<std::string>& args);
+
+// Directory holding this executable (build/bin), for finding build/lib next to it.
+std::string ExecutableDir();
+
+}  // namespace tessera::cli
