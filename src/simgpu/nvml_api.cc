@@ -187,8 +187,8 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
   std::memset(pci, 0, sizeof(*pci));
   pci->bus = static_cast<unsigned int>(0x10 + d);
   pci->pciDeviceId = 0x233010de;  // vendor 0x10de (NVIDIA)
-  std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", 0x10 + d);
-  std::snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", 0x10 + d);
+  std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", static_cast<unsigned>(0x10 + d) & 0xffu);
+  std::snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", static_cast<unsigned>(0x10 + d) & 0xffu);
   return NVML_SUCCESS;
 }
 
