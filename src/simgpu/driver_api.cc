@@ -335,6 +335,14 @@ CUresult WaitUntil(Lock& lock, uint64_t t, CUctx_st* ctx) {
 
 // ---- Memory helpers ------------------------------------------------------------------------------
 void* MapBacking(uint64_t bytes) {
+  auto& cache = Rt().backing_cache;
+  auto it = cache.find(bytes);
+  if (it != cache.end() && !it->second.empty()) {
+    void* p = it->second.back();
+    it->second.pop_back();
+    Rt().backing_cached_bytes -= bytes;
+    return p;
+  }
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
   return p == MAP_FAILED ? nullptr : p;
@@ -364,8 +372,15 @@ CUresult AllocDevice(CUctx_st* ctx, uint64_t size, uint64_t usable, AllocKind ki
 }
 
 void ReleaseBlock(int device, uintptr_t base, uint64_t size) {
+  Runtime& rt = Rt();
+  State()->Unreserve(device, size);  // the device gets its memory back whatever happens to the VA
+  if (size <= tessera::sim::kBackingCacheMaxBlock &&
+      rt.backing_cached_bytes + size <= tessera::sim::kBackingCacheMaxBytes) {
+    rt.backing_cache[size].push_back(reinterpret_cast<void*>(base));
+    rt.backing_cached_bytes += size;
+    return;
+  }
   munmap(reinterpret_cast<void*>(base), size);
-  State()->Unreserve(device, size);
 }
 
 void TrimPool(CUmemPoolHandle_st* pool, uint64_t keep) {

@@ -158,7 +158,14 @@ struct Runtime {
   CUmemGenericAllocationHandle next_vmm = 1;
   std::map<uintptr_t, uint64_t> reservations;  // VA ranges from cuMemAddressReserve
   std::map<uintptr_t, VmmMapping> mappings;    // cuMemMap'ed ranges
+  // Host mappings of freed allocations kept for reuse, by size: a real cuMemAlloc costs
+  // microseconds, not an mmap+munmap pair, and later benchmarks measure the shim against it.
+  std::unordered_map<uint64_t, std::vector<void*>> backing_cache;
+  uint64_t backing_cached_bytes = 0;
 };
+
+inline constexpr uint64_t kBackingCacheMaxBlock = 64ull << 20;
+inline constexpr uint64_t kBackingCacheMaxBytes = 256ull << 20;
 
 // The process's runtime and shared state (both created on cuInit or nvmlInit, replaced after fork).
 Runtime& Rt();
