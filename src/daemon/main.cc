@@ -1,0 +1,188 @@
+// tesserad: the node daemon. Discovers the GPUs through NVML (the real library, or simgpu with
+// --sim / TESSERA_SIM_GPUS), creates or reopens the node's memory ledger, and serves the Unix
+// socket: processes register, `tessera run` sets limits, `tessera smi` reads the state, and a
+// process's memory is reclaimed the moment its connection closes.
+//
+//   tesserad [--socket PATH] [--sim] [--allow-self-declared true|false] [--ledger NAME]
+//            [--ephemeral]
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/bool_flag.h"
+#include "daemon/registry.h"
+#include "daemon/server.h"
+#include "driver/library.h"
+#include "driver/nvml_api.h"
+#include "ipc/unix_socket.h"
+#include "ledger/memory_ledger.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop.store(true); }
+
+std::string ExecutableDir() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return ".";
+  self[n] = '\0';
+  std::string path(self);
+  return path.substr(0, path.rfind('/'));
+}
+
+int Usage(const std::string& problem) {
+  std::fprintf(stderr,
+               "tesserad: %s\nusage: tesserad [--socket PATH] [--sim] [--allow-self-declared "
+               "true|false] [--ledger NAME] [--ephemeral]\n",
+               problem.c_str());
+  return 2;
+}
+
+tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::string& nvml_path) {
+  using tessera::Result;
+  using Devices = std::vector<tessera::ledger::DeviceInfo>;
+  auto lib = tessera::DynamicLibrary::Open(nvml_path);
+  if (!lib.ok()) return lib.status();
+  auto init = lib->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
+  auto count = lib->Resolve<decltype(&nvmlDeviceGetCount_v2)>("nvmlDeviceGetCount_v2");
+  auto handle = lib->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
+      "nvmlDeviceGetHandleByIndex_v2");
+  auto uuid = lib->Resolve<decltype(&nvmlDeviceGetUUID)>("nvmlDeviceGetUUID");
+  auto name = lib->Resolve<decltype(&nvmlDeviceGetName)>("nvmlDeviceGetName");
+  auto memory = lib->Resolve<decltype(&nvmlDeviceGetMemoryInfo)>("nvmlDeviceGetMemoryInfo");
+  for (const tessera::Status* s : {&init.status(), &count.status(), &handle.status(),
+                                   &uuid.status(), &name.status(), &memory.status()}) {
+    if (!s->ok()) return *s;
+  }
+  if (nvmlReturn_t r = (*init)(); r != NVML_SUCCESS) {
+    return Result<Devices>::Error("nvmlInit_v2 failed with " + std::to_string(r) + " (" +
+                                  nvml_path + ")");
+  }
+  unsigned int n = 0;
+  if ((*count)(&n) != NVML_SUCCESS) return Result<Devices>::Error("nvmlDeviceGetCount failed");
+  Devices devices;
+  for (unsigned int i = 0; i < n; ++i) {
+    nvmlDevice_t dev = nullptr;
+    char u[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {}, nm[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    nvmlMemory_t mem{};
+    if ((*handle)(i, &dev) != NVML_SUCCESS || (*uuid)(dev, u, sizeof(u)) != NVML_SUCCESS ||
+        (*name)(dev, nm, sizeof(nm)) != NVML_SUCCESS || (*memory)(dev, &mem) != NVML_SUCCESS) {
+      return Result<Devices>::Error("NVML could not describe device " + std::to_string(i));
+    }
+    devices.push_back({u, nm, mem.total});
+  }
+  // The library stays loaded for the daemon's life (the handle is intentionally not closed).
+  new tessera::DynamicLibrary(std::move(*lib));
+  return devices;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket_path = "/run/tessera/tessera.sock";
+  std::string ledger_name;
+  bool sim = std::getenv("TESSERA_SIM_GPUS") != nullptr;
+  bool allow_self_declared = true;
+  bool ephemeral = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      (void)flag;
+      return argv[++i];
+    };
+    if (arg == "--socket") {
+      const char* v = value("--socket");
+      if (v == nullptr) return Usage("--socket needs a path");
+      socket_path = v;
+    } else if (arg == "--ledger") {
+      const char* v = value("--ledger");
+      if (v == nullptr) return Usage("--ledger needs a name");
+      ledger_name = v;
+    } else if (arg == "--sim") {
+      sim = true;
+    } else if (arg == "--ephemeral") {
+      ephemeral = true;
+    } else if (arg == "--allow-self-declared" || arg.rfind("--allow-self-declared=", 0) == 0) {
+      std::string text;
+      if (arg.size() > std::strlen("--allow-self-declared")) {
+        text = arg.substr(std::strlen("--allow-self-declared="));
+      } else {
+        const char* v = value("--allow-self-declared");
+        if (v == nullptr) return Usage("--allow-self-declared needs true or false");
+        text = v;
+      }
+      auto parsed = tessera::ParseBoolFlag(text, "--allow-self-declared");
+      if (!parsed.ok()) return Usage(parsed.error());
+      allow_self_declared = *parsed;
+    } else {
+      return Usage("unknown argument \"" + arg + "\"");
+    }
+  }
+  if (socket_path.empty() || socket_path[0] != '/' || socket_path.size() > 107) {
+    return Usage("--socket \"" + socket_path + "\": expected an absolute path of at most 107 bytes");
+  }
+  if (ledger_name.empty()) {
+    // One ledger per socket path, so daemons on different sockets never share accounting.
+    uint64_t h = 1469598103934665603ull;
+    for (char c : socket_path) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "/tessera-ledger-%016llx", static_cast<unsigned long long>(h));
+    ledger_name = buf;
+  } else if (ledger_name[0] != '/') {
+    ledger_name = "/" + ledger_name;
+  }
+
+  std::string nvml = sim ? ExecutableDir() + "/../lib/libtessera-simgpu.so" : "";
+  if (!sim) {
+    const char* real = std::getenv("TESSERA_REAL_NVML");
+    nvml = real != nullptr && *real != '\0' ? real : "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  }
+  char resolved[4096];
+  if (realpath(nvml.c_str(), resolved) != nullptr) nvml = resolved;
+  auto devices = Discover(nvml);
+  if (!devices.ok()) {
+    std::fprintf(stderr, "tesserad: cannot discover GPUs: %s\n", devices.error().c_str());
+    return 1;
+  }
+  auto ledger = tessera::ledger::MemoryLedger::CreateOrOpen(ledger_name, *devices);
+  if (!ledger.ok()) {
+    std::fprintf(stderr, "tesserad: %s\n", ledger.error().c_str());
+    return 1;
+  }
+  tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared});
+  const int reclaimed = registry.ReclaimDeadProcesses();
+  auto listen_fd = tessera::ipc::Listen(socket_path);
+  if (!listen_fd.ok()) {
+    std::fprintf(stderr, "tesserad: %s\n", listen_fd.error().c_str());
+    return 1;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::printf("tesserad: listening on %s, ledger /dev/shm%s, %zu device(s)%s, reclaimed %d\n",
+              socket_path.c_str(), ledger_name.c_str(), devices->size(), sim ? " (simulated)" : "",
+              reclaimed);
+  std::fflush(stdout);
+  tessera::daemon::Server server(&registry, *listen_fd);
+  tessera::Status run = server.Run(g_stop);
+  close(*listen_fd);
+  unlink(socket_path.c_str());
+  if (ephemeral) shm_unlink(ledger_name.c_str());
+  if (!run.ok()) {
+    std::fprintf(stderr, "tesserad: %s\n", run.message().c_str());
+    return 1;
+  }
+  return 0;
+}

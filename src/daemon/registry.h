@@ -1,0 +1,50 @@
+// Registry: tesserad's record of containers and processes on top of the shared memory ledger.
+// It turns protocol requests into ledger slots (HELLO: a process joins a container; CONTAINER: an
+// operator or `tessera run` sets limits), reclaims a process's memory when its connection closes,
+// and renders the STATUS snapshot. Single-threaded: the server's event loop is its only caller.
+// It does no I/O of its own.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+#include "daemon/protocol.h"
+#include "ledger/memory_ledger.h"
+
+namespace tessera::daemon {
+
+struct RegistryOptions {
+  bool allow_self_declared = true;
+};
+
+class Registry {
+ public:
+  Registry(ledger::MemoryLedger ledger, RegistryOptions options);
+
+  // HELLO: registers the process `pid` (from SO_PEERCRED). Returns the reply fields; the caller
+  // sends the ledger descriptor with them and remembers the process slot for Disconnected.
+  Result<Message> Hello(const Message& request, pid_t pid, uint32_t* process_slot);
+  // CONTAINER: creates or updates a container's limits.
+  Result<Message> SetContainer(const Message& request);
+  // The connection of a registered process closed: everything it held goes back.
+  void Disconnected(uint32_t process_slot);
+  // Reclaims slots of processes that died while no daemon was watching (after a restart).
+  int ReclaimDeadProcesses();
+  std::string StatusJson() const;
+
+  const ledger::MemoryLedger& ledger() const { return ledger_; }
+
+ private:
+  // Parses a "mem" field: comma list of byte counts or "none", one per device (a shorter list
+  // repeats its last entry). Returns per-device limits.
+  Result<std::vector<uint64_t>> ParseLimits(const std::string& text) const;
+
+  ledger::MemoryLedger ledger_;
+  RegistryOptions options_;
+};
+
+}  // namespace tessera::daemon
