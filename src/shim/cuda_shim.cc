@@ -1,0 +1,507 @@
+// The libcuda.so.1 shim's wrappers: every hooked entry point of cuda_hooks.def. Each wrapper
+// forwards to the real driver through the trampoline table and, when the tenant is enforcing,
+// charges device memory in the node's ledger: reserve (one CAS) before the driver call, record the
+// pointer in a lock-free map after it, roll back if the driver fails. Frees are always forwarded,
+// tracked or not. cuGetProcAddress(_v2) calls the real function and maps the returned pointer to
+// the wrapper of that exact variant (pointer identity, never a name guess).
+//
+// Fast path rules: no syscalls, locks, getenv, logging or allocation in a wrapper while enforcing,
+// except the pool paths, which read pool attributes through the driver (documented).
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "driver/cuda_api.h"
+#include "shim/handle_map.h"
+#include "shim/real_library.h"
+#include "shim/tenant.h"
+
+#define TESSERA_EXPORT extern "C" __attribute__((visibility("default")))
+
+// ---- The trampoline table ------------------------------------------------------------------------
+namespace {
+enum CudaSymbol : size_t {
+#define TESSERA_SYMBOL(name, index) k_##name = index,
+#include "cuda_symbols.inc"
+#undef TESSERA_SYMBOL
+  kCudaSymbolCount = TESSERA_cuda_SYMBOL_COUNT
+};
+const char* const kCudaNames[] = {
+#define TESSERA_SYMBOL(name, index) #name,
+#include "cuda_symbols.inc"
+#undef TESSERA_SYMBOL
+};
+const char* const kCudaSearchPaths[] = {
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+    "/usr/local/nvidia/lib64/libcuda.so.1",   "/usr/lib/wsl/lib/libcuda.so.1",
+    "/usr/local/cuda/compat/libcuda.so.1",    nullptr};
+
+CUresult MissingCudaSymbol() { return CUDA_ERROR_NOT_SUPPORTED; }
+}  // namespace
+
+extern "C" {
+// One entry per symbol plus a sentinel; read by the generated trampolines.
+__attribute__((visibility("hidden"))) void* tessera_cuda_real[kCudaSymbolCount + 1];
+__attribute__((visibility("hidden"))) void tessera_cuda_resolve();
+}
+
+namespace {
+
+tessera::shim::RealLibrary g_real{"libcuda.so.1",
+                                  "TESSERA_REAL_LIBCUDA",
+                                  kCudaSearchPaths,
+                                  kCudaNames,
+                                  kCudaSymbolCount,
+                                  tessera_cuda_real,
+                                  reinterpret_cast<void*>(&MissingCudaSymbol),
+                                  reinterpret_cast<const void*>(&tessera_cuda_resolve)};
+std::string g_real_error;
+std::atomic<bool> g_real_ok{false};
+
+void BuildProcAddressMap();
+
+}  // namespace
+
+void tessera_cuda_resolve() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    g_real_ok.store(tessera::shim::ResolveAll(g_real, &g_real_error));
+    BuildProcAddressMap();
+  });
+}
+
+namespace {
+
+using tessera::shim::Charge;
+using tessera::shim::HandleMap;
+using tessera::shim::Mode;
+using tessera::shim::Tenant;
+
+template <size_t Index, typename Fn>
+Fn Real() {
+  void* p = __atomic_load_n(&tessera_cuda_real[Index], __ATOMIC_ACQUIRE);
+  if (__builtin_expect(p == nullptr, 0)) {
+    tessera_cuda_resolve();
+    p = tessera_cuda_real[Index];
+  }
+  return reinterpret_cast<Fn>(p);
+}
+#define REAL(name) (Real<k_##name, decltype(&::name)>())
+
+constexpr uint64_t kGranularity = 2ull << 20;  // what the driver rounds device allocations to
+uint64_t RoundUp(uint64_t n) { return (n + kGranularity - 1) / kGranularity * kGranularity; }
+
+HandleMap g_pointers;  // CUdeviceptr -> charge (plain, pitch, managed)
+HandleMap g_handles;   // CUmemGenericAllocationHandle -> charge (VMM)
+HandleMap g_arrays;    // CUarray / CUmipmappedArray -> charge
+
+bool Enforcing() {
+  auto& t = Tenant();
+  if (__builtin_expect(t.mode.load(std::memory_order_acquire) != Mode::kEnforcing, 0)) {
+    return false;
+  }
+  return tessera::shim::EnsureRegistered();
+}
+
+// The device of the calling thread's current context, or -1.
+int CurrentDevice() {
+  CUdevice dev = -1;
+  if (REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS) return -1;
+  return dev;
+}
+
+bool Reserve(int device, uint64_t bytes) {
+  auto& t = Tenant();
+  if (device < 0 || device >= t.ledger->device_count()) return true;  // not ours to account
+  return t.ledger->Reserve(t.container, t.process, device, bytes);
+}
+
+void Unreserve(int device, uint64_t bytes) {
+  auto& t = Tenant();
+  if (device < 0 || device >= t.ledger->device_count()) return;
+  t.ledger->Release(t.container, t.process, device, bytes);
+}
+
+// Reserve, call, record; roll back on failure.
+template <typename Call>
+CUresult Charged(HandleMap& map, int device, uint64_t bytes, uint64_t* key, Call call) {
+  if (!Reserve(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult r = call();
+  if (r != CUDA_SUCCESS) {
+    Unreserve(device, bytes);
+    return r;
+  }
+  if (!map.Insert(*key, Charge{static_cast<uint32_t>(device), bytes})) {
+    Unreserve(device, bytes);  // cannot track it: do not charge what we could never release
+  }
+  return r;
+}
+
+void Uncharge(HandleMap& map, uint64_t key) {
+  Charge c;
+  if (map.Erase(key, &c)) Unreserve(static_cast<int>(c.device), c.bytes);
+}
+
+// ---- Stream-ordered pools: charge what each pool reserves ---------------------------------------
+struct PoolCharge {
+  int device = -1;
+  uint64_t charged = 0;
+};
+std::mutex g_pool_mu;
+std::unordered_map<CUmemoryPool, PoolCharge> g_pools;
+
+uint64_t PoolReserved(CUmemoryPool pool) {
+  cuuint64_t v = 0;
+  if (REAL(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) !=
+      CUDA_SUCCESS) {
+    return 0;
+  }
+  return v;
+}
+
+// Brings the pool's charge to what it reserves now. Returns false if growing it was refused.
+bool SyncPool(CUmemoryPool pool, int device) {
+  const uint64_t reserved = PoolReserved(pool);
+  PoolCharge& pc = g_pools[pool];
+  pc.device = device;
+  if (reserved > pc.charged) {
+    if (!Reserve(device, reserved - pc.charged)) return false;
+  } else if (reserved < pc.charged) {
+    Unreserve(device, pc.charged - reserved);
+  }
+  pc.charged = reserved;
+  return true;
+}
+
+CUmemoryPool PoolOf(CUmemoryPool pool, int device) {
+  if (pool != nullptr) return pool;
+  CUmemoryPool current = nullptr;
+  REAL(cuDeviceGetMemPool)(&current, device);
+  return current;
+}
+
+template <typename Alloc>
+CUresult PoolAlloc(CUmemoryPool explicit_pool, size_t size, Alloc alloc) {
+  const int device = CurrentDevice();
+  if (device < 0) return alloc();
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  CUmemoryPool pool = PoolOf(explicit_pool, device);
+  if (pool == nullptr) return alloc();
+  // Admission: the pool may grow by up to the rounded request.
+  const uint64_t headroom = RoundUp(size);
+  if (!Reserve(device, headroom)) {
+    // At the cap: give cached blocks back to the device and try once more.
+    cuuint64_t used = 0;
+    REAL(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+    REAL(cuMemPoolTrimTo)(pool, used);
+    SyncPool(pool, device);
+    if (!Reserve(device, headroom)) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult r = alloc();
+  Unreserve(device, headroom);
+  if (!SyncPool(pool, device)) {
+    // The pool grew past the cap (it reserves more than it hands out): undo the allocation.
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return r;
+}
+
+// ---- cuGetProcAddress: real pointer -> wrapper of the same variant ---------------------------------
+std::unordered_map<void*, void*>* g_wrapper_of = nullptr;
+
+}  // namespace
+
+// ================================ Exported wrappers ================================================
+TESSERA_EXPORT CUresult cuInit(unsigned int flags) {
+  tessera_cuda_resolve();
+  if (!g_real_ok.load()) {
+    std::fprintf(stderr, "tessera: %s\n", g_real_error.c_str());
+    return CUDA_ERROR_NOT_INITIALIZED;
+  }
+  if (CUresult r = tessera::shim::InitialiseTenant(); r != CUDA_SUCCESS) return r;
+  return REAL(cuInit)(flags);
+}
+
+TESSERA_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  if (!Enforcing() || dptr == nullptr || bytesize == 0) return REAL(cuMemAlloc_v2)(dptr, bytesize);
+  uint64_t key = 0;
+  return Charged(g_pointers, CurrentDevice(), RoundUp(bytesize), &key, [&] {
+    const CUresult r = REAL(cuMemAlloc_v2)(dptr, bytesize);
+    key = *dptr;
+    return r;
+  });
+}
+
+TESSERA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width,
+                                           size_t height, unsigned int element) {
+  if (!Enforcing() || dptr == nullptr || pitch == nullptr) {
+    return REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element);
+  }
+  // The pitch is only known afterwards: reserve the width rounded to the largest pitch alignment
+  // (512), then settle to pitch x height.
+  const uint64_t estimate = RoundUp(((width + 511) / 512 * 512) * static_cast<uint64_t>(height));
+  const int device = CurrentDevice();
+  if (!Reserve(device, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult r = REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element);
+  if (r != CUDA_SUCCESS) {
+    Unreserve(device, estimate);
+    return r;
+  }
+  const uint64_t actual = RoundUp(static_cast<uint64_t>(*pitch) * height);
+  if (actual > estimate && !Reserve(device, actual - estimate)) {
+    REAL(cuMemFree_v2)(*dptr);
+    Unreserve(device, estimate);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (actual < estimate) Unreserve(device, estimate - actual);
+  if (!g_pointers.Insert(*dptr, Charge{static_cast<uint32_t>(device), actual})) {
+    Unreserve(device, actual);
+  }
+  return r;
+}
+
+TESSERA_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+  // Managed memory is charged in full to the current device: a tenant cannot exceed its cap by
+  // oversubscribing through unified memory (documented in docs/architecture.md).
+  if (!Enforcing() || dptr == nullptr || bytesize == 0) {
+    return REAL(cuMemAllocManaged)(dptr, bytesize, flags);
+  }
+  uint64_t key = 0;
+  return Charged(g_pointers, CurrentDevice(), RoundUp(bytesize), &key, [&] {
+    const CUresult r = REAL(cuMemAllocManaged)(dptr, bytesize, flags);
+    key = *dptr;
+    return r;
+  });
+}
+
+TESSERA_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+  // Always forwarded, even for pointers the shim never saw; uncharged only if the driver agreed.
+  const CUresult r = REAL(cuMemFree_v2)(dptr);
+  if (r == CUDA_SUCCESS && Tenant().mode.load() == Mode::kEnforcing) {
+    Uncharge(g_pointers, dptr);
+  }
+  return r;
+}
+
+TESSERA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  const CUresult r = REAL(cuMemGetInfo_v2)(free_bytes, total_bytes);
+  if (r != CUDA_SUCCESS || !Enforcing() || free_bytes == nullptr || total_bytes == nullptr) {
+    return r;
+  }
+  const int device = CurrentDevice();
+  auto& t = Tenant();
+  if (device < 0 || device >= t.ledger->device_count()) return r;
+  const uint64_t limit = t.ledger->Limit(t.container, device);
+  if (limit == tessera::ledger::kUnlimited) return r;
+  const uint64_t used = t.ledger->Used(t.container, device);
+  const uint64_t headroom = used >= limit ? 0 : limit - used;
+  *total_bytes = std::min<uint64_t>(limit, *total_bytes);
+  *free_bytes = std::min<uint64_t>({headroom, *free_bytes, *total_bytes});
+  return r;
+}
+
+TESSERA_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  const CUresult r = REAL(cuDeviceTotalMem_v2)(bytes, dev);
+  if (r != CUDA_SUCCESS || bytes == nullptr || !Enforcing()) return r;
+  auto& t = Tenant();
+  if (dev < 0 || dev >= t.ledger->device_count()) return r;
+  const uint64_t limit = t.ledger->Limit(t.container, dev);
+  if (limit != tessera::ledger::kUnlimited) *bytes = std::min<uint64_t>(limit, *bytes);
+  return r;
+}
+
+// ---- Stream-ordered allocation ------------------------------------------------------------------
+#define TESSERA_POOL_ALLOC(name, ...)                                    \
+  if (!Enforcing() || dptr == nullptr || size == 0) return REAL(name)(__VA_ARGS__); \
+  return PoolAlloc(pool_arg, size, [&] { return REAL(name)(__VA_ARGS__); })
+
+TESSERA_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream s) {
+  CUmemoryPool pool_arg = nullptr;
+  TESSERA_POOL_ALLOC(cuMemAllocAsync, dptr, size, s);
+}
+TESSERA_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream s) {
+  CUmemoryPool pool_arg = nullptr;
+  TESSERA_POOL_ALLOC(cuMemAllocAsync_ptsz, dptr, size, s);
+}
+TESSERA_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                                CUstream s) {
+  CUmemoryPool pool_arg = pool;
+  TESSERA_POOL_ALLOC(cuMemAllocFromPoolAsync, dptr, size, pool, s);
+}
+TESSERA_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size,
+                                                     CUmemoryPool pool, CUstream s) {
+  CUmemoryPool pool_arg = pool;
+  TESSERA_POOL_ALLOC(cuMemAllocFromPoolAsync_ptsz, dptr, size, pool, s);
+}
+
+TESSERA_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
+  // The block goes back to its pool, which keeps it reserved: the charge follows the pool's
+  // reservation, resynchronised at the next pool operation or trim.
+  return REAL(cuMemFreeAsync)(dptr, s);
+}
+TESSERA_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
+  return REAL(cuMemFreeAsync_ptsz)(dptr, s);
+}
+
+TESSERA_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  const CUresult r = REAL(cuMemPoolTrimTo)(pool, keep);
+  if (r == CUDA_SUCCESS && Enforcing()) {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    auto it = g_pools.find(pool);
+    if (it != g_pools.end()) SyncPool(pool, it->second.device);
+  }
+  return r;
+}
+
+// ---- Virtual memory management ------------------------------------------------------------------
+TESSERA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                    const CUmemAllocationProp* prop, unsigned long long flags) {
+  // The device comes from the allocation's properties, never from the current context.
+  if (!Enforcing() || handle == nullptr || prop == nullptr ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return REAL(cuMemCreate)(handle, size, prop, flags);
+  }
+  uint64_t key = 0;
+  return Charged(g_handles, prop->location.id, RoundUp(size), &key, [&] {
+    const CUresult r = REAL(cuMemCreate)(handle, size, prop, flags);
+    key = *handle;
+    return r;
+  });
+}
+
+TESSERA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  const CUresult r = REAL(cuMemRelease)(handle);
+  if (r == CUDA_SUCCESS && Tenant().mode.load() == Mode::kEnforcing) Uncharge(g_handles, handle);
+  return r;
+}
+
+// ---- Arrays --------------------------------------------------------------------------------------
+namespace {
+uint64_t ElementBytes(CUarray_format f) {
+  switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    default:
+      return 4;  // 32-bit formats; packed/compressed formats are estimated at 4 bytes too
+  }
+}
+uint64_t ArrayBytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels) {
+  return static_cast<uint64_t>(w) * std::max<size_t>(h, 1) * std::max<size_t>(d, 1) *
+         std::max(channels, 1u) * ElementBytes(f);
+}
+}  // namespace
+
+TESSERA_EXPORT CUresult cuArrayCreate_v2(CUarray* out, const CUDA_ARRAY_DESCRIPTOR* d) {
+  if (!Enforcing() || out == nullptr || d == nullptr) return REAL(cuArrayCreate_v2)(out, d);
+  uint64_t key = 0;
+  return Charged(g_arrays, CurrentDevice(),
+                 RoundUp(ArrayBytes(d->Width, d->Height, 1, d->Format, d->NumChannels)), &key,
+                 [&] {
+                   const CUresult r = REAL(cuArrayCreate_v2)(out, d);
+                   key = reinterpret_cast<uint64_t>(*out);
+                   return r;
+                 });
+}
+
+TESSERA_EXPORT CUresult cuArray3DCreate_v2(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  if (!Enforcing() || out == nullptr || d == nullptr) return REAL(cuArray3DCreate_v2)(out, d);
+  uint64_t key = 0;
+  return Charged(g_arrays, CurrentDevice(),
+                 RoundUp(ArrayBytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels)),
+                 &key, [&] {
+                   const CUresult r = REAL(cuArray3DCreate_v2)(out, d);
+                   key = reinterpret_cast<uint64_t>(*out);
+                   return r;
+                 });
+}
+
+TESSERA_EXPORT CUresult cuArrayDestroy(CUarray a) {
+  const CUresult r = REAL(cuArrayDestroy)(a);
+  if (r == CUDA_SUCCESS && Tenant().mode.load() == Mode::kEnforcing) {
+    Uncharge(g_arrays, reinterpret_cast<uint64_t>(a));
+  }
+  return r;
+}
+
+TESSERA_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* out,
+                                               const CUDA_ARRAY3D_DESCRIPTOR* d,
+                                               unsigned int levels) {
+  if (!Enforcing() || out == nullptr || d == nullptr || levels == 0) {
+    return REAL(cuMipmappedArrayCreate)(out, d, levels);
+  }
+  uint64_t bytes = 0;
+  size_t w = d->Width, h = d->Height, z = d->Depth;
+  for (unsigned i = 0; i < levels && i < 32; ++i) {
+    bytes += ArrayBytes(w, h, z, d->Format, d->NumChannels);
+    w = std::max<size_t>(1, w / 2);
+    h = h == 0 ? 0 : std::max<size_t>(1, h / 2);
+    z = z == 0 ? 0 : std::max<size_t>(1, z / 2);
+  }
+  uint64_t key = 0;
+  return Charged(g_arrays, CurrentDevice(), RoundUp(bytes), &key, [&] {
+    const CUresult r = REAL(cuMipmappedArrayCreate)(out, d, levels);
+    key = reinterpret_cast<uint64_t>(*out);
+    return r;
+  });
+}
+
+TESSERA_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
+  const CUresult r = REAL(cuMipmappedArrayDestroy)(m);
+  if (r == CUDA_SUCCESS && Tenant().mode.load() == Mode::kEnforcing) {
+    Uncharge(g_arrays, reinterpret_cast<uint64_t>(m));
+  }
+  return r;
+}
+
+// ---- Entry-point lookup --------------------------------------------------------------------------
+namespace {
+
+void BuildProcAddressMap() {
+  // For every hooked symbol, the real driver's function of that exact name maps to our wrapper
+  // of that exact name. Resolution by pointer identity respects cudaVersion and the per-thread
+  // flag: whatever variant the driver picks, we substitute the wrapper of that same variant.
+  auto* map = new std::unordered_map<void*, void*>();
+  void* self = dlopen(nullptr, RTLD_NOW | RTLD_NOLOAD);
+  (void)self;
+#define TESSERA_HOOK(name)                                                        \
+  if (tessera_cuda_real[k_##name] != g_real.missing) {                            \
+    (*map)[tessera_cuda_real[k_##name]] = reinterpret_cast<void*>(&::name);       \
+  }
+#include "shim/cuda_hooks.def"
+#undef TESSERA_HOOK
+  g_wrapper_of = map;
+}
+
+void* WrapperFor(void* real) {
+  if (real == nullptr || g_wrapper_of == nullptr) return real;
+  auto it = g_wrapper_of->find(real);
+  return it == g_wrapper_of->end() ? real : it->second;
+}
+
+}  // namespace
+
+TESSERA_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                            cuuint64_t flags,
+                                            CUdriverProcAddressQueryResult* status) {
+  const CUresult r = REAL(cuGetProcAddress_v2)(symbol, pfn, version, flags, status);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = WrapperFor(*pfn);
+  return r;
+}
+
+TESSERA_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
+                                         cuuint64_t flags) {
+  const CUresult r = REAL(cuGetProcAddress)(symbol, pfn, version, flags);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = WrapperFor(*pfn);
+  return r;
+}

@@ -1,0 +1,193 @@
+// shim_tenant: a test program linked directly against the shim (DT_NEEDED libcuda.so.1, as a
+// program built with -lcuda is), run with TESSERA_REAL_LIBCUDA pointing at simgpu. It prints
+// key=value lines for the tests and exits 0 on success. Test tooling only.
+//
+//   shim_tenant alloc-until-oom CHUNK_MIB   allocate until failure; report; hold until stdin EOF
+//   shim_tenant hold BYTES                  allocate, print ready=1, sleep until killed
+//   shim_tenant meminfo                     cuMemGetInfo_v2 / cuDeviceTotalMem_v2 as the app sees them
+//   shim_tenant paths BYTES                 each allocation path once; prints the ledger-visible
+//                                           free memory after each (free_after_<path>=N)
+//   shim_tenant getproc VERSION FLAGS CHUNK_MIB  allocate until failure through pointers from
+//                                           cuGetProcAddress_v2(VERSION, FLAGS)
+//   shim_tenant dlopen                      dlopen("libcuda.so.1") + dlsym: same objects as linked?
+//   shim_tenant fork-hold BYTES             fork; parent and child each allocate BYTES, report, hold
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "driver/cuda_api.h"
+
+namespace {
+
+#define CHECK(call)                                                             \
+  do {                                                                          \
+    CUresult r_ = (call);                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                   \
+      std::printf("error=%d\ncall=%s\n", static_cast<int>(r_), #call);         \
+      std::fflush(stdout);                                                      \
+      return 1;                                                                 \
+    }                                                                           \
+  } while (0)
+
+void WaitForStdinEof() {
+  char buf[64];
+  while (read(0, buf, sizeof(buf)) > 0) {
+  }
+}
+
+size_t FreeBytes() {
+  size_t f = 0, t = 0;
+  cuMemGetInfo_v2(&f, &t);
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const std::string mode = argv[1];
+  auto arg = [&](int i) -> uint64_t { return i < argc ? std::strtoull(argv[i], nullptr, 0) : 0; };
+  const CUresult init = cuInit(0);
+  if (init != CUDA_SUCCESS) {
+    std::printf("init_error=%d\n", static_cast<int>(init));
+    return 3;
+  }
+  CUcontext ctx = nullptr;
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+  CHECK(cuCtxSetCurrent(ctx));
+
+  if (mode == "alloc-until-oom" || mode == "getproc") {
+    using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
+    AllocFn alloc = &cuMemAlloc_v2;
+    uint64_t chunk = arg(2) << 20;
+    if (mode == "getproc") {
+      void* fn = nullptr;
+      CUdriverProcAddressQueryResult st;
+      CHECK(cuGetProcAddress_v2("cuMemAlloc", &fn, static_cast<int>(arg(2)), arg(3), &st));
+      alloc = reinterpret_cast<AllocFn>(fn);
+      void* launch = nullptr;
+      CHECK(cuGetProcAddress_v2("cuLaunchKernel", &launch, static_cast<int>(arg(2)), arg(3), &st));
+      std::printf("launch_is_ptsz=%d\n", launch == dlsym(RTLD_DEFAULT, "cuLaunchKernel_ptsz"));
+      std::printf("alloc_is_wrapper=%d\n", fn == reinterpret_cast<void*>(&cuMemAlloc_v2));
+      chunk = arg(4) << 20;
+    }
+    uint64_t total = 0;
+    CUresult failure = CUDA_SUCCESS;
+    std::vector<CUdeviceptr> held;
+    for (;;) {
+      CUdeviceptr p = 0;
+      failure = alloc(&p, chunk);
+      if (failure != CUDA_SUCCESS) break;
+      held.push_back(p);
+      total += chunk;
+    }
+    size_t f = 0, t = 0;
+    CHECK(cuMemGetInfo_v2(&f, &t));
+    std::printf("allocated=%llu\nfailure=%d\ntotal=%zu\nfree=%zu\n",
+                static_cast<unsigned long long>(total), static_cast<int>(failure), t, f);
+    std::fflush(stdout);
+    WaitForStdinEof();
+    for (CUdeviceptr p : held) CHECK(cuMemFree_v2(p));
+    return 0;
+  }
+  if (mode == "hold") {
+    CUdeviceptr p = 0;
+    CHECK(cuMemAlloc_v2(&p, arg(2)));
+    std::printf("ready=1\n");
+    std::fflush(stdout);
+    for (;;) pause();
+  }
+  if (mode == "meminfo") {
+    size_t f = 0, t = 0, total = 0;
+    CHECK(cuMemGetInfo_v2(&f, &t));
+    CHECK(cuDeviceTotalMem_v2(&total, 0));
+    std::printf("free=%zu\ntotal=%zu\ndevice_total=%zu\n", f, t, total);
+    return 0;
+  }
+  if (mode == "paths") {
+    const uint64_t bytes = arg(2);
+    std::printf("free_start=%zu\n", FreeBytes());
+    CUdeviceptr p = 0;
+    CHECK(cuMemAlloc_v2(&p, bytes));
+    std::printf("free_after_alloc=%zu\n", FreeBytes());
+    CHECK(cuMemFree_v2(p));
+    size_t pitch = 0;
+    CHECK(cuMemAllocPitch_v2(&p, &pitch, bytes / 1024, 1024, 4));
+    std::printf("free_after_pitch=%zu\npitch=%zu\n", FreeBytes(), pitch);
+    CHECK(cuMemFree_v2(p));
+    CHECK(cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL));
+    std::printf("free_after_managed=%zu\n", FreeBytes());
+    CHECK(cuMemFree_v2(p));
+    CUstream s = nullptr;
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuMemAllocAsync(&p, bytes, s));
+    std::printf("free_after_async=%zu\n", FreeBytes());
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuStreamSynchronize(s));
+    CUmemoryPool pool = nullptr;
+    CHECK(cuDeviceGetMemPool(&pool, 0));
+    CHECK(cuMemPoolTrimTo(pool, 0));
+    std::printf("free_after_async_trim=%zu\n", FreeBytes());
+    CHECK(cuMemAllocFromPoolAsync(&p, bytes, pool, s));
+    std::printf("free_after_frompool=%zu\n", FreeBytes());
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuMemPoolTrimTo(pool, 0));
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    CUmemGenericAllocationHandle h = 0;
+    CHECK(cuMemCreate(&h, (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20), &prop, 0));
+    std::printf("free_after_vmm=%zu\n", FreeBytes());
+    CHECK(cuMemRelease(h));
+    CUarray a = nullptr;
+    CUDA_ARRAY_DESCRIPTOR desc{bytes / 4 / 1024, 1024, CU_AD_FORMAT_FLOAT, 1};
+    CHECK(cuArrayCreate_v2(&a, &desc));
+    std::printf("free_after_array=%zu\n", FreeBytes());
+    CHECK(cuArrayDestroy(a));
+    void* host = nullptr;
+    CHECK(cuMemHostAlloc(&host, bytes, 0));
+    std::printf("free_after_host=%zu\n", FreeBytes());
+    CHECK(cuMemFreeHost(host));
+    std::printf("free_end=%zu\n", FreeBytes());
+    // A free of a pointer the shim never saw is still forwarded (and refused by the driver).
+    std::printf("foreign_free=%d\n", static_cast<int>(cuMemFree_v2(0xdead0000)));
+    return 0;
+  }
+  if (mode == "dlopen") {
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void* sym = h != nullptr ? dlsym(h, "cuMemAlloc_v2") : nullptr;
+    std::printf("same_object=%d\n", sym == reinterpret_cast<void*>(&cuMemAlloc_v2));
+    void* fresh = dlopen("libcuda.so.1", RTLD_NOW);
+    std::printf("dlopen_same=%d\n", fresh == h && h != nullptr);
+    return 0;
+  }
+  if (mode == "fork-hold") {
+    const pid_t child = fork();
+    if (child == 0) {
+      // CUDA is not usable across fork: the child initialises its own driver state.
+      CHECK(cuInit(0));
+      CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+      CHECK(cuCtxSetCurrent(ctx));
+    }
+    CUdeviceptr p = 0;
+    const CUresult r = cuMemAlloc_v2(&p, arg(2));
+    std::printf("%s_alloc=%d\n", child == 0 ? "child" : "parent", static_cast<int>(r));
+    std::fflush(stdout);
+    if (child == 0) {
+      WaitForStdinEof();
+      _exit(0);
+    }
+    WaitForStdinEof();
+    int status = 0;
+    waitpid(child, &status, 0);
+    return 0;
+  }
+  return 2;
+}

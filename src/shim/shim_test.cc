@@ -1,0 +1,210 @@
+// The libcuda shim end to end: a real tesserad on simgpu, real tenant processes linked against
+// the shim, limits from the environment (self-declared) or from the daemon (CONTAINER).
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "ipc/unix_socket.h"
+#include "process/child_process.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using tessera::process::BuildDir;
+using tessera::process::ChildProcess;
+using tessera::process::UniqueName;
+
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kGiB = 1ull << 30;
+
+class ShimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    state_ = UniqueName("shim");
+    socket_ = "/tmp/" + state_ + ".sock";
+    daemon_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{BuildDir() + "/bin/tesserad", "--sim", "--socket", socket_,
+                                 "--ephemeral"},
+        SimEnv());
+    ASSERT_TRUE(daemon_->started());
+    for (int i = 0; i < 500; ++i) {
+      auto fd = tessera::ipc::Connect(socket_, 100ms);
+      if (fd.ok()) {
+        close(*fd);
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    FAIL() << "tesserad did not start listening on " << socket_;
+  }
+  void TearDown() override {
+    daemon_->Kill(SIGTERM);
+    EXPECT_EQ(daemon_->Wait(10s), 0);
+    shm_unlink(("/tessera-sim-" + state_).c_str());
+  }
+  std::vector<std::string> SimEnv() {
+    return {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80"};
+  }
+  std::unique_ptr<ChildProcess> Tenant(const std::vector<std::string>& args,
+                                       const std::vector<std::string>& env) {
+    std::vector<std::string> argv = {BuildDir() + "/tests/shim_tenant"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> full = SimEnv();
+    full.push_back("TESSERA_SOCKET=" + socket_);
+    full.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
+    full.insert(full.end(), env.begin(), env.end());
+    auto child = std::make_unique<ChildProcess>(argv, full);
+    EXPECT_TRUE(child->started());
+    return child;
+  }
+  uint64_t Get(ChildProcess& c, const std::string& key) {
+    auto v = c.WaitForKey(key, 30s);
+    EXPECT_TRUE(v.has_value()) << key;
+    return v ? std::stoull(*v) : 0;
+  }
+  std::string state_, socket_;
+  std::unique_ptr<ChildProcess> daemon_;
+};
+
+TEST_F(ShimTest, TwoContainersEachStopAtTheirLimitWithOutOfMemory) {
+  auto a = Tenant({"alloc-until-oom", "64"}, {"TESSERA_CONTAINER=a", "TESSERA_MEM_LIMIT=1GiB"});
+  auto b = Tenant({"alloc-until-oom", "64"}, {"TESSERA_CONTAINER=b", "TESSERA_MEM_LIMIT=2GiB"});
+  for (auto* t : {a.get(), b.get()}) {
+    const uint64_t limit = t == a.get() ? kGiB : 2 * kGiB;
+    const uint64_t got = Get(*t, "allocated");
+    EXPECT_LE(got, limit);
+    EXPECT_GE(got, limit - 64 * kMiB);
+    EXPECT_EQ(Get(*t, "failure"), 2u) << "exactly CUDA_ERROR_OUT_OF_MEMORY";
+    EXPECT_EQ(Get(*t, "total"), limit) << "cuMemGetInfo shows the limit as the total";
+    EXPECT_EQ(Get(*t, "free"), limit - got);
+    t->CloseStdin();
+    EXPECT_EQ(t->Wait(30s), 0);
+  }
+}
+
+TEST_F(ShimTest, EightProcessesOfOneContainerNeverExceedItsLimit) {
+  std::vector<std::unique_ptr<ChildProcess>> procs;
+  for (int i = 0; i < 8; ++i) {
+    procs.push_back(Tenant({"alloc-until-oom", "32"},
+                           {"TESSERA_CONTAINER=shared", "TESSERA_MEM_LIMIT=2GiB"}));
+  }
+  uint64_t sum = 0;
+  for (auto& p : procs) {
+    sum += Get(*p, "allocated");
+    EXPECT_EQ(Get(*p, "failure"), 2u);
+  }
+  EXPECT_LE(sum, 2 * kGiB);
+  EXPECT_GE(sum, 2 * kGiB - 32 * kMiB);
+  for (auto& p : procs) {
+    p->CloseStdin();
+    EXPECT_EQ(p->Wait(30s), 0);
+  }
+}
+
+TEST_F(ShimTest, EveryAllocationPathIsCharged) {
+  auto t = Tenant({"paths", std::to_string(64 * kMiB)},
+                  {"TESSERA_CONTAINER=paths", "TESSERA_MEM_LIMIT=1GiB"});
+  ASSERT_EQ(t->Wait(60s), 0);
+  t->DrainOutput(5s);
+  const auto& v = t->values();
+  ASSERT_TRUE(v.count("free_end")) << "tenant failed: " << (v.count("call") ? v.at("call") : "");
+  const uint64_t start = std::stoull(v.at("free_start"));
+  EXPECT_EQ(start, kGiB);
+  for (const char* path : {"alloc", "pitch", "managed", "async", "frompool", "vmm", "array"}) {
+    const std::string key = std::string("free_after_") + path;
+    ASSERT_TRUE(v.count(key)) << key;
+    EXPECT_EQ(start - std::stoull(v.at(key)), 64 * kMiB) << path << " charges 64 MiB";
+  }
+  EXPECT_EQ(std::stoull(v.at("free_after_async_trim")), start) << "a trimmed pool is uncharged";
+  EXPECT_EQ(std::stoull(v.at("free_after_host")), start) << "host memory is not charged";
+  EXPECT_EQ(std::stoull(v.at("free_end")), start);
+  EXPECT_EQ(v.at("foreign_free"), "1") << "forwarded: the driver's own CUDA_ERROR_INVALID_VALUE";
+}
+
+TEST_F(ShimTest, PointersFromGetProcAddressAreCapturedAtEveryVersionAndFlag) {
+  for (const char* version : {"12000", "13000"}) {
+    for (const char* flags : {"0", "1", "2"}) {
+      auto t = Tenant({"getproc", version, flags, "128"},
+                      {"TESSERA_CONTAINER=gp", "TESSERA_MEM_LIMIT=512MiB"});
+      EXPECT_EQ(Get(*t, "alloc_is_wrapper"), 1u) << version << "/" << flags;
+      EXPECT_EQ(Get(*t, "launch_is_ptsz"), std::string(flags) == "2" ? 1u : 0u);
+      EXPECT_EQ(Get(*t, "allocated"), 512 * kMiB) << version << "/" << flags;
+      EXPECT_EQ(Get(*t, "failure"), 2u);
+      t->CloseStdin();
+      EXPECT_EQ(t->Wait(30s), 0);
+    }
+  }
+}
+
+TEST_F(ShimTest, DlopenOfLibcudaFindsTheShim) {
+  auto t = Tenant({"dlopen"}, {"TESSERA_CONTAINER=dl"});
+  EXPECT_EQ(Get(*t, "same_object"), 1u);
+  EXPECT_EQ(Get(*t, "dlopen_same"), 1u);
+  EXPECT_EQ(t->Wait(10s), 0);
+}
+
+TEST_F(ShimTest, KilledProcessMemoryIsFreeForTheContainerWithinOneSecond) {
+  auto holder = Tenant({"hold", std::to_string(1536 * kMiB)},
+                       {"TESSERA_CONTAINER=crash", "TESSERA_MEM_LIMIT=2GiB"});
+  ASSERT_EQ(holder->WaitForKey("ready", 30s), "1");
+  holder->Kill(SIGKILL);
+  ASSERT_EQ(holder->Wait(10s), 128 + SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  uint64_t got = 0;
+  while (std::chrono::steady_clock::now() - killed < 1s) {
+    auto next = Tenant({"alloc-until-oom", "64"}, {"TESSERA_CONTAINER=crash"});
+    got = Get(*next, "allocated");
+    next->CloseStdin();
+    EXPECT_EQ(next->Wait(30s), 0);
+    if (got == 2 * kGiB) break;
+  }
+  EXPECT_EQ(got, 2 * kGiB);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 1s);
+}
+
+TEST_F(ShimTest, ForkedChildrenAreTrackedAsTheirOwnProcesses) {
+  auto t = Tenant({"fork-hold", std::to_string(768 * kMiB)},
+                  {"TESSERA_CONTAINER=forky", "TESSERA_MEM_LIMIT=1GiB"});
+  const uint64_t parent = Get(*t, "parent_alloc");
+  const uint64_t child = Get(*t, "child_alloc");
+  EXPECT_TRUE((parent == 0) != (child == 0)) << "only one of two 768 MiB fits in 1 GiB: parent="
+                                             << parent << " child=" << child;
+  t->CloseStdin();
+  EXPECT_EQ(t->Wait(30s), 0);
+}
+
+TEST_F(ShimTest, ErrorPaths) {
+  // A bad limit: cuInit fails with CUDA_ERROR_INVALID_VALUE.
+  auto bad = Tenant({"meminfo"}, {"TESSERA_MEM_LIMIT=-1GiB"});
+  EXPECT_EQ(Get(*bad, "init_error"), 1u);
+  EXPECT_EQ(bad->Wait(10s), 3);
+  // No daemon: fail closed ...
+  auto closed = Tenant({"meminfo"}, {"TESSERA_SOCKET=/tmp/no-such-tessera.sock"});
+  EXPECT_EQ(Get(*closed, "init_error"), 3u);
+  EXPECT_EQ(closed->Wait(10s), 3);
+  // ... or open, unisolated, when asked.
+  auto open = Tenant({"meminfo"},
+                     {"TESSERA_SOCKET=/tmp/no-such-tessera.sock", "TESSERA_FAIL_OPEN=1",
+                      "TESSERA_MEM_LIMIT=1GiB"});
+  EXPECT_EQ(Get(*open, "total"), 8 * kGiB);
+  EXPECT_EQ(open->Wait(10s), 0);
+  // Disabled: everything passes through, the limit is ignored.
+  auto off = Tenant({"meminfo"}, {"TESSERA_DISABLE=1", "TESSERA_MEM_LIMIT=1GiB"});
+  EXPECT_EQ(Get(*off, "total"), 8 * kGiB);
+  EXPECT_EQ(off->Wait(10s), 0);
+  // Limited: the tenant sees its limit.
+  auto on = Tenant({"meminfo"}, {"TESSERA_CONTAINER=seen", "TESSERA_MEM_LIMIT=3GiB"});
+  EXPECT_EQ(Get(*on, "total"), 3 * kGiB);
+  EXPECT_EQ(Get(*on, "device_total"), 3 * kGiB);
+  EXPECT_EQ(on->Wait(10s), 0);
+}
+
+}  // namespace

@@ -1,0 +1,161 @@
+// Tenant implementation: environment validation, daemon registration, fork handling. Messages go
+// to stderr once, prefixed "tessera:", and name the variable, the value and the fix.
+#include "shim/tenant.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "core/env_config.h"
+#include "daemon/protocol.h"
+#include "ipc/unix_socket.h"
+
+namespace tessera::shim {
+namespace {
+
+TenantState g_tenant;
+std::mutex g_init_mu;
+std::string g_socket_path;
+std::string g_hello;  // the HELLO request, kept to re-register after fork
+
+void AfterForkInChild() {
+  // The inherited connection belongs to the parent's registration: drop our copy (the parent
+  // keeps the connection open) and register as a new process before the next charge.
+  TenantState& t = g_tenant;
+  if (t.socket_fd >= 0) close(t.socket_fd);
+  t.socket_fd = -1;
+  if (t.mode.load() == Mode::kEnforcing) t.needs_registration.store(true);
+}
+
+// Sends HELLO and maps the ledger. Fills container/process on success.
+bool Register(std::string* error) {
+  auto fd = ipc::Connect(g_socket_path, std::chrono::milliseconds(2000));
+  if (!fd.ok()) {
+    *error = fd.error();
+    return false;
+  }
+  if (Status s = ipc::SendLine(*fd, g_hello); !s.ok()) {
+    close(*fd);
+    *error = s.message();
+    return false;
+  }
+  std::string buffer;
+  int ledger_fd = -1;
+  auto reply = ipc::RecvLine(*fd, &buffer, &ledger_fd, std::chrono::milliseconds(5000));
+  if (!reply.ok() || reply->rfind("ERR ", 0) == 0 || ledger_fd < 0) {
+    *error = !reply.ok() ? reply.error() : reply->rfind("ERR ", 0) == 0 ? reply->substr(4)
+                                                                         : "no ledger received";
+    if (ledger_fd >= 0) close(ledger_fd);
+    close(*fd);
+    return false;
+  }
+  auto message = daemon::ParseMessage(*reply);
+  if (!message.ok()) {
+    *error = message.error();
+    close(ledger_fd);
+    close(*fd);
+    return false;
+  }
+  TenantState& t = g_tenant;
+  if (t.ledger == nullptr) {
+    auto ledger = ledger::MemoryLedger::MapFd(ledger_fd);
+    close(ledger_fd);
+    if (!ledger.ok()) {
+      *error = ledger.error();
+      close(*fd);
+      return false;
+    }
+    t.ledger = new ledger::MemoryLedger(std::move(*ledger));
+  } else {
+    close(ledger_fd);  // a forked child already has the mapping
+  }
+  t.container = static_cast<uint32_t>(std::stoul(message->Get("container", "0")));
+  t.process = static_cast<uint32_t>(std::stoul(message->Get("process", "0")));
+  t.socket_fd = *fd;
+  return true;
+}
+
+}  // namespace
+
+TenantState& Tenant() { return g_tenant; }
+
+CUresult InitialiseTenant() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  TenantState& t = g_tenant;
+  switch (t.mode.load()) {
+    case Mode::kPassThrough:
+    case Mode::kEnforcing:
+      return CUDA_SUCCESS;
+    case Mode::kFailed:
+      return t.init_error;
+    case Mode::kUninitialised:
+      break;
+  }
+  auto fail = [&](CUresult r) {
+    t.init_error = r;
+    t.mode.store(Mode::kFailed);
+    return r;
+  };
+  auto config = LoadTenantConfig(ProcessEnvironment());
+  if (!config.ok()) {
+    std::fprintf(stderr, "tessera: %s\n", config.error().c_str());
+    return fail(CUDA_ERROR_INVALID_VALUE);
+  }
+  if (config->disable.value) {
+    t.mode.store(Mode::kPassThrough);
+    return CUDA_SUCCESS;
+  }
+  g_socket_path = config->socket_path.value;
+  daemon::Message hello{"HELLO", {{"version", std::to_string(daemon::kProtocolVersion)}}};
+  if (config->container_id.is_set()) hello.fields["container"] = config->container_id.value;
+  if (config->mem_limits.is_set()) {
+    std::string list;
+    for (const Bytes& b : config->mem_limits.value) {
+      list += (list.empty() ? "" : ",") + std::to_string(b.count());
+    }
+    hello.fields["mem"] = list;
+  }
+  g_hello = daemon::FormatMessage(hello);
+  std::string error;
+  if (!Register(&error)) {
+    if (config->fail_open.value) {
+      std::fprintf(stderr,
+                   "tessera: WARNING: no Tessera daemon at %s (%s); running UNISOLATED because "
+                   "TESSERA_FAIL_OPEN=1\n",
+                   g_socket_path.c_str(), error.c_str());
+      t.mode.store(Mode::kPassThrough);
+      return CUDA_SUCCESS;
+    }
+    std::fprintf(stderr,
+                 "tessera: cannot register with the Tessera daemon at %s: %s. Start tesserad "
+                 "(or run under `tessera run`), point TESSERA_SOCKET at it, or set "
+                 "TESSERA_FAIL_OPEN=1 to run without isolation\n",
+                 g_socket_path.c_str(), error.c_str());
+    return fail(CUDA_ERROR_NOT_INITIALIZED);
+  }
+  static std::once_flag atfork;
+  std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, AfterForkInChild); });
+  t.mode.store(Mode::kEnforcing, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+bool EnsureRegistered() {
+  TenantState& t = g_tenant;
+  if (!t.needs_registration.load(std::memory_order_acquire)) return true;
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (!t.needs_registration.load()) return true;
+  std::string error;
+  if (!Register(&error)) {
+    std::fprintf(stderr, "tessera: forked process %d cannot register with %s: %s\n", getpid(),
+                 g_socket_path.c_str(), error.c_str());
+    return false;
+  }
+  t.needs_registration.store(false, std::memory_order_release);
+  return true;
+}
+
+}  // namespace tessera::shim

@@ -1,0 +1,41 @@
+// Tenant: what the shim knows about the process it lives in: its configuration (from the
+// environment, validated once on cuInit), its registration with tesserad (the connection stays
+// open for the process's life: its close is the process's death), and the mapped ledger.
+//
+// Modes: kUninitialised until cuInit; kPassThrough when TESSERA_DISABLE=1 or, with
+// TESSERA_FAIL_OPEN=1, when no daemon is reachable; kEnforcing otherwise. The fast path reads the
+// mode and the slot indices with plain atomic loads; only Initialise and a re-registration after
+// fork do I/O, and neither runs on an allocation path except once in a forked child.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "driver/cuda_api.h"
+#include "ledger/memory_ledger.h"
+
+namespace tessera::shim {
+
+enum class Mode : uint32_t { kUninitialised = 0, kPassThrough = 1, kEnforcing = 2, kFailed = 3 };
+
+struct TenantState {
+  std::atomic<Mode> mode{Mode::kUninitialised};
+  std::atomic<bool> needs_registration{false};  // set in a forked child
+  ledger::MemoryLedger* ledger = nullptr;
+  uint32_t container = 0;
+  uint32_t process = 0;
+  int socket_fd = -1;
+  CUresult init_error = CUDA_SUCCESS;  // what cuInit returns when kFailed
+};
+
+TenantState& Tenant();
+
+// Reads the environment, registers with the daemon and maps the ledger. Returns the status cuInit
+// must return before (or instead of) calling the real one. Idempotent; thread-safe.
+CUresult InitialiseTenant();
+
+// Re-registers a forked child as its own process (slow path, once per child).
+bool EnsureRegistered();
+
+}  // namespace tessera::shim
