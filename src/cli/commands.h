@@ -13,6 +13,8 @@ inline constexpr const char* kDemoTenantCommand = "__demo-tenant";
 int RunVersion(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
 int RunDemoTenant(const std::vector<std::string>& args);
+int RunRun(const std::vector<std::string>& args);
+int RunSmi(const std::vector<std::string>& args);
 
 // Directory holding this executable (build/bin), for finding build/lib next to it.
 std::string ExecutableDir();

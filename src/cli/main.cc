@@ -14,6 +14,8 @@ void PrintUsage(FILE* out) {
                "usage: tessera <command> [args]\n"
                "\n"
                "commands:\n"
+               "  run       run a command as (part of) a container with a memory cap\n"
+               "  smi       show GPUs, containers, their memory and processes\n"
                "  demo      run tenants on the simulated GPU and show what each one got\n"
                "  version   print the version\n"
                "  help      print this message\n");
@@ -30,12 +32,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "version" || command == "--version") return tessera::cli::RunVersion(args);
   if (command == "demo") return tessera::cli::RunDemo(args);
+  if (command == "run") return tessera::cli::RunRun(args);
+  if (command == "smi") return tessera::cli::RunSmi(args);
   if (command == tessera::cli::kDemoTenantCommand) return tessera::cli::RunDemoTenant(args);
   if (command == "help" || command == "--help" || command == "-h") {
     PrintUsage(stdout);
     return 0;
   }
-  std::fprintf(stderr, "tessera: unknown command \"%s\"; expected one of: demo, version, help\n",
+  std::fprintf(stderr, "tessera: unknown command \"%s\"; expected one of: run, smi, demo, version, help\n",
                command.c_str());
   return 2;
 }
