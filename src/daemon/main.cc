@@ -24,9 +24,14 @@
 #include "ipc/unix_socket.h"
 #include "ledger/memory_ledger.h"
 
+// NVML stays loaded for the daemon's life and is never unloaded (not even at exit: its own
+// globals must outlive every use). External linkage keeps the pointer, and so the object, alive.
+tessera::DynamicLibrary* tesserad_nvml_library = nullptr;
+
 namespace {
 
 std::atomic<bool> g_stop{false};
+
 
 void OnSignal(int) { g_stop.store(true); }
 
@@ -80,8 +85,7 @@ tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::st
     }
     devices.push_back({u, nm, mem.total});
   }
-  // The library stays loaded for the daemon's life (the handle is intentionally not closed).
-  new tessera::DynamicLibrary(std::move(*lib));
+  tesserad_nvml_library = new tessera::DynamicLibrary(std::move(*lib));
   return devices;
 }
 
