@@ -13,6 +13,7 @@ inline constexpr const char* kDemoTenantCommand = "__demo-tenant";
 int RunVersion(const std::vector<std::string>& args);
 int RunDemo(const std::vector<std::string>& args);
 int RunDemoTenant(const std::vector<std::string>& args);
+int RunSim(const std::vector<std::string>& args);
 int RunRun(const std::vector<std::string>& args);
 int RunSmi(const std::vector<std::string>& args);
 

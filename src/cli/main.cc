@@ -17,6 +17,7 @@ void PrintUsage(FILE* out) {
                "  run       run a command as (part of) a container with a memory cap\n"
                "  smi       show GPUs, containers, their memory and processes\n"
                "  demo      run tenants on the simulated GPU and show what each one got\n"
+               "  sim       replay a cluster trace through a placement policy (tessera sim --help)\n"
                "  version   print the version\n"
                "  help      print this message\n");
 }
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "version" || command == "--version") return tessera::cli::RunVersion(args);
   if (command == "demo") return tessera::cli::RunDemo(args);
+  if (command == "sim") return tessera::cli::RunSim(args);
   if (command == "run") return tessera::cli::RunRun(args);
   if (command == "smi") return tessera::cli::RunSmi(args);
   if (command == tessera::cli::kDemoTenantCommand) return tessera::cli::RunDemoTenant(args);

@@ -1,0 +1,124 @@
+// A Cluster is the mutable state placement works on: for every node, the CPU and host memory still
+// free and, for every GPU, the compute milli and memory still free. It owns the fit rules (which
+// request may go where) and applies and removes assignments; policies only read it.
+//
+// Fit rules, all of which must hold for a request on a node:
+//   CPU and host memory fit what is free; the node's GPU model is allowed; the request's form
+//   matches the node's mode (fractional compute shares need memory+compute, memory-only shares
+//   need memory-only; whole GPUs fit both); at least `gpu_count` distinct GPUs each have the
+//   per-GPU compute share and memory free, and for whole-GPU requests those GPUs are entirely free.
+//
+// Not thread-safe; one writer. Holds no policy and no I/O.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "placement/model.h"
+
+namespace tessera::placement {
+
+// Why a request does not fit a node (kFits when it does). The first failed rule, in this order.
+enum class FitResult : uint8_t {
+  kFits,
+  kCpu,         // not enough free CPU
+  kMemory,      // not enough free host memory
+  kModel,       // the node's GPU model is not allowed (or the node has no GPUs)
+  kMode,        // the share's form does not match the node's mode
+  kGpuCount,    // the node has fewer GPUs than requested, free or not
+  kGpuCompute,  // too few GPUs with the compute share free (entirely free, for whole GPUs)
+  kGpuMemory,   // too few GPUs with the memory free
+};
+
+std::string_view FitResultName(FitResult result);
+
+class Cluster {
+ public:
+  Cluster(ModelTable models, std::vector<NodeSpec> nodes);
+  // Checks node specs (GPU counts, models, non-negative resources) before building.
+  static Result<Cluster> Create(ModelTable models, std::vector<NodeSpec> nodes);
+
+  int node_count() const { return static_cast<int>(specs_.size()); }
+  const NodeSpec& spec(int node) const { return specs_[static_cast<size_t>(node)]; }
+  const ModelTable& models() const { return models_; }
+  int64_t gpu_memory_mib(int node) const { return gpu_mem_cap_[static_cast<size_t>(node)]; }
+
+  int64_t cpu_free(int node) const { return cpu_free_[static_cast<size_t>(node)]; }
+  int64_t memory_free(int node) const { return mem_free_[static_cast<size_t>(node)]; }
+  // Per-GPU compute milli free, memory MiB free.
+  std::span<const int32_t> gpu_milli_free(int node) const {
+    return {gpu_milli_free_.data() + offset(node), static_cast<size_t>(spec(node).gpu_count)};
+  }
+  std::span<const int64_t> gpu_memory_free(int node) const {
+    return {gpu_mem_free_.data() + offset(node), static_cast<size_t>(spec(node).gpu_count)};
+  }
+  // Per-GPU free share in milli: what a fractional request of this node's mode could still use.
+  // Memory+compute: the smaller of the compute milli and the memory fraction free (they are equal
+  // when every tenant's memory is proportional). Memory-only: the memory fraction free.
+  std::span<const int32_t> gpu_share_free(int node) const {
+    return {gpu_share_free_.data() + offset(node), static_cast<size_t>(spec(node).gpu_count)};
+  }
+  // GPUs with nothing on them.
+  int whole_gpus_free(int node) const { return whole_free_[static_cast<size_t>(node)]; }
+  // Sum of gpu_share_free over the node's GPUs.
+  int64_t share_free_total(int node) const { return share_total_[static_cast<size_t>(node)]; }
+  // Bumped on every change of the node, so policies can cache per-node values.
+  uint64_t version(int node) const { return version_[static_cast<size_t>(node)]; }
+  // Unique per Cluster object and per copy; a cache keyed by (id, node, version) stays exact.
+  uint64_t id() const { return id_.value; }
+
+  // Capacity and use over the whole cluster, in GPU milli.
+  int64_t gpu_milli_capacity() const { return gpu_capacity_milli_; }
+  int64_t gpu_milli_allocated() const { return gpu_allocated_milli_; }
+  int total_gpus() const { return static_cast<int>(gpu_milli_free_.size()); }
+
+  // The fit rules for the node as a whole (CPU, memory, model, mode, GPU count and shares).
+  FitResult Fits(int node, const Request& request) const;
+  // Whether GPU `gpu` of `node` can take one GPU's worth of `request`.
+  bool GpuFits(int node, int gpu, const Request& request) const;
+  // Bit i set when GPU i can take one GPU's worth of `request`.
+  uint32_t FittingGpus(int node, const Request& request) const;
+
+  // Applies `a` after checking it: node fits, exactly gpu_count distinct GPUs that each fit.
+  Status Place(const Request& request, const Assignment& a);
+  // Takes back what Place gave. The caller must pass the same request and assignment.
+  Status Remove(const Request& request, const Assignment& a);
+
+ private:
+  size_t offset(int node) const { return static_cast<size_t>(offset_[static_cast<size_t>(node)]); }
+  void RefreshGpu(int node, int gpu);
+
+  // A fresh id for every constructed, copied or moved-into Cluster.
+  struct InstanceId {
+    InstanceId() : value(Next()) {}
+    InstanceId(const InstanceId&) : value(Next()) {}
+    InstanceId& operator=(const InstanceId&) {
+      value = Next();
+      return *this;
+    }
+    static uint64_t Next();
+    uint64_t value;
+  };
+
+  InstanceId id_;
+  ModelTable models_;
+  std::vector<NodeSpec> specs_;
+  std::vector<int32_t> offset_;       // first GPU of each node in the flat arrays
+  std::vector<int64_t> gpu_mem_cap_;  // per node: memory of one GPU
+  std::vector<int64_t> cpu_free_;
+  std::vector<int64_t> mem_free_;
+  std::vector<int32_t> whole_free_;
+  std::vector<int64_t> share_total_;
+  std::vector<uint64_t> version_;
+  std::vector<int32_t> gpu_milli_free_;  // flat, per GPU
+  std::vector<int64_t> gpu_mem_free_;    // flat, per GPU
+  std::vector<int32_t> gpu_share_free_;  // flat, per GPU
+  int64_t gpu_capacity_milli_ = 0;
+  int64_t gpu_allocated_milli_ = 0;
+};
+
+}  // namespace tessera::placement

@@ -1,0 +1,177 @@
+// The policy registry and the GPU choosers the policies share. No policy rules here.
+#include "placement/policy.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "placement/policy_internal.h"
+
+namespace tessera::placement {
+
+namespace {
+
+constexpr std::array<std::string_view, 9> kNames = {
+    "tessera", "fgd", "bestfit", "packing", "clustering", "dotprod", "binpack", "spread", "random",
+};
+
+}  // namespace
+
+std::span<const std::string_view> PolicyNames() { return kNames; }
+
+Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOptions& options) {
+  using namespace internal;
+  if ((name == "tessera" || name == "fgd") && options.workload == nullptr) {
+    return Result<std::unique_ptr<Policy>>::Error(
+        "policy \"" + std::string(name) + "\": needs a target workload (PolicyOptions::workload)");
+  }
+  std::unique_ptr<Policy> p;
+  if (name == "tessera") p = MakeTessera(options);
+  if (name == "fgd") p = MakeFgd(options);
+  if (name == "bestfit") p = MakeBestFit(options);
+  if (name == "packing") p = MakePacking(options);
+  if (name == "clustering") p = MakeClustering(options);
+  if (name == "dotprod") p = MakeDotProd(options);
+  if (name == "binpack") p = MakeBinpack(options);
+  if (name == "spread") p = MakeSpread(options);
+  if (name == "random") p = MakeRandom(options);
+  if (p) return p;
+  std::string names;
+  for (std::string_view n : PolicyNames()) {
+    if (!names.empty()) names += ", ";
+    names += n;
+  }
+  return Result<std::unique_ptr<Policy>>::Error("policy \"" + std::string(name) +
+                                                "\": unknown; expected one of " + names);
+}
+
+namespace internal {
+
+double PluginScore(double x) {
+  if (x <= 0) return 0;
+  if (x >= 100) return 100;
+  return static_cast<double>(static_cast<int64_t>(x));
+}
+
+size_t ScoredNodePolicy::ShapeHash::operator()(const ShapeKey& k) const {
+  uint64_t h = 0x9e3779b97f4a7c15ULL;
+  for (uint64_t v : {static_cast<uint64_t>(k.cpu), static_cast<uint64_t>(k.memory),
+                     static_cast<uint64_t>(k.gpu_mem), static_cast<uint64_t>(k.gpu_count),
+                     static_cast<uint64_t>(k.gpu_milli), k.allowed}) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  }
+  return static_cast<size_t>(h);
+}
+
+std::optional<Assignment> ScoredNodePolicy::Select(const Cluster& c, const Request& r) {
+  if (c.id() != cluster_id_) {
+    cache_.clear();
+    cluster_id_ = c.id();
+    Attach(c);
+  }
+  const ShapeKey key{r.cpu_milli, r.memory_mib, r.gpu_mem_mib,
+                     r.gpu_count, r.gpu_milli,  r.allowed.bits()};
+  std::vector<Entry>* entries = nullptr;
+  if (auto it = cache_.find(key); it != cache_.end()) {
+    entries = &it->second;
+  } else if (cache_.size() < kMaxCachedShapes) {
+    entries =
+        &cache_.emplace(key, std::vector<Entry>(static_cast<size_t>(c.node_count()))).first->second;
+  }
+  int best = -1;
+  Score best_score;
+  uint64_t ties = 0;
+  Entry uncached;
+  for (int n = 0; n < c.node_count(); ++n) {
+    Entry* e = entries != nullptr ? &(*entries)[static_cast<size_t>(n)] : &uncached;
+    if (entries == nullptr || e->version != c.version(n)) {
+      e->version = c.version(n);
+      e->fits = c.Fits(n, r) == FitResult::kFits;
+      if (e->fits) e->score = ScoreNode(c, n, r);
+    }
+    if (!e->fits) continue;
+    const Score& s = e->score;
+    if (best < 0 || s.primary > best_score.primary ||
+        (s.primary == best_score.primary && s.secondary > best_score.secondary)) {
+      best = n;
+      best_score = s;
+      ties = 1;
+    } else if (tie_ == TieRule::kRandom && s.primary == best_score.primary &&
+               s.secondary == best_score.secondary) {
+      ++ties;
+      if (rng_.Below(ties) == 0) {
+        best = n;
+        best_score = s;
+      }
+    }
+  }
+  if (best < 0) return std::nullopt;
+  return Assignment{best, FinalGpus(c, best, r, best_score.gpus)};
+}
+
+namespace {
+
+// Fractional shares: the fitting GPUs ordered by free share (ascending for best fit), ties to the
+// lower number; the first gpu_count of them.
+uint32_t OrderedFit(const Cluster& cluster, int node, const Request& r, bool most_free) {
+  const auto shares = cluster.gpu_share_free(node);
+  std::array<int, kMaxGpusPerNode> fit{};
+  int n = 0;
+  for (int g = 0; g < cluster.spec(node).gpu_count; ++g) {
+    if (cluster.GpuFits(node, g, r)) fit[static_cast<size_t>(n++)] = g;
+  }
+  std::stable_sort(fit.begin(), fit.begin() + n, [&](int a, int b) {
+    const int32_t sa = shares[static_cast<size_t>(a)];
+    const int32_t sb = shares[static_cast<size_t>(b)];
+    return most_free ? sa > sb : sa < sb;
+  });
+  uint32_t mask = 0;
+  for (int i = 0; i < std::min(n, r.gpu_count); ++i)
+    mask |= uint32_t{1} << fit[static_cast<size_t>(i)];
+  return mask;
+}
+
+uint32_t LowestFree(const Cluster& cluster, int node, const Request& r) {
+  uint32_t mask = 0;
+  int taken = 0;
+  for (int g = 0; g < cluster.spec(node).gpu_count && taken < r.gpu_count; ++g) {
+    if (cluster.GpuFits(node, g, r)) {
+      mask |= uint32_t{1} << g;
+      ++taken;
+    }
+  }
+  return mask;
+}
+
+}  // namespace
+
+uint32_t BestFitGpus(const Cluster& cluster, int node, const Request& r) {
+  if (r.gpu_count == 0) return 0;
+  if (r.whole_gpus()) return LowestFree(cluster, node, r);
+  return OrderedFit(cluster, node, r, /*most_free=*/false);
+}
+
+uint32_t WorstFitGpus(const Cluster& cluster, int node, const Request& r) {
+  if (r.gpu_count == 0) return 0;
+  if (r.whole_gpus()) return LowestFree(cluster, node, r);
+  return OrderedFit(cluster, node, r, /*most_free=*/true);
+}
+
+uint32_t RandomGpus(const Cluster& cluster, int node, const Request& r, Rng& rng) {
+  uint32_t fitting = cluster.FittingGpus(node, r);
+  uint32_t mask = 0;
+  for (int i = 0; i < r.gpu_count; ++i) {
+    const int n = std::popcount(fitting);
+    if (n == 0) break;
+    int pick = static_cast<int>(rng.Below(static_cast<uint64_t>(n)));
+    uint32_t rest = fitting;
+    while (pick-- > 0) rest &= rest - 1;
+    const uint32_t bit = rest & (0 - rest);
+    mask |= bit;
+    fitting &= ~bit;
+  }
+  return mask;
+}
+
+}  // namespace internal
+}  // namespace tessera::placement

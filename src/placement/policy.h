@@ -1,0 +1,62 @@
+// Placement policies: given the cluster and one request, choose a node and that node's GPUs.
+//
+// Every policy sits behind the one Policy interface and is made by name (MakePolicy), so the
+// simulator, the CLI and the scheduler extender run the same code. A policy only reads the
+// cluster; the caller applies the assignment (Cluster::Place) and then tells the policy
+// (OnPlaced), which policies that keep their own per-node records (clustering) use.
+//
+// Policies (see docs/placement.md for each rule and where it comes from):
+//   tessera     ours, the default: FGD's fragmentation gradient with exact scores, judged on
+//               GPU-weighted demand, with a best-fit tie break (policy_tessera.cc)
+//   fgd         fragmentation gradient descent, Weng et al., ATC'23 (policy_fgd.cc)
+//   bestfit     least CPU/GPU left after placement; GPU best-fit
+//   packing     already-shared GPUs first, then partly used nodes, then idle nodes
+//   clustering  nodes already running requests of the same shape first, then idle nodes
+//   dotprod     smallest dot product of the request and the node's free resources
+//   binpack     node and GPU binpack (most used first), as HAMi's binpack
+//   spread      node and GPU spread (least used first), as HAMi's spread
+//   random      a uniformly random fitting node and random fitting GPUs
+// Ties between equally scored nodes are broken uniformly at random (as kube-scheduler does),
+// from the policy's own seeded generator, so a run is reproducible from its seed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "core/result.h"
+#include "placement/cluster.h"
+#include "placement/frag.h"
+#include "placement/model.h"
+
+namespace tessera::placement {
+
+struct PolicyOptions {
+  uint64_t seed = 42;
+  // The target workload of the fragmentation-aware policies (fgd, tessera); ignored by the
+  // others. Must outlive the policy. Without one, they use each request's own shape.
+  const TargetWorkload* workload = nullptr;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+  // Where `request` should go: a node it fits and exactly request.gpu_count of that node's GPUs
+  // that each fit it. nullopt when it fits no node. Does not change the cluster.
+  virtual std::optional<Assignment> Select(const Cluster& cluster, const Request& request) = 0;
+  // Called after the caller applied `a` for `request` (or took it back).
+  virtual void OnPlaced(const Cluster& cluster, const Request& request, const Assignment& a) {}
+  virtual void OnRemoved(const Cluster& cluster, const Request& request, const Assignment& a) {}
+};
+
+// Every policy name, the default ("tessera") first.
+std::span<const std::string_view> PolicyNames();
+inline constexpr std::string_view kDefaultPolicy = "tessera";
+
+// The policy called `name`, or an error naming the value and listing the names.
+Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOptions& options);
+
+}  // namespace tessera::placement

@@ -1,0 +1,94 @@
+// Pieces the policies share: choosing GPUs inside a node, the node loop with its per-node score
+// cache and tie rules, and the constructors of each policy. Internal to src/placement; callers
+// use policy.h. Reads the cluster only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "placement/cluster.h"
+#include "placement/policy.h"
+#include "placement/rng.h"
+
+namespace tessera::placement::internal {
+
+// GPUs of `node` for `request` (gpu_count of them, each fitting; the caller checked the node
+// fits). Whole GPUs: the lowest-numbered free ones. Fractional shares: best fit takes the GPUs
+// with the least free share, worst fit the most; ties to the lowest number.
+uint32_t BestFitGpus(const Cluster& cluster, int node, const Request& request);
+uint32_t WorstFitGpus(const Cluster& cluster, int node, const Request& request);
+uint32_t RandomGpus(const Cluster& cluster, int node, const Request& request, Rng& rng);
+
+// kube-scheduler scores are whole numbers from 0 to 100; policies ported from plugins that
+// produce them truncate the same way, which makes ties (and the tie rule) matter.
+double PluginScore(double x);
+
+// How equal scores are decided.
+enum class TieRule {
+  kFirstNode,  // the lowest-numbered node: what the FGD authors' simulator does (docs/placement.md)
+  kRandom,     // uniformly at random (reservoir sampling, as kube-scheduler's host selection)
+};
+
+// A policy made of a per-node score: the fitting node with the highest (primary, secondary)
+// wins, ties by the tie rule. A node's score depends only on the node's state and the request,
+// so it is cached per request shape and recomputed only for nodes whose version changed: a
+// decision costs a scan of cached scores plus the nodes changed since that shape was last seen.
+class ScoredNodePolicy : public Policy {
+ public:
+  ScoredNodePolicy(const PolicyOptions& options, TieRule tie) : rng_(options.seed), tie_(tie) {}
+  std::optional<Assignment> Select(const Cluster& cluster, const Request& request) final;
+
+ protected:
+  struct Score {
+    double primary = 0;
+    double secondary = 0;
+    uint32_t gpus = 0;  // where on the node the request would go
+  };
+  // Only called for nodes the request fits.
+  virtual Score ScoreNode(const Cluster& cluster, int node, const Request& request) = 0;
+  // The GPUs to return for the winning node; by default the scored ones.
+  virtual uint32_t FinalGpus(const Cluster& cluster, int node, const Request& request,
+                             uint32_t scored) {
+    return scored;
+  }
+  // Called before scoring whenever the cluster object differs from the last call's.
+  virtual void Attach(const Cluster& cluster) {}
+
+  Rng rng_;
+
+ private:
+  struct Entry {
+    uint64_t version = ~uint64_t{0};
+    bool fits = false;
+    Score score;
+  };
+  struct ShapeKey {
+    int64_t cpu, memory, gpu_mem;
+    int32_t gpu_count, gpu_milli;
+    uint64_t allowed;
+    bool operator==(const ShapeKey&) const = default;
+  };
+  struct ShapeHash {
+    size_t operator()(const ShapeKey& k) const;
+  };
+  static constexpr size_t kMaxCachedShapes = 256;
+
+  TieRule tie_;
+  uint64_t cluster_id_ = 0;
+  std::unordered_map<ShapeKey, std::vector<Entry>, ShapeHash> cache_;
+};
+
+std::unique_ptr<Policy> MakeRandom(const PolicyOptions& options);
+std::unique_ptr<Policy> MakeBinpack(const PolicyOptions& options);
+std::unique_ptr<Policy> MakeSpread(const PolicyOptions& options);
+std::unique_ptr<Policy> MakeBestFit(const PolicyOptions& options);
+std::unique_ptr<Policy> MakeDotProd(const PolicyOptions& options);
+std::unique_ptr<Policy> MakePacking(const PolicyOptions& options);
+std::unique_ptr<Policy> MakeClustering(const PolicyOptions& options);
+std::unique_ptr<Policy> MakeFgd(const PolicyOptions& options);
+std::unique_ptr<Policy> MakeTessera(const PolicyOptions& options);
+
+}  // namespace tessera::placement::internal

@@ -1,0 +1,180 @@
+// Tests of the policies: every policy places validly and refuses when nothing fits, and the rules
+// that tell them apart hold on small hand-made clusters.
+#include "placement/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+
+namespace tessera::placement {
+namespace {
+
+Request Pod(int milli, int count = 1, int64_t cpu = 1000) {
+  Request r;
+  r.cpu_milli = cpu;
+  r.memory_mib = 1024;
+  r.gpu_count = count;
+  r.gpu_milli = milli;
+  return r;
+}
+
+Cluster Nodes(std::vector<std::tuple<int64_t, int, std::string>> specs) {
+  ModelTable models;
+  std::vector<NodeSpec> nodes;
+  for (const auto& [cpu, gpus, model] : specs) {
+    nodes.push_back({std::string("n").append(std::to_string(nodes.size())), cpu, 1 << 20, gpus,
+                     *models.Intern(model), NodeMode::kMemoryAndCompute});
+  }
+  return *Cluster::Create(models, nodes);
+}
+
+std::unique_ptr<Policy> Make(std::string_view name, const TargetWorkload* w, uint64_t seed = 1) {
+  auto p = MakePolicy(name, PolicyOptions{seed, w});
+  EXPECT_TRUE(p.ok()) << p.error();
+  return std::move(p.value());
+}
+
+TargetWorkload TraceLike() {
+  std::vector<Request> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(Pod(1000, 1, 11000));
+  for (int i = 0; i < 3; ++i) requests.push_back(Pod(500, 1, 6000));
+  requests.push_back(Pod(250, 1, 3000));
+  requests.push_back(Pod(0, 0, 16000));
+  return TargetWorkload::FromRequests(requests, 1.0);
+}
+
+TEST(PolicyTest, NamesAndErrors) {
+  ASSERT_FALSE(PolicyNames().empty());
+  EXPECT_EQ(PolicyNames()[0], kDefaultPolicy);
+  auto unknown = MakePolicy("tetris", PolicyOptions{});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().find("\"tetris\""), std::string::npos);
+  EXPECT_NE(unknown.error().find("fgd"), std::string::npos);
+  EXPECT_FALSE(MakePolicy("fgd", PolicyOptions{}).ok());  // needs a target workload
+}
+
+TEST(PolicyTest, EveryPolicyPlacesValidlyUntilNothingFits) {
+  const TargetWorkload w = TraceLike();
+  const std::vector<Request> mix = {Pod(1000, 1, 11000), Pod(500, 1, 6000),   Pod(250, 1, 3000),
+                                    Pod(0, 0, 16000),    Pod(1000, 2, 20000), Pod(320, 1, 4000)};
+  for (std::string_view name : PolicyNames()) {
+    SCOPED_TRACE(std::string(name));
+    Cluster c = Nodes({{96000, 8, "G2"}, {104000, 2, "T4"}, {16000, 2, "P100"}});
+    auto policy = Make(name, &w);
+    EXPECT_EQ(policy->name(), name);
+    int placed = 0, refused = 0;
+    for (int i = 0; i < 200; ++i) {
+      const Request& r = mix[static_cast<size_t>(i) % mix.size()];
+      const auto a = policy->Select(c, r);
+      bool fits_somewhere = false;
+      for (int n = 0; n < c.node_count(); ++n) fits_somewhere |= c.Fits(n, r) == FitResult::kFits;
+      ASSERT_EQ(a.has_value(), fits_somewhere) << "request " << i;
+      if (!a) {
+        ++refused;
+        continue;
+      }
+      ASSERT_EQ(std::popcount(a->gpus), r.gpu_count);
+      ASSERT_TRUE(c.Place(r, *a).ok());
+      policy->OnPlaced(c, r, *a);
+      ++placed;
+    }
+    EXPECT_GT(placed, 10);
+    EXPECT_GT(refused, 0);
+  }
+}
+
+TEST(PolicyTest, FgdFillsTheGpuThatTheShareCompletes) {
+  // Node 0 has a GPU with exactly 500 free; node 1 is idle. Placing a 500 share on node 0 turns
+  // a fragment into a full GPU, so FGD goes there, and to that GPU.
+  const TargetWorkload w({TargetShape{0, 1, 1000, kProportionalMemory, ModelSet::Any(), 1.0}});
+  Cluster c = Nodes({{96000, 4, "G2"}, {96000, 4, "G2"}});
+  ASSERT_TRUE(c.Place(Pod(500), {0, 0b0100}).ok());
+  for (std::string_view name : {"fgd", "tessera"}) {
+    auto a = Make(name, &w)->Select(c, Pod(500));
+    ASSERT_TRUE(a.has_value());
+    EXPECT_EQ(a->node, 0) << name;
+    EXPECT_EQ(a->gpus, 0b0100u) << name;
+  }
+}
+
+TEST(PolicyTest, EqualScoresGoToTheFirstNode) {
+  const TargetWorkload w = TraceLike();
+  for (std::string_view name : {"fgd", "tessera", "bestfit", "packing", "binpack"}) {
+    Cluster c = Nodes({{96000, 8, "G2"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+    auto policy = Make(name, &w);
+    auto a = policy->Select(c, Pod(1000, 1, 11000));
+    ASSERT_TRUE(a.has_value());
+    EXPECT_EQ(a->node, 0) << name;
+    EXPECT_EQ(a->gpus, 1u) << name;  // whole GPUs: the lowest-numbered free one
+  }
+}
+
+TEST(PolicyTest, TesseraKeepsCpuWhereGpusNeedIt) {
+  // A CPU-only pod on a cluster of a CPU-lean 8-GPU node (listed first) and a CPU-rich 2-GPU node.
+  // The workload asks ~11 cores per GPU, so 32 cores taken from the 8-GPU node would strand two
+  // of its GPUs; tessera puts the pod on the CPU-rich node. FGD sees no difference (neither
+  // placement changes which typical shapes fit) and takes the first node.
+  std::vector<Request> requests(8, Pod(1000, 1, 11000));
+  requests.push_back(Pod(0, 0, 32000));
+  const TargetWorkload w = TargetWorkload::FromRequests(requests, 1.0);
+  Cluster c = Nodes({{96000, 8, "G2"}, {104000, 2, "T4"}});
+  EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(0, 0, 32000))->node, 1);
+  EXPECT_EQ(Make("fgd", &w)->Select(c, Pod(0, 0, 32000))->node, 0);
+}
+
+TEST(PolicyTest, PackingPrefersSharedGpusAndBinpackAndSpreadDisagree) {
+  const TargetWorkload w = TraceLike();
+  Cluster c = Nodes({{96000, 4, "G2"}, {96000, 4, "G2"}});
+  ASSERT_TRUE(c.Place(Pod(300), {1, 0b0010}).ok());
+  auto packed = Make("packing", &w)->Select(c, Pod(400));
+  ASSERT_TRUE(packed.has_value());
+  EXPECT_EQ(packed->node, 1);
+  EXPECT_EQ(packed->gpus, 0b0010u);
+  EXPECT_EQ(Make("binpack", &w)->Select(c, Pod(400))->node, 1);
+  EXPECT_EQ(Make("spread", &w)->Select(c, Pod(400))->node, 0);
+  EXPECT_EQ(Make("bestfit", &w)->Select(c, Pod(400))->node, 1);
+}
+
+TEST(PolicyTest, ClusteringGroupsEqualShares) {
+  const TargetWorkload w = TraceLike();
+  Cluster c = Nodes({{96000, 4, "G2"}, {96000, 4, "G2"}, {96000, 4, "G2"}});
+  auto policy = Make("clustering", &w);
+  ASSERT_TRUE(c.Place(Pod(250), {0, 1}).ok());
+  policy->OnPlaced(c, Pod(250), {0, 1});
+  ASSERT_TRUE(c.Place(Pod(400), {2, 1}).ok());
+  policy->OnPlaced(c, Pod(400), {2, 1});
+  EXPECT_EQ(policy->Select(c, Pod(400))->node, 2);  // same share as what runs there
+  EXPECT_EQ(policy->Select(c, Pod(600))->node, 1);  // no such node: an idle one
+}
+
+TEST(PolicyTest, RandomIsReproducibleFromItsSeed) {
+  const TargetWorkload w = TraceLike();
+  std::vector<int> first, second, other;
+  for (auto* out : {&first, &second, &other}) {
+    Cluster c = Nodes({{96000, 8, "G2"}, {96000, 8, "G2"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+    auto policy = Make("random", &w, out == &other ? 2 : 1);
+    for (int i = 0; i < 20; ++i) {
+      auto a = policy->Select(c, Pod(250));
+      ASSERT_TRUE(a.has_value());
+      ASSERT_TRUE(c.Place(Pod(250), *a).ok());
+      out->push_back(a->node * 100 + std::countr_zero(a->gpus));
+    }
+  }
+  EXPECT_EQ(first, second);
+  EXPECT_NE(first, other);
+}
+
+TEST(PolicyTest, ModelConstraintsAreHonoured) {
+  const TargetWorkload w = TraceLike();
+  Cluster c = Nodes({{96000, 8, "G2"}, {104000, 2, "T4"}});
+  Request t4_only = Pod(1000, 1, 1000);
+  t4_only.allowed = ModelSet::Of(c.models().Find("T4"));
+  for (std::string_view name : PolicyNames()) {
+    auto a = Make(name, &w)->Select(c, t4_only);
+    ASSERT_TRUE(a.has_value()) << name;
+    EXPECT_EQ(a->node, 1) << name;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::placement

@@ -1,0 +1,330 @@
+// CSV node and pod lists with file:line: column errors. Parsing only; no placement.
+#include "placement/trace.h"
+
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+namespace tessera::placement {
+
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+std::string Quote(std::string_view v) {
+  std::string out = "\"";
+  for (char ch : v.substr(0, 64)) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20 || u >= 0x7f) {
+      static const char* kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += ch;
+    }
+  }
+  if (v.size() > 64) out += "...";
+  return out + "\"";
+}
+
+std::vector<std::string_view> SplitFields(std::string_view line) {
+  std::vector<std::string_view> fields;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = line.find(',', start);
+    fields.push_back(
+        Trim(line.substr(start, comma == std::string_view::npos ? line.npos : comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return fields;
+}
+
+// Reads rows of one CSV text, resolving columns by header name, and formats errors.
+class CsvReader {
+ public:
+  CsvReader(std::string_view text, std::string_view file) : text_(text), file_(file) {}
+
+  // Reads the header; `required` must all be present.
+  Status ReadHeader(const std::vector<std::string_view>& required) {
+    if (!NextLine())
+      return Status::Error(std::string(file_) + ": empty file; expected a header row");
+    header_ = SplitFields(line_);
+    for (size_t i = 0; i < header_.size(); ++i)
+      column_[std::string(header_[i])] = static_cast<int>(i);
+    for (std::string_view name : required) {
+      if (column_.count(std::string(name)) == 0) {
+        std::string want;
+        for (std::string_view r : required) {
+          if (!want.empty()) want += ',';
+          want += r;
+        }
+        return Status::Error(Where() + ": header has no column \"" + std::string(name) +
+                             "\"; expected the columns " + want);
+      }
+    }
+    return Status::Ok();
+  }
+
+  int Column(std::string_view name) const {
+    auto it = column_.find(std::string(name));
+    return it == column_.end() ? -1 : it->second;
+  }
+
+  // Advances to the next non-blank data row; false at the end.
+  bool NextRow() {
+    while (NextLine()) {
+      if (Trim(line_).empty()) continue;
+      fields_ = SplitFields(line_);
+      return true;
+    }
+    return false;
+  }
+
+  Status CheckWidth() const {
+    if (fields_.size() < header_.size()) {
+      const size_t col = fields_.size();
+      return Status::Error(Where() + ": column " + std::to_string(col + 1) + " (" +
+                           std::string(header_[col]) + "): missing; the row has " +
+                           std::to_string(fields_.size()) + " fields, expected " +
+                           std::to_string(header_.size()));
+    }
+    if (fields_.size() > header_.size()) {
+      return Status::Error(Where() + ": column " + std::to_string(header_.size() + 1) +
+                           ": unexpected extra field " + Quote(fields_[header_.size()]) +
+                           "; expected " + std::to_string(header_.size()) + " fields");
+    }
+    return Status::Ok();
+  }
+
+  std::string_view Field(int col) const { return fields_[static_cast<size_t>(col)]; }
+
+  std::string ColumnError(int col, std::string_view reason, std::string_view expected) const {
+    std::string msg = Where() + ": column " + std::to_string(col + 1) + " (" +
+                      std::string(header_[static_cast<size_t>(col)]) + "): " + Quote(Field(col)) +
+                      " " + std::string(reason);
+    if (!expected.empty()) msg += "; expected " + std::string(expected);
+    return msg;
+  }
+
+  Result<int64_t> Integer(int col, int64_t min, int64_t max) const {
+    const std::string_view v = Field(col);
+    const std::string range = std::to_string(min) + " to " + std::to_string(max);
+    if (v.empty()) return Result<int64_t>::Error(ColumnError(col, "is empty", range));
+    int64_t value = 0;
+    for (char ch : v) {
+      if (ch < '0' || ch > '9') {
+        return Result<int64_t>::Error(ColumnError(col, "is not a whole number", range));
+      }
+      if (value > (INT64_MAX - 9) / 10) {
+        return Result<int64_t>::Error(ColumnError(col, "is out of range", range));
+      }
+      value = value * 10 + (ch - '0');
+    }
+    if (value < min || value > max) {
+      return Result<int64_t>::Error(ColumnError(col, "is out of range", range));
+    }
+    return value;
+  }
+
+  int line() const { return line_no_; }
+  std::string Where() const { return std::string(file_) + ":" + std::to_string(line_no_); }
+
+ private:
+  bool NextLine() {
+    if (pos_ >= text_.size()) return false;
+    const size_t nl = text_.find('\n', pos_);
+    const size_t end = nl == std::string_view::npos ? text_.size() : nl;
+    line_ = text_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    ++line_no_;
+    return true;
+  }
+
+  std::string_view text_;
+  std::string_view file_;
+  size_t pos_ = 0;
+  int line_no_ = 0;
+  std::string_view line_;
+  std::vector<std::string_view> header_;
+  std::vector<std::string_view> fields_;
+  std::map<std::string, int> column_;
+};
+
+constexpr int64_t kMaxCpuMilli = int64_t{1} << 40;
+constexpr int64_t kMaxMemoryMib = int64_t{1} << 40;
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Result<std::string>::Error(path + ": cannot open for reading");
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) return Result<std::string>::Error(path + ": read error");
+  return s.str();
+}
+
+}  // namespace
+
+Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name) {
+  CsvReader csv(text, file_name);
+  Status header = csv.ReadHeader({"sn", "cpu_milli", "memory_mib", "gpu", "model"});
+  if (!header.ok()) return header;
+  const int c_sn = csv.Column("sn"), c_cpu = csv.Column("cpu_milli"),
+            c_mem = csv.Column("memory_mib"), c_gpu = csv.Column("gpu"),
+            c_model = csv.Column("model"), c_mode = csv.Column("mode"),
+            c_gmem = csv.Column("gpu_memory_mib");
+  NodeList list;
+  std::map<std::string, int, std::less<>> seen;
+  while (csv.NextRow()) {
+    Status width = csv.CheckWidth();
+    if (!width.ok()) return width;
+    NodeSpec node;
+    node.name = std::string(csv.Field(c_sn));
+    if (node.name.empty()) return Status::Error(csv.ColumnError(c_sn, "is empty", "a node name"));
+    if (auto it = seen.find(node.name); it != seen.end()) {
+      return Status::Error(
+          csv.ColumnError(c_sn, "names a node already listed",
+                          "unique names (first at line " + std::to_string(it->second) + ")"));
+    }
+    seen.emplace(node.name, csv.line());
+    auto cpu = csv.Integer(c_cpu, 0, kMaxCpuMilli);
+    if (!cpu.ok()) return cpu.status();
+    auto mem = csv.Integer(c_mem, 0, kMaxMemoryMib);
+    if (!mem.ok()) return mem.status();
+    auto gpu = csv.Integer(c_gpu, 0, kMaxGpusPerNode);
+    if (!gpu.ok()) return gpu.status();
+    node.cpu_milli = *cpu;
+    node.memory_mib = *mem;
+    node.gpu_count = static_cast<int>(*gpu);
+    const std::string_view model = csv.Field(c_model);
+    if (c_mode >= 0 && !csv.Field(c_mode).empty()) {
+      if (csv.Field(c_mode) == "memory-only") {
+        node.mode = NodeMode::kMemoryOnly;
+      } else if (csv.Field(c_mode) != "memory+compute") {
+        return Status::Error(
+            csv.ColumnError(c_mode, "is not a sharing mode", "memory+compute or memory-only"));
+      }
+    }
+    int64_t gpu_mem = 0;
+    if (c_gmem >= 0 && !csv.Field(c_gmem).empty()) {
+      auto m = csv.Integer(c_gmem, 1, kMaxMemoryMib);
+      if (!m.ok()) return m.status();
+      gpu_mem = *m;
+    }
+    if (node.gpu_count > 0) {
+      if (model.empty() || model.find('|') != std::string_view::npos) {
+        return Status::Error(csv.ColumnError(c_model, "is not a GPU model name",
+                                             "a model name such as T4 for a node with GPUs"));
+      }
+      const int known = list.models.Find(model);
+      if (known >= 0 && gpu_mem > 0 && list.models.model(known).memory_mib != gpu_mem) {
+        return Status::Error(csv.ColumnError(c_gmem, "differs from an earlier node of this model",
+                                             std::to_string(list.models.model(known).memory_mib)));
+      }
+      auto id = list.models.Intern(model, gpu_mem);
+      if (!id.ok()) return Status::Error(csv.ColumnError(c_model, id.error(), ""));
+      node.model = *id;
+    }
+    list.nodes.push_back(std::move(node));
+  }
+  if (list.nodes.empty()) {
+    return Status::Error(std::string(file_name) + ": no nodes; expected at least one row");
+  }
+  return list;
+}
+
+Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
+                            const ModelTable& models) {
+  CsvReader csv(text, file_name);
+  Status header =
+      csv.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"});
+  if (!header.ok()) return header;
+  const int c_name = csv.Column("name"), c_cpu = csv.Column("cpu_milli"),
+            c_mem = csv.Column("memory_mib"), c_num = csv.Column("num_gpu"),
+            c_milli = csv.Column("gpu_milli"), c_spec = csv.Column("gpu_spec"),
+            c_gmem = csv.Column("gpu_mem_mib");
+  PodList list;
+  while (csv.NextRow()) {
+    Status width = csv.CheckWidth();
+    if (!width.ok()) return width;
+    Request r;
+    auto cpu = csv.Integer(c_cpu, 0, kMaxCpuMilli);
+    if (!cpu.ok()) return cpu.status();
+    auto mem = csv.Integer(c_mem, 0, kMaxMemoryMib);
+    if (!mem.ok()) return mem.status();
+    auto num = csv.Integer(c_num, 0, kMaxGpusPerNode);
+    if (!num.ok()) return num.status();
+    auto milli = csv.Integer(c_milli, 0, kMilliPerGpu);
+    if (!milli.ok()) return milli.status();
+    r.cpu_milli = *cpu;
+    r.memory_mib = *mem;
+    r.gpu_count = static_cast<int>(*num);
+    r.gpu_milli = static_cast<int>(*milli);
+    if (c_gmem >= 0 && !csv.Field(c_gmem).empty()) {
+      auto m = csv.Integer(c_gmem, 1, kMaxMemoryMib);
+      if (!m.ok()) return m.status();
+      r.gpu_mem_mib = *m;
+    }
+    if (r.gpu_count == 0 && r.gpu_milli != 0) {
+      return Status::Error(csv.ColumnError(c_milli, "is a GPU share for a pod with num_gpu 0",
+                                           "0 when num_gpu is 0"));
+    }
+    if (r.gpu_count == 0 && r.gpu_mem_mib > 0) {
+      return Status::Error(csv.ColumnError(c_gmem, "is GPU memory for a pod with num_gpu 0",
+                                           "empty when num_gpu is 0"));
+    }
+    if (r.gpu_count > 0 && r.gpu_milli == 0 && r.gpu_mem_mib <= 0) {
+      return Status::Error(csv.ColumnError(c_milli, "gives a GPU pod no share",
+                                           "1 to 1000 (or a gpu_mem_mib) when num_gpu > 0"));
+    }
+    const std::string_view spec = csv.Field(c_spec);
+    if (!spec.empty()) {
+      ModelSet allowed = ModelSet::None();
+      size_t start = 0;
+      while (true) {
+        const size_t bar = spec.find('|', start);
+        const std::string_view name =
+            Trim(spec.substr(start, bar == std::string_view::npos ? spec.npos : bar - start));
+        if (name.empty()) {
+          return Status::Error(csv.ColumnError(c_spec, "has an empty model name",
+                                               "model names separated by |, or empty for any"));
+        }
+        const int id = models.Find(name);
+        if (id >= 0) allowed = allowed.With(id);
+        if (bar == std::string_view::npos) break;
+        start = bar + 1;
+      }
+      r.allowed = allowed;
+    }
+    list.names.emplace_back(csv.Field(c_name));
+    list.requests.push_back(r);
+  }
+  if (list.requests.empty()) {
+    return Status::Error(std::string(file_name) + ": no pods; expected at least one row");
+  }
+  return list;
+}
+
+Result<NodeList> LoadNodeCsv(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseNodeCsv(*text, path);
+}
+
+Result<PodList> LoadPodCsv(const std::string& path, const ModelTable& models) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParsePodCsv(*text, path, models);
+}
+
+}  // namespace tessera::placement

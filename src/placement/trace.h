@@ -1,0 +1,46 @@
+// Reading cluster traces: the node and pod lists of the Alibaba openb trace (FGD, ATC'23) and our
+// extensions of them, as CSV with a header row.
+//
+// Node list columns (any order, extra columns ignored): sn, cpu_milli, memory_mib, gpu, model;
+// optional: mode ("memory+compute", the default, or "memory-only") and gpu_memory_mib (per GPU;
+// default: the model's known size).
+// Pod list columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec (models separated by
+// '|', empty for any); optional: gpu_mem_mib (per GPU; empty or absent: the same fraction of the
+// GPU's memory as gpu_milli). Other columns (qos, times, ...) are ignored.
+//
+// Every malformed row is rejected with the file, the line, the column number and name, the value
+// and what was allowed, e.g.
+//   pods.csv:17: column 4 (num_gpu): "x" is not a whole number; expected 0 to 32
+// Fields are plain (no quoting); surrounding spaces and a trailing \r are ignored; blank lines are
+// skipped. Parsing is pure; the Load* functions read a whole file first.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "placement/model.h"
+
+namespace tessera::placement {
+
+struct NodeList {
+  ModelTable models;
+  std::vector<NodeSpec> nodes;
+};
+
+struct PodList {
+  std::vector<std::string> names;
+  std::vector<Request> requests;
+};
+
+Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name);
+// Models named in gpu_spec are looked up in `models` (the node list's); names no node has are
+// dropped from the set, so a pod that allows only such models fits nowhere.
+Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
+                            const ModelTable& models);
+
+Result<NodeList> LoadNodeCsv(const std::string& path);
+Result<PodList> LoadPodCsv(const std::string& path, const ModelTable& models);
+
+}  // namespace tessera::placement

@@ -1,0 +1,155 @@
+// Tests of the node and pod CSV parsers: accepted input and every rejection, each naming the
+// file, line, column and value.
+#include "placement/trace.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::placement {
+namespace {
+
+constexpr const char* kNodes =
+    "sn,cpu_milli,memory_mib,gpu,model\n"
+    "n0,64000,262144,2,P100\n"
+    "n1,96000,393216,8,G2\r\n"
+    "\n"
+    "cpu0,32000,65536,0,\n";
+
+void ExpectError(const std::string& error, const std::string& where, const std::string& what) {
+  EXPECT_NE(error.find(where), std::string::npos) << "missing \"" << where << "\" in: " << error;
+  EXPECT_NE(error.find(what), std::string::npos) << "missing \"" << what << "\" in: " << error;
+}
+
+TEST(NodeCsvTest, ParsesTheTraceFormat) {
+  auto list = ParseNodeCsv(kNodes, "nodes.csv");
+  ASSERT_TRUE(list.ok()) << list.error();
+  ASSERT_EQ(list->nodes.size(), 3u);
+  EXPECT_EQ(list->nodes[1].name, "n1");
+  EXPECT_EQ(list->nodes[1].gpu_count, 8);
+  EXPECT_EQ(list->models.model(list->nodes[1].model).name, "G2");
+  EXPECT_EQ(list->nodes[2].gpu_count, 0);
+  EXPECT_EQ(list->nodes[2].model, -1);
+  EXPECT_EQ(list->models.size(), 2);
+}
+
+TEST(NodeCsvTest, OptionalModeAndGpuMemoryColumns) {
+  auto list = ParseNodeCsv(
+      "model,gpu,sn,cpu_milli,memory_mib,mode,gpu_memory_mib\n"
+      "H100,8,h0,128000,1048576,memory-only,81920\n"
+      "T4,2,t0,32000,65536,,\n",
+      "n.csv");
+  ASSERT_TRUE(list.ok()) << list.error();
+  EXPECT_EQ(list->nodes[0].mode, NodeMode::kMemoryOnly);
+  EXPECT_EQ(list->models.model(list->nodes[0].model).memory_mib, 81920);
+  EXPECT_EQ(list->nodes[1].mode, NodeMode::kMemoryAndCompute);
+  auto bad = ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model,mode\nx,1,1,1,T4,shared\n", "n.csv");
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "n.csv:2: column 6 (mode): \"shared\"", "memory+compute or memory-only");
+}
+
+TEST(NodeCsvTest, RejectsMalformedRowsWithFileLineAndColumn) {
+  const std::string header = "sn,cpu_milli,memory_mib,gpu,model\n";
+  struct Case {
+    std::string row, where, what;
+  };
+  const Case cases[] = {
+      {"n0,64k,262144,2,P100", "nodes.csv:2: column 2 (cpu_milli): \"64k\"", "not a whole number"},
+      {"n0,64000,,2,P100", "nodes.csv:2: column 3 (memory_mib): \"\"", "is empty"},
+      {"n0,64000,1,33,P100", "nodes.csv:2: column 4 (gpu): \"33\"", "expected 0 to 32"},
+      {"n0,64000,1,-1,P100", "column 4 (gpu): \"-1\"", "not a whole number"},
+      {"n0,64000,1,2,", "nodes.csv:2: column 5 (model): \"\"", "model name"},
+      {"n0,64000,1,2", "nodes.csv:2: column 5 (model): missing", "expected 5"},
+      {"n0,64000,1,2,T4,extra", "nodes.csv:2: column 6: unexpected extra field \"extra\"",
+       "expected 5 fields"},
+      {",64000,1,2,T4", "nodes.csv:2: column 1 (sn): \"\"", "a node name"},
+      {"n0,99999999999999999999,1,2,T4", "column 2 (cpu_milli)", "out of range"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseNodeCsv(header + c.row + "\n", "nodes.csv");
+    ASSERT_FALSE(r.ok()) << c.row;
+    ExpectError(r.error(), c.where, c.what);
+  }
+  auto dup = ParseNodeCsv(header + "n0,1,1,1,T4\nn0,1,1,1,T4\n", "nodes.csv");
+  ASSERT_FALSE(dup.ok());
+  ExpectError(dup.error(), "nodes.csv:3: column 1 (sn): \"n0\"", "first at line 2");
+  auto no_col = ParseNodeCsv("sn,cpu_milli,memory_mib,model\nn0,1,1,T4\n", "nodes.csv");
+  ASSERT_FALSE(no_col.ok());
+  ExpectError(no_col.error(), "nodes.csv:1:", "no column \"gpu\"");
+  ExpectError(ParseNodeCsv("", "nodes.csv").error(), "nodes.csv", "empty file");
+  ExpectError(ParseNodeCsv(header, "nodes.csv").error(), "nodes.csv", "no nodes");
+}
+
+TEST(PodCsvTest, ParsesTheTraceFormat) {
+  auto nodes = ParseNodeCsv(kNodes, "nodes.csv");
+  ASSERT_TRUE(nodes.ok());
+  auto pods = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+      "deletion_time,scheduled_time\n"
+      "p0,12000,16384,1,1000,,LS,Running,0,12537496,0\n"
+      "p1,6000,12288,1,460,P100|G2,LS,Running,427061,12902960,427061\n"
+      "p2,4000,1024,0,0,,BE,Failed,1,2,3\n"
+      "p3,1000,1024,1,500,V100M32,BE,Failed,1,2,3\n",
+      "pods.csv", nodes->models);
+  ASSERT_TRUE(pods.ok()) << pods.error();
+  ASSERT_EQ(pods->requests.size(), 4u);
+  EXPECT_EQ(pods->names[1], "p1");
+  EXPECT_TRUE(pods->requests[0].whole_gpus());
+  EXPECT_TRUE(pods->requests[0].allowed.IsAny());
+  const Request& p1 = pods->requests[1];
+  EXPECT_EQ(p1.gpu_milli, 460);
+  EXPECT_EQ(p1.gpu_mem_mib, kProportionalMemory);
+  EXPECT_TRUE(p1.allowed.Contains(nodes->models.Find("P100")));
+  EXPECT_TRUE(p1.allowed.Contains(nodes->models.Find("G2")));
+  EXPECT_TRUE(pods->requests[2].cpu_only());
+  // A model no node has: the pod may go nowhere.
+  EXPECT_EQ(pods->requests[3].allowed, ModelSet::None());
+}
+
+TEST(PodCsvTest, RejectsMalformedRowsWithFileLineAndColumn) {
+  ModelTable models;
+  (void)models.Intern("T4");
+  const std::string header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n";
+  struct Case {
+    std::string row, where, what;
+  };
+  const Case cases[] = {
+      {"p,1,1,x,1000,", "pods.csv:3: column 4 (num_gpu): \"x\"", "expected 0 to 32"},
+      {"p,1,1,1,1001,", "pods.csv:3: column 5 (gpu_milli): \"1001\"", "expected 0 to 1000"},
+      {"p,1,1,0,500,", "column 5 (gpu_milli): \"500\"", "0 when num_gpu is 0"},
+      {"p,1,1,1,0,", "column 5 (gpu_milli): \"0\"", "1 to 1000"},
+      {"p,1,1,1,500,T4||G2", "column 6 (gpu_spec): \"T4||G2\"", "separated by |"},
+      {"p,1.5,1,1,500,", "column 2 (cpu_milli): \"1.5\"", "not a whole number"},
+      {"p,1,1,1,500", "column 6 (gpu_spec): missing", "expected 6"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParsePodCsv(header + "ok,1,1,1,1000,\n" + c.row + "\n", "pods.csv", models);
+    ASSERT_FALSE(r.ok()) << c.row;
+    ExpectError(r.error(), c.where, c.what);
+    EXPECT_NE(r.error().find("pods.csv:3:"), std::string::npos) << r.error();
+  }
+  auto missing = ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", "pods.csv", models);
+  ASSERT_FALSE(missing.ok());
+  ExpectError(missing.error(), "pods.csv:1:", "no column \"gpu_spec\"");
+}
+
+TEST(PodCsvTest, OptionalGpuMemoryColumn) {
+  ModelTable models;
+  (void)models.Intern("T4");
+  auto pods = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,gpu_mem_mib\n"
+      "a,1,1,1,0,,4096\n"
+      "b,1,1,1,300,,\n",
+      "pods.csv", models);
+  ASSERT_TRUE(pods.ok()) << pods.error();
+  EXPECT_TRUE(pods->requests[0].memory_only());
+  EXPECT_EQ(pods->requests[0].gpu_mem_mib, 4096);
+  EXPECT_EQ(pods->requests[1].gpu_mem_mib, kProportionalMemory);
+}
+
+TEST(TraceFileTest, MissingFileIsAnError) {
+  auto r = LoadNodeCsv("/nonexistent/nodes.csv");
+  ASSERT_FALSE(r.ok());
+  ExpectError(r.error(), "/nonexistent/nodes.csv", "cannot open");
+}
+
+}  // namespace
+}  // namespace tessera::placement
