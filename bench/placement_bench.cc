@@ -1,0 +1,208 @@
+// placement_bench: how the time of one placement decision grows with the cluster, for tessera,
+// fgd and bestfit, from the openb cluster (1213 nodes) up to 10 000 nodes (the node list repeated),
+// measured against a baseline in the same run: one scan of the cluster checking only the fit
+// rules for the request, the floor any policy pays. Each iteration is one decision plus applying
+// it, on the FGD protocol's workload (sampled with replacement, no departures); when the workload
+// is used up the cluster is reset outside the timing. "Cold" decisions score every node afresh (a
+// request shape the policy has not seen since the nodes changed), the worst case.
+//
+// Uses ../shared/data/openb when present, else src/placement/testdata (a small synthetic trace).
+// Writes build/bench/placement_bench.json (override with --json PATH).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "placement/cluster.h"
+#include "placement/frag.h"
+#include "placement/policy.h"
+#include "placement/simulator.h"
+#include "placement/trace.h"
+
+namespace {
+
+namespace pl = tessera::placement;
+
+struct Trace {
+  pl::NodeList nodes;
+  std::vector<pl::Request> pods;
+  pl::TargetWorkload workload;
+  std::string source;
+};
+
+Trace* g_trace = nullptr;
+
+bool Load(const std::string& dir, Trace* t) {
+  const std::string nodes = dir + "/openb_node_list_gpu_node.csv";
+  const std::string pods = dir + "/openb_pod_list_default.csv";
+  const std::string test_nodes = dir + "/nodes.csv";
+  const bool openb = std::filesystem::exists(nodes) && std::filesystem::exists(pods);
+  auto n = pl::LoadNodeCsv(openb ? nodes : test_nodes);
+  if (!n.ok()) return false;
+  auto p = pl::LoadPodCsv(openb ? pods : dir + "/pods.csv", n->models);
+  if (!p.ok()) return false;
+  t->nodes = std::move(n.value());
+  t->pods = std::move(p.value().requests);
+  t->workload = pl::TargetWorkload::FromRequests(t->pods);
+  t->source = dir;
+  return true;
+}
+
+// The trace's node list repeated until it has `count` nodes.
+pl::Cluster ClusterOf(int count) {
+  std::vector<pl::NodeSpec> nodes;
+  const auto& base = g_trace->nodes.nodes;
+  for (int i = 0; i < count; ++i) {
+    pl::NodeSpec s = base[static_cast<size_t>(i) % base.size()];
+    s.name += '-';
+    s.name += std::to_string(i);
+    nodes.push_back(std::move(s));
+  }
+  return pl::Cluster(g_trace->nodes.models, std::move(nodes));
+}
+
+// One decision + placement per iteration on the protocol's workload.
+void Decide(benchmark::State& state, const char* policy_name, bool cold) {
+  const int count = static_cast<int>(state.range(0));
+  const pl::Cluster empty = ClusterOf(count);
+  const std::vector<int> order =
+      *pl::SampleWorkload(g_trace->pods, empty.gpu_milli_capacity(), 1.3, 42);
+  auto fresh_policy = [&] {
+    return std::move(pl::MakePolicy(policy_name, pl::PolicyOptions{42, &g_trace->workload}).value());
+  };
+  pl::Cluster cluster = empty;
+  std::unique_ptr<pl::Policy> policy = fresh_policy();
+  size_t next = 0;
+  int64_t placed = 0;
+  for (auto _ : state) {
+    if (next == order.size() || cold) {
+      state.PauseTiming();
+      if (next == order.size()) {
+        cluster = empty;
+        next = 0;
+      }
+      policy = fresh_policy();
+      state.ResumeTiming();
+    }
+    const pl::Request& r = g_trace->pods[static_cast<size_t>(order[next++])];
+    const auto a = policy->Select(cluster, r);
+    if (a && cluster.Place(r, *a).ok()) {
+      policy->OnPlaced(cluster, r, *a);
+      ++placed;
+    }
+  }
+  state.counters["placed"] = static_cast<double>(placed);
+}
+
+void BM_Baseline_FitScan(benchmark::State& state) {
+  const pl::Cluster cluster = ClusterOf(static_cast<int>(state.range(0)));
+  size_t i = 0;
+  for (auto _ : state) {
+    const pl::Request& r = g_trace->pods[i++ % g_trace->pods.size()];
+    int fits = 0;
+    for (int n = 0; n < cluster.node_count(); ++n) {
+      fits += cluster.Fits(n, r) == pl::FitResult::kFits ? 1 : 0;
+    }
+    benchmark::DoNotOptimize(fits);
+  }
+}
+
+constexpr int kSizes[] = {1213, 2500, 5000, 10000};
+
+void Register() {
+  auto sizes = [](benchmark::internal::Benchmark* b) {
+    for (int n : kSizes) b->Arg(n);
+    b->Unit(benchmark::kMicrosecond);
+  };
+  sizes(benchmark::RegisterBenchmark("BM_Baseline_FitScan", BM_Baseline_FitScan));
+  for (const char* p : {"tessera", "fgd", "bestfit"}) {
+    sizes(benchmark::RegisterBenchmark((std::string("BM_Decide/") + p).c_str(),
+                                       [p](benchmark::State& s) { Decide(s, p, false); }));
+  }
+  for (const char* p : {"tessera", "fgd"}) {
+    sizes(benchmark::RegisterBenchmark((std::string("BM_DecideCold/") + p).c_str(),
+                                       [p](benchmark::State& s) { Decide(s, p, true); }));
+  }
+}
+
+class CapturingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.run_type == Run::RT_Iteration && r.iterations > 0) {
+        results.push_back({r.benchmark_name(), r.real_accumulated_time * 1e6 /
+                                                   static_cast<double>(r.iterations)});
+      }
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  struct Result {
+    std::string name;
+    double us_per_decision;
+  };
+  std::vector<Result> results;
+};
+
+std::string SizeOf(const std::string& name) { return name.substr(name.rfind('/') + 1); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* build_dir = std::getenv("TESSERA_BUILD_DIR");
+  std::string json = std::string(build_dir != nullptr ? build_dir : "build") + "/bench/placement_bench.json";
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  Trace trace;
+  if (!Load(TESSERA_OPENB_DIR, &trace) && !Load(TESSERA_TESTDATA_DIR, &trace)) {
+    std::fprintf(stderr, "placement_bench: no trace in %s nor %s\n", TESSERA_OPENB_DIR,
+                 TESSERA_TESTDATA_DIR);
+    return 1;
+  }
+  g_trace = &trace;
+  std::printf("placement_bench: trace from %s (%zu nodes, %zu pods)\n", trace.source.c_str(),
+              trace.nodes.nodes.size(), trace.pods.size());
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  Register();
+  CapturingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+
+  std::map<std::string, double> baseline;  // per cluster size
+  for (const auto& r : reporter.results) {
+    if (r.name.rfind("BM_Baseline_FitScan/", 0) == 0) baseline[SizeOf(r.name)] = r.us_per_decision;
+  }
+  const std::string dir = json.substr(0, json.rfind('/'));
+  std::error_code ignored;
+  std::filesystem::create_directories(dir, ignored);
+  std::ofstream out(json);
+  out << "{\n  \"benchmark\": \"placement_bench\",\n  \"trace\": \"" << trace.source
+      << "\",\n  \"baseline\": \"BM_Baseline_FitScan (same cluster size)\",\n  \"results\": [\n";
+  for (size_t i = 0; i < reporter.results.size(); ++i) {
+    const auto& r = reporter.results[i];
+    const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;
+    out << "    {\"name\": \"" << r.name << "\", \"nodes\": " << SizeOf(r.name)
+        << ", \"us_per_decision\": " << r.us_per_decision
+        << ", \"ratio_to_baseline\": " << (base > 0 ? r.us_per_decision / base : 0) << "}"
+        << (i + 1 < reporter.results.size() ? "," : "") << "\n";
+  }
+  out << "  ]\n}\n";
+  std::printf("\nwrote %s\n", json.c_str());
+  for (const auto& r : reporter.results) {
+    const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;
+    std::printf("  %-32s %10.1f us/decision  %8.1fx baseline\n", r.name.c_str(), r.us_per_decision,
+                base > 0 ? r.us_per_decision / base : 0);
+  }
+  return out.good() ? 0 : 1;
+}
