@@ -1,0 +1,177 @@
+// shim_bench: what the libcuda shim adds per call, measured in one process against simgpu called
+// directly (the baseline, same run, same simulated machine). A private tesserad serves the run;
+// the tenant is limited (so every allocation really goes through the ledger) but never near its
+// limit. Writes build/bench/shim_bench.json (override with --json PATH) with each pair's ns per
+// call and the added ns.
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "driver/cuda_api.h"
+#include "ipc/unix_socket.h"
+#include "process/child_process.h"
+
+namespace {
+
+struct Api {
+  decltype(&cuMemAlloc_v2) alloc = nullptr;
+  decltype(&cuMemFree_v2) free = nullptr;
+  decltype(&cuLaunchKernel) launch = nullptr;
+  decltype(&cuMemGetInfo_v2) info = nullptr;
+};
+Api g_sim, g_shim;
+CUfunction g_noop = nullptr;
+
+void Die(const std::string& why) {
+  std::fprintf(stderr, "shim_bench: %s\n", why.c_str());
+  std::exit(1);
+}
+
+Api Load(void* handle, const char* what) {
+  Api api;
+  api.alloc = reinterpret_cast<decltype(api.alloc)>(dlsym(handle, "cuMemAlloc_v2"));
+  api.free = reinterpret_cast<decltype(api.free)>(dlsym(handle, "cuMemFree_v2"));
+  api.launch = reinterpret_cast<decltype(api.launch)>(dlsym(handle, "cuLaunchKernel"));
+  api.info = reinterpret_cast<decltype(api.info)>(dlsym(handle, "cuMemGetInfo_v2"));
+  if (!api.alloc || !api.free || !api.launch || !api.info) Die(std::string("symbols of ") + what);
+  return api;
+}
+
+void AllocFree(benchmark::State& state, const Api& api) {
+  for (auto _ : state) {
+    CUdeviceptr p = 0;
+    if (api.alloc(&p, 1 << 20) != CUDA_SUCCESS || api.free(p) != CUDA_SUCCESS) {
+      state.SkipWithError("allocation failed");
+      break;
+    }
+  }
+}
+void Launch(benchmark::State& state, const Api& api) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(api.launch(g_noop, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+  }
+}
+
+void BM_Simgpu_MemAllocFree(benchmark::State& s) { AllocFree(s, g_sim); }
+void BM_Shim_MemAllocFree(benchmark::State& s) { AllocFree(s, g_shim); }
+void BM_Simgpu_LaunchNoop(benchmark::State& s) { Launch(s, g_sim); }
+void BM_Shim_LaunchNoop(benchmark::State& s) { Launch(s, g_shim); }
+BENCHMARK(BM_Simgpu_MemAllocFree);
+BENCHMARK(BM_Shim_MemAllocFree);
+BENCHMARK(BM_Simgpu_LaunchNoop);
+BENCHMARK(BM_Shim_LaunchNoop);
+
+class CapturingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.run_type == Run::RT_Iteration && r.iterations > 0) {
+        ns[r.benchmark_name()] = r.real_accumulated_time * 1e9 / static_cast<double>(r.iterations);
+      }
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  std::map<std::string, double> ns;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string build = tessera::process::BuildDir();
+  std::string json = build + "/bench/shim_bench.json";
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string(argv[i]) == "--json" && i + 1 < argc) {
+      json = argv[++i];
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+
+  const std::string state = "shimbench-" + std::to_string(getpid());
+  const std::string socket = "/tmp/" + state + ".sock";
+  const std::string sim = build + "/lib/libtessera-simgpu.so";
+  setenv("TESSERA_SIM_STATE", state.c_str(), 1);
+  setenv("TESSERA_SIM_GPUS", "SimBench:80GiB:132", 1);
+  tessera::process::ChildProcess daemon(
+      {build + "/bin/tesserad", "--sim", "--socket", socket, "--ephemeral"}, {});
+  bool up = false;
+  for (int i = 0; i < 500 && !up; ++i) {
+    auto fd = tessera::ipc::Connect(socket, std::chrono::milliseconds(100));
+    up = fd.ok();
+    if (up) close(*fd);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!up) Die("tesserad did not start");
+  setenv("TESSERA_SOCKET", socket.c_str(), 1);
+  setenv("TESSERA_CONTAINER", "bench", 1);
+  setenv("TESSERA_MEM_LIMIT", "64GiB", 1);
+  setenv("TESSERA_REAL_LIBCUDA", sim.c_str(), 1);
+
+  void* shim = dlopen((build + "/lib/tessera/libcuda.so.1").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (shim == nullptr) Die(std::string("cannot open the shim: ") + dlerror());
+  auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(shim, "cuInit"));
+  if (init == nullptr || init(0) != CUDA_SUCCESS) Die("cuInit through the shim failed");
+  // The shim has opened simgpu as its real driver; this is the same loaded object.
+  void* simlib = dlopen(sim.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (simlib == nullptr) Die("cannot open simgpu");
+  g_sim = Load(simlib, "simgpu");
+  g_shim = Load(shim, "the shim");
+  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(
+      dlsym(simlib, "cuDevicePrimaryCtxRetain"));
+  auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(simlib, "cuCtxSetCurrent"));
+  auto load = reinterpret_cast<decltype(&cuModuleLoadData)>(dlsym(simlib, "cuModuleLoadData"));
+  auto get = reinterpret_cast<decltype(&cuModuleGetFunction)>(dlsym(simlib, "cuModuleGetFunction"));
+  CUcontext ctx = nullptr;
+  CUmodule mod = nullptr;
+  if (retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS ||
+      load(&mod, "bench") != CUDA_SUCCESS || get(&g_noop, mod, "noop") != CUDA_SUCCESS) {
+    Die("simgpu setup failed");
+  }
+  size_t free_bytes = 0, total = 0;
+  if (g_shim.info(&free_bytes, &total) != CUDA_SUCCESS || total != (64ull << 30)) {
+    Die("the shim does not enforce the 64GiB limit (total=" + std::to_string(total) + ")");
+  }
+
+  CapturingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  daemon.Kill(SIGTERM);
+  daemon.Wait(std::chrono::seconds(10));
+  shm_unlink(("/tessera-sim-" + state).c_str());
+
+  const double alloc_base = reporter.ns["BM_Simgpu_MemAllocFree"];
+  const double alloc_shim = reporter.ns["BM_Shim_MemAllocFree"];
+  const double launch_base = reporter.ns["BM_Simgpu_LaunchNoop"];
+  const double launch_shim = reporter.ns["BM_Shim_LaunchNoop"];
+  std::error_code ignored;
+  std::filesystem::create_directories(json.substr(0, json.rfind('/')), ignored);
+  std::ofstream out(json);
+  out << "{\n  \"benchmark\": \"shim_bench\",\n  \"baseline\": \"simgpu called directly\",\n"
+      << "  \"alloc_free_pair\": {\"simgpu_ns\": " << alloc_base << ", \"shim_ns\": " << alloc_shim
+      << ", \"added_ns\": " << alloc_shim - alloc_base
+      << ", \"ratio\": " << (alloc_base > 0 ? alloc_shim / alloc_base : 0) << "},\n"
+      << "  \"launch_noop\": {\"simgpu_ns\": " << launch_base << ", \"shim_ns\": " << launch_shim
+      << ", \"added_ns\": " << launch_shim - launch_base
+      << ", \"ratio\": " << (launch_base > 0 ? launch_shim / launch_base : 0) << "}\n}\n";
+  std::printf("\nwrote %s\n  cuMemAlloc+cuMemFree: simgpu %.1f ns, shim %.1f ns, added %.1f ns\n"
+              "  cuLaunchKernel(noop): simgpu %.1f ns, shim %.1f ns, added %.1f ns\n",
+              json.c_str(), alloc_base, alloc_shim, alloc_shim - alloc_base, launch_base,
+              launch_shim, launch_shim - launch_base);
+  return out.good() ? 0 : 1;
+}
