@@ -3,7 +3,8 @@
 //   request  = VERB *( " " key "=" value )        e.g. "HELLO version=1 container=web mem=2GiB"
 //   reply    = "OK" *( " " key "=" value )  |  "ERR " message
 // Verbs: HELLO (a captured process registers; the reply carries the ledger's descriptor and the
-// connection stays open for the process's life, so its close is its death), CONTAINER (register
+// connection stays open for the process's life, so its close is its death; with observer=1 it
+// only reads its container's view and holds no process slot), CONTAINER (register
 // or update a container's limits: `tessera run`, `tessera ctl`), STATUS (a JSON snapshot for
 // `tessera smi`; the reply is "OK " followed by the JSON).
 // Keys are [a-z_]{1,32}; values are 1-512 bytes of [A-Za-z0-9_.,:/+-]. A line breaking these rules

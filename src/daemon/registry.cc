@@ -84,16 +84,22 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     if (!added.ok()) return added.status();
     c = static_cast<int>(*added);
   }
+  Message reply{"OK", {}};
+  reply.fields["container"] = std::to_string(c);
+  reply.fields["devices"] = std::to_string(ledger_.device_count());
+  reply.fields["pid"] = std::to_string(pid);
+  if (request.Get("observer") == "1") {
+    // An observer (the NVML shim in nvidia-smi) reads its container's view; it holds nothing.
+    *process_slot = kNoProcess;
+    reply.fields["process"] = "none";
+    return reply;
+  }
   auto p = ledger_.AddProcess(static_cast<uint32_t>(c), pid);
   if (!p.ok()) return p.status();
   *process_slot = *p;
-  Message reply{"OK", {}};
-  reply.fields["container"] = std::to_string(c);
   reply.fields["process"] = std::to_string(*p);
   reply.fields["generation"] =
       std::to_string(ledger_.layout()->processes[*p].generation.load());
-  reply.fields["devices"] = std::to_string(ledger_.device_count());
-  reply.fields["pid"] = std::to_string(pid);
   return reply;
 }
 
@@ -109,7 +115,9 @@ Result<Message> Registry::SetContainer(const Message& request) {
   return Message{"OK", {{"container", std::to_string(*c)}}};
 }
 
-void Registry::Disconnected(uint32_t process_slot) { ledger_.ReclaimProcess(process_slot); }
+void Registry::Disconnected(uint32_t process_slot) {
+  if (process_slot != kNoProcess) ledger_.ReclaimProcess(process_slot);
+}
 
 int Registry::ReclaimDeadProcesses() {
   int reclaimed = 0;

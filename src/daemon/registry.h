@@ -17,6 +17,9 @@
 
 namespace tessera::daemon {
 
+// The process slot of an observer registration (HELLO observer=1), which holds no slot.
+inline constexpr uint32_t kNoProcess = ~uint32_t{0};
+
 struct RegistryOptions {
   bool allow_self_declared = true;
 };

@@ -54,12 +54,14 @@ class ShimTest : public ::testing::Test {
     return {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80"};
   }
   std::unique_ptr<ChildProcess> Tenant(const std::vector<std::string>& args,
-                                       const std::vector<std::string>& env) {
-    std::vector<std::string> argv = {BuildDir() + "/tests/shim_tenant"};
+                                       const std::vector<std::string>& env,
+                                       const std::string& program = "shim_tenant") {
+    std::vector<std::string> argv = {BuildDir() + "/tests/" + program};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> full = SimEnv();
     full.push_back("TESSERA_SOCKET=" + socket_);
     full.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
+    full.push_back("TESSERA_REAL_NVML=" + BuildDir() + "/lib/libtessera-simgpu.so");
     full.insert(full.end(), env.begin(), env.end());
     auto child = std::make_unique<ChildProcess>(argv, full);
     EXPECT_TRUE(child->started());
@@ -205,6 +207,33 @@ TEST_F(ShimTest, ErrorPaths) {
   EXPECT_EQ(Get(*on, "total"), 3 * kGiB);
   EXPECT_EQ(Get(*on, "device_total"), 3 * kGiB);
   EXPECT_EQ(on->Wait(10s), 0);
+}
+
+TEST_F(ShimTest, NvmlShowsTheContainersLimitUsageAndOnlyItsProcesses) {
+  auto holder = Tenant({"hold", std::to_string(300 * kMiB)},
+                       {"TESSERA_CONTAINER=viewed", "TESSERA_MEM_LIMIT=1GiB"});
+  ASSERT_EQ(holder->WaitForKey("ready", 30s), "1");
+  auto other = Tenant({"hold", std::to_string(100 * kMiB)}, {"TESSERA_CONTAINER=neighbour"});
+  ASSERT_EQ(other->WaitForKey("ready", 30s), "1");
+
+  auto inside = Tenant({}, {"TESSERA_CONTAINER=viewed"}, "nvml_tenant");
+  ASSERT_EQ(inside->Wait(30s), 0);
+  inside->DrainOutput(5s);
+  const auto& v = inside->values();
+  EXPECT_EQ(v.at("total"), std::to_string(kGiB));
+  EXPECT_EQ(v.at("v2_total"), std::to_string(kGiB));
+  EXPECT_EQ(v.at("used"), std::to_string(300 * kMiB));
+  EXPECT_EQ(v.at("free"), std::to_string(kGiB - 300 * kMiB));
+  ASSERT_EQ(v.at("processes"), "1") << "only the container's own process, not the neighbour";
+  EXPECT_EQ(v.at("pid_0"), std::to_string(holder->pid()));
+  EXPECT_EQ(v.at("mem_0"), std::to_string(300 * kMiB));
+
+  // Without isolation the real (simulated) device is shown, every process included.
+  auto outside = Tenant({}, {"TESSERA_DISABLE=1"}, "nvml_tenant");
+  ASSERT_EQ(outside->Wait(30s), 0);
+  outside->DrainOutput(5s);
+  EXPECT_EQ(outside->values().at("total"), std::to_string(8 * kGiB));
+  EXPECT_EQ(outside->values().at("processes"), "2");
 }
 
 }  // namespace

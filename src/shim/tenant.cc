@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -73,8 +74,9 @@ bool Register(std::string* error) {
   } else {
     close(ledger_fd);  // a forked child already has the mapping
   }
-  t.container = static_cast<uint32_t>(std::stoul(message->Get("container", "0")));
-  t.process = static_cast<uint32_t>(std::stoul(message->Get("process", "0")));
+  // strtoul, not stoul: nothing in the shim may throw into the host program.
+  t.container = static_cast<uint32_t>(std::strtoul(message->Get("container", "0").c_str(), nullptr, 10));
+  t.process = static_cast<uint32_t>(std::strtoul(message->Get("process", "0").c_str(), nullptr, 10));
   t.socket_fd = *fd;
   return true;
 }
@@ -83,7 +85,7 @@ bool Register(std::string* error) {
 
 TenantState& Tenant() { return g_tenant; }
 
-CUresult InitialiseTenant() {
+CUresult InitialiseTenant(bool observer) {
   std::lock_guard<std::mutex> lock(g_init_mu);
   TenantState& t = g_tenant;
   switch (t.mode.load()) {
@@ -112,6 +114,7 @@ CUresult InitialiseTenant() {
   g_socket_path = config->socket_path.value;
   daemon::Message hello{"HELLO", {{"version", std::to_string(daemon::kProtocolVersion)}}};
   if (config->container_id.is_set()) hello.fields["container"] = config->container_id.value;
+  if (observer) hello.fields["observer"] = "1";
   if (config->mem_limits.is_set()) {
     std::string list;
     for (const Bytes& b : config->mem_limits.value) {
@@ -138,7 +141,9 @@ CUresult InitialiseTenant() {
     return fail(CUDA_ERROR_NOT_INITIALIZED);
   }
   static std::once_flag atfork;
-  std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, AfterForkInChild); });
+  if (!observer) {
+    std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, AfterForkInChild); });
+  }
   t.mode.store(Mode::kEnforcing, std::memory_order_release);
   return CUDA_SUCCESS;
 }

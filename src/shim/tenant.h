@@ -32,8 +32,9 @@ struct TenantState {
 TenantState& Tenant();
 
 // Reads the environment, registers with the daemon and maps the ledger. Returns the status cuInit
-// must return before (or instead of) calling the real one. Idempotent; thread-safe.
-CUresult InitialiseTenant();
+// must return before (or instead of) calling the real one. Idempotent; thread-safe. An observer
+// (the NVML shim) only reads its container's view: it takes no process slot.
+CUresult InitialiseTenant(bool observer = false);
 
 // Re-registers a forked child as its own process (slow path, once per child).
 bool EnsureRegistered();
