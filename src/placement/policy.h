@@ -6,8 +6,8 @@
 // (OnPlaced), which policies that keep their own per-node records (clustering) use.
 //
 // Policies (see docs/placement.md for each rule and where it comes from):
-//   tessera     ours, the default: FGD's fragmentation gradient with exact scores, judged on
-//               GPU-weighted demand, with a best-fit tie break (policy_tessera.cc)
+//   tessera     ours, the default: FGD's fragmentation plus the GPU share a placement strands
+//               for lack of CPU, in 30-milli steps, first-fit ties (policy_tessera.cc)
 //   fgd         fragmentation gradient descent, Weng et al., ATC'23 (policy_fgd.cc)
 //   bestfit     least CPU/GPU left after placement; GPU best-fit
 //   packing     already-shared GPUs first, then partly used nodes, then idle nodes
@@ -16,8 +16,9 @@
 //   binpack     node and GPU binpack (most used first), as HAMi's binpack
 //   spread      node and GPU spread (least used first), as HAMi's spread
 //   random      a uniformly random fitting node and random fitting GPUs
-// Ties between equally scored nodes are broken uniformly at random (as kube-scheduler does),
-// from the policy's own seeded generator, so a run is reproducible from its seed.
+// Equal scores go to the first node in list order (what the FGD authors' simulator does; with
+// random tie breaks FGD's published numbers cannot be reproduced), except for random, which
+// draws from the policy's own seeded generator, so a run is reproducible from its seed.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +36,8 @@ namespace tessera::placement {
 
 struct PolicyOptions {
   uint64_t seed = 42;
-  // The target workload of the fragmentation-aware policies (fgd, tessera); ignored by the
-  // others. Must outlive the policy. Without one, they use each request's own shape.
+  // The target workload of the fragmentation-aware policies (fgd, tessera), which MakePolicy
+  // refuses to make without one; ignored by the others. Must outlive the policy.
   const TargetWorkload* workload = nullptr;
 };
 

@@ -246,13 +246,21 @@ Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name)
 Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
                             const ModelTable& models) {
   CsvReader csv(text, file_name);
-  Status header =
-      csv.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"});
+  Status header = csv.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_spec"});
   if (!header.ok()) return header;
   const int c_name = csv.Column("name"), c_cpu = csv.Column("cpu_milli"),
             c_mem = csv.Column("memory_mib"), c_num = csv.Column("num_gpu"),
             c_milli = csv.Column("gpu_milli"), c_spec = csv.Column("gpu_spec"),
-            c_gmem = csv.Column("gpu_mem_mib");
+            c_gmem = csv.Column("gpu_mem_mib"), c_core = csv.Column("gpu_core_percent"),
+            c_gib = csv.Column("gpu_mem_gib");
+  // Our own request form (DESIGN §8) instead of the trace's: gpu_core_percent (0..100 in steps
+  // of 5) and gpu_mem_gib per GPU.
+  const bool share_form = c_milli < 0 && c_core >= 0;
+  if (c_milli < 0 && c_core < 0) {
+    return Status::Error(std::string(file_name) +
+                         ":1: header has neither \"gpu_milli\" nor \"gpu_core_percent\"; "
+                         "expected one of them for the per-GPU share");
+  }
   PodList list;
   while (csv.NextRow()) {
     Status width = csv.CheckWidth();
@@ -264,26 +272,57 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
     if (!mem.ok()) return mem.status();
     auto num = csv.Integer(c_num, 0, kMaxGpusPerNode);
     if (!num.ok()) return num.status();
-    auto milli = csv.Integer(c_milli, 0, kMilliPerGpu);
-    if (!milli.ok()) return milli.status();
     r.cpu_milli = *cpu;
     r.memory_mib = *mem;
     r.gpu_count = static_cast<int>(*num);
-    r.gpu_milli = static_cast<int>(*milli);
-    if (c_gmem >= 0 && !csv.Field(c_gmem).empty()) {
+    if (share_form) {
+      auto core = csv.Integer(c_core, 0, 100);
+      if (!core.ok()) return core.status();
+      if (*core % 5 != 0) {
+        return Status::Error(
+            csv.ColumnError(c_core, "is not a multiple of 5", "0 to 100 in steps of 5"));
+      }
+      int64_t gib = 0;
+      if (c_gib >= 0 && !csv.Field(c_gib).empty()) {
+        auto g = csv.Integer(c_gib, 0, 1 << 20);
+        if (!g.ok()) return g.status();
+        gib = *g;
+      }
+      if (r.gpu_count == 0 && (*core != 0 || gib != 0)) {
+        return Status::Error(csv.ColumnError(*core != 0 ? c_core : c_gib,
+                                             "is a GPU share for a pod with num_gpu 0",
+                                             "0 when num_gpu is 0"));
+      }
+      if (r.gpu_count > 0 && *core == 0 && gib == 0) {
+        return Status::Error(
+            csv.ColumnError(c_core, "gives a GPU pod no share",
+                            "a gpu_core_percent or a gpu_mem_gib when num_gpu > 0"));
+      }
+      if (r.gpu_count > 0) {
+        auto form = RequestFromShareForm(r.cpu_milli, r.memory_mib, r.gpu_count, gib,
+                                         static_cast<int>(*core));
+        if (!form.ok()) return Status::Error(csv.ColumnError(c_core, form.error(), ""));
+        r = *form;
+      }
+    } else {
+      auto milli = csv.Integer(c_milli, 0, kMilliPerGpu);
+      if (!milli.ok()) return milli.status();
+      r.gpu_milli = static_cast<int>(*milli);
+    }
+    if (!share_form && c_gmem >= 0 && !csv.Field(c_gmem).empty()) {
       auto m = csv.Integer(c_gmem, 1, kMaxMemoryMib);
       if (!m.ok()) return m.status();
       r.gpu_mem_mib = *m;
     }
-    if (r.gpu_count == 0 && r.gpu_milli != 0) {
+    if (!share_form && r.gpu_count == 0 && r.gpu_milli != 0) {
       return Status::Error(csv.ColumnError(c_milli, "is a GPU share for a pod with num_gpu 0",
                                            "0 when num_gpu is 0"));
     }
-    if (r.gpu_count == 0 && r.gpu_mem_mib > 0) {
+    if (!share_form && r.gpu_count == 0 && r.gpu_mem_mib > 0) {
       return Status::Error(csv.ColumnError(c_gmem, "is GPU memory for a pod with num_gpu 0",
                                            "empty when num_gpu is 0"));
     }
-    if (r.gpu_count > 0 && r.gpu_milli == 0 && r.gpu_mem_mib <= 0) {
+    if (!share_form && r.gpu_count > 0 && r.gpu_milli == 0 && r.gpu_mem_mib <= 0) {
       return Status::Error(csv.ColumnError(c_milli, "gives a GPU pod no share",
                                            "1 to 1000 (or a gpu_mem_mib) when num_gpu > 0"));
     }

@@ -6,7 +6,9 @@
 // default: the model's known size).
 // Pod list columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec (models separated by
 // '|', empty for any); optional: gpu_mem_mib (per GPU; empty or absent: the same fraction of the
-// GPU's memory as gpu_milli). Other columns (qos, times, ...) are ignored.
+// GPU's memory as gpu_milli). Other columns (qos, times, ...) are ignored. Instead of gpu_milli,
+// a list may use our own request form (DESIGN §8): gpu_core_percent (0..100 in steps of 5; 0 is a
+// memory-only share) and gpu_mem_gib (per GPU; empty or 0 with a core share: proportional).
 //
 // Every malformed row is rejected with the file, the line, the column number and name, the value
 // and what was allowed, e.g.

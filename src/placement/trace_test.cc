@@ -145,6 +145,42 @@ TEST(PodCsvTest, OptionalGpuMemoryColumn) {
   EXPECT_EQ(pods->requests[1].gpu_mem_mib, kProportionalMemory);
 }
 
+TEST(PodCsvTest, OurOwnShareForm) {
+  ModelTable models;
+  (void)models.Intern("T4");
+  auto pods = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_core_percent,gpu_mem_gib,gpu_spec\n"
+      "a,1000,1024,1,30,4,\n"
+      "b,1000,1024,2,0,8,T4\n"
+      "c,1000,1024,1,100,,\n"
+      "d,1000,1024,0,0,,\n"
+      "e,1000,1024,1,25,,\n",
+      "pods.csv", models);
+  ASSERT_TRUE(pods.ok()) << pods.error();
+  EXPECT_EQ(pods->requests[0].gpu_milli, 300);
+  EXPECT_EQ(pods->requests[0].gpu_mem_mib, 4096);
+  EXPECT_TRUE(pods->requests[1].memory_only());
+  EXPECT_EQ(pods->requests[1].gpu_count, 2);
+  EXPECT_EQ(pods->requests[1].allowed, ModelSet::Of(0));
+  EXPECT_TRUE(pods->requests[2].whole_gpus());
+  EXPECT_TRUE(pods->requests[3].cpu_only());
+  EXPECT_EQ(pods->requests[4].gpu_mem_mib, kProportionalMemory);
+  const std::string header =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_core_percent,gpu_mem_gib,gpu_spec\n";
+  auto bad = ParsePodCsv(header + "a,1,1,1,33,,\n", "pods.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "pods.csv:2: column 5 (gpu_core_percent): \"33\"", "steps of 5");
+  bad = ParsePodCsv(header + "a,1,1,1,0,,\n", "pods.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "column 5 (gpu_core_percent)", "no share");
+  bad = ParsePodCsv(header + "a,1,1,0,0,4,\n", "pods.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "column 6 (gpu_mem_gib): \"4\"", "num_gpu is 0");
+  bad = ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_spec\n", "pods.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "pods.csv:1:", "neither \"gpu_milli\" nor \"gpu_core_percent\"");
+}
+
 TEST(TraceFileTest, MissingFileIsAnError) {
   auto r = LoadNodeCsv("/nonexistent/nodes.csv");
   ASSERT_FALSE(r.ok());
