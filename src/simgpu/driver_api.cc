@@ -139,7 +139,61 @@ CUctx_st* RequireCtx(CUresult* err) {
   CUctx_st* ctx = RequireCtx(&ctx##_err);  \
   if (ctx == nullptr) return ctx##_err
 
-bool ValidDevice(int dev) { return State() != nullptr && dev >= 0 && dev < State()->device_count(); }
+// CUDA_VISIBLE_DEVICES, read at cuInit: ordinal -> physical device. Every entry point takes and
+// returns ordinals; contexts, pools and the shared state use physical indices.
+bool ValidDevice(int ordinal) {
+  return State() != nullptr && ordinal >= 0 &&
+         ordinal < static_cast<int>(Rt().visible.size());
+}
+int Phys(int ordinal) { return Rt().visible[static_cast<size_t>(ordinal)]; }
+int Ordinal(int physical) {
+  const auto& v = Rt().visible;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == physical) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Parses CUDA_VISIBLE_DEVICES as the driver does: indices or UUIDs (or a unique UUID prefix),
+// comma separated; enumeration stops at the first entry that names no device or repeats one.
+std::vector<int> VisibleDevices() {
+  const int n = State()->device_count();
+  std::vector<int> out;
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (env == nullptr) {
+    for (int d = 0; d < n; ++d) out.push_back(d);
+    return out;
+  }
+  const std::string text(env);
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    int found = -1;
+    if (!item.empty() && std::all_of(item.begin(), item.end(), ::isdigit) && item.size() < 4) {
+      const int idx = std::atoi(item.c_str());
+      if (idx < n) found = idx;
+    } else if (item.rfind("GPU-", 0) == 0) {
+      for (int d = 0; d < n; ++d) {
+        if (std::strncmp(State()->device(d).uuid, item.c_str(), item.size()) == 0) {
+          if (found >= 0) {
+            found = -1;  // ambiguous prefix
+            break;
+          }
+          found = d;
+        }
+      }
+    }
+    if (found < 0 || std::find(out.begin(), out.end(), found) != out.end()) break;
+    out.push_back(found);
+    if (comma == text.size()) break;
+  }
+  return out;
+}
 
 // Resolves a stream handle; NULL means the legacy stream, or the per-thread one for _ptsz calls.
 CUstream_st* ResolveStream(Runtime& rt, CUctx_st* ctx, CUstream h, bool per_thread_default) {
@@ -713,6 +767,7 @@ CUresult CtxCreate(CUcontext* out, unsigned flags, CUdevice dev) {
   SIM_REQUIRE_INIT();
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   if (flags > 0x1f) return CUDA_ERROR_INVALID_VALUE;
   CUctx_st* ctx = NewContext(Rt(), dev, flags, false);
   tessera::sim::t_ctx_stack.push_back(ctx);
@@ -738,6 +793,7 @@ CUresult PrimaryRelease(CUdevice dev, bool reset) {
   Lock lock(Rt().mu);
   SIM_REQUIRE_INIT();
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   Runtime& rt = Rt();
   if (static_cast<int>(rt.primary.size()) <= dev || rt.primary[dev] == nullptr) {
     return reset ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
@@ -821,6 +877,7 @@ CUresult cuInit(unsigned int flags) {
   if (CUresult r = tessera::sim::EnsureAttached(); r != CUDA_SUCCESS) return r;
   Lock lock(Rt().mu);
   Rt().initialized = true;
+  Rt().visible = VisibleDevices();
   Rt().primary.resize(State()->device_count(), nullptr);
   EnsureDevicePools(Rt());
   return CUDA_SUCCESS;
@@ -858,7 +915,7 @@ CUresult cuGetErrorString(CUresult error, const char** str) {
 CUresult cuDeviceGetCount(int* count) {
   SIM_REQUIRE_INIT();
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *count = State()->device_count();
+  *count = static_cast<int>(Rt().visible.size());
   return CUDA_SUCCESS;
 }
 
@@ -874,6 +931,7 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   SIM_REQUIRE_INIT();
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   std::snprintf(name, static_cast<size_t>(len), "%s", State()->device(dev).name);
   return CUDA_SUCCESS;
 }
@@ -882,6 +940,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   SIM_REQUIRE_INIT();
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   const char* text = State()->device(dev).uuid + 4;  // skip "GPU-"
   int n = 0;
   for (const char* p = text; *p != '\0' && n < 16; ++p) {
@@ -899,6 +958,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   SIM_REQUIRE_INIT();
   if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   *bytes = State()->device(dev).total_bytes;
   return CUDA_SUCCESS;
 }
@@ -915,6 +975,7 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
   SIM_REQUIRE_INIT();
   if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *pi = 49152; break;
@@ -951,6 +1012,7 @@ CUresult cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice dev) {
   SIM_REQUIRE_INIT();
   if (bus_id == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   std::snprintf(bus_id, static_cast<size_t>(len), "00000000:%02X:00.0", 0x10 + dev);
   return CUDA_SUCCESS;
 }
@@ -961,6 +1023,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   SIM_REQUIRE_INIT();
   if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   Runtime& rt = Rt();
   if (rt.primary[dev] == nullptr) rt.primary[dev] = NewContext(rt, dev, 0, true);
   ++rt.primary[dev]->primary_refs;
@@ -979,6 +1042,7 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* acti
   SIM_REQUIRE_INIT();
   if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   CUctx_st* ctx = Rt().primary[dev];
   *flags = ctx != nullptr ? ctx->flags : 0;
   *active = ctx != nullptr && ctx->primary_refs > 0 ? 1 : 0;
@@ -989,6 +1053,7 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   Lock lock(Rt().mu);
   SIM_REQUIRE_INIT();
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   if (flags > 0x1f) return CUDA_ERROR_INVALID_VALUE;
   Runtime& rt = Rt();
   if (rt.primary[dev] == nullptr) rt.primary[dev] = NewContext(rt, dev, flags, true);
@@ -1068,7 +1133,7 @@ CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext ctx) {
   if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (ctx == nullptr) ctx = CurrentCtx();
   if (ctx == nullptr || Rt().contexts.count(ctx) == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  *device = ctx->device;
+  *device = Ordinal(ctx->device);
   return CUDA_SUCCESS;
 }
 CUresult cuCtxGetDevice(CUdevice* device) { return cuCtxGetDevice_v2(device, nullptr); }
@@ -1328,7 +1393,7 @@ CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (!ValidDevice(props->location.id)) return CUDA_ERROR_INVALID_DEVICE;
-  *pool = NewPool(Rt(), props->location.id, false);
+  *pool = NewPool(Rt(), Phys(props->location.id), false);
   return CUDA_SUCCESS;
 }
 
@@ -1413,6 +1478,7 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   SIM_REQUIRE_INIT();
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   *pool = Rt().default_pool[dev];
   return CUDA_SUCCESS;
 }
@@ -1422,6 +1488,7 @@ CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
   SIM_REQUIRE_INIT();
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   *pool = Rt().current_pool[dev];
   return CUDA_SUCCESS;
 }
@@ -1430,6 +1497,7 @@ CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   Lock lock(Rt().mu);
   SIM_REQUIRE_INIT();
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   if (Rt().pools.count(pool) == 0 || pool->device != dev) return CUDA_ERROR_INVALID_VALUE;
   Rt().current_pool[dev] = pool;
   return CUDA_SUCCESS;
@@ -1456,8 +1524,9 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  const int dev = prop->location.id;
+  int dev = prop->location.id;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = Phys(dev);
   if (!State()->Reserve(dev, size)) return CUDA_ERROR_OUT_OF_MEMORY;
   const int fd = memfd_create("simgpu-vmm", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {

@@ -141,6 +141,7 @@ struct VmmMapping {
 struct Runtime {
   std::mutex mu;
   bool initialized = false;
+  std::vector<int> visible;  // CUDA_VISIBLE_DEVICES: ordinal -> physical device
   std::vector<CUctx_st*> primary;  // per device, created on first retain
   std::unordered_set<CUctx_st*> contexts;
   std::unordered_set<CUstream_st*> streams;

@@ -5,7 +5,8 @@
 //
 //   sim_tenant LIB alloc-until-oom CHUNK_MIB     allocate until failure, report, hold until stdin EOF
 //   sim_tenant LIB hold BYTES                    allocate BYTES, print ready, sleep until killed
-//   sim_tenant LIB spin-loop KERNEL_US WALL_MS   launch+sync spin kernels for WALL_MS of wall time
+//   sim_tenant LIB spin-loop KERNEL_US WALL_MS [START_NS]  launch+sync spin kernels for WALL_MS
+//                                                of wall time, from CLOCK_MONOTONIC START_NS if given
 //   sim_tenant LIB elapsed SPIN_US               event elapsed time around one spin kernel
 //   sim_tenant LIB fill-copy BYTES VALUE         fill kernel then cuMemcpyDtoH, verify every byte
 //   sim_tenant LIB meminfo                       print cuMemGetInfo free and total
@@ -117,6 +118,11 @@ int main(int argc, char** argv) {
   if (mode == "spin-loop") {
     const uint64_t kernel_ns = arg(3) * 1000;
     const uint64_t wall_ns = arg(4) * 1'000'000;
+    if (arg(5) != 0 && arg(5) > MonotonicNs()) {
+      const uint64_t at = arg(5);
+      timespec ts{static_cast<time_t>(at / 1'000'000'000ull), static_cast<long>(at % 1'000'000'000ull)};
+      clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+    }
     const uint64_t start = MonotonicNs();
     uint64_t kernels = 0;
     while (MonotonicNs() - start < wall_ns) {

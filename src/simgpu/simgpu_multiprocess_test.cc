@@ -2,6 +2,7 @@
 // and share one simulated machine through TESSERA_SIM_STATE. Each test uses its own state name.
 #include <signal.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include <chrono>
 #include <memory>
@@ -27,12 +28,14 @@ class SimMultiProcessTest : public ::testing::Test {
   void TearDown() override { shm_unlink(("/tessera-sim-" + state_).c_str()); }
 
   std::unique_ptr<ChildProcess> Tenant(const std::vector<std::string>& args,
-                                       const std::string& gpus = "SimT:8GiB:80") {
+                                       const std::string& gpus = "SimT:8GiB:80",
+                                       const std::string& visible = "") {
     std::vector<std::string> argv = {BuildDir() + "/tests/sim_tenant",
                                      BuildDir() + "/lib/libtessera-simgpu.so"};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto child = std::make_unique<ChildProcess>(
-        argv, std::vector<std::string>{"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=" + gpus});
+    std::vector<std::string> env = {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=" + gpus};
+    if (!visible.empty()) env.push_back("CUDA_VISIBLE_DEVICES=" + visible);
+    auto child = std::make_unique<ChildProcess>(argv, env);
     EXPECT_TRUE(child->started());
     return child;
   }
@@ -68,8 +71,14 @@ TEST_F(SimMultiProcessTest, TwoProcessesShareCapacityAndGetExactOutOfMemory) {
 }
 
 TEST_F(SimMultiProcessTest, ConcurrentSpinKernelsAreSerialisedAndShared) {
-  auto a = Tenant({"spin-loop", "1000", "2000"});
-  auto b = Tenant({"spin-loop", "1000", "2000"});
+  // Both start their loops at the same instant (half a second from now, once both are up).
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const uint64_t start_at =
+      static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec) +
+      500'000'000ull;
+  auto a = Tenant({"spin-loop", "1000", "2000", std::to_string(start_at)});
+  auto b = Tenant({"spin-loop", "1000", "2000", std::to_string(start_at)});
   ASSERT_EQ(a->Wait(30s), 0);
   ASSERT_EQ(b->Wait(30s), 0);
   a->DrainOutput(5s);
@@ -117,6 +126,17 @@ TEST_F(SimMultiProcessTest, FillThenCopyToHostMovesTheRightBytes) {
   auto t = Tenant({"fill-copy", std::to_string(3 << 20), "171"});  // 0xAB
   EXPECT_EQ(t->WaitForKey("wrong_bytes", 30s), "0");
   EXPECT_EQ(t->Wait(10s), 0);
+}
+
+TEST_F(SimMultiProcessTest, CudaVisibleDevicesRenumbersFromZero) {
+  const std::string gpus = "SimA:8GiB,SimB:2GiB";
+  auto second = Tenant({"meminfo"}, gpus, "1");
+  EXPECT_EQ(second->WaitForKey("total", 10s), std::to_string(2 * kGiB));
+  EXPECT_EQ(second->Wait(10s), 0);
+  auto none = Tenant({"meminfo"}, gpus, "7");
+  auto error = none->WaitForKey("error", 10s);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("CUDA_ERROR_INVALID_DEVICE"), std::string::npos) << *error;
 }
 
 TEST_F(SimMultiProcessTest, InvalidSimConfigurationIsRejectedWithItsName) {
