@@ -210,12 +210,13 @@ int RunSim(const std::vector<std::string>& args) {
 
   if (nodes_path.empty() || pods_path.empty()) {
     const std::string dir = DefaultTraceDir();
-    if (nodes_path.empty()) nodes_path = dir + "/openb_node_list_gpu_node.csv";
-    if (pods_path.empty()) pods_path = dir + "/openb_pod_list_default.csv";
-    for (const std::string& p : {nodes_path, pods_path}) {
+    std::vector<std::string> defaulted;
+    if (nodes_path.empty()) defaulted.push_back(nodes_path = dir + "/openb_node_list_gpu_node.csv");
+    if (pods_path.empty()) defaulted.push_back(pods_path = dir + "/openb_pod_list_default.csv");
+    for (const std::string& p : defaulted) {
       if (!std::filesystem::exists(p)) {
-        return Usage("no --nodes/--pods given and the default trace " + p +
-                     " does not exist; pass --nodes CSV --pods CSV or set TESSERA_OPENB_DIR");
+        return Usage("the default trace file " + p +
+                     " does not exist; pass --nodes CSV and --pods CSV, or set TESSERA_OPENB_DIR");
       }
     }
   }

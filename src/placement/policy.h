@@ -19,6 +19,7 @@
 // Equal scores go to the first node in list order (what the FGD authors' simulator does; with
 // random tie breaks FGD's published numbers cannot be reproduced), except for random, which
 // draws from the policy's own seeded generator, so a run is reproducible from its seed.
+// A policy is not thread-safe (it caches per-node scores); use one per thread.
 #pragma once
 
 #include <cstdint>
