@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/container_id.h"
+#include "core/device_selector.h"
 
 namespace tessera::daemon {
 namespace {
@@ -27,8 +28,7 @@ std::string Json(const std::string& s) {
 Registry::Registry(ledger::MemoryLedger ledger, RegistryOptions options)
     : ledger_(std::move(ledger)), options_(options) {}
 
-Result<std::vector<uint64_t>> Registry::ParseLimits(const std::string& text) const {
-  const int devices = ledger_.device_count();
+Result<std::vector<uint64_t>> Registry::ParseLimits(const std::string& text, int devices) const {
   std::vector<uint64_t> limits;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -70,6 +70,19 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   if (auto valid = ParseContainerId(id, "container"); !valid.ok()) {
     return Result<Message>::Error(valid.error());
   }
+  // The devices the process may see, as physical indices in its ordinal order.
+  std::vector<int> visible;
+  std::vector<std::string> uuids;
+  for (int d = 0; d < ledger_.device_count(); ++d) uuids.push_back(ledger_.layout()->devices[d].uuid);
+  if (request.Has("visible")) {
+    auto selector = ParseDeviceSelector(request.Get("visible"), "TESSERA_VISIBLE_DEVICES");
+    if (!selector.ok()) return selector.status();
+    auto resolved = ResolveDeviceSelector(*selector, uuids, "TESSERA_VISIBLE_DEVICES");
+    if (!resolved.ok()) return resolved.status();
+    visible = *resolved;
+  } else {
+    for (int d = 0; d < ledger_.device_count(); ++d) visible.push_back(d);
+  }
   int c = ledger_.FindContainer(id);
   if (c < 0) {
     if (!options_.allow_self_declared) {
@@ -78,9 +91,12 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
                                     "self-declared containers (--allow-self-declared=false); "
                                     "start the process with `tessera run`");
     }
-    auto limits = ParseLimits(request.Get("mem", "none"));
-    if (!limits.ok()) return limits.status();
-    auto added = ledger_.UpsertContainer(id, *limits);
+    // The declared limits are per visible device (ordinal order); the ledger's are physical.
+    auto by_ordinal = ParseLimits(request.Get("mem", "none"), static_cast<int>(visible.size()));
+    if (!by_ordinal.ok()) return by_ordinal.status();
+    std::vector<uint64_t> limits(static_cast<size_t>(ledger_.device_count()), ledger::kUnlimited);
+    for (size_t i = 0; i < visible.size(); ++i) limits[static_cast<size_t>(visible[i])] = (*by_ordinal)[i];
+    auto added = ledger_.UpsertContainer(id, limits);
     if (!added.ok()) return added.status();
     c = static_cast<int>(*added);
   }
@@ -88,6 +104,9 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   reply.fields["container"] = std::to_string(c);
   reply.fields["devices"] = std::to_string(ledger_.device_count());
   reply.fields["pid"] = std::to_string(pid);
+  std::string visible_list;
+  for (int v : visible) visible_list += (visible_list.empty() ? "" : ",") + std::to_string(v);
+  if (!visible_list.empty()) reply.fields["visible"] = visible_list;
   if (request.Get("observer") == "1") {
     // An observer (the NVML shim in nvidia-smi) reads its container's view; it holds nothing.
     *process_slot = kNoProcess;
@@ -108,7 +127,7 @@ Result<Message> Registry::SetContainer(const Message& request) {
   if (auto valid = ParseContainerId(id, "id"); !valid.ok()) {
     return Result<Message>::Error(valid.error());
   }
-  auto limits = ParseLimits(request.Get("mem", "none"));
+  auto limits = ParseLimits(request.Get("mem", "none"), ledger_.device_count());
   if (!limits.ok()) return limits.status();
   auto c = ledger_.UpsertContainer(id, *limits);
   if (!c.ok()) return c.status();

@@ -42,9 +42,9 @@ class Registry {
   const ledger::MemoryLedger& ledger() const { return ledger_; }
 
  private:
-  // Parses a "mem" field: comma list of byte counts or "none", one per device (a shorter list
-  // repeats its last entry). Returns per-device limits.
-  Result<std::vector<uint64_t>> ParseLimits(const std::string& text) const;
+  // Parses a "mem" field: comma list of byte counts or "none", one per device of `devices` (a
+  // shorter list repeats its last entry).
+  Result<std::vector<uint64_t>> ParseLimits(const std::string& text, int devices) const;
 
   ledger::MemoryLedger ledger_;
   RegistryOptions options_;

@@ -109,11 +109,11 @@ bool Enforcing() {
   return tessera::shim::EnsureRegistered();
 }
 
-// The device of the calling thread's current context, or -1.
+// The ledger index of the calling thread's current context's device, or -1.
 int CurrentDevice() {
   CUdevice dev = -1;
   if (REAL(cuCtxGetDevice)(&dev) != CUDA_SUCCESS) return -1;
-  return dev;
+  return tessera::shim::LedgerDevice(dev);
 }
 
 bool Reserve(int device, uint64_t bytes) {
@@ -179,10 +179,11 @@ bool SyncPool(CUmemoryPool pool, int device) {
   return true;
 }
 
-CUmemoryPool PoolOf(CUmemoryPool pool, int device) {
+CUmemoryPool PoolOf(CUmemoryPool pool) {
   if (pool != nullptr) return pool;
+  CUdevice ordinal = -1;
   CUmemoryPool current = nullptr;
-  REAL(cuDeviceGetMemPool)(&current, device);
+  if (REAL(cuCtxGetDevice)(&ordinal) == CUDA_SUCCESS) REAL(cuDeviceGetMemPool)(&current, ordinal);
   return current;
 }
 
@@ -191,7 +192,7 @@ CUresult PoolAlloc(CUmemoryPool explicit_pool, size_t size, Alloc alloc) {
   const int device = CurrentDevice();
   if (device < 0) return alloc();
   std::lock_guard<std::mutex> lock(g_pool_mu);
-  CUmemoryPool pool = PoolOf(explicit_pool, device);
+  CUmemoryPool pool = PoolOf(explicit_pool);
   if (pool == nullptr) return alloc();
   // Admission: the pool may grow by up to the rounded request.
   const uint64_t headroom = RoundUp(size);
@@ -306,11 +307,12 @@ TESSERA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes)
   return r;
 }
 
-TESSERA_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
-  const CUresult r = REAL(cuDeviceTotalMem_v2)(bytes, dev);
+TESSERA_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice ordinal) {
+  const CUresult r = REAL(cuDeviceTotalMem_v2)(bytes, ordinal);
   if (r != CUDA_SUCCESS || bytes == nullptr || !Enforcing()) return r;
   auto& t = Tenant();
-  if (dev < 0 || dev >= t.ledger->device_count()) return r;
+  const int dev = tessera::shim::LedgerDevice(ordinal);
+  if (dev < 0) return r;
   const uint64_t limit = t.ledger->Limit(t.container, dev);
   if (limit != tessera::ledger::kUnlimited) *bytes = std::min<uint64_t>(limit, *bytes);
   return r;
@@ -368,7 +370,8 @@ TESSERA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t
     return REAL(cuMemCreate)(handle, size, prop, flags);
   }
   uint64_t key = 0;
-  return Charged(g_handles, prop->location.id, RoundUp(size), &key, [&] {
+  return Charged(g_handles, tessera::shim::LedgerDevice(prop->location.id), RoundUp(size), &key,
+                 [&] {
     const CUresult r = REAL(cuMemCreate)(handle, size, prop, flags);
     key = *handle;
     return r;

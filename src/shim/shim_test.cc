@@ -51,7 +51,7 @@ class ShimTest : public ::testing::Test {
     shm_unlink(("/tessera-sim-" + state_).c_str());
   }
   std::vector<std::string> SimEnv() {
-    return {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80"};
+    return {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80,SimU:4GiB:40"};
   }
   std::unique_ptr<ChildProcess> Tenant(const std::vector<std::string>& args,
                                        const std::vector<std::string>& env,
@@ -207,6 +207,22 @@ TEST_F(ShimTest, ErrorPaths) {
   EXPECT_EQ(Get(*on, "total"), 3 * kGiB);
   EXPECT_EQ(Get(*on, "device_total"), 3 * kGiB);
   EXPECT_EQ(on->Wait(10s), 0);
+}
+
+TEST_F(ShimTest, VisibleDevicesRenumberAndLimitsFollowThem) {
+  // Only the second GPU (4 GiB), seen as device 0, limited to 1 GiB.
+  auto t = Tenant({"alloc-until-oom", "64"}, {"TESSERA_CONTAINER=second", "TESSERA_VISIBLE_DEVICES=1",
+                                              "TESSERA_MEM_LIMIT=1GiB"});
+  EXPECT_EQ(Get(*t, "allocated"), kGiB);
+  EXPECT_EQ(Get(*t, "total"), kGiB);
+  t->CloseStdin();
+  EXPECT_EQ(t->Wait(30s), 0);
+  auto unlimited = Tenant({"meminfo"}, {"TESSERA_CONTAINER=second-free", "TESSERA_VISIBLE_DEVICES=1"});
+  EXPECT_EQ(Get(*unlimited, "total"), 4 * kGiB) << "device 0 is the node's device 1";
+  EXPECT_EQ(unlimited->Wait(10s), 0);
+  auto unknown = Tenant({"meminfo"}, {"TESSERA_VISIBLE_DEVICES=5"});
+  EXPECT_EQ(Get(*unknown, "init_error"), 1u) << "an unknown device is CUDA_ERROR_INVALID_VALUE";
+  EXPECT_EQ(unknown->Wait(10s), 3);
 }
 
 TEST_F(ShimTest, NvmlShowsTheContainersLimitUsageAndOnlyItsProcesses) {

@@ -22,6 +22,7 @@ TenantState g_tenant;
 std::mutex g_init_mu;
 std::string g_socket_path;
 std::string g_hello;  // the HELLO request, kept to re-register after fork
+bool g_restrict_devices = false;  // TESSERA_VISIBLE_DEVICES was given
 
 void AfterForkInChild() {
   // The inherited connection belongs to the parent's registration: drop our copy (the parent
@@ -77,6 +78,23 @@ bool Register(std::string* error) {
   // strtoul, not stoul: nothing in the shim may throw into the host program.
   t.container = static_cast<uint32_t>(std::strtoul(message->Get("container", "0").c_str(), nullptr, 10));
   t.process = static_cast<uint32_t>(std::strtoul(message->Get("process", "0").c_str(), nullptr, 10));
+  // The devices this process may see, in its ordinal order, as the daemon resolved them; the real
+  // driver is told the same through CUDA_VISIBLE_DEVICES (by UUID) before its cuInit.
+  const std::string visible = message->Get("visible");
+  int count = 0;
+  std::string uuids;
+  for (size_t pos = 0; !visible.empty() && pos <= visible.size() && count < ledger::kMaxDevices;) {
+    size_t comma = visible.find(',', pos);
+    if (comma == std::string::npos) comma = visible.size();
+    const int p = std::atoi(visible.substr(pos, comma - pos).c_str());
+    if (p >= 0 && p < t.ledger->device_count()) {
+      t.physical[count++] = p;
+      uuids += (uuids.empty() ? "" : ",") + std::string(t.ledger->layout()->devices[p].uuid);
+    }
+    pos = comma + 1;
+  }
+  t.visible_count = count;
+  if (g_restrict_devices) setenv("CUDA_VISIBLE_DEVICES", uuids.c_str(), 1);
   t.socket_fd = *fd;
   return true;
 }
@@ -115,6 +133,10 @@ CUresult InitialiseTenant(bool observer) {
   daemon::Message hello{"HELLO", {{"version", std::to_string(daemon::kProtocolVersion)}}};
   if (config->container_id.is_set()) hello.fields["container"] = config->container_id.value;
   if (observer) hello.fields["observer"] = "1";
+  if (config->visible_devices.is_set() && !config->visible_devices.value.all) {
+    hello.fields["visible"] = config->visible_devices.value.ToString();
+    g_restrict_devices = !observer;  // NVML is never renumbered, only the driver
+  }
   if (config->mem_limits.is_set()) {
     std::string list;
     for (const Bytes& b : config->mem_limits.value) {
@@ -125,6 +147,10 @@ CUresult InitialiseTenant(bool observer) {
   g_hello = daemon::FormatMessage(hello);
   std::string error;
   if (!Register(&error)) {
+    if (error.find("TESSERA_VISIBLE_DEVICES") != std::string::npos) {
+      std::fprintf(stderr, "tessera: %s\n", error.c_str());
+      return fail(CUDA_ERROR_INVALID_VALUE);
+    }
     if (config->fail_open.value) {
       std::fprintf(stderr,
                    "tessera: WARNING: no Tessera daemon at %s (%s); running UNISOLATED because "

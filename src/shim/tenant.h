@@ -26,10 +26,19 @@ struct TenantState {
   uint32_t container = 0;
   uint32_t process = 0;
   int socket_fd = -1;
+  // TESSERA_VISIBLE_DEVICES: the process's device ordinal -> the node's (ledger) device index.
+  int physical[ledger::kMaxDevices] = {};
+  int visible_count = 0;
   CUresult init_error = CUDA_SUCCESS;  // what cuInit returns when kFailed
 };
 
 TenantState& Tenant();
+
+// The ledger index of the device the process calls `ordinal`, or -1.
+inline int LedgerDevice(int ordinal) {
+  const TenantState& t = Tenant();
+  return ordinal >= 0 && ordinal < t.visible_count ? t.physical[ordinal] : -1;
+}
 
 // Reads the environment, registers with the daemon and maps the ledger. Returns the status cuInit
 // must return before (or instead of) calling the real one. Idempotent; thread-safe. An observer
