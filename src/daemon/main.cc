@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "core/bool_flag.h"
+#include "core/bytes.h"
+#include "driver/cuda_api.h"
 #include "daemon/registry.h"
 #include "daemon/server.h"
 #include "driver/library.h"
@@ -27,6 +29,7 @@
 // NVML stays loaded for the daemon's life and is never unloaded (not even at exit: its own
 // globals must outlive every use). External linkage keeps the pointer, and so the object, alive.
 tessera::DynamicLibrary* tesserad_nvml_library = nullptr;
+tessera::DynamicLibrary* tesserad_cuda_library = nullptr;
 
 namespace {
 
@@ -47,7 +50,7 @@ std::string ExecutableDir() {
 int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "tesserad: %s\nusage: tesserad [--socket PATH] [--sim] [--allow-self-declared "
-               "true|false] [--ledger NAME] [--ephemeral]\n",
+               "true|false] [--ledger NAME] [--ephemeral] [--context-overhead SIZE|measure]\n",
                problem.c_str());
   return 2;
 }
@@ -89,6 +92,35 @@ tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::st
   return devices;
 }
 
+// Measures what a context costs on device 0: NVML's used memory around a primary-context retain
+// through the real driver. 0 (with a note) when it cannot be measured.
+uint64_t MeasureContextOverhead(const std::string& libcuda, const std::string& nvml_path) {
+  auto cuda = tessera::DynamicLibrary::Open(libcuda);
+  if (!cuda.ok() || tesserad_nvml_library == nullptr) return 0;
+  auto init = cuda->Resolve<decltype(&cuInit)>("cuInit");
+  auto retain = cuda->Resolve<decltype(&cuDevicePrimaryCtxRetain)>("cuDevicePrimaryCtxRetain");
+  auto release =
+      cuda->Resolve<decltype(&cuDevicePrimaryCtxRelease_v2)>("cuDevicePrimaryCtxRelease_v2");
+  auto handle = tesserad_nvml_library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
+      "nvmlDeviceGetHandleByIndex_v2");
+  auto memory =
+      tesserad_nvml_library->Resolve<decltype(&nvmlDeviceGetMemoryInfo)>("nvmlDeviceGetMemoryInfo");
+  if (!init.ok() || !retain.ok() || !release.ok() || !handle.ok() || !memory.ok()) return 0;
+  nvmlDevice_t dev = nullptr;
+  nvmlMemory_t before{}, after{};
+  CUcontext ctx = nullptr;
+  if ((*init)(0) != CUDA_SUCCESS || (*handle)(0, &dev) != NVML_SUCCESS ||
+      (*memory)(dev, &before) != NVML_SUCCESS || (*retain)(&ctx, 0) != CUDA_SUCCESS) {
+    return 0;
+  }
+  const bool ok = (*memory)(dev, &after) == NVML_SUCCESS;
+  (*release)(0);
+  (void)nvml_path;
+  // Keep the driver loaded: unloading a CUDA driver in a running process is not supported.
+  tesserad_cuda_library = new tessera::DynamicLibrary(std::move(*cuda));
+  return ok && after.used > before.used ? after.used - before.used : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +129,7 @@ int main(int argc, char** argv) {
   bool sim = std::getenv("TESSERA_SIM_GPUS") != nullptr;
   bool allow_self_declared = true;
   bool ephemeral = false;
+  std::string context_overhead = "measure";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -112,6 +145,10 @@ int main(int argc, char** argv) {
       const char* v = value("--ledger");
       if (v == nullptr) return Usage("--ledger needs a name");
       ledger_name = v;
+    } else if (arg == "--context-overhead") {
+      const char* v = value("--context-overhead");
+      if (v == nullptr) return Usage("--context-overhead needs a size (e.g. 300MiB) or measure");
+      context_overhead = v;
     } else if (arg == "--sim") {
       sim = true;
     } else if (arg == "--ephemeral") {
@@ -163,7 +200,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tesserad: %s\n", ledger.error().c_str());
     return 1;
   }
-  tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared});
+  uint64_t context_bytes = 0;
+  if (context_overhead == "measure") {
+    // simgpu's contexts cost nothing by design; a real driver's are measured.
+    if (!sim) {
+      const char* real = std::getenv("TESSERA_REAL_LIBCUDA");
+      context_bytes = MeasureContextOverhead(
+          real != nullptr && *real != '\0' ? real : "/usr/lib/x86_64-linux-gnu/libcuda.so.1", nvml);
+    }
+  } else {
+    auto parsed = tessera::ParseBytes(context_overhead, "--context-overhead");
+    if (!parsed.ok()) return Usage(parsed.error() + " (or measure)");
+    context_bytes = parsed->count();
+  }
+  tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes});
   const int reclaimed = registry.ReclaimDeadProcesses();
   auto listen_fd = tessera::ipc::Listen(socket_path);
   if (!listen_fd.ok()) {
@@ -175,9 +225,10 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  std::printf("tesserad: listening on %s, ledger /dev/shm%s, %zu device(s)%s, reclaimed %d\n",
+  std::printf("tesserad: listening on %s, ledger /dev/shm%s, %zu device(s)%s, reclaimed %d, "
+              "context overhead %llu bytes\n",
               socket_path.c_str(), ledger_name.c_str(), devices->size(), sim ? " (simulated)" : "",
-              reclaimed);
+              reclaimed, static_cast<unsigned long long>(context_bytes));
   std::fflush(stdout);
   tessera::daemon::Server server(&registry, *listen_fd);
   tessera::Status run = server.Run(g_stop);

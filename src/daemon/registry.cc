@@ -104,6 +104,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   reply.fields["container"] = std::to_string(c);
   reply.fields["devices"] = std::to_string(ledger_.device_count());
   reply.fields["pid"] = std::to_string(pid);
+  reply.fields["context_bytes"] = std::to_string(options_.context_bytes);
   std::string visible_list;
   for (int v : visible) visible_list += (visible_list.empty() ? "" : ",") + std::to_string(v);
   if (!visible_list.empty()) reply.fields["visible"] = visible_list;

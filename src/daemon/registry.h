@@ -22,6 +22,7 @@ inline constexpr uint32_t kNoProcess = ~uint32_t{0};
 
 struct RegistryOptions {
   bool allow_self_declared = true;
+  uint64_t context_bytes = 0;  // charged once per process and device for the driver's context
 };
 
 class Registry {

@@ -8,6 +8,7 @@
 // Fast path rules: no syscalls, locks, getenv, logging or allocation in a wrapper while enforcing,
 // except the pool paths, which read pool attributes through the driver (documented).
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -100,6 +101,7 @@ uint64_t RoundUp(uint64_t n) { return (n + kGranularity - 1) / kGranularity * kG
 HandleMap g_pointers;  // CUdeviceptr -> charge (plain, pitch, managed)
 HandleMap g_handles;   // CUmemGenericAllocationHandle -> charge (VMM)
 HandleMap g_arrays;    // CUarray / CUmipmappedArray -> charge
+std::atomic<uint32_t> g_context_charged{0};  // bit d: this process paid a context on device d
 
 bool Enforcing() {
   auto& t = Tenant();
@@ -226,6 +228,10 @@ TESSERA_EXPORT CUresult cuInit(unsigned int flags) {
     return CUDA_ERROR_NOT_INITIALIZED;
   }
   if (CUresult r = tessera::shim::InitialiseTenant(); r != CUDA_SUCCESS) return r;
+  static std::once_flag atfork;
+  std::call_once(atfork, [] {
+    pthread_atfork(nullptr, nullptr, [] { g_context_charged.store(0); });  // a child pays its own
+  });
   return REAL(cuInit)(flags);
 }
 
@@ -316,6 +322,45 @@ TESSERA_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice ordinal) {
   const uint64_t limit = t.ledger->Limit(t.container, dev);
   if (limit != tessera::ledger::kUnlimited) *bytes = std::min<uint64_t>(limit, *bytes);
   return r;
+}
+
+// ---- Contexts: the driver's own memory per context, charged once per device and process --------
+namespace {
+
+// Charges the context overhead the daemon measured (or was configured with) the first time this
+// process creates a context on `ordinal`; it stays charged until the process exits.
+CUresult ChargeContext(int ordinal) {
+  if (!Enforcing()) return CUDA_SUCCESS;
+  const int d = tessera::shim::LedgerDevice(ordinal);
+  const uint64_t bytes = Tenant().context_bytes;
+  if (d < 0 || bytes == 0) return CUDA_SUCCESS;
+  const uint32_t bit = 1u << d;
+  if ((g_context_charged.fetch_or(bit) & bit) != 0) return CUDA_SUCCESS;
+  if (!Reserve(d, bytes)) {
+    g_context_charged.fetch_and(~bit);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+TESSERA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (CUresult r = ChargeContext(dev); r != CUDA_SUCCESS) return r;
+  return REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
+}
+TESSERA_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  if (CUresult r = ChargeContext(dev); r != CUDA_SUCCESS) return r;
+  return REAL(cuCtxCreate_v2)(pctx, flags, dev);
+}
+TESSERA_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n,
+                                       unsigned int flags, CUdevice dev) {
+  if (CUresult r = ChargeContext(dev); r != CUDA_SUCCESS) return r;
+  return REAL(cuCtxCreate_v3)(pctx, params, n, flags, dev);
+}
+TESSERA_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params,
+                                       unsigned int flags, CUdevice dev) {
+  if (CUresult r = ChargeContext(dev); r != CUDA_SUCCESS) return r;
+  return REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
 }
 
 // ---- Stream-ordered allocation ------------------------------------------------------------------

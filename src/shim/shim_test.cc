@@ -30,10 +30,10 @@ class ShimTest : public ::testing::Test {
   void SetUp() override {
     state_ = UniqueName("shim");
     socket_ = "/tmp/" + state_ + ".sock";
-    daemon_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{BuildDir() + "/bin/tesserad", "--sim", "--socket", socket_,
-                                 "--ephemeral"},
-        SimEnv());
+    std::vector<std::string> argv = {BuildDir() + "/bin/tesserad", "--sim", "--socket", socket_,
+                                      "--ephemeral"};
+    for (const std::string& a : DaemonArgs()) argv.push_back(a);
+    daemon_ = std::make_unique<ChildProcess>(argv, SimEnv());
     ASSERT_TRUE(daemon_->started());
     for (int i = 0; i < 500; ++i) {
       auto fd = tessera::ipc::Connect(socket_, 100ms);
@@ -50,6 +50,7 @@ class ShimTest : public ::testing::Test {
     EXPECT_EQ(daemon_->Wait(10s), 0);
     shm_unlink(("/tessera-sim-" + state_).c_str());
   }
+  virtual std::vector<std::string> DaemonArgs() { return {}; }
   std::vector<std::string> SimEnv() {
     return {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80,SimU:4GiB:40"};
   }
@@ -250,6 +251,31 @@ TEST_F(ShimTest, NvmlShowsTheContainersLimitUsageAndOnlyItsProcesses) {
   outside->DrainOutput(5s);
   EXPECT_EQ(outside->values().at("total"), std::to_string(8 * kGiB));
   EXPECT_EQ(outside->values().at("processes"), "2");
+}
+
+class ShimContextTest : public ShimTest {
+ protected:
+  std::vector<std::string> DaemonArgs() override { return {"--context-overhead", "300MiB"}; }
+};
+
+TEST_F(ShimContextTest, EachProcessPaysItsContextOncePerDevice) {
+  auto t = Tenant({"alloc-until-oom", "64"}, {"TESSERA_CONTAINER=ctx", "TESSERA_MEM_LIMIT=1GiB"});
+  // 1 GiB - 300 MiB of context = 724 MiB, so 11 chunks of 64 MiB (704 MiB).
+  EXPECT_EQ(Get(*t, "allocated"), 704 * kMiB);
+  EXPECT_EQ(Get(*t, "free"), 20 * kMiB);
+  t->CloseStdin();
+  EXPECT_EQ(t->Wait(30s), 0);
+}
+
+class ShimStrictDaemonTest : public ShimTest {
+ protected:
+  std::vector<std::string> DaemonArgs() override { return {"--allow-self-declared=false"}; }
+};
+
+TEST_F(ShimStrictDaemonTest, UnregisteredContainersAreRefused) {
+  auto t = Tenant({"meminfo"}, {"TESSERA_CONTAINER=stranger", "TESSERA_MEM_LIMIT=1GiB"});
+  EXPECT_EQ(Get(*t, "init_error"), 3u) << "fail closed: CUDA_ERROR_NOT_INITIALIZED";
+  EXPECT_EQ(t->Wait(10s), 3);
 }
 
 }  // namespace

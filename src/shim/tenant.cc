@@ -94,6 +94,7 @@ bool Register(std::string* error) {
     pos = comma + 1;
   }
   t.visible_count = count;
+  t.context_bytes = std::strtoull(message->Get("context_bytes", "0").c_str(), nullptr, 10);
   if (g_restrict_devices) setenv("CUDA_VISIBLE_DEVICES", uuids.c_str(), 1);
   t.socket_fd = *fd;
   return true;
