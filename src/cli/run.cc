@@ -30,6 +30,13 @@ namespace {
 
 using namespace std::chrono_literals;
 
+pid_t g_child = -1;
+
+// `tessera run` stands in for its command: signals it receives go to the command.
+void Forward(int signal) {
+  if (g_child > 0) kill(g_child, signal);
+}
+
 int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "tessera run: %s\nusage: tessera run [--mem SIZE[,SIZE..]] [--core PCT] "
@@ -165,6 +172,10 @@ int RunRun(const std::vector<std::string>& args) {
     std::fprintf(stderr, "tessera run: cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
+  g_child = pid;
+  struct sigaction sa {};
+  sa.sa_handler = Forward;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaction(sig, &sa, nullptr);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
