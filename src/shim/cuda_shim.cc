@@ -130,10 +130,17 @@ void Unreserve(int device, uint64_t bytes) {
   t.ledger->Release(t.container, t.process, device, bytes);
 }
 
-// Reserve, call, record; roll back on failure.
+// Brings every pool's charge to what it reserves now (pools give memory back at synchronisation
+// points on their own). Returns true if any charge went down.
+bool ResyncPools();
+
+// Reserve, call, record; roll back on failure. At the cap, pools that shrank since they were last
+// looked at are resynchronised and the reservation retried once.
 template <typename Call>
 CUresult Charged(HandleMap& map, int device, uint64_t bytes, uint64_t* key, Call call) {
-  if (!Reserve(device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!Reserve(device, bytes) && !(ResyncPools() && Reserve(device, bytes))) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   const CUresult r = call();
   if (r != CUDA_SUCCESS) {
     Unreserve(device, bytes);
@@ -179,6 +186,17 @@ bool SyncPool(CUmemoryPool pool, int device) {
   }
   pc.charged = reserved;
   return true;
+}
+
+bool ResyncPools() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  bool shrank = false;
+  for (auto& [pool, charge] : g_pools) {
+    const uint64_t before = charge.charged;
+    SyncPool(pool, charge.device);
+    shrank = shrank || charge.charged < before;
+  }
+  return shrank;
 }
 
 CUmemoryPool PoolOf(CUmemoryPool pool) {
@@ -301,6 +319,7 @@ TESSERA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes)
   if (r != CUDA_SUCCESS || !Enforcing() || free_bytes == nullptr || total_bytes == nullptr) {
     return r;
   }
+  ResyncPools();
   const int device = CurrentDevice();
   auto& t = Tenant();
   if (device < 0 || device >= t.ledger->device_count()) return r;
@@ -402,6 +421,24 @@ TESSERA_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
     std::lock_guard<std::mutex> lock(g_pool_mu);
     auto it = g_pools.find(pool);
     if (it != g_pools.end()) SyncPool(pool, it->second.device);
+  }
+  return r;
+}
+
+TESSERA_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  if (Tenant().mode.load() != Mode::kEnforcing) return REAL(cuMemPoolDestroy)(pool);
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  cuuint64_t in_use = 0;
+  REAL(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &in_use);
+  const CUresult r = REAL(cuMemPoolDestroy)(pool);
+  auto it = g_pools.find(pool);
+  if (r == CUDA_SUCCESS && it != g_pools.end()) {
+    // The pool's cached blocks go back now. Blocks still allocated from it outlive the pool in
+    // the driver; they stay charged (conservatively, until the process exits) since their frees
+    // no longer pass through a pool we can read.
+    const uint64_t keep = std::min<uint64_t>(in_use, it->second.charged);
+    Unreserve(it->second.device, it->second.charged - keep);
+    g_pools.erase(it);
   }
   return r;
 }

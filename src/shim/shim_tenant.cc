@@ -139,6 +139,19 @@ int main(int argc, char** argv) {
     CHECK(cuMemFreeAsync(p, s));
     CHECK(cuStreamSynchronize(s));
     CHECK(cuMemPoolTrimTo(pool, 0));
+    // A pool of our own, destroyed with nothing outstanding: its reservation is uncharged.
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    CUmemoryPool own = nullptr;
+    CHECK(cuMemPoolCreate(&own, &props));
+    CHECK(cuMemAllocFromPoolAsync(&p, bytes, own, s));
+    std::printf("free_after_ownpool=%zu\n", FreeBytes());
+    CHECK(cuMemFreeAsync(p, s));
+    CHECK(cuStreamSynchronize(s));
+    std::printf("free_after_ownpool_sync=%zu\n", FreeBytes());
+    CHECK(cuMemPoolDestroy(own));
+    std::printf("free_after_ownpool_destroy=%zu\n", FreeBytes());
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location = {CU_MEM_LOCATION_TYPE_DEVICE, 0};

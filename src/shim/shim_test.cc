@@ -121,12 +121,16 @@ TEST_F(ShimTest, EveryAllocationPathIsCharged) {
   ASSERT_TRUE(v.count("free_end")) << "tenant failed: " << (v.count("call") ? v.at("call") : "");
   const uint64_t start = std::stoull(v.at("free_start"));
   EXPECT_EQ(start, kGiB);
-  for (const char* path : {"alloc", "pitch", "managed", "async", "frompool", "vmm", "array"}) {
+  for (const char* path :
+       {"alloc", "pitch", "managed", "async", "frompool", "ownpool", "vmm", "array"}) {
     const std::string key = std::string("free_after_") + path;
     ASSERT_TRUE(v.count(key)) << key;
     EXPECT_EQ(start - std::stoull(v.at(key)), 64 * kMiB) << path << " charges 64 MiB";
   }
   EXPECT_EQ(std::stoull(v.at("free_after_async_trim")), start) << "a trimmed pool is uncharged";
+  EXPECT_EQ(std::stoull(v.at("free_after_ownpool_sync")), start)
+      << "the pool gave its block back at the sync (threshold 0) and cuMemGetInfo sees it";
+  EXPECT_EQ(std::stoull(v.at("free_after_ownpool_destroy")), start);
   EXPECT_EQ(std::stoull(v.at("free_after_host")), start) << "host memory is not charged";
   EXPECT_EQ(std::stoull(v.at("free_end")), start);
   EXPECT_EQ(v.at("foreign_free"), "1") << "forwarded: the driver's own CUDA_ERROR_INVALID_VALUE";
