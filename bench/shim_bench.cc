@@ -3,6 +3,7 @@
 // the tenant is limited (so every allocation really goes through the ledger) but never near its
 // limit. Writes build/bench/shim_bench.json (override with --json PATH) with each pair's ns per
 // call and the added ns.
+#include <benchmark/benchmark.h>
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -17,8 +18,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "driver/cuda_api.h"
 #include "ipc/unix_socket.h"
@@ -114,8 +113,10 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 500 && !up; ++i) {
     auto fd = tessera::ipc::Connect(socket, std::chrono::milliseconds(100));
     up = fd.ok();
-    if (up) close(*fd);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (up)
+      close(*fd);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (!up) Die("tesserad did not start");
   setenv("TESSERA_SOCKET", socket.c_str(), 1);
@@ -169,9 +170,10 @@ int main(int argc, char** argv) {
       << "  \"launch_noop\": {\"simgpu_ns\": " << launch_base << ", \"shim_ns\": " << launch_shim
       << ", \"added_ns\": " << launch_shim - launch_base
       << ", \"ratio\": " << (launch_base > 0 ? launch_shim / launch_base : 0) << "}\n}\n";
-  std::printf("\nwrote %s\n  cuMemAlloc+cuMemFree: simgpu %.1f ns, shim %.1f ns, added %.1f ns\n"
-              "  cuLaunchKernel(noop): simgpu %.1f ns, shim %.1f ns, added %.1f ns\n",
-              json.c_str(), alloc_base, alloc_shim, alloc_shim - alloc_base, launch_base,
-              launch_shim, launch_shim - launch_base);
+  std::printf(
+      "\nwrote %s\n  cuMemAlloc+cuMemFree: simgpu %.1f ns, shim %.1f ns, added %.1f ns\n"
+      "  cuLaunchKernel(noop): simgpu %.1f ns, shim %.1f ns, added %.1f ns\n",
+      json.c_str(), alloc_base, alloc_shim, alloc_shim - alloc_base, launch_base, launch_shim,
+      launch_shim - launch_base);
   return out.good() ? 0 : 1;
 }

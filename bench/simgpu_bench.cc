@@ -3,6 +3,7 @@
 // function: the floor of any call through a resolved driver pointer). Later benchmarks measure the
 // shim's overhead against these numbers. Writes build/bench/simgpu_bench.json (override with
 // --json PATH) with each benchmark's ns per call and its ratio to the baseline.
+#include <benchmark/benchmark.h>
 #include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -13,8 +14,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "driver/cuda_api.h"
 #include "process/child_process.h"
@@ -91,8 +90,8 @@ class CapturingReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs) {
       if (r.run_type == Run::RT_Iteration && r.iterations > 0) {
-        results.push_back({r.benchmark_name(), r.real_accumulated_time * 1e9 /
-                                                   static_cast<double>(r.iterations)});
+        results.push_back({r.benchmark_name(),
+                           r.real_accumulated_time * 1e9 / static_cast<double>(r.iterations)});
       }
     }
     ConsoleReporter::ReportRuns(runs);

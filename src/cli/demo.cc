@@ -103,9 +103,8 @@ int RunDemo(const std::vector<std::string>& args) {
   // run kernels together.
   for (const TenantSpec& t : tenants) {
     children.push_back(std::make_unique<process::ChildProcess>(
-        std::vector<std::string>{self, kDemoTenantCommand, simgpu, t.name,
-                                 std::to_string(t.memory), std::to_string(t.kernel_us),
-                                 Fmt("%.3f", seconds)},
+        std::vector<std::string>{self, kDemoTenantCommand, simgpu, t.name, std::to_string(t.memory),
+                                 std::to_string(t.kernel_us), Fmt("%.3f", seconds)},
         env));
     if (!children.back()->started()) return Fail("could not start tenant " + std::string(t.name));
     if (!children.back()->WaitForKey("allocated", 60s)) {
@@ -116,18 +115,20 @@ int RunDemo(const std::vector<std::string>& args) {
   for (auto& c : children) c->CloseStdin();  // "go"
   bool ok = true;
   for (auto& c : children) {
-    const auto status = c->Wait(std::chrono::milliseconds(static_cast<int>(seconds * 1000) + 60000));
+    const auto status =
+        c->Wait(std::chrono::milliseconds(static_cast<int>(seconds * 1000) + 60000));
     c->DrainOutput(5s);
     ok = ok && status && *status == 0;
   }
   shm_unlink(("/tessera-sim-" + state).c_str());
 
-  std::printf("Tessera demo: %zu tenants on the simulated GPU (%s), %.1f s\n",
-              std::size(tenants), gpus.c_str(), seconds);
-  std::printf("Nothing is isolated yet: memory goes first come, first served, and the device runs\n"
-              "kernels in submission order, whoever submitted them.\n\n");
-  std::printf("%-10s %8s %10s %10s %8s %7s %12s %7s  %s\n", "TENANT", "PID", "MEM ASKED",
-              "MEM GOT", "KERNELS", "KERNEL", "DEVICE TIME", "SHARE", "NOTE");
+  std::printf("Tessera demo: %zu tenants on the simulated GPU (%s), %.1f s\n", std::size(tenants),
+              gpus.c_str(), seconds);
+  std::printf(
+      "Nothing is isolated yet: memory goes first come, first served, and the device runs\n"
+      "kernels in submission order, whoever submitted them.\n\n");
+  std::printf("%-10s %8s %10s %10s %8s %7s %12s %7s  %s\n", "TENANT", "PID", "MEM ASKED", "MEM GOT",
+              "KERNELS", "KERNEL", "DEVICE TIME", "SHARE", "NOTE");
   double total_device_s = 0, wall_s = 0;
   for (size_t i = 0; i < children.size(); ++i) {
     const auto& v = children[i]->values();
@@ -139,18 +140,18 @@ int RunDemo(const std::vector<std::string>& args) {
     wall_s = std::max(wall_s, tenant_wall);
     const std::string note =
         get("alloc_error") != "CUDA_SUCCESS (0)" ? "allocation stopped: " + get("alloc_error") : "";
-    std::printf("%-10s %8d %10s %10s %8s %7s %12s %7s  %s\n", tenants[i].name,
-                static_cast<int>(children[i]->pid()),
-                FormatBytes(Bytes(tenants[i].memory)).c_str(), FormatBytes(Bytes(got)).c_str(),
-                get("kernels").c_str(), Fmt("%.1fms", tenants[i].kernel_us / 1000.0).c_str(),
-                Fmt("%.2fs", device_s).c_str(),
-                Fmt("%.1f%%", tenant_wall > 0 ? 100.0 * device_s / tenant_wall : 0).c_str(),
-                note.c_str());
+    std::printf(
+        "%-10s %8d %10s %10s %8s %7s %12s %7s  %s\n", tenants[i].name,
+        static_cast<int>(children[i]->pid()), FormatBytes(Bytes(tenants[i].memory)).c_str(),
+        FormatBytes(Bytes(got)).c_str(), get("kernels").c_str(),
+        Fmt("%.1fms", tenants[i].kernel_us / 1000.0).c_str(), Fmt("%.2fs", device_s).c_str(),
+        Fmt("%.1f%%", tenant_wall > 0 ? 100.0 * device_s / tenant_wall : 0).c_str(), note.c_str());
   }
-  std::printf("\ndevice busy %.1f%% of %.2f s. Both tenants submit one kernel at a time, so the\n"
-              "device alternates between them and the one with 4x longer kernels gets about 4x\n"
-              "the GPU time. Per-tenant memory caps and GPU-time shares are what Tessera adds.\n",
-              wall_s > 0 ? 100.0 * total_device_s / wall_s : 0.0, wall_s);
+  std::printf(
+      "\ndevice busy %.1f%% of %.2f s. Both tenants submit one kernel at a time, so the\n"
+      "device alternates between them and the one with 4x longer kernels gets about 4x\n"
+      "the GPU time. Per-tenant memory caps and GPU-time shares are what Tessera adds.\n",
+      wall_s > 0 ? 100.0 * total_device_s / wall_s : 0.0, wall_s);
   if (!ok) return Fail("a tenant failed; see its error above");
   return 0;
 }
@@ -213,10 +214,9 @@ int RunDemoTenant(const std::vector<std::string>& args) {
   }
   const uint64_t wall = MonotonicNs() - start;
   for (CUdeviceptr p : held) check(cu.cuMemFree_v2(p), "cuMemFree");
-  std::printf("kernels=%llu\ndevice_ns=%llu\nwall_ns=%llu\n",
-              static_cast<unsigned long long>(kernels),
-              static_cast<unsigned long long>(kernels * kernel_ns),
-              static_cast<unsigned long long>(wall));
+  std::printf(
+      "kernels=%llu\ndevice_ns=%llu\nwall_ns=%llu\n", static_cast<unsigned long long>(kernels),
+      static_cast<unsigned long long>(kernels * kernel_ns), static_cast<unsigned long long>(wall));
   return 0;
 }
 

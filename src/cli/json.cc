@@ -26,8 +26,8 @@ class JsonParser {
     return false;
   }
   void Space() {
-    while (pos_ < text_.size() &&
-           (text_[pos_] == ' ' || text_[pos_] == '\n' || text_[pos_] == '\t' || text_[pos_] == '\r')) {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
+                                   text_[pos_] == '\t' || text_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -45,18 +45,33 @@ class JsonParser {
         if (pos_ >= text_.size()) return Error("unterminated escape");
         const char e = text_[pos_++];
         switch (e) {
-          case 'n': c = '\n'; break;
-          case 't': c = '\t'; break;
-          case 'r': c = '\r'; break;
-          case 'b': c = '\b'; break;
-          case 'f': c = '\f'; break;
+          case 'n':
+            c = '\n';
+            break;
+          case 't':
+            c = '\t';
+            break;
+          case 'r':
+            c = '\r';
+            break;
+          case 'b':
+            c = '\b';
+            break;
+          case 'f':
+            c = '\f';
+            break;
           case 'u':
             if (pos_ + 4 > text_.size()) return Error("short \\u escape");
             pos_ += 4;
             c = '?';
             break;
-          case '"': case '\\': case '/': c = e; break;
-          default: return Error("unknown escape");
+          case '"':
+          case '\\':
+          case '/':
+            c = e;
+            break;
+          default:
+            return Error("unknown escape");
         }
       }
       out->push_back(c);
@@ -132,9 +147,9 @@ class JsonParser {
     }
     if (c == 'n') return Literal("null");
     const size_t start = pos_;
-    while (pos_ < text_.size() && (std::isdigit(static_cast<unsigned char>(text_[pos_])) ||
-                                   text_[pos_] == '-' || text_[pos_] == '+' || text_[pos_] == '.' ||
-                                   text_[pos_] == 'e' || text_[pos_] == 'E')) {
+    while (pos_ < text_.size() &&
+           (std::isdigit(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '-' ||
+            text_[pos_] == '+' || text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E')) {
       ++pos_;
     }
     if (start == pos_) return Error("unexpected character");

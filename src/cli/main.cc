@@ -10,16 +10,17 @@
 namespace {
 
 void PrintUsage(FILE* out) {
-  std::fprintf(out,
-               "usage: tessera <command> [args]\n"
-               "\n"
-               "commands:\n"
-               "  run       run a command as (part of) a container with a memory cap\n"
-               "  smi       show GPUs, containers, their memory and processes\n"
-               "  demo      run tenants on the simulated GPU and show what each one got\n"
-               "  sim       replay a cluster trace through a placement policy (tessera sim --help)\n"
-               "  version   print the version\n"
-               "  help      print this message\n");
+  std::fprintf(
+      out,
+      "usage: tessera <command> [args]\n"
+      "\n"
+      "commands:\n"
+      "  run       run a command as (part of) a container with a memory cap\n"
+      "  smi       show GPUs, containers, their memory and processes\n"
+      "  demo      run tenants on the simulated GPU and show what each one got\n"
+      "  sim       replay a cluster trace through a placement policy (tessera sim --help)\n"
+      "  version   print the version\n"
+      "  help      print this message\n");
 }
 
 }  // namespace
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
     PrintUsage(stdout);
     return 0;
   }
-  std::fprintf(stderr, "tessera: unknown command \"%s\"; expected one of: run, smi, demo, version, help\n",
+  std::fprintf(stderr,
+               "tessera: unknown command \"%s\"; expected one of: run, smi, demo, version, help\n",
                command.c_str());
   return 2;
 }

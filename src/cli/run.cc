@@ -6,9 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -116,8 +116,8 @@ int RunRun(const std::vector<std::string>& args) {
   const std::string bin = ExecutableDir();
   const std::string lib = bin + "/../lib";
   const char* env_socket = std::getenv("TESSERA_SOCKET");
-  std::string socket = env_socket != nullptr && *env_socket != '\0' ? env_socket
-                                                                    : "/run/tessera/tessera.sock";
+  std::string socket =
+      env_socket != nullptr && *env_socket != '\0' ? env_socket : "/run/tessera/tessera.sock";
   std::unique_ptr<process::ChildProcess> private_daemon;
   if (!Reachable(socket)) {
     socket = "/tmp/tessera-run-" + std::to_string(getpid()) + ".sock";
@@ -130,8 +130,9 @@ int RunRun(const std::vector<std::string>& args) {
       if (!up) std::this_thread::sleep_for(10ms);
     }
     if (!up) {
-      std::fprintf(stderr, "tessera run: no daemon reachable and a private tesserad did not "
-                           "start (see its error above)\n");
+      std::fprintf(stderr,
+                   "tessera run: no daemon reachable and a private tesserad did not "
+                   "start (see its error above)\n");
       return 1;
     }
   }
@@ -139,9 +140,8 @@ int RunRun(const std::vector<std::string>& args) {
   if (!mem_bytes.empty()) request.fields["mem"] = mem_bytes;
   auto reply = ipc::Call(socket, daemon::FormatMessage(request), nullptr, 5s);
   if (!reply.ok() || reply->rfind("OK", 0) != 0) {
-    std::fprintf(stderr, "tessera run: the daemon at %s refused container %s: %s\n",
-                 socket.c_str(), container.c_str(),
-                 reply.ok() ? reply->c_str() : reply.error().c_str());
+    std::fprintf(stderr, "tessera run: the daemon at %s refused container %s: %s\n", socket.c_str(),
+                 container.c_str(), reply.ok() ? reply->c_str() : reply.error().c_str());
     return 1;
   }
 

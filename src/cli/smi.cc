@@ -34,9 +34,8 @@ int RunSmi(const std::vector<std::string>& args) {
     }
   }
   const char* env_socket = std::getenv("TESSERA_SOCKET");
-  const std::string socket = env_socket != nullptr && *env_socket != '\0'
-                                 ? env_socket
-                                 : "/run/tessera/tessera.sock";
+  const std::string socket =
+      env_socket != nullptr && *env_socket != '\0' ? env_socket : "/run/tessera/tessera.sock";
   auto reply = ipc::Call(socket, "STATUS", nullptr, std::chrono::milliseconds(3000));
   if (!reply.ok() || reply->rfind("OK ", 0) != 0) {
     std::fprintf(stderr,
@@ -68,18 +67,18 @@ int RunSmi(const std::vector<std::string>& args) {
     for (size_t g = 0; g < devices.size(); ++g) {
       std::string procs;
       for (const JsonValue& p : c["processes"].array()) {
-        const JsonValue& used = p["used_bytes"].array().size() > g ? p["used_bytes"].array()[g]
-                                                                  : JsonValue();
-        procs += (procs.empty() ? "" : ", ") + std::to_string(static_cast<long>(p["pid"].number())) +
-                 " (" + Size(used) + ")";
+        const JsonValue& used =
+            p["used_bytes"].array().size() > g ? p["used_bytes"].array()[g] : JsonValue();
+        procs += (procs.empty() ? "" : ", ") +
+                 std::to_string(static_cast<long>(p["pid"].number())) + " (" + Size(used) + ")";
       }
       const auto& limits = c["limit_bytes"].array();
       const auto& used = c["used_bytes"].array();
-      std::printf("%-20s %-4zu %10s %10s %s\n", c["id"].string().c_str(), g,
-                  used.size() > g ? Size(used[g]).c_str() : "-",
-                  limits.size() > g ? (limits[g].is_null() ? "none" : Size(limits[g]).c_str())
-                                    : "-",
-                  procs.empty() ? "-" : procs.c_str());
+      std::printf(
+          "%-20s %-4zu %10s %10s %s\n", c["id"].string().c_str(), g,
+          used.size() > g ? Size(used[g]).c_str() : "-",
+          limits.size() > g ? (limits[g].is_null() ? "none" : Size(limits[g]).c_str()) : "-",
+          procs.empty() ? "-" : procs.c_str());
     }
   }
   return 0;

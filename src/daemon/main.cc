@@ -18,9 +18,9 @@
 
 #include "core/bool_flag.h"
 #include "core/bytes.h"
-#include "driver/cuda_api.h"
 #include "daemon/registry.h"
 #include "daemon/server.h"
+#include "driver/cuda_api.h"
 #include "driver/library.h"
 #include "driver/nvml_api.h"
 #include "ipc/unix_socket.h"
@@ -34,7 +34,6 @@ tessera::DynamicLibrary* tesserad_cuda_library = nullptr;
 namespace {
 
 std::atomic<bool> g_stop{false};
-
 
 void OnSignal(int) { g_stop.store(true); }
 
@@ -62,8 +61,8 @@ tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::st
   if (!lib.ok()) return lib.status();
   auto init = lib->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
   auto count = lib->Resolve<decltype(&nvmlDeviceGetCount_v2)>("nvmlDeviceGetCount_v2");
-  auto handle = lib->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
-      "nvmlDeviceGetHandleByIndex_v2");
+  auto handle =
+      lib->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>("nvmlDeviceGetHandleByIndex_v2");
   auto uuid = lib->Resolve<decltype(&nvmlDeviceGetUUID)>("nvmlDeviceGetUUID");
   auto name = lib->Resolve<decltype(&nvmlDeviceGetName)>("nvmlDeviceGetName");
   auto memory = lib->Resolve<decltype(&nvmlDeviceGetMemoryInfo)>("nvmlDeviceGetMemoryInfo");
@@ -170,7 +169,8 @@ int main(int argc, char** argv) {
     }
   }
   if (socket_path.empty() || socket_path[0] != '/' || socket_path.size() > 107) {
-    return Usage("--socket \"" + socket_path + "\": expected an absolute path of at most 107 bytes");
+    return Usage("--socket \"" + socket_path +
+                 "\": expected an absolute path of at most 107 bytes");
   }
   if (ledger_name.empty()) {
     // One ledger per socket path, so daemons on different sockets never share accounting.
@@ -225,10 +225,11 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  std::printf("tesserad: listening on %s, ledger /dev/shm%s, %zu device(s)%s, reclaimed %d, "
-              "context overhead %llu bytes\n",
-              socket_path.c_str(), ledger_name.c_str(), devices->size(), sim ? " (simulated)" : "",
-              reclaimed, static_cast<unsigned long long>(context_bytes));
+  std::printf(
+      "tesserad: listening on %s, ledger /dev/shm%s, %zu device(s)%s, reclaimed %d, "
+      "context overhead %llu bytes\n",
+      socket_path.c_str(), ledger_name.c_str(), devices->size(), sim ? " (simulated)" : "",
+      reclaimed, static_cast<unsigned long long>(context_bytes));
   std::fflush(stdout);
   tessera::daemon::Server server(&registry, *listen_fd);
   tessera::Status run = server.Run(g_stop);

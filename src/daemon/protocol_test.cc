@@ -16,8 +16,9 @@ TEST(ProtocolTest, ParsesVerbAndFields) {
   EXPECT_EQ(m->Get("container"), "web-1");
   EXPECT_EQ(m->Get("mem"), "2147483648,none");
   EXPECT_EQ(m->Get("missing", "fallback"), "fallback");
-  EXPECT_EQ(FormatMessage(*m), "HELLO container=web-1 mem=2147483648,none version=1 "
-                               "visible=0,GPU-ab-12");
+  EXPECT_EQ(FormatMessage(*m),
+            "HELLO container=web-1 mem=2147483648,none version=1 "
+            "visible=0,GPU-ab-12");
   auto bare = ParseMessage("STATUS");
   ASSERT_TRUE(bare.ok());
   EXPECT_TRUE(bare->fields.empty());

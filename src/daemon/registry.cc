@@ -51,10 +51,9 @@ Result<std::vector<uint64_t>> Registry::ParseLimits(const std::string& text, int
     if (comma == text.size()) break;
   }
   if (static_cast<int>(limits.size()) > devices) {
-    return Result<std::vector<uint64_t>>::Error("mem=\"" + text + "\": " +
-                                                std::to_string(limits.size()) +
-                                                " limits for " + std::to_string(devices) +
-                                                " devices");
+    return Result<std::vector<uint64_t>>::Error(
+        "mem=\"" + text + "\": " + std::to_string(limits.size()) + " limits for " +
+        std::to_string(devices) + " devices");
   }
   while (static_cast<int>(limits.size()) < devices) limits.push_back(limits.back());
   return limits;
@@ -73,7 +72,8 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   // The devices the process may see, as physical indices in its ordinal order.
   std::vector<int> visible;
   std::vector<std::string> uuids;
-  for (int d = 0; d < ledger_.device_count(); ++d) uuids.push_back(ledger_.layout()->devices[d].uuid);
+  for (int d = 0; d < ledger_.device_count(); ++d)
+    uuids.push_back(ledger_.layout()->devices[d].uuid);
   if (request.Has("visible")) {
     auto selector = ParseDeviceSelector(request.Get("visible"), "TESSERA_VISIBLE_DEVICES");
     if (!selector.ok()) return selector.status();
@@ -95,7 +95,8 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     auto by_ordinal = ParseLimits(request.Get("mem", "none"), static_cast<int>(visible.size()));
     if (!by_ordinal.ok()) return by_ordinal.status();
     std::vector<uint64_t> limits(static_cast<size_t>(ledger_.device_count()), ledger::kUnlimited);
-    for (size_t i = 0; i < visible.size(); ++i) limits[static_cast<size_t>(visible[i])] = (*by_ordinal)[i];
+    for (size_t i = 0; i < visible.size(); ++i)
+      limits[static_cast<size_t>(visible[i])] = (*by_ordinal)[i];
     auto added = ledger_.UpsertContainer(id, limits);
     if (!added.ok()) return added.status();
     c = static_cast<int>(*added);
@@ -118,8 +119,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   if (!p.ok()) return p.status();
   *process_slot = *p;
   reply.fields["process"] = std::to_string(*p);
-  reply.fields["generation"] =
-      std::to_string(ledger_.layout()->processes[*p].generation.load());
+  reply.fields["generation"] = std::to_string(ledger_.layout()->processes[*p].generation.load());
   return reply;
 }
 
@@ -180,8 +180,8 @@ std::string Registry::StatusJson() const {
       if (ps.state.load() != ledger::kLive || ps.container.load() != static_cast<uint32_t>(c)) {
         continue;
       }
-      out += (first_p ? "" : ",") + std::string("{\"pid\":") +
-             std::to_string(ps.host_pid.load()) + ",\"used_bytes\":[";
+      out += (first_p ? "" : ",") + std::string("{\"pid\":") + std::to_string(ps.host_pid.load()) +
+             ",\"used_bytes\":[";
       for (int d = 0; d < devices; ++d) out += (d ? "," : "") + std::to_string(ps.used[d].load());
       out += "]}";
       first_p = false;

@@ -54,11 +54,11 @@ struct CudaDriver {
   // Resolves every member from `lib`, which must outlive the table.
   static Result<CudaDriver> Load(const DynamicLibrary& lib) {
     CudaDriver d;
-#define TESSERA_RESOLVE_MEMBER(name)                                 \
-  {                                                                  \
-    auto fn = lib.Resolve<decltype(&::name)>(#name);                 \
-    if (!fn.ok()) return fn.status();                                \
-    d.name = *fn;                                                    \
+#define TESSERA_RESOLVE_MEMBER(name)                 \
+  {                                                  \
+    auto fn = lib.Resolve<decltype(&::name)>(#name); \
+    if (!fn.ok()) return fn.status();                \
+    d.name = *fn;                                    \
   }
     TESSERA_CUDA_DRIVER_FUNCTIONS(TESSERA_RESOLVE_MEMBER)
 #undef TESSERA_RESOLVE_MEMBER

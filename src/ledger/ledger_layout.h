@@ -29,16 +29,16 @@ inline constexpr uint64_t kUnlimited = ~uint64_t{0};
 enum SlotState : uint32_t { kFree = 0, kLive = 1 };
 
 struct LedgerDevice {
-  char uuid[48];            // "GPU-..." as NVML reports it
+  char uuid[48];  // "GPU-..." as NVML reports it
   char name[64];
-  uint64_t total_bytes;     // physical memory
+  uint64_t total_bytes;  // physical memory
 };
 static_assert(sizeof(LedgerDevice) == 120);
 
 struct ContainerSlot {
-  std::atomic<uint32_t> state;       // SlotState; written by the daemon only
-  std::atomic<uint32_t> generation;  // bumped when the slot is freed
-  char id[72];                       // [A-Za-z0-9_.-]{1,64}, NUL-terminated
+  std::atomic<uint32_t> state;               // SlotState; written by the daemon only
+  std::atomic<uint32_t> generation;          // bumped when the slot is freed
+  char id[72];                               // [A-Za-z0-9_.-]{1,64}, NUL-terminated
   std::atomic<uint64_t> limit[kMaxDevices];  // bytes; kUnlimited when not limited
   std::atomic<uint64_t> used[kMaxDevices];   // bytes reserved by the container's processes
   std::atomic<uint32_t> core_percent;        // 1-100; 100 when not limited (issue 4)
@@ -52,10 +52,10 @@ static_assert(offsetof(ContainerSlot, used) == 80 + 8 * kMaxDevices);
 static_assert(sizeof(ContainerSlot) == 80 + 16 * kMaxDevices + 16);
 
 struct ProcessSlot {
-  std::atomic<uint32_t> state;       // SlotState; written by the daemon only
-  std::atomic<uint32_t> generation;  // bumped when the slot is freed
-  std::atomic<int32_t> host_pid;     // from SO_PEERCRED
-  std::atomic<uint32_t> container;   // index of the ContainerSlot it belongs to
+  std::atomic<uint32_t> state;              // SlotState; written by the daemon only
+  std::atomic<uint32_t> generation;         // bumped when the slot is freed
+  std::atomic<int32_t> host_pid;            // from SO_PEERCRED
+  std::atomic<uint32_t> container;          // index of the ContainerSlot it belongs to
   std::atomic<uint64_t> used[kMaxDevices];  // bytes this process holds (its share of `used`)
 };
 static_assert(offsetof(ProcessSlot, used) == 16);
@@ -64,9 +64,9 @@ static_assert(sizeof(ProcessSlot) == 16 + 8 * kMaxDevices);
 struct LedgerLayout {
   uint32_t magic;
   uint32_t version;
-  uint64_t size;                     // sizeof(LedgerLayout)
+  uint64_t size;  // sizeof(LedgerLayout)
   std::atomic<uint32_t> device_count;
-  std::atomic<uint32_t> daemon_pid;  // the daemon that last opened the ledger
+  std::atomic<uint32_t> daemon_pid;    // the daemon that last opened the ledger
   std::atomic<uint64_t> daemon_epoch;  // bumped every time a daemon starts on this ledger
   LedgerDevice devices[kMaxDevices];
   ContainerSlot containers[kMaxContainers];

@@ -14,8 +14,7 @@
 
 namespace tessera::ledger {
 
-MemoryLedger::MemoryLedger(MemoryLedger&& other) noexcept
-    : layout_(other.layout_), fd_(other.fd_) {
+MemoryLedger::MemoryLedger(MemoryLedger&& other) noexcept : layout_(other.layout_), fd_(other.fd_) {
   other.layout_ = nullptr;
   other.fd_ = -1;
 }
@@ -106,10 +105,10 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
 Result<MemoryLedger> MemoryLedger::MapFd(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(LedgerLayout)) {
-    return Result<MemoryLedger>::Error(
-        "ledger: the daemon's ledger has size " + std::to_string(st.st_size) +
-        ", this library expects " + std::to_string(sizeof(LedgerLayout)) +
-        " (tesserad and the shim are different versions)");
+    return Result<MemoryLedger>::Error("ledger: the daemon's ledger has size " +
+                                       std::to_string(st.st_size) + ", this library expects " +
+                                       std::to_string(sizeof(LedgerLayout)) +
+                                       " (tesserad and the shim are different versions)");
   }
   void* mem = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mem == MAP_FAILED) {
@@ -134,7 +133,7 @@ int MemoryLedger::FindContainer(const std::string& id) const {
 }
 
 Result<uint32_t> MemoryLedger::UpsertContainer(const std::string& id,
-                                                const std::vector<uint64_t>& limits) {
+                                               const std::vector<uint64_t>& limits) {
   if (id.empty() || id.size() >= sizeof(ContainerSlot::id)) {
     return Result<uint32_t>::Error("ledger: container id \"" + id + "\" has a bad length");
   }

@@ -55,8 +55,8 @@ class MemoryLedger {
     uint64_t used = slot.used[device].load(std::memory_order_relaxed);
     do {
       if (bytes > limit || used > limit - bytes) return false;
-    } while (!slot.used[device].compare_exchange_weak(used, used + bytes,
-                                                       std::memory_order_acq_rel));
+    } while (
+        !slot.used[device].compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel));
     layout_->processes[p].used[device].fetch_add(bytes, std::memory_order_relaxed);
     return true;
   }

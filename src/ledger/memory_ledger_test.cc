@@ -2,14 +2,13 @@
 // process gives back exactly what it held, a reopened ledger keeps its accounting.
 #include "ledger/memory_ledger.h"
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace tessera::ledger {
 namespace {

@@ -25,7 +25,8 @@
 
 #define TESSERA_EXPORT extern "C" __attribute__((visibility("default")))
 
-// ---- The trampoline table ------------------------------------------------------------------------
+// ---- The trampoline table
+// ------------------------------------------------------------------------
 namespace {
 enum CudaSymbol : size_t {
 #define TESSERA_SYMBOL(name, index) k_##name = index,
@@ -98,9 +99,9 @@ Fn Real() {
 constexpr uint64_t kGranularity = 2ull << 20;  // what the driver rounds device allocations to
 uint64_t RoundUp(uint64_t n) { return (n + kGranularity - 1) / kGranularity * kGranularity; }
 
-HandleMap g_pointers;  // CUdeviceptr -> charge (plain, pitch, managed)
-HandleMap g_handles;   // CUmemGenericAllocationHandle -> charge (VMM)
-HandleMap g_arrays;    // CUarray / CUmipmappedArray -> charge
+HandleMap g_pointers;                        // CUdeviceptr -> charge (plain, pitch, managed)
+HandleMap g_handles;                         // CUmemGenericAllocationHandle -> charge (VMM)
+HandleMap g_arrays;                          // CUarray / CUmipmappedArray -> charge
 std::atomic<uint32_t> g_context_charged{0};  // bit d: this process paid a context on device d
 
 bool Enforcing() {
@@ -167,8 +168,7 @@ std::unordered_map<CUmemoryPool, PoolCharge> g_pools;
 
 uint64_t PoolReserved(CUmemoryPool pool) {
   cuuint64_t v = 0;
-  if (REAL(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) !=
-      CUDA_SUCCESS) {
+  if (REAL(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS) {
     return 0;
   }
   return v;
@@ -233,12 +233,14 @@ CUresult PoolAlloc(CUmemoryPool explicit_pool, size_t size, Alloc alloc) {
   return r;
 }
 
-// ---- cuGetProcAddress: real pointer -> wrapper of the same variant ---------------------------------
+// ---- cuGetProcAddress: real pointer -> wrapper of the same variant
+// ---------------------------------
 std::unordered_map<void*, void*>* g_wrapper_of = nullptr;
 
 }  // namespace
 
-// ================================ Exported wrappers ================================================
+// ================================ Exported wrappers
+// ================================================
 TESSERA_EXPORT CUresult cuInit(unsigned int flags) {
   tessera_cuda_resolve();
   if (!g_real_ok.load()) {
@@ -383,7 +385,7 @@ TESSERA_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* param
 }
 
 // ---- Stream-ordered allocation ------------------------------------------------------------------
-#define TESSERA_POOL_ALLOC(name, ...)                                    \
+#define TESSERA_POOL_ALLOC(name, ...)                                               \
   if (!Enforcing() || dptr == nullptr || size == 0) return REAL(name)(__VA_ARGS__); \
   return PoolAlloc(pool_arg, size, [&] { return REAL(name)(__VA_ARGS__); })
 
@@ -454,10 +456,10 @@ TESSERA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t
   uint64_t key = 0;
   return Charged(g_handles, tessera::shim::LedgerDevice(prop->location.id), RoundUp(size), &key,
                  [&] {
-    const CUresult r = REAL(cuMemCreate)(handle, size, prop, flags);
-    key = *handle;
-    return r;
-  });
+                   const CUresult r = REAL(cuMemCreate)(handle, size, prop, flags);
+                   key = *handle;
+                   return r;
+                 });
 }
 
 TESSERA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -466,7 +468,8 @@ TESSERA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return r;
 }
 
-// ---- Arrays --------------------------------------------------------------------------------------
+// ---- Arrays
+// --------------------------------------------------------------------------------------
 namespace {
 uint64_t ElementBytes(CUarray_format f) {
   switch (f) {
@@ -491,8 +494,7 @@ TESSERA_EXPORT CUresult cuArrayCreate_v2(CUarray* out, const CUDA_ARRAY_DESCRIPT
   if (!Enforcing() || out == nullptr || d == nullptr) return REAL(cuArrayCreate_v2)(out, d);
   uint64_t key = 0;
   return Charged(g_arrays, CurrentDevice(),
-                 RoundUp(ArrayBytes(d->Width, d->Height, 1, d->Format, d->NumChannels)), &key,
-                 [&] {
+                 RoundUp(ArrayBytes(d->Width, d->Height, 1, d->Format, d->NumChannels)), &key, [&] {
                    const CUresult r = REAL(cuArrayCreate_v2)(out, d);
                    key = reinterpret_cast<uint64_t>(*out);
                    return r;
@@ -549,7 +551,8 @@ TESSERA_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
   return r;
 }
 
-// ---- Entry-point lookup --------------------------------------------------------------------------
+// ---- Entry-point lookup
+// --------------------------------------------------------------------------
 namespace {
 
 void BuildProcAddressMap() {
@@ -559,9 +562,9 @@ void BuildProcAddressMap() {
   auto* map = new std::unordered_map<void*, void*>();
   void* self = dlopen(nullptr, RTLD_NOW | RTLD_NOLOAD);
   (void)self;
-#define TESSERA_HOOK(name)                                                        \
-  if (tessera_cuda_real[k_##name] != g_real.missing) {                            \
-    (*map)[tessera_cuda_real[k_##name]] = reinterpret_cast<void*>(&::name);       \
+#define TESSERA_HOOK(name)                                                  \
+  if (tessera_cuda_real[k_##name] != g_real.missing) {                      \
+    (*map)[tessera_cuda_real[k_##name]] = reinterpret_cast<void*>(&::name); \
   }
 #include "shim/cuda_hooks.def"
 #undef TESSERA_HOOK

@@ -30,10 +30,9 @@ const char* const kNvmlNames[] = {
 #include "nvml_symbols.inc"
 #undef TESSERA_SYMBOL
 };
-const char* const kNvmlSearchPaths[] = {"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-                                        "/usr/lib64/libnvidia-ml.so.1",
-                                        "/usr/local/nvidia/lib64/libnvidia-ml.so.1",
-                                        "/usr/lib/wsl/lib/libnvidia-ml.so.1", nullptr};
+const char* const kNvmlSearchPaths[] = {
+    "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1", "/usr/lib64/libnvidia-ml.so.1",
+    "/usr/local/nvidia/lib64/libnvidia-ml.so.1", "/usr/lib/wsl/lib/libnvidia-ml.so.1", nullptr};
 nvmlReturn_t MissingNvmlSymbol() { return NVML_ERROR_FUNCTION_NOT_FOUND; }
 }  // namespace
 

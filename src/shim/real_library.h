@@ -17,9 +17,9 @@ struct RealLibrary {
   const char* const* search_paths;  // nullptr-terminated
   const char* const* names;         // every exported symbol, by trampoline index
   size_t count;
-  void** table;                     // count entries, filled by ResolveAll
-  void* missing;                    // stand-in for symbols the real library lacks
-  const void* self;                 // an address inside the shim, to refuse loading ourselves
+  void** table;      // count entries, filled by ResolveAll
+  void* missing;     // stand-in for symbols the real library lacks
+  const void* self;  // an address inside the shim, to refuse loading ourselves
 };
 
 // Resolves every entry of `lib.table` once (thread-safe). Returns false, with the reason in

@@ -4,13 +4,15 @@
 //
 //   shim_tenant alloc-until-oom CHUNK_MIB   allocate until failure; report; hold until stdin EOF
 //   shim_tenant hold BYTES                  allocate, print ready=1, sleep until killed
-//   shim_tenant meminfo                     cuMemGetInfo_v2 / cuDeviceTotalMem_v2 as the app sees them
-//   shim_tenant paths BYTES                 each allocation path once; prints the ledger-visible
+//   shim_tenant meminfo                     cuMemGetInfo_v2 / cuDeviceTotalMem_v2 as the app sees
+//   them shim_tenant paths BYTES                 each allocation path once; prints the
+//   ledger-visible
 //                                           free memory after each (free_after_<path>=N)
 //   shim_tenant getproc VERSION FLAGS CHUNK_MIB  allocate until failure through pointers from
 //                                           cuGetProcAddress_v2(VERSION, FLAGS)
 //   shim_tenant dlopen                      dlopen("libcuda.so.1") + dlsym: same objects as linked?
-//   shim_tenant fork-hold BYTES             fork; parent and child each allocate BYTES, report, hold
+//   shim_tenant fork-hold BYTES             fork; parent and child each allocate BYTES, report,
+//   hold
 #include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,14 +27,14 @@
 
 namespace {
 
-#define CHECK(call)                                                             \
-  do {                                                                          \
-    CUresult r_ = (call);                                                       \
-    if (r_ != CUDA_SUCCESS) {                                                   \
-      std::printf("error=%d\ncall=%s\n", static_cast<int>(r_), #call);         \
-      std::fflush(stdout);                                                      \
-      return 1;                                                                 \
-    }                                                                           \
+#define CHECK(call)                                                    \
+  do {                                                                 \
+    CUresult r_ = (call);                                              \
+    if (r_ != CUDA_SUCCESS) {                                          \
+      std::printf("error=%d\ncall=%s\n", static_cast<int>(r_), #call); \
+      std::fflush(stdout);                                             \
+      return 1;                                                        \
+    }                                                                  \
   } while (0)
 
 void WaitForStdinEof() {

@@ -1,5 +1,6 @@
 // The libcuda shim end to end: a real tesserad on simgpu, real tenant processes linked against
 // the shim, limits from the environment (self-declared) or from the daemon (CONTAINER).
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ipc/unix_socket.h"
 #include "process/child_process.h"
@@ -31,7 +30,7 @@ class ShimTest : public ::testing::Test {
     state_ = UniqueName("shim");
     socket_ = "/tmp/" + state_ + ".sock";
     std::vector<std::string> argv = {BuildDir() + "/bin/tesserad", "--sim", "--socket", socket_,
-                                      "--ephemeral"};
+                                     "--ephemeral"};
     for (const std::string& a : DaemonArgs()) argv.push_back(a);
     daemon_ = std::make_unique<ChildProcess>(argv, SimEnv());
     ASSERT_TRUE(daemon_->started());
@@ -96,8 +95,8 @@ TEST_F(ShimTest, TwoContainersEachStopAtTheirLimitWithOutOfMemory) {
 TEST_F(ShimTest, EightProcessesOfOneContainerNeverExceedItsLimit) {
   std::vector<std::unique_ptr<ChildProcess>> procs;
   for (int i = 0; i < 8; ++i) {
-    procs.push_back(Tenant({"alloc-until-oom", "32"},
-                           {"TESSERA_CONTAINER=shared", "TESSERA_MEM_LIMIT=2GiB"}));
+    procs.push_back(
+        Tenant({"alloc-until-oom", "32"}, {"TESSERA_CONTAINER=shared", "TESSERA_MEM_LIMIT=2GiB"}));
   }
   uint64_t sum = 0;
   for (auto& p : procs) {
@@ -182,8 +181,8 @@ TEST_F(ShimTest, ForkedChildrenAreTrackedAsTheirOwnProcesses) {
                   {"TESSERA_CONTAINER=forky", "TESSERA_MEM_LIMIT=1GiB"});
   const uint64_t parent = Get(*t, "parent_alloc");
   const uint64_t child = Get(*t, "child_alloc");
-  EXPECT_TRUE((parent == 0) != (child == 0)) << "only one of two 768 MiB fits in 1 GiB: parent="
-                                             << parent << " child=" << child;
+  EXPECT_TRUE((parent == 0) != (child == 0))
+      << "only one of two 768 MiB fits in 1 GiB: parent=" << parent << " child=" << child;
   t->CloseStdin();
   EXPECT_EQ(t->Wait(30s), 0);
 }
@@ -198,9 +197,8 @@ TEST_F(ShimTest, ErrorPaths) {
   EXPECT_EQ(Get(*closed, "init_error"), 3u);
   EXPECT_EQ(closed->Wait(10s), 3);
   // ... or open, unisolated, when asked.
-  auto open = Tenant({"meminfo"},
-                     {"TESSERA_SOCKET=/tmp/no-such-tessera.sock", "TESSERA_FAIL_OPEN=1",
-                      "TESSERA_MEM_LIMIT=1GiB"});
+  auto open = Tenant({"meminfo"}, {"TESSERA_SOCKET=/tmp/no-such-tessera.sock",
+                                   "TESSERA_FAIL_OPEN=1", "TESSERA_MEM_LIMIT=1GiB"});
   EXPECT_EQ(Get(*open, "total"), 8 * kGiB);
   EXPECT_EQ(open->Wait(10s), 0);
   // Disabled: everything passes through, the limit is ignored.
@@ -216,13 +214,15 @@ TEST_F(ShimTest, ErrorPaths) {
 
 TEST_F(ShimTest, VisibleDevicesRenumberAndLimitsFollowThem) {
   // Only the second GPU (4 GiB), seen as device 0, limited to 1 GiB.
-  auto t = Tenant({"alloc-until-oom", "64"}, {"TESSERA_CONTAINER=second", "TESSERA_VISIBLE_DEVICES=1",
-                                              "TESSERA_MEM_LIMIT=1GiB"});
+  auto t =
+      Tenant({"alloc-until-oom", "64"},
+             {"TESSERA_CONTAINER=second", "TESSERA_VISIBLE_DEVICES=1", "TESSERA_MEM_LIMIT=1GiB"});
   EXPECT_EQ(Get(*t, "allocated"), kGiB);
   EXPECT_EQ(Get(*t, "total"), kGiB);
   t->CloseStdin();
   EXPECT_EQ(t->Wait(30s), 0);
-  auto unlimited = Tenant({"meminfo"}, {"TESSERA_CONTAINER=second-free", "TESSERA_VISIBLE_DEVICES=1"});
+  auto unlimited =
+      Tenant({"meminfo"}, {"TESSERA_CONTAINER=second-free", "TESSERA_VISIBLE_DEVICES=1"});
   EXPECT_EQ(Get(*unlimited, "total"), 4 * kGiB) << "device 0 is the node's device 1";
   EXPECT_EQ(unlimited->Wait(10s), 0);
   auto unknown = Tenant({"meminfo"}, {"TESSERA_VISIBLE_DEVICES=5"});

@@ -21,7 +21,7 @@ namespace {
 TenantState g_tenant;
 std::mutex g_init_mu;
 std::string g_socket_path;
-std::string g_hello;  // the HELLO request, kept to re-register after fork
+std::string g_hello;              // the HELLO request, kept to re-register after fork
 bool g_restrict_devices = false;  // TESSERA_VISIBLE_DEVICES was given
 
 void AfterForkInChild() {
@@ -49,8 +49,9 @@ bool Register(std::string* error) {
   int ledger_fd = -1;
   auto reply = ipc::RecvLine(*fd, &buffer, &ledger_fd, std::chrono::milliseconds(5000));
   if (!reply.ok() || reply->rfind("ERR ", 0) == 0 || ledger_fd < 0) {
-    *error = !reply.ok() ? reply.error() : reply->rfind("ERR ", 0) == 0 ? reply->substr(4)
-                                                                         : "no ledger received";
+    *error = !reply.ok()                    ? reply.error()
+             : reply->rfind("ERR ", 0) == 0 ? reply->substr(4)
+                                            : "no ledger received";
     if (ledger_fd >= 0) close(ledger_fd);
     close(*fd);
     return false;
@@ -76,8 +77,10 @@ bool Register(std::string* error) {
     close(ledger_fd);  // a forked child already has the mapping
   }
   // strtoul, not stoul: nothing in the shim may throw into the host program.
-  t.container = static_cast<uint32_t>(std::strtoul(message->Get("container", "0").c_str(), nullptr, 10));
-  t.process = static_cast<uint32_t>(std::strtoul(message->Get("process", "0").c_str(), nullptr, 10));
+  t.container =
+      static_cast<uint32_t>(std::strtoul(message->Get("container", "0").c_str(), nullptr, 10));
+  t.process =
+      static_cast<uint32_t>(std::strtoul(message->Get("process", "0").c_str(), nullptr, 10));
   // The devices this process may see, in its ordinal order, as the daemon resolved them; the real
   // driver is told the same through CUDA_VISIBLE_DEVICES (by UUID) before its cuInit.
   const std::string visible = message->Get("visible");

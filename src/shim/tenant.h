@@ -29,7 +29,7 @@ struct TenantState {
   // TESSERA_VISIBLE_DEVICES: the process's device ordinal -> the node's (ledger) device index.
   int physical[ledger::kMaxDevices] = {};
   int visible_count = 0;
-  uint64_t context_bytes = 0;  // what one context costs on a device (from the daemon)
+  uint64_t context_bytes = 0;          // what one context costs on a device (from the daemon)
   CUresult init_error = CUDA_SUCCESS;  // what cuInit returns when kFailed
 };
 

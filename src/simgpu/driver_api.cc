@@ -1,7 +1,7 @@
 // simgpu's CUDA driver API entry points (the C ABI), over the process-local Runtime and the shared
 // SimState. Each entry point validates its arguments the way the driver does, takes the runtime
-// lock, and returns a CUresult; none throws. Sleeps (synchronisation) happen with the lock released.
-// The export list and cuGetProcAddress live in proc_address.cc; NVML in nvml_api.cc.
+// lock, and returns a CUresult; none throws. Sleeps (synchronisation) happen with the lock
+// released. The export list and cuGetProcAddress live in proc_address.cc; NVML in nvml_api.cc.
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -14,11 +14,11 @@
 
 #include "simgpu/runtime.h"
 
-using tessera::sim::AllocKind;
 using tessera::sim::Allocation;
+using tessera::sim::AllocKind;
+using tessera::sim::kAllocGranularity;
 using tessera::sim::KernelKind;
 using tessera::sim::KernelWork;
-using tessera::sim::kAllocGranularity;
 using tessera::sim::MonotonicNs;
 using tessera::sim::Rt;
 using tessera::sim::Runtime;
@@ -129,21 +129,20 @@ CUctx_st* RequireCtx(CUresult* err) {
   return ctx;
 }
 
-#define SIM_REQUIRE_INIT()                                   \
-  do {                                                       \
+#define SIM_REQUIRE_INIT()                                    \
+  do {                                                        \
     if (!Rt().initialized) return CUDA_ERROR_NOT_INITIALIZED; \
   } while (0)
 
-#define SIM_REQUIRE_CTX(ctx)               \
-  CUresult ctx##_err = CUDA_SUCCESS;       \
-  CUctx_st* ctx = RequireCtx(&ctx##_err);  \
+#define SIM_REQUIRE_CTX(ctx)              \
+  CUresult ctx##_err = CUDA_SUCCESS;      \
+  CUctx_st* ctx = RequireCtx(&ctx##_err); \
   if (ctx == nullptr) return ctx##_err
 
 // CUDA_VISIBLE_DEVICES, read at cuInit: ordinal -> physical device. Every entry point takes and
 // returns ordinals; contexts, pools and the shared state use physical indices.
 bool ValidDevice(int ordinal) {
-  return State() != nullptr && ordinal >= 0 &&
-         ordinal < static_cast<int>(Rt().visible.size());
+  return State() != nullptr && ordinal >= 0 && ordinal < static_cast<int>(Rt().visible.size());
 }
 int Phys(int ordinal) { return Rt().visible[static_cast<size_t>(ordinal)]; }
 int Ordinal(int physical) {
@@ -387,7 +386,8 @@ CUresult WaitUntil(Lock& lock, uint64_t t, CUctx_st* ctx) {
   return ctx->sticky;
 }
 
-// ---- Memory helpers ------------------------------------------------------------------------------
+// ---- Memory helpers
+// ------------------------------------------------------------------------------
 void* MapBacking(uint64_t bytes) {
   auto& cache = Rt().backing_cache;
   auto it = cache.find(bytes);
@@ -397,8 +397,8 @@ void* MapBacking(uint64_t bytes) {
     Rt().backing_cached_bytes -= bytes;
     return p;
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                 -1, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -869,7 +869,8 @@ const char* ErrorName(CUresult e) {
 
 }  // namespace
 
-// ================================== The C ABI =====================================================
+// ================================== The C ABI
+// =====================================================
 extern "C" {
 
 CUresult cuInit(unsigned int flags) {
@@ -898,15 +899,33 @@ CUresult cuGetErrorName(CUresult error, const char** str) {
 CUresult cuGetErrorString(CUresult error, const char** str) {
   if (str == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (error) {
-    case CUDA_SUCCESS: *str = "no error"; break;
-    case CUDA_ERROR_INVALID_VALUE: *str = "invalid argument"; break;
-    case CUDA_ERROR_OUT_OF_MEMORY: *str = "out of memory"; break;
-    case CUDA_ERROR_NOT_INITIALIZED: *str = "initialization error"; break;
-    case CUDA_ERROR_INVALID_CONTEXT: *str = "invalid device context"; break;
-    case CUDA_ERROR_INVALID_HANDLE: *str = "invalid resource handle"; break;
-    case CUDA_ERROR_NOT_READY: *str = "device not ready"; break;
-    case CUDA_ERROR_ILLEGAL_ADDRESS: *str = "an illegal memory access was encountered"; break;
-    default: *str = ErrorName(error); break;
+    case CUDA_SUCCESS:
+      *str = "no error";
+      break;
+    case CUDA_ERROR_INVALID_VALUE:
+      *str = "invalid argument";
+      break;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      *str = "out of memory";
+      break;
+    case CUDA_ERROR_NOT_INITIALIZED:
+      *str = "initialization error";
+      break;
+    case CUDA_ERROR_INVALID_CONTEXT:
+      *str = "invalid device context";
+      break;
+    case CUDA_ERROR_INVALID_HANDLE:
+      *str = "invalid resource handle";
+      break;
+    case CUDA_ERROR_NOT_READY:
+      *str = "device not ready";
+      break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      *str = "an illegal memory access was encountered";
+      break;
+    default:
+      *str = ErrorName(error);
+      break;
   }
   return *str == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
@@ -977,22 +996,42 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   dev = Phys(dev);
   switch (attrib) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *pi = 49152; break;
-    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *pi = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *pi = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *pi = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *pi = 1410000; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *pi = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+      *pi = 49152;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+      *pi = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      *pi = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+      *pi = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      *pi = 1410000;
+      break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
       *pi = static_cast<int>(State()->device(dev).sm_count);
       break;
-    case CU_DEVICE_ATTRIBUTE_INTEGRATED: *pi = 0; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *pi = 0x10 + dev; break;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED:
+      *pi = 0;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+      *pi = 0x10 + dev;
+      break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
       *pi = static_cast<int>(tessera::sim::kPitchAlignment);
       break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *pi = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *pi = 0; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *pi = 9;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *pi = 0;
+      break;
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
@@ -1346,7 +1385,8 @@ CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int ui, size_t n, CUstr
   return Memset(dst, ui, 4, n, s, true, true);
 }
 
-// ---- Stream-ordered allocation and pools ----------------------------------------------------------
+// ---- Stream-ordered allocation and pools
+// ----------------------------------------------------------
 static CUresult AllocAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream h,
                            bool per_thread) {
   Lock lock(Rt().mu);
@@ -1457,11 +1497,21 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
   if (Rt().pools.count(pool) == 0 || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto* out = static_cast<cuuint64_t*>(value);
   switch (attr) {
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *out = pool->release_threshold; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *out = pool->reserved; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *out = pool->reserved_high; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *out = pool->used; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *out = pool->used_high; break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *out = pool->release_threshold;
+      break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *out = pool->reserved;
+      break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *out = pool->reserved_high;
+      break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *out = pool->used;
+      break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      *out = pool->used_high;
+      break;
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
@@ -1508,7 +1558,8 @@ CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocatio
                                        CUmemAllocationGranularity_flags option) {
   SIM_REQUIRE_INIT();
   if (granularity == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
+  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
+      option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   *granularity = kAllocGranularity;
@@ -1654,8 +1705,10 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   for (size_t i = 0; i < count; ++i) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
     if (!ValidDevice(desc[i].location.id)) return CUDA_ERROR_INVALID_DEVICE;
-    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) prot = PROT_READ | PROT_WRITE;
-    else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE) prot = PROT_READ;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      prot = PROT_READ | PROT_WRITE;
+    else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
+      prot = PROT_READ;
   }
   // Every byte of the range must be mapped.
   Runtime& rt = Rt();
@@ -1774,11 +1827,16 @@ CUresult cuModuleGetFunction(CUfunction* out, CUmodule m, const char* name) {
   SIM_REQUIRE_INIT();
   if (out == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (Rt().modules.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  if (std::strcmp(name, "spin") == 0) *out = &m->spin;
-  else if (std::strcmp(name, "noop") == 0) *out = &m->noop;
-  else if (std::strcmp(name, "fill") == 0) *out = &m->fill;
-  else if (std::strcmp(name, "fault") == 0) *out = &m->fault;
-  else return CUDA_ERROR_NOT_FOUND;
+  if (std::strcmp(name, "spin") == 0)
+    *out = &m->spin;
+  else if (std::strcmp(name, "noop") == 0)
+    *out = &m->noop;
+  else if (std::strcmp(name, "fill") == 0)
+    *out = &m->fill;
+  else if (std::strcmp(name, "fault") == 0)
+    *out = &m->fault;
+  else
+    return CUDA_ERROR_NOT_FOUND;
   return CUDA_SUCCESS;
 }
 
@@ -1794,18 +1852,17 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz
 }
 CUresult cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return Launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
-                c->blockDimZ, c->hStream, params, extra, false);
+  return Launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                c->hStream, params, extra, false);
 }
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** params,
-                               void** extra) {
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   if (c == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return Launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
-                c->blockDimZ, c->hStream, params, extra, true);
+  return Launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ,
+                c->hStream, params, extra, true);
 }
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-                                   unsigned bx, unsigned by, unsigned bz, unsigned smem,
-                                   CUstream s, void** params) {
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                   unsigned by, unsigned bz, unsigned smem, CUstream s,
+                                   void** params) {
   return Launch(f, gx, gy, gz, bx, by, bz, s, params, nullptr, false);
 }
 CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,

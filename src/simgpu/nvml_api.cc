@@ -2,11 +2,12 @@
 // second of the shared device clock), running compute processes (host pid, bytes held) and
 // per-process utilisation, all read from the shared SimState so every process sees one machine.
 // NVML calls reap dead processes first, so a SIGKILLed tenant disappears from the lists at once.
+#include "driver/nvml_api.h"
+
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 
-#include "driver/nvml_api.h"
 #include "simgpu/runtime.h"
 
 struct nvmlDevice_st {
@@ -32,9 +33,9 @@ int DeviceIndex(nvmlDevice_t device) {
   return index < State()->device_count() ? index : -1;
 }
 
-#define NVML_REQUIRE_DEVICE(device, index)                  \
-  if (!Initialised()) return NVML_ERROR_UNINITIALIZED;      \
-  const int index = DeviceIndex(device);                    \
+#define NVML_REQUIRE_DEVICE(device, index)             \
+  if (!Initialised()) return NVML_ERROR_UNINITIALIZED; \
+  const int index = DeviceIndex(device);               \
   if (index < 0) return NVML_ERROR_INVALID_ARGUMENT
 
 nvmlReturn_t CopyString(const char* text, char* out, unsigned int length) {
@@ -95,14 +96,22 @@ nvmlReturn_t nvmlShutdown(void) {
 
 const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -187,8 +196,10 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
   std::memset(pci, 0, sizeof(*pci));
   pci->bus = static_cast<unsigned int>(0x10 + d);
   pci->pciDeviceId = 0x233010de;  // vendor 0x10de (NVIDIA)
-  std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0", static_cast<unsigned>(0x10 + d) & 0xffu);
-  std::snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0", static_cast<unsigned>(0x10 + d) & 0xffu);
+  std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0",
+                static_cast<unsigned>(0x10 + d) & 0xffu);
+  std::snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0",
+                static_cast<unsigned>(0x10 + d) & 0xffu);
   return NVML_SUCCESS;
 }
 
@@ -260,8 +271,7 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsig
 
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                              nvmlProcessUtilizationSample_t* samples,
-                                             unsigned int* count,
-                                             unsigned long long last_seen_us) {
+                                             unsigned int* count, unsigned long long last_seen_us) {
   NVML_REQUIRE_DEVICE(device, d);
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   State()->ReapDead();

@@ -25,7 +25,8 @@ namespace tessera::sim {
 
 inline constexpr uint64_t kAllocGranularity = 2ull << 20;  // every device allocation: 2 MiB units
 inline constexpr uint64_t kPitchAlignment = 512;
-inline constexpr size_t kStreamQueueDepth = 1024;  // pending kernels per stream before launch blocks
+inline constexpr size_t kStreamQueueDepth =
+    1024;  // pending kernels per stream before launch blocks
 inline constexpr int kDriverVersion = 13000;
 
 enum class KernelKind { kSpin, kNoop, kFill, kFault };
@@ -46,7 +47,7 @@ struct CUctx_st {
   int device = 0;
   unsigned int flags = 0;
   bool primary = false;
-  int primary_refs = 0;   // primary contexts: retain count; active while > 0
+  int primary_refs = 0;            // primary contexts: retain count; active while > 0
   CUresult sticky = CUDA_SUCCESS;  // a fault kernel makes the context fail every later call
   CUstream_st* legacy = nullptr;   // the legacy default stream (NULL / CU_STREAM_LEGACY)
   uint64_t blocking_ready_ns = 0;  // latest end of work on any blocking stream of this context
@@ -141,7 +142,7 @@ struct VmmMapping {
 struct Runtime {
   std::mutex mu;
   bool initialized = false;
-  std::vector<int> visible;  // CUDA_VISIBLE_DEVICES: ordinal -> physical device
+  std::vector<int> visible;        // CUDA_VISIBLE_DEVICES: ordinal -> physical device
   std::vector<CUctx_st*> primary;  // per device, created on first retain
   std::unordered_set<CUctx_st*> contexts;
   std::unordered_set<CUstream_st*> streams;

@@ -68,8 +68,8 @@ void MakeUuid(int index, const std::string& state_name, char* out, size_t out_si
   for (char c : state_name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   const uint64_t a = h ^ (0x9e3779b97f4a7c15ull * (index + 1));
   const uint64_t b = (a * 6364136223846793005ull) + 1442695040888963407ull;
-  std::snprintf(out, out_size, "GPU-%08x-%04x-%04x-%04x-%012llx",
-                static_cast<unsigned>(a >> 32), static_cast<unsigned>((a >> 16) & 0xffff),
+  std::snprintf(out, out_size, "GPU-%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xffff),
                 static_cast<unsigned>(0x4000 | (a & 0x0fff)),
                 static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
                 static_cast<unsigned long long>(b & 0xffffffffffffull));
@@ -157,7 +157,8 @@ Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text) {
     pos = comma + 1;
     const size_t c1 = item.find(':');
     if (item.empty()) return fail("empty device entry");
-    if (c1 == std::string::npos || c1 == 0) return fail("device \"" + item + "\" has no NAME:MEMORY");
+    if (c1 == std::string::npos || c1 == 0)
+      return fail("device \"" + item + "\" has no NAME:MEMORY");
     SimDeviceConfig dev;
     dev.name = item.substr(0, c1);
     if (dev.name.size() > 63) return fail("device name \"" + dev.name + "\" is longer than 63");
@@ -168,8 +169,8 @@ Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text) {
       }
     }
     const size_t c2 = item.find(':', c1 + 1);
-    const std::string mem = item.substr(c1 + 1, c2 == std::string::npos ? std::string::npos
-                                                                        : c2 - c1 - 1);
+    const std::string mem =
+        item.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
     auto bytes = ParseBytes(mem, "TESSERA_SIM_GPUS memory of " + dev.name);
     if (!bytes.ok()) return fail(bytes.error());
     dev.total_bytes = bytes->count();
@@ -251,8 +252,8 @@ Result<SimState*> SimState::Attach() {
       close(fd);
       if (static_cast<size_t>(st.st_size) > 0) {
         return Result<SimState*>::Error(
-            "simgpu: shared state /dev/shm" + *name + " has size " +
-            std::to_string(st.st_size) + ", this simgpu expects " + std::to_string(size) +
+            "simgpu: shared state /dev/shm" + *name + " has size " + std::to_string(st.st_size) +
+            ", this simgpu expects " + std::to_string(size) +
             " (another version); remove it or pick another TESSERA_SIM_STATE");
       }
       shm_unlink(name->c_str());  // an abandoned, never-sized object: start again
@@ -354,8 +355,8 @@ void SimState::ReapSlot(int index) {
     if (held != 0 && d < static_cast<int>(layout_->device_count)) {
       // Saturating subtraction: the device counter never wraps below zero.
       uint64_t cur = layout_->devices[d].used_bytes.load();
-      while (!layout_->devices[d].used_bytes.compare_exchange_weak(cur,
-                                                                     cur > held ? cur - held : 0)) {
+      while (
+          !layout_->devices[d].used_bytes.compare_exchange_weak(cur, cur > held ? cur - held : 0)) {
       }
     }
   }

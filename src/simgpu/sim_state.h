@@ -76,12 +76,12 @@ static_assert(sizeof(SimProcess) == 32 + 16 * kMaxDevices + 16 * kMaxDevices * k
 struct SimStateLayout {
   uint32_t magic;
   uint32_t version;
-  uint64_t size;                  // sizeof(SimStateLayout), checked on attach
-  std::atomic<uint32_t> ready;    // 1 once the creator has filled the devices
+  uint64_t size;                // sizeof(SimStateLayout), checked on attach
+  std::atomic<uint32_t> ready;  // 1 once the creator has filled the devices
   int32_t creator_pid;
   uint32_t device_count;
   uint32_t reserved0;
-  char config[256];               // the TESSERA_SIM_GPUS text the creator used
+  char config[256];  // the TESSERA_SIM_GPUS text the creator used
   SimDevice devices[kMaxDevices];
   SimProcess processes[kMaxProcesses];
 };

@@ -2,13 +2,12 @@
 // liveness check the reaper relies on. Every rejection names the variable and the value.
 #include "simgpu/sim_state.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace tessera::sim {
 namespace {
@@ -39,19 +38,19 @@ TEST(ParseSimGpusTest, ParsesNamesSizesAndSmCounts) {
 
 TEST(ParseSimGpusTest, RejectsBadInputNamingVariableAndValue) {
   const char* bad[] = {
-      "SimA",                 // no memory
-      ":16GiB",               // no name
-      "SimA:16GiB,",          // empty entry
-      ",SimA:16GiB",          // empty entry
-      "SimA:-16GiB",          // negative
-      "SimA:lots",            // junk size
-      "SimA:16GiB:0",         // zero SMs
-      "SimA:16GiB:2000",      // too many SMs
-      "SimA:16GiB:8x",        // junk SMs
-      "SimA:16GiB:",          // empty SMs
-      "SimA:16MiB",           // below 64 MiB
-      "SimA:32TiB",           // above 16 TiB
-      "Sim/A:16GiB",          // bad name character
+      "SimA",                                 // no memory
+      ":16GiB",                               // no name
+      "SimA:16GiB,",                          // empty entry
+      ",SimA:16GiB",                          // empty entry
+      "SimA:-16GiB",                          // negative
+      "SimA:lots",                            // junk size
+      "SimA:16GiB:0",                         // zero SMs
+      "SimA:16GiB:2000",                      // too many SMs
+      "SimA:16GiB:8x",                        // junk SMs
+      "SimA:16GiB:",                          // empty SMs
+      "SimA:16MiB",                           // below 64 MiB
+      "SimA:32TiB",                           // above 16 TiB
+      "Sim/A:16GiB",                          // bad name character
       "A:1,B:1,C:1,D:1,E:1,F:1,G:1,H:1,I:1",  // nine devices
   };
   for (const char* text : bad) {

@@ -3,10 +3,12 @@
 // It prints `key=value` lines on stdout for the test to parse and exits 0 on success, 1 on a
 // CUDA failure it did not expect, 2 on bad usage. It is test tooling: no product code uses it.
 //
-//   sim_tenant LIB alloc-until-oom CHUNK_MIB     allocate until failure, report, hold until stdin EOF
-//   sim_tenant LIB hold BYTES                    allocate BYTES, print ready, sleep until killed
-//   sim_tenant LIB spin-loop KERNEL_US WALL_MS [START_NS]  launch+sync spin kernels for WALL_MS
-//                                                of wall time, from CLOCK_MONOTONIC START_NS if given
+//   sim_tenant LIB alloc-until-oom CHUNK_MIB     allocate until failure, report, hold until stdin
+//   EOF sim_tenant LIB hold BYTES                    allocate BYTES, print ready, sleep until
+//   killed sim_tenant LIB spin-loop KERNEL_US WALL_MS [START_NS]  launch+sync spin kernels for
+//   WALL_MS
+//                                                of wall time, from CLOCK_MONOTONIC START_NS if
+//                                                given
 //   sim_tenant LIB elapsed SPIN_US               event elapsed time around one spin kernel
 //   sim_tenant LIB fill-copy BYTES VALUE         fill kernel then cuMemcpyDtoH, verify every byte
 //   sim_tenant LIB meminfo                       print cuMemGetInfo free and total
@@ -32,14 +34,14 @@ uint64_t MonotonicNs() {
 
 const CudaDriver* g_cu = nullptr;
 
-#define CHECK_CU(call)                                                                \
-  do {                                                                                \
-    CUresult r_ = (call);                                                             \
-    if (r_ != CUDA_SUCCESS) {                                                         \
-      std::printf("error=%s call=%s\n", g_cu->ErrorText(r_).c_str(), #call);          \
-      std::fflush(stdout);                                                            \
-      return 1;                                                                       \
-    }                                                                                 \
+#define CHECK_CU(call)                                                       \
+  do {                                                                       \
+    CUresult r_ = (call);                                                    \
+    if (r_ != CUDA_SUCCESS) {                                                \
+      std::printf("error=%s call=%s\n", g_cu->ErrorText(r_).c_str(), #call); \
+      std::fflush(stdout);                                                   \
+      return 1;                                                              \
+    }                                                                        \
   } while (0)
 
 int Usage() {
@@ -120,7 +122,8 @@ int main(int argc, char** argv) {
     const uint64_t wall_ns = arg(4) * 1'000'000;
     if (arg(5) != 0 && arg(5) > MonotonicNs()) {
       const uint64_t at = arg(5);
-      timespec ts{static_cast<time_t>(at / 1'000'000'000ull), static_cast<long>(at % 1'000'000'000ull)};
+      timespec ts{static_cast<time_t>(at / 1'000'000'000ull),
+                  static_cast<long>(at % 1'000'000'000ull)};
       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
     }
     const uint64_t start = MonotonicNs();

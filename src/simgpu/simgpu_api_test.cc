@@ -1,6 +1,7 @@
 // simgpu's driver API and NVML, one process: the built library is dlopen'ed by path and called
 // through the exact exported symbols, as the shim and real programs will.
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "driver/cuda_api.h"
 #include "driver/nvml_api.h"
@@ -125,9 +124,9 @@ TEST_F(SimApiTest, GetProcAddressReturnsTheVariantForVersionAndFlags) {
     EXPECT_NE(ptsz, legacy);
     EXPECT_EQ(get("cuMemcpyHtoD", version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
               Sim::Get().Sym("cuMemcpyHtoD_v2_ptds"));
-    EXPECT_EQ(get("cuStreamBeginCapture", version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-                  &st),
-              Sim::Get().Sym("cuStreamBeginCapture_v2_ptsz"));
+    EXPECT_EQ(
+        get("cuStreamBeginCapture", version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st),
+        Sim::Get().Sym("cuStreamBeginCapture_v2_ptsz"));
     EXPECT_EQ(get("cuGraphInstantiate", version, 0, &st),
               Sim::Get().Sym("cuGraphInstantiateWithFlags"));
     EXPECT_EQ(get("cuGetProcAddress", version, 0, &st), Sim::Get().Sym("cuGetProcAddress_v2"));
@@ -372,8 +371,7 @@ TEST_F(SimApiTest, FillOutsideAnAllocationFaults) {
   size_t n = 2 * kMiB + 1;  // past the end of the (rounded) allocation
   uint32_t v = 1;
   void* params[] = {&p, &n, &v};
-  ASSERT_EQ(SIM(cuLaunchKernel)(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr),
-            CUDA_SUCCESS);
+  ASSERT_EQ(SIM(cuLaunchKernel)(fill, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), CUDA_SUCCESS);
   EXPECT_EQ(SIM(cuCtxSynchronize)(), CUDA_ERROR_ILLEGAL_ADDRESS);
 }
 

@@ -1,5 +1,6 @@
 // Multi-process behaviour of simgpu: real processes (sim_tenant) each dlopen the built library
 // and share one simulated machine through TESSERA_SIM_STATE. Each test uses its own state name.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -8,8 +9,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "process/child_process.h"
 
@@ -74,9 +73,8 @@ TEST_F(SimMultiProcessTest, ConcurrentSpinKernelsAreSerialisedAndShared) {
   // Both start their loops at the same instant (half a second from now, once both are up).
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);
-  const uint64_t start_at =
-      static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec) +
-      500'000'000ull;
+  const uint64_t start_at = static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull +
+                            static_cast<uint64_t>(now.tv_nsec) + 500'000'000ull;
   auto a = Tenant({"spin-loop", "1000", "2000", std::to_string(start_at)});
   auto b = Tenant({"spin-loop", "1000", "2000", std::to_string(start_at)});
   ASSERT_EQ(a->Wait(30s), 0);
