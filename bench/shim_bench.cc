@@ -149,6 +149,15 @@ int main(int argc, char** argv) {
     Die("the shim does not enforce the 64GiB limit (total=" + std::to_string(total) + ")");
   }
 
+  // The measured path must really charge the ledger: one 1 MiB allocation costs 2 MiB of the cap.
+  CUdeviceptr probe = 0;
+  size_t free_after = 0;
+  if (g_shim.alloc(&probe, 1 << 20) != CUDA_SUCCESS ||
+      g_shim.info(&free_after, &total) != CUDA_SUCCESS || free_bytes - free_after != (2u << 20) ||
+      g_shim.free(probe) != CUDA_SUCCESS) {
+    Die("an allocation through the shim was not charged to the ledger");
+  }
+
   CapturingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
