@@ -113,19 +113,58 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (mode == "paths") {
+    // Every allocation path once, through direct calls or (with VERSION FLAGS) through pointers
+    // from cuGetProcAddress_v2, as the CUDA runtime resolves them.
     const uint64_t bytes = arg(2);
+    const bool via_getproc = argc > 4;
+    auto resolve = [&](const char* base, void* direct) -> void* {
+      if (!via_getproc) return direct;
+      void* fn = nullptr;
+      CUdriverProcAddressQueryResult st;
+      if (cuGetProcAddress_v2(base, &fn, static_cast<int>(arg(3)), arg(4), &st) != CUDA_SUCCESS ||
+          fn == nullptr) {
+        std::printf("unresolved=%s\n", base);
+        std::exit(1);
+      }
+      return fn;
+    };
+#define API(base, exported)                            \
+  auto base = reinterpret_cast<decltype(&::exported)>( \
+      resolve(#base, reinterpret_cast<void*>(&::exported)))
+    API(cuMemAlloc, cuMemAlloc_v2);
+    API(cuMemFree, cuMemFree_v2);
+    API(cuMemAllocPitch, cuMemAllocPitch_v2);
+    API(cuMemAllocManaged, cuMemAllocManaged);
+    API(cuStreamCreate, cuStreamCreate);
+    API(cuStreamSynchronize, cuStreamSynchronize);
+    API(cuMemAllocAsync, cuMemAllocAsync);
+    API(cuMemFreeAsync, cuMemFreeAsync);
+    API(cuDeviceGetMemPool, cuDeviceGetMemPool);
+    API(cuMemPoolTrimTo, cuMemPoolTrimTo);
+    API(cuMemPoolCreate, cuMemPoolCreate);
+    API(cuMemPoolDestroy, cuMemPoolDestroy);
+    API(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync);
+    API(cuMemCreate, cuMemCreate);
+    API(cuMemRelease, cuMemRelease);
+    API(cuArrayCreate, cuArrayCreate_v2);
+    API(cuArrayDestroy, cuArrayDestroy);
+    API(cuMipmappedArrayCreate, cuMipmappedArrayCreate);
+    API(cuMipmappedArrayDestroy, cuMipmappedArrayDestroy);
+    API(cuMemHostAlloc, cuMemHostAlloc);
+    API(cuMemFreeHost, cuMemFreeHost);
+#undef API
     std::printf("free_start=%zu\n", FreeBytes());
     CUdeviceptr p = 0;
-    CHECK(cuMemAlloc_v2(&p, bytes));
+    CHECK(cuMemAlloc(&p, bytes));
     std::printf("free_after_alloc=%zu\n", FreeBytes());
-    CHECK(cuMemFree_v2(p));
+    CHECK(cuMemFree(p));
     size_t pitch = 0;
-    CHECK(cuMemAllocPitch_v2(&p, &pitch, bytes / 1024, 1024, 4));
+    CHECK(cuMemAllocPitch(&p, &pitch, bytes / 1024, 1024, 4));
     std::printf("free_after_pitch=%zu\npitch=%zu\n", FreeBytes(), pitch);
-    CHECK(cuMemFree_v2(p));
+    CHECK(cuMemFree(p));
     CHECK(cuMemAllocManaged(&p, bytes, CU_MEM_ATTACH_GLOBAL));
     std::printf("free_after_managed=%zu\n", FreeBytes());
-    CHECK(cuMemFree_v2(p));
+    CHECK(cuMemFree(p));
     CUstream s = nullptr;
     CHECK(cuStreamCreate(&s, 0));
     CHECK(cuMemAllocAsync(&p, bytes, s));
@@ -163,16 +202,22 @@ int main(int argc, char** argv) {
     CHECK(cuMemRelease(h));
     CUarray a = nullptr;
     CUDA_ARRAY_DESCRIPTOR desc{bytes / 4 / 1024, 1024, CU_AD_FORMAT_FLOAT, 1};
-    CHECK(cuArrayCreate_v2(&a, &desc));
+    CHECK(cuArrayCreate(&a, &desc));
     std::printf("free_after_array=%zu\n", FreeBytes());
     CHECK(cuArrayDestroy(a));
+    // Two levels: the full size and a quarter of it, together rounded to 2 MiB.
+    CUmipmappedArray mip = nullptr;
+    CUDA_ARRAY3D_DESCRIPTOR d3{bytes / 4 / 1024, 1024, 0, CU_AD_FORMAT_FLOAT, 1, 0};
+    CHECK(cuMipmappedArrayCreate(&mip, &d3, 2));
+    std::printf("free_after_mipmapped=%zu\n", FreeBytes());
+    CHECK(cuMipmappedArrayDestroy(mip));
     void* host = nullptr;
     CHECK(cuMemHostAlloc(&host, bytes, 0));
     std::printf("free_after_host=%zu\n", FreeBytes());
     CHECK(cuMemFreeHost(host));
     std::printf("free_end=%zu\n", FreeBytes());
     // A free of a pointer the shim never saw is still forwarded (and refused by the driver).
-    std::printf("foreign_free=%d\n", static_cast<int>(cuMemFree_v2(0xdead0000)));
+    std::printf("foreign_free=%d\n", static_cast<int>(cuMemFree(0xdead0000)));
     return 0;
   }
   if (mode == "dlopen") {

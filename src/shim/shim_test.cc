@@ -111,13 +111,24 @@ TEST_F(ShimTest, EightProcessesOfOneContainerNeverExceedItsLimit) {
   }
 }
 
-TEST_F(ShimTest, EveryAllocationPathIsCharged) {
-  auto t = Tenant({"paths", std::to_string(64 * kMiB)},
-                  {"TESSERA_CONTAINER=paths", "TESSERA_MEM_LIMIT=1GiB"});
+// How the tenant gets its entry points: linked directly, or through cuGetProcAddress_v2 at a CUDA
+// version with the legacy or per-thread default stream.
+struct Resolution {
+  const char* name;
+  std::vector<std::string> args;
+};
+
+class ShimPathTest : public ShimTest, public ::testing::WithParamInterface<Resolution> {};
+
+TEST_P(ShimPathTest, EveryAllocationPathIsCharged) {
+  std::vector<std::string> args = {"paths", std::to_string(64 * kMiB)};
+  for (const std::string& a : GetParam().args) args.push_back(a);
+  auto t = Tenant(args, {"TESSERA_CONTAINER=paths", "TESSERA_MEM_LIMIT=1GiB"});
   ASSERT_EQ(t->Wait(60s), 0);
   t->DrainOutput(5s);
   const auto& v = t->values();
-  ASSERT_TRUE(v.count("free_end")) << "tenant failed: " << (v.count("call") ? v.at("call") : "");
+  ASSERT_TRUE(v.count("free_end")) << "tenant failed: " << (v.count("call") ? v.at("call") : "")
+                                   << (v.count("unresolved") ? v.at("unresolved") : "");
   const uint64_t start = std::stoull(v.at("free_start"));
   EXPECT_EQ(start, kGiB);
   for (const char* path :
@@ -126,6 +137,8 @@ TEST_F(ShimTest, EveryAllocationPathIsCharged) {
     ASSERT_TRUE(v.count(key)) << key;
     EXPECT_EQ(start - std::stoull(v.at(key)), 64 * kMiB) << path << " charges 64 MiB";
   }
+  EXPECT_EQ(start - std::stoull(v.at("free_after_mipmapped")), 80 * kMiB)
+      << "mipmapped: 64 MiB + 16 MiB for the second level";
   EXPECT_EQ(std::stoull(v.at("free_after_async_trim")), start) << "a trimmed pool is uncharged";
   EXPECT_EQ(std::stoull(v.at("free_after_ownpool_sync")), start)
       << "the pool gave its block back at the sync (threshold 0) and cuMemGetInfo sees it";
@@ -134,6 +147,16 @@ TEST_F(ShimTest, EveryAllocationPathIsCharged) {
   EXPECT_EQ(std::stoull(v.at("free_end")), start);
   EXPECT_EQ(v.at("foreign_free"), "1") << "forwarded: the driver's own CUDA_ERROR_INVALID_VALUE";
 }
+
+INSTANTIATE_TEST_SUITE_P(Resolutions, ShimPathTest,
+                         ::testing::Values(Resolution{"Linked", {}},
+                                           Resolution{"GetProc12000", {"12000", "0"}},
+                                           Resolution{"GetProc12000PerThread", {"12000", "2"}},
+                                           Resolution{"GetProc13000", {"13000", "1"}},
+                                           Resolution{"GetProc13000PerThread", {"13000", "2"}}),
+                         [](const ::testing::TestParamInfo<Resolution>& info) {
+                           return info.param.name;
+                         });
 
 TEST_F(ShimTest, PointersFromGetProcAddressAreCapturedAtEveryVersionAndFlag) {
   for (const char* version : {"12000", "13000"}) {
@@ -155,6 +178,20 @@ TEST_F(ShimTest, DlopenOfLibcudaFindsTheShim) {
   EXPECT_EQ(Get(*t, "same_object"), 1u);
   EXPECT_EQ(Get(*t, "dlopen_same"), 1u);
   EXPECT_EQ(t->Wait(10s), 0);
+}
+
+TEST_F(ShimTest, PreloadedShimCapturesAProgramThatDlopensLibcudaByName) {
+  auto t = Tenant({},
+                  {"LD_PRELOAD=" + BuildDir() + "/lib/tessera/libcuda.so.1",
+                   "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=1",
+                   "TESSERA_CONTAINER=preloaded", "TESSERA_MEM_LIMIT=768MiB"},
+                  "preload_tenant");
+  auto from = t->WaitForKey("cuMemAlloc_v2_from", 30s);
+  ASSERT_TRUE(from.has_value());
+  EXPECT_NE(from->find("lib/tessera/libcuda.so.1"), std::string::npos) << *from;
+  EXPECT_EQ(Get(*t, "allocated"), 768 * kMiB);
+  EXPECT_EQ(Get(*t, "failure"), 2u);
+  EXPECT_EQ(t->Wait(30s), 0);
 }
 
 TEST_F(ShimTest, KilledProcessMemoryIsFreeForTheContainerWithinOneSecond) {
