@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "placement/cluster.h"
 #include "placement/frag.h"
 #include "placement/policy.h"
@@ -132,26 +133,6 @@ void Register() {
   }
 }
 
-class CapturingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.run_type == Run::RT_Iteration && r.iterations > 0) {
-        const double n = static_cast<double>(r.iterations);
-        results.push_back({r.benchmark_name(), r.cpu_accumulated_time * 1e6 / n,
-                           r.real_accumulated_time * 1e6 / n});
-      }
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-  struct Result {
-    std::string name;
-    double us_per_decision;  // CPU time: what the decision costs, whatever else the machine runs
-    double wall_us;
-  };
-  std::vector<Result> results;
-};
-
 std::string SizeOf(const std::string& name) { return name.substr(name.rfind('/') + 1); }
 
 }  // namespace
@@ -160,14 +141,7 @@ int main(int argc, char** argv) {
   const char* build_dir = std::getenv("TESSERA_BUILD_DIR");
   std::string json =
       std::string(build_dir != nullptr ? build_dir : "build") + "/bench/placement_bench.json";
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::string(argv[i]) == "--json" && i + 1 < argc) {
-      json = argv[++i];
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
+  tessera::bench::Initialize(argc, argv, &json);
   Trace trace;
   if (!Load(TESSERA_OPENB_DIR, &trace) && !Load(TESSERA_TESTDATA_DIR, &trace)) {
     std::fprintf(stderr, "placement_bench: no trace in %s nor %s\n", TESSERA_OPENB_DIR,
@@ -177,16 +151,14 @@ int main(int argc, char** argv) {
   g_trace = &trace;
   std::printf("placement_bench: trace from %s (%zu nodes, %zu pods)\n", trace.source.c_str(),
               trace.nodes.nodes.size(), trace.pods.size());
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
   Register();
-  CapturingReporter reporter;
+  tessera::bench::CapturingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
 
   std::map<std::string, double> baseline;  // per cluster size
   for (const auto& r : reporter.results) {
-    if (r.name.rfind("BM_Baseline_FitScan/", 0) == 0) baseline[SizeOf(r.name)] = r.us_per_decision;
+    if (r.name.rfind("BM_Baseline_FitScan/", 0) == 0) baseline[SizeOf(r.name)] = (r.cpu_ns / 1000);
   }
   const std::string dir = json.substr(0, json.rfind('/'));
   std::error_code ignored;
@@ -198,16 +170,16 @@ int main(int argc, char** argv) {
     const auto& r = reporter.results[i];
     const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;
     out << "    {\"name\": \"" << r.name << "\", \"nodes\": " << SizeOf(r.name)
-        << ", \"us_per_decision\": " << r.us_per_decision << ", \"wall_us\": " << r.wall_us
-        << ", \"ratio_to_baseline\": " << (base > 0 ? r.us_per_decision / base : 0) << "}"
+        << ", \"us_per_decision\": " << (r.cpu_ns / 1000) << ", \"wall_us\": " << (r.real_ns / 1000)
+        << ", \"ratio_to_baseline\": " << (base > 0 ? (r.cpu_ns / 1000) / base : 0) << "}"
         << (i + 1 < reporter.results.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
   std::printf("\nwrote %s\n", json.c_str());
   for (const auto& r : reporter.results) {
     const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;
-    std::printf("  %-32s %10.1f us/decision  %8.1fx baseline\n", r.name.c_str(), r.us_per_decision,
-                base > 0 ? r.us_per_decision / base : 0);
+    std::printf("  %-32s %10.1f us/decision  %8.1fx baseline\n", r.name.c_str(), (r.cpu_ns / 1000),
+                base > 0 ? (r.cpu_ns / 1000) / base : 0);
   }
   return out.good() ? 0 : 1;
 }

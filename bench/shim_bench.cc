@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "driver/cuda_api.h"
 #include "ipc/unix_socket.h"
 #include "process/child_process.h"
@@ -73,34 +74,12 @@ BENCHMARK(BM_Shim_MemAllocFree);
 BENCHMARK(BM_Simgpu_LaunchNoop);
 BENCHMARK(BM_Shim_LaunchNoop);
 
-class CapturingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.run_type == Run::RT_Iteration && r.iterations > 0) {
-        ns[r.benchmark_name()] = r.real_accumulated_time * 1e9 / static_cast<double>(r.iterations);
-      }
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-  std::map<std::string, double> ns;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string build = tessera::process::BuildDir();
   std::string json = build + "/bench/shim_bench.json";
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::string(argv[i]) == "--json" && i + 1 < argc) {
-      json = argv[++i];
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
+  tessera::bench::Initialize(argc, argv, &json);
 
   const std::string state = "shimbench-" + std::to_string(getpid());
   const std::string socket = "/tmp/" + state + ".sock";
@@ -158,17 +137,17 @@ int main(int argc, char** argv) {
     Die("an allocation through the shim was not charged to the ledger");
   }
 
-  CapturingReporter reporter;
+  tessera::bench::CapturingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   daemon.Kill(SIGTERM);
   daemon.Wait(std::chrono::seconds(10));
   shm_unlink(("/tessera-sim-" + state).c_str());
 
-  const double alloc_base = reporter.ns["BM_Simgpu_MemAllocFree"];
-  const double alloc_shim = reporter.ns["BM_Shim_MemAllocFree"];
-  const double launch_base = reporter.ns["BM_Simgpu_LaunchNoop"];
-  const double launch_shim = reporter.ns["BM_Shim_LaunchNoop"];
+  const double alloc_base = reporter.RealNs("BM_Simgpu_MemAllocFree");
+  const double alloc_shim = reporter.RealNs("BM_Shim_MemAllocFree");
+  const double launch_base = reporter.RealNs("BM_Simgpu_LaunchNoop");
+  const double launch_shim = reporter.RealNs("BM_Shim_LaunchNoop");
   std::error_code ignored;
   std::filesystem::create_directories(json.substr(0, json.rfind('/')), ignored);
   std::ofstream out(json);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "driver/cuda_api.h"
 #include "process/child_process.h"
 
@@ -84,39 +85,11 @@ void BM_Simgpu_EventRecord(benchmark::State& state) {
 }
 BENCHMARK(BM_Simgpu_EventRecord);
 
-// Keeps every iteration run so main can write ratios against the baseline.
-class CapturingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.run_type == Run::RT_Iteration && r.iterations > 0) {
-        results.push_back({r.benchmark_name(),
-                           r.real_accumulated_time * 1e9 / static_cast<double>(r.iterations)});
-      }
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-  struct Result {
-    std::string name;
-    double ns_per_call;
-  };
-  std::vector<Result> results;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string json = tessera::process::BuildDir() + "/bench/simgpu_bench.json";
-  std::vector<char*> args;
-  for (int i = 0; i < argc; ++i) {
-    if (std::string(argv[i]) == "--json" && i + 1 < argc) {
-      json = argv[++i];
-    } else {
-      args.push_back(argv[i]);
-    }
-  }
-  int n = static_cast<int>(args.size());
-  benchmark::Initialize(&n, args.data());
+  tessera::bench::Initialize(argc, argv, &json);
 
   const std::string state = "bench-" + std::to_string(getpid());
   setenv("TESSERA_SIM_STATE", state.c_str(), 1);
@@ -137,14 +110,14 @@ int main(int argc, char** argv) {
   Check(SIM(cuStreamCreate)(&g_stream, 0), "cuStreamCreate");
   Check(SIM(cuEventCreate)(&g_event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
 
-  CapturingReporter reporter;
+  tessera::bench::CapturingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   shm_unlink(("/tessera-sim-" + state).c_str());
 
   double baseline = 0;
   for (const auto& r : reporter.results) {
-    if (r.name == "BM_Baseline_IndirectCall") baseline = r.ns_per_call;
+    if (r.name == "BM_Baseline_IndirectCall") baseline = r.real_ns;
   }
   const std::string dir = json.substr(0, json.rfind('/'));
   std::error_code ignored;
@@ -154,15 +127,15 @@ int main(int argc, char** argv) {
       << "  \"baseline_ns\": " << baseline << ",\n  \"results\": [\n";
   for (size_t i = 0; i < reporter.results.size(); ++i) {
     const auto& r = reporter.results[i];
-    out << "    {\"name\": \"" << r.name << "\", \"ns_per_call\": " << r.ns_per_call
-        << ", \"ratio_to_baseline\": " << (baseline > 0 ? r.ns_per_call / baseline : 0) << "}"
+    out << "    {\"name\": \"" << r.name << "\", \"ns_per_call\": " << r.real_ns
+        << ", \"ratio_to_baseline\": " << (baseline > 0 ? r.real_ns / baseline : 0) << "}"
         << (i + 1 < reporter.results.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
   std::printf("\nwrote %s\n", json.c_str());
   for (const auto& r : reporter.results) {
-    std::printf("  %-36s %10.1f ns/call  %8.1fx baseline\n", r.name.c_str(), r.ns_per_call,
-                baseline > 0 ? r.ns_per_call / baseline : 0);
+    std::printf("  %-36s %10.1f ns/call  %8.1fx baseline\n", r.name.c_str(), r.real_ns,
+                baseline > 0 ? r.real_ns / baseline : 0);
   }
   return out.good() ? 0 : 1;
 }

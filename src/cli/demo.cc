@@ -52,14 +52,7 @@ int Fail(const std::string& message) {
 
 }  // namespace
 
-std::string ExecutableDir() {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return ".";
-  self[n] = '\0';
-  std::string path(self);
-  return path.substr(0, path.rfind('/'));
-}
+std::string ExecutableDir() { return process::ExecutableDir(); }
 
 int RunDemo(const std::vector<std::string>& args) {
   std::string simgpu = ExecutableDir() + "/../lib/libtessera-simgpu.so";

@@ -25,6 +25,7 @@
 #include "driver/nvml_api.h"
 #include "ipc/unix_socket.h"
 #include "ledger/memory_ledger.h"
+#include "process/child_process.h"
 
 // NVML stays loaded for the daemon's life and is never unloaded (not even at exit: its own
 // globals must outlive every use). External linkage keeps the pointer, and so the object, alive.
@@ -36,15 +37,6 @@ namespace {
 std::atomic<bool> g_stop{false};
 
 void OnSignal(int) { g_stop.store(true); }
-
-std::string ExecutableDir() {
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) return ".";
-  self[n] = '\0';
-  std::string path(self);
-  return path.substr(0, path.rfind('/'));
-}
 
 int Usage(const std::string& problem) {
   std::fprintf(stderr,
@@ -183,7 +175,7 @@ int main(int argc, char** argv) {
     ledger_name = "/" + ledger_name;
   }
 
-  std::string nvml = sim ? ExecutableDir() + "/../lib/libtessera-simgpu.so" : "";
+  std::string nvml = sim ? tessera::process::ExecutableDir() + "/../lib/libtessera-simgpu.so" : "";
   if (!sim) {
     const char* real = std::getenv("TESSERA_REAL_NVML");
     nvml = real != nullptr && *real != '\0' ? real : "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";

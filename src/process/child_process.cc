@@ -137,16 +137,20 @@ std::optional<int> ChildProcess::Wait(std::chrono::milliseconds timeout) {
   }
 }
 
-std::string BuildDir() {
-  const char* dir = std::getenv("TESSERA_BUILD_DIR");
-  if (dir != nullptr && *dir != '\0') return dir;
+std::string ExecutableDir() {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return ".";
   self[n] = '\0';
-  std::string path(self);
-  for (int i = 0; i < 2; ++i) path = path.substr(0, path.rfind('/'));
-  return path;
+  const std::string path(self);
+  return path.substr(0, path.rfind('/'));
+}
+
+std::string BuildDir() {
+  const char* dir = std::getenv("TESSERA_BUILD_DIR");
+  if (dir != nullptr && *dir != '\0') return dir;
+  const std::string bin = ExecutableDir();
+  return bin.substr(0, bin.rfind('/'));
 }
 
 std::string UniqueName(const std::string& prefix) {

@@ -52,6 +52,8 @@ class ChildProcess {
   std::map<std::string, std::string> values_;
 };
 
+// The directory holding the running executable (for finding build/lib next to build/bin).
+std::string ExecutableDir();
 // The build tree (TESSERA_BUILD_DIR, set by CTest) or the directory two levels above this program.
 std::string BuildDir();
 // A name unique to this process and call, for TESSERA_SIM_STATE and socket paths.

@@ -139,19 +139,29 @@ TESSERA_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
   return Observe(REAL(nvmlInitWithFlags)(flags));
 }
 
+namespace {
+// Rewrites NVML's (total, used, free) into the container's view of ledger device `d`. Returns
+// false (leaving the real values) for an unlimited container.
+bool ContainerView(int d, unsigned long long* total, unsigned long long* used,
+                   unsigned long long* free) {
+  auto& t = Tenant();
+  const uint64_t limit = t.ledger->Limit(t.container, d);
+  if (limit == tessera::ledger::kUnlimited) return false;
+  const uint64_t capped = std::min<uint64_t>(limit, *total);
+  const uint64_t in_use = std::min<uint64_t>(t.ledger->Used(t.container, d), capped);
+  *free = std::min<uint64_t>(capped - in_use, *free);
+  *total = capped;
+  *used = in_use;
+  return true;
+}
+}  // namespace
+
 TESSERA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
   const nvmlReturn_t r = REAL(nvmlDeviceGetMemoryInfo)(device, memory);
   const int d = LedgerIndex(device);
-  if (r != NVML_SUCCESS || memory == nullptr || d < 0) return r;
-  auto& t = Tenant();
-  const uint64_t limit = t.ledger->Limit(t.container, d);
-  if (limit == tessera::ledger::kUnlimited) return r;
-  const uint64_t total = std::min<uint64_t>(limit, memory->total);
-  const uint64_t used = std::min<uint64_t>(t.ledger->Used(t.container, d), total);
-  const uint64_t real_free = memory->free;
-  memory->total = total;
-  memory->used = used;
-  memory->free = std::min<uint64_t>(total - used, real_free);
+  if (r == NVML_SUCCESS && memory != nullptr && d >= 0) {
+    ContainerView(d, &memory->total, &memory->used, &memory->free);
+  }
   return r;
 }
 
@@ -159,17 +169,10 @@ TESSERA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
                                                        nvmlMemory_v2_t* memory) {
   const nvmlReturn_t r = REAL(nvmlDeviceGetMemoryInfo_v2)(device, memory);
   const int d = LedgerIndex(device);
-  if (r != NVML_SUCCESS || memory == nullptr || d < 0) return r;
-  auto& t = Tenant();
-  const uint64_t limit = t.ledger->Limit(t.container, d);
-  if (limit == tessera::ledger::kUnlimited) return r;
-  const uint64_t total = std::min<uint64_t>(limit, memory->total);
-  const uint64_t used = std::min<uint64_t>(t.ledger->Used(t.container, d), total);
-  const uint64_t real_free = memory->free;
-  memory->total = total;
-  memory->reserved = 0;
-  memory->used = used;
-  memory->free = std::min<uint64_t>(total - used, real_free);
+  if (r == NVML_SUCCESS && memory != nullptr && d >= 0 &&
+      ContainerView(d, &memory->total, &memory->used, &memory->free)) {
+    memory->reserved = 0;  // the container's view has no driver reserve of its own
+  }
   return r;
 }
 
