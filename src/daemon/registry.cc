@@ -115,7 +115,19 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     reply.fields["process"] = "none";
     return reply;
   }
-  auto p = ledger_.AddProcess(static_cast<uint32_t>(c), pid);
+  // The pid the process sees for itself (its own pid namespace), for the NVML view inside its
+  // container; only a positive integer is taken.
+  int32_t local_pid = 0;
+  if (request.Has("local_pid")) {
+    char* end = nullptr;
+    const long v = std::strtol(request.Get("local_pid").c_str(), &end, 10);
+    if (*end != '\0' || v <= 0 || v > 0x3fffffff) {
+      return Result<Message>::Error("HELLO local_pid=" + request.Get("local_pid") +
+                                    ": expected a positive process id");
+    }
+    local_pid = static_cast<int32_t>(v);
+  }
+  auto p = ledger_.AddProcess(static_cast<uint32_t>(c), pid, local_pid);
   if (!p.ok()) return p.status();
   *process_slot = *p;
   reply.fields["process"] = std::to_string(*p);

@@ -20,7 +20,7 @@
 namespace tessera::ledger {
 
 inline constexpr uint32_t kLedgerMagic = 0x4c525354;  // "TSRL"
-inline constexpr uint32_t kLedgerVersion = 1;
+inline constexpr uint32_t kLedgerVersion = 2;
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxContainers = 256;
 inline constexpr int kMaxProcesses = 1024;
@@ -56,10 +56,13 @@ struct ProcessSlot {
   std::atomic<uint32_t> generation;         // bumped when the slot is freed
   std::atomic<int32_t> host_pid;            // from SO_PEERCRED
   std::atomic<uint32_t> container;          // index of the ContainerSlot it belongs to
+  std::atomic<int32_t> local_pid;           // its pid in its own pid namespace (tools inside)
+  uint32_t reserved0;
   std::atomic<uint64_t> used[kMaxDevices];  // bytes this process holds (its share of `used`)
 };
-static_assert(offsetof(ProcessSlot, used) == 16);
-static_assert(sizeof(ProcessSlot) == 16 + 8 * kMaxDevices);
+static_assert(offsetof(ProcessSlot, local_pid) == 16);
+static_assert(offsetof(ProcessSlot, used) == 24);
+static_assert(sizeof(ProcessSlot) == 24 + 8 * kMaxDevices);
 
 struct LedgerLayout {
   uint32_t magic;

@@ -172,12 +172,13 @@ Status MemoryLedger::RemoveContainer(uint32_t c) {
   return Status::Ok();
 }
 
-Result<uint32_t> MemoryLedger::AddProcess(uint32_t c, int32_t host_pid) {
+Result<uint32_t> MemoryLedger::AddProcess(uint32_t c, int32_t host_pid, int32_t local_pid) {
   for (int p = 0; p < kMaxProcesses; ++p) {
     ProcessSlot& slot = layout_->processes[p];
     if (slot.state.load() != kFree) continue;
     for (int d = 0; d < kMaxDevices; ++d) slot.used[d].store(0);
     slot.host_pid.store(host_pid);
+    slot.local_pid.store(local_pid > 0 ? local_pid : host_pid);
     slot.container.store(c);
     slot.state.store(kLive, std::memory_order_release);
     layout_->containers[c].process_count.fetch_add(1);
@@ -196,6 +197,7 @@ void MemoryLedger::ReclaimProcess(uint32_t p) {
     if (held != 0) SaturatingSub(layout_->containers[c].used[d], held);
   }
   slot.host_pid.store(0);
+  slot.local_pid.store(0);
   slot.state.store(kFree, std::memory_order_release);
   slot.generation.fetch_add(1);
   uint32_t count = layout_->containers[c].process_count.load();

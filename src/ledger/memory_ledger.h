@@ -86,8 +86,9 @@ class MemoryLedger {
   Result<uint32_t> UpsertContainer(const std::string& id, const std::vector<uint64_t>& limits);
   // Frees a container slot that has no processes left.
   Status RemoveContainer(uint32_t c);
-  // Adds a process of container `c`.
-  Result<uint32_t> AddProcess(uint32_t c, int32_t host_pid);
+  // Adds a process of container `c`. `local_pid` is its pid in its own pid namespace (what tools
+  // inside its container show); 0 when unknown.
+  Result<uint32_t> AddProcess(uint32_t c, int32_t host_pid, int32_t local_pid = 0);
   // Takes back everything process `p` holds and frees its slot. Idempotent per generation.
   void ReclaimProcess(uint32_t p);
 

@@ -101,7 +101,8 @@ nvmlReturn_t ContainerProcesses(nvmlDevice_t device, unsigned int* count, Info* 
     }
     if (n < capacity) {
       Info info{};
-      info.pid = static_cast<unsigned int>(slot.host_pid.load());
+      // The pid as the container sees it: nvidia-smi inside shows the tenant's own processes.
+      info.pid = static_cast<unsigned int>(slot.local_pid.load());
       info.usedGpuMemory = slot.used[d].load();
       infos[n] = info;
     }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <thread>
@@ -292,6 +293,29 @@ TEST_F(ShimTest, NvmlShowsTheContainersLimitUsageAndOnlyItsProcesses) {
   outside->DrainOutput(5s);
   EXPECT_EQ(outside->values().at("total"), std::to_string(8 * kGiB));
   EXPECT_EQ(outside->values().at("processes"), "2");
+}
+
+TEST_F(ShimTest, NvmlShowsProcessesWithThePidsOfTheirOwnNamespace) {
+  if (std::system("unshare --pid --fork --kill-child true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "cannot create a pid namespace here (needs root and unshare(1))";
+  }
+  // The holder runs in a new pid namespace, where it is pid 1; the daemon knows its host pid.
+  std::vector<std::string> env = SimEnv();
+  env.push_back("TESSERA_SOCKET=" + socket_);
+  env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
+  env.push_back("TESSERA_CONTAINER=namespaced");
+  auto holder = std::make_unique<ChildProcess>(
+      std::vector<std::string>{"/usr/bin/unshare", "--pid", "--fork", "--kill-child",
+                               BuildDir() + "/tests/shim_tenant", "hold",
+                               std::to_string(64 * kMiB)},
+      env);
+  ASSERT_EQ(holder->WaitForKey("ready", 30s), "1");
+  auto inside = Tenant({}, {"TESSERA_CONTAINER=namespaced"}, "nvml_tenant");
+  ASSERT_EQ(inside->Wait(30s), 0);
+  inside->DrainOutput(5s);
+  ASSERT_EQ(inside->values().at("processes"), "1");
+  EXPECT_EQ(inside->values().at("pid_0"), "1") << "the pid the tenant sees for itself";
+  EXPECT_EQ(inside->values().at("mem_0"), std::to_string(64 * kMiB));
 }
 
 class ShimContextTest : public ShimTest {

@@ -40,7 +40,9 @@ bool Register(std::string* error) {
     *error = fd.error();
     return false;
   }
-  if (Status s = ipc::SendLine(*fd, g_hello); !s.ok()) {
+  // Our own pid, as our pid namespace numbers it (a forked child sends its own).
+  const std::string hello = g_hello + " local_pid=" + std::to_string(getpid());
+  if (Status s = ipc::SendLine(*fd, hello); !s.ok()) {
     close(*fd);
     *error = s.message();
     return false;
