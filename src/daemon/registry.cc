@@ -119,11 +119,11 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   // container; only a positive integer is taken.
   int32_t local_pid = 0;
   if (request.Has("local_pid")) {
+    const std::string text = request.Get("local_pid");  // strtol's end must point into it
     char* end = nullptr;
-    const long v = std::strtol(request.Get("local_pid").c_str(), &end, 10);
+    const long v = std::strtol(text.c_str(), &end, 10);
     if (*end != '\0' || v <= 0 || v > 0x3fffffff) {
-      return Result<Message>::Error("HELLO local_pid=" + request.Get("local_pid") +
-                                    ": expected a positive process id");
+      return Result<Message>::Error("HELLO local_pid=" + text + ": expected a positive process id");
     }
     local_pid = static_cast<int32_t>(v);
   }

@@ -1,0 +1,117 @@
+// Registry: HELLO and CONTAINER requests against a real ledger segment, including every refusal.
+#include "daemon/registry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace tessera::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = "/tessera-registry-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    shm_unlink(name_.c_str());
+  }
+  void TearDown() override { shm_unlink(name_.c_str()); }
+  Registry Make(bool self_declared = true) {
+    auto ledger = ledger::MemoryLedger::CreateOrOpen(
+        name_, {{"GPU-aaaaaaaa-0000-4000-8000-000000000000", "A", 8 * kGiB},
+                {"GPU-bbbbbbbb-0000-4000-8000-000000000000", "B", 4 * kGiB}});
+    EXPECT_TRUE(ledger.ok());
+    return Registry(std::move(*ledger), {self_declared, 0});
+  }
+  static Message Parse(const std::string& line) { return *ParseMessage(line); }
+  std::string name_;
+};
+
+TEST_F(RegistryTest, SelfDeclaredContainerGetsItsLimitsOnItsVisibleDevices) {
+  Registry r = Make();
+  uint32_t slot = 0;
+  auto reply = r.Hello(Parse("HELLO version=1 container=web mem=1073741824 visible=1"), 42, &slot);
+  ASSERT_TRUE(reply.ok()) << reply.error();
+  EXPECT_EQ(reply->Get("visible"), "1");
+  const int c = r.ledger().FindContainer("web");
+  ASSERT_GE(c, 0);
+  EXPECT_EQ(r.ledger().Limit(c, 1), kGiB) << "the first visible device is the node's device 1";
+  EXPECT_EQ(r.ledger().Limit(c, 0), ledger::kUnlimited);
+  EXPECT_EQ(r.ledger().layout()->processes[slot].host_pid.load(), 42);
+  EXPECT_EQ(r.ledger().layout()->processes[slot].local_pid.load(), 42) << "defaults to host pid";
+  r.Disconnected(slot);
+  EXPECT_EQ(r.ledger().layout()->processes[slot].state.load(), ledger::kFree);
+}
+
+TEST_F(RegistryTest, RegisteredLimitsWinOverDeclaredOnes) {
+  Registry r = Make();
+  ASSERT_TRUE(r.SetContainer(Parse("CONTAINER id=web mem=2147483648")).ok());
+  uint32_t slot = 0;
+  ASSERT_TRUE(r.Hello(Parse("HELLO version=1 container=web mem=9999999999"), 7, &slot).ok());
+  EXPECT_EQ(r.ledger().Limit(r.ledger().FindContainer("web"), 0), 2 * kGiB);
+  EXPECT_EQ(r.ledger().Limit(r.ledger().FindContainer("web"), 1), 2 * kGiB) << "list repeats";
+}
+
+TEST_F(RegistryTest, ObserversHoldNoProcessSlot) {
+  Registry r = Make();
+  uint32_t slot = 0;
+  auto reply = r.Hello(Parse("HELLO version=1 container=web observer=1"), 9, &slot);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->Get("process"), "none");
+  EXPECT_EQ(slot, kNoProcess);
+  r.Disconnected(slot);  // must be harmless
+}
+
+TEST_F(RegistryTest, RefusalsNameTheirInput) {
+  Registry strict = Make(/*self_declared=*/false);
+  uint32_t slot = 0;
+  auto refused = strict.Hello(Parse("HELLO version=1 container=stranger"), 1, &slot);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("--allow-self-declared=false"));
+
+  Registry r = Make();
+  struct Case {
+    const char* line;
+    const char* says;
+  } cases[] = {
+      {"HELLO version=2", "this tesserad speaks version 1"},
+      {"HELLO", "version=(missing)"},
+      {"HELLO version=1 container=..", "container"},
+      {"HELLO version=1 visible=7", "TESSERA_VISIBLE_DEVICES=\"7\""},
+      {"HELLO version=1 visible=GPU-cccccccc-0000-4000-8000-000000000000",
+       "TESSERA_VISIBLE_DEVICES"},
+      {"HELLO version=1 mem=lots", "mem=\"lots\""},
+      {"HELLO version=1 mem=1,2,3", "3 limits for 2 devices"},
+      {"HELLO version=1 local_pid=-4", "local_pid=-4"},
+      {"HELLO version=1 local_pid=12x", "local_pid=12x"},
+  };
+  for (const Case& c : cases) {
+    auto reply = r.Hello(Parse(c.line), 1, &slot);
+    ASSERT_FALSE(reply.ok()) << c.line;
+    EXPECT_THAT(reply.error(), HasSubstr(c.says)) << c.line;
+  }
+  auto bad_id = r.SetContainer(Parse("CONTAINER id=a/b"));
+  ASSERT_FALSE(bad_id.ok());
+  EXPECT_THAT(bad_id.error(), HasSubstr("a/b"));
+  EXPECT_FALSE(r.SetContainer(Parse("CONTAINER mem=1")).ok()) << "an id is required";
+}
+
+TEST_F(RegistryTest, StatusIsValidJsonOfContainersAndProcesses) {
+  Registry r = Make();
+  uint32_t slot = 0;
+  ASSERT_TRUE(
+      r.Hello(Parse("HELLO version=1 container=web mem=1073741824 local_pid=5"), 77, &slot).ok());
+  const std::string json = r.StatusJson();
+  EXPECT_THAT(json, HasSubstr("\"id\":\"web\""));
+  EXPECT_THAT(json, HasSubstr("\"limit_bytes\":[1073741824,1073741824]"));
+  EXPECT_THAT(json, HasSubstr("{\"pid\":77,"));
+  EXPECT_THAT(json, HasSubstr("\"name\":\"B\""));
+}
+
+}  // namespace
+}  // namespace tessera::daemon
