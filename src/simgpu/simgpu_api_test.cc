@@ -417,6 +417,18 @@ TEST_F(SimApiTest, NvmlSeesTheSameMachine) {
   ASSERT_EQ(SIM(nvmlDeviceGetUtilizationRates)(dev, &util), NVML_SUCCESS);
   EXPECT_GE(util.gpu, 25u);
   EXPECT_LE(util.gpu, 40u);
+  // The same busy time, per process: this process did all of it.
+  nvmlProcessUtilizationSample_t samples[8];
+  unsigned int nsamples = 8;
+  ASSERT_EQ(SIM(nvmlDeviceGetProcessUtilization)(dev, samples, &nsamples, 0), NVML_SUCCESS);
+  ASSERT_EQ(nsamples, 1u);
+  EXPECT_EQ(samples[0].pid, static_cast<unsigned>(getpid()));
+  EXPECT_GE(samples[0].smUtil, 25u);
+  EXPECT_LE(samples[0].smUtil, 40u);
+  unsigned int needed = 0;
+  EXPECT_EQ(SIM(nvmlDeviceGetProcessUtilization)(dev, nullptr, &needed, 0),
+            NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(needed, 1u);
   EXPECT_EQ(SIM(cuMemFree_v2)(p), CUDA_SUCCESS);
   EXPECT_EQ(SIM(nvmlShutdown)(), NVML_SUCCESS);
 }
