@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -21,7 +22,14 @@ Status Server::Run(const std::atomic<bool>& stop) {
   ev.data.fd = listen_fd_;
   epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd_, &ev);
   epoll_event events[64];
+  auto next_sweep = std::chrono::steady_clock::now();
   while (!stop.load()) {
+    // Processes registered with an earlier daemon (before a restart) have no connection here:
+    // their deaths are found by a sweep once a second instead of by a close.
+    if (std::chrono::steady_clock::now() >= next_sweep) {
+      registry_->ReclaimDeadProcesses();
+      next_sweep = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    }
     const int n = epoll_wait(ep, events, 64, 100);
     if (n < 0 && errno != EINTR) {
       close(ep);

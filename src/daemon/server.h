@@ -1,7 +1,9 @@
 // Server: tesserad's event loop. Accepts connections on the Unix socket, reads one request line at
 // a time, hands it to the Registry, writes the reply (with the ledger descriptor for HELLO), and
 // reports a registered connection's close to the Registry at once: that close is how the daemon
-// learns a process died, SIGKILL included. Single-threaded (epoll); holds no policy.
+// learns a process died, SIGKILL included. Once a second it also sweeps for dead processes that
+// registered with an earlier daemon (they have no connection to this one). Single-threaded
+// (epoll); holds no policy.
 #pragma once
 
 #include <atomic>

@@ -318,6 +318,42 @@ TEST_F(ShimTest, NvmlShowsProcessesWithThePidsOfTheirOwnNamespace) {
   EXPECT_EQ(inside->values().at("mem_0"), std::to_string(64 * kMiB));
 }
 
+TEST_F(ShimTest, ARestartedDaemonKeepsTheBooksAndReapsTenantsThatDieLater) {
+  auto holder = Tenant({"hold", std::to_string(kGiB)},
+                       {"TESSERA_CONTAINER=survivor", "TESSERA_MEM_LIMIT=2GiB"});
+  ASSERT_EQ(holder->WaitForKey("ready", 30s), "1");
+  // The daemon dies hard and a new one starts on the same socket: it reopens the ledger.
+  daemon_->Kill(SIGKILL);
+  ASSERT_EQ(daemon_->Wait(10s), 128 + SIGKILL);
+  daemon_ =
+      std::make_unique<ChildProcess>(std::vector<std::string>{BuildDir() + "/bin/tesserad", "--sim",
+                                                              "--socket", socket_, "--ephemeral"},
+                                     SimEnv());
+  auto used = [&]() -> std::string {
+    auto reply = tessera::ipc::Call(socket_, "STATUS", nullptr, 2s);
+    if (!reply.ok()) return "";
+    const size_t at = reply->find("\"id\":\"survivor\"");
+    if (at == std::string::npos) return "";
+    const size_t u = reply->find("\"used_bytes\":[", at);
+    return reply->substr(u + 14, reply->find(',', u) - u - 14);
+  };
+  std::string seen;
+  for (int i = 0; i < 300 && seen.empty(); ++i) {
+    seen = used();
+    if (seen.empty()) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(seen, std::to_string(kGiB)) << "the live tenant's memory is still counted";
+  // The tenant dies; it never registered with this daemon, so the sweep must find it.
+  holder->Kill(SIGKILL);
+  ASSERT_EQ(holder->Wait(10s), 128 + SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  while (used() != "0" && std::chrono::steady_clock::now() - killed < 3s) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(used(), "0");
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 3s);
+}
+
 class ShimContextTest : public ShimTest {
  protected:
   std::vector<std::string> DaemonArgs() override { return {"--context-overhead", "300MiB"}; }
