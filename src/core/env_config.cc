@@ -54,11 +54,12 @@ Status Load(const Environment& environment, std::string_view name, std::string_v
   return Status::Ok();
 }
 
-Result<std::string> ParseSocketPath(std::string_view text, std::string_view name) {
-  static constexpr std::string_view kExpected =
-      "an absolute path of at most 107 bytes, such as /run/tessera/tessera.sock";
+// An absolute path of at most `max_bytes`; `expected` and `too_long` complete the messages.
+Result<std::string> ParseAbsolutePath(std::string_view text, std::string_view name,
+                                      size_t max_bytes, std::string_view expected,
+                                      std::string_view too_long) {
   auto fail = [&](std::string_view reason) {
-    return Result<std::string>::Error(InputError(name, text, reason, kExpected));
+    return Result<std::string>::Error(InputError(name, text, reason, expected));
   };
   if (text.empty()) {
     return fail("empty value");
@@ -69,32 +70,24 @@ Result<std::string> ParseSocketPath(std::string_view text, std::string_view name
   if (text.front() != '/') {
     return fail("not an absolute path");
   }
-  if (text.size() > kMaxSocketPathBytes) {
-    return fail(std::to_string(text.size()) +
-                " bytes is too long for a Unix socket address (sun_path holds 107 and a NUL)");
+  if (text.size() > max_bytes) {
+    return fail(std::to_string(text.size()) + " bytes " + std::string(too_long));
   }
   return std::string(text);
 }
 
+Result<std::string> ParseSocketPath(std::string_view text, std::string_view name) {
+  return ParseAbsolutePath(
+      text, name, kMaxSocketPathBytes,
+      "an absolute path of at most 107 bytes, such as /run/tessera/tessera.sock",
+      "is too long for a Unix socket address (sun_path holds 107 and a NUL)");
+}
+
 Result<std::string> ParseLibraryPath(std::string_view text, std::string_view name) {
-  static constexpr std::string_view kExpected =
-      "an absolute path to the library, such as /usr/lib/x86_64-linux-gnu/libcuda.so.1";
-  auto fail = [&](std::string_view reason) {
-    return Result<std::string>::Error(InputError(name, text, reason, kExpected));
-  };
-  if (text.empty()) {
-    return fail("empty value");
-  }
-  if (text.find('\0') != std::string_view::npos) {
-    return fail("contains a NUL byte");
-  }
-  if (text.front() != '/') {
-    return fail("not an absolute path");
-  }
-  if (text.size() > kMaxLibraryPathBytes) {
-    return fail(std::to_string(text.size()) + " bytes is longer than PATH_MAX allows");
-  }
-  return std::string(text);
+  return ParseAbsolutePath(
+      text, name, kMaxLibraryPathBytes,
+      "an absolute path to the library, such as /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+      "is longer than PATH_MAX allows");
 }
 
 Result<std::string> ParseContainer(std::string_view text, std::string_view name) {

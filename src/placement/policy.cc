@@ -145,6 +145,16 @@ uint32_t LowestFree(const Cluster& cluster, int node, const Request& r) {
 
 }  // namespace
 
+bool SameAsEarlierGpu(const Cluster& cluster, int node, int gpu) {
+  const auto milli = cluster.gpu_milli_free(node);
+  const auto mem = cluster.gpu_memory_free(node);
+  const auto g = static_cast<size_t>(gpu);
+  for (size_t h = 0; h < g; ++h) {
+    if (milli[h] == milli[g] && mem[h] == mem[g]) return true;
+  }
+  return false;
+}
+
 uint32_t BestFitGpus(const Cluster& cluster, int node, const Request& r) {
   if (r.gpu_count == 0) return 0;
   if (r.whole_gpus()) return LowestFree(cluster, node, r);

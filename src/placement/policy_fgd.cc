@@ -34,17 +34,10 @@ class FgdPolicy final : public ScoredNodePolicy {
   Score ScoreNode(const Cluster& c, int n, const Request& r) override {
     const double before = eval_->Frag(n);
     if (r.gpu_count == 1 && !r.whole_gpus()) {
-      const auto milli = c.gpu_milli_free(n);
-      const auto mem = c.gpu_memory_free(n);
       Score best{-1, 0, 0};
       for (int g = 0; g < c.spec(n).gpu_count; ++g) {
         if (!c.GpuFits(n, g, r)) continue;
-        bool seen = false;  // an earlier GPU in the same state scored the same already
-        for (int h = 0; h < g && !seen; ++h) {
-          seen = milli[static_cast<size_t>(h)] == milli[static_cast<size_t>(g)] &&
-                 mem[static_cast<size_t>(h)] == mem[static_cast<size_t>(g)];
-        }
-        if (seen) continue;
+        if (SameAsEarlierGpu(c, n, g)) continue;
         const int32_t from = c.gpu_share_free(n)[static_cast<size_t>(g)];
         const double score =
             FgdScore(before, eval_->FragAfterOneGpu(n, r, from, ShareAfter(c, n, g, r)));

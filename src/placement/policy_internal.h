@@ -22,6 +22,10 @@ uint32_t BestFitGpus(const Cluster& cluster, int node, const Request& request);
 uint32_t WorstFitGpus(const Cluster& cluster, int node, const Request& request);
 uint32_t RandomGpus(const Cluster& cluster, int node, const Request& request, Rng& rng);
 
+// True when an earlier GPU of `node` has the same free share and memory as `gpu`: a one-GPU
+// placement there would score the same, so scoring policies skip it.
+bool SameAsEarlierGpu(const Cluster& cluster, int node, int gpu);
+
 // kube-scheduler scores are whole numbers from 0 to 100; policies ported from plugins that
 // produce them truncate the same way, which makes ties (and the tie rule) matter.
 double PluginScore(double x);

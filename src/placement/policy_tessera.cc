@@ -53,17 +53,10 @@ class TesseraPolicy final : public ScoredNodePolicy {
         Stranded(static_cast<double>(c.cpu_free(n) - r.cpu_milli),
                  static_cast<double>(c.share_free_total(n) - r.total_gpu_milli()));
     if (r.gpu_count == 1 && !r.whole_gpus()) {
-      const auto milli = c.gpu_milli_free(n);
-      const auto mem = c.gpu_memory_free(n);
       Score best{-1e300, 0, 0};
       for (int g = 0; g < c.spec(n).gpu_count; ++g) {
         if (!c.GpuFits(n, g, r)) continue;
-        bool seen = false;  // an earlier GPU in the same state scored the same already
-        for (int h = 0; h < g && !seen; ++h) {
-          seen = milli[static_cast<size_t>(h)] == milli[static_cast<size_t>(g)] &&
-                 mem[static_cast<size_t>(h)] == mem[static_cast<size_t>(g)];
-        }
-        if (seen) continue;
+        if (SameAsEarlierGpu(c, n, g)) continue;
         const int32_t from = c.gpu_share_free(n)[static_cast<size_t>(g)];
         const double after = eval_->FragAfterOneGpu(n, r, from, ShareAfter(c, n, g, r));
         const double step = std::floor((before - after + stranded_gain) / kStepMilli);
