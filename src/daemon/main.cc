@@ -85,7 +85,7 @@ tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::st
 
 // Measures what a context costs on device 0: NVML's used memory around a primary-context retain
 // through the real driver. 0 (with a note) when it cannot be measured.
-uint64_t MeasureContextOverhead(const std::string& libcuda, const std::string& nvml_path) {
+uint64_t MeasureContextOverhead(const std::string& libcuda) {
   auto cuda = tessera::DynamicLibrary::Open(libcuda);
   if (!cuda.ok() || tesserad_nvml_library == nullptr) return 0;
   auto init = cuda->Resolve<decltype(&cuInit)>("cuInit");
@@ -106,7 +106,6 @@ uint64_t MeasureContextOverhead(const std::string& libcuda, const std::string& n
   }
   const bool ok = (*memory)(dev, &after) == NVML_SUCCESS;
   (*release)(0);
-  (void)nvml_path;
   // Keep the driver loaded: unloading a CUDA driver in a running process is not supported.
   tesserad_cuda_library = new tessera::DynamicLibrary(std::move(*cuda));
   return ok && after.used > before.used ? after.used - before.used : 0;
@@ -123,21 +122,17 @@ int main(int argc, char** argv) {
   std::string context_overhead = "measure";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      if (i + 1 >= argc) return nullptr;
-      (void)flag;
-      return argv[++i];
-    };
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     if (arg == "--socket") {
-      const char* v = value("--socket");
+      const char* v = value();
       if (v == nullptr) return Usage("--socket needs a path");
       socket_path = v;
     } else if (arg == "--ledger") {
-      const char* v = value("--ledger");
+      const char* v = value();
       if (v == nullptr) return Usage("--ledger needs a name");
       ledger_name = v;
     } else if (arg == "--context-overhead") {
-      const char* v = value("--context-overhead");
+      const char* v = value();
       if (v == nullptr) return Usage("--context-overhead needs a size (e.g. 300MiB) or measure");
       context_overhead = v;
     } else if (arg == "--sim") {
@@ -149,7 +144,7 @@ int main(int argc, char** argv) {
       if (arg.size() > std::strlen("--allow-self-declared")) {
         text = arg.substr(std::strlen("--allow-self-declared="));
       } else {
-        const char* v = value("--allow-self-declared");
+        const char* v = value();
         if (v == nullptr) return Usage("--allow-self-declared needs true or false");
         text = v;
       }
@@ -198,7 +193,7 @@ int main(int argc, char** argv) {
     if (!sim) {
       const char* real = std::getenv("TESSERA_REAL_LIBCUDA");
       context_bytes = MeasureContextOverhead(
-          real != nullptr && *real != '\0' ? real : "/usr/lib/x86_64-linux-gnu/libcuda.so.1", nvml);
+          real != nullptr && *real != '\0' ? real : "/usr/lib/x86_64-linux-gnu/libcuda.so.1");
     }
   } else {
     auto parsed = tessera::ParseBytes(context_overhead, "--context-overhead");
