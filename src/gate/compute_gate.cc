@@ -555,6 +555,10 @@ Track* BeforeLaunch(CUstream stream, bool per_thread) {
     if (t == nullptr) return nullptr;
   }
   const int d = t->device;
+  // Policy 5 (native): no compute control at all; the launch is neither gated nor measured.
+  if (__builtin_expect(g->layout->gate.devices[d].gated.load(std::memory_order_relaxed) == 0, 0)) {
+    return nullptr;
+  }
   if (__builtin_expect((g->devices[d].word.load(std::memory_order_acquire)->load(
                             std::memory_order_acquire) &
                         g->bit) == 0,

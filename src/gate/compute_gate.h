@@ -22,6 +22,7 @@
 //  * Drain. When the token is revoked, the sampler closes the device's tracks, waits for their
 //    marks and clears the process's busy bit: the arbiter hands the token on only then (or after
 //    a deadline), so two containers' work never overlaps and nobody is charged another's time.
+//  * Policy 5 (native) turns the gate off: launches are neither gated nor measured.
 //  * Faults. A waiting launch re-checks the arbiter's heartbeat; after `loss_timeout_ns` without
 //    one it continues ungated with one warning, and gating resumes when the heartbeat returns.
 //
