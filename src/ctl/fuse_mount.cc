@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,11 @@ struct FuseMount::Impl {
   FuseMountOptions options;
   struct fuse* fuse = nullptr;
   int wake_fd = -1;  // an eventfd: Stop() writes to it to end the loop
+  // The text each open file handle had at open, by handle. Touched only by the serving thread
+  // (and by the destructor after it ended); handles a vanished connection never released go
+  // with it.
+  std::unordered_map<uint64_t, std::string> open_files;
+  uint64_t next_handle = 1;
   std::thread loop;
   bool mounted = false;
   timespec mounted_at{};
@@ -175,14 +181,8 @@ int OnReaddir(const char* path, void* buffer, fuse_fill_dir_t fill, off_t /*offs
   return 0;
 }
 
-// An open file keeps the text it had at open for reading, so that a reader sees one consistent
-// value however it splits its reads.
-struct OpenFile {
-  std::string text;
-};
-
 int OnOpen(const char* path, fuse_file_info* file) {
-  const Impl& impl = *Current();
+  Impl& impl = *Current();
   Result<Entry> entry = impl.tree.Stat(path);
   if (!entry.ok()) {
     return -ENOENT;
@@ -202,25 +202,29 @@ int OnOpen(const char* path, fuse_file_info* file) {
       return -EACCES;
     }
   }
-  auto open_file = std::make_unique<OpenFile>();
+  // An open file keeps the text it had at open, so that a reader sees one consistent value
+  // however it splits its reads.
+  std::string snapshot;
   if (access != O_WRONLY) {
     Result<std::string> text = impl.tree.Read(path);
     if (!text.ok()) {
       return -ENOENT;
     }
-    open_file->text = std::move(text).value();
+    snapshot = std::move(text).value();
   }
-  file->fh = reinterpret_cast<uint64_t>(open_file.release());
+  file->fh = impl.next_handle++;
+  impl.open_files.emplace(file->fh, std::move(snapshot));
   file->direct_io = 1;
   return 0;
 }
 
 int OnRead(const char* /*path*/, char* buffer, size_t size, off_t offset, fuse_file_info* file) {
-  const auto* open_file = reinterpret_cast<const OpenFile*>(file->fh);
-  if (open_file == nullptr || offset < 0) {
+  const Impl& impl = *Current();
+  const auto open_file = impl.open_files.find(file->fh);
+  if (open_file == impl.open_files.end() || offset < 0) {
     return -EINVAL;
   }
-  const std::string& text = open_file->text;
+  const std::string& text = open_file->second;
   if (static_cast<size_t>(offset) >= text.size()) {
     return 0;
   }
@@ -266,7 +270,7 @@ int OnTruncate(const char* path, off_t size, fuse_file_info* /*file*/) {
 }
 
 int OnRelease(const char* /*path*/, fuse_file_info* file) {
-  delete reinterpret_cast<OpenFile*>(file->fh);
+  Current()->open_files.erase(file->fh);
   file->fh = 0;
   return 0;
 }
@@ -310,40 +314,57 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const ControlTree& tree,
   if (stat(resolved, &st) != 0 || !S_ISDIR(st.st_mode)) {
     return fail("not a directory");
   }
-  const int probe = open("/dev/fuse", O_RDWR | O_CLOEXEC);
-  if (probe < 0) {
-    return fail("cannot open /dev/fuse (" + ErrnoText(errno) +
-                "); load the fuse module, or give the container the device");
-  }
-  close(probe);
   options.mount_point = resolved;
 
   auto impl = std::make_unique<Impl>(tree, std::move(options));
   clock_gettime(CLOCK_REALTIME, &impl->mounted_at);
-
-  std::string mount_options = "fsname=tessera-ctl,subtype=tessera";
-  if (impl->options.allow_other) {
-    mount_options += ",allow_other";
-  }
-  std::string program = "tessera-ctl";
-  std::string dash_o = "-o";
-  char* argv[] = {program.data(), dash_o.data(), mount_options.data(), nullptr};
-  fuse_args args = FUSE_ARGS_INIT(3, argv);
-  const fuse_operations operations = MakeOperations();
   impl->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (impl->wake_fd < 0) {
     return fail("eventfd failed (" + ErrnoText(errno) + ")");
   }
+  std::string program = "tessera-ctl";
+  char* argv[] = {program.data(), nullptr};
+  fuse_args args = FUSE_ARGS_INIT(1, argv);
+  const fuse_operations operations = MakeOperations();
   impl->fuse = fuse_new(&args, &operations, sizeof(operations), impl.get());
+  fuse_opt_free_args(&args);
   if (impl->fuse == nullptr) {
     close(impl->wake_fd);
-    return fail("libfuse refused the options \"" + mount_options + "\"");
+    return fail("libfuse could not set up a filesystem");
   }
-  if (fuse_mount(impl->fuse, impl->options.mount_point.c_str()) != 0) {
+  // The mount itself is ours, not libfuse's: we open /dev/fuse, mount it, and hand libfuse the
+  // descriptor as "/dev/fd/N". libfuse then owns exactly one thing, that descriptor (closed by
+  // fuse_destroy), and never unmounts a path on its own.
+  const int device_fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (device_fd < 0) {
+    const int error = errno;
     fuse_destroy(impl->fuse);
-    impl->fuse = nullptr;
     close(impl->wake_fd);
-    return fail("mount refused by the kernel (are we root, or is fusermount3 installed?)");
+    return fail("cannot open /dev/fuse (" + ErrnoText(error) +
+                "); load the fuse module, or give the container the device");
+  }
+  std::string data = "fd=" + std::to_string(device_fd) +
+                     ",rootmode=40000,user_id=" + std::to_string(getuid()) +
+                     ",group_id=" + std::to_string(getgid());
+  if (impl->options.allow_other) {
+    data += ",allow_other";
+  }
+  if (mount("tessera-ctl", impl->options.mount_point.c_str(), "fuse.tessera",
+            MS_NOSUID | MS_NODEV | MS_NOEXEC, data.c_str()) != 0) {
+    const int error = errno;
+    close(device_fd);
+    fuse_destroy(impl->fuse);
+    close(impl->wake_fd);
+    return fail("mount refused (" + ErrnoText(error) + ")" +
+                (error == EPERM ? "; mounting needs root (CAP_SYS_ADMIN)" : ""));
+  }
+  const std::string device_path = "/dev/fd/" + std::to_string(device_fd);
+  if (fuse_mount(impl->fuse, device_path.c_str()) != 0) {
+    umount2(impl->options.mount_point.c_str(), MNT_DETACH);
+    close(device_fd);
+    fuse_destroy(impl->fuse);
+    close(impl->wake_fd);
+    return fail("libfuse did not take the /dev/fuse descriptor");
   }
   impl->mounted = true;
   Impl* raw = impl.get();

@@ -45,9 +45,10 @@ class FuseMount {
   // True when this build has FUSE support (libfuse3 was found at configure time).
   static bool Available();
 
-  // Mounts `tree` (a copy; its NodeControl must outlive the mount) and starts serving it. Errors
-  // name the directory and the cause (not a directory, no /dev/fuse, mount refused, no FUSE
-  // support in this build).
+  // Mounts `tree` (a copy; its NodeControl must outlive the mount) and starts serving it. The
+  // mount is made with mount(2) directly, so it needs root (CAP_SYS_ADMIN), as tesserad has; there
+  // is no fusermount3 fallback. Errors name the directory and the cause (not a directory, no
+  // /dev/fuse, mount refused, no FUSE support in this build).
   static Result<std::unique_ptr<FuseMount>> Mount(const ControlTree& tree,
                                                   FuseMountOptions options);
 
