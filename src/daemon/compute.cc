@@ -267,7 +267,9 @@ uint64_t ComputeService::Step(uint64_t now) {
       const uint64_t used = ps.gpu_ns[d].load();
       if (used > seen[d]) charge[d][c] += used - seen[d];
       seen[d] = std::max(seen[d], used);
-      if (ps.waiting[d].load() > 0 || (fresh && (busy & (1u << d)) != 0)) pending[d].set(c);
+      // A process counts only while it beats: a stopped one (SIGSTOP, a debugger) neither waits
+      // nor works, and must not keep the token or the arbiter's attention.
+      if (fresh && (ps.waiting[d].load() > 0 || (busy & (1u << d)) != 0)) pending[d].set(c);
       hint[d][c] = std::max(hint[d][c], ps.quota_hint_ns[d].load());
     }
   }

@@ -339,6 +339,7 @@ void AwaitToken(int device) {
   ledger::GateDevice& gd = g->layout->gate.devices[device];
   const ledger::ContainerSlot& container = g->layout->containers[g->container];
   self.waiting[device].fetch_add(1, std::memory_order_acq_rel);
+  self.beat_ns.store(MonotonicNs(), std::memory_order_release);  // a waiting thread is alive
   WakeArbiter();
   for (;;) {
     const uint32_t seq = gd.grant_seq.load(std::memory_order_acquire);
@@ -360,6 +361,7 @@ void AwaitToken(int device) {
       break;
     }
     ipc::FutexWait(&gd.grant_seq, seq, kWaitSliceNs);
+    self.beat_ns.store(MonotonicNs(), std::memory_order_release);
   }
   self.waiting[device].fetch_sub(1, std::memory_order_acq_rel);
 }
