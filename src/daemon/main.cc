@@ -5,7 +5,8 @@
 //
 //   tesserad [--socket PATH] [--sim] [--allow-self-declared true|false] [--ledger NAME]
 //            [--ephemeral] [--context-overhead SIZE|measure] [--policy N] [--max-inst N]
-//            [--prio-ratio P] [--quota-min DUR] [--quota-max DUR] [--daemon-loss-timeout DUR]
+//            [--prio-ratio P] [--quota-min MS] [--quota-max MS] [--daemon-loss-timeout MS]
+//            [--gpu-policy GPU:POLICY]
 // The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
 #include <signal.h>
 #include <sys/mman.h>
@@ -17,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/bool_flag.h"
@@ -50,7 +52,7 @@ int Usage(const std::string& problem) {
                "tesserad: %s\nusage: tesserad [--socket PATH] [--sim] [--allow-self-declared "
                "true|false] [--ledger NAME] [--ephemeral] [--context-overhead SIZE|measure] "
                "[--policy 0-5] [--max-inst 1-256] [--prio-ratio 20-99] [--quota-min MS] "
-               "[--quota-max MS] [--daemon-loss-timeout MS]\n",
+               "[--quota-max MS] [--daemon-loss-timeout MS] [--gpu-policy GPU:POLICY]\n",
                problem.c_str());
   return 2;
 }
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
   bool ephemeral = false;
   std::string context_overhead = "measure";
   tessera::daemon::ComputeOptions compute_options;
+  std::vector<std::pair<int, tessera::ArbiterPolicy>> gpu_policies;  // --gpu-policy overrides
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -176,6 +179,20 @@ int main(int argc, char** argv) {
           compute_options.loss_timeout_ns = static_cast<uint64_t>(ns.count());
         }
       }
+    } else if (arg == "--gpu-policy") {
+      // One GPU's policy, overriding --policy: INDEX:POLICY, e.g. 1:5.
+      const char* v = value();
+      const std::string text = v != nullptr ? v : "";
+      const size_t colon = text.find(':');
+      auto index = tessera::ParseUnsigned(text.substr(0, colon), "--gpu-policy GPU index", 0, 15);
+      auto policy = colon == std::string::npos
+                        ? tessera::Result<tessera::ArbiterPolicy>::Error("")
+                        : tessera::ParseArbiterPolicy(text.substr(colon + 1), "--gpu-policy");
+      if (!index.ok() || !policy.ok()) {
+        return Usage("--gpu-policy \"" + text + "\": expected GPU:POLICY, e.g. 1:5 (" +
+                     (index.ok() ? policy.error() : index.error()) + ")");
+      }
+      gpu_policies.emplace_back(static_cast<int>(*index), *policy);
     } else if (arg == "--sim") {
       sim = true;
     } else if (arg == "--ephemeral") {
@@ -244,6 +261,13 @@ int main(int argc, char** argv) {
   auto compute = tessera::daemon::ComputeService::Create(ledger->layout(), ledger->device_count(),
                                                         compute_options);
   if (!compute.ok()) return Usage(compute.error());
+  for (const auto& [index, policy] : gpu_policies) {
+    auto config = compute_options.defaults;
+    config.policy = policy;
+    if (tessera::Status s = (*compute)->Configure(index, config); !s.ok()) {
+      return Usage("--gpu-policy " + std::to_string(index) + ": " + s.message());
+    }
+  }
   tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes},
                                      compute->get());
   const int reclaimed = registry.ReclaimDeadProcesses();
