@@ -135,6 +135,34 @@ TEST(PolicyTest, PackingPrefersSharedGpusAndBinpackAndSpreadDisagree) {
   EXPECT_EQ(Make("bestfit", &w)->Select(c, Pod(400))->node, 1);
 }
 
+TEST(PolicyTest, PackingTiersFollowThePublishedSimulator) {
+  const TargetWorkload w = TraceLike();
+  // Nodes: 0 idle 8 GPUs, 1 idle 2 GPUs, 2 lightly used 8 GPUs, 3 heavily used 8 GPUs.
+  Cluster c = Nodes(
+      {{96000, 8, "G2"}, {104000, 2, "T4"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+  ASSERT_TRUE(c.Place(Pod(1000), {2, 0b1}).ok());
+  ASSERT_TRUE(c.Place(Pod(1000, 4), {3, 0b1111}).ok());
+  ASSERT_TRUE(c.Place(Pod(1000, 2), {3, 0b110000}).ok());
+  auto packing = Make("packing", &w);
+  // Tier 2 (a used node's free GPUs) does not rank by fullness: the first used node wins.
+  EXPECT_EQ(packing->Select(c, Pod(1000))->node, 2);
+  EXPECT_EQ(packing->Select(c, Pod(300))->node, 2);
+  // Tier 1: a GPU already shared beats every free GPU, and a fuller one (by 100-milli steps)
+  // beats an emptier one.
+  ASSERT_TRUE(c.Place(Pod(500), {3, 0b1000000}).ok());  // node 3 GPU 6: 500 free
+  ASSERT_TRUE(c.Place(Pod(200), {2, 0b10}).ok());       // node 2 GPU 1: 800 free
+  auto shared = packing->Select(c, Pod(300));
+  ASSERT_TRUE(shared.has_value());
+  EXPECT_EQ(shared->node, 3);
+  EXPECT_EQ(shared->gpus, 0b1000000u);
+  // Tier 3 only when no used node fits: the idle node with fewer GPUs first.
+  Cluster idle = Nodes({{96000, 8, "G2"}, {104000, 2, "T4"}});
+  EXPECT_EQ(packing->Select(idle, Pod(1000))->node, 1);
+  EXPECT_EQ(packing->Select(idle, Pod(250))->node, 1);
+  // A CPU-only request scores the same everywhere: the first node it fits.
+  EXPECT_EQ(packing->Select(c, Pod(0, 0, 8000))->node, 0);
+}
+
 TEST(PolicyTest, ClusteringGroupsEqualShares) {
   const TargetWorkload w = TraceLike();
   Cluster c = Nodes({{96000, 4, "G2"}, {96000, 4, "G2"}, {96000, 4, "G2"}});
