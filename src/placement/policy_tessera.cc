@@ -81,8 +81,8 @@ class TesseraPolicy final : public ScoredNodePolicy {
     if (r.gpu_count > 0 && !r.whole_gpus()) {
       for (int g = 0; g < c.spec(n).gpu_count; ++g) {
         if (((gpus >> g) & 1) == 0) continue;
-        residual_gain += ResidualGain(c.gpu_share_free(n)[static_cast<size_t>(g)],
-                                      ShareAfter(c, n, g, r));
+        residual_gain +=
+            ResidualGain(c.gpu_share_free(n)[static_cast<size_t>(g)], ShareAfter(c, n, g, r));
       }
     }
     return {std::floor((before - after + stranded_gain + residual_gain) / kStepMilli), 0, gpus};
