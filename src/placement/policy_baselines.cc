@@ -2,6 +2,7 @@
 // and HAMi-style binpack and spread. Each rule is reimplemented from its published description
 // (docs/placement.md); none keeps state beyond its generator and, for clustering, the shapes
 // placed per node. Reads the cluster only.
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -73,9 +74,15 @@ class BestFitPolicy final : public FirstNodePolicy {
   }
 };
 
-// GPU packing: a fractional request goes to a GPU that is already shared when one fits, else to
-// a node that already has GPUs in use, else to an idle node; within each tier, the fuller GPU or
-// node first. GPUs best fit.
+// GPU packing, as the FGD authors' simulator scores it (0..100 plugin scores, equal scores to the
+// first node in list order). Three tiers, from high to low:
+//   1. the request fits entirely on GPUs that are already in use (a share on a shared GPU):
+//      100 - (sum over the chosen GPUs of their free share in whole percent) / 10, at least 50;
+//      the chosen GPU's free share before placement counts, in 100-milli steps;
+//   2. it needs entirely free GPUs of a node that is in use: 50 - those GPUs, at least 33;
+//   3. the node is idle: 33 - its GPU count, at least its GPU count (smaller nodes first).
+// Within a tier, nodes are not ordered by how full they are; ties go to the first node. A CPU-only
+// request scores 0 everywhere and so takes the first node it fits. GPUs best fit.
 class PackingPolicy final : public FirstNodePolicy {
  public:
   using FirstNodePolicy::FirstNodePolicy;
@@ -83,19 +90,21 @@ class PackingPolicy final : public FirstNodePolicy {
 
  protected:
   double NodeScore(const Cluster& c, int node, const Request& r) override {
-    const double cap = GpuCapacity(c, node);
-    const bool idle = static_cast<double>(c.share_free_total(node)) == cap;
-    if (r.gpu_count > 0 && !r.whole_gpus()) {
-      int32_t least = kMilliPerGpu;
-      const auto shares = c.gpu_share_free(node);
-      for (int g = 0; g < c.spec(node).gpu_count; ++g) {
-        const int32_t s = shares[static_cast<size_t>(g)];
-        if (s < kMilliPerGpu && c.GpuFits(node, g, r)) least = std::min(least, s);
-      }
-      if (least < kMilliPerGpu) return PluginScore(67 + 33.0 * (1.0 - least / 1000.0));
+    if (r.gpu_count == 0) return 0;
+    const int gpus = c.spec(node).gpu_count;
+    if (c.whole_gpus_free(node) == gpus) return std::max(33 - gpus, gpus);
+    const uint32_t chosen = BestFitGpus(c, node, r);
+    const auto shares = c.gpu_share_free(node);
+    int fresh = 0;
+    int64_t free_percent = 0;
+    for (int g = 0; g < gpus; ++g) {
+      if ((chosen & (uint32_t{1} << g)) == 0) continue;
+      const int32_t s = shares[static_cast<size_t>(g)];
+      if (s == kMilliPerGpu) ++fresh;
+      free_percent += s * 100 / kMilliPerGpu;
     }
-    if (!idle) return PluginScore(34 + 33.0 * GpuUsedAfter(c, node, r));
-    return PluginScore(33.0 * CpuUsedAfter(c, node, r));
+    if (fresh > 0) return std::max(50 - fresh, 33);
+    return static_cast<double>(std::max<int64_t>(100 - free_percent / 10, 50));
   }
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "placement/cluster.h"
+#include "placement/frag.h"
 #include "placement/policy.h"
 #include "placement/rng.h"
 
@@ -84,6 +85,13 @@ class ScoredNodePolicy : public Policy {
   uint64_t cluster_id_ = 0;
   std::unordered_map<ShapeKey, std::vector<Entry>, ShapeHash> cache_;
 };
+
+// Expected leftover share, in milli, of one GPU with f milli free (index f, 0..1000) once the
+// target workload's GPU shapes have filled it: while some shape fits, the next one that lands
+// there is drawn by weight among those that fit; with probability exp(-a x their total weight),
+// a = `arrivals_per_gap`, none ever comes, and all of f is left. A shape's share counts once per
+// GPU (whole GPUs as 1000); CPU-only and memory-only shapes are not fillers. tessera's R_n term.
+std::vector<double> ExpectedResidual(const TargetWorkload& workload, double arrivals_per_gap);
 
 std::unique_ptr<Policy> MakeRandom(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeBinpack(const PolicyOptions& options);

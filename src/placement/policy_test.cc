@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
+
+#include "placement/policy_internal.h"
 
 namespace tessera::placement {
 namespace {
@@ -122,6 +125,50 @@ TEST(PolicyTest, TesseraKeepsCpuWhereGpusNeedIt) {
   EXPECT_EQ(Make("fgd", &w)->Select(c, Pod(0, 0, 32000))->node, 0);
 }
 
+TEST(PolicyTest, ExpectedResidualFollowsItsDefinition) {
+  // Shapes of 300 (weight .5) and 500 (weight .25); the rest of the weight is CPU-only.
+  const TargetWorkload w({TargetShape{1000, 1, 300, kProportionalMemory, ModelSet::Any(), 0.5},
+                          TargetShape{1000, 1, 500, kProportionalMemory, ModelSet::Any(), 0.25},
+                          TargetShape{8000, 0, 0, kProportionalMemory, ModelSet::Any(), 0.25}});
+  const std::vector<double> r = internal::ExpectedResidual(w, 2.0);
+  ASSERT_EQ(r.size(), 1001u);
+  EXPECT_EQ(r[0], 0);
+  EXPECT_EQ(r[299], 299);  // nothing fits: all of it is left
+  // 300: the 300 shape comes with probability 1 - e^-1 and leaves nothing.
+  EXPECT_NEAR(r[300], std::exp(-1.0) * 300, 1e-9);
+  // 500: either shape may come (1 - e^-1.5); the 300 one (2 in 3) leaves 200, which nothing fits.
+  EXPECT_NEAR(r[500], std::exp(-1.5) * 500 + (1 - std::exp(-1.5)) * (2.0 / 3.0) * 200, 1e-9);
+  // With arrivals certain, one 400 shape leaves f mod 400.
+  const TargetWorkload one({TargetShape{1000, 1, 400, kProportionalMemory, ModelSet::Any(), 1}});
+  const std::vector<double> certain = internal::ExpectedResidual(one, 1e9);
+  EXPECT_NEAR(certain[1000], 200, 1e-9);
+  EXPECT_NEAR(certain[800], 0, 1e-9);
+  EXPECT_NEAR(certain[399], 399, 1e-9);
+  // No arrivals at all: every free share stays.
+  EXPECT_NEAR(internal::ExpectedResidual(one, 0)[700], 700, 1e-9);
+}
+
+TEST(PolicyTest, TesseraLeavesGapsThatFrequentSharesFill) {
+  // 320-milli shares are frequent and fill a 350 gap almost exactly; 230 shares are rarer. A 230
+  // share can go next to a 650 share (350 free, leaving 120 that no shape uses) or next to a 470
+  // share (530 free, leaving 300, which a 230 or 320 share can still use). tessera keeps the 350
+  // gap for a 320 share.
+  std::vector<Request> requests;
+  for (int i = 0; i < 6; ++i) requests.push_back(Pod(320, 1, 4000));
+  for (int i = 0; i < 3; ++i) requests.push_back(Pod(650, 1, 4000));
+  for (int i = 0; i < 3; ++i) requests.push_back(Pod(470, 1, 4000));
+  for (int i = 0; i < 2; ++i) requests.push_back(Pod(230, 1, 4000));
+  for (int i = 0; i < 6; ++i) requests.push_back(Pod(1000, 1, 4000));
+  const TargetWorkload w = TargetWorkload::FromRequests(requests, 1.0);
+  Cluster c = Nodes({{64000, 1, "T4"}, {64000, 1, "T4"}});
+  ASSERT_TRUE(c.Place(Pod(650, 1, 4000), {0, 1}).ok());
+  ASSERT_TRUE(c.Place(Pod(470, 1, 4000), {1, 1}).ok());
+  EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(230, 1, 4000))->node, 1);
+  EXPECT_EQ(Make("fgd", &w)->Select(c, Pod(230, 1, 4000))->node, 0);
+  // The 320 share itself still takes the 350 gap.
+  EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(320, 1, 4000))->node, 0);
+}
+
 TEST(PolicyTest, PackingPrefersSharedGpusAndBinpackAndSpreadDisagree) {
   const TargetWorkload w = TraceLike();
   Cluster c = Nodes({{96000, 4, "G2"}, {96000, 4, "G2"}});
@@ -133,6 +180,33 @@ TEST(PolicyTest, PackingPrefersSharedGpusAndBinpackAndSpreadDisagree) {
   EXPECT_EQ(Make("binpack", &w)->Select(c, Pod(400))->node, 1);
   EXPECT_EQ(Make("spread", &w)->Select(c, Pod(400))->node, 0);
   EXPECT_EQ(Make("bestfit", &w)->Select(c, Pod(400))->node, 1);
+}
+
+TEST(PolicyTest, PackingTiersFollowThePublishedSimulator) {
+  const TargetWorkload w = TraceLike();
+  // Nodes: 0 idle 8 GPUs, 1 idle 2 GPUs, 2 lightly used 8 GPUs, 3 heavily used 8 GPUs.
+  Cluster c = Nodes({{96000, 8, "G2"}, {104000, 2, "T4"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+  ASSERT_TRUE(c.Place(Pod(1000), {2, 0b1}).ok());
+  ASSERT_TRUE(c.Place(Pod(1000, 4), {3, 0b1111}).ok());
+  ASSERT_TRUE(c.Place(Pod(1000, 2), {3, 0b110000}).ok());
+  auto packing = Make("packing", &w);
+  // Tier 2 (a used node's free GPUs) does not rank by fullness: the first used node wins.
+  EXPECT_EQ(packing->Select(c, Pod(1000))->node, 2);
+  EXPECT_EQ(packing->Select(c, Pod(300))->node, 2);
+  // Tier 1: a GPU already shared beats every free GPU, and a fuller one (by 100-milli steps)
+  // beats an emptier one.
+  ASSERT_TRUE(c.Place(Pod(500), {3, 0b1000000}).ok());  // node 3 GPU 6: 500 free
+  ASSERT_TRUE(c.Place(Pod(200), {2, 0b10}).ok());       // node 2 GPU 1: 800 free
+  auto shared = packing->Select(c, Pod(300));
+  ASSERT_TRUE(shared.has_value());
+  EXPECT_EQ(shared->node, 3);
+  EXPECT_EQ(shared->gpus, 0b1000000u);
+  // Tier 3 only when no used node fits: the idle node with fewer GPUs first.
+  Cluster idle = Nodes({{96000, 8, "G2"}, {104000, 2, "T4"}});
+  EXPECT_EQ(packing->Select(idle, Pod(1000))->node, 1);
+  EXPECT_EQ(packing->Select(idle, Pod(250))->node, 1);
+  // A CPU-only request scores the same everywhere: the first node it fits.
+  EXPECT_EQ(packing->Select(c, Pod(0, 0, 8000))->node, 0);
 }
 
 TEST(PolicyTest, ClusteringGroupsEqualShares) {
