@@ -1,8 +1,11 @@
 // shim_bench: what the libcuda shim adds per call, measured in one process against simgpu called
 // directly (the baseline, same run, same simulated machine). A private tesserad serves the run;
 // the tenant is limited (so every allocation really goes through the ledger) but never near its
-// limit. Writes build/bench/shim_bench.json (override with --json PATH) with each pair's ns per
-// call and the added ns.
+// limit. Launches are measured twice through the shim: on GPU 0, under policy 1 with the compute
+// gate holding the token (issue 4's fast path: an atomic load and a branch, plus the in-flight
+// count), and on GPU 1, which runs policy 5 (no compute control: the "no-limit shim"). Writes
+// build/bench/shim_bench.json (override with --json PATH) with each pair's ns per call and the
+// added ns.
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 #include <signal.h>
@@ -33,7 +36,10 @@ struct Api {
   decltype(&cuMemGetInfo_v2) info = nullptr;
 };
 Api g_sim, g_shim;
-CUfunction g_noop = nullptr;
+CUfunction g_noop = nullptr;      // in GPU 0's context (gated)
+CUfunction g_noop_free = nullptr;  // in GPU 1's context (policy 5)
+CUcontext g_ctx0 = nullptr, g_ctx1 = nullptr;
+decltype(&cuCtxSetCurrent) g_shim_set_current = nullptr;
 
 void Die(const std::string& why) {
   std::fprintf(stderr, "shim_bench: %s\n", why.c_str());
@@ -59,20 +65,25 @@ void AllocFree(benchmark::State& state, const Api& api) {
     }
   }
 }
-void Launch(benchmark::State& state, const Api& api) {
+void Launch(benchmark::State& state, const Api& api, CUcontext ctx, CUfunction f) {
+  // Through the shim's wrapper, so the gate re-resolves the thread's current device.
+  g_shim_set_current(ctx);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(api.launch(g_noop, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+    benchmark::DoNotOptimize(api.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
   }
+  g_shim_set_current(g_ctx0);
 }
 
 void BM_Simgpu_MemAllocFree(benchmark::State& s) { AllocFree(s, g_sim); }
 void BM_Shim_MemAllocFree(benchmark::State& s) { AllocFree(s, g_shim); }
-void BM_Simgpu_LaunchNoop(benchmark::State& s) { Launch(s, g_sim); }
-void BM_Shim_LaunchNoop(benchmark::State& s) { Launch(s, g_shim); }
+void BM_Simgpu_LaunchNoop(benchmark::State& s) { Launch(s, g_sim, g_ctx0, g_noop); }
+void BM_Shim_LaunchNoop(benchmark::State& s) { Launch(s, g_shim, g_ctx0, g_noop); }
+void BM_ShimNoLimit_LaunchNoop(benchmark::State& s) { Launch(s, g_shim, g_ctx1, g_noop_free); }
 BENCHMARK(BM_Simgpu_MemAllocFree);
 BENCHMARK(BM_Shim_MemAllocFree);
 BENCHMARK(BM_Simgpu_LaunchNoop);
 BENCHMARK(BM_Shim_LaunchNoop);
+BENCHMARK(BM_ShimNoLimit_LaunchNoop);
 
 }  // namespace
 
@@ -85,9 +96,10 @@ int main(int argc, char** argv) {
   const std::string socket = "/tmp/" + state + ".sock";
   const std::string sim = build + "/lib/libtessera-simgpu.so";
   setenv("TESSERA_SIM_STATE", state.c_str(), 1);
-  setenv("TESSERA_SIM_GPUS", "SimBench:80GiB:132", 1);
-  tessera::process::ChildProcess daemon(
-      {build + "/bin/tesserad", "--sim", "--socket", socket, "--ephemeral"}, {});
+  setenv("TESSERA_SIM_GPUS", "SimBench:80GiB:132,SimBench:80GiB:132", 1);
+  tessera::process::ChildProcess daemon({build + "/bin/tesserad", "--sim", "--socket", socket,
+                                         "--ephemeral", "--policy", "1", "--gpu-policy", "1:5"},
+                                        {});
   bool up = false;
   for (int i = 0; i < 500 && !up; ++i) {
     auto fd = tessera::ipc::Connect(socket, std::chrono::milliseconds(100));
@@ -117,11 +129,23 @@ int main(int argc, char** argv) {
   auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(simlib, "cuCtxSetCurrent"));
   auto load = reinterpret_cast<decltype(&cuModuleLoadData)>(dlsym(simlib, "cuModuleLoadData"));
   auto get = reinterpret_cast<decltype(&cuModuleGetFunction)>(dlsym(simlib, "cuModuleGetFunction"));
-  CUcontext ctx = nullptr;
-  CUmodule mod = nullptr;
-  if (retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS ||
-      load(&mod, "bench") != CUDA_SUCCESS || get(&g_noop, mod, "noop") != CUDA_SUCCESS) {
+  g_shim_set_current =
+      reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(shim, "cuCtxSetCurrent"));
+  CUmodule mod = nullptr, mod1 = nullptr;
+  if (g_shim_set_current == nullptr || retain(&g_ctx1, 1) != CUDA_SUCCESS ||
+      set_current(g_ctx1) != CUDA_SUCCESS || load(&mod1, "bench") != CUDA_SUCCESS ||
+      get(&g_noop_free, mod1, "noop") != CUDA_SUCCESS || retain(&g_ctx0, 0) != CUDA_SUCCESS ||
+      set_current(g_ctx0) != CUDA_SUCCESS || load(&mod, "bench") != CUDA_SUCCESS ||
+      get(&g_noop, mod, "noop") != CUDA_SUCCESS || g_shim_set_current(g_ctx0) != CUDA_SUCCESS) {
     Die("simgpu setup failed");
+  }
+  // The daemon runs what the comparison assumes: GPU 0 gated (policy 1), GPU 1 native (5).
+  auto status = tessera::ipc::Call(socket, "STATUS", nullptr, std::chrono::seconds(2));
+  if (!status.ok() || status->find("\"index\":0,") == std::string::npos ||
+      status->find("\"policy\":1,") == std::string::npos ||
+      status->find("\"policy\":5,") == std::string::npos) {
+    Die("the daemon does not run policy 1 on GPU 0 and 5 on GPU 1: " +
+        (status.ok() ? *status : status.error()));
   }
   size_t free_bytes = 0, total = 0;
   if (g_shim.info(&free_bytes, &total) != CUDA_SUCCESS || total != (64ull << 30)) {
@@ -148,6 +172,7 @@ int main(int argc, char** argv) {
   const double alloc_shim = reporter.RealNs("BM_Shim_MemAllocFree");
   const double launch_base = reporter.RealNs("BM_Simgpu_LaunchNoop");
   const double launch_shim = reporter.RealNs("BM_Shim_LaunchNoop");
+  const double launch_free = reporter.RealNs("BM_ShimNoLimit_LaunchNoop");
   std::error_code ignored;
   std::filesystem::create_directories(json.substr(0, json.rfind('/')), ignored);
   std::ofstream out(json);
@@ -157,11 +182,18 @@ int main(int argc, char** argv) {
       << ", \"ratio\": " << (alloc_base > 0 ? alloc_shim / alloc_base : 0) << "},\n"
       << "  \"launch_noop\": {\"simgpu_ns\": " << launch_base << ", \"shim_ns\": " << launch_shim
       << ", \"added_ns\": " << launch_shim - launch_base
-      << ", \"ratio\": " << (launch_base > 0 ? launch_shim / launch_base : 0) << "}\n}\n";
+      << ", \"ratio\": " << (launch_base > 0 ? launch_shim / launch_base : 0) << "},\n"
+      << "  \"launch_noop_token_held_vs_no_limit\": {\"no_limit_shim_ns\": " << launch_free
+      << ", \"token_held_shim_ns\": " << launch_shim
+      << ", \"added_ns\": " << launch_shim - launch_free
+      << ", \"ratio\": " << (launch_free > 0 ? launch_shim / launch_free : 0)
+      << ", \"budget_ns\": 30}\n}\n";
   std::printf(
       "\nwrote %s\n  cuMemAlloc+cuMemFree: simgpu %.1f ns, shim %.1f ns, added %.1f ns\n"
-      "  cuLaunchKernel(noop): simgpu %.1f ns, shim %.1f ns, added %.1f ns\n",
+      "  cuLaunchKernel(noop): simgpu %.1f ns, shim %.1f ns, added %.1f ns\n"
+      "  cuLaunchKernel(noop) with the token held: %.1f ns vs the no-limit shim %.1f ns, added "
+      "%.1f ns (budget 30 ns)\n",
       json.c_str(), alloc_base, alloc_shim, alloc_shim - alloc_base, launch_base, launch_shim,
-      launch_shim - launch_base);
+      launch_shim - launch_base, launch_shim, launch_free, launch_shim - launch_free);
   return out.good() ? 0 : 1;
 }
