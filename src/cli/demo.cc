@@ -1,12 +1,15 @@
-// `tessera demo`: the main job on the embedded default. Starts a private simulated GPU, runs two
-// tenant processes on it (each one is this program re-executed as `tessera __demo-tenant`), and
-// prints what each got: memory, kernels and device time. At this stage nothing is isolated; the
-// demo says so and shows why isolation is needed (first come, first served memory; device time
-// proportional to kernel length). It holds no policy: it only drives processes and reports.
+// `tessera demo`: the main job on the embedded default, a tour. It starts a private simulated GPU
+// and runs three tenant processes on it (each one is this program re-executed as
+// `tessera __demo-tenant`): a 4 GiB / 30 % inference service, a 6 GiB / 70 % trainer and a
+// high-priority alerting job that launches one short kernel every 20 ms. Round 1 runs them against
+// the driver directly; round 2 runs them through Tessera (the shim, and a private tesserad under
+// policy 3) with a live smi-style line per second, then a summary of what each got: memory, GPU
+// time share and the high-priority job's latency. It holds no policy: it drives and reports.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +36,9 @@ struct TenantSpec {
   uint64_t memory;  // what it asks for
   uint64_t cap;     // its memory limit in the round with Tessera
   uint64_t kernel_us;
+  int core = 100;         // its GPU-time share (TESSERA_CORE_LIMIT) with Tessera
+  bool high_prio = false;
+  int period_ms = 0;      // > 0: one kernel per period (latency-sensitive), else back to back
 };
 
 // One round of the demo: the tenants, the library they open, their environment.
@@ -71,7 +77,7 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
   if (!round.socket.empty()) {
     daemon = std::make_unique<process::ChildProcess>(
         std::vector<std::string>{ExecutableDir() + "/tesserad", "--sim", "--socket", round.socket,
-                                 "--ephemeral"},
+                                 "--ephemeral", "--policy", "3"},
         round.env);
     bool up = false;
     for (int i = 0; i < 500 && !up; ++i) {
@@ -96,11 +102,13 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
     if (with_tessera) {
       env.push_back(std::string("TESSERA_CONTAINER=") + t.name);
       env.push_back("TESSERA_MEM_LIMIT=" + FormatBytes(Bytes(t.cap)));
+      if (t.core < 100) env.push_back("TESSERA_CORE_LIMIT=" + std::to_string(t.core));
+      if (t.high_prio) env.push_back("TESSERA_HIGH_PRIO=1");
     }
     children.push_back(std::make_unique<process::ChildProcess>(
         std::vector<std::string>{self, kDemoTenantCommand, round.library, t.name,
                                  std::to_string(t.memory), std::to_string(t.kernel_us),
-                                 Fmt("%.3f", seconds)},
+                                 Fmt("%.3f", seconds), std::to_string(t.period_ms)},
         env));
     if (!children.back()->started() || !children.back()->WaitForKey("allocated", 60s)) {
       cleanup();
@@ -108,6 +116,26 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
     }
   }
   for (auto& c : children) c->CloseStdin();  // "go"
+  if (daemon) {
+    // Live, once a second: what the daemon's arbiter measured over its last second.
+    for (int second = 1; second <= static_cast<int>(seconds); ++second) {
+      std::this_thread::sleep_for(1s);
+      auto status = ipc::Call(round.socket, "STATUS", nullptr, 2s);
+      if (!status.ok() || status->rfind("OK ", 0) != 0) continue;
+      std::string line = Fmt("   t=%2.0fs  GPU time over the last second:", second);
+      for (size_t i = 0; i < count; ++i) {
+        const std::string key = std::string("{\"id\":\"") + tenants[i].name + "\"";
+        const size_t at = status->find(key);
+        const size_t got = at == std::string::npos ? at : status->find("\"achieved_percent\":", at);
+        if (got == std::string::npos) continue;
+        line += std::string("  ") + tenants[i].name + " " +
+                Fmt("%5.1f%%", std::strtod(status->c_str() + got + 19, nullptr));
+      }
+      std::printf("%s\n", line.c_str());
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
   bool ok = true;
   for (auto& c : children) {
     const auto status =
@@ -121,8 +149,9 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
   }
   cleanup();
 
-  std::printf("   %-10s %8s %10s %10s %10s %8s %7s %12s %7s  %s\n", "TENANT", "PID", "MEM ASKED",
-              "MEM CAP", "MEM GOT", "KERNELS", "KERNEL", "DEVICE TIME", "SHARE", "NOTE");
+  std::printf("   %-10s %8s %9s %8s %8s %7s %7s %10s %7s %7s %9s  %s\n", "TENANT", "PID",
+              "MEM ASKED", "MEM CAP", "MEM GOT", "KERNELS", "KERNEL", "DEVICE", "TARGET", "SHARE",
+              "LAT p99", "NOTE");
   double total_device_s = 0, wall_s = 0;
   for (size_t i = 0; i < children.size(); ++i) {
     const auto& v = children[i]->values();
@@ -138,13 +167,20 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
                                                     : "out of memory after its neighbour: ") +
              get("alloc_error");
     }
-    std::printf(
-        "   %-10s %8d %10s %10s %10s %8s %7s %12s %7s  %s\n", tenants[i].name,
-        static_cast<int>(children[i]->pid()), FormatBytes(Bytes(tenants[i].memory)).c_str(),
-        with_tessera ? FormatBytes(Bytes(tenants[i].cap)).c_str() : "-",
-        FormatBytes(Bytes(got)).c_str(), get("kernels").c_str(),
-        Fmt("%.1fms", tenants[i].kernel_us / 1000.0).c_str(), Fmt("%.2fs", device_s).c_str(),
-        Fmt("%.1f%%", tenant_wall > 0 ? 100.0 * device_s / tenant_wall : 0).c_str(), note.c_str());
+    const TenantSpec& t = tenants[i];
+    const std::string target = !with_tessera ? "-"
+                               : t.high_prio ? "first"
+                                             : Fmt("%.0f%%", t.core);
+    const std::string latency =
+        v.count("latency_p99_us") ? Fmt("%.2fms", std::stod(v.at("latency_p99_us")) / 1000) : "-";
+    std::printf("   %-10s %8d %9s %8s %8s %7s %7s %10s %7s %7s %9s  %s\n", t.name,
+                static_cast<int>(children[i]->pid()), FormatBytes(Bytes(t.memory)).c_str(),
+                with_tessera ? FormatBytes(Bytes(t.cap)).c_str() : "-",
+                FormatBytes(Bytes(got)).c_str(), get("kernels").c_str(),
+                Fmt("%.1fms", t.kernel_us / 1000.0).c_str(), Fmt("%.2fs", device_s).c_str(),
+                target.c_str(),
+                Fmt("%.1f%%", tenant_wall > 0 ? 100.0 * device_s / tenant_wall : 0).c_str(),
+                latency.c_str(), note.c_str());
   }
   std::printf("   device busy %.1f%% of %.2f s.\n",
               wall_s > 0 ? 100.0 * total_device_s / wall_s : 0.0, wall_s);
@@ -188,16 +224,17 @@ int RunDemo(const std::vector<std::string>& args) {
   const std::string lib_dir = simgpu.substr(0, simgpu.rfind('/'));
   const std::string shim = lib_dir + "/tessera/libcuda.so.1";
   const TenantSpec tenants[] = {
-      {"inference", 6 * kBytesPerGiB, 6 * kBytesPerGiB, 1000},
-      {"training", 12 * kBytesPerGiB, 8 * kBytesPerGiB, 4000},
+      {"service", 4 * kBytesPerGiB, 4 * kBytesPerGiB, 1000, 30, false, 0},
+      {"trainer", 12 * kBytesPerGiB, 6 * kBytesPerGiB, 4000, 70, false, 0},
+      {"alerts", 1 * kBytesPerGiB, 1 * kBytesPerGiB, 500, 100, true, 20},
   };
   std::printf("Tessera demo: %zu tenants on the simulated GPU (%s), %.1f s per round\n",
               std::size(tenants), gpus.c_str(), seconds);
 
   // Round 1: the tenants talk to the (simulated) driver directly.
   std::printf(
-      "\n1. Without Tessera: memory goes first come, first served, and the device runs kernels\n"
-      "   in submission order, whoever submitted them.\n\n");
+      "\n1. Without Tessera: memory goes first come, first served, the device runs kernels in\n"
+      "   submission order whoever submitted them, and the alerts job waits behind the others.\n\n");
   Round plain;
   plain.state = "demo-" + std::to_string(getpid()) + "-plain";
   plain.library = simgpu;
@@ -217,15 +254,15 @@ int RunDemo(const std::vector<std::string>& args) {
   capped.env = {"TESSERA_SIM_STATE=" + capped.state, "TESSERA_SIM_GPUS=" + gpus,
                 "TESSERA_SOCKET=" + capped.socket, "TESSERA_REAL_LIBCUDA=" + simgpu};
   std::printf(
-      "\n2. With Tessera's memory caps (inference 6GiB, training 8GiB): each tenant sees a GPU "
-      "the\n"
-      "   size of its cap and stops exactly there, whoever came first. GPU-time shares are not\n"
-      "   enforced yet, so time still follows kernel length.\n\n");
+      "\n2. With Tessera (policy 3, fixed percentage): caps of 4/6/1 GiB and GPU-time shares of\n"
+      "   30%% (service) and 70%% (trainer); alerts is high priority and goes first when it has\n"
+      "   work. Each tenant sees a GPU the size of its cap and stops exactly there.\n\n");
   return RunRound(capped, tenants, std::size(tenants), seconds, true);
 }
 
 int RunDemoTenant(const std::vector<std::string>& args) {
-  if (args.size() != 5) return 2;
+  if (args.size() != 6) return 2;
+  const int period_ms = std::atoi(args[5].c_str());
   const std::string& lib_path = args[0];
   const uint64_t want = std::strtoull(args[2].c_str(), nullptr, 10);
   const uint64_t kernel_ns = std::strtoull(args[3].c_str(), nullptr, 10) * 1000;
@@ -271,16 +308,30 @@ int RunDemoTenant(const std::vector<std::string>& args) {
   }
 
   uint64_t kernels = 0;
+  std::vector<uint64_t> latencies;  // launch call to kernel start, for a periodic tenant
   const uint64_t start = MonotonicNs();
   while (MonotonicNs() - start < run_ns) {
     uint64_t ns = kernel_ns;
     void* params[] = {&ns};
+    const uint64_t asked = MonotonicNs();
     check(cu.cuLaunchKernel(spin, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr),
           "cuLaunchKernel");
     check(cu.cuCtxSynchronize(), "cuCtxSynchronize");
     ++kernels;
+    if (period_ms > 0) {
+      const uint64_t done = MonotonicNs();
+      latencies.push_back(done - asked > kernel_ns ? done - asked - kernel_ns : 0);
+      std::this_thread::sleep_until(std::chrono::steady_clock::time_point(
+          std::chrono::nanoseconds(asked + static_cast<uint64_t>(period_ms) * 1000000)));
+    }
   }
   const uint64_t wall = MonotonicNs() - start;
+  if (!latencies.empty()) {
+    std::sort(latencies.begin(), latencies.end());
+    std::printf("latency_p50_us=%.1f\nlatency_p99_us=%.1f\n",
+                latencies[latencies.size() / 2] / 1e3,
+                latencies[std::min(latencies.size() - 1, latencies.size() * 99 / 100)] / 1e3);
+  }
   for (CUdeviceptr p : held) check(cu.cuMemFree_v2(p), "cuMemFree");
   std::printf(
       "kernels=%llu\ndevice_ns=%llu\nwall_ns=%llu\n", static_cast<unsigned long long>(kernels),

@@ -158,19 +158,26 @@ void SetUngated(bool ungated) {
 }
 
 // ---- Charging -----------------------------------------------------------------------------------
-// Adds [start, end) of device time on `device` to this process, minus what the container has
-// already been charged for (another stream's or process's overlapping interval).
-void Charge(int device, uint64_t start, uint64_t end) {
-  auto& until = g->layout->containers[g->container].charged_until_ns[device];
-  uint64_t cur = until.load(std::memory_order_acquire);
-  for (;;) {
-    const uint64_t from = std::max(start, cur);
-    if (end <= from) return;
-    if (until.compare_exchange_weak(cur, end, std::memory_order_acq_rel)) {
-      Self().gpu_ns[device].fetch_add(end - from, std::memory_order_acq_rel);
-      return;
-    }
+// Raises `word` to at least `value`; returns what it held before.
+uint64_t RaiseTo(std::atomic<uint64_t>& word, uint64_t value) {
+  uint64_t cur = word.load(std::memory_order_acquire);
+  while (cur < value && !word.compare_exchange_weak(cur, value, std::memory_order_acq_rel)) {
   }
+  return cur;
+}
+
+// Adds [start, end) of device time on `device` to this process, minus what is already charged:
+// the container's own earlier intervals (another stream or process of it) and, except under the
+// weak policy (where tenants overlap by design), the device's (the previous holder's queued work
+// that this interval waited behind).
+void Charge(int device, uint64_t start, uint64_t end) {
+  ledger::GateDevice& gd = g->layout->gate.devices[device];
+  const bool overlap = gd.policy.load(std::memory_order_relaxed) == 4;
+  const uint64_t device_until = overlap ? 0 : RaiseTo(gd.charged_until_ns, end);
+  const uint64_t container_until =
+      RaiseTo(g->layout->containers[g->container].charged_until_ns[device], end);
+  const uint64_t from = std::max({start, device_until, container_until});
+  if (end > from) Self().gpu_ns[device].fetch_add(end - from, std::memory_order_acq_rel);
 }
 
 // Re-derives how often a track marks and how many marks it may keep outstanding from its kernels'

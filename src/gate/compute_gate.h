@@ -20,8 +20,9 @@
 //    marks than the bound allows are outstanding. So a revoked token takes effect within about
 //    the bound, and a high-priority tenant is admitted within about one best-effort kernel.
 //  * Drain. When the token is revoked, the sampler closes the device's tracks, waits for their
-//    marks and clears the process's busy bit: the arbiter hands the token on only then (or after
-//    a deadline), so two containers' work never overlaps and nobody is charged another's time.
+//    marks and clears the process's busy bit, so its last GPU time is reported at once. The next
+//    holder's work queues behind it; the device's `charged_until_ns` (and the container's) keep
+//    anyone from being charged for time the device spent on someone else's work.
 //  * Policy 5 (native) turns the gate off: launches are neither gated nor measured.
 //  * Faults. A waiting launch re-checks the arbiter's heartbeat; after `loss_timeout_ns` without
 //    one it continues ungated with one warning, and gating resumes when the heartbeat returns.

@@ -97,9 +97,12 @@ struct GateDevice {
   std::atomic<int32_t> holder;                // the exclusive holder, or -1 (for tools)
   std::atomic<uint32_t> policy;               // the device's policy (for tools)
   std::atomic<uint64_t> inflight_bound_ns;    // how much work a process may keep queued
+  // The device instant up to which some container has been charged: the next holder's work, queued
+  // behind the previous holder's, is charged only from there (nobody pays for another's time).
+  std::atomic<uint64_t> charged_until_ns;
 };
 static_assert(offsetof(GateDevice, may_run) == 8);
-static_assert(sizeof(GateDevice) == 8 + 8 * kMaskWords + 16);
+static_assert(sizeof(GateDevice) == 8 + 8 * kMaskWords + 24);
 
 struct GateHeader {
   std::atomic<uint32_t> demand_seq;  // futex word: processes bump it to wake the arbiter
