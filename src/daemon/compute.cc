@@ -18,6 +18,7 @@ using arbiter::Nanos;
 using ipc::MonotonicNs;
 
 constexpr uint64_t kIdleBeatNs = 50'000'000;    // the longest the thread sleeps
+constexpr uint64_t kDrainPollNs = 200'000;      // re-check a drain this often (besides wakes)
 constexpr uint64_t kBeatFreshNs = 100'000'000;  // a process's sampler beat counts this long
 constexpr uint64_t kHighPriorityBoundNs = 500'000;
 constexpr uint64_t kNativeBoundNs = 1'000'000'000;
@@ -225,6 +226,18 @@ void ComputeService::SyncContainers() {
   }
 }
 
+bool ComputeService::AnyBusy(const std::bitset<ledger::kMaxContainers>& containers, int d,
+                             uint64_t now) const {
+  if (containers.none()) return false;
+  for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+    const ledger::ProcessSlot& ps = layout_->processes[p];
+    if (ps.state.load() != ledger::kLive || !containers.test(ps.container.load() % 256)) continue;
+    const uint64_t beat = ps.beat_ns.load();
+    if ((ps.busy_mask.load() & (1u << d)) != 0 && beat + kBeatFreshNs > now) return true;
+  }
+  return false;
+}
+
 uint64_t ComputeService::Step(uint64_t now) {
   layout_->gate.beat_ns.store(now, std::memory_order_release);
   SyncContainers();
@@ -286,12 +299,28 @@ uint64_t ComputeService::Step(uint64_t now) {
     bool changed = layout_->gate.devices[d].inflight_bound_ns.load() != bound ||
                    layout_->gate.devices[d].gated.load() != (native ? 0u : 1u);
     layout_->gate.devices[d].inflight_bound_ns.store(bound);
-    // Revoke and grant at once: the new holder's work queues behind what the old one still has in
-    // flight (bounded by the in-flight bound), so the device never idles for a hand-off; the
-    // device's charged_until_ns keeps the two from paying for the same time.
-    if (desired != dev.published) {
-      dev.published = desired;
+    // Revoke at once; grant once the revoked holders' queued work has drained (or a quota later):
+    // a hand-off that did not wait would leave who-ran-when to the order in which the two
+    // processes report, and the one reporting late would be undercharged.
+    const auto revoke = dev.published & ~desired;
+    if (revoke.any()) {
+      dev.published &= ~revoke;
+      if (decision.exclusive && !native) {
+        if (dev.draining.none()) dev.drain_deadline_ns = now + ToNs(config.quota_max);
+        dev.draining |= revoke;
+      }
       changed = true;
+    }
+    if (dev.draining.any() && !AnyBusy(dev.draining, d, now)) dev.draining.reset();
+    const auto grant = desired & ~dev.published;
+    if (grant.any()) {
+      if (dev.draining.none() || decision.high_priority_lane || now >= dev.drain_deadline_ns) {
+        dev.published |= grant;
+        dev.draining.reset();
+        changed = true;
+      } else {
+        next = std::min(next, now + kDrainPollNs);
+      }
     }
     dev.holder = decision.holder;
     dev.lane = decision.high_priority_lane;
@@ -317,9 +346,10 @@ void ComputeService::Publish(int d, bool gated) {
   gd.grant_seq.fetch_add(1, std::memory_order_acq_rel);
   ipc::FutexWakeAll(&gd.grant_seq);
   if (trace_) {
-    std::fprintf(stderr, "trace %llu dev %d publish word0=%llx holder=%d\n",
+    std::fprintf(stderr, "trace %llu dev %d publish word0=%llx holder=%d draining=%zu\n",
                  static_cast<unsigned long long>(MonotonicNs() / 1000), d,
-                 static_cast<unsigned long long>(gd.may_run[0].load()), gd.holder.load());
+                 static_cast<unsigned long long>(gd.may_run[0].load()), gd.holder.load(),
+                 dev.draining.count());
   }
 }
 

@@ -5,9 +5,9 @@
 //     to its container; a container has work while one of its processes waits at the gate or has
 //     work in flight (and its sampler still beats: a stopped process does not hold anyone up);
 //   - it publishes who may launch (GateDevice::may_run) and wakes the waiters through the futex;
-//     the next holder is let in at once, its work queued behind the previous holder's in-flight
-//     work (which the gate bounds), and the gate's device watermark keeps either from being
-//     charged the other's time;
+//     a revoked holder's queued work drains before the next holder is let in (bounded by
+//     quota_max, so a hung holder loses the token within one quota), except for the
+//     high-priority lane, which is admitted at once;
 //   - it beats (GateHeader::beat_ns), so processes can tell a lost daemon from a busy GPU.
 // It sleeps on the ledger's demand futex, which processes bump when they start waiting or go
 // idle, or until the current grant ends.
@@ -81,9 +81,11 @@ class ComputeService {
     std::optional<arbiter::Arbiter> arbiter;
     std::bitset<ledger::kMaxContainers> present;
     std::bitset<ledger::kMaxContainers> published;
+    std::bitset<ledger::kMaxContainers> draining;
     std::bitset<ledger::kMaxContainers> pending;
     std::optional<int> holder;
     bool lane = false;
+    uint64_t drain_deadline_ns = 0;
     uint64_t next_ns = 0;  // decide again by then
   };
   struct Member {  // what the arbiter was told about a container slot
@@ -99,6 +101,7 @@ class ComputeService {
   uint64_t Step(uint64_t now);
   void SyncContainers();
   void Publish(int d, bool gated);
+  bool AnyBusy(const std::bitset<ledger::kMaxContainers>& containers, int d, uint64_t now) const;
 
   ledger::LedgerLayout* layout_;
   ComputeOptions options_;
