@@ -118,7 +118,7 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
   for (auto& c : children) c->CloseStdin();  // "go"
   if (daemon) {
     // Live, once a second: what the daemon's arbiter measured over its last second.
-    for (int second = 1; second <= static_cast<int>(seconds); ++second) {
+    for (int second = 1; second < static_cast<int>(seconds + 0.5); ++second) {
       std::this_thread::sleep_for(1s);
       auto status = ipc::Call(round.socket, "STATUS", nullptr, 2s);
       if (!status.ok() || status->rfind("OK ", 0) != 0) continue;
