@@ -94,8 +94,8 @@ int RunCtl(const std::vector<std::string>& args) {
   }
   const char* env = std::getenv("TESSERA_SOCKET");
   const std::string socket = env != nullptr && *env != '\0' ? env : "/run/tessera/tessera.sock";
-  auto reply = ipc::Call(socket, daemon::FormatMessage(request), nullptr,
-                         std::chrono::milliseconds(3000));
+  auto reply =
+      ipc::Call(socket, daemon::FormatMessage(request), nullptr, std::chrono::milliseconds(3000));
   if (!reply.ok()) {
     std::fprintf(stderr,
                  "tessera ctl: no Tessera daemon reachable at %s (%s); start tesserad or set "
@@ -104,8 +104,7 @@ int RunCtl(const std::vector<std::string>& args) {
     return 1;
   }
   if (reply->rfind("ERR ", 0) == 0) {
-    std::fprintf(stderr, "tessera ctl: %s %s: %s\n", op.c_str(), path.c_str(),
-                 reply->c_str() + 4);
+    std::fprintf(stderr, "tessera ctl: %s %s: %s\n", op.c_str(), path.c_str(), reply->c_str() + 4);
     return 1;
   }
   if (reply->rfind("OK ", 0) != 0) {
@@ -123,7 +122,10 @@ int RunCtl(const std::vector<std::string>& args) {
   } else if (op == "ls") {
     for (const JsonValue& e : (*doc)["entries"].array()) {
       const bool dir = e["dir"].boolean();
-      std::printf("%-3s %s%s\n", dir ? "dir" : e["writable"].boolean() ? "rw" : "ro",
+      std::printf("%-3s %s%s\n",
+                  dir                       ? "dir"
+                  : e["writable"].boolean() ? "rw"
+                                            : "ro",
                   e["name"].string().c_str(), dir ? "/" : "");
     }
   }

@@ -55,8 +55,8 @@ http::Response ServeCtl(const http::Request& request, std::string_view path,
     r.status = 204;
     return r;
   }
-  http::Response r = http::Response::Text(405, request.method + " is not served on " +
-                                                   request.path + "; expected GET or PUT");
+  http::Response r = http::Response::Text(
+      405, request.method + " is not served on " + request.path + "; expected GET or PUT");
   r.headers.push_back({"Allow", "GET, HEAD, PUT"});
   return r;
 }
@@ -68,11 +68,21 @@ std::string JsonString(std::string_view text) {
   for (char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -142,8 +152,9 @@ Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& reque
       return R::Error("CTL force=" + force + ": expected 0 or 1");
     }
     if (!may_write) {
-      return R::Error(path + ": permission denied; writing the control tree needs root or the "
-                             "writer group (tesserad --ctl-group)");
+      return R::Error(path +
+                      ": permission denied; writing the control tree needs root or the "
+                      "writer group (tesserad --ctl-group)");
     }
     ctl::WriteOptions options;
     options.force = force == "1";
@@ -165,8 +176,8 @@ http::Response HandleHttp(const http::Request& request, const ctl::ControlTree& 
   const bool get = request.method == "GET" || request.method == "HEAD";
   if (path == "/v1/state" || path == "/metrics") {
     if (!get) {
-      http::Response r = http::Response::Text(405, request.method + " is not served on " + path +
-                                                       "; expected GET");
+      http::Response r = http::Response::Text(
+          405, request.method + " is not served on " + path + "; expected GET");
       r.headers.push_back({"Allow", "GET, HEAD"});
       return r;
     }
@@ -176,8 +187,8 @@ http::Response HandleHttp(const http::Request& request, const ctl::ControlTree& 
     r.body = RenderMetrics(registry, compute, options.version);
     return r;
   }
-  return http::Response::Text(404, "no route " + path +
-                                       "; expected /v1/ctl/PATH, /v1/state or /metrics");
+  return http::Response::Text(
+      404, "no route " + path + "; expected /v1/ctl/PATH, /v1/state or /metrics");
 }
 
 std::string RenderMetrics(const Registry& registry, const ComputeService& compute,

@@ -2,10 +2,9 @@
 // map requests onto ControlTree calls and its answers onto replies, and decide who may write.
 // They hold no policy: the tree decides everything about values, DaemonNodeControl about the node.
 //
-//   CTL op=ls  path=P                 -> OK {"entries":[{"name":"0","dir":true,"writable":false},..]}
-//   CTL op=get path=P                 -> OK {"value":"2\n"}
-//   CTL op=set path=P value=V [force=1] -> OK {}
-//   anything refused                  -> ERR reason
+//   CTL op=ls  path=P                 -> OK
+//   {"entries":[{"name":"0","dir":true,"writable":false},..]} CTL op=get path=P                 ->
+//   OK {"value":"2\n"} CTL op=set path=P value=V [force=1] -> OK {} anything refused -> ERR reason
 // (the socket protocol's charset keeps V to [A-Za-z0-9_.,:/+-]; `tessera ctl` says so.)
 //
 // HTTP (tesserad --http):
@@ -44,8 +43,7 @@ std::string EntriesJson(const std::vector<ctl::Entry>& entries);
 bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group);
 
 // The CTL verb: the JSON after "OK ", or the reason after "ERR ".
-Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& request,
-                              bool may_write);
+Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& request, bool may_write);
 
 struct HttpDoorOptions {
   bool allow_write = false;  // --http-allow-write: PUT /v1/ctl/ is served (else 403)

@@ -41,8 +41,8 @@ using tessera::process::BuildDir;
 using tessera::process::ChildProcess;
 using tessera::process::UniqueName;
 
-constexpr uint64_t kHeld = 512ull << 20;      // what the tenant allocates in `web`
-constexpr uint64_t kWebLimit = 2ull << 30;    // web's memsize on every GPU
+constexpr uint64_t kHeld = 512ull << 20;    // what the tenant allocates in `web`
+constexpr uint64_t kWebLimit = 2ull << 30;  // web's memsize on every GPU
 
 struct CommandResult {
   int status = -1;
@@ -89,9 +89,9 @@ HttpResult Http(uint16_t port, const std::string& method, const std::string& tar
     close(fd);
     return r;
   }
-  const std::string request = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
-                              "Connection: close\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string request =
+      method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+      "Connection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     close(fd);
@@ -142,8 +142,13 @@ class DoorsTest : public ::testing::Test {
   void StartDaemon(std::vector<std::string> args) {
     state_ = UniqueName("doors");
     socket_ = "/tmp/" + state_ + ".sock";
-    std::vector<std::string> argv = {BuildDir() + "/bin/tesserad", "--sim",  "--socket",
-                                     socket_,  "--ephemeral", "--http", "127.0.0.1:0"};
+    std::vector<std::string> argv = {BuildDir() + "/bin/tesserad",
+                                     "--sim",
+                                     "--socket",
+                                     socket_,
+                                     "--ephemeral",
+                                     "--http",
+                                     "127.0.0.1:0"};
     argv.insert(argv.end(), args.begin(), args.end());
     daemon_ = std::make_unique<ChildProcess>(argv, SimEnv());
     ASSERT_TRUE(daemon_->started());
@@ -162,9 +167,9 @@ class DoorsTest : public ::testing::Test {
 
   // Registers `web` (2 GiB on each GPU, weight 2) and starts a tenant holding kHeld in it.
   void AddWebWithTenant() {
-    auto reply = tessera::ipc::Call(socket_, "CONTAINER id=web mem=" + std::to_string(kWebLimit) +
-                                                 " weight=2",
-                                    nullptr, 3000ms);
+    auto reply = tessera::ipc::Call(
+        socket_, "CONTAINER id=web mem=" + std::to_string(kWebLimit) + " weight=2", nullptr,
+        3000ms);
     ASSERT_TRUE(reply.ok()) << reply.error();
     ASSERT_EQ(reply->rfind("OK", 0), 0u) << *reply;
     std::vector<std::string> env = SimEnv();
@@ -172,8 +177,7 @@ class DoorsTest : public ::testing::Test {
     env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
     env.push_back("TESSERA_CONTAINER=web");
     tenant_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{BuildDir() + "/tests/shim_tenant", "hold",
-                                 std::to_string(kHeld)},
+        std::vector<std::string>{BuildDir() + "/tests/shim_tenant", "hold", std::to_string(kHeld)},
         env);
     ASSERT_TRUE(tenant_->started());
     ASSERT_TRUE(tenant_->WaitForKey("ready", 20s).has_value()) << "the tenant did not allocate";
@@ -410,8 +414,8 @@ TEST_F(DoorsTest, MetricsShowTheContainer) {
       "tessera_gpu_memory_used_bytes{gpu=\"0\"} " + std::to_string(kHeld) + "\n",
       "tessera_gpu_policy{gpu=\"1\"} 0\n",
       "tessera_gpu_free_weight{gpu=\"0\"} 14\n",
-      "tessera_container_memory_used_bytes{container=\"web\",gpu=\"0\"} " +
-          std::to_string(kHeld) + "\n",
+      "tessera_container_memory_used_bytes{container=\"web\",gpu=\"0\"} " + std::to_string(kHeld) +
+          "\n",
       "tessera_container_memory_limit_bytes{container=\"web\",gpu=\"1\"} " +
           std::to_string(kWebLimit) + "\n",
       "tessera_container_compute_target_percent{container=\"web\",gpu=\"0\"} 6.25\n",
@@ -468,9 +472,13 @@ TEST(DoorsConfigTest, ConfigFileIsLoadedAndFlagsOverrideIt) {
   {
     std::ofstream out(file);
     out << "# like deploy/tesserad.yaml\n"
-           "socket: " << socket << "\n"
+           "socket: "
+        << socket
+        << "\n"
            "sim: true\n"
-           "ledger: " << name << "\n"
+           "ledger: "
+        << name
+        << "\n"
            "allow_self_declared: true\n"
            "context_overhead: 0\n"
            "policy: fixed-percentage\n"
@@ -487,9 +495,9 @@ TEST(DoorsConfigTest, ConfigFileIsLoadedAndFlagsOverrideIt) {
            "  5:\n"
            "    policy: 5\n";
   }
-  ChildProcess daemon({BuildDir() + "/bin/tesserad", "--config", file, "--ephemeral",
-                       "--max-inst", "12"},
-                      {"TESSERA_SIM_STATE=" + name, "TESSERA_SIM_GPUS=SimA:8GiB,SimB:8GiB"});
+  ChildProcess daemon(
+      {BuildDir() + "/bin/tesserad", "--config", file, "--ephemeral", "--max-inst", "12"},
+      {"TESSERA_SIM_STATE=" + name, "TESSERA_SIM_GPUS=SimA:8GiB,SimB:8GiB"});
   uint16_t port = 0;
   for (int i = 0; i < 400 && port == 0; ++i) {
     daemon.WaitForKey("(startup line)", 50ms);
@@ -500,9 +508,9 @@ TEST(DoorsConfigTest, ConfigFileIsLoadedAndFlagsOverrideIt) {
     }
   }
   ASSERT_NE(port, 0);
-  EXPECT_EQ(Http(port, "GET", "/v1/ctl/0/policy").body, "2\n");    // the file's GPU 0
-  EXPECT_EQ(Http(port, "GET", "/v1/ctl/1/policy").body, "3\n");    // the file's node-wide
-  EXPECT_EQ(Http(port, "GET", "/v1/ctl/0/max_inst").body, "12\n"); // the flag beats both
+  EXPECT_EQ(Http(port, "GET", "/v1/ctl/0/policy").body, "2\n");     // the file's GPU 0
+  EXPECT_EQ(Http(port, "GET", "/v1/ctl/1/policy").body, "3\n");     // the file's node-wide
+  EXPECT_EQ(Http(port, "GET", "/v1/ctl/0/max_inst").body, "12\n");  // the flag beats both
   EXPECT_EQ(Http(port, "GET", "/v1/ctl/1/max_inst").body, "12\n");
   EXPECT_EQ(Http(port, "GET", "/v1/ctl/1/prio_ratio").body, "60\n");
   EXPECT_EQ(Http(port, "GET", "/v1/ctl/default_memsize").body, "3221225472\n");
@@ -535,9 +543,9 @@ TEST(DoorsConfigTest, ConfigFileIsLoadedAndFlagsOverrideIt) {
 // The sample config in deploy/ loads (its paths need root and a real node, so only parsing is
 // checked here: tesserad with a bad flag after it exits 2 naming the flag, not the file).
 TEST(DoorsConfigTest, DeploySampleLoads) {
-  CommandResult r = Shell(Quote(BuildDir() + "/bin/tesserad") + " --config " +
-                          Quote(std::string(TESSERA_SOURCE_DIR) + "/deploy/tesserad.yaml") +
-                          " --no-such-flag");
+  CommandResult r =
+      Shell(Quote(BuildDir() + "/bin/tesserad") + " --config " +
+            Quote(std::string(TESSERA_SOURCE_DIR) + "/deploy/tesserad.yaml") + " --no-such-flag");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("loaded config"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--no-such-flag"), std::string::npos) << r.output;

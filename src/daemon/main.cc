@@ -15,8 +15,8 @@
 // also serves /v1/state and /metrics.
 #include <grp.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -144,7 +144,7 @@ struct FlagReader {
   int argc;
   char** argv;
   int i = 1;
-  std::string name;                 // the current flag, without "=value"
+  std::string name;  // the current flag, without "=value"
   std::optional<std::string> inline_value;
 
   bool Next() {
@@ -372,7 +372,7 @@ int main(int argc, char** argv) {
     context_bytes = parsed->count();
   }
   auto compute = tessera::daemon::ComputeService::Create(ledger->layout(), ledger->device_count(),
-                                                        compute_options);
+                                                         compute_options);
   if (!compute.ok()) return Usage(compute.error());
   tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes},
                                      compute->get());

@@ -133,8 +133,7 @@ Status DaemonNodeControl::Reconfigure(int gpu, const std::string& path, const st
 }
 
 Status DaemonNodeControl::SetPolicy(int gpu, ArbiterPolicy policy) {
-  return Reconfigure(gpu, std::to_string(gpu) + "/policy",
-                     std::to_string(static_cast<int>(policy)),
+  return Reconfigure(gpu, std::to_string(gpu) + "/policy", std::to_string(static_cast<int>(policy)),
                      [&](const ledger::MemoryLedger&, arbiter::ArbiterConfig& config) {
                        config.policy = policy;
                        return Status::Ok();
@@ -158,8 +157,7 @@ Status DaemonNodeControl::SetMaxInst(int gpu, int max_inst) {
 }
 
 Status DaemonNodeControl::SetPrioRatio(int gpu, Percent prio_ratio) {
-  return Reconfigure(gpu, std::to_string(gpu) + "/prio_ratio",
-                     std::to_string(prio_ratio.value()),
+  return Reconfigure(gpu, std::to_string(gpu) + "/prio_ratio", std::to_string(prio_ratio.value()),
                      [&](const ledger::MemoryLedger&, arbiter::ArbiterConfig& config) {
                        config.prio_ratio = prio_ratio;
                        return Status::Ok();
@@ -190,9 +188,9 @@ Status DaemonNodeControl::SetWeight(int gpu, std::string_view container, int wei
       }
       if (weight > shares.free_weight + held) {
         return Refuse(path, value,
-                      "GPU " + std::to_string(d) + " has free_weight=" +
-                          std::to_string(shares.free_weight) + " and the container holds " +
-                          std::to_string(held) +
+                      "GPU " + std::to_string(d) +
+                          " has free_weight=" + std::to_string(shares.free_weight) +
+                          " and the container holds " + std::to_string(held) +
                           " there (a weight applies on every GPU); expected at most " +
                           std::to_string(shares.free_weight + held));
       }
@@ -225,8 +223,7 @@ Status DaemonNodeControl::SetMemsize(int gpu, std::string_view container, Bytes 
   });
 }
 
-Status DaemonNodeControl::SetHighPriority(int gpu, std::string_view container,
-                                          bool high_priority) {
+Status DaemonNodeControl::SetHighPriority(int gpu, std::string_view container, bool high_priority) {
   const std::string path = Path(gpu, container, "highprio");
   return registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
     if (Status s = CheckGpu(ledger, gpu, path); !s.ok()) return s;
