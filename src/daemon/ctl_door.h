@@ -2,9 +2,12 @@
 // map requests onto ControlTree calls and its answers onto replies, and decide who may write.
 // They hold no policy: the tree decides everything about values, DaemonNodeControl about the node.
 //
-//   CTL op=ls  path=P                 -> OK
-//   {"entries":[{"name":"0","dir":true,"writable":false},..]} CTL op=get path=P                 ->
-//   OK {"value":"2\n"} CTL op=set path=P value=V [force=1] -> OK {} anything refused -> ERR reason
+// clang-format off
+//   CTL op=ls path=P                      -> OK {"entries":[{"name":"0","dir":true,"writable":false},..]}
+//   CTL op=get path=P                     -> OK {"value":"2\n"}
+//   CTL op=set path=P value=V [force=1]   -> OK {}
+//   anything refused                      -> ERR reason
+// clang-format on
 // (the socket protocol's charset keeps V to [A-Za-z0-9_.,:/+-]; `tessera ctl` says so.)
 //
 // HTTP (tesserad --http):
