@@ -16,6 +16,7 @@ int RunDemoTenant(const std::vector<std::string>& args);
 int RunSim(const std::vector<std::string>& args);
 int RunRun(const std::vector<std::string>& args);
 int RunSmi(const std::vector<std::string>& args);
+int RunCtl(const std::vector<std::string>& args);
 
 // Directory holding this executable (build/bin), for finding build/lib next to it.
 std::string ExecutableDir();

@@ -17,6 +17,7 @@ void PrintUsage(FILE* out) {
       "commands:\n"
       "  run       run a command as (part of) a container with a memory cap\n"
       "  smi       show GPUs, containers, their memory and processes\n"
+      "  ctl       read and change the node's control tree (tessera ctl get|set|ls PATH)\n"
       "  demo      run tenants on the simulated GPU and show what each one got\n"
       "  sim       replay a cluster trace through a placement policy (tessera sim --help)\n"
       "  version   print the version\n"
@@ -37,13 +38,14 @@ int main(int argc, char** argv) {
   if (command == "sim") return tessera::cli::RunSim(args);
   if (command == "run") return tessera::cli::RunRun(args);
   if (command == "smi") return tessera::cli::RunSmi(args);
+  if (command == "ctl") return tessera::cli::RunCtl(args);
   if (command == tessera::cli::kDemoTenantCommand) return tessera::cli::RunDemoTenant(args);
   if (command == "help" || command == "--help" || command == "-h") {
     PrintUsage(stdout);
     return 0;
   }
   std::fprintf(stderr,
-               "tessera: unknown command \"%s\"; expected one of: run, smi, demo, version, help\n",
+               "tessera: unknown command \"%s\"; expected one of: run, smi, ctl, demo, sim, version, help\n",
                command.c_str());
   return 2;
 }

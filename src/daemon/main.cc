@@ -3,13 +3,20 @@
 // socket: processes register, `tessera run` sets limits, `tessera smi` reads the state, and a
 // process's memory is reclaimed the moment its connection closes.
 //
-//   tesserad [--socket PATH] [--sim] [--allow-self-declared true|false] [--ledger NAME]
-//            [--ephemeral] [--context-overhead SIZE|measure] [--policy N] [--max-inst N]
-//            [--prio-ratio P] [--quota-min MS] [--quota-max MS] [--daemon-loss-timeout MS]
-//            [--gpu-policy GPU:POLICY]
+//   tesserad [--config FILE] [--socket PATH] [--sim] [--allow-self-declared true|false]
+//            [--ledger NAME] [--ephemeral] [--context-overhead SIZE|measure] [--policy N]
+//            [--max-inst N] [--prio-ratio P] [--quota-min MS] [--quota-max MS]
+//            [--daemon-loss-timeout MS] [--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT]
+//            [--http-allow-write] [--gpu-policy GPU:POLICY]
+// --config loads a YAML file (deploy/tesserad.yaml); flags given on the command line override it.
 // The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
+// The control tree (DESIGN.md section 6) has three doors onto one DaemonNodeControl: the CTL verb
+// on the socket (`tessera ctl`), a FUSE mount (--ctl-mount) and HTTP /v1/ctl/ (--http), which
+// also serves /v1/state and /metrics.
+#include <grp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,21 +24,30 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "config/daemon_config.h"
 #include "core/bool_flag.h"
 #include "core/bytes.h"
 #include "core/number.h"
 #include "core/percent.h"
 #include "core/policy.h"
+#include "ctl/control_tree.h"
+#include "ctl/fuse_mount.h"
 #include "daemon/compute.h"
+#include "daemon/ctl_door.h"
+#include "daemon/node_control.h"
 #include "daemon/registry.h"
 #include "daemon/server.h"
 #include "driver/cuda_api.h"
 #include "driver/library.h"
 #include "driver/nvml_api.h"
+#include "http/server.h"
 #include "ipc/unix_socket.h"
 #include "ledger/memory_ledger.h"
 #include "process/child_process.h"
@@ -49,10 +65,12 @@ void OnSignal(int) { g_stop.store(true); }
 
 int Usage(const std::string& problem) {
   std::fprintf(stderr,
-               "tesserad: %s\nusage: tesserad [--socket PATH] [--sim] [--allow-self-declared "
-               "true|false] [--ledger NAME] [--ephemeral] [--context-overhead SIZE|measure] "
-               "[--policy 0-5] [--max-inst 1-256] [--prio-ratio 20-99] [--quota-min MS] "
-               "[--quota-max MS] [--daemon-loss-timeout MS] [--gpu-policy GPU:POLICY]\n",
+               "tesserad: %s\nusage: tesserad [--config FILE] [--socket PATH] [--sim] "
+               "[--allow-self-declared true|false] [--ledger NAME] [--ephemeral] "
+               "[--context-overhead SIZE|measure] [--policy 0-5] [--max-inst 1-256] "
+               "[--prio-ratio 20-99] [--quota-min MS] [--quota-max MS] [--daemon-loss-timeout MS] "
+               "[--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT] [--http-allow-write] "
+               "[--gpu-policy GPU:POLICY]\n",
                problem.c_str());
   return 2;
 }
@@ -122,6 +140,47 @@ uint64_t MeasureContextOverhead(const std::string& libcuda) {
   return ok && after.used > before.used ? after.used - before.used : 0;
 }
 
+// A flag's value: the next argument, or the text after "=" in "--flag=value".
+struct FlagReader {
+  FlagReader(int count, char** args) : argc(count), argv(args) {}
+  int argc;
+  char** argv;
+  int i = 1;
+  std::string name;  // the current flag, without "=value"
+  std::optional<std::string> inline_value;
+
+  bool Next() {
+    if (i >= argc) return false;
+    const std::string arg = argv[i++];
+    const size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      name = arg.substr(0, eq);
+      inline_value = arg.substr(eq + 1);
+    } else {
+      name = arg;
+      inline_value.reset();
+    }
+    return true;
+  }
+  const char* Value() {
+    if (inline_value) return inline_value->c_str();
+    return i < argc ? argv[i++] : nullptr;
+  }
+};
+
+// The group's id, or an error naming the flag and the group.
+tessera::Result<gid_t> LookUpGroup(const std::string& name, const std::string& input) {
+  std::vector<char> buf(16384);
+  group g{};
+  group* found = nullptr;
+  if (getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return tessera::Result<gid_t>::Error(input + "=\"" + name +
+                                         "\": no such group on this node; expected a group name "
+                                         "from /etc/group");
+  }
+  return found->gr_gid;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -132,39 +191,110 @@ int main(int argc, char** argv) {
   bool ephemeral = false;
   std::string context_overhead = "measure";
   tessera::daemon::ComputeOptions compute_options;
-  std::vector<std::pair<int, tessera::ArbiterPolicy>> gpu_policies;  // --gpu-policy overrides
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    if (arg == "--socket") {
-      const char* v = value();
+  std::string ctl_mount, ctl_group, http_listen, http_input = "--http";
+  bool http_allow_write = false;
+  tessera::Bytes default_memsize = tessera::Bytes::Zero();  // 0: no default limit
+  std::map<int, tessera::config::GpuOverrides> gpu_overrides;
+  std::vector<std::pair<int, tessera::ArbiterPolicy>> gpu_policies;  // --gpu-policy, applied last
+
+  // --config first, so every flag on the command line overrides the file whatever their order.
+  std::string config_path;
+  for (FlagReader flags{argc, argv}; flags.Next();) {
+    if (flags.name == "--config") {
+      const char* v = flags.Value();
+      if (v == nullptr) return Usage("--config needs a file");
+      config_path = v;
+    }
+  }
+  if (!config_path.empty()) {
+    auto loaded = tessera::config::LoadDaemonConfig(config_path);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "tesserad: %s\n", loaded.error().c_str());
+      return 2;
+    }
+    const tessera::config::DaemonConfig& c = *loaded;
+    const tessera::config::DaemonConfig defaults;
+    socket_path = c.socket;
+    sim = sim || c.sim;
+    ledger_name = c.ledger;
+    allow_self_declared = c.allow_self_declared;
+    context_overhead = c.context_overhead ? std::to_string(c.context_overhead->count()) : "measure";
+    compute_options.defaults.policy = c.policy;
+    compute_options.defaults.max_inst = c.max_inst;
+    compute_options.defaults.prio_ratio = c.prio_ratio;
+    compute_options.defaults.quota_min = c.quota_min;
+    compute_options.defaults.quota_max = c.quota_max;
+    default_memsize = c.default_memsize;
+    http_listen = c.http;
+    http_input = config_path + ": http";
+    ctl_mount = c.ctl_mount;
+    ctl_group = c.ctl_group;
+    gpu_overrides = c.gpus;
+    // Keys this tesserad reads but cannot act on yet: said once, never silently ignored.
+    if (c.reconcile_interval != defaults.reconcile_interval ||
+        c.over_limit_action != defaults.over_limit_action) {
+      std::fprintf(stderr,
+                   "tesserad: note: %s: reconcile_interval and over_limit_action are not applied "
+                   "yet (this tesserad has no NVML reconciler)\n",
+                   config_path.c_str());
+    }
+    if (c.daemon_loss_timeout != defaults.daemon_loss_timeout) {
+      std::fprintf(stderr,
+                   "tesserad: note: %s: daemon_loss_timeout is not applied yet (captured "
+                   "processes go ungated after --daemon-loss-timeout MS without the arbiter)\n",
+                   config_path.c_str());
+    }
+    std::printf("tesserad: loaded config %s\n", config_path.c_str());
+  }
+
+  for (FlagReader flags{argc, argv}; flags.Next();) {
+    const std::string arg = flags.name;
+    if (arg == "--config") {
+      (void)flags.Value();  // read above
+    } else if (arg == "--socket") {
+      const char* v = flags.Value();
       if (v == nullptr) return Usage("--socket needs a path");
       socket_path = v;
     } else if (arg == "--ledger") {
-      const char* v = value();
+      const char* v = flags.Value();
       if (v == nullptr) return Usage("--ledger needs a name");
       ledger_name = v;
     } else if (arg == "--context-overhead") {
-      const char* v = value();
+      const char* v = flags.Value();
       if (v == nullptr) return Usage("--context-overhead needs a size (e.g. 300MiB) or measure");
       context_overhead = v;
+    } else if (arg == "--ctl-mount" || arg == "--ctl-group" || arg == "--http") {
+      const char* v = flags.Value();
+      if (v == nullptr || *v == '\0') return Usage(arg + " needs a value");
+      if (arg == "--ctl-mount") ctl_mount = v;
+      if (arg == "--ctl-group") ctl_group = v;
+      if (arg == "--http") {
+        http_listen = v;
+        http_input = "--http";
+      }
+    } else if (arg == "--http-allow-write") {
+      http_allow_write = true;
     } else if (arg == "--policy" || arg == "--max-inst" || arg == "--prio-ratio" ||
                arg == "--quota-min" || arg == "--quota-max" || arg == "--daemon-loss-timeout") {
-      const char* v = value();
+      const char* v = flags.Value();
       if (v == nullptr) return Usage(arg + " needs a value");
       auto& config = compute_options.defaults;
+      // A node-wide flag overrides the config file's per-GPU value of that setting as well.
       if (arg == "--policy") {
         auto p = tessera::ParseArbiterPolicy(v, "--policy");
         if (!p.ok()) return Usage(p.error());
         config.policy = *p;
+        for (auto& [gpu, o] : gpu_overrides) o.policy.reset();
       } else if (arg == "--max-inst") {
         auto n = tessera::ParseUnsigned(v, "--max-inst", 1, 256);
         if (!n.ok()) return Usage(n.error());
         config.max_inst = static_cast<int>(*n);
+        for (auto& [gpu, o] : gpu_overrides) o.max_inst.reset();
       } else if (arg == "--prio-ratio") {
         auto p = tessera::ParsePercent(v, "--prio-ratio", 20, 99);
         if (!p.ok()) return Usage(p.error());
         config.prio_ratio = *p;
+        for (auto& [gpu, o] : gpu_overrides) o.prio_ratio.reset();
       } else {
         // Milliseconds, fractions allowed (0.5 = 500 us).
         char* end = nullptr;
@@ -180,8 +310,8 @@ int main(int argc, char** argv) {
         }
       }
     } else if (arg == "--gpu-policy") {
-      // One GPU's policy, overriding --policy: INDEX:POLICY, e.g. 1:5.
-      const char* v = value();
+      // One GPU's policy, overriding --policy and the config file: INDEX:POLICY, e.g. 1:5.
+      const char* v = flags.Value();
       const std::string text = v != nullptr ? v : "";
       const size_t colon = text.find(':');
       auto index = tessera::ParseUnsigned(text.substr(0, colon), "--gpu-policy GPU index", 0, 15);
@@ -197,21 +327,21 @@ int main(int argc, char** argv) {
       sim = true;
     } else if (arg == "--ephemeral") {
       ephemeral = true;
-    } else if (arg == "--allow-self-declared" || arg.rfind("--allow-self-declared=", 0) == 0) {
-      std::string text;
-      if (arg.size() > std::strlen("--allow-self-declared")) {
-        text = arg.substr(std::strlen("--allow-self-declared="));
-      } else {
-        const char* v = value();
-        if (v == nullptr) return Usage("--allow-self-declared needs true or false");
-        text = v;
-      }
-      auto parsed = tessera::ParseBoolFlag(text, "--allow-self-declared");
+    } else if (arg == "--allow-self-declared") {
+      const char* v = flags.Value();
+      if (v == nullptr) return Usage("--allow-self-declared needs true or false");
+      auto parsed = tessera::ParseBoolFlag(v, "--allow-self-declared");
       if (!parsed.ok()) return Usage(parsed.error());
       allow_self_declared = *parsed;
     } else {
       return Usage("unknown argument \"" + arg + "\"");
     }
+  }
+  std::optional<gid_t> writer_group;
+  if (!ctl_group.empty()) {
+    auto gid = LookUpGroup(ctl_group, "--ctl-group");
+    if (!gid.ok()) return Usage(gid.error());
+    writer_group = *gid;
   }
   if (socket_path.empty() || socket_path[0] != '/' || socket_path.size() > 107) {
     return Usage("--socket \"" + socket_path +
@@ -259,22 +389,85 @@ int main(int argc, char** argv) {
     context_bytes = parsed->count();
   }
   auto compute = tessera::daemon::ComputeService::Create(ledger->layout(), ledger->device_count(),
-                                                        compute_options);
+                                                         compute_options);
   if (!compute.ok()) return Usage(compute.error());
+  tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes},
+                                     compute->get());
+  const int reclaimed = registry.ReclaimDeadProcesses();
+  if (default_memsize.count() != 0) registry.SetDefaultLimit(default_memsize.count());
+  // The config file's per-GPU settings (flags given on the command line already removed theirs).
+  for (const auto& [gpu, o] : gpu_overrides) {
+    if (gpu >= (*compute)->device_count()) {
+      std::fprintf(stderr, "tesserad: note: %s: gpus.%d: this node has %d GPU(s); ignored\n",
+                   config_path.c_str(), gpu, (*compute)->device_count());
+      continue;
+    }
+    tessera::arbiter::ArbiterConfig config = (*compute)->Config(gpu);
+    if (o.policy) config.policy = *o.policy;
+    if (o.max_inst) config.max_inst = *o.max_inst;
+    if (o.prio_ratio) config.prio_ratio = *o.prio_ratio;
+    if (tessera::Status s = (*compute)->Configure(gpu, config); !s.ok()) {
+      std::fprintf(stderr, "tesserad: %s: gpus.%d: %s\n", config_path.c_str(), gpu,
+                   s.message().c_str());
+      return 2;
+    }
+  }
+  // --gpu-policy last: a flag wins over the config file.
   for (const auto& [index, policy] : gpu_policies) {
-    auto config = compute_options.defaults;
+    if (index >= (*compute)->device_count()) {
+      return Usage("--gpu-policy " + std::to_string(index) + ": this node has " +
+                   std::to_string((*compute)->device_count()) + " GPU(s)");
+    }
+    auto config = (*compute)->Config(index);
     config.policy = policy;
     if (tessera::Status s = (*compute)->Configure(index, config); !s.ok()) {
       return Usage("--gpu-policy " + std::to_string(index) + ": " + s.message());
     }
   }
-  tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes},
-                                     compute->get());
-  const int reclaimed = registry.ReclaimDeadProcesses();
+
+  const std::string version = std::string("tessera ") + TESSERA_VERSION;
+  tessera::daemon::DaemonNodeControl node(&registry, compute->get(), version);
+  const tessera::ctl::ControlTree tree(&node);
   auto listen_fd = tessera::ipc::Listen(socket_path);
   if (!listen_fd.ok()) {
     std::fprintf(stderr, "tesserad: %s\n", listen_fd.error().c_str());
     return 1;
+  }
+  std::unique_ptr<tessera::ctl::FuseMount> mount;
+  if (!ctl_mount.empty()) {
+    mkdir(ctl_mount.c_str(), 0755);  // one level, as systemd's RuntimeDirectory leaves it
+    tessera::ctl::FuseMountOptions options;
+    options.mount_point = ctl_mount;
+    options.writer_group = writer_group;
+    options.log = [](std::string_view line) {
+      std::fprintf(stderr, "tesserad: ctl mount: %.*s\n", static_cast<int>(line.size()),
+                   line.data());
+    };
+    auto mounted = tessera::ctl::FuseMount::Mount(tree, std::move(options));
+    if (!mounted.ok()) {
+      std::fprintf(stderr, "tesserad: --ctl-mount: %s\n", mounted.error().c_str());
+      close(*listen_fd);
+      unlink(socket_path.c_str());
+      return 1;
+    }
+    mount = std::move(*mounted);
+  }
+  std::unique_ptr<tessera::http::HttpServer> http;
+  if (!http_listen.empty()) {
+    tessera::daemon::HttpDoorOptions door{http_allow_write, version};
+    auto created = tessera::http::HttpServer::Create(
+        http_listen, http_input,
+        [&tree, &registry, compute = compute->get(), door](const tessera::http::Request& r) {
+          return tessera::daemon::HandleHttp(r, tree, registry, *compute, door);
+        });
+    tessera::Status started = created.ok() ? (*created)->Start() : created.status();
+    if (!started.ok()) {
+      std::fprintf(stderr, "tesserad: %s\n", started.message().c_str());
+      close(*listen_fd);
+      unlink(socket_path.c_str());
+      return 1;
+    }
+    http = std::move(*created);
   }
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -283,14 +476,19 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   std::printf(
       "tesserad: listening on %s, ledger /dev/shm%s, %zu device(s)%s, reclaimed %d, "
-      "context overhead %llu bytes, policy %d max_inst %d\n",
+      "context overhead %llu bytes, policy %d max_inst %d, ctl mount %s, http writes %s, "
+      "http=%s\n",
       socket_path.c_str(), ledger_name.c_str(), devices->size(), sim ? " (simulated)" : "",
       reclaimed, static_cast<unsigned long long>(context_bytes),
-      static_cast<int>(compute_options.defaults.policy), compute_options.defaults.max_inst);
+      static_cast<int>(compute_options.defaults.policy), compute_options.defaults.max_inst,
+      mount ? mount->mount_point().c_str() : "off", http_allow_write ? "on" : "off",
+      http ? http->address().c_str() : "off");
   std::fflush(stdout);
   (*compute)->Start();
-  tessera::daemon::Server server(&registry, *listen_fd);
+  tessera::daemon::Server server(&registry, *listen_fd, &tree, writer_group);
   tessera::Status run = server.Run(g_stop);
+  if (http) http->Stop();
+  if (mount) mount->Stop();
   (*compute)->Stop();
   close(*listen_fd);
   unlink(socket_path.c_str());

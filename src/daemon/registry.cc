@@ -9,6 +9,7 @@
 
 #include "core/container_id.h"
 #include "core/device_selector.h"
+#include "ctl/control_tree.h"
 #include "daemon/compute.h"
 
 namespace tessera::daemon {
@@ -23,6 +24,18 @@ std::string Json(const std::string& s) {
     out += c;
   }
   return out + "\"";
+}
+
+// A valid container id that the control tree can also show: not one of its GPU files' names
+// (a container called `policy` would be hidden by the file `<gpu>/policy`).
+Status CheckContainerId(const std::string& id, const char* key) {
+  if (auto valid = ParseContainerId(id, key); !valid.ok()) return valid.status();
+  if (ctl::IsControlTreeGpuFileName(id)) {
+    return Status::Error(std::string(key) + "=\"" + id +
+                         "\": reserved (a control-tree file of every GPU folder has that name); "
+                         "expected another container id");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -108,15 +121,14 @@ Result<std::vector<uint64_t>> Registry::ParseLimits(const std::string& text, int
 }
 
 Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* process_slot) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (request.Get("version") != std::to_string(kProtocolVersion)) {
     return Result<Message>::Error("HELLO version=" + request.Get("version", "(missing)") +
                                   ": this tesserad speaks version " +
                                   std::to_string(kProtocolVersion));
   }
   std::string id = request.Get("container", "proc-" + std::to_string(pid));
-  if (auto valid = ParseContainerId(id, "container"); !valid.ok()) {
-    return Result<Message>::Error(valid.error());
-  }
+  if (Status valid = CheckContainerId(id, "container"); !valid.ok()) return valid;
   // The devices the process may see, as physical indices in its ordinal order.
   std::vector<int> visible;
   std::vector<std::string> uuids;
@@ -146,8 +158,13 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
         return Result<Message>::Error("container " + id + " cannot start: " + s.message());
       }
     }
-    // The declared limits are per visible device (ordinal order); the ledger's are physical.
-    auto by_ordinal = ParseLimits(request.Get("mem", "none"), static_cast<int>(visible.size()));
+    // The declared limits are per visible device (ordinal order); the ledger's are physical. A
+    // process that declares none gets the default (`default_memsize`) on every device.
+    std::string declared = request.Get("mem", "none");
+    if (!request.Has("mem") && default_limit_.load() != ledger::kUnlimited) {
+      declared = std::to_string(default_limit_.load());
+    }
+    auto by_ordinal = ParseLimits(declared, static_cast<int>(visible.size()));
     if (!by_ordinal.ok()) return by_ordinal.status();
     std::vector<uint64_t> limits(static_cast<size_t>(ledger_.device_count()), ledger::kUnlimited);
     for (size_t i = 0; i < visible.size(); ++i)
@@ -193,10 +210,9 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
 }
 
 Result<Message> Registry::SetContainer(const Message& request) {
+  std::lock_guard<std::mutex> lock(mu_);
   const std::string id = request.Get("id");
-  if (auto valid = ParseContainerId(id, "id"); !valid.ok()) {
-    return Result<Message>::Error(valid.error());
-  }
+  if (Status valid = CheckContainerId(id, "id"); !valid.ok()) return valid;
   auto limits = ParseLimits(request.Get("mem", "none"), ledger_.device_count());
   if (!limits.ok()) return limits.status();
   auto compute = ParseCompute(request, "CONTAINER");
@@ -216,6 +232,7 @@ Result<Message> Registry::SetContainer(const Message& request) {
 }
 
 void Registry::Disconnected(uint32_t process_slot) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (process_slot == kNoProcess) return;
   const uint32_t c = ledger_.layout()->processes[process_slot].container.load();
   ledger_.ReclaimProcess(process_slot);
@@ -223,6 +240,7 @@ void Registry::Disconnected(uint32_t process_slot) {
 }
 
 int Registry::ReclaimDeadProcesses() {
+  std::lock_guard<std::mutex> lock(mu_);
   int reclaimed = 0;
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::ProcessSlot& slot = ledger_.layout()->processes[p];
@@ -237,6 +255,7 @@ int Registry::ReclaimDeadProcesses() {
 }
 
 std::string Registry::StatusJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
   const ledger::LedgerLayout* l = ledger_.layout();
   const int devices = ledger_.device_count();
   std::vector<DeviceShares> shares;

@@ -1,13 +1,19 @@
 // Registry: tesserad's record of containers and processes on top of the shared memory ledger.
 // It turns protocol requests into ledger slots (HELLO: a process joins a container; CONTAINER: an
 // operator or `tessera run` sets limits), reclaims a process's memory when its connection closes,
-// and renders the STATUS snapshot. Single-threaded: the server's event loop is its only caller.
-// It does no I/O of its own.
+// and renders the STATUS snapshot. It does no I/O of its own.
+//
+// Thread-safety: every public method takes the registry's one mutex, so the event loop (its main
+// caller), the control tree's doors (FUSE and HTTP threads, through NodeControl) and the HTTP
+// endpoint's STATUS may call it concurrently. WithLedger() runs code under that same mutex, so a
+// reader sees no container slot half-created or half-freed (a slot's id is plain bytes).
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +50,21 @@ class Registry {
   int ReclaimDeadProcesses();
   std::string StatusJson() const;
 
+  // The limit (bytes, on every device) given to a container declared by its first process's HELLO
+  // when that HELLO declares none (no `mem=`); ledger::kUnlimited (the default): no limit.
+  void SetDefaultLimit(uint64_t bytes) { default_limit_.store(bytes); }
+  uint64_t default_limit() const { return default_limit_.load(); }
+
+  // Runs `f(ledger)` under the registry's mutex and returns what it returns. `f` must be quick and
+  // must not call back into the registry.
+  template <typename F>
+  auto WithLedger(F&& f) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return f(ledger_);
+  }
+
+  // The ledger; its descriptor and layout pointer never change. Reading slots consistently with
+  // registrations needs WithLedger().
   const ledger::MemoryLedger& ledger() const { return ledger_; }
 
  private:
@@ -62,8 +83,10 @@ class Registry {
   // shorter list repeats its last entry).
   Result<std::vector<uint64_t>> ParseLimits(const std::string& text, int devices) const;
 
+  mutable std::mutex mu_;
   ledger::MemoryLedger ledger_;
   RegistryOptions options_;
+  std::atomic<uint64_t> default_limit_{ledger::kUnlimited};
   ComputeService* compute_;
 };
 

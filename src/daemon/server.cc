@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "daemon/ctl_door.h"
 #include "ipc/unix_socket.h"
 
 namespace tessera::daemon {
@@ -115,12 +116,24 @@ bool Server::Readable(int fd, Connection& conn) {
       reply = set.ok() ? FormatMessage(*set) : "ERR " + set.error();
     } else if (request->verb == "STATUS") {
       reply = "OK " + registry_->StatusJson();
+    } else if (request->verb == "CTL") {
+      if (tree_ == nullptr) {
+        reply = "ERR this tesserad serves no control tree";
+      } else {
+        auto peer = ipc::PeerOf(fd);
+        const bool may_write = peer.ok() && PeerMayWrite(*peer, writer_group_);
+        auto answer = HandleCtl(*tree_, *request, may_write);
+        reply = answer.ok() ? "OK " + *answer : "ERR " + answer.error();
+      }
     } else {
-      reply = "ERR unknown verb " + request->verb + "; expected HELLO, CONTAINER or STATUS";
+      reply = "ERR unknown verb " + request->verb + "; expected HELLO, CONTAINER, STATUS or CTL";
     }
     if (!reply.empty() && reply.rfind("ERR ", 0) == 0) {
       std::fprintf(stderr, "tesserad: refused \"%s\": %s\n", line.substr(0, 200).c_str(),
                    reply.c_str() + 4);
+    }
+    for (char& c : reply) {
+      if (c == '\n' || c == '\r') c = ' ';  // one reply, one line (JSON escapes its own)
     }
     if (!ipc::SendLine(fd, reply, pass_fd).ok()) return false;
   }

@@ -1,0 +1,135 @@
+// `tessera ctl get|set|ls PATH [VALUE] [--force]`: the control tree (DESIGN.md section 6) through
+// the node daemon's socket (the CTL verb; see src/daemon/ctl_door.h). The daemon decides
+// everything: paths, values, and whether this user may write (root or tesserad's --ctl-group).
+// This door only frames the request and prints the answer.
+//   get PATH          prints the file's text
+//   ls [PATH]         prints a folder's entries: "rw  name", "ro  name", "dir name/"
+//   set PATH VALUE    changes a file; --force lets memsize go below the container's usage
+// Exit status: 0 done, 1 refused or no daemon (the reason on stderr), 2 bad usage.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/json.h"
+#include "daemon/protocol.h"
+#include "ipc/unix_socket.h"
+
+namespace tessera::cli {
+namespace {
+
+int CtlUsage(const std::string& problem) {
+  std::fprintf(stderr,
+               "tessera ctl: %s\nusage: tessera ctl get PATH | ls [PATH] | set PATH VALUE "
+               "[--force]\n  paths: version, default_memsize, <gpu>/policy, <gpu>/max_inst, "
+               "<gpu>/free_weight, <gpu>/prio_ratio, <gpu>/<container>/{weight,memsize,highprio,"
+               "meminfo,id}\n",
+               problem.c_str());
+  return 2;
+}
+
+// The characters the daemon's line protocol carries in a value (daemon/protocol.h).
+bool ProtocolSafe(const std::string& text) {
+  if (text.empty() || text.size() > 512) return false;
+  for (char c : text) {
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == ',' || c == ':' || c == '/' || c == '+' ||
+                    c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int RunCtl(const std::vector<std::string>& args) {
+  std::vector<std::string> positional;
+  bool force = false;
+  for (const std::string& a : args) {
+    if (a == "--force") {
+      force = true;
+    } else if (a == "-h" || a == "--help") {
+      CtlUsage("reads and writes the node's control tree");
+      return 0;
+    } else if (a.size() > 1 && a[0] == '-' && a[1] == '-') {
+      return CtlUsage("unknown option \"" + a + "\"");
+    } else {
+      positional.push_back(a);
+    }
+  }
+  if (positional.empty()) return CtlUsage("expected get, set or ls");
+  const std::string op = positional[0];
+  std::string path = positional.size() > 1 ? positional[1] : "";
+  if (op == "ls") {
+    if (positional.size() > 2) return CtlUsage("ls takes one PATH");
+    if (path.empty()) path = "/";
+  } else if (op == "get") {
+    if (positional.size() != 2) return CtlUsage("get takes one PATH");
+  } else if (op == "set") {
+    if (positional.size() != 3) return CtlUsage("set takes PATH and VALUE");
+  } else {
+    return CtlUsage("unknown operation \"" + op + "\"; expected get, set or ls");
+  }
+  if (force && op != "set") return CtlUsage("--force goes with set");
+  if (!ProtocolSafe(path)) {
+    return CtlUsage("PATH \"" + path +
+                    "\": the daemon's protocol carries only the characters A-Z a-z 0-9 _ . , : / "
+                    "+ - (1-512 of them)");
+  }
+  daemon::Message request{"CTL", {{"op", op}, {"path", path}}};
+  if (op == "set") {
+    const std::string& value = positional[2];
+    if (!ProtocolSafe(value)) {
+      std::fprintf(stderr,
+                   "tessera ctl: set %s \"%s\": the daemon's protocol carries only the characters "
+                   "A-Z a-z 0-9 _ . , : / + - (1-512 of them) in a value; every control-tree value "
+                   "can be written with those (sizes as 4GiB or 4294967296)\n",
+                   path.c_str(), value.c_str());
+      return 2;
+    }
+    request.fields["value"] = value;
+    if (force) request.fields["force"] = "1";
+  }
+  const char* env = std::getenv("TESSERA_SOCKET");
+  const std::string socket = env != nullptr && *env != '\0' ? env : "/run/tessera/tessera.sock";
+  auto reply =
+      ipc::Call(socket, daemon::FormatMessage(request), nullptr, std::chrono::milliseconds(3000));
+  if (!reply.ok()) {
+    std::fprintf(stderr,
+                 "tessera ctl: no Tessera daemon reachable at %s (%s); start tesserad or set "
+                 "TESSERA_SOCKET\n",
+                 socket.c_str(), reply.error().c_str());
+    return 1;
+  }
+  if (reply->rfind("ERR ", 0) == 0) {
+    std::fprintf(stderr, "tessera ctl: %s %s: %s\n", op.c_str(), path.c_str(), reply->c_str() + 4);
+    return 1;
+  }
+  if (reply->rfind("OK ", 0) != 0) {
+    std::fprintf(stderr, "tessera ctl: unexpected reply from the daemon: %s\n", reply->c_str());
+    return 1;
+  }
+  auto doc = JsonValue::Parse(reply->substr(3));
+  if (!doc.ok()) {
+    std::fprintf(stderr, "tessera ctl: the daemon's reply is not valid JSON: %s\n",
+                 doc.error().c_str());
+    return 1;
+  }
+  if (op == "get") {
+    std::fputs((*doc)["value"].string().c_str(), stdout);
+  } else if (op == "ls") {
+    for (const JsonValue& e : (*doc)["entries"].array()) {
+      const bool dir = e["dir"].boolean();
+      std::printf("%-3s %s%s\n",
+                  dir                       ? "dir"
+                  : e["writable"].boolean() ? "rw"
+                                            : "ro",
+                  e["name"].string().c_str(), dir ? "/" : "");
+    }
+  }
+  return 0;
+}
+
+}  // namespace tessera::cli

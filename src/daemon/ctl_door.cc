@@ -1,0 +1,307 @@
+// The CTL verb, the HTTP routes and /metrics: translations between requests and the control tree
+// (or the ledger, for metrics), and the write permission check.
+#include "daemon/ctl_door.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "metrics/exposition.h"
+
+namespace tessera::daemon {
+namespace {
+
+constexpr std::string_view kCtlPrefix = "/v1/ctl";
+constexpr std::string_view kJson = "application/json";
+
+http::Response Json(int status, std::string body) {
+  http::Response r;
+  r.status = status;
+  r.content_type = std::string(kJson);
+  r.body = std::move(body) + "\n";
+  return r;
+}
+
+http::Response ServeCtl(const http::Request& request, std::string_view path,
+                        const ctl::ControlTree& tree, const HttpDoorOptions& options) {
+  if (request.method == "GET" || request.method == "HEAD") {
+    auto entry = tree.Stat(path);
+    if (!entry.ok()) return http::Response::Text(404, entry.error());
+    if (entry->is_directory) {
+      auto entries = tree.List(path);
+      if (!entries.ok()) return http::Response::Text(404, entries.error());
+      return Json(200, EntriesJson(*entries));
+    }
+    auto text = tree.Read(path);
+    if (!text.ok()) return http::Response::Text(404, text.error());
+    http::Response r;
+    r.body = *text;
+    return r;
+  }
+  if (request.method == "PUT") {
+    if (!options.allow_write) {
+      return http::Response::Text(
+          403, "writes over HTTP are off; start tesserad with --http-allow-write to allow them");
+    }
+    auto force = request.query.find("force");
+    ctl::WriteOptions write;
+    write.force = force != request.query.end() && force->second == "1";
+    write.writer_may_write = true;  // whoever can reach the address: see --http-allow-write
+    if (Status s = tree.Write(path, request.body, write); !s.ok()) {
+      return http::Response::Text(400, s.message());
+    }
+    http::Response r;
+    r.status = 204;
+    return r;
+  }
+  http::Response r = http::Response::Text(
+      405, request.method + " is not served on " + request.path + "; expected GET or PUT");
+  r.headers.push_back({"Allow", "GET, HEAD, PUT"});
+  return r;
+}
+
+}  // namespace
+
+std::string JsonString(std::string_view text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string EntriesJson(const std::vector<ctl::Entry>& entries) {
+  std::string out = "{\"entries\":[";
+  for (size_t i = 0; i < entries.size(); ++i) {
+    out += (i ? "," : "") + std::string("{\"name\":") + JsonString(entries[i].name) +
+           ",\"dir\":" + (entries[i].is_directory ? "true" : "false") +
+           ",\"writable\":" + (entries[i].writable ? "true" : "false") + "}";
+  }
+  return out + "]}";
+}
+
+bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group) {
+  if (peer.uid == 0) return true;
+  if (!writer_group) return false;
+  if (peer.gid == *writer_group) return true;
+  // Supplementary groups: the kernel's view of the peer process now.
+  std::ifstream status("/proc/" + std::to_string(peer.pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Groups:", 0) != 0) continue;
+    std::istringstream groups(line.substr(7));
+    long g;
+    while (groups >> g) {
+      if (static_cast<gid_t>(g) == *writer_group) return true;
+    }
+  }
+  return false;
+}
+
+Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& request,
+                              bool may_write) {
+  using R = Result<std::string>;
+  const std::string op = request.Get("op");
+  if (!request.Has("path")) return R::Error("CTL needs path=PATH");
+  const std::string path = request.Get("path");
+  for (const auto& [key, value] : request.fields) {
+    if (key != "op" && key != "path" && key != "value" && key != "force") {
+      return R::Error("CTL " + key + "=: unknown key; expected op, path, value, force");
+    }
+  }
+  if (op == "ls") {
+    auto entries = tree.List(path);
+    if (!entries.ok()) return entries.status();
+    return EntriesJson(*entries);
+  }
+  if (op == "get") {
+    auto text = tree.Read(path);
+    if (!text.ok()) return text.status();
+    return "{\"value\":" + JsonString(*text) + "}";
+  }
+  if (op == "set") {
+    if (!request.Has("value")) return R::Error("CTL op=set needs value=VALUE");
+    const std::string force = request.Get("force", "0");
+    if (force != "0" && force != "1") {
+      return R::Error("CTL force=" + force + ": expected 0 or 1");
+    }
+    if (!may_write) {
+      return R::Error(path +
+                      ": permission denied; writing the control tree needs root or the "
+                      "writer group (tesserad --ctl-group)");
+    }
+    ctl::WriteOptions options;
+    options.force = force == "1";
+    options.writer_may_write = true;
+    if (Status s = tree.Write(path, request.Get("value"), options); !s.ok()) return s;
+    return std::string("{}");
+  }
+  return R::Error("CTL op=" + (op.empty() ? std::string("(missing)") : op) +
+                  ": expected ls, get or set");
+}
+
+http::Response HandleHttp(const http::Request& request, const ctl::ControlTree& tree,
+                          const Registry& registry, const ComputeService& compute,
+                          const HttpDoorOptions& options) {
+  const std::string& path = request.path;
+  if (path == kCtlPrefix || path.rfind(std::string(kCtlPrefix) + "/", 0) == 0) {
+    return ServeCtl(request, std::string_view(path).substr(kCtlPrefix.size()), tree, options);
+  }
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  if (path == "/v1/state" || path == "/metrics") {
+    if (!get) {
+      http::Response r = http::Response::Text(
+          405, request.method + " is not served on " + path + "; expected GET");
+      r.headers.push_back({"Allow", "GET, HEAD"});
+      return r;
+    }
+    if (path == "/v1/state") return Json(200, registry.StatusJson());
+    http::Response r;
+    r.content_type = std::string(metrics::kContentType);
+    r.body = RenderMetrics(registry, compute, options.version);
+    return r;
+  }
+  return http::Response::Text(
+      404, "no route " + path + "; expected /v1/ctl/PATH, /v1/state or /metrics");
+}
+
+std::string RenderMetrics(const Registry& registry, const ComputeService& compute,
+                          const std::string& version) {
+  return registry.WithLedger([&](const ledger::MemoryLedger& ledger) {
+    const ledger::LedgerLayout* l = ledger.layout();
+    const int devices = ledger.device_count();
+    std::vector<DeviceShares> shares;
+    for (int d = 0; d < devices; ++d) shares.push_back(compute.Shares(d));
+    struct Live {
+      int slot;
+      std::string id;
+    };
+    std::vector<Live> live;
+    for (int c = 0; c < ledger::kMaxContainers; ++c) {
+      const ledger::ContainerSlot& slot = l->containers[c];
+      if (slot.state.load() == ledger::kLive) {
+        live.push_back({c, std::string(slot.id, strnlen(slot.id, sizeof(slot.id)))});
+      }
+    }
+    std::vector<int> process_count(ledger::kMaxContainers, 0);
+    for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+      const ledger::ProcessSlot& ps = l->processes[p];
+      if (ps.state.load() == ledger::kLive) ++process_count[ps.container.load() % 256];
+    }
+    // Every name and label here is fixed or a validated container id, so the writer refuses
+    // nothing; a refusal would be a bug, and it only drops that sample.
+    metrics::ExpositionWriter w;
+    using metrics::MetricType;
+    auto family = [&](const char* name, const char* help, MetricType type = MetricType::kGauge) {
+      (void)w.BeginFamily(name, type, help);
+    };
+    family("tessera_up", "1 while tesserad serves");
+    (void)w.AddSample({}, 1);
+    family("tessera_build_info", "The daemon's version, as a label");
+    (void)w.AddSample({{"version", version}}, 1);
+    family("tessera_gpu_memory_total_bytes", "Physical memory of the GPU");
+    for (int d = 0; d < devices; ++d) {
+      (void)w.AddSample({{"gpu", std::to_string(d)}, {"uuid", l->devices[d].uuid}},
+                        l->devices[d].total_bytes);
+    }
+    family("tessera_gpu_memory_used_bytes", "Memory every container holds on the GPU");
+    for (int d = 0; d < devices; ++d) {
+      uint64_t used = 0;
+      for (const Live& c : live) used += l->containers[c.slot].used[d].load();
+      (void)w.AddSample({{"gpu", std::to_string(d)}}, used);
+    }
+    family("tessera_gpu_policy", "The GPU's arbiter policy (0-5, DESIGN.md section 6)");
+    for (int d = 0; d < devices; ++d) {
+      (void)w.AddSample({{"gpu", std::to_string(d)}}, static_cast<int>(shares[d].config.policy));
+    }
+    family("tessera_gpu_max_inst", "The GPU's max_inst (slots and weight units)");
+    for (int d = 0; d < devices; ++d) {
+      (void)w.AddSample({{"gpu", std::to_string(d)}}, shares[d].config.max_inst);
+    }
+    family("tessera_gpu_free_weight", "max_inst minus the weights the arbiter schedules");
+    for (int d = 0; d < devices; ++d) {
+      (void)w.AddSample({{"gpu", std::to_string(d)}}, shares[d].free_weight);
+    }
+    family("tessera_container_memory_used_bytes", "Memory the container holds on the GPU");
+    for (const Live& c : live) {
+      for (int d = 0; d < devices; ++d) {
+        (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}},
+                          l->containers[c.slot].used[d].load());
+      }
+    }
+    family("tessera_container_memory_limit_bytes",
+           "The container's memory limit on the GPU (no sample: unlimited)");
+    for (const Live& c : live) {
+      for (int d = 0; d < devices; ++d) {
+        const uint64_t limit = l->containers[c.slot].limit[d].load();
+        if (limit == ledger::kUnlimited) continue;
+        (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}}, limit);
+      }
+    }
+    auto share_of = [&](int d, int slot) -> const ContainerShare* {
+      for (const ContainerShare& s : shares[d].containers) {
+        if (s.container == slot) return &s;
+      }
+      return nullptr;
+    };
+    family("tessera_container_compute_target_percent",
+           "The GPU-time share the policy promises the container (no sample: uncontrolled)");
+    for (const Live& c : live) {
+      for (int d = 0; d < devices; ++d) {
+        const ContainerShare* s = share_of(d, c.slot);
+        if (s == nullptr || !s->target) continue;
+        (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}}, *s->target);
+      }
+    }
+    family("tessera_container_compute_achieved_percent",
+           "The GPU time the container got over the arbiter's window, in percent");
+    for (const Live& c : live) {
+      for (int d = 0; d < devices; ++d) {
+        const ContainerShare* s = share_of(d, c.slot);
+        (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}},
+                          s != nullptr ? s->achieved : 0.0);
+      }
+    }
+    family("tessera_container_weight", "The container's scheduling weight (every GPU)");
+    for (const Live& c : live) {
+      (void)w.AddSample({{"container", c.id}}, l->containers[c.slot].weight.load());
+    }
+    family("tessera_container_high_priority", "1 when the container is high priority");
+    for (const Live& c : live) {
+      (void)w.AddSample({{"container", c.id}}, l->containers[c.slot].high_priority.load());
+    }
+    family("tessera_container_processes", "Processes registered in the container");
+    for (const Live& c : live) {
+      (void)w.AddSample({{"container", c.id}}, process_count[c.slot]);
+    }
+    return w.text();
+  });
+}
+
+}  // namespace tessera::daemon
