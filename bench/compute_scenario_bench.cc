@@ -1,10 +1,10 @@
-// compute_scenario_bench: the compute-isolation scenarios of DESIGN §6, end to end. Each case starts
-// a private tesserad on simgpu with a policy, runs compute_tenant processes through the real shim
-// with their TESSERA_* environment, and judges what the tenants measured themselves (device time
-// from their own events): share error over 1 s and 10 s windows, weighted-ratio accuracy, device
-// busy fraction, time to reclaim an idle tenant's share, high-priority admission latency. Every
-// case runs twice in the same invocation: under its policy ("ours") and under policy 5 (native: no
-// compute control, the baseline), and the JSON reports both and their ratio.
+// compute_scenario_bench: the compute-isolation scenarios of DESIGN §6, end to end. Each case
+// starts a private tesserad on simgpu with a policy, runs compute_tenant processes through the real
+// shim with their TESSERA_* environment, and judges what the tenants measured themselves (device
+// time from their own events): share error over 1 s and 10 s windows, weighted-ratio accuracy,
+// device busy fraction, time to reclaim an idle tenant's share, high-priority admission latency.
+// Every case runs twice in the same invocation: under its policy ("ours") and under policy 5
+// (native: no compute control, the baseline), and the JSON reports both and their ratio.
 //
 // It holds no policy logic and reads none of the daemon's state: targets come from DESIGN §6 and
 // the measurements from the tenants. It must not judge from NVML or the arbiter's books.
@@ -113,7 +113,7 @@ class Tracked {
 enum class Role { kSaturate, kIdleAfter, kHighPrio };
 
 struct TenantPlan {
-  std::string name;                  // its container id
+  std::string name;  // its container id
   Role role = Role::kSaturate;
   double target_pct = 0;             // its share while every tenant is busy (DESIGN §6)
   bool judged = true;                // counted in share error (the HP tenant is not)
@@ -411,14 +411,14 @@ RoundResult RunRound(const Case& c, int policy, Settings* s) {
 
 // ---- Judging ----------------------------------------------------------------------------------
 struct Metrics {
-  std::vector<double> share_pct;   // achieved over the whole run
-  std::vector<double> target_pct;  // time-averaged target over the whole run
+  std::vector<double> share_pct;                       // achieved over the whole run
+  std::vector<double> target_pct;                      // time-averaged target over the whole run
   double err_short_max = kNaN, err_short_mean = kNaN;  // 1 s windows, points
   double err_long_max = kNaN, err_long_mean = kNaN;    // 10 s windows (or the whole run)
   double long_window_s = 0;
   double ratio_error = kNaN;  // max over pairs of |(a_i/a_1)/(w_i/w_1) - 1|
   double busy_pct = kNaN;
-  double reclaim_ms = kNaN;   // +inf: never reclaimed
+  double reclaim_ms = kNaN;  // +inf: never reclaimed
   double hp_p50_ms = kNaN, hp_p99_ms = kNaN;
   size_t hp_samples = 0;
   double start_late_ms = 0;
@@ -554,8 +554,8 @@ std::vector<Check> Accept(const Case& c, const Metrics& m) {
   const double kernel_ms = static_cast<double>(c.kernel_ns) / 1e6;
   if (!c.high_prio) {
     const double limit = kernel_ms <= 1.0 ? 2.0 : 5.0;
-    checks.push_back({"share error, long windows (points)", m.err_long_max, limit,
-                      m.err_long_max <= limit});
+    checks.push_back(
+        {"share error, long windows (points)", m.err_long_max, limit, m.err_long_max <= limit});
   }
   if (c.weighted) {
     checks.push_back({"weighted ratio error", m.ratio_error, 0.05, m.ratio_error <= 0.05});
@@ -568,8 +568,8 @@ std::vector<Check> Accept(const Case& c, const Metrics& m) {
   }
   if (c.high_prio) {
     const double limit = kernel_ms + 1.0;
-    checks.push_back({"high-priority p99 admission (ms)", m.hp_p99_ms, limit,
-                      m.hp_p99_ms <= limit});
+    checks.push_back(
+        {"high-priority p99 admission (ms)", m.hp_p99_ms, limit, m.hp_p99_ms <= limit});
   }
   return checks;
 }
@@ -611,13 +611,14 @@ std::string MetricsJson(const Case& c, const RoundResult& r, const Metrics& m) {
   o << "], \"kernels\": [";
   for (size_t i = 0; i < r.tenants.size(); ++i) o << (i ? ", " : "") << r.tenants[i].kernels;
   o << "], \"share_error_1s\": {\"max\": " << Json(m.err_short_max)
-    << ", \"mean\": " << Json(m.err_short_mean) << "}, \"share_error_long\": {\"window_s\": "
-    << Json(m.long_window_s) << ", \"max\": " << Json(m.err_long_max)
-    << ", \"mean\": " << Json(m.err_long_mean) << "}, \"weighted_ratio_error\": "
-    << Json(m.ratio_error) << ", \"busy_pct\": " << Json(m.busy_pct)
-    << ", \"reclaim_ms\": " << Json(m.reclaim_ms) << ", \"hp_admission_ms\": {\"p50\": "
-    << Json(m.hp_p50_ms) << ", \"p99\": " << Json(m.hp_p99_ms) << ", \"samples\": "
-    << m.hp_samples << ", \"longest_queued_be_kernel_ms\": "
+    << ", \"mean\": " << Json(m.err_short_mean)
+    << "}, \"share_error_long\": {\"window_s\": " << Json(m.long_window_s)
+    << ", \"max\": " << Json(m.err_long_max) << ", \"mean\": " << Json(m.err_long_mean)
+    << "}, \"weighted_ratio_error\": " << Json(m.ratio_error)
+    << ", \"busy_pct\": " << Json(m.busy_pct) << ", \"reclaim_ms\": " << Json(m.reclaim_ms)
+    << ", \"hp_admission_ms\": {\"p50\": " << Json(m.hp_p50_ms)
+    << ", \"p99\": " << Json(m.hp_p99_ms) << ", \"samples\": " << m.hp_samples
+    << ", \"longest_queued_be_kernel_ms\": "
     << Json(c.high_prio ? static_cast<double>(c.kernel_ns) / 1e6 : kNaN)
     << "}, \"start_late_ms\": " << Json(m.start_late_ms) << "}";
   return o.str();
@@ -778,9 +779,10 @@ int main(int argc, char** argv) {
       o << "]}";
     }
     o << "],\n     \"ours\": " << MetricsJson(c, ours, mo)
-      << ",\n     \"native\": " << MetricsJson(c, native, mn) << ",\n     \"ratio\": {\"metric\": "
-      << JsonString(h.metric) << ", \"ours\": " << Json(h.ours) << ", \"native\": "
-      << Json(h.native) << ", \"ours_over_native\": " << Json(ratio) << "},\n     \"checks\": [";
+      << ",\n     \"native\": " << MetricsJson(c, native, mn)
+      << ",\n     \"ratio\": {\"metric\": " << JsonString(h.metric)
+      << ", \"ours\": " << Json(h.ours) << ", \"native\": " << Json(h.native)
+      << ", \"ours_over_native\": " << Json(ratio) << "},\n     \"checks\": [";
     for (size_t i = 0; i < checks.size(); ++i) {
       o << (i ? ", " : "") << "{\"what\": " << JsonString(checks[i].what)
         << ", \"value\": " << Json(checks[i].value) << ", \"limit\": " << Json(checks[i].limit)
@@ -796,7 +798,8 @@ int main(int argc, char** argv) {
   out << "{\n  \"benchmark\": \"compute_scenario_bench\",\n"
       << "  \"baseline\": \"the same tenants under policy 5 (native, no compute control), same "
          "run\",\n"
-      << "  \"duration_s\": " << Json(s.duration_s) << ", \"quick\": " << (s.quick ? "true" : "false")
+      << "  \"duration_s\": " << Json(s.duration_s)
+      << ", \"quick\": " << (s.quick ? "true" : "false")
       << ",\n  \"gated\": " << (s.daemon_flags ? "true" : "false")
       << ", \"daemon_refused_policy_flags\": " << (s.flags_refused ? "true" : "false")
       << ",\n  \"cases\": [\n"

@@ -65,10 +65,10 @@ void SleepUntilNs(uint64_t t) {
   std::fprintf(stderr, "compute_tenant: %s failed with CUresult %d\n", call, static_cast<int>(r));
   std::exit(1);
 }
-#define CHECK(call)                                 \
-  do {                                              \
-    const CUresult r_ = (call);                     \
-    if (r_ != CUDA_SUCCESS) Fail(#call, r_);        \
+#define CHECK(call)                          \
+  do {                                       \
+    const CUresult r_ = (call);              \
+    if (r_ != CUDA_SUCCESS) Fail(#call, r_); \
   } while (0)
 
 [[noreturn]] void Usage(const std::string& why) {
@@ -141,8 +141,8 @@ class Tenant {
     CHECK(cuModuleGetFunction(&spin_, mod, "spin"));
 
     const uint64_t unit_ns =
-        kernel_ns_ * (opt_.path == LaunchPath::kGraph ? static_cast<uint64_t>(opt_.graph_kernels)
-                                                      : 1);
+        kernel_ns_ *
+        (opt_.path == LaunchPath::kGraph ? static_cast<uint64_t>(opt_.graph_kernels) : 1);
     // Enough queued work to never starve the device between two host wake-ups, bounded below the
     // driver's launch queue (simgpu: 1024 per stream).
     depth_ = static_cast<size_t>(
