@@ -242,6 +242,21 @@ Status Arbiter::Charge(int id, Nanos gpu_time) {
   return Status::Ok();
 }
 
+Status Arbiter::SetQuotaHint(int id, Nanos hint) {
+  if (Status status = CheckId(id, "set quota hint"); !status.ok()) {
+    return status;
+  }
+  if (!slots_[id].present) {
+    return Status::Error("set quota hint: container " + std::to_string(id) + ": not added");
+  }
+  if (hint < Nanos{0}) {
+    return Status::Error("set quota hint: container " + std::to_string(id) +
+                         ": hint=" + FormatNanos(hint) + ": negative; expected >= 0");
+  }
+  slots_[id].quota_hint = hint;
+  return Status::Ok();
+}
+
 int Arbiter::free_weight() const { return config_.max_inst - weight_sum_; }
 
 Result<Nanos> Arbiter::UsedInWindow(int id) {
@@ -300,7 +315,8 @@ Nanos Arbiter::ClampQuota(Nanos budget) const {
 Decision Arbiter::Grant(int id, Nanos now, Nanos budget, bool lane) {
   Decision decision;
   decision.holder = id;
-  decision.until = now + ClampQuota(budget);
+  const Nanos hint = slots_[id].quota_hint;
+  decision.until = now + ClampQuota(hint > Nanos{0} ? std::min(hint, budget) : budget);
   decision.exclusive = config_.policy != ArbiterPolicy::kWeak;
   decision.high_priority_lane = lane;
   slots_[id].last_grant = ++grant_sequence_;

@@ -32,7 +32,9 @@
 //    granted before anyone else, and a grant to a best-effort holder ends at once when that
 //    happens. Beyond prio_ratio it competes under the policy like anyone else, its lane time
 //    counted (so under 0, 2 and 3 it gets max(prio_ratio, its share) while it is saturated).
-//  * Quota. A grant lasts min(quota_max, remaining cap budget), but never less than quota_min (2 ms
+//  * Quota. A grant lasts min(quota hint, remaining cap budget) within [quota_min, quota_max]; the
+//    hint comes from the container's measured kernel bursts (SetQuotaHint; quota_max without one).
+//    So a grant is never shorter than quota_min nor longer than quota_max (2 ms
 //    and 20 ms by default: a futex hand-off costs microseconds, so milliseconds are affordable). A
 //    grant is kept until its end unless the holder stops having work, is removed, or the
 //    high-priority lane takes over; what the holder overran is charged and the window corrects
@@ -136,6 +138,9 @@ class Arbiter {
   Status SetPending(int id, bool has_work);
   // `gpu_time` (>= 0) of measured GPU time the container used, ending now.
   Status Charge(int id, Nanos gpu_time);
+  // The quota the container's kernel bursts call for (adaptive quota): its grants last
+  // min(hint, remaining budget), within [quota_min, quota_max]. Zero: no hint (quota_max).
+  Status SetQuotaHint(int id, Nanos hint);
 
   // Who may run now, and until when.
   Decision Decide();
@@ -152,6 +157,7 @@ class Arbiter {
     ContainerSpec spec;
     Nanos virtual_time{0};
     uint64_t last_grant = 0;  // sequence number of its latest grant; 0 = never
+    Nanos quota_hint{0};      // 0: none
     UsageWindow usage{Nanos{0}};
   };
 

@@ -588,5 +588,33 @@ TEST(LiveChangeTest, SharesFollowAPolicySwitchAndAWeightUpdate) {
   EXPECT_NEAR(sim.Share(1, t + seconds(1), t + seconds(6)), 75.0, 1.0);
 }
 
+// Adaptive quota: a grant lasts the container's hint, clamped to [quota_min, quota_max] and to
+// its remaining budget; without a hint it lasts quota_max.
+TEST(ArbiterQuota, GrantsFollowTheHintWithinBounds) {
+  ManualClock clock;
+  Result<Arbiter> created = Arbiter::Create(&clock, Config(ArbiterPolicy::kPreemptive));
+  ASSERT_TRUE(created.ok());
+  Arbiter& arbiter = *created;
+  ASSERT_TRUE(IsOk(arbiter.AddContainer(0, Spec())));
+  ASSERT_TRUE(IsOk(arbiter.SetPending(0, true)));
+  struct Case {
+    Nanos hint;
+    Nanos quota;
+  };
+  for (const Case& c : {Case{Nanos{0}, milliseconds(20)}, Case{milliseconds(7), milliseconds(7)},
+                        Case{microseconds(300), milliseconds(2)},
+                        Case{milliseconds(90), milliseconds(20)}}) {
+    ASSERT_TRUE(IsOk(arbiter.SetQuotaHint(0, c.hint)));
+    ASSERT_TRUE(IsOk(arbiter.SetPending(0, false)));
+    EXPECT_FALSE(arbiter.Decide().holder);
+    ASSERT_TRUE(IsOk(arbiter.SetPending(0, true)));
+    const Decision d = arbiter.Decide();
+    ASSERT_EQ(d.holder, 0);
+    EXPECT_EQ(d.until - clock.Now(), c.quota) << "hint " << c.hint.count();
+  }
+  EXPECT_TRUE(IsError(arbiter.SetQuotaHint(0, Nanos{-1}), {"hint=", "negative"}));
+  EXPECT_TRUE(IsError(arbiter.SetQuotaHint(5, milliseconds(1)), {"container 5", "not added"}));
+}
+
 }  // namespace
 }  // namespace tessera::arbiter

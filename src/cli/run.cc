@@ -102,8 +102,8 @@ int RunRun(const std::vector<std::string>& args) {
   if (!weight.empty()) {
     char* end = nullptr;
     const unsigned long w = std::strtoul(weight.c_str(), &end, 10);
-    if (*end != '\0' || w < 1 || w > 1024 || weight[0] == '-') {
-      return Usage("--weight \"" + weight + "\": expected an integer from 1 to 1024");
+    if (*end != '\0' || w < 1 || w > 256 || weight[0] == '-') {
+      return Usage("--weight \"" + weight + "\": expected an integer from 1 to 256");
     }
   }
   if (!devices.empty()) {
@@ -138,6 +138,9 @@ int RunRun(const std::vector<std::string>& args) {
   }
   daemon::Message request{"CONTAINER", {{"id", container}}};
   if (!mem_bytes.empty()) request.fields["mem"] = mem_bytes;
+  if (!core.empty()) request.fields["core"] = std::to_string((*ParsePercent(core, "--core", 1, 100)).value());
+  if (!weight.empty()) request.fields["weight"] = weight;
+  if (high_prio) request.fields["high_prio"] = "1";
   auto reply = ipc::Call(socket, daemon::FormatMessage(request), nullptr, 5s);
   if (!reply.ok() || reply->rfind("OK", 0) != 0) {
     std::fprintf(stderr, "tessera run: the daemon at %s refused container %s: %s\n", socket.c_str(),

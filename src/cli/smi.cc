@@ -1,10 +1,15 @@
-// `tessera smi [--json]`: what the node daemon knows, per GPU and per container: memory used and
-// limit, and each container's processes with what they hold. --json prints the daemon's snapshot
-// as it is. Reads only; holds no policy.
+// `tessera smi [--json] [--watch [SECONDS]] [--count N]`: what the node daemon knows, per GPU
+// (policy, max_inst) and per container: memory used and limit, the GPU-time share it is promised
+// (TARGET) and what it got over the arbiter's window (GOT), high priority, and its processes with
+// what they hold. --json prints the daemon's snapshot as it is; --watch redraws it every interval.
+// Reads only; holds no policy.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
@@ -22,20 +27,23 @@ std::string Size(const JsonValue& v) {
 
 }  // namespace
 
-int RunSmi(const std::vector<std::string>& args) {
-  bool json = false;
-  for (const std::string& a : args) {
-    if (a == "--json") {
-      json = true;
-    } else {
-      std::fprintf(stderr, "tessera smi: unknown argument \"%s\"; usage: tessera smi [--json]\n",
-                   a.c_str());
-      return 2;
-    }
-  }
-  const char* env_socket = std::getenv("TESSERA_SOCKET");
-  const std::string socket =
-      env_socket != nullptr && *env_socket != '\0' ? env_socket : "/run/tessera/tessera.sock";
+namespace {
+
+std::string Percentage(const JsonValue& v) {
+  if (v.is_null()) return "-";
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", v.number());
+  return buf;
+}
+
+const char* PolicyName(int policy) {
+  static const char* const kNames[] = {"0 fair", "1 preemptive", "2 weighted", "3 fixed",
+                                       "4 weak", "5 native"};
+  return policy >= 0 && policy <= 5 ? kNames[policy] : "?";
+}
+
+// One snapshot: prints it (as a table or the daemon's JSON). Returns the exit status.
+int ShowOnce(const std::string& socket, bool json) {
   auto reply = ipc::Call(socket, "STATUS", nullptr, std::chrono::milliseconds(3000));
   if (!reply.ok() || reply->rfind("OK ", 0) != 0) {
     std::fprintf(stderr,
@@ -56,13 +64,19 @@ int RunSmi(const std::vector<std::string>& args) {
     return 1;
   }
   const auto& devices = (*doc)["devices"].array();
-  std::printf("%-4s %-12s %-42s %10s\n", "GPU", "NAME", "UUID", "MEMORY");
+  std::printf("%-4s %-12s %-42s %10s %-13s %8s\n", "GPU", "NAME", "UUID", "MEMORY", "POLICY",
+              "MAX_INST");
   for (const JsonValue& d : devices) {
-    std::printf("%-4d %-12s %-42s %10s\n", static_cast<int>(d["index"].number()),
+    const bool has_policy = !d["policy"].is_null();
+    std::printf("%-4d %-12s %-42s %10s %-13s %8s\n", static_cast<int>(d["index"].number()),
                 d["name"].string().c_str(), d["uuid"].string().c_str(),
-                Size(d["total_bytes"]).c_str());
+                Size(d["total_bytes"]).c_str(),
+                has_policy ? PolicyName(static_cast<int>(d["policy"].number())) : "-",
+                has_policy ? std::to_string(static_cast<int>(d["max_inst"].number())).c_str()
+                           : "-");
   }
-  std::printf("\n%-20s %-4s %10s %10s %s\n", "CONTAINER", "GPU", "USED", "LIMIT", "PROCESSES");
+  std::printf("\n%-20s %-4s %10s %10s %8s %8s %-4s %s\n", "CONTAINER", "GPU", "USED", "LIMIT",
+              "TARGET", "GOT", "PRIO", "PROCESSES");
   for (const JsonValue& c : (*doc)["containers"].array()) {
     for (size_t g = 0; g < devices.size(); ++g) {
       std::string procs;
@@ -74,12 +88,70 @@ int RunSmi(const std::vector<std::string>& args) {
       }
       const auto& limits = c["limit_bytes"].array();
       const auto& used = c["used_bytes"].array();
+      const auto& compute = c["compute"].array();
+      const JsonValue none;
+      const JsonValue& share = compute.size() > g ? compute[g] : none;
       std::printf(
-          "%-20s %-4zu %10s %10s %s\n", c["id"].string().c_str(), g,
+          "%-20s %-4zu %10s %10s %8s %8s %-4s %s\n", c["id"].string().c_str(), g,
           used.size() > g ? Size(used[g]).c_str() : "-",
           limits.size() > g ? (limits[g].is_null() ? "none" : Size(limits[g]).c_str()) : "-",
-          procs.empty() ? "-" : procs.c_str());
+          Percentage(share["target_percent"]).c_str(),
+          Percentage(share["achieved_percent"]).c_str(),
+          c["high_priority"].boolean() ? "high" : "-", procs.empty() ? "-" : procs.c_str());
     }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunSmi(const std::vector<std::string>& args) {
+  bool json = false;
+  double watch = 0;
+  long count = -1;
+  const char* usage = "usage: tessera smi [--json] [--watch [SECONDS]] [--count N]";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--watch") {
+      watch = 1;
+      if (i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-') {
+        char* end = nullptr;
+        watch = std::strtod(args[i + 1].c_str(), &end);
+        if (*end != '\0' || !(watch >= 0.1) || watch > 3600) {
+          std::fprintf(stderr, "tessera smi: --watch \"%s\": expected seconds from 0.1 to 3600\n",
+                       args[i + 1].c_str());
+          return 2;
+        }
+        ++i;
+      }
+    } else if (a == "--count" && i + 1 < args.size()) {
+      char* end = nullptr;
+      count = std::strtol(args[++i].c_str(), &end, 10);
+      if (*end != '\0' || count < 1) {
+        std::fprintf(stderr, "tessera smi: --count \"%s\": expected a positive integer\n",
+                     args[i].c_str());
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "tessera smi: unknown argument \"%s\"; %s\n", a.c_str(), usage);
+      return 2;
+    }
+  }
+  const char* env_socket = std::getenv("TESSERA_SOCKET");
+  const std::string socket =
+      env_socket != nullptr && *env_socket != '\0' ? env_socket : "/run/tessera/tessera.sock";
+  if (watch <= 0) return ShowOnce(socket, json);
+  // --watch: redraw every interval until interrupted (or --count snapshots were shown).
+  for (long shown = 0; count < 0 || shown < count; ++shown) {
+    if (!json && isatty(1)) std::printf("\033[H\033[2J");
+    if (ShowOnce(socket, json) != 0 && !json) {
+      std::printf("(retrying every %.1f s)\n", watch);
+    }
+    std::fflush(stdout);
+    if (count >= 0 && shown + 1 >= count) break;
+    std::this_thread::sleep_for(std::chrono::duration<double>(watch));
   }
   return 0;
 }

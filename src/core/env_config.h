@@ -27,6 +27,7 @@
 
 #include "core/bytes.h"
 #include "core/device_selector.h"
+#include "core/path.h"
 #include "core/percent.h"
 #include "core/result.h"
 
@@ -54,10 +55,6 @@ inline constexpr std::string_view kEnvAliyunSchdWeight = "ALIYUN_COM_GPU_SCHD_WE
 inline constexpr std::string_view kEnvAliyunHighPrio = "ALIYUN_COM_GPU_HIGH_PRIO";
 
 inline constexpr std::string_view kDefaultSocketPath = "/run/tessera/tessera.sock";
-// sockaddr_un::sun_path holds 108 bytes including the terminating NUL.
-inline constexpr size_t kMaxSocketPathBytes = 107;
-// PATH_MAX is 4096 including the terminating NUL.
-inline constexpr size_t kMaxLibraryPathBytes = 4095;
 // The daemon bounds weights by its max_inst; this is the widest bound it may use.
 inline constexpr uint64_t kMaxWeight = 1024;
 

@@ -4,12 +4,15 @@
 // process's memory is reclaimed the moment its connection closes.
 //
 //   tesserad [--socket PATH] [--sim] [--allow-self-declared true|false] [--ledger NAME]
-//            [--ephemeral]
+//            [--ephemeral] [--context-overhead SIZE|measure] [--policy N] [--max-inst N]
+//            [--prio-ratio P] [--quota-min DUR] [--quota-max DUR] [--daemon-loss-timeout DUR]
+// The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +21,10 @@
 
 #include "core/bool_flag.h"
 #include "core/bytes.h"
+#include "core/number.h"
+#include "core/percent.h"
+#include "core/policy.h"
+#include "daemon/compute.h"
 #include "daemon/registry.h"
 #include "daemon/server.h"
 #include "driver/cuda_api.h"
@@ -41,7 +48,9 @@ void OnSignal(int) { g_stop.store(true); }
 int Usage(const std::string& problem) {
   std::fprintf(stderr,
                "tesserad: %s\nusage: tesserad [--socket PATH] [--sim] [--allow-self-declared "
-               "true|false] [--ledger NAME] [--ephemeral] [--context-overhead SIZE|measure]\n",
+               "true|false] [--ledger NAME] [--ephemeral] [--context-overhead SIZE|measure] "
+               "[--policy 0-5] [--max-inst 1-256] [--prio-ratio 20-99] [--quota-min MS] "
+               "[--quota-max MS] [--daemon-loss-timeout MS]\n",
                problem.c_str());
   return 2;
 }
@@ -120,6 +129,7 @@ int main(int argc, char** argv) {
   bool allow_self_declared = true;
   bool ephemeral = false;
   std::string context_overhead = "measure";
+  tessera::daemon::ComputeOptions compute_options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -135,6 +145,37 @@ int main(int argc, char** argv) {
       const char* v = value();
       if (v == nullptr) return Usage("--context-overhead needs a size (e.g. 300MiB) or measure");
       context_overhead = v;
+    } else if (arg == "--policy" || arg == "--max-inst" || arg == "--prio-ratio" ||
+               arg == "--quota-min" || arg == "--quota-max" || arg == "--daemon-loss-timeout") {
+      const char* v = value();
+      if (v == nullptr) return Usage(arg + " needs a value");
+      auto& config = compute_options.defaults;
+      if (arg == "--policy") {
+        auto p = tessera::ParseArbiterPolicy(v, "--policy");
+        if (!p.ok()) return Usage(p.error());
+        config.policy = *p;
+      } else if (arg == "--max-inst") {
+        auto n = tessera::ParseUnsigned(v, "--max-inst", 1, 256);
+        if (!n.ok()) return Usage(n.error());
+        config.max_inst = static_cast<int>(*n);
+      } else if (arg == "--prio-ratio") {
+        auto p = tessera::ParsePercent(v, "--prio-ratio", 20, 99);
+        if (!p.ok()) return Usage(p.error());
+        config.prio_ratio = *p;
+      } else {
+        // Milliseconds, fractions allowed (0.5 = 500 us).
+        char* end = nullptr;
+        const double ms = std::strtod(v, &end);
+        if (*v == '\0' || *end != '\0' || !(ms > 0) || ms > 600000) {
+          return Usage(arg + " \"" + v + "\": expected milliseconds, e.g. 2 or 0.5");
+        }
+        const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(ms * 1e6));
+        if (arg == "--quota-min") config.quota_min = ns;
+        if (arg == "--quota-max") config.quota_max = ns;
+        if (arg == "--daemon-loss-timeout") {
+          compute_options.loss_timeout_ns = static_cast<uint64_t>(ns.count());
+        }
+      }
     } else if (arg == "--sim") {
       sim = true;
     } else if (arg == "--ephemeral") {
@@ -200,7 +241,11 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Usage(parsed.error() + " (or measure)");
     context_bytes = parsed->count();
   }
-  tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes});
+  auto compute = tessera::daemon::ComputeService::Create(ledger->layout(), ledger->device_count(),
+                                                        compute_options);
+  if (!compute.ok()) return Usage(compute.error());
+  tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes},
+                                     compute->get());
   const int reclaimed = registry.ReclaimDeadProcesses();
   auto listen_fd = tessera::ipc::Listen(socket_path);
   if (!listen_fd.ok()) {
@@ -214,12 +259,15 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   std::printf(
       "tesserad: listening on %s, ledger /dev/shm%s, %zu device(s)%s, reclaimed %d, "
-      "context overhead %llu bytes\n",
+      "context overhead %llu bytes, policy %d max_inst %d\n",
       socket_path.c_str(), ledger_name.c_str(), devices->size(), sim ? " (simulated)" : "",
-      reclaimed, static_cast<unsigned long long>(context_bytes));
+      reclaimed, static_cast<unsigned long long>(context_bytes),
+      static_cast<int>(compute_options.defaults.policy), compute_options.defaults.max_inst);
   std::fflush(stdout);
+  (*compute)->Start();
   tessera::daemon::Server server(&registry, *listen_fd);
   tessera::Status run = server.Run(g_stop);
+  (*compute)->Stop();
   close(*listen_fd);
   unlink(socket_path.c_str());
   if (ephemeral) shm_unlink(ledger_name.c_str());

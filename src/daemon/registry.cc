@@ -4,10 +4,12 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/container_id.h"
 #include "core/device_selector.h"
+#include "daemon/compute.h"
 
 namespace tessera::daemon {
 namespace {
@@ -25,8 +27,54 @@ std::string Json(const std::string& s) {
 
 }  // namespace
 
-Registry::Registry(ledger::MemoryLedger ledger, RegistryOptions options)
-    : ledger_(std::move(ledger)), options_(options) {}
+Registry::Registry(ledger::MemoryLedger ledger, RegistryOptions options, ComputeService* compute)
+    : ledger_(std::move(ledger)), options_(options), compute_(compute) {}
+
+Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
+                                                       const char* verb) const {
+  ComputeFields out;
+  struct Field {
+    const char* key;
+    uint32_t low, high;
+    uint32_t* value;
+    const char* meaning;
+  };
+  const Field fields[] = {{"core", 1, 100, &out.core, "a percentage from 1 to 100"},
+                          {"weight", 1, 256, &out.weight, "an integer from 1 to 256 (max_inst)"},
+                          {"high_prio", 0, 1, &out.high_priority, "0 or 1"}};
+  for (const Field& f : fields) {
+    if (!request.Has(f.key)) continue;
+    const std::string text = request.Get(f.key);
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long v = std::strtoul(text.c_str(), &end, 10);
+    if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 || v < f.low ||
+        v > f.high) {
+      return Result<ComputeFields>::Error(std::string(verb) + " " + f.key + "=" + text +
+                                          ": expected " + f.meaning);
+    }
+    *f.value = static_cast<uint32_t>(v);
+  }
+  return out;
+}
+
+Status Registry::ApplyCompute(const Message& request, uint32_t c, const char* verb) {
+  auto fields = ParseCompute(request, verb);
+  if (!fields.ok()) return fields.status();
+  ledger::ContainerSlot& slot = ledger_.layout()->containers[c];
+  slot.core_percent.store(fields->core);
+  slot.weight.store(fields->weight);
+  slot.high_priority.store(fields->high_priority);
+  return Status::Ok();
+}
+
+void Registry::RemoveIfUnused(uint32_t c) {
+  ledger::ContainerSlot& slot = ledger_.layout()->containers[c];
+  if (slot.state.load() == ledger::kLive && slot.process_count.load() == 0 &&
+      (slot.flags.load() & ledger::kContainerRegistered) == 0) {
+    (void)ledger_.RemoveContainer(c);
+  }
+}
 
 Result<std::vector<uint64_t>> Registry::ParseLimits(const std::string& text, int devices) const {
   std::vector<uint64_t> limits;
@@ -91,6 +139,13 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
                                     "self-declared containers (--allow-self-declared=false); "
                                     "start the process with `tessera run`");
     }
+    auto compute = ParseCompute(request, "HELLO");
+    if (!compute.ok()) return compute.status();
+    if (compute_ != nullptr) {
+      if (Status s = compute_->CanAdmit(visible, static_cast<int>(compute->weight)); !s.ok()) {
+        return Result<Message>::Error("container " + id + " cannot start: " + s.message());
+      }
+    }
     // The declared limits are per visible device (ordinal order); the ledger's are physical.
     auto by_ordinal = ParseLimits(request.Get("mem", "none"), static_cast<int>(visible.size()));
     if (!by_ordinal.ok()) return by_ordinal.status();
@@ -100,6 +155,8 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     auto added = ledger_.UpsertContainer(id, limits);
     if (!added.ok()) return added.status();
     c = static_cast<int>(*added);
+    ledger_.layout()->containers[c].flags.store(0);
+    (void)ApplyCompute(request, static_cast<uint32_t>(c), "HELLO");  // validated above
   }
   Message reply{"OK", {}};
   reply.fields["container"] = std::to_string(c);
@@ -142,13 +199,27 @@ Result<Message> Registry::SetContainer(const Message& request) {
   }
   auto limits = ParseLimits(request.Get("mem", "none"), ledger_.device_count());
   if (!limits.ok()) return limits.status();
+  auto compute = ParseCompute(request, "CONTAINER");
+  if (!compute.ok()) return compute.status();
+  if (compute_ != nullptr && ledger_.FindContainer(id) < 0) {
+    std::vector<int> all;
+    for (int d = 0; d < ledger_.device_count(); ++d) all.push_back(d);
+    if (Status s = compute_->CanAdmit(all, static_cast<int>(compute->weight)); !s.ok()) {
+      return Result<Message>::Error("container " + id + ": " + s.message());
+    }
+  }
   auto c = ledger_.UpsertContainer(id, *limits);
   if (!c.ok()) return c.status();
+  ledger_.layout()->containers[*c].flags.store(ledger::kContainerRegistered);
+  (void)ApplyCompute(request, *c, "CONTAINER");
   return Message{"OK", {{"container", std::to_string(*c)}}};
 }
 
 void Registry::Disconnected(uint32_t process_slot) {
-  if (process_slot != kNoProcess) ledger_.ReclaimProcess(process_slot);
+  if (process_slot == kNoProcess) return;
+  const uint32_t c = ledger_.layout()->processes[process_slot].container.load();
+  ledger_.ReclaimProcess(process_slot);
+  RemoveIfUnused(c);
 }
 
 int Registry::ReclaimDeadProcesses() {
@@ -156,7 +227,9 @@ int Registry::ReclaimDeadProcesses() {
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::ProcessSlot& slot = ledger_.layout()->processes[p];
     if (slot.state.load() == ledger::kLive && !PidAlive(slot.host_pid.load())) {
+      const uint32_t c = slot.container.load();
       ledger_.ReclaimProcess(static_cast<uint32_t>(p));
+      RemoveIfUnused(c);
       ++reclaimed;
     }
   }
@@ -166,11 +239,29 @@ int Registry::ReclaimDeadProcesses() {
 std::string Registry::StatusJson() const {
   const ledger::LedgerLayout* l = ledger_.layout();
   const int devices = ledger_.device_count();
+  std::vector<DeviceShares> shares;
+  if (compute_ != nullptr) {
+    for (int d = 0; d < devices; ++d) shares.push_back(compute_->Shares(d));
+  }
+  auto number = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1f", v);
+    return std::string(buf);
+  };
   std::string out = "{\"devices\":[";
   for (int d = 0; d < devices; ++d) {
     out += (d ? "," : "") + std::string("{\"index\":") + std::to_string(d) +
            ",\"uuid\":" + Json(l->devices[d].uuid) + ",\"name\":" + Json(l->devices[d].name) +
-           ",\"total_bytes\":" + std::to_string(l->devices[d].total_bytes) + "}";
+           ",\"total_bytes\":" + std::to_string(l->devices[d].total_bytes);
+    if (!shares.empty()) {
+      const arbiter::ArbiterConfig& config = shares[d].config;
+      out += ",\"policy\":" + std::to_string(static_cast<int>(config.policy)) +
+             ",\"max_inst\":" + std::to_string(config.max_inst) +
+             ",\"prio_ratio\":" + std::to_string(config.prio_ratio.value()) +
+             ",\"free_weight\":" + std::to_string(shares[d].free_weight) +
+             ",\"holder\":" + std::to_string(l->gate.devices[d].holder.load());
+    }
+    out += "}";
   }
   out += "],\"containers\":[";
   bool first = true;
@@ -185,6 +276,21 @@ std::string Registry::StatusJson() const {
     }
     out += "],\"used_bytes\":[";
     for (int d = 0; d < devices; ++d) out += (d ? "," : "") + std::to_string(slot.used[d].load());
+    out += "],\"core_percent\":" + std::to_string(slot.core_percent.load()) +
+           ",\"weight\":" + std::to_string(slot.weight.load()) +
+           ",\"high_priority\":" + (slot.high_priority.load() ? "true" : "false") +
+           ",\"compute\":[";
+    for (int d = 0; d < static_cast<int>(shares.size()); ++d) {
+      const ContainerShare* share = nullptr;
+      for (const ContainerShare& cs : shares[d].containers) {
+        if (cs.container == c) share = &cs;
+      }
+      out += (d ? "," : "") + std::string("{\"device\":") + std::to_string(d) +
+             ",\"target_percent\":" +
+             (share != nullptr && share->target ? number(*share->target) : "null") +
+             ",\"achieved_percent\":" + (share != nullptr ? number(share->achieved) : "0.0") +
+             ",\"holder\":" + (share != nullptr && share->holder ? "true" : "false") + "}";
+    }
     out += "],\"processes\":[";
     bool first_p = true;
     for (int p = 0; p < ledger::kMaxProcesses; ++p) {

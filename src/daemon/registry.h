@@ -17,6 +17,8 @@
 
 namespace tessera::daemon {
 
+class ComputeService;
+
 // The process slot of an observer registration (HELLO observer=1), which holds no slot.
 inline constexpr uint32_t kNoProcess = ~uint32_t{0};
 
@@ -27,7 +29,9 @@ struct RegistryOptions {
 
 class Registry {
  public:
-  Registry(ledger::MemoryLedger ledger, RegistryOptions options);
+  // `compute` (may be null) admits new containers against max_inst and supplies the shares STATUS
+  // reports.
+  Registry(ledger::MemoryLedger ledger, RegistryOptions options, ComputeService* compute = nullptr);
 
   // HELLO: registers the process `pid` (from SO_PEERCRED). Returns the reply fields; the caller
   // sends the ledger descriptor with them and remembers the process slot for Disconnected.
@@ -43,12 +47,24 @@ class Registry {
   const ledger::MemoryLedger& ledger() const { return ledger_; }
 
  private:
+  // Applies the compute fields of a request (core=, weight=, high_prio=) to container `c`.
+  Status ApplyCompute(const Message& request, uint32_t c, const char* verb);
+  // Parses and validates the compute fields of a request into `out`.
+  struct ComputeFields {
+    uint32_t core = 100;
+    uint32_t weight = 1;
+    uint32_t high_priority = 0;
+  };
+  Result<ComputeFields> ParseCompute(const Message& request, const char* verb) const;
+  // Frees container `c` if it was self-declared and has no process left.
+  void RemoveIfUnused(uint32_t c);
   // Parses a "mem" field: comma list of byte counts or "none", one per device of `devices` (a
   // shorter list repeats its last entry).
   Result<std::vector<uint64_t>> ParseLimits(const std::string& text, int devices) const;
 
   ledger::MemoryLedger ledger_;
   RegistryOptions options_;
+  ComputeService* compute_;
 };
 
 }  // namespace tessera::daemon

@@ -465,6 +465,7 @@ CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx);
 CUresult cuStreamBeginCapture(CUstream hStream);
 CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph);
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);

@@ -9,6 +9,10 @@
 // - Admission is reserve-by-CAS on the container's counter before the driver call, rolled back on
 //   failure (MemoryLedger::Reserve), so concurrent allocators can never overshoot.
 // - Counters are 64-bit atomics (never torn) and every decrement saturates at zero.
+// The same segment carries the compute gate's shared state (issue 4): per device, which containers
+// may launch now (a bitset the shim tests with one atomic load) and a futex word bumped on every
+// change; per process, the GPU time it measured and whether it waits or has work in flight; a
+// futex word the processes bump to wake the daemon's arbiter, and the arbiter's heartbeat.
 // This header is the only definition of the layout; it has no pointers (every process maps it at
 // a different address) and every change bumps kLedgerVersion.
 #pragma once
@@ -20,13 +24,16 @@
 namespace tessera::ledger {
 
 inline constexpr uint32_t kLedgerMagic = 0x4c525354;  // "TSRL"
-inline constexpr uint32_t kLedgerVersion = 2;
+inline constexpr uint32_t kLedgerVersion = 3;
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxContainers = 256;
 inline constexpr int kMaxProcesses = 1024;
 inline constexpr uint64_t kUnlimited = ~uint64_t{0};
 
 enum SlotState : uint32_t { kFree = 0, kLive = 1 };
+// ContainerSlot::flags. A container without it was declared by its first process's HELLO and is
+// removed when its last process goes; a registered one (tessera run, tessera ctl) stays.
+inline constexpr uint32_t kContainerRegistered = 1;
 
 struct LedgerDevice {
   char uuid[48];  // "GPU-..." as NVML reports it
@@ -45,11 +52,18 @@ struct ContainerSlot {
   std::atomic<uint32_t> weight;
   std::atomic<uint32_t> high_priority;
   std::atomic<uint32_t> process_count;
+  // Compute gate: the device instant (CLOCK_MONOTONIC ns) up to which the container's GPU time is
+  // charged; its processes charge only what lies beyond it, so overlapping work of two processes
+  // (or two streams) of one container is never counted twice.
+  std::atomic<uint64_t> charged_until_ns[kMaxDevices];
+  std::atomic<uint32_t> flags;  // kContainerRegistered: created by an operator, not by a HELLO
+  uint32_t reserved0;
 };
 static_assert(offsetof(ContainerSlot, id) == 8);
 static_assert(offsetof(ContainerSlot, limit) == 80);
 static_assert(offsetof(ContainerSlot, used) == 80 + 8 * kMaxDevices);
-static_assert(sizeof(ContainerSlot) == 80 + 16 * kMaxDevices + 16);
+static_assert(offsetof(ContainerSlot, charged_until_ns) == 80 + 16 * kMaxDevices + 16);
+static_assert(sizeof(ContainerSlot) == 80 + 24 * kMaxDevices + 24);
 
 struct ProcessSlot {
   std::atomic<uint32_t> state;              // SlotState; written by the daemon only
@@ -59,10 +73,42 @@ struct ProcessSlot {
   std::atomic<int32_t> local_pid;           // its pid in its own pid namespace (tools inside)
   uint32_t reserved0;
   std::atomic<uint64_t> used[kMaxDevices];  // bytes this process holds (its share of `used`)
+  // ---- Compute gate (written by the process, read by the arbiter) ----
+  std::atomic<uint64_t> gpu_ns[kMaxDevices];         // GPU time measured so far (cumulative)
+  std::atomic<uint64_t> quota_hint_ns[kMaxDevices];  // the quota its kernel bursts call for
+  std::atomic<uint32_t> waiting[kMaxDevices];        // its threads blocked at the gate
+  std::atomic<uint32_t> busy_mask;                   // bit d: work launched and not finished
+  std::atomic<uint32_t> reserved1;
+  std::atomic<uint64_t> beat_ns;  // its sampler's last tick; a stopped process stops beating
 };
 static_assert(offsetof(ProcessSlot, local_pid) == 16);
 static_assert(offsetof(ProcessSlot, used) == 24);
-static_assert(sizeof(ProcessSlot) == 24 + 8 * kMaxDevices);
+static_assert(offsetof(ProcessSlot, gpu_ns) == 24 + 8 * kMaxDevices);
+static_assert(offsetof(ProcessSlot, waiting) == 24 + 24 * kMaxDevices);
+static_assert(sizeof(ProcessSlot) == 24 + 28 * kMaxDevices + 16);
+
+inline constexpr int kMaskWords = kMaxContainers / 64;
+
+// One device's token, as the arbiter publishes it.
+struct GateDevice {
+  std::atomic<uint32_t> grant_seq;  // futex word: bumped after every change below
+  std::atomic<uint32_t> gated;      // 0: no compute control (policy 5, or no arbiter)
+  std::atomic<uint64_t> may_run[kMaskWords];  // bit c: container c may launch now
+  std::atomic<int32_t> holder;                // the exclusive holder, or -1 (for tools)
+  std::atomic<uint32_t> policy;               // the device's policy (for tools)
+  std::atomic<uint64_t> inflight_bound_ns;    // how much work a process may keep queued
+};
+static_assert(offsetof(GateDevice, may_run) == 8);
+static_assert(sizeof(GateDevice) == 8 + 8 * kMaskWords + 16);
+
+struct GateHeader {
+  std::atomic<uint32_t> demand_seq;  // futex word: processes bump it to wake the arbiter
+  std::atomic<uint32_t> arbiter_pid;
+  std::atomic<uint64_t> beat_ns;          // the arbiter's last tick (CLOCK_MONOTONIC); 0: none
+  std::atomic<uint64_t> loss_timeout_ns;  // a process waiting longer without a beat goes ungated
+  GateDevice devices[kMaxDevices];
+};
+static_assert(offsetof(GateHeader, devices) == 24);
 
 struct LedgerLayout {
   uint32_t magic;
@@ -74,8 +120,11 @@ struct LedgerLayout {
   LedgerDevice devices[kMaxDevices];
   ContainerSlot containers[kMaxContainers];
   ProcessSlot processes[kMaxProcesses];
+  GateHeader gate;
 };
 static_assert(offsetof(LedgerLayout, devices) == 32);
 static_assert(offsetof(LedgerLayout, containers) == 32 + sizeof(LedgerDevice) * kMaxDevices);
+static_assert(offsetof(LedgerLayout, gate) ==
+              offsetof(LedgerLayout, processes) + sizeof(ProcessSlot) * kMaxProcesses);
 
 }  // namespace tessera::ledger

@@ -148,7 +148,10 @@ Result<uint32_t> MemoryLedger::UpsertContainer(const std::string& id,
     }
     ContainerSlot& slot = layout_->containers[c];
     std::snprintf(slot.id, sizeof(slot.id), "%s", id.c_str());
-    for (int d = 0; d < kMaxDevices; ++d) slot.used[d].store(0);
+    for (int d = 0; d < kMaxDevices; ++d) {
+      slot.used[d].store(0);
+      slot.charged_until_ns[d].store(0);
+    }
     slot.core_percent.store(100);
     slot.weight.store(1);
     slot.high_priority.store(0);
@@ -176,7 +179,14 @@ Result<uint32_t> MemoryLedger::AddProcess(uint32_t c, int32_t host_pid, int32_t 
   for (int p = 0; p < kMaxProcesses; ++p) {
     ProcessSlot& slot = layout_->processes[p];
     if (slot.state.load() != kFree) continue;
-    for (int d = 0; d < kMaxDevices; ++d) slot.used[d].store(0);
+    for (int d = 0; d < kMaxDevices; ++d) {
+      slot.used[d].store(0);
+      slot.gpu_ns[d].store(0);
+      slot.quota_hint_ns[d].store(0);
+      slot.waiting[d].store(0);
+    }
+    slot.busy_mask.store(0);
+    slot.beat_ns.store(0);
     slot.host_pid.store(host_pid);
     slot.local_pid.store(local_pid > 0 ? local_pid : host_pid);
     slot.container.store(c);
@@ -196,6 +206,10 @@ void MemoryLedger::ReclaimProcess(uint32_t p) {
     const uint64_t held = slot.used[d].exchange(0);
     if (held != 0) SaturatingSub(layout_->containers[c].used[d], held);
   }
+  // A dead process neither waits nor has work; its measured GPU time stays readable until the
+  // slot is reused (the arbiter notices the new generation).
+  for (int d = 0; d < kMaxDevices; ++d) slot.waiting[d].store(0);
+  slot.busy_mask.store(0);
   slot.host_pid.store(0);
   slot.local_pid.store(0);
   slot.state.store(kFree, std::memory_order_release);

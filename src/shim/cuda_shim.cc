@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "driver/cuda_api.h"
+#include "gate/compute_gate.h"
 #include "shim/handle_map.h"
 #include "shim/real_library.h"
 #include "shim/tenant.h"
@@ -241,16 +242,45 @@ std::unordered_map<void*, void*>* g_wrapper_of = nullptr;
 
 // ================================ Exported wrappers
 // ================================================
+namespace {
+// Starts the compute gate on this process's (new) registration, with the real driver's entry
+// points: the gate's own event calls must never pass through these wrappers.
+void StartComputeGate() {
+  tessera::gate::GateDriver d;
+  d.event_create = REAL(cuEventCreate);
+  d.event_destroy = REAL(cuEventDestroy_v2);
+  d.event_record = REAL(cuEventRecord);
+  d.event_record_ptsz = REAL(cuEventRecord_ptsz);
+  d.event_query = REAL(cuEventQuery);
+  d.event_synchronize = REAL(cuEventSynchronize);
+  d.event_elapsed = REAL(cuEventElapsedTime);
+  d.ctx_get_current = REAL(cuCtxGetCurrent);
+  d.ctx_set_current = REAL(cuCtxSetCurrent);
+  d.ctx_push = REAL(cuCtxPushCurrent_v2);
+  d.ctx_pop = REAL(cuCtxPopCurrent_v2);
+  d.ctx_get_device = REAL(cuCtxGetDevice);
+  d.stream_get_ctx = REAL(cuStreamGetCtx);
+  d.exchange_capture_mode = REAL(cuThreadExchangeStreamCaptureMode);
+  auto& t = Tenant();
+  tessera::gate::StartGate(d, t.ledger->layout(), t.container, t.process, t.physical,
+                           t.visible_count);
+}
+}  // namespace
+
 TESSERA_EXPORT CUresult cuInit(unsigned int flags) {
   tessera_cuda_resolve();
   if (!g_real_ok.load()) {
     std::fprintf(stderr, "tessera: %s\n", g_real_error.c_str());
     return CUDA_ERROR_NOT_INITIALIZED;
   }
+  Tenant().on_registered = StartComputeGate;
   if (CUresult r = tessera::shim::InitialiseTenant(); r != CUDA_SUCCESS) return r;
   static std::once_flag atfork;
   std::call_once(atfork, [] {
-    pthread_atfork(nullptr, nullptr, [] { g_context_charged.store(0); });  // a child pays its own
+    pthread_atfork(nullptr, nullptr, [] {
+      g_context_charged.store(0);  // a child pays its own
+      tessera::gate::ResetGateAfterFork();
+    });
   });
   return REAL(cuInit)(flags);
 }
@@ -371,16 +401,19 @@ TESSERA_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) 
 }
 TESSERA_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   if (CUresult r = ChargeContext(dev); r != CUDA_SUCCESS) return r;
+  tessera::gate::CurrentContextChanged();  // the new context becomes current
   return REAL(cuCtxCreate_v2)(pctx, flags, dev);
 }
 TESSERA_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n,
                                        unsigned int flags, CUdevice dev) {
   if (CUresult r = ChargeContext(dev); r != CUDA_SUCCESS) return r;
+  tessera::gate::CurrentContextChanged();  // the new context becomes current
   return REAL(cuCtxCreate_v3)(pctx, params, n, flags, dev);
 }
 TESSERA_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params,
                                        unsigned int flags, CUdevice dev) {
   if (CUresult r = ChargeContext(dev); r != CUDA_SUCCESS) return r;
+  tessera::gate::CurrentContextChanged();  // the new context becomes current
   return REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
 }
 
@@ -549,6 +582,101 @@ TESSERA_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
     Uncharge(g_arrays, reinterpret_cast<uint64_t>(m));
   }
   return r;
+}
+
+// ---- Launches: the compute gate --------------------------------------------------------------------
+// Every launch entry point waits for its container's GPU token first (an atomic load while it is
+// held) and tells the gate afterwards, which measures the GPU time and bounds the work in flight.
+namespace {
+template <typename Call>
+CUresult Gated(CUstream stream, bool per_thread, Call call) {
+  if (!Enforcing()) return call();
+  tessera::gate::Track* track = tessera::gate::BeforeLaunch(stream, per_thread);
+  const CUresult r = call();
+  tessera::gate::AfterLaunch(track, r);
+  return r;
+}
+}  // namespace
+
+#define TESSERA_LAUNCH_PARAMS                                                                   \
+  CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
+      unsigned int bz, unsigned int shared, CUstream s
+TESSERA_EXPORT CUresult cuLaunchKernel(TESSERA_LAUNCH_PARAMS, void** params, void** extra) {
+  return Gated(s, false,
+               [&] { return REAL(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shared, s, params, extra); });
+}
+TESSERA_EXPORT CUresult cuLaunchKernel_ptsz(TESSERA_LAUNCH_PARAMS, void** params, void** extra) {
+  return Gated(s, true, [&] {
+    return REAL(cuLaunchKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+  });
+}
+TESSERA_EXPORT CUresult cuLaunchCooperativeKernel(TESSERA_LAUNCH_PARAMS, void** params) {
+  return Gated(s, false, [&] {
+    return REAL(cuLaunchCooperativeKernel)(f, gx, gy, gz, bx, by, bz, shared, s, params);
+  });
+}
+TESSERA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(TESSERA_LAUNCH_PARAMS, void** params) {
+  return Gated(s, true, [&] {
+    return REAL(cuLaunchCooperativeKernel_ptsz)(f, gx, gy, gz, bx, by, bz, shared, s, params);
+  });
+}
+#undef TESSERA_LAUNCH_PARAMS
+TESSERA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
+                                         void** params, void** extra) {
+  return Gated(config != nullptr ? config->hStream : nullptr, false,
+               [&] { return REAL(cuLaunchKernelEx)(config, f, params, extra); });
+}
+TESSERA_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f,
+                                              void** params, void** extra) {
+  return Gated(config != nullptr ? config->hStream : nullptr, true,
+               [&] { return REAL(cuLaunchKernelEx_ptsz)(config, f, params, extra); });
+}
+TESSERA_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) {
+  return Gated(s, false, [&] { return REAL(cuGraphLaunch)(exec, s); });
+}
+TESSERA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) {
+  return Gated(s, true, [&] { return REAL(cuGraphLaunch_ptsz)(exec, s); });
+}
+
+// Streams and contexts the gate tracks must be forgotten before the driver destroys them, and a
+// thread's cached track is re-resolved after its current context changes.
+TESSERA_EXPORT CUresult cuStreamDestroy(CUstream s) {
+  tessera::gate::ForgetStream(s);
+  return REAL(cuStreamDestroy)(s);
+}
+TESSERA_EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+  tessera::gate::ForgetStream(s);
+  return REAL(cuStreamDestroy_v2)(s);
+}
+TESSERA_EXPORT CUresult cuCtxDestroy(CUcontext ctx) {
+  tessera::gate::ForgetContext(ctx);
+  tessera::gate::CurrentContextChanged();
+  return REAL(cuCtxDestroy)(ctx);
+}
+TESSERA_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  tessera::gate::ForgetContext(ctx);
+  tessera::gate::CurrentContextChanged();
+  return REAL(cuCtxDestroy_v2)(ctx);
+}
+TESSERA_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  tessera::gate::CurrentContextChanged();
+  return REAL(cuCtxSetCurrent)(ctx);
+}
+TESSERA_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) {
+  tessera::gate::CurrentContextChanged();
+  return REAL(cuCtxPushCurrent)(ctx);
+}
+TESSERA_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  tessera::gate::CurrentContextChanged();
+  return REAL(cuCtxPushCurrent_v2)(ctx);
+}
+TESSERA_EXPORT CUresult cuCtxPopCurrent(CUcontext* ctx) {
+  tessera::gate::CurrentContextChanged();
+  return REAL(cuCtxPopCurrent)(ctx);
+}
+TESSERA_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* ctx) {
+  tessera::gate::CurrentContextChanged();
+  return REAL(cuCtxPopCurrent_v2)(ctx);
 }
 
 // ---- Entry-point lookup

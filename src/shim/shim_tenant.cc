@@ -13,10 +13,16 @@
 //   shim_tenant dlopen                      dlopen("libcuda.so.1") + dlsym: same objects as linked?
 //   shim_tenant fork-hold BYTES             fork; parent and child each allocate BYTES, report,
 //   hold
+//   shim_tenant spin KERNEL_US SECONDS START_NS HOW   from CLOCK_MONOTONIC START_NS, launch simgpu
+//                                           spin kernels back to back for SECONDS through HOW
+//                                           (legacy, ptsz, stream, ex or graph); prints
+//                                           kernels=N and the longest single launch call
 #include <dlfcn.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +42,12 @@ namespace {
       return 1;                                                        \
     }                                                                  \
   } while (0)
+
+uint64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 void WaitForStdinEof() {
   char buf[64];
@@ -226,6 +238,62 @@ int main(int argc, char** argv) {
     std::printf("same_object=%d\n", sym == reinterpret_cast<void*>(&cuMemAlloc_v2));
     void* fresh = dlopen("libcuda.so.1", RTLD_NOW);
     std::printf("dlopen_same=%d\n", fresh == h && h != nullptr);
+    return 0;
+  }
+  if (mode == "spin") {
+    const uint64_t kernel_ns = arg(2) * 1000;
+    const uint64_t start = arg(4), end = start + arg(3) * 1000000000ull;
+    const std::string how = argc > 5 ? argv[5] : "legacy";
+    CUmodule mod = nullptr;
+    CUfunction spin = nullptr;
+    CHECK(cuModuleLoadData(&mod, "simgpu"));
+    CHECK(cuModuleGetFunction(&spin, mod, "spin"));
+    uint64_t ns_param = kernel_ns;
+    void* params[] = {&ns_param};
+    CUstream stream = nullptr;
+    CHECK(cuStreamCreate(&stream, 0));
+    CUgraphExec exec = nullptr;
+    if (how == "graph") {
+      // One graph of 4 kernels, captured once and launched repeatedly.
+      CUgraph graph = nullptr;
+      CHECK(cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+      for (int i = 0; i < 4; ++i) {
+        CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+      }
+      CHECK(cuStreamEndCapture(stream, &graph));
+      CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    }
+    while (NowNs() < start) {
+      timespec ts{0, 200000};
+      nanosleep(&ts, nullptr);
+    }
+    uint64_t kernels = 0, longest = 0;
+    std::printf("ready=1\n");
+    std::fflush(stdout);
+    for (uint64_t now = NowNs(); now < end; now = NowNs()) {
+      const uint64_t before = now;
+      if (how == "ptsz") {
+        CHECK(cuLaunchKernel_ptsz(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+      } else if (how == "stream") {
+        CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
+      } else if (how == "ex") {
+        CUlaunchConfig config{};
+        config.gridDimX = config.gridDimY = config.gridDimZ = 1;
+        config.blockDimX = config.blockDimY = config.blockDimZ = 1;
+        config.hStream = stream;
+        CHECK(cuLaunchKernelEx(&config, spin, params, nullptr));
+      } else if (how == "graph") {
+        CHECK(cuGraphLaunch(exec, stream));
+        kernels += 3;
+      } else {
+        CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+      }
+      ++kernels;
+      longest = std::max(longest, NowNs() - before);
+    }
+    CHECK(cuCtxSynchronize());
+    std::printf("kernels=%llu\nlongest_launch_ms=%.3f\n", static_cast<unsigned long long>(kernels),
+                static_cast<double>(longest) / 1e6);
     return 0;
   }
   if (mode == "fork-hold") {

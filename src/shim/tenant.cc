@@ -102,6 +102,7 @@ bool Register(std::string* error) {
   t.context_bytes = std::strtoull(message->Get("context_bytes", "0").c_str(), nullptr, 10);
   if (g_restrict_devices) setenv("CUDA_VISIBLE_DEVICES", uuids.c_str(), 1);
   t.socket_fd = *fd;
+  if (t.on_registered != nullptr && message->Get("process") != "none") t.on_registered();
   return true;
 }
 
@@ -143,6 +144,11 @@ CUresult InitialiseTenant(bool observer) {
     hello.fields["visible"] = config->visible_devices.value.ToString();
     g_restrict_devices = !observer;  // NVML is never renumbered, only the driver
   }
+  // The container's compute settings, taken when this HELLO creates it (a container registered by
+  // `tessera run` already has them).
+  if (config->core_limit.is_set()) hello.fields["core"] = std::to_string(config->core_limit.value.value());
+  if (config->weight.is_set()) hello.fields["weight"] = std::to_string(config->weight.value);
+  if (config->high_prio.is_set()) hello.fields["high_prio"] = config->high_prio.value ? "1" : "0";
   if (config->mem_limits.is_set()) {
     std::string list;
     for (const Bytes& b : config->mem_limits.value) {

@@ -31,6 +31,9 @@ struct TenantState {
   int visible_count = 0;
   uint64_t context_bytes = 0;          // what one context costs on a device (from the daemon)
   CUresult init_error = CUDA_SUCCESS;  // what cuInit returns when kFailed
+  // Called after every successful registration (the first, and a forked child's): the libcuda
+  // shim starts its compute gate with the new process slot there. Null in the NVML shim.
+  void (*on_registered)() = nullptr;
 };
 
 TenantState& Tenant();

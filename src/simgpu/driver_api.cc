@@ -1934,6 +1934,13 @@ CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
   return BeginCapture(s, mode, true);
 }
+// The thread's capture interaction mode: kept and exchanged; simgpu enforces no capture rules.
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  static thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, t_mode);
+  return CUDA_SUCCESS;
+}
 CUresult cuStreamEndCapture(CUstream s, CUgraph* g) { return EndCapture(s, g, false); }
 CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) { return EndCapture(s, g, true); }
 CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* st) {

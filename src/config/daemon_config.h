@@ -1,0 +1,97 @@
+// DaemonConfig: tesserad's settings as read from its YAML config file (deploy/tesserad.yaml is a
+// commented sample with every key), and LoadDaemonConfig, which reads and validates one.
+//
+// Every key is optional; an absent key keeps the default written beside its field below. Every
+// key present is validated; the first problem found stops loading with one line
+//   FILE:LINE:COL: KEY="value": reason; expected what
+// (or, for a structural problem, FILE:LINE:COL: message). Unknown keys are refused, naming the
+// key and listing the allowed ones, so a misspelt setting is never silently ignored.
+//
+// This file knows the config file's vocabulary only: it reads a file and builds a struct. It does
+// not apply anything (the daemon does), and it opens no sockets and mounts nothing.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/bytes.h"
+#include "core/percent.h"
+#include "core/policy.h"
+#include "core/result.h"
+
+namespace tessera::config {
+
+// What the reconciler does when NVML shows a container above its memory limit.
+enum class OverLimitAction {
+  kLog,    // log it and export it as a metric
+  kBlock,  // also refuse the container's further allocations until it is below its limit
+  kKill,   // also kill the container's processes on that GPU
+};
+std::string_view OverLimitActionName(OverLimitAction action);  // "log", "block", "kill"
+
+// Per-GPU overrides of the node-wide arbiter settings (the `gpus:` mapping). Unset: node-wide.
+struct GpuOverrides {
+  std::optional<ArbiterPolicy> policy;
+  std::optional<int> max_inst;
+  std::optional<Percent> prio_ratio;
+};
+
+// The largest GPU index `gpus:` accepts (the same bound as device selectors).
+inline constexpr int kMaxConfigGpuIndex = 63;
+// The largest config file LoadDaemonConfig reads.
+inline constexpr size_t kMaxConfigFileBytes = 1024 * 1024;
+
+struct DaemonConfig {
+  // socket: the daemon's Unix socket; absolute, at most 107 bytes.
+  std::string socket = "/run/tessera/tessera.sock";
+  // sim: use the simulated GPU (libtessera-simgpu.so) instead of the real driver.
+  bool sim = false;
+  // ledger: the shared-memory ledger's name ([A-Za-z0-9_.-], up to 200 bytes, an optional leading
+  // '/'). Empty: derived from the socket path, so daemons on different sockets never share one.
+  std::string ledger;
+  // allow_self_declared: accept the memory limits processes declare themselves (TESSERA_MEM_LIMIT)
+  // for containers the daemon was not told about.
+  bool allow_self_declared = true;
+  // context_overhead: the GPU memory a CUDA context costs, charged to each process; a size, or
+  // `measure` (nullopt here) to measure it at start-up.
+  std::optional<Bytes> context_overhead;
+  // policy: the arbiter policy of every GPU (0-5 or its name).
+  ArbiterPolicy policy = ArbiterPolicy::kFair;
+  // max_inst: 1-256; the GPU's slots (policy 0) and weight units.
+  int max_inst = 16;
+  // prio_ratio: 20-99; the high-priority lane's cap in percent of the GPU.
+  Percent prio_ratio = *Percent::FromInt(50);
+  // quota_min / quota_max: bounds of one compute grant; 100us to 1s, quota_min <= quota_max.
+  std::chrono::nanoseconds quota_min = std::chrono::milliseconds(2);
+  std::chrono::nanoseconds quota_max = std::chrono::milliseconds(20);
+  // default_memsize: the memory limit of a container that declares none; 0 means its GPU's total.
+  Bytes default_memsize = Bytes::Zero();
+  // http: HOST:PORT of the HTTP endpoint (/metrics, /v1/ctl); empty: no HTTP endpoint.
+  std::string http;
+  // ctl_mount: where to mount the control tree with FUSE; empty: not mounted.
+  std::string ctl_mount;
+  // ctl_group: the group allowed to write the control tree (socket, mount); empty: root only.
+  std::string ctl_group;
+  // reconcile_interval: how often NVML's view is compared with the ledger; 100ms to 10s.
+  std::chrono::nanoseconds reconcile_interval = std::chrono::seconds(1);
+  // over_limit_action: what the reconciler does about a container above its limit.
+  OverLimitAction over_limit_action = OverLimitAction::kLog;
+  // daemon_loss_timeout: how long a process keeps running without a daemon connection before it
+  // fails closed; 1s to 1h.
+  std::chrono::nanoseconds daemon_loss_timeout = std::chrono::seconds(30);
+  // gpus: per-GPU overrides keyed by GPU index (0 to kMaxConfigGpuIndex).
+  std::map<int, GpuOverrides> gpus;
+};
+
+// Parses and validates config text; `file_name` starts every error message.
+Result<DaemonConfig> ParseDaemonConfig(std::string_view text, std::string_view file_name);
+
+// Reads the file at `path` (at most kMaxConfigFileBytes) and parses it as above. An unreadable
+// file is an error naming the path and the reason.
+Result<DaemonConfig> LoadDaemonConfig(const std::string& path);
+
+}  // namespace tessera::config

@@ -1,0 +1,352 @@
+// ComputeService implementation: the arbiter thread's loop over the shared ledger.
+#include "daemon/compute.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "ipc/futex.h"
+
+namespace tessera::daemon {
+namespace {
+
+using tessera::ArbiterPolicy;
+using arbiter::Nanos;
+using ipc::MonotonicNs;
+
+constexpr uint64_t kIdleBeatNs = 50'000'000;    // the longest the thread sleeps
+constexpr uint64_t kDrainPollNs = 200'000;      // re-check a drain this often (besides wakes)
+constexpr uint64_t kBeatFreshNs = 100'000'000;  // a process's sampler beat counts this long
+constexpr uint64_t kHighPriorityBoundNs = 500'000;
+constexpr uint64_t kNativeBoundNs = 1'000'000'000;
+
+uint64_t ToNs(Nanos n) { return static_cast<uint64_t>(std::max<int64_t>(n.count(), 0)); }
+
+}  // namespace
+
+Result<std::unique_ptr<ComputeService>> ComputeService::Create(ledger::LedgerLayout* layout,
+                                                               int devices,
+                                                               const ComputeOptions& options) {
+  if (Status s = arbiter::ValidateArbiterConfig(options.defaults); !s.ok()) return s;
+  std::unique_ptr<ComputeService> service(new ComputeService(layout, devices, options));
+  return service;
+}
+
+ComputeService::ComputeService(ledger::LedgerLayout* layout, int devices,
+                               const ComputeOptions& options)
+    : layout_(layout), options_(options), devices_(static_cast<size_t>(devices)) {
+  for (Device& d : devices_) {
+    Result<arbiter::Arbiter> a = arbiter::Arbiter::Create(&clock_, options.defaults);
+    d.arbiter.emplace(std::move(a).value());  // validated in Create
+  }
+  const char* trace = std::getenv("TESSERA_TRACE_ARBITER");
+  trace_ = trace != nullptr && *trace == '1';
+  layout_->gate.loss_timeout_ns.store(options.loss_timeout_ns);
+  layout_->gate.arbiter_pid.store(static_cast<uint32_t>(getpid()));
+  // A restarted daemon starts from no grant: whoever held the token under the previous one asks
+  // again (its launches wait briefly) rather than keeping a grant nobody accounts for.
+  for (int d = 0; d < devices; ++d) {
+    for (auto& word : layout_->gate.devices[d].may_run) word.store(0);
+    Publish(d, options.defaults.policy != ArbiterPolicy::kNative);
+  }
+}
+
+ComputeService::~ComputeService() { Stop(); }
+
+void ComputeService::Start() {
+  if (thread_.joinable()) return;
+  stop_.store(false);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ComputeService::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true);
+  layout_->gate.demand_seq.fetch_add(1);
+  ipc::FutexWakeAll(&layout_->gate.demand_seq);
+  thread_.join();
+}
+
+arbiter::ArbiterConfig ComputeService::Config(int device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return devices_.at(static_cast<size_t>(device)).arbiter->config();
+}
+
+Status ComputeService::Configure(int device, const arbiter::ArbiterConfig& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (device < 0 || device >= device_count()) {
+    return Status::Error("GPU " + std::to_string(device) + " does not exist (this node has " +
+                         std::to_string(device_count()) + ")");
+  }
+  Device& dev = devices_[static_cast<size_t>(device)];
+  if (Status s = dev.arbiter->Configure(config); !s.ok()) return s;
+  dev.next_ns = 0;
+  layout_->gate.demand_seq.fetch_add(1);
+  ipc::FutexWakeAll(&layout_->gate.demand_seq);
+  return Status::Ok();
+}
+
+Status ComputeService::CanAdmit(const std::vector<int>& devices, int weight) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int d : devices) {
+    if (d < 0 || d >= device_count()) continue;
+    const arbiter::Arbiter& a = *devices_[static_cast<size_t>(d)].arbiter;
+    if (weight > a.config().max_inst) {
+      return Status::Error("weight=" + std::to_string(weight) + " exceeds GPU " +
+                           std::to_string(d) + "'s max_inst=" +
+                           std::to_string(a.config().max_inst));
+    }
+    if (weight > a.free_weight()) {
+      return Status::Error("GPU " + std::to_string(d) + " is full: max_inst=" +
+                           std::to_string(a.config().max_inst) +
+                           ", free_weight=" + std::to_string(a.free_weight()) +
+                           ", this container needs weight " + std::to_string(weight) +
+                           " (raise it with `tessera ctl set " + std::to_string(d) +
+                           "/max_inst N`)");
+    }
+  }
+  return Status::Ok();
+}
+
+DeviceShares ComputeService::Shares(int device) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  DeviceShares out;
+  if (device < 0 || device >= device_count()) return out;
+  const Device& dev = devices_[static_cast<size_t>(device)];
+  arbiter::Arbiter& a = const_cast<arbiter::Arbiter&>(*dev.arbiter);  // UsedInWindow reads
+  const arbiter::ArbiterConfig& config = a.config();
+  out.config = config;
+  out.free_weight = a.free_weight();
+  int weight_sum = 0;
+  int active = 0;
+  for (int c = 0; c < ledger::kMaxContainers; ++c) {
+    if (!dev.present.test(c)) continue;
+    weight_sum += members_[c].spec.weight;
+    if (dev.pending.test(c)) ++active;
+  }
+  const double window = static_cast<double>(config.window.count());
+  for (int c = 0; c < ledger::kMaxContainers; ++c) {
+    if (!dev.present.test(c)) continue;
+    const arbiter::ContainerSpec& spec = members_[c].spec;
+    ContainerShare share;
+    share.container = c;
+    share.weight = spec.weight;
+    share.high_priority = spec.high_priority;
+    share.holder = dev.holder == c;
+    share.pending = dev.pending.test(c);
+    const double core = spec.core_limit.value();
+    switch (config.policy) {
+      case ArbiterPolicy::kFair:
+        share.target = std::min(100.0 / config.max_inst, core);
+        break;
+      case ArbiterPolicy::kPreemptive:
+      case ArbiterPolicy::kWeak:
+        share.target = std::min(core, 100.0 / std::max(active, 1));
+        if (!share.pending) share.target = 0;
+        break;
+      case ArbiterPolicy::kWeightedPreemptive:
+        share.target = std::min(core, 100.0 * spec.weight / std::max(weight_sum, 1));
+        break;
+      case ArbiterPolicy::kFixedPercentage:
+        share.target = core < 100 ? core : 100.0 * spec.weight / config.max_inst;
+        break;
+      case ArbiterPolicy::kNative:
+        break;
+    }
+    if (auto used = a.UsedInWindow(c); used.ok()) {
+      share.achieved = 100.0 * static_cast<double>(used->count()) / window;
+    }
+    out.containers.push_back(share);
+  }
+  return out;
+}
+
+void ComputeService::Loop() {
+  while (!stop_.load()) {
+    const uint32_t seq = layout_->gate.demand_seq.load(std::memory_order_acquire);
+    const uint64_t now = MonotonicNs();
+    uint64_t next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      next = Step(now);
+    }
+    const uint64_t after = MonotonicNs();
+    const uint64_t sleep = next > after ? std::min(next - after, kIdleBeatNs) : 0;
+    if (sleep > 0) ipc::FutexWait(&layout_->gate.demand_seq, seq, sleep);
+  }
+}
+
+void ComputeService::SyncContainers() {
+  for (int c = 0; c < ledger::kMaxContainers; ++c) {
+    const ledger::ContainerSlot& slot = layout_->containers[c];
+    const bool live = slot.state.load() == ledger::kLive && slot.process_count.load() > 0;
+    const uint32_t generation = slot.generation.load();
+    Member& m = members_[c];
+    arbiter::ContainerSpec spec;
+    if (live) {
+      const uint32_t core = std::clamp<uint32_t>(slot.core_percent.load(), 1, 100);
+      spec.core_limit = *Percent::FromInt(static_cast<int>(core));
+      spec.weight = static_cast<int>(std::clamp<uint32_t>(slot.weight.load(), 1, 256));
+      spec.high_priority = slot.high_priority.load() != 0;
+    }
+    const bool replaced = m.known && m.generation != generation;
+    for (size_t d = 0; d < devices_.size(); ++d) {
+      Device& dev = devices_[d];
+      arbiter::Arbiter& a = *dev.arbiter;
+      if (dev.present.test(c) && (!live || replaced)) {
+        (void)a.RemoveContainer(c);
+        dev.present.reset(c);
+        dev.pending.reset(c);
+        dev.next_ns = 0;
+      }
+      if (!live) continue;
+      if (!dev.present.test(c)) {
+        arbiter::ContainerSpec admitted = spec;
+        admitted.weight = std::min(spec.weight, a.config().max_inst);
+        if (Status s = a.AddContainer(c, admitted); s.ok()) {
+          dev.present.set(c);
+          dev.next_ns = 0;
+        } else if (!m.refused_logged) {
+          std::fprintf(stderr, "tesserad: GPU %zu cannot schedule container %s: %s\n", d, slot.id,
+                       s.message().c_str());
+          m.refused_logged = true;
+        }
+      } else if (spec.weight != m.spec.weight || spec.high_priority != m.spec.high_priority ||
+                 spec.core_limit.value() != m.spec.core_limit.value()) {
+        if (a.UpdateContainer(c, spec).ok()) dev.next_ns = 0;
+      }
+    }
+    m.known = live;
+    m.generation = generation;
+    if (live) m.spec = spec;
+    if (!live) m.refused_logged = false;
+  }
+}
+
+bool ComputeService::AnyBusy(const std::bitset<ledger::kMaxContainers>& containers, int d,
+                             uint64_t now) const {
+  if (containers.none()) return false;
+  for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+    const ledger::ProcessSlot& ps = layout_->processes[p];
+    if (ps.state.load() != ledger::kLive || !containers.test(ps.container.load() % 256)) continue;
+    const uint64_t beat = ps.beat_ns.load();
+    if ((ps.busy_mask.load() & (1u << d)) != 0 && beat + kBeatFreshNs > now) return true;
+  }
+  return false;
+}
+
+uint64_t ComputeService::Step(uint64_t now) {
+  layout_->gate.beat_ns.store(now, std::memory_order_release);
+  SyncContainers();
+  const int devices = device_count();
+  // Charges and demand from every live process.
+  std::vector<std::vector<uint64_t>> charge(static_cast<size_t>(devices),
+                                            std::vector<uint64_t>(ledger::kMaxContainers));
+  std::vector<std::vector<uint64_t>> hint(static_cast<size_t>(devices),
+                                          std::vector<uint64_t>(ledger::kMaxContainers));
+  std::vector<std::bitset<ledger::kMaxContainers>> pending(static_cast<size_t>(devices));
+  for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+    const ledger::ProcessSlot& ps = layout_->processes[p];
+    const uint32_t generation = ps.generation.load();
+    const bool live = ps.state.load() == ledger::kLive;
+    uint64_t* seen = &process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices];
+    if (generation != process_generation_[p]) {
+      // A new process in this slot (or one reclaimed since): its counters start from zero.
+      process_generation_[p] = generation;
+      if (live) std::fill(seen, seen + ledger::kMaxDevices, 0);
+    }
+    if (!live) continue;
+    const uint32_t c = ps.container.load() % ledger::kMaxContainers;
+    const uint64_t beat = ps.beat_ns.load();
+    const bool fresh = beat + kBeatFreshNs > now;
+    const uint32_t busy = ps.busy_mask.load();
+    for (int d = 0; d < devices; ++d) {
+      const uint64_t used = ps.gpu_ns[d].load();
+      if (used > seen[d]) charge[d][c] += used - seen[d];
+      seen[d] = std::max(seen[d], used);
+      if (ps.waiting[d].load() > 0 || (fresh && (busy & (1u << d)) != 0)) pending[d].set(c);
+      hint[d][c] = std::max(hint[d][c], ps.quota_hint_ns[d].load());
+    }
+  }
+  uint64_t next = now + kIdleBeatNs;
+  for (int d = 0; d < devices; ++d) {
+    Device& dev = devices_[static_cast<size_t>(d)];
+    arbiter::Arbiter& a = *dev.arbiter;
+    const arbiter::ArbiterConfig& config = a.config();
+    const bool native = config.policy == ArbiterPolicy::kNative;
+    bool high_priority_present = false;
+    for (int c = 0; c < ledger::kMaxContainers; ++c) {
+      if (!dev.present.test(c)) continue;
+      if (charge[d][c] > 0) (void)a.Charge(c, Nanos(charge[d][c]));
+      (void)a.SetPending(c, pending[d].test(c));
+      (void)a.SetQuotaHint(c, Nanos(hint[d][c]));
+      high_priority_present = high_priority_present || members_[c].spec.high_priority;
+    }
+    dev.pending = pending[d] & dev.present;
+    const arbiter::Decision decision = a.Decide();
+    std::bitset<ledger::kMaxContainers> desired;
+    for (int c = 0; c < ledger::kMaxContainers; ++c) {
+      if (decision.may_run.test(c)) desired.set(c);
+    }
+    const uint64_t bound = native                 ? kNativeBoundNs
+                           : high_priority_present ? kHighPriorityBoundNs
+                                                   : ToNs(config.quota_min);
+    bool changed = layout_->gate.devices[d].inflight_bound_ns.load() != bound ||
+                   layout_->gate.devices[d].gated.load() != (native ? 0u : 1u);
+    layout_->gate.devices[d].inflight_bound_ns.store(bound);
+    // Revoke at once; grant once the revoked holders' queued work has drained (or a quota later).
+    const auto revoke = dev.published & ~desired;
+    if (revoke.any()) {
+      dev.published &= ~revoke;
+      if (decision.exclusive && !native) {
+        if (dev.draining.none()) dev.drain_deadline_ns = now + ToNs(config.quota_max);
+        dev.draining |= revoke;
+      }
+      changed = true;
+    }
+    if (dev.draining.any() && !AnyBusy(dev.draining, d, now)) dev.draining.reset();
+    const auto grant = desired & ~dev.published;
+    if (grant.any()) {
+      if (dev.draining.none() || decision.high_priority_lane || now >= dev.drain_deadline_ns) {
+        dev.published |= grant;
+        dev.draining.reset();
+        changed = true;
+      } else {
+        next = std::min(next, now + kDrainPollNs);
+      }
+    }
+    dev.holder = decision.holder;
+    dev.lane = decision.high_priority_lane;
+    if (changed) Publish(d, !native);
+    if (decision.until != Nanos::max()) next = std::min(next, ToNs(decision.until));
+  }
+  return next;
+}
+
+void ComputeService::Publish(int d, bool gated) {
+  ledger::GateDevice& gd = layout_->gate.devices[d];
+  const Device& dev = devices_[static_cast<size_t>(d)];
+  for (int w = 0; w < ledger::kMaskWords; ++w) {
+    uint64_t word = 0;
+    for (int b = 0; b < 64; ++b) {
+      if (dev.published.test(static_cast<size_t>(w * 64 + b))) word |= uint64_t{1} << b;
+    }
+    gd.may_run[w].store(word, std::memory_order_release);
+  }
+  gd.holder.store(dev.holder ? *dev.holder : -1);
+  gd.policy.store(static_cast<uint32_t>(dev.arbiter->config().policy));
+  gd.gated.store(gated ? 1 : 0);
+  gd.grant_seq.fetch_add(1, std::memory_order_acq_rel);
+  ipc::FutexWakeAll(&gd.grant_seq);
+  if (trace_) {
+    std::fprintf(stderr, "trace %llu dev %d publish word0=%llx holder=%d draining=%zu\n",
+                 static_cast<unsigned long long>(MonotonicNs() / 1000), d,
+                 static_cast<unsigned long long>(gd.may_run[0].load()), gd.holder.load(),
+                 dev.draining.count());
+  }
+}
+
+}  // namespace tessera::daemon

@@ -1,0 +1,120 @@
+// ComputeService: tesserad's side of compute isolation. One Arbiter per GPU (src/arbiter), driven
+// by a thread of its own that turns the shared ledger into arbiter input and the arbiter's
+// decisions into the token the shim's gate reads:
+//   - it reads each process's measured GPU time (ProcessSlot::gpu_ns) and charges the difference
+//     to its container; a container has work while one of its processes waits at the gate or has
+//     work in flight (and its sampler still beats: a stopped process does not hold anyone up);
+//   - it publishes who may launch (GateDevice::may_run) and wakes the waiters through the futex;
+//     a revoked holder's queued work drains before the next holder is let in (bounded by
+//     quota_max, so a hung holder loses the token within one quota), except for the
+//     high-priority lane, which is admitted at once;
+//   - it beats (GateHeader::beat_ns), so processes can tell a lost daemon from a busy GPU.
+// It sleeps on the ledger's demand futex, which processes bump when they start waiting or go
+// idle, or until the current grant ends.
+//
+// Thread-safety: every public method may be called from the daemon's event loop while the thread
+// runs; one mutex guards the arbiters. What it must not do: registry bookkeeping (slots, sockets)
+// and I/O other than a log line to stderr.
+#pragma once
+
+#include <atomic>
+#include <bitset>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "arbiter/arbiter.h"
+#include "arbiter/clock.h"
+#include "core/result.h"
+#include "ledger/ledger_layout.h"
+
+namespace tessera::daemon {
+
+struct ComputeOptions {
+  arbiter::ArbiterConfig defaults;  // every GPU's config at start
+  uint64_t loss_timeout_ns = 2'000'000'000;  // processes go ungated after this without a beat
+};
+
+// One container's share of one GPU, for `tessera smi` and the metrics.
+struct ContainerShare {
+  int container = 0;
+  std::optional<double> target;  // percent of the GPU; nullopt under policy 5 (no control)
+  double achieved = 0;           // percent of the GPU over the arbiter's window
+  bool holder = false;
+  bool pending = false;
+  int weight = 1;
+  bool high_priority = false;
+};
+
+struct DeviceShares {
+  arbiter::ArbiterConfig config;
+  int free_weight = 0;
+  std::vector<ContainerShare> containers;
+};
+
+class ComputeService {
+ public:
+  // Validates the options; the thread starts with Start().
+  static Result<std::unique_ptr<ComputeService>> Create(ledger::LedgerLayout* layout, int devices,
+                                                        const ComputeOptions& options);
+  ~ComputeService();
+  ComputeService(const ComputeService&) = delete;
+  ComputeService& operator=(const ComputeService&) = delete;
+
+  void Start();
+  void Stop();
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  arbiter::ArbiterConfig Config(int device) const;
+  // Changes one GPU's policy, max_inst or prio_ratio live (validated by the arbiter).
+  Status Configure(int device, const arbiter::ArbiterConfig& config);
+  // Whether a new container of `weight` fits every listed GPU's free weight (max_inst).
+  Status CanAdmit(const std::vector<int>& devices, int weight) const;
+  DeviceShares Shares(int device) const;
+
+ private:
+  struct Device {
+    std::optional<arbiter::Arbiter> arbiter;
+    std::bitset<ledger::kMaxContainers> present;
+    std::bitset<ledger::kMaxContainers> published;
+    std::bitset<ledger::kMaxContainers> draining;
+    std::bitset<ledger::kMaxContainers> pending;
+    std::optional<int> holder;
+    bool lane = false;
+    uint64_t drain_deadline_ns = 0;
+    uint64_t next_ns = 0;  // decide again by then
+  };
+  struct Member {  // what the arbiter was told about a container slot
+    uint32_t generation = 0;
+    arbiter::ContainerSpec spec;
+    bool known = false;
+    bool refused_logged = false;
+  };
+
+  ComputeService(ledger::LedgerLayout* layout, int devices, const ComputeOptions& options);
+  void Loop();
+  // One pass: sync containers, charge, decide, publish. Returns when to run again.
+  uint64_t Step(uint64_t now);
+  void SyncContainers();
+  void Publish(int d, bool gated);
+  bool AnyBusy(const std::bitset<ledger::kMaxContainers>& containers, int d, uint64_t now) const;
+
+  ledger::LedgerLayout* layout_;
+  ComputeOptions options_;
+  arbiter::MonotonicClock clock_;
+  mutable std::mutex mu_;
+  std::vector<Device> devices_;
+  std::vector<Member> members_ = std::vector<Member>(ledger::kMaxContainers);
+  std::vector<uint32_t> process_generation_ = std::vector<uint32_t>(ledger::kMaxProcesses);
+  std::vector<uint64_t> process_seen_ns_ =
+      std::vector<uint64_t>(ledger::kMaxProcesses * ledger::kMaxDevices);
+  bool trace_ = false;  // TESSERA_TRACE_ARBITER=1: every publication to stderr (debugging)
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace tessera::daemon

@@ -1,0 +1,627 @@
+// ComputeGate implementation: token checks, tracks and marks, the sampler thread, drains and the
+// daemon-loss fallback. See compute_gate.h for the design. Messages go to stderr, prefixed
+// "tessera:", only from slow paths (a gate wait that loses the daemon, the sampler).
+#include "gate/compute_gate.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "ipc/futex.h"
+
+namespace tessera::gate {
+
+using ipc::MonotonicNs;
+
+namespace {
+
+constexpr int kRing = 8;                       // marks a track may have outstanding
+constexpr uint32_t kMaxMarkEvery = 4096;       // launches per mark, at most
+constexpr uint64_t kTickBusyNs = 500'000;      // sampler period while work is in flight
+constexpr uint64_t kTickIdleNs = 10'000'000;   // ... and while the process is idle
+constexpr uint64_t kWaitSliceNs = 5'000'000;   // a gate wait re-checks the daemon this often
+constexpr uint64_t kDefaultBoundNs = 2'000'000;
+constexpr int kQuietTicks = 3;  // ticks without work before a process counts as idle
+
+struct Mark {
+  CUevent event = nullptr;
+  uint64_t start_ns = 0;  // host time of the first launch it covers
+  uint32_t launches = 0;
+};
+
+// A spin lock that yields, then sleeps: held for a driver call or two, except by a launch that
+// waits for its oldest mark (then others on the same stream would wait anyway).
+class TrackLock {
+ public:
+  bool TryLock() { return !flag_.test_and_set(std::memory_order_acquire); }
+  void Lock() {
+    for (int spins = 0; !TryLock(); ++spins) {
+      if (spins < 64) continue;
+      if (spins < 128) {
+        sched_yield();
+      } else {
+        timespec ts{0, 50'000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  }
+  void Unlock() { flag_.clear(std::memory_order_release); }
+
+ private:
+  std::atomic_flag flag_ = ATOMIC_FLAG_INIT;
+};
+
+}  // namespace
+
+struct Track {
+  // Identity (immutable while live).
+  CUcontext ctx = nullptr;
+  CUstream stream = nullptr;  // as the application passed it
+  bool per_thread = false;    // the owning thread's per-thread default stream
+  bool legacy = false;        // the context's legacy default stream
+  const void* owner = nullptr;  // per-thread tracks: the owning thread
+  int device = -1;              // ledger device index
+  std::atomic<bool> live{false};
+  // Launcher side.
+  std::atomic<uint32_t> since_mark{0};
+  std::atomic<uint32_t> mark_every{1};
+  std::atomic<uint32_t> max_outstanding{kRing - 1};
+  std::atomic<uint32_t> outstanding{0};
+  std::atomic<uint64_t> first_launch_ns{0};
+  // The ring of outstanding marks and the calibration chain; guarded by `lock`.
+  TrackLock lock;
+  Mark ring[kRing];
+  uint32_t head = 0;
+  uint32_t count = 0;
+  CUevent ref = nullptr;  // a completed event whose device instant is ref_ns
+  uint64_t ref_ns = 0;
+  uint64_t last_end_ns = 0;  // device instant the previous completed mark ended
+  double kernel_ns = 0;      // average device time per launch (EWMA)
+  bool measured = false;     // kernel_ns holds a measurement (until then: one launch per mark)
+  // Sampler side.
+  uint32_t seen_since_mark = 0;
+};
+
+namespace {
+
+struct DeviceGate {
+  std::atomic<std::atomic<uint64_t>*> word{nullptr};  // shared token word, or g_all_ones
+  bool busy = false;                                  // sampler's view
+  uint64_t busy_since_ns = 0;
+  double burst_ns = 0;
+  int quiet_ticks = 0;  // consecutive ticks without work while still published as busy
+};
+
+struct GateState {
+  GateDriver driver;
+  ledger::LedgerLayout* layout = nullptr;
+  uint32_t container = 0;
+  uint32_t process = 0;
+  uint64_t bit = 0;
+  int word_index = 0;
+  int physical[ledger::kMaxDevices] = {};
+  int visible_count = 0;
+  int primary_device = 0;
+  DeviceGate devices[ledger::kMaxDevices];
+  std::atomic<bool> started{false};
+  std::atomic<bool> ungated{false};
+  std::atomic<bool> sampler_running{false};
+  std::atomic<bool> exiting{false};
+  std::atomic<bool> sampler_done{true};
+  std::mutex mu;  // tracks list; the sampler's tick
+  std::vector<Track*> tracks;
+  std::vector<Track*> free_tracks;
+};
+
+GateState* g = nullptr;
+std::atomic<uint64_t> g_all_ones{~uint64_t{0}};
+std::atomic<uint32_t> g_stream_generation{1};  // bumped when a stream or context is forgotten
+
+struct TrackCache {
+  CUstream stream = nullptr;
+  bool per_thread_entry = false;
+  uint32_t ctx_generation = 0;
+  uint32_t stream_generation = 0;
+  Track* track = nullptr;
+};
+thread_local TrackCache t_cache;
+thread_local uint32_t t_ctx_generation = 1;
+thread_local char t_thread_tag;  // its address identifies the thread
+
+ledger::ProcessSlot& Self() { return g->layout->processes[g->process]; }
+
+void WakeArbiter() {
+  g->layout->gate.demand_seq.fetch_add(1, std::memory_order_acq_rel);
+  ipc::FutexWakeAll(&g->layout->gate.demand_seq);
+}
+
+bool ArbiterAlive(uint64_t now) {
+  const uint64_t beat = g->layout->gate.beat_ns.load(std::memory_order_acquire);
+  const uint64_t timeout = g->layout->gate.loss_timeout_ns.load(std::memory_order_relaxed);
+  return beat != 0 && now < beat + std::max<uint64_t>(timeout, 10'000'000);
+}
+
+void SetUngated(bool ungated) {
+  for (int d = 0; d < ledger::kMaxDevices; ++d) {
+    g->devices[d].word.store(
+        ungated ? &g_all_ones : &g->layout->gate.devices[d].may_run[g->word_index],
+        std::memory_order_release);
+  }
+  g->ungated.store(ungated, std::memory_order_release);
+}
+
+// ---- Charging -----------------------------------------------------------------------------------
+// Adds [start, end) of device time on `device` to this process, minus what the container has
+// already been charged for (another stream's or process's overlapping interval).
+void Charge(int device, uint64_t start, uint64_t end) {
+  auto& until = g->layout->containers[g->container].charged_until_ns[device];
+  uint64_t cur = until.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t from = std::max(start, cur);
+    if (end <= from) return;
+    if (until.compare_exchange_weak(cur, end, std::memory_order_acq_rel)) {
+      Self().gpu_ns[device].fetch_add(end - from, std::memory_order_acq_rel);
+      return;
+    }
+  }
+}
+
+// Re-derives how often a track marks and how many marks it may keep outstanding from its kernels'
+// average length and the device's in-flight bound.
+void Retune(Track* t) {
+  uint64_t bound = g->layout->gate.devices[t->device].inflight_bound_ns.load();
+  if (bound == 0) bound = kDefaultBoundNs;
+  if (!t->measured) {
+    // Nothing known about this stream's kernels yet: mark every launch, keep two outstanding.
+    t->mark_every.store(1, std::memory_order_relaxed);
+    t->max_outstanding.store(2, std::memory_order_relaxed);
+    return;
+  }
+  if (t->kernel_ns < 1.0) {
+    t->mark_every.store(kMaxMarkEvery, std::memory_order_relaxed);
+    t->max_outstanding.store(kRing - 1, std::memory_order_relaxed);
+    return;
+  }
+  const double every = std::clamp(static_cast<double>(bound) / 2.0 / t->kernel_ns, 1.0,
+                                  static_cast<double>(kMaxMarkEvery));
+  // Rounded, not truncated: kernels measured a hair over half the bound still pair up.
+  const auto mark_every = static_cast<uint32_t>(std::lround(every));
+  const double outstanding = static_cast<double>(bound) / (mark_every * t->kernel_ns);
+  t->mark_every.store(mark_every, std::memory_order_relaxed);
+  t->max_outstanding.store(
+      static_cast<uint32_t>(std::lround(std::clamp(outstanding, 1.0, kRing - 1.0))),
+      std::memory_order_relaxed);
+}
+
+// Retires completed marks in order (the first one waited for when `wait_first`), charging their
+// intervals. Caller holds t->lock.
+void ConsumeLocked(Track* t, bool wait_first) {
+  const GateDriver& drv = g->driver;
+  while (t->count > 0) {
+    Mark& m = t->ring[t->head];
+    const CUresult q = wait_first ? drv.event_synchronize(m.event) : drv.event_query(m.event);
+    wait_first = false;
+    if (q == CUDA_ERROR_NOT_READY) break;
+    if (q == CUDA_SUCCESS) {
+      float ms = 0;
+      if (drv.event_elapsed(&ms, t->ref, m.event) == CUDA_SUCCESS) {
+        const double delta = std::max(0.0, static_cast<double>(ms) * 1e6);
+        const uint64_t end = t->ref_ns + static_cast<uint64_t>(delta);
+        std::swap(t->ref, m.event);  // the completed mark is the new reference
+        t->ref_ns = end;
+        const uint64_t start = std::max(m.start_ns, t->last_end_ns);
+        t->measured = true;
+        if (end > start) {
+          Charge(t->device, start, end);
+          const double per_launch = static_cast<double>(end - start) / std::max(m.launches, 1u);
+          t->kernel_ns = t->kernel_ns < 1.0 ? per_launch : 0.75 * t->kernel_ns + 0.25 * per_launch;
+        }
+        t->last_end_ns = std::max(t->last_end_ns, end);
+      }
+    }
+    // Any other answer (a capture, a destroyed context): the mark is dropped uncharged.
+    t->head = (t->head + 1) % kRing;
+    --t->count;
+  }
+  t->outstanding.store(t->count, std::memory_order_release);
+  Retune(t);
+}
+
+// Records a mark after everything launched on the track so far. `by_sampler`: from the sampler
+// thread, which records a per-thread track's mark on the context's legacy stream (ordered after
+// every blocking stream, the owner's per-thread stream included). Caller holds t->lock.
+void MarkLocked(Track* t, bool by_sampler) {
+  const uint32_t n = t->since_mark.load(std::memory_order_relaxed);
+  if (n == 0) return;
+  if (t->count == kRing) ConsumeLocked(t, /*wait_first=*/true);
+  Mark& m = t->ring[(t->head + t->count) % kRing];
+  CUstream on = t->stream;
+  if (t->per_thread) on = by_sampler ? TESSERA_CU_STREAM_LEGACY : TESSERA_CU_STREAM_PER_THREAD;
+  t->since_mark.store(0, std::memory_order_relaxed);
+  if (g->driver.event_record(m.event, on) != CUDA_SUCCESS) return;  // e.g. a capturing stream
+  m.start_ns = t->first_launch_ns.load(std::memory_order_relaxed);
+  m.launches = n;
+  ++t->count;
+  t->outstanding.store(t->count, std::memory_order_release);
+}
+
+// ---- Tracks ---------------------------------------------------------------------------------------
+Track* NewTrack(CUcontext ctx, CUstream stream, bool per_thread, bool legacy, int device) {
+  const GateDriver& drv = g->driver;
+  Track* t = nullptr;
+  if (!g->free_tracks.empty()) {
+    t = g->free_tracks.back();
+    g->free_tracks.pop_back();
+    t->~Track();
+    new (t) Track();
+  } else {
+    t = new (std::nothrow) Track();
+    if (t == nullptr) return nullptr;
+  }
+  t->ctx = ctx;
+  t->stream = stream;
+  t->per_thread = per_thread;
+  t->legacy = legacy;
+  t->owner = per_thread ? &t_thread_tag : nullptr;
+  t->device = device;
+  bool ok = drv.event_create(&t->ref, 0) == CUDA_SUCCESS;
+  for (Mark& m : t->ring) ok = ok && drv.event_create(&m.event, 0) == CUDA_SUCCESS;
+  // Calibration: the reference event's device instant is the host time it is seen complete.
+  CUstream on = per_thread ? TESSERA_CU_STREAM_PER_THREAD : stream;
+  ok = ok && drv.event_record(t->ref, on) == CUDA_SUCCESS &&
+       drv.event_synchronize(t->ref) == CUDA_SUCCESS;
+  if (!ok) {
+    if (t->ref != nullptr) drv.event_destroy(t->ref);
+    for (Mark& m : t->ring) {
+      if (m.event != nullptr) drv.event_destroy(m.event);
+    }
+    t->ref = nullptr;
+    for (Mark& m : t->ring) m.event = nullptr;
+    g->free_tracks.push_back(t);
+    return nullptr;
+  }
+  t->ref_ns = MonotonicNs();
+  t->last_end_ns = t->ref_ns;
+  Retune(t);
+  t->live.store(true, std::memory_order_release);
+  g->tracks.push_back(t);
+  return t;
+}
+
+void StartSampler();
+
+Track* LookupSlow(CUstream stream, bool per_thread_entry) {
+  const GateDriver& drv = g->driver;
+  CUcontext ctx = nullptr;
+  if (drv.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
+  const bool per_thread = stream == TESSERA_CU_STREAM_PER_THREAD ||
+                          (per_thread_entry && stream == nullptr);
+  const bool legacy = stream == TESSERA_CU_STREAM_LEGACY || (!per_thread_entry && stream == nullptr);
+  const CUstream key = per_thread ? TESSERA_CU_STREAM_PER_THREAD
+                       : legacy   ? TESSERA_CU_STREAM_LEGACY
+                                  : stream;
+  Track* found = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g->mu);
+    for (Track* t : g->tracks) {
+      if (t->live.load() && t->ctx == ctx && t->stream == key &&
+          (!per_thread || t->owner == &t_thread_tag)) {
+        found = t;
+        break;
+      }
+    }
+    if (found == nullptr) {
+      CUdevice ordinal = -1;
+      if (drv.ctx_get_device(&ordinal) != CUDA_SUCCESS || ordinal < 0 ||
+          ordinal >= g->visible_count) {
+        return nullptr;
+      }
+      found = NewTrack(ctx, key, per_thread, legacy, g->physical[ordinal]);
+      if (found == nullptr) return nullptr;
+    }
+  }
+  StartSampler();
+  t_cache = TrackCache{stream, per_thread_entry, t_ctx_generation,
+                       g_stream_generation.load(std::memory_order_acquire), found};
+  return found;
+}
+
+// ---- Waiting ----------------------------------------------------------------------------------------
+void AwaitToken(int device) {
+  ledger::ProcessSlot& self = Self();
+  ledger::GateDevice& gd = g->layout->gate.devices[device];
+  const ledger::ContainerSlot& container = g->layout->containers[g->container];
+  self.waiting[device].fetch_add(1, std::memory_order_acq_rel);
+  WakeArbiter();
+  for (;;) {
+    const uint32_t seq = gd.grant_seq.load(std::memory_order_acquire);
+    if (g->devices[device].word.load(std::memory_order_acquire)->load(std::memory_order_acquire) &
+        g->bit) {
+      break;
+    }
+    if (container.state.load() != ledger::kLive) break;  // removed: woken, not held forever
+    if (!ArbiterAlive(MonotonicNs())) {
+      bool expected = false;
+      if (g->ungated.compare_exchange_strong(expected, true)) {
+        std::fprintf(stderr,
+                     "tessera: WARNING: the Tessera daemon's arbiter has not answered for %llu ms; "
+                     "launching UNGATED until it returns\n",
+                     static_cast<unsigned long long>(
+                         g->layout->gate.loss_timeout_ns.load() / 1000000));
+        SetUngated(true);
+      }
+      break;
+    }
+    ipc::FutexWait(&gd.grant_seq, seq, kWaitSliceNs);
+  }
+  self.waiting[device].fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void AwaitInflight(Track* t) {
+  t->lock.Lock();
+  if (t->count >= t->max_outstanding.load(std::memory_order_relaxed)) {
+    ConsumeLocked(t, /*wait_first=*/true);
+  }
+  t->lock.Unlock();
+}
+
+// ---- The sampler ------------------------------------------------------------------------------------
+// Waits for every mark of `device` to complete (closing unmarked launches first).
+void DrainDevice(int device) {
+  for (Track* t : g->tracks) {
+    if (!t->live.load() || t->device != device) continue;
+    g->driver.ctx_set_current(t->ctx);
+    t->lock.Lock();
+    MarkLocked(t, /*by_sampler=*/true);
+    while (t->count > 0) ConsumeLocked(t, /*wait_first=*/true);
+    t->seen_since_mark = 0;
+    t->lock.Unlock();
+  }
+}
+
+// One sampler tick. Returns whether any work is in flight.
+bool Tick(uint64_t now) {
+  std::lock_guard<std::mutex> lock(g->mu);
+  bool busy[ledger::kMaxDevices] = {};
+  double kernel[ledger::kMaxDevices] = {};
+  for (Track* t : g->tracks) {
+    if (!t->live.load() || !t->lock.TryLock()) {
+      if (t->live.load()) busy[t->device] = true;  // a launcher holds it: it is active
+      continue;
+    }
+    ConsumeLocked(t, false);
+    const uint32_t n = t->since_mark.load(std::memory_order_relaxed);
+    if (n != 0 && n == t->seen_since_mark) {
+      // Launches left unmarked since the last tick: the stream went quiet; close them.
+      g->driver.ctx_set_current(t->ctx);
+      MarkLocked(t, /*by_sampler=*/true);
+    }
+    t->seen_since_mark = t->since_mark.load(std::memory_order_relaxed);
+    busy[t->device] = busy[t->device] || t->count > 0 || t->seen_since_mark != 0;
+    kernel[t->device] = std::max(kernel[t->device], t->kernel_ns);
+    t->lock.Unlock();
+  }
+  ledger::ProcessSlot& self = Self();
+  const bool gated_now = !g->ungated.load();
+  bool drained[ledger::kMaxDevices] = {};
+  bool any = false;
+  for (int d = 0; d < ledger::kMaxDevices; ++d) {
+    DeviceGate& dg = g->devices[d];
+    // A revoked token: finish what is queued so the next holder starts on an idle device.
+    if (busy[d] && gated_now &&
+        (g->layout->gate.devices[d].may_run[g->word_index].load() & g->bit) == 0) {
+      DrainDevice(d);
+      busy[d] = false;
+      drained[d] = true;
+    }
+    // A holder between two launches (its marks all complete, its thread about to launch again)
+    // is not idle: it must stay quiet for kQuietTicks ticks before the token goes on.
+    if (busy[d] || drained[d]) {
+      dg.quiet_ticks = 0;
+    } else if (dg.busy && ++dg.quiet_ticks < kQuietTicks) {
+      busy[d] = true;
+    }
+    if (busy[d] && !dg.busy) dg.busy_since_ns = now;
+    if (!busy[d] && dg.busy && !drained[d]) {
+      // A burst that ended on its own (not cut short by a revocation) tells the quota it needs.
+      const double burst = static_cast<double>(now - dg.busy_since_ns);
+      dg.burst_ns = dg.burst_ns < 1.0 ? burst : 0.75 * dg.burst_ns + 0.25 * burst;
+    }
+    if (busy[d] != dg.busy) {
+      dg.busy = busy[d];
+      if (busy[d]) {
+        self.busy_mask.fetch_or(1u << d, std::memory_order_acq_rel);
+      } else {
+        self.busy_mask.fetch_and(~(1u << d), std::memory_order_acq_rel);
+        WakeArbiter();  // the holder went idle or finished draining: hand the token on
+      }
+    }
+    // The quota this process's bursts call for: its natural burst length, at least 8 kernels.
+    // A process that never goes idle by itself has no hint: it gets the longest quota.
+    if (dg.burst_ns > 0) {
+      self.quota_hint_ns[d].store(static_cast<uint64_t>(std::max(dg.burst_ns, 8.0 * kernel[d])),
+                                  std::memory_order_relaxed);
+    }
+    any = any || dg.busy;
+  }
+  self.beat_ns.store(now, std::memory_order_release);
+  return any;
+}
+
+void* SamplerMain(void*) {
+  // The sampler may query events while the application captures a graph in global mode.
+  if (g->driver.exchange_capture_mode != nullptr) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    g->driver.exchange_capture_mode(&mode);
+  }
+  bool busy = true;
+  while (!g->exiting.load(std::memory_order_acquire)) {
+    const uint64_t now = MonotonicNs();
+    if (g->ungated.load() && ArbiterAlive(now)) {
+      std::fprintf(stderr, "tessera: the Tessera daemon's arbiter is back; gating resumes\n");
+      SetUngated(false);
+    }
+    busy = Tick(now);
+    ledger::GateDevice& gd = g->layout->gate.devices[g->primary_device];
+    const uint32_t seq = gd.grant_seq.load(std::memory_order_acquire);
+    ipc::FutexWait(&gd.grant_seq, seq, busy ? kTickBusyNs : kTickIdleNs);
+  }
+  g->sampler_done.store(true, std::memory_order_release);
+  return nullptr;
+}
+
+void StopSamplerAtExit() {
+  if (g == nullptr || !g->sampler_running.load()) return;
+  g->exiting.store(true, std::memory_order_release);
+  ipc::FutexWakeAll(&g->layout->gate.devices[g->primary_device].grant_seq);
+  // Wait briefly (it may be finishing a drain); the process is exiting either way.
+  for (int i = 0; i < 200 && !g->sampler_done.load(std::memory_order_acquire); ++i) {
+    timespec ts{0, 250'000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+void StartSampler() {
+  if (g->sampler_running.load(std::memory_order_acquire)) return;
+  bool expected = false;
+  if (!g->sampler_running.compare_exchange_strong(expected, true)) return;
+  g->sampler_done.store(false);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  if (pthread_create(&thread, &attr, SamplerMain, nullptr) != 0) {
+    std::fprintf(stderr, "tessera: cannot start the GPU-time sampler thread; launches stay gated "
+                         "but this process's GPU time is not measured\n");
+    g->sampler_done.store(true);
+  }
+  pthread_attr_destroy(&attr);
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(StopSamplerAtExit); });
+}
+
+}  // namespace
+
+void StartGate(const GateDriver& driver, ledger::LedgerLayout* layout, uint32_t container,
+               uint32_t process, const int* physical, int visible_count) {
+  if (g == nullptr) g = new GateState();
+  g->driver = driver;
+  g->layout = layout;
+  g->container = container;
+  g->process = process;
+  g->bit = uint64_t{1} << (container % 64);
+  g->word_index = static_cast<int>(container / 64);
+  g->visible_count = std::min(visible_count, ledger::kMaxDevices);
+  for (int i = 0; i < g->visible_count; ++i) g->physical[i] = physical[i];
+  g->primary_device = g->visible_count > 0 ? physical[0] : 0;
+  SetUngated(false);
+  g->started.store(true, std::memory_order_release);
+}
+
+void ResetGateAfterFork() {
+  if (g == nullptr) return;
+  // The parent's threads do not exist here: the mutex may have been held by one of them.
+  new (&g->mu) std::mutex();
+  for (Track* t : g->tracks) t->live.store(false);
+  g->tracks.clear();  // the parent's events are not ours to destroy (CUDA forbids it anyway)
+  g->free_tracks.clear();
+  for (DeviceGate& d : g->devices) {
+    d.busy = false;
+    d.burst_ns = 0;
+  }
+  g->sampler_running.store(false);
+  g->sampler_done.store(true);
+  g->started.store(false);
+  g_stream_generation.fetch_add(1);
+}
+
+Track* BeforeLaunch(CUstream stream, bool per_thread) {
+  if (g == nullptr || !g->started.load(std::memory_order_acquire)) return nullptr;
+  Track* t = t_cache.track;
+  if (__builtin_expect(t == nullptr || t_cache.stream != stream ||
+                           t_cache.per_thread_entry != per_thread ||
+                           t_cache.ctx_generation != t_ctx_generation ||
+                           t_cache.stream_generation !=
+                               g_stream_generation.load(std::memory_order_relaxed),
+                       0)) {
+    t = LookupSlow(stream, per_thread);
+    if (t == nullptr) return nullptr;
+  }
+  const int d = t->device;
+  // Policy 5 (native): no compute control at all; the launch is neither gated nor measured.
+  if (__builtin_expect(g->layout->gate.devices[d].gated.load(std::memory_order_relaxed) == 0, 0)) {
+    return nullptr;
+  }
+  if (__builtin_expect((g->devices[d].word.load(std::memory_order_acquire)->load(
+                            std::memory_order_acquire) &
+                        g->bit) == 0,
+                       0)) {
+    AwaitToken(d);
+  }
+  if (__builtin_expect(t->outstanding.load(std::memory_order_relaxed) >=
+                           t->max_outstanding.load(std::memory_order_relaxed),
+                       0)) {
+    AwaitInflight(t);
+  }
+  return t;
+}
+
+void AfterLaunch(Track* t, CUresult launched) {
+  if (t == nullptr || launched != CUDA_SUCCESS) return;
+  const uint32_t n = t->since_mark.load(std::memory_order_relaxed) + 1;
+  t->since_mark.store(n, std::memory_order_relaxed);
+  if (n == 1) t->first_launch_ns.store(MonotonicNs(), std::memory_order_relaxed);
+  if (__builtin_expect(n >= t->mark_every.load(std::memory_order_relaxed), 0)) {
+    t->lock.Lock();
+    MarkLocked(t, /*by_sampler=*/false);
+    t->lock.Unlock();
+  }
+}
+
+namespace {
+// Drops the tracks matching `match` (the sampler is not inside a tick while g->mu is held).
+template <typename Match>
+void Forget(Match match) {
+  if (g == nullptr) return;
+  std::lock_guard<std::mutex> lock(g->mu);
+  for (auto it = g->tracks.begin(); it != g->tracks.end();) {
+    Track* t = *it;
+    if (!match(t)) {
+      ++it;
+      continue;
+    }
+    t->live.store(false);
+    t->lock.Lock();
+    while (t->count > 0) ConsumeLocked(t, /*wait_first=*/true);
+    g->driver.event_destroy(t->ref);
+    for (Mark& m : t->ring) g->driver.event_destroy(m.event);
+    t->lock.Unlock();
+    g->free_tracks.push_back(t);
+    it = g->tracks.erase(it);
+  }
+  g_stream_generation.fetch_add(1, std::memory_order_acq_rel);
+}
+}  // namespace
+
+void ForgetStream(CUstream stream) {
+  if (stream == nullptr || stream == TESSERA_CU_STREAM_LEGACY ||
+      stream == TESSERA_CU_STREAM_PER_THREAD) {
+    return;
+  }
+  Forget([&](Track* t) { return t->stream == stream; });
+}
+
+void ForgetContext(CUcontext ctx) {
+  Forget([&](Track* t) { return t->ctx == ctx; });
+}
+
+void CurrentContextChanged() { ++t_ctx_generation; }
+
+}  // namespace tessera::gate

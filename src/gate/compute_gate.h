@@ -1,0 +1,84 @@
+// ComputeGate: the process side of compute isolation (issue 4). Before every kernel or graph
+// launch the shim asks the gate; the launch proceeds at once when the process's container holds
+// its device's token (an atomic load and a branch), and otherwise waits on a futex in shared
+// memory until the daemon's arbiter grants it. The gate also measures the GPU time the process
+// uses and bounds how much work it keeps queued:
+//
+//  * Tracks. Every stream the process launches on gets a Track: the explicit stream, the
+//    context's legacy default stream, or a thread's per-thread default stream. A launch bumps the
+//    track's counter; every `mark_every` launches the launching thread records an event after its
+//    launch (a mark), so marks on per-thread streams are recorded by their own thread.
+//  * Measurement. A sampler thread (one per process) queries marks without blocking; a completed
+//    mark closes a busy interval [first launch after the previous mark, mark's device time] and
+//    the part beyond the container's `charged_until_ns` is added to the process's `gpu_ns`, which
+//    the arbiter reads. Device times come from cuEventElapsedTime chained from a calibration event,
+//    so they are CLOCK_MONOTONIC instants on simgpu and on a real GPU alike. Launches left without
+//    a mark when a stream goes quiet are closed by the sampler (on the stream itself, or on the
+//    context's legacy stream, which orders after every blocking stream including per-thread ones).
+//  * Bounded in flight. `mark_every` adapts so a mark covers about half the device's in-flight
+//    bound, and a launch waits (on the oldest mark's event, never the whole device) while more
+//    marks than the bound allows are outstanding. So a revoked token takes effect within about
+//    the bound, and a high-priority tenant is admitted within about one best-effort kernel.
+//  * Drain. When the token is revoked, the sampler closes the device's tracks, waits for their
+//    marks and clears the process's busy bit: the arbiter hands the token on only then (or after
+//    a deadline), so two containers' work never overlaps and nobody is charged another's time.
+//  * Policy 5 (native) turns the gate off: launches are neither gated nor measured.
+//  * Faults. A waiting launch re-checks the arbiter's heartbeat; after `loss_timeout_ns` without
+//    one it continues ungated with one warning, and gating resumes when the heartbeat returns.
+//
+// What this file must not do: no allocation, locks, system calls or logging on the fast path
+// (BeforeLaunch with the token held and a cached track, AfterLaunch below the mark). Driver calls
+// go through GateDriver (the real driver's entry points), never through the shim's wrappers.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "driver/cuda_api.h"
+#include "ledger/ledger_layout.h"
+
+namespace tessera::gate {
+
+// The real driver's entry points the gate needs.
+struct GateDriver {
+  CUresult (*event_create)(CUevent*, unsigned int) = nullptr;
+  CUresult (*event_destroy)(CUevent) = nullptr;
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;       // legacy default-stream semantics
+  CUresult (*event_record_ptsz)(CUevent, CUstream) = nullptr;  // per-thread default stream
+  CUresult (*event_query)(CUevent) = nullptr;
+  CUresult (*event_synchronize)(CUevent) = nullptr;
+  CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*ctx_get_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_set_current)(CUcontext) = nullptr;
+  CUresult (*ctx_push)(CUcontext) = nullptr;
+  CUresult (*ctx_pop)(CUcontext*) = nullptr;
+  CUresult (*ctx_get_device)(CUdevice*) = nullptr;
+  CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
+  // Optional (nullptr or failing is fine): lets the sampler query events while the application
+  // captures a graph in global capture mode.
+  CUresult (*exchange_capture_mode)(CUstreamCaptureMode*) = nullptr;
+};
+
+struct Track;
+
+// Starts gating for this process (idempotent; after fork, call again in the child). `physical`
+// maps the process's device ordinals to ledger device indices.
+void StartGate(const GateDriver& driver, ledger::LedgerLayout* layout, uint32_t container,
+               uint32_t process, const int* physical, int visible_count);
+// Forgets every track (a forked child: the parent's streams and events are not its own).
+void ResetGateAfterFork();
+
+// Before a launch on `stream` (`per_thread`: the _ptsz entry point, where a null stream is the
+// calling thread's per-thread default stream). Waits for the token when the container does not
+// hold it. Returns the track to pass to AfterLaunch, or nullptr when the launch is not gated.
+Track* BeforeLaunch(CUstream stream, bool per_thread);
+// After the launch was submitted (whatever it returned).
+void AfterLaunch(Track* track, CUresult launched);
+
+// The application destroys a stream or a context: drop their tracks first (slow path).
+void ForgetStream(CUstream stream);
+void ForgetContext(CUcontext ctx);
+// The calling thread's current context changed (cuCtxSetCurrent, push, pop, create, destroy).
+void CurrentContextChanged();
+
+}  // namespace tessera::gate
