@@ -568,15 +568,20 @@ Track* BeforeLaunch(CUstream stream, bool per_thread) {
   if (__builtin_expect(g->layout->gate.devices[d].gated.load(std::memory_order_relaxed) == 0, 0)) {
     return nullptr;
   }
-  if (__builtin_expect((g->devices[d].word.load(std::memory_order_acquire)->load(
-                            std::memory_order_acquire) &
-                        g->bit) == 0,
-                       0)) {
-    AwaitToken(d);
-  }
-  if (__builtin_expect(t->outstanding.load(std::memory_order_relaxed) >=
-                           t->max_outstanding.load(std::memory_order_relaxed),
-                       0)) {
+  // The token first, then room in flight; a wait for room re-checks the token, since it may have
+  // been revoked meanwhile (else a revoked holder would slip one more kernel in after the wait).
+  for (;;) {
+    if (__builtin_expect((g->devices[d].word.load(std::memory_order_acquire)->load(
+                              std::memory_order_acquire) &
+                          g->bit) == 0,
+                         0)) {
+      AwaitToken(d);
+    }
+    if (__builtin_expect(t->outstanding.load(std::memory_order_relaxed) <
+                             t->max_outstanding.load(std::memory_order_relaxed),
+                         1)) {
+      break;
+    }
     AwaitInflight(t);
   }
   return t;
