@@ -610,6 +610,18 @@ std::string MetricsJson(const Case& c, const RoundResult& r, const Metrics& m) {
   for (size_t i = 0; i < m.share_pct.size(); ++i) o << (i ? ", " : "") << Json(m.share_pct[i]);
   o << "], \"kernels\": [";
   for (size_t i = 0; i < r.tenants.size(); ++i) o << (i ? ", " : "") << r.tenants[i].kernels;
+  // Each tenant's share of the device per 100 ms, for chasing a failing window.
+  o << "], \"busy_pct_per_100ms\": [";
+  for (size_t i = 0; i < r.tenants.size(); ++i) {
+    const std::vector<double>& b = r.tenants[i].busy_ns;
+    o << (i ? ", " : "") << "[";
+    for (size_t k = 0; k + 10 <= b.size(); k += 10) {
+      double sum = 0;
+      for (size_t j = k; j < k + 10; ++j) sum += b[j];
+      o << (k ? ", " : "") << Fmt("%.1f", 100.0 * sum / (10 * kBucketS * 1e9));
+    }
+    o << "]";
+  }
   o << "], \"share_error_1s\": {\"max\": " << Json(m.err_short_max)
     << ", \"mean\": " << Json(m.err_short_mean)
     << "}, \"share_error_long\": {\"window_s\": " << Json(m.long_window_s)
