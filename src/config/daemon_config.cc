@@ -186,6 +186,19 @@ class Loader {
     return Status::Ok();
   }
 
+  // The reason a ledger or group name is refused for its first character outside
+  // [A-Za-z0-9_.-], or nullopt when every character is allowed.
+  static std::optional<std::string> FirstBadNameCharacter(std::string_view name) {
+    for (char c : name) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '.' || c == '-';
+      if (!ok) {
+        return std::string("character ") + QuoteValue(std::string_view(&c, 1)) + " is not allowed";
+      }
+    }
+    return std::nullopt;
+  }
+
   static Result<std::string> ParseLedgerName(std::string_view text, std::string_view name) {
     constexpr std::string_view kExpected =
         "a shared-memory name of letters, digits, '_', '.' and '-' (up to 200), with an optional "
@@ -206,13 +219,8 @@ class Loader {
     if (body == "." || body == "..") {
       return fail("not a name");
     }
-    for (char c : body) {
-      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '_' || c == '.' || c == '-';
-      if (!ok) {
-        return fail(std::string("character ") + QuoteValue(std::string_view(&c, 1)) +
-                    " is not allowed");
-      }
+    if (auto bad = FirstBadNameCharacter(body)) {
+      return fail(*bad);
     }
     return std::string(text);
   }
@@ -233,13 +241,8 @@ class Loader {
     if (text.front() == '-' || (text.front() >= '0' && text.front() <= '9')) {
       return fail("starts with '-' or a digit");
     }
-    for (char c : text) {
-      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '_' || c == '.' || c == '-';
-      if (!ok) {
-        return fail(std::string("character ") + QuoteValue(std::string_view(&c, 1)) +
-                    " is not allowed");
-      }
+    if (auto bad = FirstBadNameCharacter(text)) {
+      return fail(*bad);
     }
     return std::string(text);
   }

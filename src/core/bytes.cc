@@ -64,27 +64,13 @@ Result<Bytes> ParseSize(std::string_view text) {
     return Result<Bytes>::Error("not a size");
   }
 
-  size_t i = 0;
-  while (i < s.size() && IsDigit(s[i])) {
-    ++i;
+  const DecimalPrefix number = SplitDecimalPrefix(s, kMaxFractionDigits);
+  if (!number.error.empty()) {
+    return Result<Bytes>::Error(number.error);
   }
-  const std::string_view whole_digits = s.substr(0, i);
-  std::string_view fraction_digits;
-  if (i < s.size() && s[i] == '.') {
-    const size_t start = ++i;
-    while (i < s.size() && IsDigit(s[i])) {
-      ++i;
-    }
-    fraction_digits = s.substr(start, i - start);
-    if (fraction_digits.empty()) {
-      return Result<Bytes>::Error("expected a digit after the decimal point");
-    }
-    if (fraction_digits.size() > static_cast<size_t>(kMaxFractionDigits)) {
-      return Result<Bytes>::Error("more than " + std::to_string(kMaxFractionDigits) +
-                                  " digits after the decimal point");
-    }
-  }
-  std::string_view unit_text = s.substr(i);  // s is trimmed, so this has no trailing space
+  const std::string_view whole_digits = number.whole;
+  const std::string_view fraction_digits = number.fraction;
+  std::string_view unit_text = number.rest;  // s is trimmed, so this has no trailing space
   while (!unit_text.empty() && unit_text.front() == ' ') {
     unit_text.remove_prefix(1);
   }

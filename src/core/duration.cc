@@ -57,26 +57,13 @@ Result<std::chrono::nanoseconds> ParseDuration(std::string_view text, std::strin
   if (!IsDigit(s.front())) {
     return fail("not a duration");
   }
-  size_t i = 0;
-  while (i < s.size() && IsDigit(s[i])) {
-    ++i;
+  const DecimalPrefix number = SplitDecimalPrefix(s, kMaxFractionDigits);
+  if (!number.error.empty()) {
+    return fail(number.error);
   }
-  const std::string_view whole_digits = s.substr(0, i);
-  std::string_view fraction_digits;
-  if (i < s.size() && s[i] == '.') {
-    const size_t start = ++i;
-    while (i < s.size() && IsDigit(s[i])) {
-      ++i;
-    }
-    fraction_digits = s.substr(start, i - start);
-    if (fraction_digits.empty()) {
-      return fail("expected a digit after the decimal point");
-    }
-    if (fraction_digits.size() > kMaxFractionDigits) {
-      return fail("more than 9 digits after the decimal point");
-    }
-  }
-  const std::string_view unit_text = s.substr(i);
+  const std::string_view whole_digits = number.whole;
+  const std::string_view fraction_digits = number.fraction;
+  const std::string_view unit_text = number.rest;
   if (unit_text.empty()) {
     return fail("missing unit");
   }

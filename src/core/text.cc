@@ -111,4 +111,29 @@ DigitsError ParseDigits(std::string_view text, uint64_t* value) {
   return DigitsError::kNone;
 }
 
+DecimalPrefix SplitDecimalPrefix(std::string_view text, size_t max_fraction_digits) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  DecimalPrefix out;
+  size_t i = 0;
+  while (i < text.size() && digit(text[i])) {
+    ++i;
+  }
+  out.whole = text.substr(0, i);
+  if (i < text.size() && text[i] == '.') {
+    const size_t start = ++i;
+    while (i < text.size() && digit(text[i])) {
+      ++i;
+    }
+    out.fraction = text.substr(start, i - start);
+    if (out.fraction.empty()) {
+      out.error = "expected a digit after the decimal point";
+    } else if (out.fraction.size() > max_fraction_digits) {
+      out.error =
+          "more than " + std::to_string(max_fraction_digits) + " digits after the decimal point";
+    }
+  }
+  out.rest = text.substr(i);
+  return out;
+}
+
 }  // namespace tessera

@@ -24,6 +24,17 @@ bool StartsWithIgnoreCase(std::string_view text, std::string_view prefix);
 // printable line whatever the value holds.
 std::string QuoteValue(std::string_view value);
 
+// A decimal number at the start of `text` ("12", "1.5"): its whole digits, its fraction digits
+// (after one '.') and the rest. `error` is empty on success, else the reason: a '.' not followed
+// by a digit, or more than `max_fraction_digits` of them. The caller checks the first character.
+struct DecimalPrefix {
+  std::string_view whole;
+  std::string_view fraction;
+  std::string_view rest;
+  std::string error;
+};
+DecimalPrefix SplitDecimalPrefix(std::string_view text, size_t max_fraction_digits);
+
 // The error form used across Tessera: `NAME="value": reason; expected what`.
 // `expected` may be empty, in which case the "; expected ..." tail is left out.
 std::string InputError(std::string_view input_name, std::string_view value, std::string_view reason,

@@ -44,17 +44,13 @@ namespace tessera::gate {
 struct GateDriver {
   CUresult (*event_create)(CUevent*, unsigned int) = nullptr;
   CUresult (*event_destroy)(CUevent) = nullptr;
-  CUresult (*event_record)(CUevent, CUstream) = nullptr;       // legacy default-stream semantics
-  CUresult (*event_record_ptsz)(CUevent, CUstream) = nullptr;  // per-thread default stream
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;
   CUresult (*event_query)(CUevent) = nullptr;
   CUresult (*event_synchronize)(CUevent) = nullptr;
   CUresult (*event_elapsed)(float*, CUevent, CUevent) = nullptr;
   CUresult (*ctx_get_current)(CUcontext*) = nullptr;
   CUresult (*ctx_set_current)(CUcontext) = nullptr;
-  CUresult (*ctx_push)(CUcontext) = nullptr;
-  CUresult (*ctx_pop)(CUcontext*) = nullptr;
   CUresult (*ctx_get_device)(CUdevice*) = nullptr;
-  CUresult (*stream_get_ctx)(CUstream, CUcontext*) = nullptr;
   // Optional (nullptr or failing is fine): lets the sampler query events while the application
   // captures a graph in global capture mode.
   CUresult (*exchange_capture_mode)(CUstreamCaptureMode*) = nullptr;

@@ -250,16 +250,12 @@ void StartComputeGate() {
   d.event_create = REAL(cuEventCreate);
   d.event_destroy = REAL(cuEventDestroy_v2);
   d.event_record = REAL(cuEventRecord);
-  d.event_record_ptsz = REAL(cuEventRecord_ptsz);
   d.event_query = REAL(cuEventQuery);
   d.event_synchronize = REAL(cuEventSynchronize);
   d.event_elapsed = REAL(cuEventElapsedTime);
   d.ctx_get_current = REAL(cuCtxGetCurrent);
   d.ctx_set_current = REAL(cuCtxSetCurrent);
-  d.ctx_push = REAL(cuCtxPushCurrent_v2);
-  d.ctx_pop = REAL(cuCtxPopCurrent_v2);
   d.ctx_get_device = REAL(cuCtxGetDevice);
-  d.stream_get_ctx = REAL(cuStreamGetCtx);
   d.exchange_capture_mode = REAL(cuThreadExchangeStreamCaptureMode);
   auto& t = Tenant();
   tessera::gate::StartGate(d, t.ledger->layout(), t.container, t.process, t.physical,
