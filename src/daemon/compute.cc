@@ -21,6 +21,11 @@ constexpr uint64_t kIdleBeatNs = 50'000'000;    // the longest the thread sleeps
 constexpr uint64_t kDrainPollNs = 200'000;      // re-check a drain this often (besides wakes)
 constexpr uint64_t kBeatFreshNs = 100'000'000;  // a process's sampler beat counts this long
 constexpr uint64_t kHighPriorityBoundNs = 500'000;
+// The work a holder may keep queued ahead of the device when no high-priority container is
+// present: quota_min, but at least 4 ms, so a launcher woken a few milliseconds late (a loaded
+// node, a CPU-throttled pod) still finds the device busy. A hand-off waits for this queue to drain,
+// which keeps the device busy meanwhile; only the high-priority lane needs a shorter one.
+constexpr uint64_t kInflightFloorNs = 4'000'000;
 constexpr uint64_t kNativeBoundNs = 1'000'000'000;
 
 uint64_t ToNs(Nanos n) { return static_cast<uint64_t>(std::max<int64_t>(n.count(), 0)); }
@@ -45,6 +50,15 @@ ComputeService::ComputeService(ledger::LedgerLayout* layout, int devices,
   const char* trace = std::getenv("TESSERA_TRACE_ARBITER");
   trace_ = trace != nullptr && *trace == '1';
   layout_->gate.loss_timeout_ns.store(options.loss_timeout_ns);
+  // A restarted daemon takes the processes' GPU time as charged so far: their totals since they
+  // started are not this window's usage.
+  for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+    const ledger::ProcessSlot& ps = layout_->processes[p];
+    process_generation_[p] = ps.generation.load();
+    for (int d = 0; d < ledger::kMaxDevices; ++d) {
+      process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices + d] = ps.gpu_ns[d].load();
+    }
+  }
   layout_->gate.arbiter_pid.store(static_cast<uint32_t>(getpid()));
   // A restarted daemon starts from no grant: whoever held the token under the previous one asks
   // again (its launches wait briefly) rather than keeping a grant nobody accounts for.
@@ -250,23 +264,32 @@ uint64_t ComputeService::Step(uint64_t now) {
   std::vector<std::bitset<ledger::kMaxContainers>> pending(static_cast<size_t>(devices));
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::ProcessSlot& ps = layout_->processes[p];
-    const uint32_t generation = ps.generation.load();
+    // State before generation: a slot seen live with a generation other than the one last seen
+    // live holds a new process, whose counters started from zero (AddProcess zeroes them before
+    // it marks the slot live). The generation is noted only while live, so a slot first seen
+    // free (reclaimed) and then live again is still recognised as new.
     const bool live = ps.state.load() == ledger::kLive;
+    const uint32_t generation = ps.generation.load();
     uint64_t* seen = &process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices];
-    if (generation != process_generation_[p]) {
-      // A new process in this slot (or one reclaimed since): its counters start from zero.
+    if (live && generation != process_generation_[p]) {
       process_generation_[p] = generation;
-      if (live) std::fill(seen, seen + ledger::kMaxDevices, 0);
+      std::fill(seen, seen + ledger::kMaxDevices, 0);
     }
-    if (!live) continue;
+    // The process last seen live here, just reclaimed: its last report is still charged below.
+    const bool just_reclaimed = !live && generation == process_generation_[p] + 1;
+    if (!live && !just_reclaimed) continue;
     const uint32_t c = ps.container.load() % ledger::kMaxContainers;
     const uint64_t beat = ps.beat_ns.load();
     const bool fresh = beat + kBeatFreshNs > now;
     const uint32_t busy = ps.busy_mask.load();
     for (int d = 0; d < devices; ++d) {
+      // Charged once its container is on the GPU's arbiter (a process can go live between
+      // SyncContainers and here); until then its time waits in the slot.
+      if (!devices_[static_cast<size_t>(d)].present.test(c)) continue;
       const uint64_t used = ps.gpu_ns[d].load();
       if (used > seen[d]) charge[d][c] += used - seen[d];
       seen[d] = std::max(seen[d], used);
+      if (!live) continue;
       // A process counts only while it beats: a stopped one (SIGSTOP, a debugger) neither waits
       // nor works, and must not keep the token or the arbiter's attention.
       if (fresh && (ps.waiting[d].load() > 0 || (busy & (1u << d)) != 0)) pending[d].set(c);
@@ -295,7 +318,7 @@ uint64_t ComputeService::Step(uint64_t now) {
     }
     const uint64_t bound = native                 ? kNativeBoundNs
                            : high_priority_present ? kHighPriorityBoundNs
-                                                   : ToNs(config.quota_min);
+                                                   : std::max(ToNs(config.quota_min), kInflightFloorNs);
     bool changed = layout_->gate.devices[d].inflight_bound_ns.load() != bound ||
                    layout_->gate.devices[d].gated.load() != (native ? 0u : 1u);
     layout_->gate.devices[d].inflight_bound_ns.store(bound);

@@ -8,7 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -95,6 +97,8 @@ class GateTest : public ::testing::Test {
   static double Kernels(ChildProcess& c) {
     auto v = c.WaitForKey("kernels", 60s);
     EXPECT_TRUE(v.has_value());
+    // Printed on success too: how close a run came to a bound is what a flaky one is judged by.
+    std::printf("[ kernels  ] %s\n", v ? v->c_str() : "none");
     return v ? std::stod(*v) : 0;
   }
   static double LongestLaunchMs(ChildProcess& c) {
@@ -104,6 +108,22 @@ class GateTest : public ::testing::Test {
     return it == c.values().end() ? 1e9 : std::stod(it->second);
   }
   static uint64_t SoonNs() { return MonotonicNs() + 300'000'000; }
+
+  // Kernels of 1 ms per second that one tenant alone gets through the gate on this machine: the
+  // yardstick for the busy-ness bounds below (1000 on an idle machine). A slow or loaded machine
+  // (a sanitizer build, a shared CI runner) lowers the yardstick instead of failing the tests; a
+  // gate that stalls at hand-offs still falls far below it. Measured once per test binary, on the
+  // first test's daemon, before that test's own tenants start.
+  double SoloRate() {
+    static double rate = 0;
+    if (rate == 0) {
+      auto solo = Spinner("solo", 1000, 2, SoonNs(), "stream", {});
+      rate = std::clamp(Kernels(*solo) / 2.0, 1.0, 1000.0);
+      EXPECT_EQ(solo->Wait(30s), 0);
+      std::printf("[ solo     ] %.0f kernels/s\n", rate);
+    }
+    return rate;
+  }
 
   std::string state_, socket_;
   std::unique_ptr<ChildProcess> daemon_;
@@ -115,6 +135,7 @@ class GateHowTest : public GateTest, public ::testing::WithParamInterface<std::s
 
 TEST_P(GateHowTest, FixedPercentageSplitsTheGpuThirtySeventy) {
   StartDaemon({"--policy", "3"});
+  const double rate = SoloRate();
   const uint64_t start = SoonNs();
   auto a = Spinner("thirty", 1000, 2, start, GetParam(), {"TESSERA_CORE_LIMIT=30"});
   auto b = Spinner("seventy", 1000, 2, start, GetParam(), {"TESSERA_CORE_LIMIT=70"});
@@ -124,7 +145,7 @@ TEST_P(GateHowTest, FixedPercentageSplitsTheGpuThirtySeventy) {
   EXPECT_NEAR(share, 30.0, 4.0) << ka << " vs " << kb << " kernels of 1 ms";
   // Capped at 30 + 70: together they keep the device busy most of the 2 s (the benchmark measures
   // how busy; this only catches a gate that stalls).
-  EXPECT_GT(ka + kb, 1500);
+  EXPECT_GT(ka + kb, 0.75 * 2 * rate);
   EXPECT_EQ(a->Wait(30s), 0);
   EXPECT_EQ(b->Wait(30s), 0);
 }
@@ -143,16 +164,18 @@ TEST_F(GateTest, WeightedPreemptiveFollowsOneToTwo) {
 
 TEST_F(GateTest, PreemptiveSharesEquallyAndKeepsTheGpuBusy) {
   StartDaemon({"--policy", "1"});
+  const double rate = SoloRate();
   const uint64_t start = SoonNs();
   auto a = Spinner("left", 1000, 2, start, "stream", {});
   auto b = Spinner("right", 1000, 2, start, "stream", {});
   const double ka = Kernels(*a), kb = Kernels(*b);
   EXPECT_NEAR(100.0 * ka / (ka + kb), 50.0, 4.0);
-  EXPECT_GT(ka + kb, 1600) << "a work-conserving policy leaves the device busy (2000 possible)";
+  EXPECT_GT(ka + kb, 0.8 * 2 * rate) << "a work-conserving policy keeps the device busy";
 }
 
 TEST_F(GateTest, AKilledHolderLosesTheTokenAtOnce) {
   StartDaemon({"--policy", "1"});
+  const double rate = SoloRate();
   const uint64_t start = SoonNs();
   auto victim = Spinner("victim", 1000, 30, start, "stream", {});
   auto other = Spinner("other", 1000, 3, start, "stream", {});
@@ -161,13 +184,14 @@ TEST_F(GateTest, AKilledHolderLosesTheTokenAtOnce) {
   victim->Kill(SIGKILL);
   EXPECT_EQ(victim->Wait(10s), 128 + SIGKILL);
   const double k = Kernels(*other);
-  // About 0.8 s shared, then 2.2 s alone: well over what sharing all along would give (1500).
-  EXPECT_GT(k, 2200);
+  // About 0.8 s shared, then 2.2 s alone: well over what sharing all along would give (1.5 s).
+  EXPECT_GT(k, 0.73 * 3 * rate);
   EXPECT_LT(LongestLaunchMs(*other), 100) << "no launch waited more than a few quotas";
 }
 
 TEST_F(GateTest, AStoppedHolderLosesTheTokenWithinAQuota) {
   StartDaemon({"--policy", "1"});
+  const double rate = SoloRate();
   const uint64_t start = SoonNs();
   auto hung = Spinner("hung", 1000, 30, start, "stream", {});
   auto other = Spinner("other", 1000, 3, start, "stream", {});
@@ -175,7 +199,7 @@ TEST_F(GateTest, AStoppedHolderLosesTheTokenWithinAQuota) {
   std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 800ms);
   hung->Kill(SIGSTOP);
   const double k = Kernels(*other);
-  EXPECT_GT(k, 2000);
+  EXPECT_GT(k, 0.67 * 3 * rate);
   EXPECT_LT(LongestLaunchMs(*other), 300) << "a stopped holder held everyone up";
   hung->Kill(SIGKILL);
 }
