@@ -226,7 +226,7 @@ Result<Message> Registry::SetContainer(const Message& request) {
   }
   auto c = ledger_.UpsertContainer(id, *limits);
   if (!c.ok()) return c.status();
-  ledger_.layout()->containers[*c].flags.store(ledger::kContainerRegistered);
+  ledger_.layout()->containers[*c].flags.fetch_or(ledger::kContainerRegistered);
   (void)ApplyCompute(request, *c, "CONTAINER");
   return Message{"OK", {{"container", std::to_string(*c)}}};
 }

@@ -24,7 +24,7 @@
 namespace tessera::ledger {
 
 inline constexpr uint32_t kLedgerMagic = 0x4c525354;  // "TSRL"
-inline constexpr uint32_t kLedgerVersion = 3;
+inline constexpr uint32_t kLedgerVersion = 4;
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxContainers = 256;
 inline constexpr int kMaxProcesses = 1024;
@@ -34,6 +34,9 @@ enum SlotState : uint32_t { kFree = 0, kLive = 1 };
 // ContainerSlot::flags. A container without it was declared by its first process's HELLO and is
 // removed when its last process goes; a registered one (tessera run, tessera ctl) stays.
 inline constexpr uint32_t kContainerRegistered = 1;
+// Set by reconciliation under the `block` over-limit action while the container holds more than
+// its limit (memory the shim did not see): every new reservation is refused until it is back under.
+inline constexpr uint32_t kContainerBlocked = 2;
 
 struct LedgerDevice {
   char uuid[48];  // "GPU-..." as NVML reports it
@@ -56,14 +59,20 @@ struct ContainerSlot {
   // charged; its processes charge only what lies beyond it, so overlapping work of two processes
   // (or two streams) of one container is never counted twice.
   std::atomic<uint64_t> charged_until_ns[kMaxDevices];
-  std::atomic<uint32_t> flags;  // kContainerRegistered: created by an operator, not by a HELLO
+  std::atomic<uint32_t> flags;  // kContainerRegistered, kContainerBlocked
   uint32_t reserved0;
+  // Reconciliation (daemon-written): bytes the device reports for the container's processes beyond
+  // what they reserved through the shim (contexts, modules, allocations that bypassed it).
+  std::atomic<uint64_t> unseen[kMaxDevices];
+  std::atomic<uint64_t> oom_refusals;  // allocations the shim refused at the limit (cumulative)
+  std::atomic<uint64_t> reserved1;
 };
 static_assert(offsetof(ContainerSlot, id) == 8);
 static_assert(offsetof(ContainerSlot, limit) == 80);
 static_assert(offsetof(ContainerSlot, used) == 80 + 8 * kMaxDevices);
 static_assert(offsetof(ContainerSlot, charged_until_ns) == 80 + 16 * kMaxDevices + 16);
-static_assert(sizeof(ContainerSlot) == 80 + 24 * kMaxDevices + 24);
+static_assert(offsetof(ContainerSlot, unseen) == 80 + 24 * kMaxDevices + 24);
+static_assert(sizeof(ContainerSlot) == 80 + 32 * kMaxDevices + 40);
 
 struct ProcessSlot {
   std::atomic<uint32_t> state;              // SlotState; written by the daemon only

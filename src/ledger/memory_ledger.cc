@@ -151,7 +151,10 @@ Result<uint32_t> MemoryLedger::UpsertContainer(const std::string& id,
     for (int d = 0; d < kMaxDevices; ++d) {
       slot.used[d].store(0);
       slot.charged_until_ns[d].store(0);
+      slot.unseen[d].store(0);
     }
+    slot.flags.store(0);
+    slot.oom_refusals.store(0);
     slot.core_percent.store(100);
     slot.weight.store(1);
     slot.high_priority.store(0);

@@ -48,9 +48,10 @@ class MemoryLedger {
 
   // ---- Fast path (captured processes) ----
   // Reserves `bytes` on `device` for container `c` and process `p`. False when it would exceed the
-  // container's limit; nothing is charged then.
+  // container's limit or the container is blocked (kContainerBlocked); nothing is charged then.
   bool Reserve(uint32_t c, uint32_t p, int device, uint64_t bytes) {
     ContainerSlot& slot = layout_->containers[c];
+    if ((slot.flags.load(std::memory_order_relaxed) & kContainerBlocked) != 0) return false;
     const uint64_t limit = slot.limit[device].load(std::memory_order_relaxed);
     uint64_t used = slot.used[device].load(std::memory_order_relaxed);
     do {
