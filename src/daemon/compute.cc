@@ -13,9 +13,9 @@
 namespace tessera::daemon {
 namespace {
 
-using tessera::ArbiterPolicy;
 using arbiter::Nanos;
 using ipc::MonotonicNs;
+using tessera::ArbiterPolicy;
 
 constexpr uint64_t kIdleBeatNs = 50'000'000;    // the longest the thread sleeps
 constexpr uint64_t kDrainPollNs = 200'000;      // re-check a drain this often (besides wakes)
@@ -110,16 +110,15 @@ Status ComputeService::CanAdmit(const std::vector<int>& devices, int weight) con
     const arbiter::Arbiter& a = *devices_[static_cast<size_t>(d)].arbiter;
     if (weight > a.config().max_inst) {
       return Status::Error("weight=" + std::to_string(weight) + " exceeds GPU " +
-                           std::to_string(d) + "'s max_inst=" +
-                           std::to_string(a.config().max_inst));
+                           std::to_string(d) +
+                           "'s max_inst=" + std::to_string(a.config().max_inst));
     }
     if (weight > a.free_weight()) {
-      return Status::Error("GPU " + std::to_string(d) + " is full: max_inst=" +
-                           std::to_string(a.config().max_inst) +
-                           ", free_weight=" + std::to_string(a.free_weight()) +
-                           ", this container needs weight " + std::to_string(weight) +
-                           " (raise it with `tessera ctl set " + std::to_string(d) +
-                           "/max_inst N`)");
+      return Status::Error(
+          "GPU " + std::to_string(d) + " is full: max_inst=" + std::to_string(a.config().max_inst) +
+          ", free_weight=" + std::to_string(a.free_weight()) + ", this container needs weight " +
+          std::to_string(weight) + " (raise it with `tessera ctl set " + std::to_string(d) +
+          "/max_inst N`)");
     }
   }
   return Status::Ok();
@@ -316,9 +315,10 @@ uint64_t ComputeService::Step(uint64_t now) {
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
       if (decision.may_run.test(c)) desired.set(c);
     }
-    const uint64_t bound = native                 ? kNativeBoundNs
-                           : high_priority_present ? kHighPriorityBoundNs
-                                                   : std::max(ToNs(config.quota_min), kInflightFloorNs);
+    const uint64_t bound = native ? kNativeBoundNs
+                           : high_priority_present
+                               ? kHighPriorityBoundNs
+                               : std::max(ToNs(config.quota_min), kInflightFloorNs);
     bool changed = layout_->gate.devices[d].inflight_bound_ns.load() != bound ||
                    layout_->gate.devices[d].gated.load() != (native ? 0u : 1u);
     layout_->gate.devices[d].inflight_bound_ns.store(bound);

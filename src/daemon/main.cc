@@ -7,12 +7,14 @@
 //            [--ledger NAME] [--ephemeral] [--context-overhead SIZE|measure] [--policy N]
 //            [--max-inst N] [--prio-ratio P] [--quota-min MS] [--quota-max MS]
 //            [--daemon-loss-timeout MS] [--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT]
-//            [--http-allow-write] [--gpu-policy GPU:POLICY]
+//            [--http-allow-write] [--gpu-policy GPU:POLICY] [--reconcile-interval DURATION]
+//            [--over-limit-action log|block|kill]
 // --config loads a YAML file (deploy/tesserad.yaml); flags given on the command line override it.
 // The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
 // The control tree (DESIGN.md section 6) has three doors onto one DaemonNodeControl: the CTL verb
 // on the socket (`tessera ctl`), a FUSE mount (--ctl-mount) and HTTP /v1/ctl/ (--http), which
-// also serves /v1/state and /metrics.
+// also serves /v1/state and /metrics. The reconciler (src/daemon/reconciler.h) compares the
+// ledger with NVML's per-process memory every --reconcile-interval on a thread of its own.
 #include <grp.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -34,6 +36,7 @@
 #include "config/daemon_config.h"
 #include "core/bool_flag.h"
 #include "core/bytes.h"
+#include "core/duration.h"
 #include "core/number.h"
 #include "core/percent.h"
 #include "core/policy.h"
@@ -42,6 +45,7 @@
 #include "daemon/compute.h"
 #include "daemon/ctl_door.h"
 #include "daemon/node_control.h"
+#include "daemon/reconciler.h"
 #include "daemon/registry.h"
 #include "daemon/server.h"
 #include "driver/cuda_api.h"
@@ -70,7 +74,8 @@ int Usage(const std::string& problem) {
                "[--context-overhead SIZE|measure] [--policy 0-5] [--max-inst 1-256] "
                "[--prio-ratio 20-99] [--quota-min MS] [--quota-max MS] [--daemon-loss-timeout MS] "
                "[--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT] [--http-allow-write] "
-               "[--gpu-policy GPU:POLICY]\n",
+               "[--gpu-policy GPU:POLICY] [--reconcile-interval 100ms-10s] "
+               "[--over-limit-action log|block|kill]\n",
                problem.c_str());
   return 2;
 }
@@ -183,6 +188,56 @@ tessera::Result<gid_t> LookUpGroup(const std::string& name, const std::string& i
 
 }  // namespace
 
+// The device's own per-process memory view for the reconciler: NVML's compute-process list
+// (_v3, else _v2), growing the buffer while processes come and go.
+tessera::daemon::ProcessLister NvmlProcessLister() {
+  using tessera::Result;
+  using List = std::vector<tessera::daemon::DeviceProcess>;
+  if (tesserad_nvml_library == nullptr) {
+    return [](int) { return Result<List>::Error("NVML is not loaded"); };
+  }
+  using ListFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
+  auto v3 = tesserad_nvml_library->Resolve<ListFn>("nvmlDeviceGetComputeRunningProcesses_v3");
+  auto v2 = tesserad_nvml_library->Resolve<ListFn>("nvmlDeviceGetComputeRunningProcesses_v2");
+  auto handle = tesserad_nvml_library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
+      "nvmlDeviceGetHandleByIndex_v2");
+  ListFn list = v3.ok() ? *v3 : v2.ok() ? *v2 : nullptr;
+  if (list == nullptr || !handle.ok()) {
+    return [](int) {
+      return Result<List>::Error("NVML has no nvmlDeviceGetComputeRunningProcesses_v3/_v2");
+    };
+  }
+  return [list, handle = *handle](int device) -> Result<List> {
+    nvmlDevice_t dev = nullptr;
+    if (nvmlReturn_t r = handle(static_cast<unsigned int>(device), &dev); r != NVML_SUCCESS) {
+      return Result<List>::Error("nvmlDeviceGetHandleByIndex_v2 failed with " + std::to_string(r));
+    }
+    std::vector<nvmlProcessInfo_t> infos(64);
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      unsigned int count = static_cast<unsigned int>(infos.size());
+      const nvmlReturn_t r = list(dev, &count, infos.data());
+      if (r == NVML_ERROR_INSUFFICIENT_SIZE) {
+        infos.resize(static_cast<size_t>(count) + 16);
+        continue;
+      }
+      if (r != NVML_SUCCESS) {
+        return Result<List>::Error("nvmlDeviceGetComputeRunningProcesses failed with " +
+                                   std::to_string(r));
+      }
+      List out;
+      for (unsigned int i = 0; i < count; ++i) {
+        // Not available (a container without the right to see other processes): unknown, skip.
+        if (infos[i].usedGpuMemory == static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE)) {
+          continue;
+        }
+        out.push_back({static_cast<int32_t>(infos[i].pid), infos[i].usedGpuMemory});
+      }
+      return out;
+    }
+    return Result<List>::Error("the process list kept growing");
+  };
+}
+
 int main(int argc, char** argv) {
   std::string socket_path = "/run/tessera/tessera.sock";
   std::string ledger_name;
@@ -196,6 +251,8 @@ int main(int argc, char** argv) {
   tessera::Bytes default_memsize = tessera::Bytes::Zero();  // 0: no default limit
   std::map<int, tessera::config::GpuOverrides> gpu_overrides;
   std::vector<std::pair<int, tessera::ArbiterPolicy>> gpu_policies;  // --gpu-policy, applied last
+  std::chrono::nanoseconds reconcile_interval = std::chrono::seconds(1);
+  tessera::config::OverLimitAction over_limit_action = tessera::config::OverLimitAction::kLog;
 
   // --config first, so every flag on the command line overrides the file whatever their order.
   std::string config_path;
@@ -230,20 +287,9 @@ int main(int argc, char** argv) {
     ctl_mount = c.ctl_mount;
     ctl_group = c.ctl_group;
     gpu_overrides = c.gpus;
-    // Keys this tesserad reads but cannot act on yet: said once, never silently ignored.
-    if (c.reconcile_interval != defaults.reconcile_interval ||
-        c.over_limit_action != defaults.over_limit_action) {
-      std::fprintf(stderr,
-                   "tesserad: note: %s: reconcile_interval and over_limit_action are not applied "
-                   "yet (this tesserad has no NVML reconciler)\n",
-                   config_path.c_str());
-    }
-    if (c.daemon_loss_timeout != defaults.daemon_loss_timeout) {
-      std::fprintf(stderr,
-                   "tesserad: note: %s: daemon_loss_timeout is not applied yet (captured "
-                   "processes go ungated after --daemon-loss-timeout MS without the arbiter)\n",
-                   config_path.c_str());
-    }
+    reconcile_interval = c.reconcile_interval;
+    over_limit_action = c.over_limit_action;
+    compute_options.loss_timeout_ns = static_cast<uint64_t>(c.daemon_loss_timeout.count());
     std::printf("tesserad: loaded config %s\n", config_path.c_str());
   }
 
@@ -323,6 +369,25 @@ int main(int argc, char** argv) {
                      (index.ok() ? policy.error() : index.error()) + ")");
       }
       gpu_policies.emplace_back(static_cast<int>(*index), *policy);
+    } else if (arg == "--reconcile-interval") {
+      const char* v = flags.Value();
+      auto d = tessera::ParseDuration(v != nullptr ? v : "", "--reconcile-interval",
+                                      std::chrono::milliseconds(100), std::chrono::seconds(10));
+      if (!d.ok()) return Usage(d.error());
+      reconcile_interval = *d;
+    } else if (arg == "--over-limit-action") {
+      const char* v = flags.Value();
+      const std::string text = v != nullptr ? v : "";
+      bool known = false;
+      for (auto a :
+           {tessera::config::OverLimitAction::kLog, tessera::config::OverLimitAction::kBlock,
+            tessera::config::OverLimitAction::kKill}) {
+        if (text == tessera::config::OverLimitActionName(a)) {
+          over_limit_action = a;
+          known = true;
+        }
+      }
+      if (!known) return Usage("--over-limit-action \"" + text + "\": expected log, block or kill");
     } else if (arg == "--sim") {
       sim = true;
     } else if (arg == "--ephemeral") {
@@ -485,10 +550,18 @@ int main(int argc, char** argv) {
       http ? http->address().c_str() : "off");
   std::fflush(stdout);
   (*compute)->Start();
+  tessera::daemon::ReconcilerOptions reconcile;
+  reconcile.interval = reconcile_interval;
+  reconcile.action = over_limit_action;
+  reconcile.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  tessera::daemon::Reconciler reconciler(&registry, (*compute)->device_count(), NvmlProcessLister(),
+                                         reconcile);
+  reconciler.Start();
   tessera::daemon::Server server(&registry, *listen_fd, &tree, writer_group);
   tessera::Status run = server.Run(g_stop);
   if (http) http->Stop();
   if (mount) mount->Stop();
+  reconciler.Stop();
   (*compute)->Stop();
   close(*listen_fd);
   unlink(socket_path.c_str());

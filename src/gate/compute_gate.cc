@@ -22,11 +22,11 @@ using ipc::MonotonicNs;
 
 namespace {
 
-constexpr int kRing = 8;                       // marks a track may have outstanding
-constexpr uint32_t kMaxMarkEvery = 4096;       // launches per mark, at most
-constexpr uint64_t kTickBusyNs = 500'000;      // sampler period while work is in flight
-constexpr uint64_t kTickIdleNs = 10'000'000;   // ... and while the process is idle
-constexpr uint64_t kWaitSliceNs = 5'000'000;   // a gate wait re-checks the daemon this often
+constexpr int kRing = 8;                      // marks a track may have outstanding
+constexpr uint32_t kMaxMarkEvery = 4096;      // launches per mark, at most
+constexpr uint64_t kTickBusyNs = 500'000;     // sampler period while work is in flight
+constexpr uint64_t kTickIdleNs = 10'000'000;  // ... and while the process is idle
+constexpr uint64_t kWaitSliceNs = 5'000'000;  // a gate wait re-checks the daemon this often
 constexpr uint64_t kDefaultBoundNs = 2'000'000;
 constexpr int kQuietTicks = 3;  // ticks without work before a process counts as idle
 
@@ -63,9 +63,9 @@ class TrackLock {
 struct Track {
   // Identity (immutable while live).
   CUcontext ctx = nullptr;
-  CUstream stream = nullptr;  // as the application passed it
-  bool per_thread = false;    // the owning thread's per-thread default stream
-  bool legacy = false;        // the context's legacy default stream
+  CUstream stream = nullptr;    // as the application passed it
+  bool per_thread = false;      // the owning thread's per-thread default stream
+  bool legacy = false;          // the context's legacy default stream
   const void* owner = nullptr;  // per-thread tracks: the owning thread
   int device = -1;              // ledger device index
   std::atomic<bool> live{false};
@@ -259,7 +259,8 @@ void MarkLocked(Track* t, bool by_sampler) {
   t->outstanding.store(t->count, std::memory_order_release);
 }
 
-// ---- Tracks ---------------------------------------------------------------------------------------
+// ---- Tracks
+// ---------------------------------------------------------------------------------------
 Track* NewTrack(CUcontext ctx, CUstream stream, bool per_thread, bool legacy, int device) {
   const GateDriver& drv = g->driver;
   Track* t = nullptr;
@@ -308,9 +309,10 @@ Track* LookupSlow(CUstream stream, bool per_thread_entry) {
   const GateDriver& drv = g->driver;
   CUcontext ctx = nullptr;
   if (drv.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
-  const bool per_thread = stream == TESSERA_CU_STREAM_PER_THREAD ||
-                          (per_thread_entry && stream == nullptr);
-  const bool legacy = stream == TESSERA_CU_STREAM_LEGACY || (!per_thread_entry && stream == nullptr);
+  const bool per_thread =
+      stream == TESSERA_CU_STREAM_PER_THREAD || (per_thread_entry && stream == nullptr);
+  const bool legacy =
+      stream == TESSERA_CU_STREAM_LEGACY || (!per_thread_entry && stream == nullptr);
   const CUstream key = per_thread ? TESSERA_CU_STREAM_PER_THREAD
                        : legacy   ? TESSERA_CU_STREAM_LEGACY
                                   : stream;
@@ -340,7 +342,8 @@ Track* LookupSlow(CUstream stream, bool per_thread_entry) {
   return found;
 }
 
-// ---- Waiting ----------------------------------------------------------------------------------------
+// ---- Waiting
+// ----------------------------------------------------------------------------------------
 void AwaitToken(int device) {
   ledger::ProcessSlot& self = Self();
   ledger::GateDevice& gd = g->layout->gate.devices[device];
@@ -358,11 +361,11 @@ void AwaitToken(int device) {
     if (!ArbiterAlive(MonotonicNs())) {
       bool expected = false;
       if (g->ungated.compare_exchange_strong(expected, true)) {
-        std::fprintf(stderr,
-                     "tessera: WARNING: the Tessera daemon's arbiter has not answered for %llu ms; "
-                     "launching UNGATED until it returns\n",
-                     static_cast<unsigned long long>(
-                         g->layout->gate.loss_timeout_ns.load() / 1000000));
+        std::fprintf(
+            stderr,
+            "tessera: WARNING: the Tessera daemon's arbiter has not answered for %llu ms; "
+            "launching UNGATED until it returns\n",
+            static_cast<unsigned long long>(g->layout->gate.loss_timeout_ns.load() / 1000000));
         SetUngated(true);
       }
       break;
@@ -381,8 +384,9 @@ void AwaitInflight(Track* t) {
   t->lock.Unlock();
 }
 
-// ---- The sampler ------------------------------------------------------------------------------------
-// Waits for every mark of `device` to complete (closing unmarked launches first).
+// ---- The sampler
+// ------------------------------------------------------------------------------------ Waits for
+// every mark of `device` to complete (closing unmarked launches first).
 void DrainDevice(int device) {
   for (Track* t : g->tracks) {
     if (!t->live.load() || t->device != device) continue;
@@ -512,8 +516,9 @@ void StartSampler() {
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t thread;
   if (pthread_create(&thread, &attr, SamplerMain, nullptr) != 0) {
-    std::fprintf(stderr, "tessera: cannot start the GPU-time sampler thread; launches stay gated "
-                         "but this process's GPU time is not measured\n");
+    std::fprintf(stderr,
+                 "tessera: cannot start the GPU-time sampler thread; launches stay gated "
+                 "but this process's GPU time is not measured\n");
     g->sampler_done.store(true);
   }
   pthread_attr_destroy(&attr);
@@ -559,12 +564,11 @@ void ResetGateAfterFork() {
 Track* BeforeLaunch(CUstream stream, bool per_thread) {
   if (g == nullptr || !g->started.load(std::memory_order_acquire)) return nullptr;
   Track* t = t_cache.track;
-  if (__builtin_expect(t == nullptr || t_cache.stream != stream ||
-                           t_cache.per_thread_entry != per_thread ||
-                           t_cache.ctx_generation != t_ctx_generation ||
-                           t_cache.stream_generation !=
-                               g_stream_generation.load(std::memory_order_relaxed),
-                       0)) {
+  if (__builtin_expect(
+          t == nullptr || t_cache.stream != stream || t_cache.per_thread_entry != per_thread ||
+              t_cache.ctx_generation != t_ctx_generation ||
+              t_cache.stream_generation != g_stream_generation.load(std::memory_order_relaxed),
+          0)) {
     t = LookupSlow(stream, per_thread);
     if (t == nullptr) return nullptr;
   }
@@ -576,10 +580,10 @@ Track* BeforeLaunch(CUstream stream, bool per_thread) {
   // The token first, then room in flight; a wait for room re-checks the token, since it may have
   // been revoked meanwhile (else a revoked holder would slip one more kernel in after the wait).
   for (;;) {
-    if (__builtin_expect((g->devices[d].word.load(std::memory_order_acquire)->load(
-                              std::memory_order_acquire) &
-                          g->bit) == 0,
-                         0)) {
+    if (__builtin_expect(
+            (g->devices[d].word.load(std::memory_order_acquire)->load(std::memory_order_acquire) &
+             g->bit) == 0,
+            0)) {
       AwaitToken(d);
     }
     if (__builtin_expect(t->outstanding.load(std::memory_order_relaxed) <

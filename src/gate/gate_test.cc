@@ -149,8 +149,7 @@ TEST_P(GateHowTest, FixedPercentageSplitsTheGpuThirtySeventy) {
   EXPECT_EQ(a->Wait(30s), 0);
   EXPECT_EQ(b->Wait(30s), 0);
 }
-INSTANTIATE_TEST_SUITE_P(Paths, GateHowTest,
-                         ::testing::Values("legacy", "ptsz", "ex", "graph"));
+INSTANTIATE_TEST_SUITE_P(Paths, GateHowTest, ::testing::Values("legacy", "ptsz", "ex", "graph"));
 
 TEST_F(GateTest, WeightedPreemptiveFollowsOneToTwo) {
   StartDaemon({"--policy", "2"});

@@ -105,9 +105,37 @@ std::optional<std::string> ChildProcess::WaitForKey(const std::string& key,
   }
 }
 
+bool ChildProcess::WaitForValue(const std::string& key, const std::string& value,
+                                std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto says = [&] {
+    auto it = values_.find(key);
+    return it != values_.end() && it->second == value;
+  };
+  while (!says()) {
+    if (!ReadSome(deadline) && !says() &&
+        (stdout_fd_ < 0 || std::chrono::steady_clock::now() >= deadline)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void ChildProcess::DrainOutput(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (stdout_fd_ >= 0 && std::chrono::steady_clock::now() < deadline) ReadSome(deadline);
+}
+
+bool ChildProcess::WriteStdin(const std::string& text) {
+  if (stdin_fd_ < 0) return false;
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(stdin_fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
 void ChildProcess::CloseStdin() {

@@ -29,6 +29,12 @@ class ChildProcess {
 
   // Reads stdout until a line "key=..." appears; returns its value, or nullopt at EOF/timeout.
   std::optional<std::string> WaitForKey(const std::string& key, std::chrono::milliseconds timeout);
+  // Reads stdout until the latest "key=..." line says `value`; false at EOF/timeout. (Values
+  // printed and replaced within one read are not seen: for states that last, not blips.)
+  bool WaitForValue(const std::string& key, const std::string& value,
+                    std::chrono::milliseconds timeout);
+  // Writes `text` to the child's stdin; false when it is closed or the write fails.
+  bool WriteStdin(const std::string& text);
   // Closes the child's stdin.
   void CloseStdin();
   // Sends a signal.

@@ -4,6 +4,13 @@
 //
 //   shim_tenant alloc-until-oom CHUNK_MIB   allocate until failure; report; hold until stdin EOF
 //   shim_tenant hold BYTES                  allocate, print ready=1, sleep until killed
+//   shim_tenant bypass SHIM BYPASS          allocate SHIM bytes through the shim and BYPASS bytes
+//                                           through the real driver's own cuMemAlloc_v2 (dlsym on
+//                                           TESSERA_REAL_LIBCUDA: the shim never sees them), print
+//                                           ready=1, then try a 1 MiB allocation through the shim
+//                                           every 50 ms, printing shim_alloc=RESULT when the
+//                                           result changes, until stdin closes; a line "free" on
+//                                           stdin frees the BYPASS bytes (freed=1)
 //   shim_tenant meminfo                     cuMemGetInfo_v2 / cuDeviceTotalMem_v2 as the app sees
 //   them shim_tenant paths BYTES                 each allocation path once; prints the
 //   ledger-visible
@@ -18,6 +25,7 @@
 //                                           (legacy, ptsz, stream, ex or graph); prints
 //                                           kernels=N and the longest single launch call
 #include <dlfcn.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -116,6 +124,49 @@ int main(int argc, char** argv) {
     std::printf("ready=1\n");
     std::fflush(stdout);
     for (;;) pause();
+  }
+  if (mode == "bypass") {
+    CUdeviceptr p = 0;
+    if (arg(2) != 0) CHECK(cuMemAlloc_v2(&p, arg(2)));
+    const char* real = std::getenv("TESSERA_REAL_LIBCUDA");
+    void* lib = real != nullptr ? dlopen(real, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+    using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
+    auto direct = lib != nullptr ? reinterpret_cast<AllocFn>(dlsym(lib, "cuMemAlloc_v2")) : nullptr;
+    if (direct == nullptr || direct == &cuMemAlloc_v2) {
+      std::printf("error=no direct driver entry point\n");
+      return 4;
+    }
+    CUdeviceptr hidden = 0;
+    CHECK(direct(&hidden, arg(3)));
+    std::printf("ready=1\n");
+    std::fflush(stdout);
+    int last = -1;
+    for (;;) {
+      CUdeviceptr probe = 0;
+      const int r = static_cast<int>(cuMemAlloc_v2(&probe, 1 << 20));
+      if (r == CUDA_SUCCESS) CHECK(cuMemFree_v2(probe));
+      if (r != last) {
+        std::printf("shim_alloc=%d\n", r);
+        std::fflush(stdout);
+        last = r;
+      }
+      pollfd in{0, POLLIN, 0};
+      if (poll(&in, 1, 50) > 0) {
+        char buf[64];
+        const ssize_t n = read(0, buf, sizeof(buf));
+        if (n <= 0) break;
+        if (hidden != 0 &&
+            std::string(buf, static_cast<size_t>(n)).find("free") != std::string::npos) {
+          auto direct_free =
+              reinterpret_cast<CUresult (*)(CUdeviceptr)>(dlsym(lib, "cuMemFree_v2"));
+          CHECK(direct_free(hidden));
+          hidden = 0;
+          std::printf("freed=1\n");
+          std::fflush(stdout);
+        }
+      }
+    }
+    return 0;
   }
   if (mode == "meminfo") {
     size_t f = 0, t = 0, total = 0;

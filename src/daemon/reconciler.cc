@@ -1,0 +1,193 @@
+// Reconciler implementation: one pass per interval over the device's process lists and the ledger.
+#include "daemon/reconciler.h"
+
+#include <signal.h>
+
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include "core/bytes.h"
+#include "ledger/ledger_layout.h"
+
+namespace tessera::daemon {
+namespace {
+
+std::string Human(uint64_t bytes) { return FormatBytes(Bytes(bytes)); }
+
+std::string ContainerId(const ledger::ContainerSlot& slot) {
+  return std::string(slot.id, strnlen(slot.id, sizeof(slot.id)));
+}
+
+}  // namespace
+
+Reconciler::Reconciler(Registry* registry, int devices, ProcessLister lister,
+                       ReconcilerOptions options)
+    : registry_(registry),
+      devices_(devices),
+      lister_(std::move(lister)),
+      options_(std::move(options)) {}
+
+Reconciler::~Reconciler() { Stop(); }
+
+void Reconciler::Start() {
+  if (thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Reconciler::Stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Reconciler::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    RunOnce();
+    lock.lock();
+    wake_.wait_for(lock, options_.interval, [this] { return stop_; });
+  }
+}
+
+void Reconciler::Log(const ReconcileEvent& e) {
+  if (!options_.log) return;
+  const std::string gpu = "GPU " + std::to_string(e.device);
+  const std::string action(config::OverLimitActionName(options_.action));
+  switch (e.kind) {
+    case ReconcileEvent::Kind::kOverLimit: {
+      std::string what = "tesserad: reconcile: container " + e.container +
+                         " is over its limit on " + gpu + ": " + Human(e.reserved) +
+                         " reserved through the shim + " + Human(e.unseen) +
+                         " the shim did not see > limit " + Human(e.limit) + "; action " + action;
+      if (options_.action == config::OverLimitAction::kBlock) {
+        what += ": its allocations are refused until it is back under";
+      }
+      if (options_.action == config::OverLimitAction::kKill) {
+        what += ": its processes on " + gpu + " are killed";
+      }
+      options_.log(what);
+      break;
+    }
+    case ReconcileEvent::Kind::kBackUnder:
+      options_.log("tesserad: reconcile: container " + e.container +
+                   " is back under its limit on " + gpu + " (" + Human(e.reserved) +
+                   " reserved + " + Human(e.unseen) + " unseen <= " + Human(e.limit) + ")");
+      break;
+    case ReconcileEvent::Kind::kKilled:
+      options_.log("tesserad: reconcile: killed pid " + std::to_string(e.pid) + " of container " +
+                   e.container + " (over its limit on " + gpu + ")");
+      break;
+    case ReconcileEvent::Kind::kUnregistered:
+      options_.log("tesserad: reconcile: pid " + std::to_string(e.pid) + " holds " +
+                   Human(e.unseen) + " on " + gpu +
+                   " and is not registered with tesserad (it runs without the shim: no limit "
+                   "applies to it)");
+      break;
+  }
+}
+
+std::vector<ReconcileEvent> Reconciler::RunOnce() {
+  std::vector<ReconcileEvent> events;
+  for (int d = 0; d < devices_; ++d) {
+    Result<std::vector<DeviceProcess>> listed = lister_(d);
+    if (!listed.ok()) {
+      if (list_error_reported_.insert(d).second && options_.log) {
+        options_.log("tesserad: reconcile: GPU " + std::to_string(d) + ": " + listed.error() +
+                     "; memory the shim cannot see is not charged until this works");
+      }
+      continue;
+    }
+    list_error_reported_.erase(d);
+    std::vector<std::pair<int32_t, std::string>> to_kill;
+    std::set<int32_t> unregistered_now;
+    registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
+      ledger::LedgerLayout* l = ledger.layout();
+      std::map<int32_t, int> slot_of_pid;
+      for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+        const ledger::ProcessSlot& ps = l->processes[p];
+        if (ps.state.load() == ledger::kLive) slot_of_pid[ps.host_pid.load()] = p;
+      }
+      std::vector<uint64_t> unseen(ledger::kMaxContainers, 0);
+      std::vector<std::vector<int32_t>> pids(ledger::kMaxContainers);
+      for (const DeviceProcess& dp : *listed) {
+        auto found = slot_of_pid.find(dp.pid);
+        if (found == slot_of_pid.end()) {
+          unregistered_now.insert(dp.pid);
+          if (dp.bytes > 0 && unregistered_reported_.insert({d, dp.pid}).second) {
+            ReconcileEvent e{ReconcileEvent::Kind::kUnregistered, d, "", dp.pid, 0, dp.bytes, 0};
+            events.push_back(e);
+          }
+          continue;
+        }
+        const ledger::ProcessSlot& ps = l->processes[found->second];
+        const uint32_t c = ps.container.load() % ledger::kMaxContainers;
+        const uint64_t reserved = ps.used[d].load();
+        if (dp.bytes > reserved) unseen[c] += dp.bytes - reserved;
+        pids[c].push_back(dp.pid);
+      }
+      for (int c = 0; c < ledger::kMaxContainers; ++c) {
+        ledger::ContainerSlot& slot = l->containers[c];
+        if (slot.state.load() != ledger::kLive) continue;
+        slot.unseen[d].store(unseen[c]);
+        const uint64_t reserved = slot.used[d].load();
+        const uint64_t limit = slot.limit[d].load();
+        const bool over =
+            limit != ledger::kUnlimited && unseen[c] > 0 && reserved + unseen[c] > limit;
+        const auto key = std::make_tuple(d, c, slot.generation.load());
+        const bool was = over_.count(key) != 0;
+        ReconcileEvent e{
+            ReconcileEvent::Kind::kOverLimit, d, ContainerId(slot), 0, reserved, unseen[c], limit};
+        if (over && !was) {
+          over_.insert(key);
+          events.push_back(e);
+        } else if (!over && was) {
+          over_.erase(key);
+          e.kind = ReconcileEvent::Kind::kBackUnder;
+          events.push_back(e);
+        }
+        // The flag follows the state every pass, so a restarted daemon (or one whose action
+        // changed) never leaves a container blocked that is not over its limit.
+        if (over && options_.action == config::OverLimitAction::kBlock) {
+          slot.flags.fetch_or(ledger::kContainerBlocked);
+        } else {
+          slot.flags.fetch_and(~ledger::kContainerBlocked);
+        }
+        if (over && options_.action == config::OverLimitAction::kKill) {
+          for (int32_t pid : pids[c]) to_kill.emplace_back(pid, e.container);
+        }
+      }
+      // Forget containers that went away while over their limit.
+      for (auto it = over_.begin(); it != over_.end();) {
+        const auto [dev, c, generation] = *it;
+        const ledger::ContainerSlot& slot = l->containers[c];
+        const bool gone =
+            slot.state.load() != ledger::kLive || slot.generation.load() != generation;
+        it = dev == d && gone ? over_.erase(it) : std::next(it);
+      }
+    });
+    for (auto it = unregistered_reported_.begin(); it != unregistered_reported_.end();) {
+      const bool stale = it->first == d && unregistered_now.count(it->second) == 0;
+      it = stale ? unregistered_reported_.erase(it) : std::next(it);
+    }
+    for (const auto& [pid, container] : to_kill) {
+      if (pid <= 0) continue;
+      if (options_.signal(pid, SIGKILL) == 0) {
+        events.push_back(ReconcileEvent{ReconcileEvent::Kind::kKilled, d, container, pid, 0, 0, 0});
+      }
+    }
+  }
+  for (const ReconcileEvent& e : events) Log(e);
+  return events;
+}
+
+}  // namespace tessera::daemon

@@ -1,0 +1,100 @@
+// Reconciler: tesserad's periodic comparison of the memory ledger with what the device itself
+// reports per process (NVML's running-process list). What a process holds beyond what it reserved
+// through the shim (driver contexts and modules the shim could not see, or allocations that
+// bypassed it) is charged to its container as `unseen` bytes; a container whose reserved plus
+// unseen bytes exceed its limit is handled by the configured action:
+//   log    a line when it goes over (and when it is back under); the metrics show it meanwhile;
+//   block  also sets kContainerBlocked, so every further reservation of the container is refused
+//          until it is back under its limit (the flag is cleared then);
+//   kill   also SIGKILLs the container's processes on that GPU (the registry reclaims them when
+//          their sockets close).
+// Processes NVML lists that no container registered are reported once each (they escape every
+// limit; nothing can be charged to a container for them).
+//
+// Thread-safety: RunOnce() reads and writes the ledger under the registry's mutex; Start() runs it
+// every interval on a thread of its own. What it must not do: change reservations (`used`) —
+// those belong to the shim — or touch the compute gate.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "config/daemon_config.h"
+#include "core/result.h"
+#include "daemon/registry.h"
+
+namespace tessera::daemon {
+
+// One process the device reports, with the bytes it holds there.
+struct DeviceProcess {
+  int32_t pid = 0;  // host pid
+  uint64_t bytes = 0;
+};
+
+// The device's process list for a GPU (NVML in tesserad; a fake in tests).
+using ProcessLister = std::function<Result<std::vector<DeviceProcess>>(int device)>;
+
+struct ReconcilerOptions {
+  std::chrono::nanoseconds interval = std::chrono::seconds(1);
+  config::OverLimitAction action = config::OverLimitAction::kLog;
+  // Sends the kill action's signal (kill(2) in tesserad; tests may observe it instead).
+  std::function<int(pid_t, int)> signal = [](pid_t pid, int sig) { return ::kill(pid, sig); };
+  // Receives each log line (stderr in tesserad).
+  std::function<void(const std::string&)> log;
+};
+
+// What one pass found and did, per GPU and container, for tests and the log.
+struct ReconcileEvent {
+  enum class Kind { kOverLimit, kBackUnder, kKilled, kUnregistered };
+  Kind kind;
+  int device = 0;
+  std::string container;  // empty for kUnregistered
+  int32_t pid = 0;        // kKilled, kUnregistered
+  uint64_t reserved = 0;  // bytes reserved through the shim
+  uint64_t unseen = 0;    // bytes the device reports beyond them
+  uint64_t limit = 0;
+};
+
+class Reconciler {
+ public:
+  Reconciler(Registry* registry, int devices, ProcessLister lister, ReconcilerOptions options);
+  ~Reconciler();
+  Reconciler(const Reconciler&) = delete;
+  Reconciler& operator=(const Reconciler&) = delete;
+
+  void Start();
+  void Stop();
+  // One pass over every GPU; returns the events it logged.
+  std::vector<ReconcileEvent> RunOnce();
+
+ private:
+  void Loop();
+  void Log(const ReconcileEvent& e);
+
+  Registry* registry_;
+  int devices_;
+  ProcessLister lister_;
+  ReconcilerOptions options_;
+  // (device, container slot, container generation) pairs over their limit at the last pass.
+  std::set<std::tuple<int, int, uint32_t>> over_;
+  std::set<std::pair<int, int32_t>> unregistered_reported_;
+  std::set<int> list_error_reported_;  // GPUs whose process list failed (said once)
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::daemon
