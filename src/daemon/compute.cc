@@ -150,6 +150,7 @@ DeviceShares ComputeService::Shares(int device) const {
     share.high_priority = spec.high_priority;
     share.holder = dev.holder == c;
     share.pending = dev.pending.test(c);
+    share.grants = dev.grants[static_cast<size_t>(c)];
     const double core = spec.core_limit.value();
     switch (config.policy) {
       case ArbiterPolicy::kFair:
@@ -213,6 +214,7 @@ void ComputeService::SyncContainers() {
         (void)a.RemoveContainer(c);
         dev.present.reset(c);
         dev.pending.reset(c);
+        dev.grants[static_cast<size_t>(c)] = 0;
         dev.next_ns = 0;
       }
       if (!live) continue;
@@ -339,6 +341,9 @@ uint64_t ComputeService::Step(uint64_t now) {
     if (grant.any()) {
       if (dev.draining.none() || decision.high_priority_lane || now >= dev.drain_deadline_ns) {
         dev.published |= grant;
+        for (int c = 0; c < ledger::kMaxContainers; ++c) {
+          if (grant.test(static_cast<size_t>(c))) ++dev.grants[static_cast<size_t>(c)];
+        }
         dev.draining.reset();
         changed = true;
       } else {

@@ -48,6 +48,9 @@ struct ContainerShare {
   bool pending = false;
   int weight = 1;
   bool high_priority = false;
+  // Times the arbiter granted the container the token on this GPU since it joined the GPU's
+  // arbiter (tessera_container_token_grants_total); back to 0 when it leaves.
+  uint64_t grants = 0;
 };
 
 struct DeviceShares {
@@ -83,6 +86,7 @@ class ComputeService {
     std::bitset<ledger::kMaxContainers> published;
     std::bitset<ledger::kMaxContainers> draining;
     std::bitset<ledger::kMaxContainers> pending;
+    std::vector<uint64_t> grants = std::vector<uint64_t>(ledger::kMaxContainers);  // see Shares
     std::optional<int> holder;
     bool lane = false;
     uint64_t drain_deadline_ns = 0;

@@ -1,12 +1,16 @@
 // The CTL verb, the HTTP routes and /metrics: translations between requests and the control tree
-// (or the ledger, for metrics), and the write permission check.
+// (or the ledger, for metrics), and the write permission check. RenderMetrics only reads: the
+// counters it exports are written by the shim (oom_refusals), the gate (token_wait_ns), the
+// arbiter thread (grants, the heartbeat) and the reconciler (unseen, blocked).
 #include "daemon/ctl_door.h"
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
+#include "ipc/futex.h"
 #include "metrics/exposition.h"
 
 namespace tessera::daemon {
@@ -210,9 +214,12 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
       }
     }
     std::vector<int> process_count(ledger::kMaxContainers, 0);
+    int live_processes = 0;
     for (int p = 0; p < ledger::kMaxProcesses; ++p) {
       const ledger::ProcessSlot& ps = l->processes[p];
-      if (ps.state.load() == ledger::kLive) ++process_count[ps.container.load() % 256];
+      if (ps.state.load() != ledger::kLive) continue;
+      ++process_count[ps.container.load() % ledger::kMaxContainers];
+      ++live_processes;
     }
     // Every name and label here is fixed or a validated container id, so the writer refuses
     // nothing; a refusal would be a bug, and it only drops that sample.
@@ -300,6 +307,51 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
     for (const Live& c : live) {
       (void)w.AddSample({{"container", c.id}}, process_count[c.slot]);
     }
+    family("tessera_container_memory_unseen_bytes",
+           "Memory the GPU reports for the container's processes beyond what the shim reserved");
+    for (const Live& c : live) {
+      for (int d = 0; d < devices; ++d) {
+        (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}},
+                          l->containers[c.slot].unseen[d].load());
+      }
+    }
+    family("tessera_container_blocked",
+           "1 while every new reservation of the container is refused (over its limit, block)");
+    for (const Live& c : live) {
+      const bool blocked = (l->containers[c.slot].flags.load() & ledger::kContainerBlocked) != 0;
+      (void)w.AddSample({{"container", c.id}}, blocked ? 1 : 0);
+    }
+    family("tessera_container_oom_refusals_total",
+           "Allocation calls the shim refused with CUDA_ERROR_OUT_OF_MEMORY at the memory limit",
+           MetricType::kCounter);
+    for (const Live& c : live) {
+      (void)w.AddSample({{"container", c.id}}, l->containers[c.slot].oom_refusals.load());
+    }
+    family("tessera_container_token_wait_seconds_total",
+           "Time the container's launches waited at the gate for the compute token",
+           MetricType::kCounter);
+    for (const Live& c : live) {
+      const uint64_t ns = l->containers[c.slot].token_wait_ns.load();
+      (void)w.AddSample({{"container", c.id}}, static_cast<double>(ns) / 1e9);
+    }
+    family("tessera_container_token_grants_total",
+           "Times the arbiter granted the container the compute token on the GPU",
+           MetricType::kCounter);
+    for (const Live& c : live) {
+      for (int d = 0; d < devices; ++d) {
+        const ContainerShare* s = share_of(d, c.slot);
+        (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}},
+                          s != nullptr ? s->grants : uint64_t{0});
+      }
+    }
+    family("tessera_processes", "Processes registered on the node (live process slots)");
+    (void)w.AddSample({}, live_processes);
+    family("tessera_arbiter_beat_age_seconds",
+           "Time since the arbiter's last heartbeat in the ledger (+Inf: it never beat)");
+    const uint64_t beat = l->gate.beat_ns.load();
+    const uint64_t now = ipc::MonotonicNs();
+    (void)w.AddSample({}, beat == 0 ? std::numeric_limits<double>::infinity()
+                                    : static_cast<double>(now > beat ? now - beat : 0) / 1e9);
     return w.text();
   });
 }

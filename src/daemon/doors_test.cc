@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "ctl/fuse_mount.h"
+#include "ipc/futex.h"
 #include "ipc/unix_socket.h"
 #include "process/child_process.h"
 
@@ -112,6 +113,16 @@ HttpResult Http(uint16_t port, const std::string& method, const std::string& tar
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The value of the sample `series` (name and labels exactly as exported) in an exposition, or
+// nullopt when it has no such line.
+std::optional<double> SampleValue(const std::string& exposition, const std::string& series) {
+  const std::string text = "\n" + exposition;
+  const std::string start = "\n" + series + " ";
+  const size_t pos = text.find(start);
+  if (pos == std::string::npos) return std::nullopt;
+  return std::strtod(text.c_str() + pos + start.size(), nullptr);
 }
 
 // Why FUSE cannot be mounted here, or nullopt when it can be tried.
@@ -423,15 +434,77 @@ TEST_F(DoorsTest, MetricsShowTheContainer) {
       "tessera_container_weight{container=\"web\"} 2\n",
       "tessera_container_high_priority{container=\"web\"} 0\n",
       "tessera_container_processes{container=\"web\"} 1\n",
+      "tessera_container_memory_unseen_bytes{container=\"web\",gpu=\"1\"} ",
+      "tessera_container_blocked{container=\"web\"} 0\n",
+      "# TYPE tessera_container_oom_refusals_total counter\n"
+      "tessera_container_oom_refusals_total{container=\"web\"} 0\n",
+      "# TYPE tessera_container_token_wait_seconds_total counter\n"
+      "tessera_container_token_wait_seconds_total{container=\"web\"} ",
+      "# TYPE tessera_container_token_grants_total counter\n",
+      "tessera_container_token_grants_total{container=\"web\",gpu=\"1\"} ",
+      "# TYPE tessera_processes gauge\ntessera_processes 1\n",
+      "# TYPE tessera_arbiter_beat_age_seconds gauge\ntessera_arbiter_beat_age_seconds ",
   };
   for (const std::string& e : expected) {
     EXPECT_NE(m.body.find(e), std::string::npos) << "missing: " << e << "\nin:\n" << m.body;
   }
+  // The arbiter beats at least every 50 ms while the daemon runs (1 s: a loaded machine).
+  const auto beat_age = SampleValue(m.body, "tessera_arbiter_beat_age_seconds");
+  ASSERT_TRUE(beat_age.has_value()) << m.body;
+  EXPECT_GE(*beat_age, 0.0);
+  EXPECT_LT(*beat_age, 1.0) << "the arbiter has not beaten for " << *beat_age << " s";
   // Writes over HTTP are off without --http-allow-write, and say how to turn them on.
   HttpResult put = Http(port_, "PUT", "/v1/ctl/0/policy", "1");
   EXPECT_EQ(put.status, 403);
   EXPECT_NE(put.body.find("--http-allow-write"), std::string::npos) << put.body;
   EXPECT_EQ(Ctl("get 0/policy").output, "0\n");
+}
+
+// The monitoring counters move with real events: a tenant allocating past web's limit is refused
+// once (one refused call, however many reservations it tried); a spin tenant under policy 1 waits
+// for the token and is granted it.
+TEST_F(DoorsTest, MetricsCountRefusalsWaitsAndGrants) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({}));
+  ASSERT_NO_FATAL_FAILURE(AddWebWithTenant());
+  ASSERT_EQ(Ctl("set 0/policy 1").status, 0);
+  std::vector<std::string> env = SimEnv();
+  env.push_back("TESSERA_SOCKET=" + socket_);
+  env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
+  env.push_back("TESSERA_CONTAINER=web");
+  // One second of 2 ms kernels on GPU 0, starting now.
+  ChildProcess spin({BuildDir() + "/tests/shim_tenant", "spin", "2000", "1",
+                     std::to_string(tessera::ipc::MonotonicNs()), "stream"},
+                    env);
+  ChildProcess greedy({BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "256"}, env);
+  ASSERT_TRUE(greedy.WaitForKey("failure", 20s).has_value()) << "the greedy tenant never stopped";
+  EXPECT_EQ(greedy.values().at("failure"), "2");  // CUDA_ERROR_OUT_OF_MEMORY
+  ASSERT_EQ(spin.Wait(20s), 0) << "the spin tenant failed";
+  HttpResult m = Http(port_, "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(SampleValue(m.body, "tessera_container_oom_refusals_total{container=\"web\"}"), 1.0)
+      << m.body;
+  EXPECT_EQ(SampleValue(m.body, "tessera_processes"), 2.0) << m.body;  // hold and greedy
+  EXPECT_EQ(SampleValue(m.body, "tessera_container_processes{container=\"web\"}"), 2.0);
+  const auto grants =
+      SampleValue(m.body, "tessera_container_token_grants_total{container=\"web\",gpu=\"0\"}");
+  ASSERT_TRUE(grants.has_value()) << m.body;
+  EXPECT_GE(*grants, 1.0) << m.body;
+  const auto waited =
+      SampleValue(m.body, "tessera_container_token_wait_seconds_total{container=\"web\"}");
+  ASSERT_TRUE(waited.has_value()) << m.body;
+  EXPECT_GT(*waited, 0.0) << "the spin tenant's first launch waits for the token\n" << m.body;
+  EXPECT_LT(*waited, 20.0) << m.body;
+  // A second refused call counts once more.
+  greedy.CloseStdin();
+  EXPECT_EQ(greedy.Wait(10s), 0);
+  ChildProcess again({BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "4096"}, env);
+  ASSERT_TRUE(again.WaitForKey("failure", 20s).has_value());
+  EXPECT_EQ(again.values().at("allocated"), "0");  // 4 GiB never fits web's 2 GiB
+  m = Http(port_, "GET", "/metrics");
+  EXPECT_EQ(SampleValue(m.body, "tessera_container_oom_refusals_total{container=\"web\"}"), 2.0)
+      << m.body;
+  again.CloseStdin();
+  EXPECT_EQ(again.Wait(10s), 0);
 }
 
 TEST_F(DoorsTest, FuseAgreesWithCtlAndHttp) {

@@ -347,9 +347,10 @@ Track* LookupSlow(CUstream stream, bool per_thread_entry) {
 void AwaitToken(int device) {
   ledger::ProcessSlot& self = Self();
   ledger::GateDevice& gd = g->layout->gate.devices[device];
-  const ledger::ContainerSlot& container = g->layout->containers[g->container];
+  ledger::ContainerSlot& container = g->layout->containers[g->container];
   self.waiting[device].fetch_add(1, std::memory_order_acq_rel);
-  self.beat_ns.store(MonotonicNs(), std::memory_order_release);  // a waiting thread is alive
+  const uint64_t wait_start = MonotonicNs();
+  self.beat_ns.store(wait_start, std::memory_order_release);  // a waiting thread is alive
   WakeArbiter();
   for (;;) {
     const uint32_t seq = gd.grant_seq.load(std::memory_order_acquire);
@@ -373,6 +374,8 @@ void AwaitToken(int device) {
     ipc::FutexWait(&gd.grant_seq, seq, kWaitSliceNs);
     self.beat_ns.store(MonotonicNs(), std::memory_order_release);
   }
+  // The wait, for tessera_container_token_wait_seconds_total (one add on the slow path).
+  container.token_wait_ns.fetch_add(MonotonicNs() - wait_start, std::memory_order_relaxed);
   self.waiting[device].fetch_sub(1, std::memory_order_acq_rel);
 }
 

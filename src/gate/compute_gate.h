@@ -1,7 +1,8 @@
 // ComputeGate: the process side of compute isolation (issue 4). Before every kernel or graph
 // launch the shim asks the gate; the launch proceeds at once when the process's container holds
 // its device's token (an atomic load and a branch), and otherwise waits on a futex in shared
-// memory until the daemon's arbiter grants it. The gate also measures the GPU time the process
+// memory until the daemon's arbiter grants it (the time waited is added to the container's
+// ContainerSlot::token_wait_ns, for the metrics). The gate also measures the GPU time the process
 // uses and bounds how much work it keeps queued:
 //
 //  * Tracks. Every stream the process launches on gets a Track: the explicit stream, the

@@ -64,14 +64,21 @@ struct ContainerSlot {
   // Reconciliation (daemon-written): bytes the device reports for the container's processes beyond
   // what they reserved through the shim (contexts, modules, allocations that bypassed it).
   std::atomic<uint64_t> unseen[kMaxDevices];
-  std::atomic<uint64_t> oom_refusals;  // allocations the shim refused at the limit (cumulative)
-  std::atomic<uint64_t> reserved1;
+  // Monitoring counters, cumulative since the slot was taken (UpsertContainer zeroes them):
+  // allocation calls the shim refused because Reserve did (one per refused call, not per retry),
+  // and the nanoseconds its processes' launches waited at the gate for the compute token
+  // (ComputeGate's AwaitToken adds each wait). Both are written by the shim on its slow paths.
+  // token_wait_ns took the place of v4's last reserved word: same offset and size, and a reader
+  // that ignores it loses nothing, so the layout version stays 4.
+  std::atomic<uint64_t> oom_refusals;
+  std::atomic<uint64_t> token_wait_ns;
 };
 static_assert(offsetof(ContainerSlot, id) == 8);
 static_assert(offsetof(ContainerSlot, limit) == 80);
 static_assert(offsetof(ContainerSlot, used) == 80 + 8 * kMaxDevices);
 static_assert(offsetof(ContainerSlot, charged_until_ns) == 80 + 16 * kMaxDevices + 16);
 static_assert(offsetof(ContainerSlot, unseen) == 80 + 24 * kMaxDevices + 24);
+static_assert(offsetof(ContainerSlot, token_wait_ns) == 80 + 32 * kMaxDevices + 32);
 static_assert(sizeof(ContainerSlot) == 80 + 32 * kMaxDevices + 40);
 
 struct ProcessSlot {

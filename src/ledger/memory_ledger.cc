@@ -155,6 +155,7 @@ Result<uint32_t> MemoryLedger::UpsertContainer(const std::string& id,
     }
     slot.flags.store(0);
     slot.oom_refusals.store(0);
+    slot.token_wait_ns.store(0);
     slot.core_percent.store(100);
     slot.weight.store(1);
     slot.high_priority.store(0);

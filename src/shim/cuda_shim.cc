@@ -1,9 +1,10 @@
 // The libcuda.so.1 shim's wrappers: every hooked entry point of cuda_hooks.def. Each wrapper
 // forwards to the real driver through the trampoline table and, when the tenant is enforcing,
 // charges device memory in the node's ledger: reserve (one CAS) before the driver call, record the
-// pointer in a lock-free map after it, roll back if the driver fails. Frees are always forwarded,
-// tracked or not. cuGetProcAddress(_v2) calls the real function and maps the returned pointer to
-// the wrapper of that exact variant (pointer identity, never a name guess).
+// pointer in a lock-free map after it, roll back if the driver fails; a call refused because the
+// ledger refused its reservation adds 1 to the container's oom_refusals. Frees are always
+// forwarded, tracked or not. cuGetProcAddress(_v2) calls the real function and maps the returned
+// pointer to the wrapper of that exact variant (pointer identity, never a name guess).
 //
 // Fast path rules: no syscalls, locks, getenv, logging or allocation in a wrapper while enforcing,
 // except the pool paths, which read pool attributes through the driver (documented).
@@ -126,6 +127,15 @@ bool Reserve(int device, uint64_t bytes) {
   return t.ledger->Reserve(t.container, t.process, device, bytes);
 }
 
+// The answer to an allocation call whose reservation the ledger refused (the container's limit, or
+// a blocked container): counts the call once in the container's oom_refusals, which tesserad
+// exports, and returns CUDA_ERROR_OUT_OF_MEMORY. Call it once per refused call, after any retry.
+CUresult RefusedAtLimit() {
+  auto& t = Tenant();
+  t.ledger->layout()->containers[t.container].oom_refusals.fetch_add(1, std::memory_order_relaxed);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
 void Unreserve(int device, uint64_t bytes) {
   auto& t = Tenant();
   if (device < 0 || device >= t.ledger->device_count()) return;
@@ -141,7 +151,7 @@ bool ResyncPools();
 template <typename Call>
 CUresult Charged(HandleMap& map, int device, uint64_t bytes, uint64_t* key, Call call) {
   if (!Reserve(device, bytes) && !(ResyncPools() && Reserve(device, bytes))) {
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return RefusedAtLimit();
   }
   const CUresult r = call();
   if (r != CUDA_SUCCESS) {
@@ -223,13 +233,13 @@ CUresult PoolAlloc(CUmemoryPool explicit_pool, size_t size, Alloc alloc) {
     REAL(cuMemPoolGetAttribute)(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
     REAL(cuMemPoolTrimTo)(pool, used);
     SyncPool(pool, device);
-    if (!Reserve(device, headroom)) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!Reserve(device, headroom)) return RefusedAtLimit();
   }
   const CUresult r = alloc();
   Unreserve(device, headroom);
   if (!SyncPool(pool, device)) {
     // The pool grew past the cap (it reserves more than it hands out): undo the allocation.
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return RefusedAtLimit();
   }
   return r;
 }
@@ -300,7 +310,7 @@ TESSERA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, siz
   // (512), then settle to pitch x height.
   const uint64_t estimate = RoundUp(((width + 511) / 512 * 512) * static_cast<uint64_t>(height));
   const int device = CurrentDevice();
-  if (!Reserve(device, estimate)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!Reserve(device, estimate)) return RefusedAtLimit();
   const CUresult r = REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, element);
   if (r != CUDA_SUCCESS) {
     Unreserve(device, estimate);
@@ -310,7 +320,7 @@ TESSERA_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, siz
   if (actual > estimate && !Reserve(device, actual - estimate)) {
     REAL(cuMemFree_v2)(*dptr);
     Unreserve(device, estimate);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return RefusedAtLimit();
   }
   if (actual < estimate) Unreserve(device, estimate - actual);
   if (!g_pointers.Insert(*dptr, Charge{static_cast<uint32_t>(device), actual})) {
@@ -385,7 +395,7 @@ CUresult ChargeContext(int ordinal) {
   if ((g_context_charged.fetch_or(bit) & bit) != 0) return CUDA_SUCCESS;
   if (!Reserve(d, bytes)) {
     g_context_charged.fetch_and(~bit);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    return RefusedAtLimit();
   }
   return CUDA_SUCCESS;
 }
