@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/container_id.h"
 #include "core/device_selector.h"
@@ -15,7 +16,24 @@
 namespace tessera::daemon {
 namespace {
 
-bool PidAlive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+// Whether `pid` is a process that has not exited. A zombie (exited, not yet reaped by its parent)
+// counts as dead: its driver state, GPU memory included, went with its exit, so its ledger bytes
+// must go too; kill(pid, 0) alone succeeds on a zombie and kept them counted until the reap.
+bool PidAlive(pid_t pid) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
+  char path[32];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return true;  // no /proc here: kill's answer stands
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the state follows the last ')'.
+  const char* close = std::strrchr(buf, ')');
+  if (close == nullptr || close[1] != ' ') return true;
+  return close[2] != 'Z' && close[2] != 'X';
+}
 
 std::string Json(const std::string& s) {
   std::string out = "\"";
