@@ -249,10 +249,12 @@ Result<Message> Registry::SetContainer(const Message& request) {
   return Message{"OK", {{"container", std::to_string(*c)}}};
 }
 
-void Registry::Disconnected(uint32_t process_slot) {
+void Registry::Disconnected(uint32_t process_slot, uint32_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (process_slot == kNoProcess) return;
-  const uint32_t c = ledger_.layout()->processes[process_slot].container.load();
+  if (process_slot == kNoProcess || process_slot >= ledger::kMaxProcesses) return;
+  const ledger::ProcessSlot& slot = ledger_.layout()->processes[process_slot];
+  if (slot.generation.load() != generation) return;  // reclaimed already (and maybe reused)
+  const uint32_t c = slot.container.load();
   ledger_.ReclaimProcess(process_slot);
   RemoveIfUnused(c);
 }
