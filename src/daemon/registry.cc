@@ -29,7 +29,7 @@ bool PidAlive(pid_t pid) {
   const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
   std::fclose(f);
   buf[n] = '\0';
-  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the state follows the last ')'.
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses; the state follows the last one.
   const char* close = std::strrchr(buf, ')');
   if (close == nullptr || close[1] != ' ') return true;
   return close[2] != 'Z' && close[2] != 'X';
@@ -79,8 +79,7 @@ Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
     char* end = nullptr;
     errno = 0;
     const unsigned long v = std::strtoul(text.c_str(), &end, 10);
-    if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 || v < f.low ||
-        v > f.high) {
+    if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 || v < f.low || v > f.high) {
       return Result<ComputeFields>::Error(std::string(verb) + " " + f.key + "=" + text +
                                           ": expected " + f.meaning);
     }

@@ -361,8 +361,8 @@ int main(int argc, char** argv) {
         } else if (r == CUDA_ERROR_OUT_OF_MEMORY && (shared || held_bytes + bytes > limit)) {
           ++ooms;
         } else {
-          std::printf("bad_alloc=%d\nbad_alloc_bytes=%llu\nheld_at_bad=%llu\n",
-                      static_cast<int>(r), static_cast<unsigned long long>(bytes),
+          std::printf("bad_alloc=%d\nbad_alloc_bytes=%llu\nheld_at_bad=%llu\n", static_cast<int>(r),
+                      static_cast<unsigned long long>(bytes),
                       static_cast<unsigned long long>(held_bytes));
           bad = r == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : r;
         }
@@ -382,12 +382,12 @@ int main(int argc, char** argv) {
     }
     stop.store(true);
     launcher.join();
-    std::printf("held_bytes=%llu\nallocs=%llu\nooms=%llu\nkernels=%llu\n"
-                "longest_launch_ms=%.3f\nlaunch_error=%d\ndone=1\n",
-                static_cast<unsigned long long>(held_bytes),
-                static_cast<unsigned long long>(allocs), static_cast<unsigned long long>(ooms),
-                static_cast<unsigned long long>(kernels.load()),
-                static_cast<double>(longest.load()) / 1e6, launch_error.load());
+    std::printf(
+        "held_bytes=%llu\nallocs=%llu\nooms=%llu\nkernels=%llu\n"
+        "longest_launch_ms=%.3f\nlaunch_error=%d\ndone=1\n",
+        static_cast<unsigned long long>(held_bytes), static_cast<unsigned long long>(allocs),
+        static_cast<unsigned long long>(ooms), static_cast<unsigned long long>(kernels.load()),
+        static_cast<double>(longest.load()) / 1e6, launch_error.load());
     std::fflush(stdout);
     WaitForStdinEof();
     for (const Block& b : held) CHECK(cuMemFree_v2(b.ptr));
