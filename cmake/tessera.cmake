@@ -1,19 +1,20 @@
 # Helpers shared by every folder's CMakeLists.txt.
 
-# tessera_test(NAME SOURCES... [LIBS libs...] [LABELS labels...] [TIMEOUT seconds])
+# tessera_test(NAME SOURCES... [LIBS libs...] [LABELS labels...] [TIMEOUT seconds] [ARGS args...])
+# ARGS are passed to the test program by CTest (e.g. a --gtest_filter).
 # A GoogleTest executable registered with CTest. Every test has a time bound.
 function(tessera_test name)
   if(NOT TESSERA_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main GTest::gmock)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
-  add_test(NAME ${name} COMMAND ${name})
+  add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}"
     ENVIRONMENT "TESSERA_BUILD_DIR=${CMAKE_BINARY_DIR}")
 endfunction()

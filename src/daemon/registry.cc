@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/container_id.h"
 #include "core/device_selector.h"
@@ -15,7 +16,24 @@
 namespace tessera::daemon {
 namespace {
 
-bool PidAlive(pid_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+// Whether `pid` is a process that has not exited. A zombie (exited, not yet reaped by its parent)
+// counts as dead: its driver state, GPU memory included, went with its exit, so its ledger bytes
+// must go too; kill(pid, 0) alone succeeds on a zombie and kept them counted until the reap.
+bool PidAlive(pid_t pid) {
+  if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return false;
+  char path[32];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return true;  // no /proc here: kill's answer stands
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses; the state follows the last one.
+  const char* close = std::strrchr(buf, ')');
+  if (close == nullptr || close[1] != ' ') return true;
+  return close[2] != 'Z' && close[2] != 'X';
+}
 
 std::string Json(const std::string& s) {
   std::string out = "\"";
@@ -61,8 +79,7 @@ Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
     char* end = nullptr;
     errno = 0;
     const unsigned long v = std::strtoul(text.c_str(), &end, 10);
-    if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 || v < f.low ||
-        v > f.high) {
+    if (text.empty() || text[0] == '-' || *end != '\0' || errno != 0 || v < f.low || v > f.high) {
       return Result<ComputeFields>::Error(std::string(verb) + " " + f.key + "=" + text +
                                           ": expected " + f.meaning);
     }
@@ -231,10 +248,12 @@ Result<Message> Registry::SetContainer(const Message& request) {
   return Message{"OK", {{"container", std::to_string(*c)}}};
 }
 
-void Registry::Disconnected(uint32_t process_slot) {
+void Registry::Disconnected(uint32_t process_slot, uint32_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (process_slot == kNoProcess) return;
-  const uint32_t c = ledger_.layout()->processes[process_slot].container.load();
+  if (process_slot == kNoProcess || process_slot >= ledger::kMaxProcesses) return;
+  const ledger::ProcessSlot& slot = ledger_.layout()->processes[process_slot];
+  if (slot.generation.load() != generation) return;  // reclaimed already (and maybe reused)
+  const uint32_t c = slot.container.load();
   ledger_.ReclaimProcess(process_slot);
   RemoveIfUnused(c);
 }

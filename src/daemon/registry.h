@@ -44,8 +44,10 @@ class Registry {
   Result<Message> Hello(const Message& request, pid_t pid, uint32_t* process_slot);
   // CONTAINER: creates or updates a container's limits.
   Result<Message> SetContainer(const Message& request);
-  // The connection of a registered process closed: everything it held goes back.
-  void Disconnected(uint32_t process_slot);
+  // The connection of a registered process closed: everything it held goes back. `generation` is
+  // the slot's generation its HELLO reply carried: a slot the sweep (ReclaimDeadProcesses) already
+  // took back, and perhaps gave to a new process since, is left alone.
+  void Disconnected(uint32_t process_slot, uint32_t generation);
   // Reclaims slots of processes that died while no daemon was watching (after a restart).
   int ReclaimDeadProcesses();
   std::string StatusJson() const;

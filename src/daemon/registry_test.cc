@@ -44,8 +44,31 @@ TEST_F(RegistryTest, SelfDeclaredContainerGetsItsLimitsOnItsVisibleDevices) {
   EXPECT_EQ(r.ledger().Limit(c, 0), ledger::kUnlimited);
   EXPECT_EQ(r.ledger().layout()->processes[slot].host_pid.load(), 42);
   EXPECT_EQ(r.ledger().layout()->processes[slot].local_pid.load(), 42) << "defaults to host pid";
-  r.Disconnected(slot);
+  r.Disconnected(slot, static_cast<uint32_t>(std::stoul(reply->Get("generation"))));
   EXPECT_EQ(r.ledger().layout()->processes[slot].state.load(), ledger::kFree);
+}
+
+// A process that died without its close being seen yet is reclaimed by the sweep, and its slot
+// can go to a newcomer before the close arrives: that late close must not take the newcomer's.
+TEST_F(RegistryTest, ALateCloseDoesNotReclaimTheSlotsNextOwner) {
+  Registry r = Make();
+  uint32_t slot = 0;
+  const pid_t gone = 0x3ffffff0;  // no such process
+  auto first = r.Hello(Parse("HELLO version=1 container=web mem=1073741824"), gone, &slot);
+  ASSERT_TRUE(first.ok()) << first.error();
+  const auto generation = static_cast<uint32_t>(std::stoul(first->Get("generation")));
+  ASSERT_TRUE(r.ledger().layout()->processes[slot].used[0].load() == 0);
+  EXPECT_EQ(r.ReclaimDeadProcesses(), 1);
+  uint32_t next = 0;
+  ASSERT_TRUE(r.Hello(Parse("HELLO version=1 container=web mem=1073741824"), getpid(), &next).ok());
+  ASSERT_EQ(next, slot) << "the freed slot is the first free one";
+  const int c = r.ledger().FindContainer("web");
+  ASSERT_GE(c, 0);
+  ASSERT_TRUE(r.ledger().layout()->processes[next].state.load() == ledger::kLive);
+  r.Disconnected(slot, generation);  // the first process's close, late
+  EXPECT_EQ(r.ledger().layout()->processes[next].state.load(), ledger::kLive);
+  EXPECT_EQ(r.ledger().layout()->processes[next].host_pid.load(), getpid());
+  EXPECT_EQ(r.ledger().FindContainer("web"), c) << "the container keeps its live process";
 }
 
 TEST_F(RegistryTest, RegisteredLimitsWinOverDeclaredOnes) {
@@ -64,7 +87,7 @@ TEST_F(RegistryTest, ObserversHoldNoProcessSlot) {
   ASSERT_TRUE(reply.ok());
   EXPECT_EQ(reply->Get("process"), "none");
   EXPECT_EQ(slot, kNoProcess);
-  r.Disconnected(slot);  // must be harmless
+  r.Disconnected(slot, 0);  // must be harmless
 }
 
 TEST_F(RegistryTest, RefusalsNameTheirInput) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "daemon/ctl_door.h"
@@ -105,6 +106,8 @@ bool Server::Readable(int fd, Connection& conn) {
         if (hello.ok()) {
           conn.registered = true;
           conn.process_slot = slot;
+          conn.generation = static_cast<uint32_t>(
+              std::strtoul(hello->Get("generation", "0").c_str(), nullptr, 10));
           reply = FormatMessage(*hello);
           pass_fd = registry_->ledger().fd();
         } else {
@@ -143,7 +146,7 @@ bool Server::Readable(int fd, Connection& conn) {
 void Server::Close(int ep, int fd) {
   auto it = connections_.find(fd);
   if (it != connections_.end() && it->second.registered) {
-    registry_->Disconnected(it->second.process_slot);
+    registry_->Disconnected(it->second.process_slot, it->second.generation);
   }
   connections_.erase(fd);
   epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);

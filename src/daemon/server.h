@@ -33,6 +33,7 @@ class Server {
     std::string buffer;
     bool registered = false;
     uint32_t process_slot = 0;
+    uint32_t generation = 0;  // the slot's generation at registration
   };
   void Accept(int epoll_fd);
   // Returns false when the connection must be closed.

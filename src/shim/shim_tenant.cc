@@ -24,6 +24,17 @@
 //                                           spin kernels back to back for SECONDS through HOW
 //                                           (legacy, ptsz, stream, ex or graph); prints
 //                                           kernels=N and the longest single launch call
+//   shim_tenant churn LIMIT_MIB END_NS SEED KERNEL_US [shared]
+//                                           until CLOCK_MONOTONIC END_NS, allocate and free
+//                                           random multiples of 2 MiB (cuMemAlloc_v2) while a
+//                                           second thread launches spin kernels on its own
+//                                           stream; every allocation must succeed or fail with
+//                                           CUDA_ERROR_OUT_OF_MEMORY where it would pass the
+//                                           container's LIMIT_MIB (with `shared`, the container
+//                                           has other processes: any OOM is taken as clean);
+//                                           prints held_bytes, allocs, ooms, kernels,
+//                                           longest_launch_ms and done=1, holds until stdin EOF,
+//                                           frees everything and exits 0 (1 on any other error)
 #include <dlfcn.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -31,10 +42,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "driver/cuda_api.h"
@@ -346,6 +360,89 @@ int main(int argc, char** argv) {
     std::printf("kernels=%llu\nlongest_launch_ms=%.3f\n", static_cast<unsigned long long>(kernels),
                 static_cast<double>(longest) / 1e6);
     return 0;
+  }
+  if (mode == "churn") {
+    constexpr uint64_t kUnit = 2ull << 20;  // the driver's granularity: charged exactly
+    const uint64_t limit = arg(2) << 20, end = arg(3), kernel_ns = arg(5) * 1000;
+    const bool shared = argc > 6 && std::string(argv[6]) == "shared";
+    std::mt19937_64 rng(arg(4));
+    std::atomic<bool> stop{false};
+    std::atomic<int> launch_error{0};
+    std::atomic<uint64_t> kernels{0}, longest{0};
+    std::thread launcher([&] {
+      // Launches from a thread of its own, so the gate's waits never hold up the allocations.
+      auto fail = [&](CUresult r) { launch_error.store(static_cast<int>(r)); };
+      CUmodule mod = nullptr;
+      CUfunction spin = nullptr;
+      CUstream stream = nullptr;
+      CUresult r = cuCtxSetCurrent(ctx);
+      if (r == CUDA_SUCCESS) r = cuModuleLoadData(&mod, "simgpu");
+      if (r == CUDA_SUCCESS) r = cuModuleGetFunction(&spin, mod, "spin");
+      if (r == CUDA_SUCCESS) r = cuStreamCreate(&stream, 0);
+      if (r != CUDA_SUCCESS) return fail(r);
+      uint64_t ns_param = kernel_ns;
+      void* params[] = {&ns_param};
+      while (!stop.load()) {
+        const uint64_t before = NowNs();
+        r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+        if (r != CUDA_SUCCESS) return fail(r);
+        longest.store(std::max(longest.load(), NowNs() - before));
+        kernels.fetch_add(1);
+      }
+      r = cuStreamSynchronize(stream);
+      if (r != CUDA_SUCCESS) fail(r);
+    });
+    struct Block {
+      CUdeviceptr ptr;
+      uint64_t bytes;
+    };
+    std::vector<Block> held;
+    uint64_t held_bytes = 0, allocs = 0, ooms = 0;
+    CUresult bad = CUDA_SUCCESS;
+    while (NowNs() < end && bad == CUDA_SUCCESS) {
+      // Mostly allocations (so the limit is reached), sizes up to a quarter of the limit.
+      if (held.empty() || rng() % 3 != 0) {
+        const uint64_t bytes = (1 + rng() % std::max<uint64_t>(limit / kUnit / 4, 1)) * kUnit;
+        CUdeviceptr p = 0;
+        const CUresult r = cuMemAlloc_v2(&p, bytes);
+        if (r == CUDA_SUCCESS) {
+          held.push_back({p, bytes});
+          held_bytes += bytes;
+          ++allocs;
+        } else if (r == CUDA_ERROR_OUT_OF_MEMORY && (shared || held_bytes + bytes > limit)) {
+          ++ooms;
+        } else {
+          std::printf("bad_alloc=%d\nbad_alloc_bytes=%llu\nheld_at_bad=%llu\n", static_cast<int>(r),
+                      static_cast<unsigned long long>(bytes),
+                      static_cast<unsigned long long>(held_bytes));
+          bad = r == CUDA_SUCCESS ? CUDA_ERROR_UNKNOWN : r;
+        }
+      } else {
+        const size_t i = rng() % held.size();
+        const CUresult r = cuMemFree_v2(held[i].ptr);
+        if (r != CUDA_SUCCESS) {
+          std::printf("bad_free=%d\n", static_cast<int>(r));
+          bad = r;
+        }
+        held_bytes -= held[i].bytes;
+        held[i] = held.back();
+        held.pop_back();
+      }
+      timespec ts{0, 500000};  // a few hundred operations a second: churn, not a CPU hog
+      nanosleep(&ts, nullptr);
+    }
+    stop.store(true);
+    launcher.join();
+    std::printf(
+        "held_bytes=%llu\nallocs=%llu\nooms=%llu\nkernels=%llu\n"
+        "longest_launch_ms=%.3f\nlaunch_error=%d\ndone=1\n",
+        static_cast<unsigned long long>(held_bytes), static_cast<unsigned long long>(allocs),
+        static_cast<unsigned long long>(ooms), static_cast<unsigned long long>(kernels.load()),
+        static_cast<double>(longest.load()) / 1e6, launch_error.load());
+    std::fflush(stdout);
+    WaitForStdinEof();
+    for (const Block& b : held) CHECK(cuMemFree_v2(b.ptr));
+    return bad == CUDA_SUCCESS && launch_error.load() == 0 ? 0 : 1;
   }
   if (mode == "fork-hold") {
     const pid_t child = fork();
