@@ -289,7 +289,14 @@ int main(int argc, char** argv) {
     gpu_overrides = c.gpus;
     reconcile_interval = c.reconcile_interval;
     over_limit_action = c.over_limit_action;
-    compute_options.loss_timeout_ns = static_cast<uint64_t>(c.daemon_loss_timeout.count());
+    // Not applied: the file's key means "fail closed after", the gate's --daemon-loss-timeout
+    // "run ungated after". Said once, never silently ignored.
+    if (c.daemon_loss_timeout != defaults.daemon_loss_timeout) {
+      std::fprintf(stderr,
+                   "tesserad: note: %s: daemon_loss_timeout is not applied yet (captured "
+                   "processes go ungated after --daemon-loss-timeout MS without the arbiter)\n",
+                   config_path.c_str());
+    }
     std::printf("tesserad: loaded config %s\n", config_path.c_str());
   }
 
