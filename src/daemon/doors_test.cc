@@ -507,6 +507,58 @@ TEST_F(DoorsTest, MetricsCountRefusalsWaitsAndGrants) {
   EXPECT_EQ(again.Wait(10s), 0);
 }
 
+// --container-sockets: web's own socket (the one mounted into web's pods) shows web's part of the
+// tree read-only, registers processes into web only, and serves nothing node-wide.
+TEST_F(DoorsTest, AContainerSocketSeesAndRegistersOnlyItsContainer) {
+  const std::string dir = "/tmp/" + UniqueName("csock");
+  StartDaemon({"--container-sockets", dir});
+  AddWebWithTenant();
+  auto batch = tessera::ipc::Call(socket_, "CONTAINER id=batch mem=1073741824", nullptr, 3000ms);
+  ASSERT_TRUE(batch.ok() && batch->rfind("OK", 0) == 0) << (batch.ok() ? *batch : batch.error());
+  const std::string web_sock = dir + "/web.sock";
+  struct stat st {};
+  ASSERT_EQ(stat(web_sock.c_str(), &st), 0) << web_sock << " was not created at registration";
+  ASSERT_EQ(stat((dir + "/batch.sock").c_str(), &st), 0);
+  auto in_web = [&](const std::string& args) {
+    return Shell("TESSERA_SOCKET=" + Quote(web_sock) + " " + Quote(BuildDir() + "/bin/tessera") +
+                 " ctl " + args);
+  };
+  EXPECT_EQ(in_web("get 0/web/memsize").output, std::to_string(kWebLimit) + "\n");
+  EXPECT_EQ(in_web("get version").status, 0);
+  for (const char* hidden : {"get 0/batch/memsize", "get 0/policy", "get default_memsize"}) {
+    CommandResult r = in_web(hidden);
+    EXPECT_NE(r.status, 0) << hidden << " is visible through web's socket: " << r.output;
+  }
+  CommandResult write = in_web("set 0/web/weight 3");
+  EXPECT_NE(write.status, 0) << "a container socket wrote the tree: " << write.output;
+  EXPECT_EQ(Ctl("get 0/web/weight").output, "2\n");
+  for (const char* node_wide : {"STATUS", "CONTAINER id=web mem=1"}) {
+    auto r = tessera::ipc::Call(web_sock, node_wide, nullptr, 3000ms);
+    ASSERT_TRUE(r.ok()) << r.error();
+    EXPECT_EQ(r->rfind("ERR", 0), 0u) << node_wide << " answered on web's socket: " << *r;
+  }
+  EXPECT_EQ(Ctl("get 0/web/memsize").output, std::to_string(kWebLimit) + "\n");
+  // A tenant through web's socket lands in web; one that claims batch there is refused.
+  std::vector<std::string> env = SimEnv();
+  env.push_back("TESSERA_SOCKET=" + web_sock);
+  env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
+  ChildProcess joined({BuildDir() + "/tests/shim_tenant", "hold", std::to_string(64 << 20)}, env);
+  ASSERT_TRUE(joined.WaitForKey("ready", 20s).has_value());
+  const std::string meminfo = Ctl("get 0/web/meminfo").output;
+  EXPECT_NE(meminfo.find("PID: " + std::to_string(joined.pid())), std::string::npos) << meminfo;
+  env.push_back("TESSERA_CONTAINER=batch");
+  ChildProcess impostor({BuildDir() + "/tests/shim_tenant", "hold", std::to_string(64 << 20)},
+                        env);
+  EXPECT_TRUE(impostor.WaitForKey("init_error", 20s).has_value())
+      << "a HELLO for batch was accepted on web's socket";
+  EXPECT_EQ(Ctl("get 0/batch/meminfo").output.find("PID:"), std::string::npos);
+  daemon_->Kill(SIGTERM);
+  EXPECT_EQ(daemon_->Wait(10s), 0);
+  daemon_.reset();
+  EXPECT_NE(stat(web_sock.c_str(), &st), 0) << "tesserad left web's socket behind";
+  rmdir(dir.c_str());
+}
+
 TEST_F(DoorsTest, FuseAgreesWithCtlAndHttp) {
   if (auto why = FuseUnavailable()) GTEST_SKIP() << *why;
   char dir[] = "/tmp/tessera-doors-mnt-XXXXXX";

@@ -8,7 +8,7 @@
 //            [--max-inst N] [--prio-ratio P] [--quota-min MS] [--quota-max MS]
 //            [--daemon-loss-timeout MS] [--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT]
 //            [--http-allow-write] [--gpu-policy GPU:POLICY] [--reconcile-interval DURATION]
-//            [--over-limit-action log|block|kill]
+//            [--over-limit-action log|block|kill] [--container-sockets DIR]
 // --config loads a YAML file (deploy/tesserad.yaml); flags given on the command line override it.
 // The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
 // The control tree (DESIGN.md section 6) has three doors onto one DaemonNodeControl: the CTL verb
@@ -75,7 +75,7 @@ int Usage(const std::string& problem) {
                "[--prio-ratio 20-99] [--quota-min MS] [--quota-max MS] [--daemon-loss-timeout MS] "
                "[--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT] [--http-allow-write] "
                "[--gpu-policy GPU:POLICY] [--reconcile-interval 100ms-10s] "
-               "[--over-limit-action log|block|kill]\n",
+               "[--over-limit-action log|block|kill] [--container-sockets DIR]\n",
                problem.c_str());
   return 2;
 }
@@ -247,6 +247,7 @@ int main(int argc, char** argv) {
   std::string context_overhead = "measure";
   tessera::daemon::ComputeOptions compute_options;
   std::string ctl_mount, ctl_group, http_listen, http_input = "--http";
+  std::string container_sockets;  // --container-sockets DIR: one socket per registered container
   bool http_allow_write = false;
   tessera::Bytes default_memsize = tessera::Bytes::Zero();  // 0: no default limit
   std::map<int, tessera::config::GpuOverrides> gpu_overrides;
@@ -325,6 +326,13 @@ int main(int argc, char** argv) {
         http_listen = v;
         http_input = "--http";
       }
+    } else if (arg == "--container-sockets") {
+      const char* v = flags.Value();
+      if (v == nullptr || v[0] != '/') {
+        return Usage("--container-sockets \"" + std::string(v != nullptr ? v : "") +
+                     "\": expected an absolute directory");
+      }
+      container_sockets = v;
     } else if (arg == "--http-allow-write") {
       http_allow_write = true;
     } else if (arg == "--policy" || arg == "--max-inst" || arg == "--prio-ratio" ||
@@ -564,7 +572,8 @@ int main(int argc, char** argv) {
   tessera::daemon::Reconciler reconciler(&registry, (*compute)->device_count(), NvmlProcessLister(),
                                          reconcile);
   reconciler.Start();
-  tessera::daemon::Server server(&registry, *listen_fd, &tree, writer_group);
+  if (!container_sockets.empty()) mkdir(container_sockets.c_str(), 0755);
+  tessera::daemon::Server server(&registry, *listen_fd, &tree, writer_group, container_sockets);
   tessera::Status run = server.Run(g_stop);
   if (http) http->Stop();
   if (mount) mount->Stop();

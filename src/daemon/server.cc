@@ -3,6 +3,7 @@
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,9 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "daemon/ctl_door.h"
 #include "ipc/unix_socket.h"
+#include "ledger/ledger_layout.h"
 
 namespace tessera::daemon {
 
@@ -30,6 +33,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     // their deaths are found by a sweep once a second instead of by a close.
     if (std::chrono::steady_clock::now() >= next_sweep) {
       registry_->ReclaimDeadProcesses();
+      SyncContainerSockets(ep);
       next_sweep = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
     const int n = epoll_wait(ep, events, 64, 100);
@@ -40,14 +44,18 @@ Status Server::Run(const std::atomic<bool>& stop) {
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
       if (fd == listen_fd_) {
-        Accept(ep);
+        Accept(ep, fd, std::nullopt);
+        continue;
+      }
+      if (auto l = container_listeners_.find(fd); l != container_listeners_.end()) {
+        Accept(ep, fd, l->second);
         continue;
       }
       auto it = connections_.find(fd);
       if (it == connections_.end()) continue;
       if ((events[i].events & (EPOLLHUP | EPOLLERR)) != 0 && (events[i].events & EPOLLIN) == 0) {
         Close(ep, fd);
-      } else if (!Readable(fd, it->second)) {
+      } else if (!Readable(ep, fd, it->second)) {
         Close(ep, fd);
       }
     }
@@ -57,23 +65,77 @@ Status Server::Run(const std::atomic<bool>& stop) {
     ++it;
     Close(ep, fd);
   }
+  while (!container_listeners_.empty())
+    CloseContainerSocket(ep, container_listeners_.begin()->first);
   close(ep);
   return Status::Ok();
 }
 
-void Server::Accept(int ep) {
+void Server::Accept(int ep, int listen_fd, const std::optional<std::string>& scope) {
   for (;;) {
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-    connections_[fd] = Connection{};
+    Connection conn;
+    conn.scope = scope;
+    connections_[fd] = std::move(conn);
   }
 }
 
-bool Server::Readable(int fd, Connection& conn) {
+void Server::SyncContainerSockets(int ep) {
+  if (container_socket_dir_.empty()) return;
+  const std::set<std::string> wanted = registry_->WithLedger([](const ledger::MemoryLedger& l) {
+    std::set<std::string> ids;
+    for (int c = 0; c < ledger::kMaxContainers; ++c) {
+      const ledger::ContainerSlot& slot = l.layout()->containers[c];
+      if (slot.state.load() == ledger::kLive &&
+          (slot.flags.load() & ledger::kContainerRegistered) != 0) {
+        ids.insert(std::string(slot.id, strnlen(slot.id, sizeof(slot.id))));
+      }
+    }
+    return ids;
+  });
+  std::set<std::string> have;
+  for (auto it = container_listeners_.begin(); it != container_listeners_.end();) {
+    const int fd = it->first;
+    const bool gone = wanted.count(it->second) == 0;
+    if (!gone) have.insert(it->second);
+    ++it;
+    if (gone) CloseContainerSocket(ep, fd);
+  }
+  for (const std::string& id : wanted) {
+    if (have.count(id) != 0) continue;
+    const std::string path = container_socket_dir_ + "/" + id + ".sock";
+    auto fd = ipc::Listen(path);
+    if (!fd.ok()) {
+      std::fprintf(stderr, "tesserad: container %s: cannot open its socket: %s\n", id.c_str(),
+                   fd.error().c_str());
+      continue;
+    }
+    // Any local user may connect (the pod that mounts it runs as whoever it runs as); what a
+    // connection may do is decided per request.
+    chmod(path.c_str(), 0666);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = *fd;
+    epoll_ctl(ep, EPOLL_CTL_ADD, *fd, &ev);
+    container_listeners_[*fd] = id;
+  }
+}
+
+void Server::CloseContainerSocket(int ep, int listen_fd) {
+  auto it = container_listeners_.find(listen_fd);
+  if (it == container_listeners_.end()) return;
+  unlink((container_socket_dir_ + "/" + it->second + ".sock").c_str());
+  epoll_ctl(ep, EPOLL_CTL_DEL, listen_fd, nullptr);
+  close(listen_fd);
+  container_listeners_.erase(it);
+}
+
+bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
   char data[4096];
   for (;;) {
     const ssize_t n = recv(fd, data, sizeof(data), 0);
@@ -93,8 +155,19 @@ bool Server::Readable(int fd, Connection& conn) {
     auto request = ParseMessage(line);
     std::string reply;
     int pass_fd = -1;
+    if (request.ok() && conn.scope && request->verb == "HELLO") {
+      // A container socket registers into its own container only.
+      const std::string named = request->Get("container", *conn.scope);
+      if (named == *conn.scope) request->fields["container"] = *conn.scope;
+    }
     if (!request.ok()) {
       reply = "ERR " + request.error();
+    } else if (conn.scope && request->verb == "HELLO" && request->Get("container") != *conn.scope) {
+      reply = "ERR this socket belongs to container " + *conn.scope +
+              "; HELLO container=" + request->Get("container") + " is not allowed on it";
+    } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS")) {
+      reply = "ERR " + request->verb + " is node-wide and not served on container " + *conn.scope +
+              "'s socket; use the node socket, or CTL for this container's view";
     } else if (request->verb == "HELLO") {
       if (conn.registered) {
         reply = "ERR this connection already registered a process";
@@ -117,6 +190,7 @@ bool Server::Readable(int fd, Connection& conn) {
     } else if (request->verb == "CONTAINER") {
       auto set = registry_->SetContainer(*request);
       reply = set.ok() ? FormatMessage(*set) : "ERR " + set.error();
+      if (set.ok()) SyncContainerSockets(epoll_fd);
     } else if (request->verb == "STATUS") {
       reply = "OK " + registry_->StatusJson();
     } else if (request->verb == "CTL") {
@@ -124,8 +198,9 @@ bool Server::Readable(int fd, Connection& conn) {
         reply = "ERR this tesserad serves no control tree";
       } else {
         auto peer = ipc::PeerOf(fd);
-        const bool may_write = peer.ok() && PeerMayWrite(*peer, writer_group_);
-        auto answer = HandleCtl(*tree_, *request, may_write);
+        const bool may_write = !conn.scope && peer.ok() && PeerMayWrite(*peer, writer_group_);
+        const ctl::ControlTree view = conn.scope ? tree_->ScopedTo(*conn.scope) : *tree_;
+        auto answer = HandleCtl(view, *request, may_write);
         reply = answer.ok() ? "OK " + *answer : "ERR " + answer.error();
       }
     } else {

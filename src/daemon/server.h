@@ -5,12 +5,21 @@
 // registered with an earlier daemon (they have no connection to this one). Single-threaded
 // (epoll); holds no policy. The CTL verb goes to the control tree (daemon/ctl_door.h); a write is
 // allowed when the peer (SO_PEERCRED) is root or in the writer group.
+//
+// Container sockets (`tesserad --container-sockets DIR`): for every container an operator
+// registered (CONTAINER), the server also listens on DIR/<id>.sock, the socket to mount into that
+// container's pods as TESSERA_SOCKET. A connection accepted there belongs to that container: HELLO
+// registers into it only (a HELLO naming another container is refused), CTL sees the
+// container-scoped, read-only view of the tree (ControlTree::ScopedTo), and CONTAINER and STATUS
+// (node-wide) are refused. The sockets follow the containers: created within a second of a
+// registration (at once for one made on this server), removed when the container goes.
 #pragma once
 
 #include <atomic>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "core/result.h"
 #include "ctl/control_tree.h"
@@ -22,28 +31,39 @@ class Server {
  public:
   // `tree` (may be null: CTL is refused) and `registry` must outlive the server. Members of
   // `writer_group` (besides root) may write the control tree through CTL.
+  // `container_socket_dir`: empty for no container sockets.
   Server(Registry* registry, int listen_fd, const ctl::ControlTree* tree = nullptr,
-         std::optional<gid_t> writer_group = std::nullopt)
-      : registry_(registry), listen_fd_(listen_fd), tree_(tree), writer_group_(writer_group) {}
+         std::optional<gid_t> writer_group = std::nullopt, std::string container_socket_dir = "")
+      : registry_(registry),
+        listen_fd_(listen_fd),
+        tree_(tree),
+        writer_group_(writer_group),
+        container_socket_dir_(std::move(container_socket_dir)) {}
   // Runs until `stop` becomes true (checked at least every 100 ms).
   Status Run(const std::atomic<bool>& stop);
 
  private:
   struct Connection {
     std::string buffer;
+    std::optional<std::string> scope;  // accepted on this container's socket
     bool registered = false;
     uint32_t process_slot = 0;
     uint32_t generation = 0;  // the slot's generation at registration
   };
-  void Accept(int epoll_fd);
+  void Accept(int epoll_fd, int listen_fd, const std::optional<std::string>& scope);
+  // Opens sockets for new operator-registered containers and closes those of containers gone.
+  void SyncContainerSockets(int epoll_fd);
+  void CloseContainerSocket(int epoll_fd, int listen_fd);
   // Returns false when the connection must be closed.
-  bool Readable(int fd, Connection& conn);
+  bool Readable(int epoll_fd, int fd, Connection& conn);
   void Close(int epoll_fd, int fd);
 
   Registry* registry_;
   int listen_fd_;
   const ctl::ControlTree* tree_;
   std::optional<gid_t> writer_group_;
+  std::string container_socket_dir_;
+  std::map<int, std::string> container_listeners_;  // listening fd -> container id
   std::map<int, Connection> connections_;
 };
 
