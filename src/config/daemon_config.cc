@@ -112,6 +112,9 @@ class Loader {
     if (key == "default_memsize") return Read(v, key, ParseBytes, &config_.default_memsize);
     if (key == "http") return Read(v, key, ParseHttp, &config_.http);
     if (key == "ctl_mount") return Read(v, key, ParseDirectoryPath, &config_.ctl_mount);
+    if (key == "container_sockets") {
+      return Read(v, key, ParseDirectoryPath, &config_.container_sockets);
+    }
     if (key == "ctl_group") return Read(v, key, ParseGroupName, &config_.ctl_group);
     if (key == "reconcile_interval") {
       return Read(v, key, ParseReconcileInterval, &config_.reconcile_interval);
@@ -127,7 +130,7 @@ class Loader {
                 "unknown key " + QuoteValue(key) +
                     "; allowed keys: socket, sim, ledger, allow_self_declared, context_overhead, "
                     "policy, max_inst, prio_ratio, quota_min, quota_max, default_memsize, http, "
-                    "ctl_mount, ctl_group, reconcile_interval, over_limit_action, "
+                    "ctl_mount, ctl_group, container_sockets, reconcile_interval, over_limit_action, "
                     "daemon_loss_timeout, gpus");
   }
 

@@ -74,6 +74,8 @@ struct DaemonConfig {
   std::string http;
   // ctl_mount: where to mount the control tree with FUSE; empty: not mounted.
   std::string ctl_mount;
+  // container_sockets: a directory for one socket per registered container; empty: none.
+  std::string container_sockets;
   // ctl_group: the group allowed to write the control tree (socket, mount); empty: root only.
   std::string ctl_group;
   // reconcile_interval: how often NVML's view is compared with the ledger; 100ms to 10s.

@@ -30,6 +30,7 @@ TEST(LoadDaemonConfig, LoadsTheSampleFileWithEveryKey) {
   EXPECT_EQ(c.default_memsize, Bytes::Zero());
   EXPECT_EQ(c.http, "127.0.0.1:9400");
   EXPECT_EQ(c.ctl_mount, "/run/tessera/ctl");
+  EXPECT_EQ(c.container_sockets, "/run/tessera/containers");
   EXPECT_EQ(c.ctl_group, "tessera");
   EXPECT_EQ(c.reconcile_interval, 1s);
   EXPECT_EQ(c.over_limit_action, OverLimitAction::kLog);
@@ -69,6 +70,7 @@ TEST(ParseDaemonConfig, ReadsEveryKeyInItsOtherForms) {
       "http: localhost:0\n"
       "ctl_mount: /mnt/ctl\n"
       "ctl_group: gpu-admins\n"
+      "container_sockets: /var/run/tessera-c\n"
       "reconcile_interval: 100ms\n"
       "over_limit_action: KILL\n"
       "daemon_loss_timeout: 1h\n"
@@ -92,6 +94,7 @@ TEST(ParseDaemonConfig, ReadsEveryKeyInItsOtherForms) {
   EXPECT_EQ(c.http, "127.0.0.1:0");
   EXPECT_EQ(c.ctl_mount, "/mnt/ctl");
   EXPECT_EQ(c.ctl_group, "gpu-admins");
+  EXPECT_EQ(c.container_sockets, "/var/run/tessera-c");
   EXPECT_EQ(c.reconcile_interval, 100ms);
   EXPECT_EQ(c.over_limit_action, OverLimitAction::kKill);
   EXPECT_EQ(c.daemon_loss_timeout, 1h);

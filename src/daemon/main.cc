@@ -287,6 +287,7 @@ int main(int argc, char** argv) {
     http_input = config_path + ": http";
     ctl_mount = c.ctl_mount;
     ctl_group = c.ctl_group;
+    container_sockets = c.container_sockets;
     gpu_overrides = c.gpus;
     reconcile_interval = c.reconcile_interval;
     over_limit_action = c.over_limit_action;
