@@ -449,12 +449,6 @@ bool Tick(uint64_t now) {
       // A burst that ended on its own (not cut short by a revocation) tells the quota it needs.
       const double burst = static_cast<double>(now - dg.busy_since_ns);
       dg.burst_ns = dg.burst_ns < 1.0 ? burst : 0.75 * dg.burst_ns + 0.25 * burst;
-    } else if (drained[d] && dg.busy && now - dg.busy_since_ns >= dg.burst_ns) {
-      // Cut short after at least its usual length: it wanted more than the hint gave. Drop the
-      // hint (the longest quota) until a burst ends on its own again; otherwise a hint learnt
-      // from a few short bursts at start-up would keep a saturating process on the shortest
-      // quota, handing the token on every few milliseconds.
-      dg.burst_ns = 0;
     }
     if (busy[d] != dg.busy) {
       dg.busy = busy[d];
