@@ -221,8 +221,49 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   auto p = ledger_.AddProcess(static_cast<uint32_t>(c), pid, local_pid);
   if (!p.ok()) return p.status();
   *process_slot = *p;
+  attached_.set(*p);
   reply.fields["process"] = std::to_string(*p);
   reply.fields["generation"] = std::to_string(ledger_.layout()->processes[*p].generation.load());
+  return reply;
+}
+
+Result<Message> Registry::Resume(const Message& request, pid_t pid, uint32_t* process_slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (request.Get("version") != std::to_string(kProtocolVersion)) {
+    return Result<Message>::Error("HELLO version=" + request.Get("version", "(missing)") +
+                                  ": this tesserad speaks version " +
+                                  std::to_string(kProtocolVersion));
+  }
+  const std::string slot_text = request.Get("resume"), generation_text = request.Get("generation");
+  char* end = nullptr;
+  const unsigned long p = std::strtoul(slot_text.c_str(), &end, 10);
+  const bool slot_ok = !slot_text.empty() && *end == '\0' && p < ledger::kMaxProcesses;
+  const unsigned long g = std::strtoul(generation_text.c_str(), &end, 10);
+  if (!slot_ok || generation_text.empty() || *end != '\0') {
+    return Result<Message>::Error("HELLO resume=" + slot_text + " generation=" + generation_text +
+                                  ": expected a process slot below " +
+                                  std::to_string(ledger::kMaxProcesses) + " and its generation");
+  }
+  const ledger::ProcessSlot& slot = ledger_.layout()->processes[p];
+  if (slot.state.load() != ledger::kLive || slot.host_pid.load() != pid ||
+      slot.generation.load() != g) {
+    return Result<Message>::Error("HELLO resume=" + slot_text + " generation=" + generation_text +
+                                  ": that slot does not hold this process (pid " +
+                                  std::to_string(pid) + ") any more; register anew");
+  }
+  if (attached_.test(p)) {
+    return Result<Message>::Error("HELLO resume=" + slot_text + ": already attached");
+  }
+  attached_.set(p);
+  *process_slot = static_cast<uint32_t>(p);
+  const uint32_t c = slot.container.load();
+  Message reply{"OK", {}};
+  reply.fields["container"] = std::to_string(c);
+  reply.fields["devices"] = std::to_string(ledger_.device_count());
+  reply.fields["pid"] = std::to_string(pid);
+  reply.fields["context_bytes"] = std::to_string(options_.context_bytes);
+  reply.fields["process"] = std::to_string(p);
+  reply.fields["generation"] = std::to_string(g);
   return reply;
 }
 
@@ -253,6 +294,7 @@ void Registry::Disconnected(uint32_t process_slot, uint32_t generation) {
   if (process_slot == kNoProcess || process_slot >= ledger::kMaxProcesses) return;
   const ledger::ProcessSlot& slot = ledger_.layout()->processes[process_slot];
   if (slot.generation.load() != generation) return;  // reclaimed already (and maybe reused)
+  attached_.reset(process_slot);
   const uint32_t c = slot.container.load();
   ledger_.ReclaimProcess(process_slot);
   RemoveIfUnused(c);
@@ -266,6 +308,7 @@ int Registry::ReclaimDeadProcesses() {
     if (slot.state.load() == ledger::kLive && !PidAlive(slot.host_pid.load())) {
       const uint32_t c = slot.container.load();
       ledger_.ReclaimProcess(static_cast<uint32_t>(p));
+      attached_.reset(static_cast<size_t>(p));
       RemoveIfUnused(c);
       ++reclaimed;
     }
@@ -337,6 +380,7 @@ std::string Registry::StatusJson() const {
         continue;
       }
       out += (first_p ? "" : ",") + std::string("{\"pid\":") + std::to_string(ps.host_pid.load()) +
+             ",\"attached\":" + (attached_.test(static_cast<size_t>(p)) ? "true" : "false") +
              ",\"used_bytes\":[";
       for (int d = 0; d < devices; ++d) out += (d ? "," : "") + std::to_string(ps.used[d].load());
       out += "]}";

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <bitset>
 #include <map>
 #include <mutex>
 #include <string>
@@ -44,6 +45,11 @@ class Registry {
   Result<Message> Hello(const Message& request, pid_t pid, uint32_t* process_slot);
   // CONTAINER: creates or updates a container's limits.
   Result<Message> SetContainer(const Message& request);
+  // HELLO resume=SLOT generation=G: a process registered with an earlier daemon (before a restart
+  // or upgrade) re-attaches its connection, so its death is again a closed socket. Accepted only
+  // when slot SLOT is live, holds `pid` (SO_PEERCRED) and still has generation G; nothing in the
+  // ledger changes. The reply carries the same fields as a first HELLO's.
+  Result<Message> Resume(const Message& request, pid_t pid, uint32_t* process_slot);
   // The connection of a registered process closed: everything it held goes back. `generation` is
   // the slot's generation its HELLO reply carried: a slot the sweep (ReclaimDeadProcesses) already
   // took back, and perhaps gave to a new process since, is left alone.
@@ -86,6 +92,9 @@ class Registry {
   Result<std::vector<uint64_t>> ParseLimits(const std::string& text, int devices) const;
 
   mutable std::mutex mu_;
+  // Process slots with a live connection to this daemon (HELLO or resume; cleared on close). Slots
+  // live in the ledger without one belong to processes of an earlier daemon that have not resumed.
+  std::bitset<ledger::kMaxProcesses> attached_;
   ledger::MemoryLedger ledger_;
   RegistryOptions options_;
   std::atomic<uint64_t> default_limit_{ledger::kUnlimited};

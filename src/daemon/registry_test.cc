@@ -71,6 +71,44 @@ TEST_F(RegistryTest, ALateCloseDoesNotReclaimTheSlotsNextOwner) {
   EXPECT_EQ(r.ledger().FindContainer("web"), c) << "the container keeps its live process";
 }
 
+// A process of an earlier daemon re-attaches with its slot and generation; anyone else is refused
+// and nothing changes.
+TEST_F(RegistryTest, ResumeReattachesOnlyTheSlotsOwnProcess) {
+  Registry r = Make();
+  uint32_t slot = 0;
+  auto first = r.Hello(Parse("HELLO version=1 container=web"), getpid(), &slot);
+  ASSERT_TRUE(first.ok()) << first.error();
+  const std::string generation = first->Get("generation");
+  // The daemon restarts: a new registry over the same ledger segment knows no connection.
+  Registry again = Make();
+  EXPECT_NE(again.StatusJson().find("\"attached\":false"), std::string::npos);
+  const std::string resume =
+      "HELLO version=1 resume=" + std::to_string(slot) + " generation=" + generation;
+  uint32_t got = 99;
+  for (const auto& [line, pid] : std::vector<std::pair<std::string, pid_t>>{
+           {resume, getpid() + 1},  // another process
+           {"HELLO version=1 resume=" + std::to_string(slot) +
+                " generation=" + std::to_string(std::stoul(generation) + 1),
+            getpid()},  // a later occupant's generation
+           {"HELLO version=1 resume=x generation=1", getpid()},
+           {"HELLO version=1 resume=999999 generation=1", getpid()},
+           {"HELLO version=9 resume=0 generation=1", getpid()}}) {
+    auto refused = again.Resume(Parse(line), pid, &got);
+    EXPECT_FALSE(refused.ok()) << line;
+    EXPECT_EQ(got, 99u) << line;
+  }
+  auto ok = again.Resume(Parse(resume), getpid(), &got);
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  EXPECT_EQ(got, slot);
+  EXPECT_EQ(ok->Get("process"), std::to_string(slot));
+  EXPECT_EQ(ok->Get("generation"), generation);
+  EXPECT_NE(again.StatusJson().find("\"attached\":true"), std::string::npos);
+  EXPECT_FALSE(again.Resume(Parse(resume), getpid(), &got).ok()) << "attached twice";
+  again.Disconnected(slot, static_cast<uint32_t>(std::stoul(generation)));
+  EXPECT_NE(again.ledger().layout()->processes[slot].state.load(), ledger::kLive)
+      << "the re-attached connection's close is the process's death again";
+}
+
 TEST_F(RegistryTest, RegisteredLimitsWinOverDeclaredOnes) {
   Registry r = Make();
   ASSERT_TRUE(r.SetContainer(Parse("CONTAINER id=web mem=2147483648")).ok());

@@ -267,6 +267,23 @@ TEST_F(ResilienceTest, DaemonRestartKeepsTheBooksExact) {
       churn.push_back(Churn("restart-0", limits[0], end, 14, /*shared=*/true));
     }
   }
+  // Every tenant of the earlier daemons re-attaches to this one (HELLO resume=), so their exits
+  // are closed sockets again, not sweep findings.
+  std::string status;
+  size_t attached = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto reply = tessera::ipc::Call(socket_, "STATUS", nullptr, 2000ms);
+    status = reply.ok() ? *reply : reply.error();
+    attached = 0;
+    for (size_t pos = 0; (pos = status.find("\"attached\":true", pos)) != std::string::npos;
+         ++pos) {
+      ++attached;
+    }
+    if (attached == churn.size() && status.find("\"attached\":false") == std::string::npos) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(attached, churn.size()) << "a tenant did not re-attach within 3 s: " << status;
+  EXPECT_EQ(status.find("\"attached\":false"), std::string::npos) << status;
   for (ChildProcess* c : churn) ASSERT_TRUE(Reported(*c, 60s));
   Expected expected;
   for (size_t i = 0; i < churn.size(); ++i) {
@@ -295,12 +312,13 @@ TEST_F(ResilienceTest, DaemonRestartKeepsTheBooksExact) {
   for (ChildProcess* c : churn) {
     EXPECT_EQ(c->Wait(30s), 0) << "stderr: " << ReadFile(stderr_of_[c]);
   }
-  // Their exits are found by the sweep (no connection to this daemon): everything goes back.
+  // Their exits close their re-attached connections: everything goes back.
   EXPECT_EQ(Settle({}, 5s), "");
   std::string errors;
   for (ChildProcess* c : churn) errors += ReadFile(stderr_of_[c]);
   EXPECT_NE(errors.find("UNGATED"), std::string::npos) << errors;
   EXPECT_NE(errors.find("gating resumes"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("re-attached to the Tessera daemon"), std::string::npos) << errors;
 }
 
 TEST_F(ResilienceTest, ChaosKeepsLaunchesBoundedAndFreesTheDead) {

@@ -2,7 +2,9 @@
 // to stderr once, prefixed "tessera:", and name the variable, the value and the fix.
 #include "shim/tenant.h"
 
+#include <poll.h>
 #include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,6 +34,8 @@ void AfterForkInChild() {
   t.socket_fd = -1;
   if (t.mode.load() == Mode::kEnforcing) t.needs_registration.store(true);
 }
+
+void StartDaemonWatcher();
 
 // Sends HELLO and maps the ledger. Fills container/process on success.
 bool Register(std::string* error) {
@@ -83,6 +87,8 @@ bool Register(std::string* error) {
       static_cast<uint32_t>(std::strtoul(message->Get("container", "0").c_str(), nullptr, 10));
   t.process =
       static_cast<uint32_t>(std::strtoul(message->Get("process", "0").c_str(), nullptr, 10));
+  t.generation =
+      static_cast<uint32_t>(std::strtoul(message->Get("generation", "0").c_str(), nullptr, 10));
   // The devices this process may see, in its ordinal order, as the daemon resolved them; the real
   // driver is told the same through CUDA_VISIBLE_DEVICES (by UUID) before its cuInit.
   const std::string visible = message->Get("visible");
@@ -102,8 +108,93 @@ bool Register(std::string* error) {
   t.context_bytes = std::strtoull(message->Get("context_bytes", "0").c_str(), nullptr, 10);
   if (g_restrict_devices) setenv("CUDA_VISIBLE_DEVICES", uuids.c_str(), 1);
   t.socket_fd = *fd;
-  if (t.on_registered != nullptr && message->Get("process") != "none") t.on_registered();
+  if (message->Get("process") != "none") {
+    StartDaemonWatcher();
+    if (t.on_registered != nullptr) t.on_registered();
+  }
   return true;
+}
+
+// ---- Re-attaching after a daemon restart
+// ----------------------------------------------------------- One result of a resume attempt.
+enum class ResumeResult { kAttached, kRetry, kRefused };
+
+ResumeResult TryResume(std::string* error) {
+  TenantState& t = g_tenant;
+  auto fd = ipc::Connect(g_socket_path, std::chrono::milliseconds(500));
+  if (!fd.ok()) {
+    *error = fd.error();
+    return ResumeResult::kRetry;
+  }
+  const std::string resume = "HELLO version=" + std::to_string(daemon::kProtocolVersion) +
+                             " resume=" + std::to_string(t.process) +
+                             " generation=" + std::to_string(t.generation);
+  std::string buffer;
+  int ledger_fd = -1;
+  Status sent = ipc::SendLine(*fd, resume);
+  auto reply = sent.ok() ? ipc::RecvLine(*fd, &buffer, &ledger_fd, std::chrono::milliseconds(2000))
+                         : Result<std::string>(sent);
+  if (ledger_fd >= 0) close(ledger_fd);  // the same segment, mapped already
+  if (!reply.ok()) {
+    close(*fd);
+    *error = reply.error();
+    return ResumeResult::kRetry;
+  }
+  if (reply->rfind("ERR ", 0) == 0) {
+    close(*fd);
+    *error = reply->substr(4);
+    return ResumeResult::kRefused;
+  }
+  t.socket_fd = *fd;
+  return ResumeResult::kAttached;
+}
+
+// Waits for the daemon connection to end (the daemon never writes unprompted, so any event on it
+// is its end), then re-attaches to the daemon that takes over the socket, every 250 ms until one
+// answers. A refusal (the slot is no longer this process's) ends the watch: the ledger mapping
+// stays, so limits keep holding, but the new daemon learns of this process's exit only by its
+// once-a-second sweep.
+void* WatchDaemon(void*) {
+  TenantState& t = g_tenant;
+  for (;;) {
+    if (t.socket_fd >= 0) {
+      pollfd p{t.socket_fd, POLLRDHUP, 0};
+      if (poll(&p, 1, -1) <= 0) continue;  // EINTR
+      close(t.socket_fd);
+      t.socket_fd = -1;
+    }
+    std::string error;
+    switch (TryResume(&error)) {
+      case ResumeResult::kAttached:
+        std::fprintf(stderr, "tessera: re-attached to the Tessera daemon at %s (process slot %u)\n",
+                     g_socket_path.c_str(), t.process);
+        continue;
+      case ResumeResult::kRefused:
+        std::fprintf(stderr, "tessera: cannot re-attach to the Tessera daemon at %s: %s\n",
+                     g_socket_path.c_str(), error.c_str());
+        return nullptr;
+      case ResumeResult::kRetry:
+        break;
+    }
+    timespec ts{0, 250'000'000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+void StartDaemonWatcher() {
+  static pid_t watching = 0;  // the process whose watcher runs (a forked child starts its own)
+  if (watching == getpid()) return;
+  watching = getpid();
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  if (pthread_create(&thread, &attr, WatchDaemon, nullptr) != 0) {
+    std::fprintf(stderr,
+                 "tessera: cannot start the daemon watcher thread; after a daemon restart "
+                 "this process is found dead only by the daemon's sweep\n");
+  }
+  pthread_attr_destroy(&attr);
 }
 
 }  // namespace
@@ -146,7 +237,8 @@ CUresult InitialiseTenant(bool observer) {
   }
   // The container's compute settings, taken when this HELLO creates it (a container registered by
   // `tessera run` already has them).
-  if (config->core_limit.is_set()) hello.fields["core"] = std::to_string(config->core_limit.value.value());
+  if (config->core_limit.is_set())
+    hello.fields["core"] = std::to_string(config->core_limit.value.value());
   if (config->weight.is_set()) hello.fields["weight"] = std::to_string(config->weight.value);
   if (config->high_prio.is_set()) hello.fields["high_prio"] = config->high_prio.value ? "1" : "0";
   if (config->mem_limits.is_set()) {

@@ -25,6 +25,9 @@ struct TenantState {
   ledger::MemoryLedger* ledger = nullptr;
   uint32_t container = 0;
   uint32_t process = 0;
+  uint32_t generation = 0;  // the process slot's generation, from the HELLO reply
+  // The connection to the daemon. After registration only the daemon watcher (tenant.cc) changes
+  // it: when the daemon goes away it re-attaches this process to the next one (HELLO resume=).
   int socket_fd = -1;
   // TESSERA_VISIBLE_DEVICES: the process's device ordinal -> the node's (ledger) device index.
   int physical[ledger::kMaxDevices] = {};
