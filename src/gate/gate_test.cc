@@ -217,9 +217,11 @@ TEST_F(GateTest, ADaemonLossUngatesWaitersAndGatingResumesWhenItReturns) {
   StartDaemon({"--policy", "3", "--daemon-loss-timeout", "300"});
   Kernels(*a);
   Kernels(*b);
-  // Nobody waited for the lost daemon much longer than the configured bound.
-  EXPECT_LT(LongestLaunchMs(*a), 800);
-  EXPECT_LT(LongestLaunchMs(*b), 800);
+  // Nobody waited for the lost daemon much longer than the configured bound (300 ms; the 1 s
+  // margin is for a loaded 2-core or sanitizer-built machine: CI saw 803 ms under ASan while other
+  // builds ran). A waiter that fell back only at the default 2 s bound, or hung, is far above it.
+  EXPECT_LT(LongestLaunchMs(*a), 1300);
+  EXPECT_LT(LongestLaunchMs(*b), 1300);
   EXPECT_EQ(a->Wait(30s), 0);
   EXPECT_EQ(b->Wait(30s), 0);
   auto read = [](const std::string& path) {

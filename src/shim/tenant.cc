@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -119,9 +120,9 @@ bool Register(std::string* error) {
 // ----------------------------------------------------------- One result of a resume attempt.
 enum class ResumeResult { kAttached, kRetry, kRefused };
 
-ResumeResult TryResume(std::string* error) {
+ResumeResult TryResume(const char* socket_path, std::string* error) {
   TenantState& t = g_tenant;
-  auto fd = ipc::Connect(g_socket_path, std::chrono::milliseconds(500));
+  auto fd = ipc::Connect(socket_path, std::chrono::milliseconds(500));
   if (!fd.ok()) {
     *error = fd.error();
     return ResumeResult::kRetry;
@@ -153,8 +154,10 @@ ResumeResult TryResume(std::string* error) {
 // is its end), then re-attaches to the daemon that takes over the socket, every 250 ms until one
 // answers. A refusal (the slot is no longer this process's) ends the watch: the ledger mapping
 // stays, so limits keep holding, but the new daemon learns of this process's exit only by its
-// once-a-second sweep.
-void* WatchDaemon(void*) {
+// once-a-second sweep. `arg`: the socket path, a copy of its own (never freed: the thread runs
+// while the process exits, after static strings are destroyed).
+void* WatchDaemon(void* arg) {
+  const char* socket_path = static_cast<const char*>(arg);
   TenantState& t = g_tenant;
   for (;;) {
     if (t.socket_fd >= 0) {
@@ -164,14 +167,14 @@ void* WatchDaemon(void*) {
       t.socket_fd = -1;
     }
     std::string error;
-    switch (TryResume(&error)) {
+    switch (TryResume(socket_path, &error)) {
       case ResumeResult::kAttached:
         std::fprintf(stderr, "tessera: re-attached to the Tessera daemon at %s (process slot %u)\n",
-                     g_socket_path.c_str(), t.process);
+                     socket_path, t.process);
         continue;
       case ResumeResult::kRefused:
         std::fprintf(stderr, "tessera: cannot re-attach to the Tessera daemon at %s: %s\n",
-                     g_socket_path.c_str(), error.c_str());
+                     socket_path, error.c_str());
         return nullptr;
       case ResumeResult::kRetry:
         break;
@@ -189,7 +192,9 @@ void StartDaemonWatcher() {
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t thread;
-  if (pthread_create(&thread, &attr, WatchDaemon, nullptr) != 0) {
+  char* path = strdup(g_socket_path.c_str());
+  if (path == nullptr || pthread_create(&thread, &attr, WatchDaemon, path) != 0) {
+    free(path);
     std::fprintf(stderr,
                  "tessera: cannot start the daemon watcher thread; after a daemon restart "
                  "this process is found dead only by the daemon's sweep\n");
