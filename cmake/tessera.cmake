@@ -2,6 +2,9 @@
 
 # tessera_test(NAME SOURCES... [LIBS libs...] [LABELS labels...] [TIMEOUT seconds] [ARGS args...])
 # ARGS are passed to the test program by CTest (e.g. a --gtest_filter).
+# The label `timing` marks a test whose bounds are times or GPU-time shares and which runs several
+# tenant processes flat out: such tests never run two at once (RESOURCE_LOCK cpu_timing), since two
+# of them on a 2-core CI machine starve each other's launchers.
 # A GoogleTest executable registered with CTest. Every test has a time bound.
 function(tessera_test name)
   if(NOT TESSERA_BUILD_TESTS)
@@ -17,4 +20,7 @@ function(tessera_test name)
   add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
   set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}"
     ENVIRONMENT "TESSERA_BUILD_DIR=${CMAKE_BINARY_DIR}")
+  if("timing" IN_LIST T_LABELS)
+    set_tests_properties(${name} PROPERTIES RESOURCE_LOCK cpu_timing)
+  endif()
 endfunction()
