@@ -2,6 +2,7 @@
 #include "daemon/reconciler.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <map>
@@ -109,6 +110,7 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
     }
     list_error_reported_.erase(d);
     std::vector<std::pair<int32_t, std::string>> to_kill;
+    const int32_t self_pid = static_cast<int32_t>(getpid());
     std::set<int32_t> unregistered_now;
     registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
       ledger::LedgerLayout* l = ledger.layout();
@@ -122,6 +124,8 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
       for (const DeviceProcess& dp : *listed) {
         auto found = slot_of_pid.find(dp.pid);
         if (found == slot_of_pid.end()) {
+          // tesserad itself holds a context on a real driver (it measured the context overhead).
+          if (dp.pid == self_pid) continue;
           unregistered_now.insert(dp.pid);
           if (dp.bytes > 0 && unregistered_reported_.insert({d, dp.pid}).second) {
             ReconcileEvent e{ReconcileEvent::Kind::kUnregistered, d, "", dp.pid, 0, dp.bytes, 0};
