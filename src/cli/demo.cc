@@ -36,9 +36,9 @@ struct TenantSpec {
   uint64_t memory;  // what it asks for
   uint64_t cap;     // its memory limit in the round with Tessera
   uint64_t kernel_us;
-  int core = 100;         // its GPU-time share (TESSERA_CORE_LIMIT) with Tessera
+  int core = 100;  // its GPU-time share (TESSERA_CORE_LIMIT) with Tessera
   bool high_prio = false;
-  int period_ms = 0;      // > 0: one kernel per period (latency-sensitive), else back to back
+  int period_ms = 0;  // > 0: one kernel per period (latency-sensitive), else back to back
 };
 
 // One round of the demo: the tenants, the library they open, their environment.
@@ -79,16 +79,7 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
         std::vector<std::string>{ExecutableDir() + "/tesserad", "--sim", "--socket", round.socket,
                                  "--ephemeral", "--policy", "3"},
         round.env);
-    bool up = false;
-    for (int i = 0; i < 500 && !up; ++i) {
-      auto fd = ipc::Connect(round.socket, 100ms);
-      up = fd.ok();
-      if (up)
-        close(*fd);
-      else
-        std::this_thread::sleep_for(10ms);
-    }
-    if (!up) {
+    if (!ipc::WaitUntilListening(round.socket, 5s)) {
       cleanup();
       return Fail("the demo's tesserad did not start; see its error above");
     }
@@ -168,9 +159,7 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
              get("alloc_error");
     }
     const TenantSpec& t = tenants[i];
-    const std::string target = !with_tessera ? "-"
-                               : t.high_prio ? "first"
-                                             : Fmt("%.0f%%", t.core);
+    const std::string target = !with_tessera ? "-" : t.high_prio ? "first" : Fmt("%.0f%%", t.core);
     const std::string latency =
         v.count("latency_p99_us") ? Fmt("%.2fms", std::stod(v.at("latency_p99_us")) / 1000) : "-";
     std::printf("   %-10s %8d %9s %8s %8s %7s %7s %10s %7s %7s %9s  %s\n", t.name,
@@ -234,7 +223,8 @@ int RunDemo(const std::vector<std::string>& args) {
   // Round 1: the tenants talk to the (simulated) driver directly.
   std::printf(
       "\n1. Without Tessera: memory goes first come, first served, the device runs kernels in\n"
-      "   submission order whoever submitted them, and the alerts job waits behind the others.\n\n");
+      "   submission order whoever submitted them, and the alerts job waits behind the "
+      "others.\n\n");
   Round plain;
   plain.state = "demo-" + std::to_string(getpid()) + "-plain";
   plain.library = simgpu;
@@ -328,8 +318,7 @@ int RunDemoTenant(const std::vector<std::string>& args) {
   const uint64_t wall = MonotonicNs() - start;
   if (!latencies.empty()) {
     std::sort(latencies.begin(), latencies.end());
-    std::printf("latency_p50_us=%.1f\nlatency_p99_us=%.1f\n",
-                latencies[latencies.size() / 2] / 1e3,
+    std::printf("latency_p50_us=%.1f\nlatency_p99_us=%.1f\n", latencies[latencies.size() / 2] / 1e3,
                 latencies[std::min(latencies.size() - 1, latencies.size() * 99 / 100)] / 1e3);
   }
   for (CUdeviceptr p : held) check(cu.cuMemFree_v2(p), "cuMemFree");

@@ -198,15 +198,8 @@ class BypassTest : public ::testing::TestWithParam<std::string> {
     daemon_ = std::make_unique<process::ChildProcess>(
         std::vector<std::string>{"/bin/sh", "-c", cmd}, Env());
     ASSERT_TRUE(daemon_->started());
-    for (int i = 0; i < 500; ++i) {
-      auto fd = ipc::Connect(socket_, 100ms);
-      if (fd.ok()) {
-        close(*fd);
-        return;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    FAIL() << "tesserad did not start listening on " << socket_;
+    ASSERT_TRUE(ipc::WaitUntilListening(socket_, 5s))
+        << "tesserad did not start listening on " << socket_;
   }
   void TearDown() override {
     if (daemon_) {

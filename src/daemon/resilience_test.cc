@@ -97,15 +97,8 @@ class ResilienceTest : public ::testing::Test {
     ASSERT_TRUE(daemon_->started());
     // A killed daemon's socket file stays behind and refuses connections until the new one
     // listens (it opens the ledger first).
-    for (int i = 0; i < 3000; ++i) {
-      auto fd = tessera::ipc::Connect(socket_, 100ms);
-      if (fd.ok()) {
-        close(*fd);
-        return;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    FAIL() << "tesserad did not start listening on " << socket_;
+    ASSERT_TRUE(tessera::ipc::WaitUntilListening(socket_, 30s))
+        << "tesserad did not start listening on " << socket_;
   }
   void KillDaemon() {
     daemon_->Kill(SIGKILL);

@@ -54,15 +54,8 @@ class GateTest : public ::testing::Test {
     argv.insert(argv.end(), args.begin(), args.end());
     daemon_ = std::make_unique<ChildProcess>(argv, SimEnv());
     ASSERT_TRUE(daemon_->started());
-    for (int i = 0; i < 500; ++i) {
-      auto fd = tessera::ipc::Connect(socket_, 100ms);
-      if (fd.ok()) {
-        close(*fd);
-        return;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    FAIL() << "tesserad did not start listening on " << socket_;
+    ASSERT_TRUE(tessera::ipc::WaitUntilListening(socket_, 5s))
+        << "tesserad did not start listening on " << socket_;
   }
   std::vector<std::string> SimEnv() {
     return {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80"};

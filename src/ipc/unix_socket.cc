@@ -5,9 +5,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace tessera::ipc {
@@ -60,6 +62,20 @@ Result<int> Connect(const std::string& path, std::chrono::milliseconds timeout) 
   const int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   return fd;
+}
+
+bool WaitUntilListening(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto fd = Connect(path, std::chrono::milliseconds(100));
+    if (fd.ok()) {
+      close(*fd);
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    timespec pause{0, 10'000'000};
+    nanosleep(&pause, nullptr);
+  }
 }
 
 Result<int> Listen(const std::string& path) {

@@ -24,6 +24,9 @@ struct PeerCredentials {
 
 // Connects to the socket at `path` (non-blocking connect bounded by `timeout`). Returns the fd.
 Result<int> Connect(const std::string& path, std::chrono::milliseconds timeout);
+// Waits until something listens at `path` (a daemon starting up, or one restarting over a stale
+// socket file): tries to connect every 10 ms until a connection succeeds or `timeout` passes.
+bool WaitUntilListening(const std::string& path, std::chrono::milliseconds timeout);
 // Binds and listens at `path`. A stale socket file (nobody listening) is replaced; a live one is
 // refused. The returned fd is non-blocking and close-on-exec.
 Result<int> Listen(const std::string& path);

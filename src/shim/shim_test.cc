@@ -35,15 +35,8 @@ class ShimTest : public ::testing::Test {
     for (const std::string& a : DaemonArgs()) argv.push_back(a);
     daemon_ = std::make_unique<ChildProcess>(argv, SimEnv());
     ASSERT_TRUE(daemon_->started());
-    for (int i = 0; i < 500; ++i) {
-      auto fd = tessera::ipc::Connect(socket_, 100ms);
-      if (fd.ok()) {
-        close(*fd);
-        return;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    FAIL() << "tesserad did not start listening on " << socket_;
+    ASSERT_TRUE(tessera::ipc::WaitUntilListening(socket_, 5s))
+        << "tesserad did not start listening on " << socket_;
   }
   void TearDown() override {
     daemon_->Kill(SIGTERM);
