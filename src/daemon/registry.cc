@@ -144,6 +144,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
                                   ": this tesserad speaks version " +
                                   std::to_string(kProtocolVersion));
   }
+  if (request.Has("resume")) return ResumeLocked(request, pid, process_slot);
   std::string id = request.Get("container", "proc-" + std::to_string(pid));
   if (Status valid = CheckContainerId(id, "container"); !valid.ok()) return valid;
   // The devices the process may see, as physical indices in its ordinal order.
@@ -192,11 +193,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     ledger_.layout()->containers[c].flags.store(0);
     (void)ApplyCompute(request, static_cast<uint32_t>(c), "HELLO");  // validated above
   }
-  Message reply{"OK", {}};
-  reply.fields["container"] = std::to_string(c);
-  reply.fields["devices"] = std::to_string(ledger_.device_count());
-  reply.fields["pid"] = std::to_string(pid);
-  reply.fields["context_bytes"] = std::to_string(options_.context_bytes);
+  Message reply = Welcome(static_cast<uint32_t>(c), pid);
   std::string visible_list;
   for (int v : visible) visible_list += (visible_list.empty() ? "" : ",") + std::to_string(v);
   if (!visible_list.empty()) reply.fields["visible"] = visible_list;
@@ -227,13 +224,16 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   return reply;
 }
 
-Result<Message> Registry::Resume(const Message& request, pid_t pid, uint32_t* process_slot) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (request.Get("version") != std::to_string(kProtocolVersion)) {
-    return Result<Message>::Error("HELLO version=" + request.Get("version", "(missing)") +
-                                  ": this tesserad speaks version " +
-                                  std::to_string(kProtocolVersion));
-  }
+Message Registry::Welcome(uint32_t c, pid_t pid) const {
+  Message reply{"OK", {}};
+  reply.fields["container"] = std::to_string(c);
+  reply.fields["devices"] = std::to_string(ledger_.device_count());
+  reply.fields["pid"] = std::to_string(pid);
+  reply.fields["context_bytes"] = std::to_string(options_.context_bytes);
+  return reply;
+}
+
+Result<Message> Registry::ResumeLocked(const Message& request, pid_t pid, uint32_t* process_slot) {
   const std::string slot_text = request.Get("resume"), generation_text = request.Get("generation");
   char* end = nullptr;
   const unsigned long p = std::strtoul(slot_text.c_str(), &end, 10);
@@ -256,12 +256,7 @@ Result<Message> Registry::Resume(const Message& request, pid_t pid, uint32_t* pr
   }
   attached_.set(p);
   *process_slot = static_cast<uint32_t>(p);
-  const uint32_t c = slot.container.load();
-  Message reply{"OK", {}};
-  reply.fields["container"] = std::to_string(c);
-  reply.fields["devices"] = std::to_string(ledger_.device_count());
-  reply.fields["pid"] = std::to_string(pid);
-  reply.fields["context_bytes"] = std::to_string(options_.context_bytes);
+  Message reply = Welcome(slot.container.load(), pid);
   reply.fields["process"] = std::to_string(p);
   reply.fields["generation"] = std::to_string(g);
   return reply;

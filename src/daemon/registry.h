@@ -41,15 +41,12 @@ class Registry {
   Registry(ledger::MemoryLedger ledger, RegistryOptions options, ComputeService* compute = nullptr);
 
   // HELLO: registers the process `pid` (from SO_PEERCRED). Returns the reply fields; the caller
-  // sends the ledger descriptor with them and remembers the process slot for Disconnected.
+  // sends the ledger descriptor with them and remembers the process slot for Disconnected. With
+  // resume=SLOT generation=G it re-attaches a process of an earlier daemon instead (see
+  // ResumeLocked).
   Result<Message> Hello(const Message& request, pid_t pid, uint32_t* process_slot);
   // CONTAINER: creates or updates a container's limits.
   Result<Message> SetContainer(const Message& request);
-  // HELLO resume=SLOT generation=G: a process registered with an earlier daemon (before a restart
-  // or upgrade) re-attaches its connection, so its death is again a closed socket. Accepted only
-  // when slot SLOT is live, holds `pid` (SO_PEERCRED) and still has generation G; nothing in the
-  // ledger changes. The reply carries the same fields as a first HELLO's.
-  Result<Message> Resume(const Message& request, pid_t pid, uint32_t* process_slot);
   // The connection of a registered process closed: everything it held goes back. `generation` is
   // the slot's generation its HELLO reply carried: a slot the sweep (ReclaimDeadProcesses) already
   // took back, and perhaps gave to a new process since, is left alone.
@@ -78,6 +75,13 @@ class Registry {
  private:
   // Applies the compute fields of a request (core=, weight=, high_prio=) to container `c`.
   Status ApplyCompute(const Message& request, uint32_t c, const char* verb);
+  // HELLO resume=SLOT generation=G (Hello hands it here, under the lock): a process registered
+  // with an earlier daemon (before a restart or upgrade) re-attaches its connection, so its death
+  // is again a closed socket. Accepted only when slot SLOT is live, holds `pid` (SO_PEERCRED) and
+  // still has generation G; nothing in the ledger changes.
+  Result<Message> ResumeLocked(const Message& request, pid_t pid, uint32_t* process_slot);
+  // The reply fields every accepted HELLO carries: container, devices, pid, context_bytes.
+  Message Welcome(uint32_t c, pid_t pid) const;
   // Parses and validates the compute fields of a request into `out`.
   struct ComputeFields {
     uint32_t core = 100;

@@ -93,17 +93,17 @@ TEST_F(RegistryTest, ResumeReattachesOnlyTheSlotsOwnProcess) {
            {"HELLO version=1 resume=x generation=1", getpid()},
            {"HELLO version=1 resume=999999 generation=1", getpid()},
            {"HELLO version=9 resume=0 generation=1", getpid()}}) {
-    auto refused = again.Resume(Parse(line), pid, &got);
+    auto refused = again.Hello(Parse(line), pid, &got);
     EXPECT_FALSE(refused.ok()) << line;
     EXPECT_EQ(got, 99u) << line;
   }
-  auto ok = again.Resume(Parse(resume), getpid(), &got);
+  auto ok = again.Hello(Parse(resume), getpid(), &got);
   ASSERT_TRUE(ok.ok()) << ok.error();
   EXPECT_EQ(got, slot);
   EXPECT_EQ(ok->Get("process"), std::to_string(slot));
   EXPECT_EQ(ok->Get("generation"), generation);
   EXPECT_NE(again.StatusJson().find("\"attached\":true"), std::string::npos);
-  EXPECT_FALSE(again.Resume(Parse(resume), getpid(), &got).ok()) << "attached twice";
+  EXPECT_FALSE(again.Hello(Parse(resume), getpid(), &got).ok()) << "attached twice";
   again.Disconnected(slot, static_cast<uint32_t>(std::stoul(generation)));
   EXPECT_NE(again.ledger().layout()->processes[slot].state.load(), ledger::kLive)
       << "the re-attached connection's close is the process's death again";

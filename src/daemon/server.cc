@@ -174,9 +174,8 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
       } else {
         auto peer = ipc::PeerOf(fd);
         uint32_t slot = 0;
-        auto hello = !peer.ok()               ? Result<Message>(peer.status())
-                     : request->Has("resume") ? registry_->Resume(*request, peer->pid, &slot)
-                                              : registry_->Hello(*request, peer->pid, &slot);
+        auto hello = peer.ok() ? registry_->Hello(*request, peer->pid, &slot)
+                               : Result<Message>(peer.status());
         if (hello.ok()) {
           conn.registered = true;
           conn.process_slot = slot;
