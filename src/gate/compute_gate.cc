@@ -29,6 +29,8 @@ constexpr uint64_t kTickIdleNs = 10'000'000;  // ... and while the process is id
 constexpr uint64_t kWaitSliceNs = 5'000'000;  // a gate wait re-checks the daemon this often
 constexpr uint64_t kDefaultBoundNs = 2'000'000;
 constexpr int kQuietTicks = 3;  // ticks without work before a process counts as idle
+// A launcher just handed the token counts as busy this long before the sampler sees its work.
+constexpr uint64_t kGrantedGraceNs = 2'000'000;
 
 struct Mark {
   CUevent event = nullptr;
@@ -97,6 +99,8 @@ struct DeviceGate {
   uint64_t busy_since_ns = 0;
   double burst_ns = 0;
   int quiet_ticks = 0;  // consecutive ticks without work while still published as busy
+  // When a launcher last got the token after waiting (it launches next). Written by launchers.
+  std::atomic<uint64_t> granted_ns{0};
 };
 
 struct GateState {
@@ -375,7 +379,14 @@ void AwaitToken(int device) {
     self.beat_ns.store(MonotonicNs(), std::memory_order_release);
   }
   // The wait, for tessera_container_token_wait_seconds_total (one add on the slow path).
-  container.token_wait_ns.fetch_add(MonotonicNs() - wait_start, std::memory_order_relaxed);
+  const uint64_t now = MonotonicNs();
+  container.token_wait_ns.fetch_add(now - wait_start, std::memory_order_relaxed);
+  // Busy before no longer waiting: between the wake-up and the sampler's next look at this
+  // process's streams it would otherwise show no work at all, and the arbiter would take the
+  // token straight back (on a loaded CPU the two tenants then traded it every 2-3 ms, and the
+  // one that woke slower lost share). The sampler keeps the bit for kGrantedGraceNs.
+  g->devices[device].granted_ns.store(now, std::memory_order_release);
+  self.busy_mask.fetch_or(1u << device, std::memory_order_acq_rel);
   self.waiting[device].fetch_sub(1, std::memory_order_acq_rel);
 }
 
@@ -437,6 +448,15 @@ bool Tick(uint64_t now) {
       busy[d] = false;
       drained[d] = true;
     }
+    // A launcher just handed the token is about to launch: busy (AwaitToken set the bit; it is
+    // read before granted_ns, which AwaitToken writes first, so a bit seen set is never cleared
+    // below for a grant that this tick has not seen).
+    const bool published = (self.busy_mask.load(std::memory_order_acquire) & (1u << d)) != 0;
+    const bool holds = (g->layout->gate.devices[d].may_run[g->word_index].load() & g->bit) != 0;
+    if (!busy[d] && !drained[d] && holds &&
+        now < dg.granted_ns.load(std::memory_order_acquire) + kGrantedGraceNs) {
+      busy[d] = true;
+    }
     // A holder between two launches (its marks all complete, its thread about to launch again)
     // is not idle: it must stay quiet for kQuietTicks ticks before the token goes on.
     if (busy[d] || drained[d]) {
@@ -450,7 +470,9 @@ bool Tick(uint64_t now) {
       const double burst = static_cast<double>(now - dg.busy_since_ns);
       dg.burst_ns = dg.burst_ns < 1.0 ? burst : 0.75 * dg.burst_ns + 0.25 * burst;
     }
-    if (busy[d] != dg.busy) {
+    // Published: the sampler's view, except a bit AwaitToken set that no tick confirmed (the
+    // launcher never launched, or this thread slept past the grace) is cleared here too.
+    if (busy[d] != dg.busy || busy[d] != published) {
       dg.busy = busy[d];
       if (busy[d]) {
         self.busy_mask.fetch_or(1u << d, std::memory_order_acq_rel);
@@ -551,6 +573,7 @@ void ResetGateAfterFork() {
   for (DeviceGate& d : g->devices) {
     d.busy = false;
     d.burst_ns = 0;
+    d.granted_ns.store(0);
   }
   g->sampler_running.store(false);
   g->sampler_done.store(true);

@@ -91,7 +91,9 @@ class GateTest : public ::testing::Test {
     auto v = c.WaitForKey("kernels", 60s);
     EXPECT_TRUE(v.has_value());
     // Printed on success too: how close a run came to a bound is what a flaky one is judged by.
-    std::printf("[ kernels  ] %s\n", v ? v->c_str() : "none");
+    auto late = c.values().find("late_ms");
+    std::printf("[ kernels  ] %s (started %s ms late)\n", v ? v->c_str() : "none",
+                late == c.values().end() ? "?" : late->second.c_str());
     return v ? std::stod(*v) : 0;
   }
   static double LongestLaunchMs(ChildProcess& c) {
