@@ -26,6 +26,9 @@ constexpr int kRing = 8;                      // marks a track may have outstand
 constexpr uint32_t kMaxMarkEvery = 4096;      // launches per mark, at most
 constexpr uint64_t kTickBusyNs = 500'000;     // sampler period while work is in flight
 constexpr uint64_t kTickIdleNs = 10'000'000;  // ... and while the process is idle
+constexpr uint64_t kTickQuietNs = 100'000;    // ... and while a holder's quiet ticks run out
+// A launcher whose one outstanding mark is expected to end within this may queue the next one.
+constexpr uint64_t kLaunchLeadNs = 200'000;
 constexpr uint64_t kWaitSliceNs = 5'000'000;  // a gate wait re-checks the daemon this often
 constexpr uint64_t kDefaultBoundNs = 2'000'000;
 constexpr int kQuietTicks = 3;  // ticks without work before a process counts as idle
@@ -101,6 +104,7 @@ struct DeviceGate {
   int quiet_ticks = 0;  // consecutive ticks without work while still published as busy
   // When a launcher last got the token after waiting (it launches next). Written by launchers.
   std::atomic<uint64_t> granted_ns{0};
+  uint64_t confirmed_ns = 0;  // the granted_ns whose launches a tick has seen (sampler's)
 };
 
 struct GateState {
@@ -390,12 +394,36 @@ void AwaitToken(int device) {
   self.waiting[device].fetch_sub(1, std::memory_order_acq_rel);
 }
 
-void AwaitInflight(Track* t) {
+// Waits for room in flight. Returns true when the launch may go ahead although the ring is at its
+// bound: a bound of one mark (long kernels beside a high-priority tenant) would otherwise leave
+// the device idle from each kernel's end until this thread wakes and launches the next, so the
+// next is queued once the one in flight is expected to end within kLaunchLeadNs (one mark more,
+// never two: a second waits for the first to complete).
+bool AwaitInflight(Track* t) {
   t->lock.Lock();
-  if (t->count >= t->max_outstanding.load(std::memory_order_relaxed)) {
-    ConsumeLocked(t, /*wait_first=*/true);
+  ConsumeLocked(t, /*wait_first=*/false);
+  while (t->count >= t->max_outstanding.load(std::memory_order_relaxed)) {
+    if (t->count != 1 || !t->measured || t->kernel_ns < 1.0) {
+      ConsumeLocked(t, /*wait_first=*/true);
+      continue;
+    }
+    const Mark& m = t->ring[t->head];
+    const uint64_t expected_end = std::max(m.start_ns, t->last_end_ns) +
+                                  static_cast<uint64_t>(m.launches * t->kernel_ns);
+    const uint64_t now = MonotonicNs();
+    if (now + kLaunchLeadNs >= expected_end) {
+      t->lock.Unlock();
+      return true;
+    }
+    t->lock.Unlock();
+    const uint64_t nap = std::min(expected_end - kLaunchLeadNs - now, kTickBusyNs);
+    timespec ts{0, static_cast<long>(nap)};
+    nanosleep(&ts, nullptr);
+    t->lock.Lock();
+    ConsumeLocked(t, /*wait_first=*/false);
   }
   t->lock.Unlock();
+  return false;
 }
 
 // ---- The sampler
@@ -413,20 +441,27 @@ void DrainDevice(int device) {
   }
 }
 
-// One sampler tick. Returns whether any work is in flight.
-bool Tick(uint64_t now) {
+// One sampler tick. Returns how long to wait for the next: kTickQuietNs while a device counts
+// down its quiet ticks (the token, idle meanwhile, goes on that much sooner), kTickBusyNs while
+// work is in flight or this process holds a token, else kTickIdleNs.
+uint64_t Tick(uint64_t now) {
   std::lock_guard<std::mutex> lock(g->mu);
   bool busy[ledger::kMaxDevices] = {};
+  bool worked[ledger::kMaxDevices] = {};  // had work since the last tick (done or not)
   double kernel[ledger::kMaxDevices] = {};
   for (Track* t : g->tracks) {
     if (!t->live.load() || !t->lock.TryLock()) {
       if (t->live.load()) busy[t->device] = true;  // a launcher holds it: it is active
       continue;
     }
+    worked[t->device] = worked[t->device] || t->count > 0;
     ConsumeLocked(t, false);
     const uint32_t n = t->since_mark.load(std::memory_order_relaxed);
-    if (n != 0 && n == t->seen_since_mark) {
-      // Launches left unmarked since the last tick: the stream went quiet; close them.
+    worked[t->device] = worked[t->device] || n != 0;
+    if (n != 0 && (n == t->seen_since_mark || t->count == 0)) {
+      // Launches left unmarked since the last tick: the stream went quiet; close them. So too
+      // when nothing else is outstanding (a sporadic launcher): its burst's end is then seen a
+      // tick sooner, and the token it holds goes on a tick sooner.
       g->driver.ctx_set_current(t->ctx);
       MarkLocked(t, /*by_sampler=*/true);
     }
@@ -438,7 +473,7 @@ bool Tick(uint64_t now) {
   ledger::ProcessSlot& self = Self();
   const bool gated_now = !g->ungated.load();
   bool drained[ledger::kMaxDevices] = {};
-  bool any = false;
+  bool any = false, quiet = false;
   for (int d = 0; d < ledger::kMaxDevices; ++d) {
     DeviceGate& dg = g->devices[d];
     // A revoked token: finish what is queued so the next holder starts on an idle device.
@@ -452,9 +487,14 @@ bool Tick(uint64_t now) {
     // read before granted_ns, which AwaitToken writes first, so a bit seen set is never cleared
     // below for a grant that this tick has not seen).
     const bool published = (self.busy_mask.load(std::memory_order_acquire) & (1u << d)) != 0;
+    // Only until a tick has seen work: a holder that launched and finished is idle by the
+    // quiet-tick rule below, not held busy for the rest of the grace.
+    const uint64_t granted = dg.granted_ns.load(std::memory_order_acquire);
     const bool holds = (g->layout->gate.devices[d].may_run[g->word_index].load() & g->bit) != 0;
-    if (!busy[d] && !drained[d] && holds &&
-        now < dg.granted_ns.load(std::memory_order_acquire) + kGrantedGraceNs) {
+    if (busy[d] || worked[d]) {
+      dg.confirmed_ns = granted;  // its launches were seen (a short kernel may be done already)
+    } else if (!drained[d] && holds && granted != dg.confirmed_ns &&
+               now < granted + kGrantedGraceNs) {
       busy[d] = true;
     }
     // A holder between two launches (its marks all complete, its thread about to launch again)
@@ -486,10 +526,13 @@ bool Tick(uint64_t now) {
     self.quota_hint_ns[d].store(
         dg.burst_ns > 0 ? static_cast<uint64_t>(std::max(dg.burst_ns, 8.0 * kernel[d])) : 0,
         std::memory_order_relaxed);
-    any = any || dg.busy;
+    // A holder ticks fast even when idle: a launcher that got the token just after this tick
+    // (its bit set, its kernel possibly done by the next) must not keep it for an idle period.
+    any = any || dg.busy || (holds && gated_now);
+    quiet = quiet || (dg.busy && dg.quiet_ticks > 0);
   }
   self.beat_ns.store(now, std::memory_order_release);
-  return any;
+  return quiet ? kTickQuietNs : any ? kTickBusyNs : kTickIdleNs;
 }
 
 void* SamplerMain(void*) {
@@ -498,17 +541,17 @@ void* SamplerMain(void*) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     g->driver.exchange_capture_mode(&mode);
   }
-  bool busy = true;
+  uint64_t wait_ns = kTickBusyNs;
   while (!g->exiting.load(std::memory_order_acquire)) {
     const uint64_t now = MonotonicNs();
     if (g->ungated.load() && ArbiterAlive(now)) {
       std::fprintf(stderr, "tessera: the Tessera daemon's arbiter is back; gating resumes\n");
       SetUngated(false);
     }
-    busy = Tick(now);
+    wait_ns = Tick(now);
     ledger::GateDevice& gd = g->layout->gate.devices[g->primary_device];
     const uint32_t seq = gd.grant_seq.load(std::memory_order_acquire);
-    ipc::FutexWait(&gd.grant_seq, seq, busy ? kTickBusyNs : kTickIdleNs);
+    ipc::FutexWait(&gd.grant_seq, seq, wait_ns);
   }
   g->sampler_done.store(true, std::memory_order_release);
   return nullptr;
@@ -574,6 +617,7 @@ void ResetGateAfterFork() {
     d.busy = false;
     d.burst_ns = 0;
     d.granted_ns.store(0);
+    d.confirmed_ns = 0;
   }
   g->sampler_running.store(false);
   g->sampler_done.store(true);
@@ -599,6 +643,7 @@ Track* BeforeLaunch(CUstream stream, bool per_thread) {
   }
   // The token first, then room in flight; a wait for room re-checks the token, since it may have
   // been revoked meanwhile (else a revoked holder would slip one more kernel in after the wait).
+  bool lead = false;  // AwaitInflight let this launch queue behind a mark about to end
   for (;;) {
     if (__builtin_expect(
             (g->devices[d].word.load(std::memory_order_acquire)->load(std::memory_order_acquire) &
@@ -608,10 +653,11 @@ Track* BeforeLaunch(CUstream stream, bool per_thread) {
     }
     if (__builtin_expect(t->outstanding.load(std::memory_order_relaxed) <
                              t->max_outstanding.load(std::memory_order_relaxed),
-                         1)) {
+                         1) ||
+        lead) {
       break;
     }
-    AwaitInflight(t);
+    lead = AwaitInflight(t);
   }
   return t;
 }
