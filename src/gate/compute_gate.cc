@@ -31,7 +31,7 @@ constexpr uint64_t kTickQuietNs = 100'000;    // ... and while a holder's quiet 
 constexpr uint64_t kLaunchLeadNs = 200'000;
 constexpr uint64_t kWaitSliceNs = 5'000'000;  // a gate wait re-checks the daemon this often
 constexpr uint64_t kDefaultBoundNs = 2'000'000;
-constexpr int kQuietTicks = 3;  // ticks without work before a process counts as idle
+constexpr int kQuietTicks = 2;  // ticks without work before a process counts as idle
 // A launcher just handed the token counts as busy this long before the sampler sees its work.
 constexpr uint64_t kGrantedGraceNs = 2'000'000;
 
@@ -399,17 +399,23 @@ void AwaitToken(int device) {
 // the device idle from each kernel's end until this thread wakes and launches the next, so the
 // next is queued once the one in flight is expected to end within kLaunchLeadNs (one mark more,
 // never two: a second waits for the first to complete).
+// When the track's oldest mark is expected to complete (its launches at the measured kernel
+// length), or 0 when nothing measured is outstanding. Caller holds t->lock.
+uint64_t ExpectedEndLocked(const Track* t) {
+  if (t->count == 0 || !t->measured || t->kernel_ns < 1.0) return 0;
+  const Mark& m = t->ring[t->head];
+  return std::max(m.start_ns, t->last_end_ns) + static_cast<uint64_t>(m.launches * t->kernel_ns);
+}
+
 bool AwaitInflight(Track* t) {
   t->lock.Lock();
   ConsumeLocked(t, /*wait_first=*/false);
   while (t->count >= t->max_outstanding.load(std::memory_order_relaxed)) {
-    if (t->count != 1 || !t->measured || t->kernel_ns < 1.0) {
+    const uint64_t expected_end = ExpectedEndLocked(t);
+    if (t->count != 1 || expected_end == 0) {
       ConsumeLocked(t, /*wait_first=*/true);
       continue;
     }
-    const Mark& m = t->ring[t->head];
-    const uint64_t expected_end = std::max(m.start_ns, t->last_end_ns) +
-                                  static_cast<uint64_t>(m.launches * t->kernel_ns);
     const uint64_t now = MonotonicNs();
     if (now + kLaunchLeadNs >= expected_end) {
       t->lock.Unlock();
@@ -443,12 +449,14 @@ void DrainDevice(int device) {
 
 // One sampler tick. Returns how long to wait for the next: kTickQuietNs while a device counts
 // down its quiet ticks (the token, idle meanwhile, goes on that much sooner), kTickBusyNs while
-// work is in flight or this process holds a token, else kTickIdleNs.
+// work is in flight or this process holds a token (less when a track's last mark is expected to
+// end sooner: its end is seen then, not up to a period later), else kTickIdleNs.
 uint64_t Tick(uint64_t now) {
   std::lock_guard<std::mutex> lock(g->mu);
   bool busy[ledger::kMaxDevices] = {};
   bool worked[ledger::kMaxDevices] = {};  // had work since the last tick (done or not)
   double kernel[ledger::kMaxDevices] = {};
+  uint64_t last_end = UINT64_MAX;  // the soonest expected end of a track's last outstanding mark
   for (Track* t : g->tracks) {
     if (!t->live.load() || !t->lock.TryLock()) {
       if (t->live.load()) busy[t->device] = true;  // a launcher holds it: it is active
@@ -468,6 +476,9 @@ uint64_t Tick(uint64_t now) {
     t->seen_since_mark = t->since_mark.load(std::memory_order_relaxed);
     busy[t->device] = busy[t->device] || t->count > 0 || t->seen_since_mark != 0;
     kernel[t->device] = std::max(kernel[t->device], t->kernel_ns);
+    if (t->count == 1 && ExpectedEndLocked(t) != 0) {
+      last_end = std::min(last_end, ExpectedEndLocked(t));
+    }
     t->lock.Unlock();
   }
   ledger::ProcessSlot& self = Self();
@@ -532,7 +543,12 @@ uint64_t Tick(uint64_t now) {
     quiet = quiet || (dg.busy && dg.quiet_ticks > 0);
   }
   self.beat_ns.store(now, std::memory_order_release);
-  return quiet ? kTickQuietNs : any ? kTickBusyNs : kTickIdleNs;
+  if (quiet) return kTickQuietNs;
+  if (!any) return kTickIdleNs;
+  if (last_end < now + kTickBusyNs) {
+    return std::max(last_end > now ? last_end - now + kTickQuietNs / 4 : 0, kTickQuietNs);
+  }
+  return kTickBusyNs;
 }
 
 void* SamplerMain(void*) {
