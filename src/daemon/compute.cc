@@ -374,10 +374,12 @@ void ComputeService::Publish(int d, bool gated) {
   gd.grant_seq.fetch_add(1, std::memory_order_acq_rel);
   ipc::FutexWakeAll(&gd.grant_seq);
   if (trace_) {
-    std::fprintf(stderr, "trace %llu dev %d publish word0=%llx holder=%d draining=%zu pending=%llx\n",
+    std::fprintf(stderr,
+                 "trace %llu dev %d publish word0=%llx holder=%d draining=%zu pending=%llx\n",
                  static_cast<unsigned long long>(MonotonicNs() / 1000), d,
                  static_cast<unsigned long long>(gd.may_run[0].load()), gd.holder.load(),
-                 dev.draining.count(), static_cast<unsigned long long>(dev.pending.to_ullong() & 0xffff));
+                 dev.draining.count(),
+                 (dev.pending & std::bitset<ledger::kMaxContainers>(0xffff)).to_ullong());
   }
 }
 

@@ -479,8 +479,18 @@ TEST_F(DoorsTest, MetricsCountRefusalsWaitsAndGrants) {
   ASSERT_TRUE(greedy.WaitForKey("failure", 20s).has_value()) << "the greedy tenant never stopped";
   EXPECT_EQ(greedy.values().at("failure"), "2");  // CUDA_ERROR_OUT_OF_MEMORY
   ASSERT_EQ(spin.Wait(20s), 0) << "the spin tenant failed";
-  HttpResult m = Http(port_, "GET", "/metrics");
-  ASSERT_EQ(m.status, 200);
+  // The daemon drops the spin tenant's process slot when its socket closes, a moment after the
+  // exit that Wait saw: read the metrics once that has happened (or 5 s on).
+  HttpResult m;
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;;) {
+    m = Http(port_, "GET", "/metrics");
+    ASSERT_EQ(m.status, 200);
+    if (SampleValue(m.body, "tessera_processes") == 2.0 ||
+        std::chrono::steady_clock::now() > deadline) {
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
   EXPECT_EQ(SampleValue(m.body, "tessera_container_oom_refusals_total{container=\"web\"}"), 1.0)
       << m.body;
   EXPECT_EQ(SampleValue(m.body, "tessera_processes"), 2.0) << m.body;  // hold and greedy

@@ -394,11 +394,6 @@ void AwaitToken(int device) {
   self.waiting[device].fetch_sub(1, std::memory_order_acq_rel);
 }
 
-// Waits for room in flight. Returns true when the launch may go ahead although the ring is at its
-// bound: a bound of one mark (long kernels beside a high-priority tenant) would otherwise leave
-// the device idle from each kernel's end until this thread wakes and launches the next, so the
-// next is queued once the one in flight is expected to end within kLaunchLeadNs (one mark more,
-// never two: a second waits for the first to complete).
 // When the track's oldest mark is expected to complete (its launches at the measured kernel
 // length), or 0 when nothing measured is outstanding. Caller holds t->lock.
 uint64_t ExpectedEndLocked(const Track* t) {
@@ -407,6 +402,11 @@ uint64_t ExpectedEndLocked(const Track* t) {
   return std::max(m.start_ns, t->last_end_ns) + static_cast<uint64_t>(m.launches * t->kernel_ns);
 }
 
+// Waits for room in flight. Returns true when the launch may go ahead although the ring is at its
+// bound: a bound of one mark (long kernels beside a high-priority tenant) would otherwise leave
+// the device idle from each kernel's end until this thread wakes and launches the next, so the
+// next is queued once the one in flight is expected to end within kLaunchLeadNs (one mark more,
+// never two: a second waits for the first to complete).
 bool AwaitInflight(Track* t) {
   t->lock.Lock();
   ConsumeLocked(t, /*wait_first=*/false);
