@@ -40,6 +40,7 @@ namespace {
 using namespace std::chrono_literals;
 using tessera::process::BuildDir;
 using tessera::process::ChildProcess;
+using tessera::process::TenantEnv;
 using tessera::process::UniqueName;
 
 constexpr uint64_t kHeld = 512ull << 20;    // what the tenant allocates in `web`
@@ -183,10 +184,7 @@ class DoorsTest : public ::testing::Test {
         3000ms);
     ASSERT_TRUE(reply.ok()) << reply.error();
     ASSERT_EQ(reply->rfind("OK", 0), 0u) << *reply;
-    std::vector<std::string> env = SimEnv();
-    env.push_back("TESSERA_SOCKET=" + socket_);
-    env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
-    env.push_back("TESSERA_CONTAINER=web");
+    std::vector<std::string> env = TenantEnv(SimEnv(), socket_, "web");
     tenant_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{BuildDir() + "/tests/shim_tenant", "hold", std::to_string(kHeld)},
         env);
@@ -399,10 +397,7 @@ TEST_F(DoorsTest, AWriteThroughOneDoorShowsThroughTheOthers) {
   EXPECT_EQ(Ctl("set default_memsize 1GiB").status, 0);
   EXPECT_EQ(Http(port_, "GET", "/v1/ctl/default_memsize").body, "1073741824\n");
   // default_memsize applies to a container whose first process declares no limit.
-  std::vector<std::string> env = SimEnv();
-  env.push_back("TESSERA_SOCKET=" + socket_);
-  env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
-  env.push_back("TESSERA_CONTAINER=plain");
+  std::vector<std::string> env = TenantEnv(SimEnv(), socket_, "plain");
   ChildProcess plain({BuildDir() + "/tests/shim_tenant", "hold", std::to_string(2 << 20)}, env);
   ASSERT_TRUE(plain.WaitForKey("ready", 20s).has_value());
   EXPECT_EQ(Ctl("get 0/plain/memsize").output, "1073741824\n");
@@ -467,10 +462,7 @@ TEST_F(DoorsTest, MetricsCountRefusalsWaitsAndGrants) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon({}));
   ASSERT_NO_FATAL_FAILURE(AddWebWithTenant());
   ASSERT_EQ(Ctl("set 0/policy 1").status, 0);
-  std::vector<std::string> env = SimEnv();
-  env.push_back("TESSERA_SOCKET=" + socket_);
-  env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
-  env.push_back("TESSERA_CONTAINER=web");
+  std::vector<std::string> env = TenantEnv(SimEnv(), socket_, "web");
   // One second of 2 ms kernels on GPU 0, starting now.
   ChildProcess spin({BuildDir() + "/tests/shim_tenant", "spin", "2000", "1",
                      std::to_string(tessera::ipc::MonotonicNs()), "stream"},
@@ -549,16 +541,13 @@ TEST_F(DoorsTest, AContainerSocketSeesAndRegistersOnlyItsContainer) {
   }
   EXPECT_EQ(Ctl("get 0/web/memsize").output, std::to_string(kWebLimit) + "\n");
   // A tenant through web's socket lands in web; one that claims batch there is refused.
-  std::vector<std::string> env = SimEnv();
-  env.push_back("TESSERA_SOCKET=" + web_sock);
-  env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
+  std::vector<std::string> env = TenantEnv(SimEnv(), web_sock);
   ChildProcess joined({BuildDir() + "/tests/shim_tenant", "hold", std::to_string(64 << 20)}, env);
   ASSERT_TRUE(joined.WaitForKey("ready", 20s).has_value());
   const std::string meminfo = Ctl("get 0/web/meminfo").output;
   EXPECT_NE(meminfo.find("PID: " + std::to_string(joined.pid())), std::string::npos) << meminfo;
   env.push_back("TESSERA_CONTAINER=batch");
-  ChildProcess impostor({BuildDir() + "/tests/shim_tenant", "hold", std::to_string(64 << 20)},
-                        env);
+  ChildProcess impostor({BuildDir() + "/tests/shim_tenant", "hold", std::to_string(64 << 20)}, env);
   EXPECT_TRUE(impostor.WaitForKey("init_error", 20s).has_value())
       << "a HELLO for batch was accepted on web's socket";
   EXPECT_EQ(Ctl("get 0/batch/meminfo").output.find("PID:"), std::string::npos);

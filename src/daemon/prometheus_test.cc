@@ -39,6 +39,7 @@ namespace {
 using namespace std::chrono_literals;
 using tessera::process::BuildDir;
 using tessera::process::ChildProcess;
+using tessera::process::TenantEnv;
 using tessera::process::UniqueName;
 
 constexpr const char* kPrometheus = "/usr/bin/prometheus";
@@ -200,10 +201,7 @@ class PrometheusTest : public ::testing::Test {
                                     nullptr, 3000ms);
     ASSERT_TRUE(reply.ok()) << reply.error();
     ASSERT_EQ(reply->rfind("OK", 0), 0u) << *reply;
-    std::vector<std::string> env = SimEnv();
-    env.push_back("TESSERA_SOCKET=" + socket_);
-    env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
-    env.push_back("TESSERA_CONTAINER=mon");
+    std::vector<std::string> env = TenantEnv(SimEnv(), socket_, "mon");
     tenant_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{BuildDir() + "/tests/shim_tenant", "hold", std::to_string(kHeld)},
         env);

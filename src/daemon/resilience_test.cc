@@ -43,6 +43,7 @@ namespace {
 using namespace std::chrono_literals;
 using tessera::process::BuildDir;
 using tessera::process::ChildProcess;
+using tessera::process::TenantEnv;
 using tessera::process::UniqueName;
 namespace ledger = tessera::ledger;
 
@@ -114,10 +115,7 @@ class ResilienceTest : public ::testing::Test {
                       std::to_string(limit_mib) + " " + std::to_string(end_ns) + " " +
                       std::to_string(seed) + " " + std::to_string(kKernelUs) +
                       (shared ? " shared" : "") + " 2>'" + err + "'";
-    std::vector<std::string> env = SimEnv();
-    env.push_back("TESSERA_SOCKET=" + socket_);
-    env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
-    env.push_back("TESSERA_CONTAINER=" + container);
+    std::vector<std::string> env = TenantEnv(SimEnv(), socket_, container);
     env.push_back("TESSERA_MEM_LIMIT=" + std::to_string(limit_mib) + "MiB");
     tenants_.push_back(
         std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", cmd}, env));
@@ -238,10 +236,7 @@ TEST_F(ResilienceTest, DaemonRestartKeepsTheBooksExact) {
     container.push_back("restart-" + std::to_string(i));
     churn.push_back(Churn(container.back(), limits[i], end, 11 + i, /*shared=*/i == 0));
   }
-  std::vector<std::string> env = SimEnv();
-  env.push_back("TESSERA_SOCKET=" + socket_);
-  env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
-  env.push_back("TESSERA_CONTAINER=doomed");
+  std::vector<std::string> env = TenantEnv(SimEnv(), socket_, "doomed");
   ChildProcess doomed({BuildDir() + "/tests/shim_tenant", "hold", std::to_string(300 * kMiB)}, env);
   ASSERT_EQ(doomed.WaitForKey("ready", 30s), "1");
 

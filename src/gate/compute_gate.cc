@@ -476,8 +476,8 @@ uint64_t Tick(uint64_t now) {
     t->seen_since_mark = t->since_mark.load(std::memory_order_relaxed);
     busy[t->device] = busy[t->device] || t->count > 0 || t->seen_since_mark != 0;
     kernel[t->device] = std::max(kernel[t->device], t->kernel_ns);
-    if (t->count == 1 && ExpectedEndLocked(t) != 0) {
-      last_end = std::min(last_end, ExpectedEndLocked(t));
+    if (const uint64_t due = ExpectedEndLocked(t); t->count == 1 && due != 0) {
+      last_end = std::min(last_end, due);
     }
     t->lock.Unlock();
   }

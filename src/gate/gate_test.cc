@@ -26,6 +26,7 @@ namespace {
 using namespace std::chrono_literals;
 using tessera::process::BuildDir;
 using tessera::process::ChildProcess;
+using tessera::process::TenantEnv;
 using tessera::process::UniqueName;
 
 uint64_t MonotonicNs() {
@@ -78,10 +79,7 @@ class GateTest : public ::testing::Test {
       for (const std::string& a : argv) cmd += " '" + a + "'";
       argv = {"/bin/sh", "-c", cmd + " 2>'" + stderr_path + "'"};
     }
-    std::vector<std::string> full = SimEnv();
-    full.push_back("TESSERA_SOCKET=" + socket_);
-    full.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
-    full.push_back("TESSERA_CONTAINER=" + container);
+    std::vector<std::string> full = TenantEnv(SimEnv(), socket_, container);
     full.insert(full.end(), env.begin(), env.end());
     auto child = std::make_unique<ChildProcess>(argv, full);
     EXPECT_TRUE(child->started());

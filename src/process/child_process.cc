@@ -186,4 +186,12 @@ std::string UniqueName(const std::string& prefix) {
   return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(counter.fetch_add(1));
 }
 
+std::vector<std::string> TenantEnv(std::vector<std::string> base, const std::string& socket,
+                                   const std::string& container) {
+  base.push_back("TESSERA_SOCKET=" + socket);
+  base.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
+  if (!container.empty()) base.push_back("TESSERA_CONTAINER=" + container);
+  return base;
+}
+
 }  // namespace tessera::process

@@ -64,5 +64,9 @@ std::string ExecutableDir();
 std::string BuildDir();
 // A name unique to this process and call, for TESSERA_SIM_STATE and socket paths.
 std::string UniqueName(const std::string& prefix);
+// `base` (a test's simgpu variables) plus what a tenant linked against the shim needs: the daemon's
+// socket, simgpu as the real driver and, unless empty, its container.
+std::vector<std::string> TenantEnv(std::vector<std::string> base, const std::string& socket,
+                                   const std::string& container = "");
 
 }  // namespace tessera::process

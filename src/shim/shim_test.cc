@@ -20,6 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 using tessera::process::BuildDir;
 using tessera::process::ChildProcess;
+using tessera::process::TenantEnv;
 using tessera::process::UniqueName;
 
 constexpr uint64_t kMiB = 1ull << 20;
@@ -52,9 +53,7 @@ class ShimTest : public ::testing::Test {
                                        const std::string& program = "shim_tenant") {
     std::vector<std::string> argv = {BuildDir() + "/tests/" + program};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<std::string> full = SimEnv();
-    full.push_back("TESSERA_SOCKET=" + socket_);
-    full.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
+    std::vector<std::string> full = TenantEnv(SimEnv(), socket_);
     full.push_back("TESSERA_REAL_NVML=" + BuildDir() + "/lib/libtessera-simgpu.so");
     full.insert(full.end(), env.begin(), env.end());
     auto child = std::make_unique<ChildProcess>(argv, full);
@@ -298,10 +297,7 @@ TEST_F(ShimTest, NvmlShowsProcessesWithThePidsOfTheirOwnNamespace) {
     GTEST_SKIP() << "cannot create a pid namespace here (needs root and unshare(1))";
   }
   // The holder runs in a new pid namespace, where it is pid 1; the daemon knows its host pid.
-  std::vector<std::string> env = SimEnv();
-  env.push_back("TESSERA_SOCKET=" + socket_);
-  env.push_back("TESSERA_REAL_LIBCUDA=" + BuildDir() + "/lib/libtessera-simgpu.so");
-  env.push_back("TESSERA_CONTAINER=namespaced");
+  std::vector<std::string> env = TenantEnv(SimEnv(), socket_, "namespaced");
   auto holder = std::make_unique<ChildProcess>(
       std::vector<std::string>{"/usr/bin/unshare", "--pid", "--fork", "--kill-child",
                                BuildDir() + "/tests/shim_tenant", "hold",
