@@ -111,7 +111,9 @@ Status Arbiter::Configure(const ArbiterConfig& config) {
   config_ = config;
   for (Slot& slot : slots_) {
     slot.usage.SetLength(config.window);
+    slot.share_time = 0;  // the shares may have changed: the order starts afresh
   }
+  share_floor_ = 0;
   current_.reset();
   return Status::Ok();
 }
@@ -216,10 +218,16 @@ Status Arbiter::SetPending(int id, bool has_work) {
   if (!slot.present) {
     return Status::Error("set pending: container " + std::to_string(id) + ": not added");
   }
-  if (has_work && !slot.pending) {
+  const Nanos now = clock_->Now();
+  if (has_work && !slot.pending &&
+      (slot.idle_since == Nanos::min() || now - slot.idle_since > config_.window / 10)) {
     // No banked credit: a container that had no work does not catch up for the time it idled.
     AdvanceVirtualFloor();
     slot.virtual_time = std::max(slot.virtual_time, virtual_floor_);
+    slot.share_time = std::max(slot.share_time, share_floor_);
+  }
+  if (!has_work && slot.pending) {
+    slot.idle_since = now;
   }
   slot.pending = has_work;
   return Status::Ok();
@@ -239,6 +247,12 @@ Status Arbiter::Charge(int id, Nanos gpu_time) {
   }
   slot.usage.Add(clock_->Now(), gpu_time);
   slot.virtual_time += gpu_time;
+  const Nanos cap = Cap(slot);
+  slot.share_time += cap == Nanos::max() || cap <= Nanos{0}
+                         ? static_cast<double>(gpu_time.count())
+                         : static_cast<double>(gpu_time.count()) *
+                               static_cast<double>(config_.window.count()) /
+                               static_cast<double>(cap.count());
   return Status::Ok();
 }
 
@@ -272,14 +286,18 @@ Result<Nanos> Arbiter::UsedInWindow(int id) {
 void Arbiter::AdvanceVirtualFloor() {
   bool any = false;
   Nanos smallest = Nanos::max();
+  double smallest_share = 0;
   for (int id : present_) {
     if (slots_[id].pending) {
+      smallest_share =
+          any ? std::min(smallest_share, slots_[id].share_time) : slots_[id].share_time;
       any = true;
       smallest = std::min(smallest, slots_[id].virtual_time);
     }
   }
   if (any) {
     virtual_floor_ = std::max(virtual_floor_, smallest);
+    share_floor_ = std::max(share_floor_, smallest_share);
   }
 }
 
@@ -306,6 +324,24 @@ Nanos Arbiter::Cap(const Slot& slot) const {
 Nanos Arbiter::LaneCap(const Slot& slot) const {
   const int core = slot.spec.core_limit.value();
   return PercentOf(config_.window, std::min(core, config_.prio_ratio.value()));
+}
+
+bool Arbiter::Subscribed() const {
+  if (IsWorkConserving(config_.policy)) {
+    return false;
+  }
+  Nanos sum{0};
+  int count = 0;
+  for (int id : present_) {
+    const Slot& slot = slots_[id];
+    if (!slot.pending) {
+      continue;
+    }
+    sum += Cap(slot);
+    ++count;
+  }
+  // Caps from weights are rounded down: up to 1 ns short each.
+  return count > 0 && sum + Nanos(count) >= config_.window;
 }
 
 Nanos Arbiter::ClampQuota(Nanos budget) const {
@@ -339,6 +375,7 @@ Decision Arbiter::Decide() {
   for (int id : present_) {
     used_[id] = slots_[id].usage.Used(now);
   }
+  const bool subscribed = Subscribed();
 
   // The high-priority lane: the pending high-priority container furthest below its lane cap.
   int lane = -1;
@@ -373,13 +410,12 @@ Decision Arbiter::Decide() {
     for (int id : present_) {
       const Slot& slot = slots_[id];
       const Nanos cap = Cap(slot);
-      if (!slot.pending || used_[id] >= cap) {
+      if (!slot.pending || (!subscribed && used_[id] >= cap)) {
         continue;
       }
-      const double key =
-          IsWorkConserving(config_.policy)
-              ? static_cast<double>(slot.virtual_time.count())
-              : static_cast<double>(used_[id].count()) / static_cast<double>(cap.count());
+      const double key = IsWorkConserving(config_.policy)
+                             ? static_cast<double>(slot.virtual_time.count())
+                             : slot.share_time;
       if (best < 0 || key < best_key ||
           (key == best_key && slot.last_grant < slots_[best].last_grant)) {
         best = id;
@@ -388,7 +424,9 @@ Decision Arbiter::Decide() {
     }
     if (best >= 0) {
       const Nanos cap = Cap(slots_[best]);
-      decision = Grant(best, now, cap == Nanos::max() ? config_.quota_max : cap - used_[best],
+      // While the caps fill the window the order alone keeps the shares: no budget to respect.
+      decision = Grant(best, now,
+                       cap == Nanos::max() || subscribed ? config_.quota_max : cap - used_[best],
                        /*lane=*/false);
       decided = true;
     }

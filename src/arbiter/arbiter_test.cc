@@ -300,13 +300,14 @@ TEST(FixedPercentageTest, GrantsTheTenantFurthestBehindItsShareFirst) {
   Result<Arbiter> created = Arbiter::Create(&clock, Config(ArbiterPolicy::kFixedPercentage, 10));
   ASSERT_TRUE(created.ok());
   Arbiter& arbiter = *created;
-  ASSERT_TRUE(IsOk(arbiter.AddContainer(0, Spec(5))));
-  ASSERT_TRUE(IsOk(arbiter.AddContainer(1, Spec(5))));
-  ASSERT_TRUE(IsOk(arbiter.Charge(0, milliseconds(100))));
-  ASSERT_TRUE(IsOk(arbiter.Charge(1, milliseconds(50))));
+  ASSERT_TRUE(IsOk(arbiter.AddContainer(0, Spec(3))));
+  ASSERT_TRUE(IsOk(arbiter.AddContainer(1, Spec(7))));
   EXPECT_FALSE(arbiter.Decide().holder) << "nobody has pending work";
   ASSERT_TRUE(IsOk(arbiter.SetPending(0, true)));
   ASSERT_TRUE(IsOk(arbiter.SetPending(1, true)));
+  // 60 ms is 20 % of the 30 % container's share, 100 ms only 14 % of the 70 % one's.
+  ASSERT_TRUE(IsOk(arbiter.Charge(0, milliseconds(60))));
+  ASSERT_TRUE(IsOk(arbiter.Charge(1, milliseconds(100))));
   const Decision decision = arbiter.Decide();
   EXPECT_EQ(decision.holder, 1);
   EXPECT_TRUE(decision.exclusive);
@@ -332,6 +333,53 @@ TEST_P(KernelLengthTest, WeightedOneToTwoAndOneToTwoToThreeWithinFivePercent) {
       EXPECT_NEAR(ratio, 1.0, 0.05) << "tenant " << i;
     }
     EXPECT_GE(sim.Busy(from, to), 99.0);
+  }
+}
+
+// Saturated tenants whose weights fill the GPU: with the order taken from the 1 s window's usage
+// and the cap checked against it, every tenant came out about half a grant above its share in
+// GPU time, which favoured the smallest share (16.87 / 33.67 / 49.47 % for 1:2:3 with 10 ms
+// kernels here; 17.2 % for 16.7 % in the scenario benchmark). Ordered by share-weighted time
+// with no cap check while the caps fill the window, the shares are exact.
+TEST_P(KernelLengthTest, WeightedSharesCarryNoBiasFromEqualChunks) {
+  for (const std::vector<int>& weights : {std::vector<int>{1, 2}, std::vector<int>{1, 2, 3}}) {
+    SCOPED_TRACE(weights.size());
+    Sim sim(Config(ArbiterPolicy::kWeightedPreemptive, 6));
+    for (size_t i = 0; i < weights.size(); ++i) {
+      sim.AddTenant(static_cast<int>(i), Spec(weights[i]), kernel());
+    }
+    sim.Run(seconds(31));
+    const Nanos from = seconds(1), to = seconds(31);
+    int total = 0;
+    for (int w : weights) total += w;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const double target = 100.0 * weights[i] / total;
+      const double share = sim.Share(static_cast<int>(i), from, to);
+      EXPECT_NEAR(share / target, 1.0, 0.005) << "tenant " << i << ": " << share << " %";
+    }
+  }
+}
+
+// A tenant that pauses for a moment now and then (between launches, at a sync) keeps its place in
+// the order: raised to the floor at every pause, it lost its catch-up each time (20.2 % here).
+// (Under policy 1 such a tenant gets at most what it runs between pauses, since a grant is kept
+// until its end: a periodic pause that always finds the next grant given away is not remedied.)
+TEST(WeightedTest, ShortPausesCostNoShare) {
+  for (ArbiterPolicy policy :
+       {ArbiterPolicy::kWeightedPreemptive, ArbiterPolicy::kFixedPercentage}) {
+    SCOPED_TRACE(static_cast<int>(policy));
+    Sim sim(Config(policy, 6));
+    for (int i = 0; i < 3; ++i) {
+      sim.AddTenant(i, Spec(i + 1), milliseconds(1));
+    }
+    // Tenant 1 pauses 1 ms in every 13.
+    while (sim.now() < seconds(11)) {
+      sim.Run(milliseconds(12));
+      sim.SetBusy(1, false);
+      sim.Run(milliseconds(1));
+      sim.SetBusy(1, true);
+    }
+    EXPECT_NEAR(sim.Share(1, seconds(1), seconds(11)), 100.0 / 3, 0.7);
   }
 }
 
@@ -601,9 +649,9 @@ TEST(ArbiterQuota, GrantsFollowTheHintWithinBounds) {
     Nanos hint;
     Nanos quota;
   };
-  for (const Case& c : {Case{Nanos{0}, milliseconds(20)}, Case{milliseconds(7), milliseconds(7)},
-                        Case{microseconds(300), milliseconds(2)},
-                        Case{milliseconds(90), milliseconds(20)}}) {
+  for (const Case& c :
+       {Case{Nanos{0}, milliseconds(20)}, Case{milliseconds(7), milliseconds(7)},
+        Case{microseconds(300), milliseconds(2)}, Case{milliseconds(90), milliseconds(20)}}) {
     ASSERT_TRUE(IsOk(arbiter.SetQuotaHint(0, c.hint)));
     ASSERT_TRUE(IsOk(arbiter.SetPending(0, false)));
     EXPECT_FALSE(arbiter.Decide().holder);

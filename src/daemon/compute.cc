@@ -297,6 +297,17 @@ uint64_t ComputeService::Step(uint64_t now) {
       hint[d][c] = std::max(hint[d][c], ps.quota_hint_ns[d].load());
     }
   }
+  if (trace_ && now >= trace_printed_ns_ + 1'000'000'000) {
+    trace_printed_ns_ = now;
+    std::string line = "trace charged (ms)";
+    for (int c = 0; c < ledger::kMaxContainers; ++c) {
+      if (trace_charged_[static_cast<size_t>(c)] == 0) continue;
+      line += " " + std::to_string(c) + "=" +
+              std::to_string(trace_charged_[static_cast<size_t>(c)] / 1'000'000) + "/" +
+              std::to_string(trace_returns_[static_cast<size_t>(c)]);
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
   uint64_t next = now + kIdleBeatNs;
   for (int d = 0; d < devices; ++d) {
     Device& dev = devices_[static_cast<size_t>(d)];
@@ -307,6 +318,10 @@ uint64_t ComputeService::Step(uint64_t now) {
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
       if (!dev.present.test(c)) continue;
       if (charge[d][c] > 0) (void)a.Charge(c, Nanos(charge[d][c]));
+      if (trace_ && d == 0) {
+        trace_charged_[static_cast<size_t>(c)] += charge[d][c];
+        if (pending[d].test(c) && !dev.pending.test(c)) ++trace_returns_[static_cast<size_t>(c)];
+      }
       (void)a.SetPending(c, pending[d].test(c));
       (void)a.SetQuotaHint(c, Nanos(hint[d][c]));
       high_priority_present = high_priority_present || members_[c].spec.high_priority;

@@ -35,7 +35,7 @@
 namespace tessera::daemon {
 
 struct ComputeOptions {
-  arbiter::ArbiterConfig defaults;  // every GPU's config at start
+  arbiter::ArbiterConfig defaults;           // every GPU's config at start
   uint64_t loss_timeout_ns = 2'000'000'000;  // processes go ungated after this without a beat
 };
 
@@ -117,6 +117,10 @@ class ComputeService {
   std::vector<uint64_t> process_seen_ns_ =
       std::vector<uint64_t>(ledger::kMaxProcesses * ledger::kMaxDevices);
   bool trace_ = false;  // TESSERA_TRACE_ARBITER=1: every publication to stderr (debugging)
+  // With trace_: each container's charges on GPU 0 so far, printed about once a second.
+  std::vector<uint64_t> trace_charged_ = std::vector<uint64_t>(ledger::kMaxContainers);
+  std::vector<uint64_t> trace_returns_ = std::vector<uint64_t>(ledger::kMaxContainers);
+  uint64_t trace_printed_ns_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
