@@ -34,6 +34,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ipc/unix_socket.h"
@@ -245,7 +246,24 @@ struct RoundResult {
   int policy = 0;
   bool gated = false;  // the daemon was given the policy
   std::vector<TenantResult> tenants;
+  // Share of the machine's CPU time the hypervisor took during the round (/proc/stat steal; NaN
+  // where unknown). Above a few percent the tenants' timing, and so busy and latency, suffer.
+  double steal_pct = kNaN;
 };
+
+// /proc/stat's aggregate steal and total jiffies; {0, 0} where unreadable.
+std::pair<double, double> CpuStealAndTotal() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double v[8] = {};
+  if (!(in >> cpu) || cpu != "cpu") return {0, 0};
+  double total = 0;
+  for (double& x : v) {
+    if (!(in >> x)) return {0, 0};
+    total += x;
+  }
+  return {v[7], total};  // user nice system idle iowait irq softirq steal
+}
 
 bool ParseBuckets(const std::string& text, size_t count, std::vector<double>* out) {
   out->assign(count, 0);
@@ -288,6 +306,7 @@ std::unique_ptr<Tracked> StartDaemon(const std::vector<std::string>& argv,
 RoundResult RunRound(const Case& c, int policy, Settings* s) {
   RoundResult result;
   result.policy = policy;
+  const auto [steal0, total0] = CpuStealAndTotal();
   const std::string state = tessera::process::UniqueName("scenario");
   const std::string socket = "/tmp/" + state + ".sock";
   const std::string simgpu = s->build + "/lib/libtessera-simgpu.so";
@@ -406,6 +425,8 @@ RoundResult RunRound(const Case& c, int policy, Settings* s) {
     result.tenants.push_back(std::move(t));
   }
   result.ok = true;
+  const auto [steal1, total1] = CpuStealAndTotal();
+  if (total1 > total0) result.steal_pct = 100.0 * (steal1 - steal0) / (total1 - total0);
   return result;
 }
 
@@ -606,7 +627,7 @@ std::string JsonString(const std::string& s) {
 std::string MetricsJson(const Case& c, const RoundResult& r, const Metrics& m) {
   std::ostringstream o;
   o << "{\"policy\": " << r.policy << ", \"policy_applied\": " << (r.gated ? "true" : "false")
-    << ", \"shares_pct\": [";
+    << ", \"cpu_steal_pct\": " << Json(r.steal_pct) << ", \"shares_pct\": [";
   for (size_t i = 0; i < m.share_pct.size(); ++i) o << (i ? ", " : "") << Json(m.share_pct[i]);
   o << "], \"kernels\": [";
   for (size_t i = 0; i < r.tenants.size(); ++i) o << (i ? ", " : "") << r.tenants[i].kernels;
@@ -775,6 +796,12 @@ int main(int argc, char** argv) {
     if (mo.start_late_ms > 10 || mn.start_late_ms > 10) {
       std::printf("  warning: a tenant started %.0f ms late (machine overloaded?)\n",
                   std::max(mo.start_late_ms, mn.start_late_ms));
+    }
+    if (const double steal = std::max(ours.steal_pct, native.steal_pct); steal > 2) {
+      std::printf(
+          "  warning: the hypervisor took %.0f %% of the CPU (steal) during a round: its "
+          "timing is not this machine's\n",
+          steal);
     }
     if (!pass) ++failed;
 
