@@ -318,13 +318,21 @@ TEST(FixedPercentageTest, GrantsTheTenantFurthestBehindItsShareFirst) {
 
 // ---- Policy 2: weighted preemptive -------------------------------------------------------------
 
+// The 1:2 and 1:2:3 splits of issue 4.
+const std::vector<std::vector<int>> kWeightSets = {{1, 2}, {1, 2, 3}};
+
+// Containers 0, 1, ... with these weights, saturating the GPU with kernels of `kernel`.
+void AddWeightedTenants(Sim* sim, const std::vector<int>& weights, Nanos kernel) {
+  for (size_t i = 0; i < weights.size(); ++i) {
+    sim->AddTenant(static_cast<int>(i), Spec(weights[i]), kernel);
+  }
+}
+
 TEST_P(KernelLengthTest, WeightedOneToTwoAndOneToTwoToThreeWithinFivePercent) {
-  for (const std::vector<int>& weights : {std::vector<int>{1, 2}, std::vector<int>{1, 2, 3}}) {
+  for (const std::vector<int>& weights : kWeightSets) {
     SCOPED_TRACE(weights.size());
     Sim sim(Config(ArbiterPolicy::kWeightedPreemptive, 6));
-    for (size_t i = 0; i < weights.size(); ++i) {
-      sim.AddTenant(static_cast<int>(i), Spec(weights[i]), kernel());
-    }
+    AddWeightedTenants(&sim, weights, kernel());
     sim.Run(seconds(11));
     const Nanos from = seconds(1), to = seconds(11);
     const double base = sim.Share(0, from, to);
@@ -342,12 +350,10 @@ TEST_P(KernelLengthTest, WeightedOneToTwoAndOneToTwoToThreeWithinFivePercent) {
 // kernels here; 17.2 % for 16.7 % in the scenario benchmark). Ordered by share-weighted time
 // with no cap check while the caps fill the window, the shares are exact.
 TEST_P(KernelLengthTest, WeightedSharesCarryNoBiasFromEqualChunks) {
-  for (const std::vector<int>& weights : {std::vector<int>{1, 2}, std::vector<int>{1, 2, 3}}) {
+  for (const std::vector<int>& weights : kWeightSets) {
     SCOPED_TRACE(weights.size());
     Sim sim(Config(ArbiterPolicy::kWeightedPreemptive, 6));
-    for (size_t i = 0; i < weights.size(); ++i) {
-      sim.AddTenant(static_cast<int>(i), Spec(weights[i]), kernel());
-    }
+    AddWeightedTenants(&sim, weights, kernel());
     sim.Run(seconds(31));
     const Nanos from = seconds(1), to = seconds(31);
     int total = 0;
