@@ -1,6 +1,7 @@
 // ComputeService implementation: the arbiter thread's loop over the shared ledger.
 #include "daemon/compute.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,8 +28,21 @@ constexpr uint64_t kHighPriorityBoundNs = 500'000;
 // which keeps the device busy meanwhile; only the high-priority lane needs a shorter one.
 constexpr uint64_t kInflightFloorNs = 4'000'000;
 constexpr uint64_t kNativeBoundNs = 1'000'000'000;
+// The next holder is let in this long before the previous one's queued work is expected to end:
+// enough for this thread's publication and the next launcher's wake-up on a loaded node.
+constexpr uint64_t kHandoffLeadNs = 200'000;
 
 uint64_t ToNs(Nanos n) { return static_cast<uint64_t>(std::max<int64_t>(n.count(), 0)); }
+
+// Whether `ps` published that its queued work on GPU `d` ends within the hand-off lead (it
+// launches no more: see ProcessSlot::idle_at_ns). A later end lowers *wake to when it is due.
+bool Ending(const ledger::ProcessSlot& ps, int d, uint64_t now, uint64_t* wake) {
+  const uint64_t idle_at = ps.idle_at_ns[d].load(std::memory_order_acquire);
+  if (idle_at == 0) return false;
+  if (idle_at <= now + kHandoffLeadNs) return true;
+  *wake = std::min(*wake, idle_at - kHandoffLeadNs);
+  return false;
+}
 
 }  // namespace
 
@@ -179,6 +193,8 @@ DeviceShares ComputeService::Shares(int device) const {
 }
 
 void ComputeService::Loop() {
+  // Timed waits end within 5 us rather than the default 50: hand-offs are timed to 200 us.
+  prctl(PR_SET_TIMERSLACK, 5'000UL, 0UL, 0UL, 0UL);  // this thread only
   while (!stop_.load()) {
     const uint32_t seq = layout_->gate.demand_seq.load(std::memory_order_acquire);
     const uint64_t now = MonotonicNs();
@@ -241,16 +257,20 @@ void ComputeService::SyncContainers() {
   }
 }
 
-bool ComputeService::AnyBusy(const std::bitset<ledger::kMaxContainers>& containers, int d,
-                             uint64_t now) const {
+bool ComputeService::Draining(const std::bitset<ledger::kMaxContainers>& containers, int d,
+                              uint64_t now, uint64_t* wake) const {
   if (containers.none()) return false;
+  bool draining = false;
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::ProcessSlot& ps = layout_->processes[p];
     if (ps.state.load() != ledger::kLive || !containers.test(ps.container.load() % 256)) continue;
     const uint64_t beat = ps.beat_ns.load();
-    if ((ps.busy_mask.load() & (1u << d)) != 0 && beat + kBeatFreshNs > now) return true;
+    if ((ps.busy_mask.load() & (1u << d)) != 0 && beat + kBeatFreshNs > now &&
+        !Ending(ps, d, now, wake)) {
+      draining = true;
+    }
   }
-  return false;
+  return draining;
 }
 
 uint64_t ComputeService::Step(uint64_t now) {
@@ -263,6 +283,7 @@ uint64_t ComputeService::Step(uint64_t now) {
   std::vector<std::vector<uint64_t>> hint(static_cast<size_t>(devices),
                                           std::vector<uint64_t>(ledger::kMaxContainers));
   std::vector<std::bitset<ledger::kMaxContainers>> pending(static_cast<size_t>(devices));
+  std::vector<uint64_t> wake(static_cast<size_t>(devices), UINT64_MAX);  // see Ending
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::ProcessSlot& ps = layout_->processes[p];
     // State before generation: a slot seen live with a generation other than the one last seen
@@ -292,8 +313,21 @@ uint64_t ComputeService::Step(uint64_t now) {
       seen[d] = std::max(seen[d], used);
       if (!live) continue;
       // A process counts only while it beats: a stopped one (SIGSTOP, a debugger) neither waits
-      // nor works, and must not keep the token or the arbiter's attention.
-      if (fresh && (ps.waiting[d].load() > 0 || (busy & (1u << d)) != 0)) pending[d].set(c);
+      // nor works, and must not keep the token or the arbiter's attention. A high-priority one
+      // whose work is about to end stops counting then, so the token goes on in time.
+      if (trace_ && d == 0) {
+        const uint64_t idle_at = ps.idle_at_ns[0].load();
+        if (idle_at != trace_idle_at_[static_cast<size_t>(p)]) {
+          trace_idle_at_[static_cast<size_t>(p)] = idle_at;
+          std::fprintf(stderr, "trace %llu process %d container %u idle_at %llu busy %u\n",
+                       static_cast<unsigned long long>(now / 1000), p, c,
+                       static_cast<unsigned long long>(idle_at / 1000), busy);
+        }
+      }
+      const bool working =
+          (busy & (1u << d)) != 0 &&
+          !(members_[c].spec.high_priority && Ending(ps, d, now, &wake[static_cast<size_t>(d)]));
+      if (fresh && (ps.waiting[d].load() > 0 || working)) pending[d].set(c);
       hint[d][c] = std::max(hint[d][c], ps.quota_hint_ns[d].load());
     }
   }
@@ -351,7 +385,8 @@ uint64_t ComputeService::Step(uint64_t now) {
       }
       changed = true;
     }
-    if (dev.draining.any() && !AnyBusy(dev.draining, d, now)) dev.draining.reset();
+    uint64_t& drain_wake = wake[static_cast<size_t>(d)];
+    if (dev.draining.any() && !Draining(dev.draining, d, now, &drain_wake)) dev.draining.reset();
     const auto grant = desired & ~dev.published;
     if (grant.any()) {
       if (dev.draining.none() || decision.high_priority_lane || now >= dev.drain_deadline_ns) {
@@ -365,6 +400,7 @@ uint64_t ComputeService::Step(uint64_t now) {
         next = std::min(next, now + kDrainPollNs);
       }
     }
+    next = std::min(next, drain_wake);
     dev.holder = decision.holder;
     dev.lane = decision.high_priority_lane;
     if (changed) Publish(d, !native);

@@ -7,7 +7,10 @@
 //   - it publishes who may launch (GateDevice::may_run) and wakes the waiters through the futex;
 //     a revoked holder's queued work drains before the next holder is let in (bounded by
 //     quota_max, so a hung holder loses the token within one quota), except for the
-//     high-priority lane, which is admitted at once;
+//     high-priority lane, which is admitted at once; the next holder is let in kHandoffLeadNs
+//     before the drain is expected to end (ProcessSlot::idle_at_ns), so that its first kernels
+//     queue behind the last ones instead of meeting an idle GPU; likewise a high-priority
+//     process done launching stops counting as having work that much before its work ends;
 //   - it beats (GateHeader::beat_ns), so processes can tell a lost daemon from a busy GPU.
 // It sleeps on the ledger's demand futex, which processes bump when they start waiting or go
 // idle, or until the current grant ends.
@@ -105,7 +108,10 @@ class ComputeService {
   uint64_t Step(uint64_t now);
   void SyncContainers();
   void Publish(int d, bool gated);
-  bool AnyBusy(const std::bitset<ledger::kMaxContainers>& containers, int d, uint64_t now) const;
+  // Whether a process of `containers` still has work on GPU `d` that is not ending within the
+  // hand-off lead; *wake: when the next published end comes within the lead.
+  bool Draining(const std::bitset<ledger::kMaxContainers>& containers, int d, uint64_t now,
+                uint64_t* wake) const;
 
   ledger::LedgerLayout* layout_;
   ComputeOptions options_;
@@ -121,6 +127,8 @@ class ComputeService {
   std::vector<uint64_t> trace_charged_ = std::vector<uint64_t>(ledger::kMaxContainers);
   std::vector<uint64_t> trace_returns_ = std::vector<uint64_t>(ledger::kMaxContainers);
   uint64_t trace_printed_ns_ = 0;
+  // With trace_: each process slot's last idle_at_ns on GPU 0 (printed when it changes, in us).
+  std::vector<uint64_t> trace_idle_at_ = std::vector<uint64_t>(ledger::kMaxProcesses);
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -1,7 +1,9 @@
 // ComputeService's bookkeeping over a real ledger segment, with the processes' side played by the
-// test writing their slots (measured GPU time, beats, waiting): what the arbiter is charged when a
-// process slot is reused by a new process, and when a restarted daemon finds processes that have
-// been running for a while. Shares are read back through Shares(), as `tessera smi` reads them.
+// test writing their slots (measured GPU time, beats, waiting, busy, idle_at): what the arbiter is
+// charged when a process slot is reused by a new process, and when a restarted daemon finds
+// processes that have been running for a while; when a hand-off lets the next holder in (the
+// published end of the previous holder's work). Shares are read back through Shares(), as
+// `tessera smi` reads them; the token from the ledger's gate words, as the shim reads it.
 #include "daemon/compute.h"
 
 #include <gtest/gtest.h>
@@ -39,9 +41,10 @@ class ComputeServiceTest : public ::testing::Test {
     ledger_.reset();
     shm_unlink(name_.c_str());
   }
-  void StartService() {
+  void StartService(std::chrono::nanoseconds quota_max = 20ms) {
     ComputeOptions options;
     options.defaults.policy = ArbiterPolicy::kPreemptive;
+    options.defaults.quota_max = quota_max;
     auto compute = ComputeService::Create(ledger_->layout(), 1, options);
     ASSERT_TRUE(compute.ok()) << compute.error();
     compute_ = std::move(*compute);
@@ -78,6 +81,32 @@ class ComputeServiceTest : public ::testing::Test {
       if (achieved >= at_least) break;
     }
     return achieved;
+  }
+
+  ledger::ProcessSlot& Slot(uint32_t p) { return ledger_->layout()->processes[p]; }
+  // Process `p`: `waiting` threads at the gate, work in flight or not; its sampler beats.
+  void SetDemand(uint32_t p, uint32_t waiting, bool busy) {
+    Slot(p).waiting[0].store(waiting);
+    Slot(p).busy_mask.store(busy ? 1 : 0);
+    Slot(p).beat_ns.store(ipc::MonotonicNs());
+    ledger_->layout()->gate.demand_seq.fetch_add(1);
+    ipc::FutexWakeAll(&ledger_->layout()->gate.demand_seq);
+  }
+  bool MayRun(uint32_t c) {
+    return (ledger_->layout()->gate.devices[0].may_run[c / 64].load() >> (c % 64)) & 1;
+  }
+  // Polls until container `c` may run (or not, `want` false) while keeping the listed processes'
+  // beats fresh; returns when that happened, or 0 when it did not within `limit`.
+  uint64_t AwaitMayRun(uint32_t c, bool want, std::chrono::milliseconds limit,
+                       std::initializer_list<uint32_t> beating) {
+    const uint64_t deadline = ipc::MonotonicNs() + static_cast<uint64_t>(limit.count()) * kMs;
+    for (;;) {
+      const uint64_t now = ipc::MonotonicNs();
+      if (MayRun(c) == want) return now;
+      if (now > deadline) return 0;
+      for (uint32_t p : beating) Slot(p).beat_ns.store(now);
+      std::this_thread::sleep_for(50us);
+    }
   }
 
   std::string name_;
@@ -125,6 +154,56 @@ TEST_F(ComputeServiceTest, ARestartedDaemonDoesNotChargeTimeFromBeforeItStarted)
   Report(p, 5050 * kMs);
   EXPECT_NEAR(AchievedAfterReports(c, 4), 5, 1)
       << "the new daemon charged the process's whole history to this window";
+}
+
+// A revoked holder's queued work drains before the next holder launches, but the next one is let
+// in just before the drain's published end, not after the drained process notices and reports it.
+TEST_F(ComputeServiceTest, TheNextHolderIsLetInJustBeforeTheDrainEnds) {
+  const uint32_t a = AddContainer("a");
+  const uint32_t b = AddContainer("b");
+  const uint32_t pa = AddProcess(a);
+  const uint32_t pb = AddProcess(b);
+  StartService(/*quota_max=*/200ms);
+  Slot(pa).quota_hint_ns[0].store(5 * kMs);  // its grant: 5 ms, then b's turn
+  SetDemand(pa, 0, true);
+  ASSERT_NE(AwaitMayRun(a, true, 2000ms, {pa}), 0u);
+  SetDemand(pb, 1, false);
+  ASSERT_NE(AwaitMayRun(a, false, 2000ms, {pa, pb}), 0u) << "a's 5 ms grant never ended";
+  // a still has work in flight and has said nothing about its end: b waits (for up to a quota).
+  EXPECT_EQ(AwaitMayRun(b, true, 30ms, {pa, pb}), 0u) << "b was let in during a's drain";
+  const uint64_t end = ipc::MonotonicNs() + 20 * kMs;
+  Slot(pa).idle_at_ns[0].store(end);
+  SetDemand(pa, 0, true);
+  const uint64_t granted = AwaitMayRun(b, true, 150ms, {pa, pb});
+  ASSERT_NE(granted, 0u) << "b was not let in by a's published end nor by the drain deadline";
+  EXPECT_GE(granted + 1000, end - 200'000) << "b was let in more than the lead before a's end";
+  EXPECT_LT(granted, end + 50 * kMs) << "b waited for the drain deadline, not a's published end";
+  EXPECT_EQ(Slot(pa).busy_mask.load(), 1u);  // a never reported the drain done
+}
+
+// A high-priority process that is done launching says when its work ends; the token goes on just
+// before then, not when its sampler has seen the work finish and then idle for two ticks.
+TEST_F(ComputeServiceTest, AHighPriorityProcessDoneLaunchingHandsOnBeforeItsWorkEnds) {
+  const uint32_t hp = AddContainer("hp");
+  const uint32_t be = AddContainer("be");
+  ledger_->layout()->containers[hp].high_priority.store(1);
+  const uint32_t php = AddProcess(hp);
+  const uint32_t pbe = AddProcess(be);
+  StartService();
+  SetDemand(pbe, 0, true);
+  ASSERT_NE(AwaitMayRun(be, true, 2000ms, {pbe}), 0u);
+  SetDemand(php, 1, false);  // a request: the lane takes the token at once
+  ASSERT_NE(AwaitMayRun(hp, true, 2000ms, {php, pbe}), 0u);
+  SetDemand(pbe, 1, false);  // be drained and wants the token back
+  SetDemand(php, 0, true);   // hp launched; its work is in flight
+  EXPECT_EQ(AwaitMayRun(be, true, 30ms, {php, pbe}), 0u) << "be got the token while hp had work";
+  const uint64_t end = ipc::MonotonicNs() + 10 * kMs;
+  Slot(php).idle_at_ns[0].store(end);
+  SetDemand(php, 0, true);
+  const uint64_t granted = AwaitMayRun(be, true, 2000ms, {php, pbe});
+  ASSERT_NE(granted, 0u) << "be never got the token back while hp stayed busy";
+  EXPECT_GE(granted + 1000, end - 200'000) << "be was let in more than the lead before hp's end";
+  EXPECT_FALSE(MayRun(hp));
 }
 
 }  // namespace

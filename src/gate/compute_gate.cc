@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -34,6 +35,13 @@ constexpr uint64_t kDefaultBoundNs = 2'000'000;
 constexpr int kQuietTicks = 2;  // ticks without work before a process counts as idle
 // A launcher just handed the token counts as busy this long before the sampler sees its work.
 constexpr uint64_t kGrantedGraceNs = 2'000'000;
+// A high-priority process whose launcher has recorded no mark for this long is taken to be done
+// launching: it publishes when its queued work ends (idle_at_ns), and the arbiter hands the token
+// on just before then instead of after its quiet ticks.
+constexpr uint64_t kLauncherQuietNs = 100'000;
+// How precisely the sampler's timed waits end (the kernel's default slack is 50 us, half a quiet
+// tick).
+constexpr unsigned long kSamplerTimerSlackNs = 5'000;
 
 struct Mark {
   CUevent event = nullptr;
@@ -87,9 +95,10 @@ struct Track {
   uint32_t count = 0;
   CUevent ref = nullptr;  // a completed event whose device instant is ref_ns
   uint64_t ref_ns = 0;
-  uint64_t last_end_ns = 0;  // device instant the previous completed mark ended
-  double kernel_ns = 0;      // average device time per launch (EWMA)
-  bool measured = false;     // kernel_ns holds a measurement (until then: one launch per mark)
+  uint64_t last_end_ns = 0;     // device instant the previous completed mark ended
+  uint64_t last_marked_ns = 0;  // host time the latest mark was recorded
+  double kernel_ns = 0;         // average device time per launch (EWMA)
+  bool measured = false;        // kernel_ns holds a measurement (until then: one launch per mark)
   // Sampler side.
   uint32_t seen_since_mark = 0;
 };
@@ -105,6 +114,10 @@ struct DeviceGate {
   // When a launcher last got the token after waiting (it launches next). Written by launchers.
   std::atomic<uint64_t> granted_ns{0};
   uint64_t confirmed_ns = 0;  // the granted_ns whose launches a tick has seen (sampler's)
+  // Bumped by a launcher after each mark it records: a sampler that computed idle_at_ns before a
+  // bump withdraws it (the process launched more meanwhile).
+  std::atomic<uint32_t> mark_epoch{0};
+  uint64_t published_idle_at = 0;  // the sampler's last idle_at_ns for this device
 };
 
 struct GateState {
@@ -177,8 +190,10 @@ uint64_t RaiseTo(std::atomic<uint64_t>& word, uint64_t value) {
 // Adds [start, end) of device time on `device` to this process, minus what is already charged:
 // the container's own earlier intervals (another stream or process of it) and, except under the
 // weak policy (where tenants overlap by design), the device's (the previous holder's queued work
-// that this interval waited behind).
-void Charge(int device, uint64_t start, uint64_t end) {
+// that this interval waited behind). Returns where this interval's own work began: after another
+// container's work it waited behind, when that was charged first (the container's own streams
+// overlapping each other do not count: they share the GPU, not wait for it).
+uint64_t Charge(int device, uint64_t start, uint64_t end) {
   ledger::GateDevice& gd = g->layout->gate.devices[device];
   const bool overlap = gd.policy.load(std::memory_order_relaxed) == 4;
   const uint64_t device_until = overlap ? 0 : RaiseTo(gd.charged_until_ns, end);
@@ -186,6 +201,8 @@ void Charge(int device, uint64_t start, uint64_t end) {
       RaiseTo(g->layout->containers[g->container].charged_until_ns[device], end);
   const uint64_t from = std::max({start, device_until, container_until});
   if (end > from) Self().gpu_ns[device].fetch_add(end - from, std::memory_order_acq_rel);
+  const uint64_t behind = device_until > container_until ? device_until : 0;
+  return std::min(std::max(start, behind), end);
 }
 
 // Re-derives how often a track marks and how many marks it may keep outstanding from its kernels'
@@ -234,8 +251,10 @@ void ConsumeLocked(Track* t, bool wait_first) {
         const uint64_t start = std::max(m.start_ns, t->last_end_ns);
         t->measured = true;
         if (end > start) {
-          Charge(t->device, start, end);
-          const double per_launch = static_cast<double>(end - start) / std::max(m.launches, 1u);
+          // The kernel length from the charged part: a launch queued behind another holder's
+          // work did not run while it waited (a high-priority launch always waits so).
+          const uint64_t ran_from = Charge(t->device, start, end);
+          const double per_launch = static_cast<double>(end - ran_from) / std::max(m.launches, 1u);
           t->kernel_ns = t->kernel_ns < 1.0 ? per_launch : 0.75 * t->kernel_ns + 0.25 * per_launch;
         }
         t->last_end_ns = std::max(t->last_end_ns, end);
@@ -262,9 +281,16 @@ void MarkLocked(Track* t, bool by_sampler) {
   t->since_mark.store(0, std::memory_order_relaxed);
   if (g->driver.event_record(m.event, on) != CUDA_SUCCESS) return;  // e.g. a capturing stream
   m.start_ns = t->first_launch_ns.load(std::memory_order_relaxed);
+  t->last_marked_ns = MonotonicNs();
   m.launches = n;
   ++t->count;
   t->outstanding.store(t->count, std::memory_order_release);
+  if (!by_sampler) {
+    // More work queued: any end this process published is stale (seq_cst pairs with the
+    // sampler's check in PublishIdleAt).
+    g->devices[t->device].mark_epoch.fetch_add(1);
+    Self().idle_at_ns[t->device].store(0);
+  }
 }
 
 // ---- Tracks
@@ -402,6 +428,22 @@ uint64_t ExpectedEndLocked(const Track* t) {
   return std::max(m.start_ns, t->last_end_ns) + static_cast<uint64_t>(m.launches * t->kernel_ns);
 }
 
+// When everything marked on the track is expected to have run: each mark at the measured kernel
+// length, after the one before it, the first no earlier than the last completed one and `ahead`
+// (other holders' queued work that it waits behind). 0 when unknown: launches unmarked, or the
+// kernel length not measured. Caller holds t->lock.
+uint64_t QueueEndLocked(const Track* t, uint64_t ahead) {
+  if (t->since_mark.load(std::memory_order_relaxed) != 0) return 0;
+  if (t->count == 0) return std::max<uint64_t>(t->last_end_ns, 1);
+  if (!t->measured || t->kernel_ns < 1.0) return 0;
+  uint64_t end = std::max(t->last_end_ns, ahead);
+  for (uint32_t i = 0; i < t->count; ++i) {
+    const Mark& m = t->ring[(t->head + i) % kRing];
+    end = std::max(end, m.start_ns) + static_cast<uint64_t>(m.launches * t->kernel_ns);
+  }
+  return end;
+}
+
 // Waits for room in flight. Returns true when the launch may go ahead although the ring is at its
 // bound: a bound of one mark (long kernels beside a high-priority tenant) would otherwise leave
 // the device idle from each kernel's end until this thread wakes and launches the next, so the
@@ -435,16 +477,52 @@ bool AwaitInflight(Track* t) {
 // ---- The sampler
 // ------------------------------------------------------------------------------------ Waits for
 // every mark of `device` to complete (closing unmarked launches first).
+// Publishes `end` as when this process's work on `device` is expected to have run (0: unknown),
+// unless a launcher recorded a mark since `epoch` was read: then it is launching again.
+void PublishIdleAt(int device, uint64_t end, uint32_t epoch) {
+  DeviceGate& dg = g->devices[device];
+  std::atomic<uint64_t>& slot = Self().idle_at_ns[device];
+  slot.store(end);
+  if (end != 0 && dg.mark_epoch.load() != epoch) {
+    slot.store(0);
+    end = 0;
+  }
+  dg.published_idle_at = end;
+}
+
+// Waits for every mark of `device` to complete (closing unmarked launches first). Before waiting
+// it publishes when they are expected to (idle_at_ns and the device's drain_end_ns) and wakes the
+// arbiter, which lets the next holder launch just before then: its first kernels queue behind
+// this process's last ones instead of starting on an idle GPU after two wake-ups.
 void DrainDevice(int device) {
+  const uint32_t epoch = g->devices[device].mark_epoch.load();
+  uint64_t end = 0;
+  bool known = true;
   for (Track* t : g->tracks) {
     if (!t->live.load() || t->device != device) continue;
     g->driver.ctx_set_current(t->ctx);
     t->lock.Lock();
     MarkLocked(t, /*by_sampler=*/true);
+    ConsumeLocked(t, /*wait_first=*/false);
+    const uint64_t e = QueueEndLocked(t, 0);
+    t->lock.Unlock();
+    known = known && e != 0;
+    end = std::max(end, e);
+  }
+  if (known && end > MonotonicNs()) {
+    RaiseTo(g->layout->gate.devices[device].drain_end_ns, end);
+    PublishIdleAt(device, end, epoch);
+    WakeArbiter();
+  }
+  for (Track* t : g->tracks) {
+    if (!t->live.load() || t->device != device) continue;
+    g->driver.ctx_set_current(t->ctx);
+    t->lock.Lock();
     while (t->count > 0) ConsumeLocked(t, /*wait_first=*/true);
     t->seen_since_mark = 0;
     t->lock.Unlock();
   }
+  if (g->devices[device].published_idle_at != 0) PublishIdleAt(device, 0, epoch);
 }
 
 // One sampler tick. Returns how long to wait for the next: kTickQuietNs while a device counts
@@ -457,6 +535,24 @@ uint64_t Tick(uint64_t now) {
   bool worked[ledger::kMaxDevices] = {};  // had work since the last tick (done or not)
   double kernel[ledger::kMaxDevices] = {};
   uint64_t last_end = UINT64_MAX;  // the soonest expected end of a track's last outstanding mark
+  // A high-priority holder's estimate of when its queued work ends (see kLauncherQuietNs): 0 when
+  // some track's end is unknown; the latest mark its launchers recorded.
+  const bool high_priority =
+      g->layout->containers[g->container].high_priority.load(std::memory_order_relaxed) != 0;
+  uint64_t queue_end[ledger::kMaxDevices] = {};
+  bool end_known[ledger::kMaxDevices] = {};
+  uint64_t last_mark[ledger::kMaxDevices] = {};
+  uint32_t epoch[ledger::kMaxDevices] = {};
+  uint64_t ahead[ledger::kMaxDevices] = {};
+  if (high_priority) {
+    for (int d = 0; d < ledger::kMaxDevices; ++d) {
+      const ledger::GateDevice& gd = g->layout->gate.devices[d];
+      epoch[d] = g->devices[d].mark_epoch.load();
+      end_known[d] = true;
+      // Work it launched while holding the token queues behind what revoked holders still drain.
+      if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = gd.drain_end_ns.load();
+    }
+  }
   for (Track* t : g->tracks) {
     if (!t->live.load() || !t->lock.TryLock()) {
       if (t->live.load()) busy[t->device] = true;  // a launcher holds it: it is active
@@ -479,8 +575,15 @@ uint64_t Tick(uint64_t now) {
     if (const uint64_t due = ExpectedEndLocked(t); t->count == 1 && due != 0) {
       last_end = std::min(last_end, due);
     }
+    if (high_priority) {
+      const uint64_t end = QueueEndLocked(t, ahead[t->device]);
+      end_known[t->device] = end_known[t->device] && end != 0;
+      queue_end[t->device] = std::max(queue_end[t->device], end);
+      last_mark[t->device] = std::max(last_mark[t->device], t->last_marked_ns);
+    }
     t->lock.Unlock();
   }
+  uint64_t wake_at = UINT64_MAX;  // when a high-priority launcher will have been quiet long enough
   ledger::ProcessSlot& self = Self();
   const bool gated_now = !g->ungated.load();
   bool drained[ledger::kMaxDevices] = {};
@@ -537,21 +640,44 @@ uint64_t Tick(uint64_t now) {
     self.quota_hint_ns[d].store(
         dg.burst_ns > 0 ? static_cast<uint64_t>(std::max(dg.burst_ns, 8.0 * kernel[d])) : 0,
         std::memory_order_relaxed);
+    // A high-priority holder done launching says when its work ends: the arbiter lets the next
+    // holder in just before then, so the GPU does not idle while this process finds out that its
+    // last kernel finished and hands the token back.
+    if (high_priority) {
+      uint64_t idle_at = 0;
+      // Quiet since its last mark, or since it was handed the token (it launches next).
+      const uint64_t quiet_from = std::max(last_mark[d], granted);
+      if (dg.busy && holds && gated_now && end_known[d] && queue_end[d] != 0) {
+        if (quiet_from + kLauncherQuietNs <= now) {
+          idle_at = queue_end[d];
+        } else {
+          wake_at = std::min(wake_at, quiet_from + kLauncherQuietNs);
+        }
+      }
+      if (idle_at != dg.published_idle_at) {
+        PublishIdleAt(d, idle_at, epoch[d]);
+        if (dg.published_idle_at != 0) WakeArbiter();
+      }
+    }
     // A holder ticks fast even when idle: a launcher that got the token just after this tick
     // (its bit set, its kernel possibly done by the next) must not keep it for an idle period.
     any = any || dg.busy || (holds && gated_now);
     quiet = quiet || (dg.busy && dg.quiet_ticks > 0);
   }
   self.beat_ns.store(now, std::memory_order_release);
-  if (quiet) return kTickQuietNs;
-  if (!any) return kTickIdleNs;
-  if (last_end < now + kTickBusyNs) {
-    return std::max(last_end > now ? last_end - now + kTickQuietNs / 4 : 0, kTickQuietNs);
+  uint64_t wait = kTickBusyNs;
+  if (quiet) {
+    wait = kTickQuietNs;
+  } else if (!any) {
+    wait = kTickIdleNs;
+  } else if (last_end < now + kTickBusyNs) {
+    wait = std::max(last_end > now ? last_end - now + kTickQuietNs / 4 : 0, kTickQuietNs);
   }
-  return kTickBusyNs;
+  return std::min(wait, wake_at - now);
 }
 
 void* SamplerMain(void*) {
+  prctl(PR_SET_TIMERSLACK, kSamplerTimerSlackNs, 0, 0, 0);  // this thread only
   // The sampler may query events while the application captures a graph in global mode.
   if (g->driver.exchange_capture_mode != nullptr) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;

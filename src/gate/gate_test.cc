@@ -2,6 +2,7 @@
 // processes linked against the shim, launching simgpu `spin` kernels back to back. Shares are
 // read from what each tenant got done in the same wall-clock window, so a gate that lets
 // launches through ungated, or an arbiter that favours one side, fails these tests.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "ipc/unix_socket.h"
+#include "ledger/ledger_layout.h"
 #include "process/child_process.h"
 
 namespace {
@@ -228,6 +230,50 @@ TEST_F(GateTest, ADaemonLossUngatesWaitersAndGatingResumesWhenItReturns) {
   EXPECT_NE(both.find("gating resumes"), std::string::npos) << both;
   unlink(err_a.c_str());
   unlink(err_b.c_str());
+}
+
+// A holder whose token is revoked publishes, before it waits for its queued kernels, when they are
+// expected to end (ProcessSlot::idle_at_ns): the arbiter lets the next holder in just before then.
+// Read from the daemon's ledger while two tenants trade the token under policy 1.
+TEST_F(GateTest, ARevokedHolderPublishesWhenItsQueuedWorkEnds) {
+  const std::string ledger_name = "/" + UniqueName("gate-ledger");
+  StartDaemon({"--policy", "1", "--ledger", ledger_name});
+  const int fd = shm_open(ledger_name.c_str(), O_RDONLY, 0);
+  ASSERT_GE(fd, 0) << ledger_name;
+  void* map = mmap(nullptr, sizeof(tessera::ledger::LedgerLayout), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  const auto* layout = static_cast<const tessera::ledger::LedgerLayout*>(map);
+  const uint64_t start = SoonNs();
+  auto a = Spinner("left", 1000, 2, start, "stream", {});
+  auto b = Spinner("right", 1000, 2, start, "stream", {});
+  ASSERT_EQ(a->WaitForKey("ready", 30s), "1");
+  ASSERT_EQ(b->WaitForKey("ready", 30s), "1");
+  std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 200ms);
+  // Each switch (about every 20 ms) drains up to 4 ms of queued work: poll for 1.5 s.
+  int seen = 0;
+  uint64_t farthest = 0;  // the furthest ahead a published end lay
+  for (const uint64_t until = MonotonicNs() + 1'500'000'000; MonotonicNs() < until;) {
+    for (const auto& ps : layout->processes) {
+      if (ps.state.load() != tessera::ledger::kLive || (ps.busy_mask.load() & 1) == 0) continue;
+      const uint64_t idle_at = ps.idle_at_ns[0].load(), now = MonotonicNs();
+      const uint32_t c = ps.container.load() % tessera::ledger::kMaxContainers;
+      const bool holds = (layout->gate.devices[0].may_run[c / 64].load() >> (c % 64)) & 1;
+      if (idle_at > now && !holds) {
+        ++seen;
+        farthest = std::max(farthest, idle_at - now);
+      }
+    }
+    std::this_thread::sleep_for(20us);
+  }
+  Kernels(*a);
+  Kernels(*b);
+  munmap(map, sizeof(tessera::ledger::LedgerLayout));
+  shm_unlink(ledger_name.c_str());
+  EXPECT_GT(seen, 0) << "no revoked holder published when its drain ends";
+  // What it may keep queued is bounded (4 ms here), so a sane estimate lies within that and a
+  // kernel of now.
+  EXPECT_LT(farthest, 10'000'000u) << "a published end lay " << farthest / 1000 << " us ahead";
 }
 
 }  // namespace

@@ -24,7 +24,7 @@
 namespace tessera::ledger {
 
 inline constexpr uint32_t kLedgerMagic = 0x4c525354;  // "TSRL"
-inline constexpr uint32_t kLedgerVersion = 4;
+inline constexpr uint32_t kLedgerVersion = 5;
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxContainers = 256;
 inline constexpr int kMaxProcesses = 1024;
@@ -82,11 +82,11 @@ static_assert(offsetof(ContainerSlot, token_wait_ns) == 80 + 32 * kMaxDevices + 
 static_assert(sizeof(ContainerSlot) == 80 + 32 * kMaxDevices + 40);
 
 struct ProcessSlot {
-  std::atomic<uint32_t> state;              // SlotState; written by the daemon only
-  std::atomic<uint32_t> generation;         // bumped when the slot is freed
-  std::atomic<int32_t> host_pid;            // from SO_PEERCRED
-  std::atomic<uint32_t> container;          // index of the ContainerSlot it belongs to
-  std::atomic<int32_t> local_pid;           // its pid in its own pid namespace (tools inside)
+  std::atomic<uint32_t> state;       // SlotState; written by the daemon only
+  std::atomic<uint32_t> generation;  // bumped when the slot is freed
+  std::atomic<int32_t> host_pid;     // from SO_PEERCRED
+  std::atomic<uint32_t> container;   // index of the ContainerSlot it belongs to
+  std::atomic<int32_t> local_pid;    // its pid in its own pid namespace (tools inside)
   uint32_t reserved0;
   std::atomic<uint64_t> used[kMaxDevices];  // bytes this process holds (its share of `used`)
   // ---- Compute gate (written by the process, read by the arbiter) ----
@@ -96,19 +96,25 @@ struct ProcessSlot {
   std::atomic<uint32_t> busy_mask;                   // bit d: work launched and not finished
   std::atomic<uint32_t> reserved1;
   std::atomic<uint64_t> beat_ns;  // its sampler's last tick; a stopped process stops beating
+  // When the work it has queued on device d is expected to have run (CLOCK_MONOTONIC), published
+  // only while it launches no more: its token revoked (draining), or, for a high-priority process,
+  // its launcher quiet. 0: it may launch more, or the end cannot be estimated. The arbiter hands
+  // the token on this much ahead of the end, so the next holder's first launch meets a busy GPU.
+  std::atomic<uint64_t> idle_at_ns[kMaxDevices];
 };
 static_assert(offsetof(ProcessSlot, local_pid) == 16);
 static_assert(offsetof(ProcessSlot, used) == 24);
 static_assert(offsetof(ProcessSlot, gpu_ns) == 24 + 8 * kMaxDevices);
 static_assert(offsetof(ProcessSlot, waiting) == 24 + 24 * kMaxDevices);
-static_assert(sizeof(ProcessSlot) == 24 + 28 * kMaxDevices + 16);
+static_assert(offsetof(ProcessSlot, idle_at_ns) == 24 + 28 * kMaxDevices + 16);
+static_assert(sizeof(ProcessSlot) == 24 + 36 * kMaxDevices + 16);
 
 inline constexpr int kMaskWords = kMaxContainers / 64;
 
 // One device's token, as the arbiter publishes it.
 struct GateDevice {
-  std::atomic<uint32_t> grant_seq;  // futex word: bumped after every change below
-  std::atomic<uint32_t> gated;      // 0: no compute control (policy 5, or no arbiter)
+  std::atomic<uint32_t> grant_seq;            // futex word: bumped after every change below
+  std::atomic<uint32_t> gated;                // 0: no compute control (policy 5, or no arbiter)
   std::atomic<uint64_t> may_run[kMaskWords];  // bit c: container c may launch now
   std::atomic<int32_t> holder;                // the exclusive holder, or -1 (for tools)
   std::atomic<uint32_t> policy;               // the device's policy (for tools)
@@ -116,9 +122,13 @@ struct GateDevice {
   // The device instant up to which some container has been charged: the next holder's work, queued
   // behind the previous holder's, is charged only from there (nobody pays for another's time).
   std::atomic<uint64_t> charged_until_ns;
+  // When the work of holders whose token was revoked is expected to have run: work launched by
+  // the holder that replaced them queues behind it (raised by each draining process).
+  std::atomic<uint64_t> drain_end_ns;
 };
 static_assert(offsetof(GateDevice, may_run) == 8);
-static_assert(sizeof(GateDevice) == 8 + 8 * kMaskWords + 24);
+static_assert(offsetof(GateDevice, drain_end_ns) == 8 + 8 * kMaskWords + 24);
+static_assert(sizeof(GateDevice) == 8 + 8 * kMaskWords + 32);
 
 struct GateHeader {
   std::atomic<uint32_t> demand_seq;  // futex word: processes bump it to wake the arbiter

@@ -188,6 +188,7 @@ Result<uint32_t> MemoryLedger::AddProcess(uint32_t c, int32_t host_pid, int32_t 
       slot.gpu_ns[d].store(0);
       slot.quota_hint_ns[d].store(0);
       slot.waiting[d].store(0);
+      slot.idle_at_ns[d].store(0);
     }
     slot.busy_mask.store(0);
     slot.beat_ns.store(0);
@@ -212,7 +213,10 @@ void MemoryLedger::ReclaimProcess(uint32_t p) {
   }
   // A dead process neither waits nor has work; its measured GPU time stays readable until the
   // slot is reused (the arbiter notices the new generation).
-  for (int d = 0; d < kMaxDevices; ++d) slot.waiting[d].store(0);
+  for (int d = 0; d < kMaxDevices; ++d) {
+    slot.waiting[d].store(0);
+    slot.idle_at_ns[d].store(0);
+  }
   slot.busy_mask.store(0);
   slot.host_pid.store(0);
   slot.local_pid.store(0);
