@@ -88,6 +88,9 @@ struct Track {
   std::atomic<uint32_t> max_outstanding{kRing - 1};
   std::atomic<uint32_t> outstanding{0};
   std::atomic<uint64_t> first_launch_ns{0};
+  // Set while a launch that AwaitInflight let queue early is between its token check and its
+  // launch: a drain that began meanwhile waits for it before estimating its end.
+  std::atomic<bool> lead_launch{false};
   // The ring of outstanding marks and the calibration chain; guarded by `lock`.
   TrackLock lock;
   Mark ring[kRing];
@@ -251,11 +254,18 @@ void ConsumeLocked(Track* t, bool wait_first) {
         const uint64_t start = std::max(m.start_ns, t->last_end_ns);
         t->measured = true;
         if (end > start) {
-          // The kernel length from the charged part: a launch queued behind another holder's
-          // work did not run while it waited (a high-priority launch always waits so).
+          // The kernel length from where this work began: a launch queued behind another
+          // holder's work did not run while it waited (a high-priority launch always waits so).
+          // A mark charged only after later work of another container (this sampler ran late)
+          // tells nothing about its length and leaves the estimate alone: taken as zero, it cut
+          // a 10 ms tenant's estimate by a quarter, which queued its next kernel ms too early.
           const uint64_t ran_from = Charge(t->device, start, end);
-          const double per_launch = static_cast<double>(end - ran_from) / std::max(m.launches, 1u);
-          t->kernel_ns = t->kernel_ns < 1.0 ? per_launch : 0.75 * t->kernel_ns + 0.25 * per_launch;
+          if (end > ran_from) {
+            const double per_launch =
+                static_cast<double>(end - ran_from) / std::max(m.launches, 1u);
+            t->kernel_ns =
+                t->kernel_ns < 1.0 ? per_launch : 0.75 * t->kernel_ns + 0.25 * per_launch;
+          }
         }
         t->last_end_ns = std::max(t->last_end_ns, end);
       }
@@ -286,10 +296,13 @@ void MarkLocked(Track* t, bool by_sampler) {
   ++t->count;
   t->outstanding.store(t->count, std::memory_order_release);
   if (!by_sampler) {
-    // More work queued: any end this process published is stale (seq_cst pairs with the
-    // sampler's check in PublishIdleAt).
+    // More work queued: any end this process published is stale. The epoch bump comes before the
+    // load of the slot, and PublishIdleAt stores before it loads the epoch (all seq_cst): a
+    // publication racing this mark is withdrawn by one side or the other. The shared slot is
+    // written only when it holds an end, so marks do not dirty its cache line.
     g->devices[t->device].mark_epoch.fetch_add(1);
-    Self().idle_at_ns[t->device].store(0);
+    std::atomic<uint64_t>& idle_at = Self().idle_at_ns[t->device];
+    if (idle_at.load() != 0) idle_at.store(0);
   }
 }
 
@@ -425,7 +438,12 @@ void AwaitToken(int device) {
 uint64_t ExpectedEndLocked(const Track* t) {
   if (t->count == 0 || !t->measured || t->kernel_ns < 1.0) return 0;
   const Mark& m = t->ring[t->head];
-  return std::max(m.start_ns, t->last_end_ns) + static_cast<uint64_t>(m.launches * t->kernel_ns);
+  // Not before the revoked holders' drain ends: a mark launched during it queued behind it (a
+  // launch anchored on itself looked due a whole 10 ms kernel early, and the next one went in
+  // early behind it, doubling a high-priority request's wait).
+  const uint64_t ahead = g->layout->gate.devices[t->device].drain_end_ns.load();
+  return std::max({m.start_ns, t->last_end_ns, ahead}) +
+         static_cast<uint64_t>(m.launches * t->kernel_ns);
 }
 
 // When everything marked on the track is expected to have run: each mark at the measured kernel
@@ -460,6 +478,7 @@ bool AwaitInflight(Track* t) {
     }
     const uint64_t now = MonotonicNs();
     if (now + kLaunchLeadNs >= expected_end) {
+      t->lead_launch.store(true);
       t->lock.Unlock();
       return true;
     }
@@ -493,18 +512,30 @@ void PublishIdleAt(int device, uint64_t end, uint32_t epoch) {
 // Waits for every mark of `device` to complete (closing unmarked launches first). Before waiting
 // it publishes when they are expected to (idle_at_ns and the device's drain_end_ns) and wakes the
 // arbiter, which lets the next holder launch just before then: its first kernels queue behind
-// this process's last ones instead of starting on an idle GPU after two wake-ups.
-void DrainDevice(int device) {
+// this process's last ones instead of starting on an idle GPU after two wake-ups. Returns false
+// when the process has work on the device after all: the token came back during the drain (its
+// launchers went on), or a launch let through just before the revocation landed after it.
+bool DrainDevice(int device) {
+  const ledger::GateDevice& gd = g->layout->gate.devices[device];
+  auto holds = [&] { return (gd.may_run[g->word_index].load() & g->bit) != 0; };
   const uint32_t epoch = g->devices[device].mark_epoch.load();
+  // Work this process launched during an earlier drain queued behind it (see ExpectedEndLocked).
+  const uint64_t ahead = g->layout->gate.devices[device].drain_end_ns.load();
   uint64_t end = 0;
   bool known = true;
   for (Track* t : g->tracks) {
     if (!t->live.load() || t->device != device) continue;
     g->driver.ctx_set_current(t->ctx);
+    // A launch let through just before the revocation lands first (it would otherwise be missing
+    // from the estimate: with kernels of 10 ms, quota expiries fell on exactly those launches).
+    for (int i = 0; i < 100 && t->lead_launch.load(std::memory_order_acquire); ++i) {
+      timespec ts{0, 10'000};
+      nanosleep(&ts, nullptr);
+    }
     t->lock.Lock();
     MarkLocked(t, /*by_sampler=*/true);
     ConsumeLocked(t, /*wait_first=*/false);
-    const uint64_t e = QueueEndLocked(t, 0);
+    const uint64_t e = QueueEndLocked(t, ahead);
     t->lock.Unlock();
     known = known && e != 0;
     end = std::max(end, e);
@@ -514,15 +545,21 @@ void DrainDevice(int device) {
     PublishIdleAt(device, end, epoch);
     WakeArbiter();
   }
+  bool idle = true;
   for (Track* t : g->tracks) {
     if (!t->live.load() || t->device != device) continue;
     g->driver.ctx_set_current(t->ctx);
     t->lock.Lock();
-    while (t->count > 0) ConsumeLocked(t, /*wait_first=*/true);
+    while (t->count > 0 && !holds()) ConsumeLocked(t, /*wait_first=*/true);
+    idle = idle && t->count == 0 && t->since_mark.load(std::memory_order_relaxed) == 0;
     t->seen_since_mark = 0;
     t->lock.Unlock();
   }
   if (g->devices[device].published_idle_at != 0) PublishIdleAt(device, 0, epoch);
+  // Re-granted while it waited (a lane that ended at once, say), its launchers queued more: it
+  // is a holder with work, not an idle process (reported idle, the next holder was let in
+  // without a drain and queued behind a whole 10 ms kernel).
+  return idle && !holds();
 }
 
 // One sampler tick. Returns how long to wait for the next: kTickQuietNs while a device counts
@@ -593,9 +630,10 @@ uint64_t Tick(uint64_t now) {
     // A revoked token: finish what is queued so the next holder starts on an idle device.
     if (busy[d] && gated_now &&
         (g->layout->gate.devices[d].may_run[g->word_index].load() & g->bit) == 0) {
-      DrainDevice(d);
-      busy[d] = false;
-      drained[d] = true;
+      if (DrainDevice(d)) {
+        busy[d] = false;
+        drained[d] = true;
+      }
     }
     // A launcher just handed the token is about to launch: busy (AwaitToken set the bit; it is
     // read before granted_ns, which AwaitToken writes first, so a bit seen set is never cleared
@@ -791,6 +829,7 @@ Track* BeforeLaunch(CUstream stream, bool per_thread) {
             (g->devices[d].word.load(std::memory_order_acquire)->load(std::memory_order_acquire) &
              g->bit) == 0,
             0)) {
+      t->lead_launch.store(false, std::memory_order_relaxed);  // it waits: no launch is imminent
       AwaitToken(d);
     }
     if (__builtin_expect(t->outstanding.load(std::memory_order_relaxed) <
@@ -805,7 +844,11 @@ Track* BeforeLaunch(CUstream stream, bool per_thread) {
 }
 
 void AfterLaunch(Track* t, CUresult launched) {
-  if (t == nullptr || launched != CUDA_SUCCESS) return;
+  if (t == nullptr) return;
+  if (__builtin_expect(t->lead_launch.load(std::memory_order_relaxed), 0)) {
+    t->lead_launch.store(false, std::memory_order_release);
+  }
+  if (launched != CUDA_SUCCESS) return;
   const uint32_t n = t->since_mark.load(std::memory_order_relaxed) + 1;
   t->since_mark.store(n, std::memory_order_relaxed);
   if (n == 1) t->first_launch_ns.store(MonotonicNs(), std::memory_order_relaxed);
