@@ -306,8 +306,7 @@ void MarkLocked(Track* t, bool by_sampler) {
   }
 }
 
-// ---- Tracks
-// ---------------------------------------------------------------------------------------
+// ---- Tracks -------------------------------------------------------------------------------------
 Track* NewTrack(CUcontext ctx, CUstream stream, bool per_thread, bool legacy, int device) {
   const GateDriver& drv = g->driver;
   Track* t = nullptr;
@@ -389,8 +388,7 @@ Track* LookupSlow(CUstream stream, bool per_thread_entry) {
   return found;
 }
 
-// ---- Waiting
-// ----------------------------------------------------------------------------------------
+// ---- Waiting ------------------------------------------------------------------------------------
 void AwaitToken(int device) {
   ledger::ProcessSlot& self = Self();
   ledger::GateDevice& gd = g->layout->gate.devices[device];
@@ -493,9 +491,7 @@ bool AwaitInflight(Track* t) {
   return false;
 }
 
-// ---- The sampler
-// ------------------------------------------------------------------------------------ Waits for
-// every mark of `device` to complete (closing unmarked launches first).
+// ---- The sampler --------------------------------------------------------------------------------
 // Publishes `end` as when this process's work on `device` is expected to have run (0: unknown),
 // unless a launcher recorded a mark since `epoch` was read: then it is launching again.
 void PublishIdleAt(int device, uint64_t end, uint32_t epoch) {
