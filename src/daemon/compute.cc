@@ -312,9 +312,6 @@ uint64_t ComputeService::Step(uint64_t now) {
       if (used > seen[d]) charge[d][c] += used - seen[d];
       seen[d] = std::max(seen[d], used);
       if (!live) continue;
-      // A process counts only while it beats: a stopped one (SIGSTOP, a debugger) neither waits
-      // nor works, and must not keep the token or the arbiter's attention. A high-priority one
-      // whose work is about to end stops counting then, so the token goes on in time.
       if (trace_ && d == 0) {
         const uint64_t idle_at = ps.idle_at_ns[0].load();
         if (idle_at != trace_idle_at_[static_cast<size_t>(p)]) {
@@ -324,6 +321,9 @@ uint64_t ComputeService::Step(uint64_t now) {
                        static_cast<unsigned long long>(idle_at / 1000), busy);
         }
       }
+      // A process counts only while it beats: a stopped one (SIGSTOP, a debugger) neither waits
+      // nor works, and must not keep the token or the arbiter's attention. A high-priority one
+      // whose work is about to end stops counting then, so the token goes on in time.
       const bool working =
           (busy & (1u << d)) != 0 &&
           !(members_[c].spec.high_priority && Ending(ps, d, now, &wake[static_cast<size_t>(d)]));
