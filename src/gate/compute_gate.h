@@ -20,10 +20,13 @@
 //    bound, and a launch waits (on the oldest mark's event, never the whole device) while more
 //    marks than the bound allows are outstanding. So a revoked token takes effect within about
 //    the bound, and a high-priority tenant is admitted within about one best-effort kernel.
-//  * Drain. When the token is revoked, the sampler closes the device's tracks, waits for their
-//    marks and clears the process's busy bit, so its last GPU time is reported at once. The next
-//    holder's work queues behind it; the device's `charged_until_ns` (and the container's) keep
-//    anyone from being charged for time the device spent on someone else's work.
+//  * Drain. When the token is revoked, the sampler closes the device's tracks, publishes when their
+//    marks should complete (`idle_at_ns`, `drain_end_ns`: the arbiter lets the next holder in just
+//    before then), waits for them and clears the process's busy bit, so its last GPU time is
+//    reported at once. The next holder's work queues behind it; the device's `charged_until_ns`
+//    (and the container's) keep anyone from being charged for time the device spent on someone
+//    else's work. A high-priority process whose launchers have gone quiet publishes the end of
+//    its queue the same way, so its lane ends before its last kernel does.
 //  * Policy 5 (native) turns the gate off: launches are neither gated nor measured.
 //  * Faults. A waiting launch re-checks the arbiter's heartbeat; after `loss_timeout_ns` without
 //    one it continues ungated with one warning, and gating resumes when the heartbeat returns.
