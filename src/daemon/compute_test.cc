@@ -92,6 +92,13 @@ class ComputeServiceTest : public ::testing::Test {
     ledger_->layout()->gate.demand_seq.fetch_add(1);
     ipc::FutexWakeAll(&ledger_->layout()->gate.demand_seq);
   }
+  // Process `p`, still busy, says its queued work ends `in_ns` from now; returns that instant.
+  uint64_t PublishEnd(uint32_t p, uint64_t in_ns) {
+    const uint64_t end = ipc::MonotonicNs() + in_ns;
+    Slot(p).idle_at_ns[0].store(end);
+    SetDemand(p, 0, true);
+    return end;
+  }
   bool MayRun(uint32_t c) {
     return (ledger_->layout()->gate.devices[0].may_run[c / 64].load() >> (c % 64)) & 1;
   }
@@ -171,9 +178,7 @@ TEST_F(ComputeServiceTest, TheNextHolderIsLetInJustBeforeTheDrainEnds) {
   ASSERT_NE(AwaitMayRun(a, false, 2000ms, {pa, pb}), 0u) << "a's 5 ms grant never ended";
   // a still has work in flight and has said nothing about its end: b waits (for up to a quota).
   EXPECT_EQ(AwaitMayRun(b, true, 30ms, {pa, pb}), 0u) << "b was let in during a's drain";
-  const uint64_t end = ipc::MonotonicNs() + 20 * kMs;
-  Slot(pa).idle_at_ns[0].store(end);
-  SetDemand(pa, 0, true);
+  const uint64_t end = PublishEnd(pa, 20 * kMs);
   const uint64_t granted = AwaitMayRun(b, true, 150ms, {pa, pb});
   ASSERT_NE(granted, 0u) << "b was not let in by a's published end nor by the drain deadline";
   EXPECT_GE(granted + 1000, end - 200'000) << "b was let in more than the lead before a's end";
@@ -197,9 +202,7 @@ TEST_F(ComputeServiceTest, AHighPriorityProcessDoneLaunchingHandsOnBeforeItsWork
   SetDemand(pbe, 1, false);  // be drained and wants the token back
   SetDemand(php, 0, true);   // hp launched; its work is in flight
   EXPECT_EQ(AwaitMayRun(be, true, 30ms, {php, pbe}), 0u) << "be got the token while hp had work";
-  const uint64_t end = ipc::MonotonicNs() + 10 * kMs;
-  Slot(php).idle_at_ns[0].store(end);
-  SetDemand(php, 0, true);
+  const uint64_t end = PublishEnd(php, 10 * kMs);
   const uint64_t granted = AwaitMayRun(be, true, 2000ms, {php, pbe});
   ASSERT_NE(granted, 0u) << "be never got the token back while hp stayed busy";
   EXPECT_GE(granted + 1000, end - 200'000) << "be was let in more than the lead before hp's end";

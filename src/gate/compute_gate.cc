@@ -512,11 +512,11 @@ void PublishIdleAt(int device, uint64_t end, uint32_t epoch) {
 // when the process has work on the device after all: the token came back during the drain (its
 // launchers went on), or a launch let through just before the revocation landed after it.
 bool DrainDevice(int device) {
-  const ledger::GateDevice& gd = g->layout->gate.devices[device];
+  ledger::GateDevice& gd = g->layout->gate.devices[device];
   auto holds = [&] { return (gd.may_run[g->word_index].load() & g->bit) != 0; };
   const uint32_t epoch = g->devices[device].mark_epoch.load();
   // Work this process launched during an earlier drain queued behind it (see ExpectedEndLocked).
-  const uint64_t ahead = g->layout->gate.devices[device].drain_end_ns.load();
+  const uint64_t ahead = gd.drain_end_ns.load();
   uint64_t end = 0;
   bool known = true;
   for (Track* t : g->tracks) {
@@ -537,7 +537,7 @@ bool DrainDevice(int device) {
     end = std::max(end, e);
   }
   if (known && end > MonotonicNs()) {
-    RaiseTo(g->layout->gate.devices[device].drain_end_ns, end);
+    RaiseTo(gd.drain_end_ns, end);
     PublishIdleAt(device, end, epoch);
     WakeArbiter();
   }
