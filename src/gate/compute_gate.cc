@@ -30,6 +30,11 @@ constexpr uint64_t kTickIdleNs = 10'000'000;  // ... and while the process is id
 constexpr uint64_t kTickQuietNs = 100'000;    // ... and while a holder's quiet ticks run out
 // A launcher whose one outstanding mark is expected to end within this may queue the next one.
 constexpr uint64_t kLaunchLeadNs = 200'000;
+// A launcher waiting for room in flight stops sleeping this long before the room is expected and
+// yields in a loop instead. On a virtual machine a sleeping vCPU is often resumed late (steal:
+// 100 us sleeps overslept by 0.5-1 ms at p99 on the 2-vCPU CI-class host), and with a
+// high-priority tenant's 0.5 ms bound the queue behind the oldest mark is a quarter of a ms.
+constexpr uint64_t kSpinNs = 1'000'000;
 constexpr uint64_t kWaitSliceNs = 5'000'000;  // a gate wait re-checks the daemon this often
 constexpr uint64_t kDefaultBoundNs = 2'000'000;
 constexpr int kQuietTicks = 2;  // ticks without work before a process counts as idle
@@ -465,25 +470,36 @@ uint64_t QueueEndLocked(const Track* t, uint64_t ahead) {
 // the device idle from each kernel's end until this thread wakes and launches the next, so the
 // next is queued once the one in flight is expected to end within kLaunchLeadNs (one mark more,
 // never two: a second waits for the first to complete).
+//
+// The wait sleeps until kSpinNs before the oldest mark is expected to end (or the lead begins),
+// then yields in a loop: the queue left behind it is all that keeps the device busy, and a sleep
+// that overslept it idled the device (see kSpinNs). A mark whose end is not known, or that runs
+// past its estimate, is waited for on its event as before.
 bool AwaitInflight(Track* t) {
   t->lock.Lock();
   ConsumeLocked(t, /*wait_first=*/false);
   while (t->count >= t->max_outstanding.load(std::memory_order_relaxed)) {
     const uint64_t expected_end = ExpectedEndLocked(t);
-    if (t->count != 1 || expected_end == 0) {
+    const uint64_t now = MonotonicNs();
+    if (expected_end == 0 || now >= expected_end) {
       ConsumeLocked(t, /*wait_first=*/true);
       continue;
     }
-    const uint64_t now = MonotonicNs();
-    if (now + kLaunchLeadNs >= expected_end) {
+    const bool may_lead = t->count == 1;
+    if (may_lead && now + kLaunchLeadNs >= expected_end) {
       t->lead_launch.store(true);
       t->lock.Unlock();
       return true;
     }
+    const uint64_t until = may_lead ? expected_end - kLaunchLeadNs : expected_end;
     t->lock.Unlock();
-    const uint64_t nap = std::min(expected_end - kLaunchLeadNs - now, kTickBusyNs);
-    timespec ts{0, static_cast<long>(nap)};
-    nanosleep(&ts, nullptr);
+    if (until > now + kSpinNs) {
+      const uint64_t nap = std::min(until - kSpinNs - now, kTickBusyNs);
+      timespec ts{0, static_cast<long>(nap)};
+      nanosleep(&ts, nullptr);
+    } else {
+      sched_yield();
+    }
     t->lock.Lock();
     ConsumeLocked(t, /*wait_first=*/false);
   }
