@@ -394,7 +394,10 @@ uint64_t ComputeService::Step(uint64_t now) {
         for (int c = 0; c < ledger::kMaxContainers; ++c) {
           if (grant.test(static_cast<size_t>(c))) ++dev.grants[static_cast<size_t>(c)];
         }
-        dev.draining.reset();
+        // The lane goes in at once, but the holders it revoked still drain: the best-effort
+        // holder after it waits for that too (forgotten here, the next one was let in at the
+        // lane's end with a whole 10 ms kernel still queued, and the next request waited 20 ms).
+        if (!decision.high_priority_lane) dev.draining.reset();
         changed = true;
       } else {
         next = std::min(next, now + kDrainPollNs);

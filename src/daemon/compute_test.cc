@@ -209,5 +209,32 @@ TEST_F(ComputeServiceTest, AHighPriorityProcessDoneLaunchingHandsOnBeforeItsWork
   EXPECT_FALSE(MayRun(hp));
 }
 
+// The high-priority lane goes in at once, but the holder it revoked still drains: the holder
+// after the lane waits for that drain as well as for the lane's own work.
+TEST_F(ComputeServiceTest, AfterTheLaneTheNextHolderStillWaitsForTheDrainTheLaneCut) {
+  const uint32_t hp = AddContainer("hp");
+  const uint32_t a = AddContainer("a");
+  const uint32_t b = AddContainer("b");
+  ledger_->layout()->containers[hp].high_priority.store(1);
+  const uint32_t php = AddProcess(hp);
+  const uint32_t pa = AddProcess(a);
+  const uint32_t pb = AddProcess(b);
+  StartService(/*quota_max=*/200ms);
+  SetDemand(pa, 0, true);
+  ASSERT_NE(AwaitMayRun(a, true, 2000ms, {pa}), 0u);
+  Report(pa, 100 * kMs);     // a has had the GPU: b goes first once the lane is done
+  SetDemand(php, 1, false);  // a request: the lane takes the token at once
+  ASSERT_NE(AwaitMayRun(hp, true, 2000ms, {php, pa}), 0u);
+  ASSERT_FALSE(MayRun(a));
+  const uint64_t end = PublishEnd(pa, 60 * kMs);  // a's revoked work runs 60 ms more
+  SetDemand(pb, 1, false);
+  SetDemand(php, 0, false);  // the request was short: the lane is done
+  EXPECT_EQ(AwaitMayRun(b, true, 30ms, {php, pa, pb}), 0u)
+      << "b was let in at the lane's end with a's work still queued";
+  const uint64_t granted = AwaitMayRun(b, true, 2000ms, {php, pa, pb});
+  ASSERT_NE(granted, 0u) << "b never got the token";
+  EXPECT_GE(granted + 1000, end - 200'000) << "b was let in more than the lead before a's end";
+}
+
 }  // namespace
 }  // namespace tessera::daemon

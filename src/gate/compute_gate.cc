@@ -221,9 +221,11 @@ void Retune(Track* t) {
   uint64_t bound = g->layout->gate.devices[t->device].inflight_bound_ns.load();
   if (bound == 0) bound = kDefaultBoundNs;
   if (!t->measured) {
-    // Nothing known about this stream's kernels yet: mark every launch, keep two outstanding.
+    // Nothing known about this stream's kernels yet: mark every launch, keep two outstanding, or
+    // one beside a high-priority tenant (two 10 ms kernels queued at a tenant's first launches
+    // made its first admissions wait 15 ms).
     t->mark_every.store(1, std::memory_order_relaxed);
-    t->max_outstanding.store(2, std::memory_order_relaxed);
+    t->max_outstanding.store(bound < kSpinNs ? 1 : 2, std::memory_order_relaxed);
     return;
   }
   if (t->kernel_ns < 1.0) {
@@ -404,6 +406,7 @@ void AwaitToken(int device) {
   self.waiting[device].fetch_add(1, std::memory_order_acq_rel);
   const uint64_t wait_start = MonotonicNs();
   self.beat_ns.store(wait_start, std::memory_order_release);  // a waiting thread is alive
+  if (high_priority) gd.priority_wait_ns.store(wait_start);
   WakeArbiter();
   for (;;) {
     const uint32_t seq = gd.grant_seq.load(std::memory_order_acquire);
@@ -433,6 +436,10 @@ void AwaitToken(int device) {
     }
     ipc::FutexWait(&gd.grant_seq, seq, kWaitSliceNs);
     self.beat_ns.store(MonotonicNs(), std::memory_order_release);
+  }
+  if (high_priority) {
+    uint64_t stamp = wait_start;
+    gd.priority_wait_ns.compare_exchange_strong(stamp, 0);  // unless another launcher waits now
   }
   // The wait, for tessera_container_token_wait_seconds_total (one add on the slow path).
   const uint64_t now = MonotonicNs();
@@ -475,6 +482,16 @@ uint64_t QueueEndLocked(const Track* t, uint64_t ahead) {
   return end;
 }
 
+// Whether a high-priority launcher of another container began waiting for `device`'s token within
+// the last kSpinNs (see GateDevice::priority_wait_ns).
+bool PriorityWaiting(int device, uint64_t now) {
+  if (g->layout->containers[g->container].high_priority.load(std::memory_order_relaxed) != 0) {
+    return false;
+  }
+  const uint64_t since = g->layout->gate.devices[device].priority_wait_ns.load();
+  return since != 0 && now < since + kSpinNs;
+}
+
 // Waits for room in flight. Returns true when the launch may go ahead although the ring is at its
 // bound: a bound of one mark (long kernels beside a high-priority tenant) would otherwise leave
 // the device idle from each kernel's end until this thread wakes and launches the next, so the
@@ -498,6 +515,16 @@ bool AwaitInflight(Track* t) {
     }
     const bool may_lead = t->count == 1;
     if (may_lead && now + kLaunchLeadNs >= expected_end) {
+      if (PriorityWaiting(t->device, now)) {
+        // The arbiter is about to revoke this token for a high-priority launch, which would wait
+        // behind a kernel queued now (a whole one more: p99 admission past kernel + 1 ms whenever
+        // the arbiter woke a little late). The next launch goes after the mark ends, if at all.
+        t->lock.Unlock();
+        sched_yield();
+        t->lock.Lock();
+        ConsumeLocked(t, /*wait_first=*/false);
+        continue;
+      }
       t->lead_launch.store(true);
       t->lock.Unlock();
       return true;

@@ -24,7 +24,7 @@
 namespace tessera::ledger {
 
 inline constexpr uint32_t kLedgerMagic = 0x4c525354;  // "TSRL"
-inline constexpr uint32_t kLedgerVersion = 5;
+inline constexpr uint32_t kLedgerVersion = 6;
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxContainers = 256;
 inline constexpr int kMaxProcesses = 1024;
@@ -125,10 +125,15 @@ struct GateDevice {
   // When the work of holders whose token was revoked is expected to have run: work launched by
   // the holder that replaced them queues behind it (raised by each draining process).
   std::atomic<uint64_t> drain_end_ns;
+  // When a high-priority launcher began waiting for the token (0: none waits): a best-effort
+  // holder about to queue a long kernel ahead of time holds it back for the revocation that is
+  // coming (a stale stamp, a millisecond old, is ignored).
+  std::atomic<uint64_t> priority_wait_ns;
 };
 static_assert(offsetof(GateDevice, may_run) == 8);
 static_assert(offsetof(GateDevice, drain_end_ns) == 8 + 8 * kMaskWords + 24);
-static_assert(sizeof(GateDevice) == 8 + 8 * kMaskWords + 32);
+static_assert(offsetof(GateDevice, priority_wait_ns) == 8 + 8 * kMaskWords + 32);
+static_assert(sizeof(GateDevice) == 8 + 8 * kMaskWords + 40);
 
 struct GateHeader {
   std::atomic<uint32_t> demand_seq;  // futex word: processes bump it to wake the arbiter
