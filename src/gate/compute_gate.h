@@ -19,7 +19,11 @@
 //  * Bounded in flight. `mark_every` adapts so a mark covers about half the device's in-flight
 //    bound, and a launch waits (on the oldest mark's event, never the whole device) while more
 //    marks than the bound allows are outstanding. So a revoked token takes effect within about
-//    the bound, and a high-priority tenant is admitted within about one best-effort kernel.
+//    the bound, and a high-priority tenant is admitted within about one best-effort kernel. Where
+//    little work is queued behind that mark (the short bound beside a high-priority tenant, long
+//    kernels) the wait yields in a loop for its last stretch instead of sleeping through it, and
+//    a high-priority launcher does so for the first ms of a token wait: on a virtual machine a
+//    sleeping vCPU is resumed late often enough to idle the GPU.
 //  * Drain. When the token is revoked, the sampler closes the device's tracks, publishes when their
 //    marks should complete (`idle_at_ns`, `drain_end_ns`: the arbiter lets the next holder in just
 //    before then), waits for them and clears the process's busy bit, so its last GPU time is
