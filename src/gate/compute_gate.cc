@@ -168,6 +168,11 @@ thread_local char t_thread_tag;  // its address identifies the thread
 
 ledger::ProcessSlot& Self() { return g->layout->processes[g->process]; }
 
+// Whether this process's container is high-priority (it may change with a control-tree write).
+bool HighPriority() {
+  return g->layout->containers[g->container].high_priority.load(std::memory_order_relaxed) != 0;
+}
+
 void WakeArbiter() {
   g->layout->gate.demand_seq.fetch_add(1, std::memory_order_acq_rel);
   ipc::FutexWakeAll(&g->layout->gate.demand_seq);
@@ -402,7 +407,7 @@ void AwaitToken(int device) {
   ledger::ProcessSlot& self = Self();
   ledger::GateDevice& gd = g->layout->gate.devices[device];
   ledger::ContainerSlot& container = g->layout->containers[g->container];
-  const bool high_priority = container.high_priority.load(std::memory_order_relaxed) != 0;
+  const bool high_priority = HighPriority();
   self.waiting[device].fetch_add(1, std::memory_order_acq_rel);
   const uint64_t wait_start = MonotonicNs();
   self.beat_ns.store(wait_start, std::memory_order_release);  // a waiting thread is alive
@@ -485,9 +490,7 @@ uint64_t QueueEndLocked(const Track* t, uint64_t ahead) {
 // Whether a high-priority launcher of another container began waiting for `device`'s token within
 // the last kSpinNs (see GateDevice::priority_wait_ns).
 bool PriorityWaiting(int device, uint64_t now) {
-  if (g->layout->containers[g->container].high_priority.load(std::memory_order_relaxed) != 0) {
-    return false;
-  }
+  if (HighPriority()) return false;
   const uint64_t since = g->layout->gate.devices[device].priority_wait_ns.load();
   return since != 0 && now < since + kSpinNs;
 }
@@ -635,8 +638,7 @@ uint64_t Tick(uint64_t now) {
   uint64_t last_end = UINT64_MAX;  // the soonest expected end of a track's last outstanding mark
   // A high-priority holder's estimate of when its queued work ends (see kLauncherQuietNs): 0 when
   // some track's end is unknown; the latest mark its launchers recorded.
-  const bool high_priority =
-      g->layout->containers[g->container].high_priority.load(std::memory_order_relaxed) != 0;
+  const bool high_priority = HighPriority();
   uint64_t queue_end[ledger::kMaxDevices] = {};
   bool end_known[ledger::kMaxDevices] = {};
   uint64_t last_mark[ledger::kMaxDevices] = {};
