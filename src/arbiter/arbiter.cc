@@ -448,6 +448,7 @@ Decision Arbiter::Decide() {
       const Nanos wait = std::max(slot.usage.TimeUntilBelow(now, limit), Nanos{1});
       decision.until = std::min(decision.until, now + wait);
     }
+    OpenLanes(&decision);
     return decision;
   }
 
@@ -461,7 +462,21 @@ Decision Arbiter::Decide() {
       }
     }
   }
+  OpenLanes(&decision);
   return decision;
+}
+
+void Arbiter::OpenLanes(Decision* decision) const {
+  for (int id : present_) {
+    const Slot& slot = slots_[id];
+    if (!slot.spec.high_priority || used_[id] >= LaneCap(slot)) {
+      continue;
+    }
+    if (decision->high_priority_lane && decision->holder != id) {
+      continue;  // another container's lane holds the token: it keeps it
+    }
+    decision->lane_open.set(id);
+  }
 }
 
 }  // namespace tessera::arbiter

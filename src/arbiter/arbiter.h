@@ -43,6 +43,8 @@
 //    granted before anyone else, and a grant to a best-effort holder ends at once when that
 //    happens. Beyond prio_ratio it competes under the policy like anyone else, its lane time
 //    counted (so under 0, 2 and 3 it gets max(prio_ratio, its share) while it is saturated).
+//    Such a container's lane is also open (Decision::lane_open) while it has no work: the owner
+//    lets its next launch in at once and tells the arbiter, instead of waiting for a decision.
 //  * Quota. A grant lasts min(quota hint, remaining cap budget) within [quota_min, quota_max]; the
 //    hint comes from the container's measured kernel bursts (SetQuotaHint; quota_max without one).
 //    So a grant is never shorter than quota_min nor longer than quota_max (2 ms
@@ -117,6 +119,10 @@ struct Decision {
   bool high_priority_lane = false;
   // Who may launch now: just the holder when exclusive.
   std::bitset<kMaxContainers> may_run;
+  // High-priority containers that may take the lane by themselves, before the owner asks again
+  // (their launch would be granted through the lane): under their lane cap, and no other
+  // container's lane holds the token. Empty under policy 5.
+  std::bitset<kMaxContainers> lane_open;
 
   bool MayRun(int container) const {
     return container >= 0 && container < kMaxContainers && may_run.test(container);
@@ -193,6 +199,8 @@ class Arbiter {
   // containers with work.
   void AdvanceVirtualFloor();
   Decision Grant(int id, Nanos now, Nanos budget, bool lane);
+  // Sets decision->lane_open from used_ (see Decision::lane_open).
+  void OpenLanes(Decision* decision) const;
 
   const Clock* clock_;
   ArbiterConfig config_;

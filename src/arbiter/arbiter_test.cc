@@ -529,6 +529,49 @@ TEST(HighPriorityTest, PreemptsABestEffortGrantAtOnce) {
   EXPECT_FALSE(arbiter.Decide().holder);
 }
 
+// A lane is open (the gate lets the container's next launch in by itself) for a high-priority
+// container under its lane cap, with or without work, unless another container's lane holds the
+// token; never for a best-effort container, past the cap, or under policy 5.
+TEST(HighPriorityTest, LaneIsOpenUnderItsCapUnlessAnotherLaneHoldsTheToken) {
+  ManualClock clock;
+  ArbiterConfig config = Config(ArbiterPolicy::kPreemptive);
+  config.prio_ratio = Pct(20);
+  Result<Arbiter> created = Arbiter::Create(&clock, config);
+  ASSERT_TRUE(created.ok());
+  Arbiter& arbiter = *created;
+  ASSERT_TRUE(IsOk(arbiter.AddContainer(0, Spec())));
+  ASSERT_TRUE(IsOk(arbiter.AddContainer(1, Spec(1, 100, /*high_priority=*/true))));
+  ASSERT_TRUE(IsOk(arbiter.AddContainer(2, Spec(1, 100, /*high_priority=*/true))));
+  // Nobody has work: both lanes are open, the best-effort container has none.
+  Decision idle = arbiter.Decide();
+  EXPECT_FALSE(idle.holder);
+  EXPECT_TRUE(idle.lane_open.test(1));
+  EXPECT_TRUE(idle.lane_open.test(2));
+  EXPECT_FALSE(idle.lane_open.test(0));
+  // A best-effort holder keeps both open: either lane would preempt it.
+  ASSERT_TRUE(IsOk(arbiter.SetPending(0, true)));
+  Decision best_effort = arbiter.Decide();
+  ASSERT_EQ(best_effort.holder, 0);
+  EXPECT_EQ(best_effort.lane_open.count(), 2u);
+  // Container 1's lane holds the token: 2's lane is shut until it ends, 1's stays open.
+  ASSERT_TRUE(IsOk(arbiter.SetPending(1, true)));
+  Decision lane = arbiter.Decide();
+  ASSERT_EQ(lane.holder, 1);
+  ASSERT_TRUE(lane.high_priority_lane);
+  EXPECT_TRUE(lane.lane_open.test(1));
+  EXPECT_FALSE(lane.lane_open.test(2));
+  // Past its cap (20 % of the 1 s window) 1's lane shuts, and 2's opens again.
+  clock.Advance(milliseconds(250));
+  ASSERT_TRUE(IsOk(arbiter.Charge(1, milliseconds(250))));
+  Decision capped = arbiter.Decide();
+  EXPECT_FALSE(capped.high_priority_lane && capped.holder == 1);
+  EXPECT_FALSE(capped.lane_open.test(1));
+  EXPECT_TRUE(capped.lane_open.test(2));
+  // Policy 5 gates nobody: no lanes.
+  ASSERT_TRUE(IsOk(arbiter.Configure(Config(ArbiterPolicy::kNative))));
+  EXPECT_TRUE(arbiter.Decide().lane_open.none());
+}
+
 TEST(HighPriorityTest, LaneIsCappedAtPrioRatioAgainstTwoSaturatingTenants) {
   ArbiterConfig config = Config(ArbiterPolicy::kPreemptive);
   config.prio_ratio = Pct(50);

@@ -77,6 +77,7 @@ ComputeService::ComputeService(ledger::LedgerLayout* layout, int devices,
   // A restarted daemon starts from no grant: whoever held the token under the previous one asks
   // again (its launches wait briefly) rather than keeping a grant nobody accounts for.
   for (int d = 0; d < devices; ++d) {
+    for (auto& word : layout_->gate.devices[d].lane_open) word.store(0);
     for (auto& word : layout_->gate.devices[d].may_run) word.store(0);
     Publish(d, options.defaults.policy != ArbiterPolicy::kNative);
   }
@@ -371,7 +372,9 @@ uint64_t ComputeService::Step(uint64_t now) {
                                ? kHighPriorityBoundNs
                                : std::max(ToNs(config.quota_min), kInflightFloorNs);
     bool changed = layout_->gate.devices[d].inflight_bound_ns.load() != bound ||
-                   layout_->gate.devices[d].gated.load() != (native ? 0u : 1u);
+                   layout_->gate.devices[d].gated.load() != (native ? 0u : 1u) ||
+                   dev.lane_open != decision.lane_open || Claimed(d);
+    dev.lane_open = decision.lane_open;
     layout_->gate.devices[d].inflight_bound_ns.store(bound);
     // Revoke at once; grant once the revoked holders' queued work has drained (or a quota later):
     // a hand-off that did not wait would leave who-ran-when to the order in which the two
@@ -412,15 +415,34 @@ uint64_t ComputeService::Step(uint64_t now) {
   return next;
 }
 
+namespace {
+uint64_t MaskWord(const std::bitset<ledger::kMaxContainers>& mask, int w) {
+  uint64_t word = 0;
+  for (int b = 0; b < 64; ++b) {
+    if (mask.test(static_cast<size_t>(w * 64 + b))) word |= uint64_t{1} << b;
+  }
+  return word;
+}
+}  // namespace
+
+bool ComputeService::Claimed(int d) const {
+  const ledger::GateDevice& gd = layout_->gate.devices[d];
+  const Device& dev = devices_[static_cast<size_t>(d)];
+  for (int w = 0; w < ledger::kMaskWords; ++w) {
+    if (gd.may_run[w].load(std::memory_order_acquire) != MaskWord(dev.published, w)) return true;
+  }
+  return false;
+}
+
 void ComputeService::Publish(int d, bool gated) {
   ledger::GateDevice& gd = layout_->gate.devices[d];
   const Device& dev = devices_[static_cast<size_t>(d)];
+  // Lanes first: a launcher that finds its may_run bit gone must not take a lane closed with it.
   for (int w = 0; w < ledger::kMaskWords; ++w) {
-    uint64_t word = 0;
-    for (int b = 0; b < 64; ++b) {
-      if (dev.published.test(static_cast<size_t>(w * 64 + b))) word |= uint64_t{1} << b;
-    }
-    gd.may_run[w].store(word, std::memory_order_release);
+    gd.lane_open[w].store(gated ? MaskWord(dev.lane_open, w) : 0, std::memory_order_release);
+  }
+  for (int w = 0; w < ledger::kMaskWords; ++w) {
+    gd.may_run[w].store(MaskWord(dev.published, w), std::memory_order_release);
   }
   gd.holder.store(dev.holder ? *dev.holder : -1);
   gd.policy.store(static_cast<uint32_t>(dev.arbiter->config().policy));
@@ -429,9 +451,11 @@ void ComputeService::Publish(int d, bool gated) {
   ipc::FutexWakeAll(&gd.grant_seq);
   if (trace_) {
     std::fprintf(stderr,
-                 "trace %llu dev %d publish word0=%llx holder=%d draining=%zu pending=%llx\n",
+                 "trace %llu dev %d publish word0=%llx lanes0=%llx holder=%d draining=%zu "
+                 "pending=%llx\n",
                  static_cast<unsigned long long>(MonotonicNs() / 1000), d,
-                 static_cast<unsigned long long>(gd.may_run[0].load()), gd.holder.load(),
+                 static_cast<unsigned long long>(gd.may_run[0].load()),
+                 static_cast<unsigned long long>(gd.lane_open[0].load()), gd.holder.load(),
                  dev.draining.count(),
                  (dev.pending & std::bitset<ledger::kMaxContainers>(0xffff)).to_ullong());
   }

@@ -87,6 +87,7 @@ class ComputeService {
     std::optional<arbiter::Arbiter> arbiter;
     std::bitset<ledger::kMaxContainers> present;
     std::bitset<ledger::kMaxContainers> published;
+    std::bitset<ledger::kMaxContainers> lane_open;  // as published (GateDevice::lane_open)
     std::bitset<ledger::kMaxContainers> draining;
     std::bitset<ledger::kMaxContainers> pending;
     std::vector<uint64_t> grants = std::vector<uint64_t>(ledger::kMaxContainers);  // see Shares
@@ -108,6 +109,10 @@ class ComputeService {
   uint64_t Step(uint64_t now);
   void SyncContainers();
   void Publish(int d, bool gated);
+  // Whether GPU `d`'s may_run words differ from what was published: a high-priority launcher
+  // took its open lane (GateDevice::lane_open). Publishing again settles the words on the new
+  // decision (normally that lane; else the token goes back).
+  bool Claimed(int d) const;
   // Whether a process of `containers` still has work on GPU `d` that is not ending within the
   // hand-off lead; *wake: when the next published end comes within the lead.
   bool Draining(const std::bitset<ledger::kMaxContainers>& containers, int d, uint64_t now,

@@ -236,5 +236,43 @@ TEST_F(ComputeServiceTest, AfterTheLaneTheNextHolderStillWaitsForTheDrainTheLane
   EXPECT_GE(granted + 1000, end - 200'000) << "b was let in more than the lead before a's end";
 }
 
+// A high-priority launcher takes its open lane by itself (GateDevice::lane_open): it leaves only
+// its own may_run bit set. The arbiter's next step keeps that (the lane, with the best-effort
+// holder draining), and once the lane is past its cap shuts it and hands the token back, even if
+// a launcher took the lane just before it shut.
+TEST_F(ComputeServiceTest, ALaneTheLauncherTookIsKeptAndAShutOneIsUndone) {
+  const uint32_t hp = AddContainer("hp");
+  const uint32_t be = AddContainer("be");
+  ledger_->layout()->containers[hp].high_priority.store(1);
+  const uint32_t php = AddProcess(hp);
+  const uint32_t pbe = AddProcess(be);
+  StartService();
+  ledger::GateDevice& gd = ledger_->layout()->gate.devices[0];
+  auto lane_open = [&](uint32_t c) { return (gd.lane_open[c / 64].load() >> (c % 64)) & 1; };
+  auto take_lane = [&] {  // what the gate's TakeLane does
+    for (int w = 0; w < ledger::kMaskWords; ++w) gd.may_run[w].store(0);
+    gd.may_run[hp / 64].store(uint64_t{1} << (hp % 64));
+    SetDemand(php, 1, false);
+    SetDemand(php, 0, true);
+  };
+  SetDemand(pbe, 0, true);
+  ASSERT_NE(AwaitMayRun(be, true, 2000ms, {pbe}), 0u);
+  EXPECT_TRUE(lane_open(hp)) << "hp has no work and is under its cap";
+  EXPECT_FALSE(lane_open(be)) << "be is not high-priority";
+  take_lane();
+  // Several steps later hp still holds the token alone: the arbiter took the lane over.
+  EXPECT_EQ(AwaitMayRun(be, true, 50ms, {php, pbe}), 0u) << "the arbiter undid an open lane";
+  EXPECT_TRUE(MayRun(hp));
+  EXPECT_EQ(gd.holder.load(), static_cast<int32_t>(hp));
+  // Past its cap (50 % of the 1 s window) the lane shuts and be gets the token back ...
+  Report(php, 900 * kMs);
+  ASSERT_NE(AwaitMayRun(be, true, 2000ms, {php, pbe}), 0u) << "be never got the token back";
+  EXPECT_FALSE(lane_open(hp));
+  // ... also from a launcher that took the lane as it shut.
+  take_lane();
+  EXPECT_NE(AwaitMayRun(be, true, 2000ms, {php, pbe}), 0u) << "a shut lane stayed taken";
+  EXPECT_FALSE(MayRun(hp));
+}
+
 }  // namespace
 }  // namespace tessera::daemon

@@ -198,6 +198,28 @@ TEST_F(GateTest, AStoppedHolderLosesTheTokenWithinAQuota) {
   hung->Kill(SIGKILL);
 }
 
+// A high-priority launch takes its open lane without waiting for the arbiter (GateDevice::
+// lane_open). Here the daemon is stopped (SIGSTOP, its heartbeat well within the loss timeout)
+// while a best-effort tenant holds the token: the high-priority tenant still runs its second of
+// kernels at about the full rate, and the best-effort one, whose token that lane took, waits
+// until the daemon is back rather than launching alongside.
+TEST_F(GateTest, AHighPriorityLaunchTakesItsOpenLaneWithoutTheArbiter) {
+  StartDaemon({"--policy", "1", "--daemon-loss-timeout", "20000"});
+  const double rate = SoloRate();
+  const uint64_t start = MonotonicNs() + 1'000'000'000;
+  auto be = Spinner("be", 1000, 3, start, "stream", {});
+  auto hp = Spinner("hp", 1000, 1, start + 1'000'000'000, "stream", {"TESSERA_HIGH_PRIO=1"});
+  ASSERT_EQ(be->WaitForKey("ready", 30s), "1");
+  std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 500ms);
+  daemon_->Kill(SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 2500ms);
+  daemon_->Kill(SIGCONT);
+  EXPECT_GT(Kernels(*hp), 0.6 * rate) << "the high-priority tenant waited for the stopped arbiter";
+  EXPECT_LT(LongestLaunchMs(*hp), 100);
+  Kernels(*be);
+  EXPECT_GT(LongestLaunchMs(*be), 1000) << "the best-effort tenant ran on beside the lane";
+}
+
 TEST_F(GateTest, ADaemonLossUngatesWaitersAndGatingResumesWhenItReturns) {
   StartDaemon({"--policy", "3", "--daemon-loss-timeout", "300"});
   const uint64_t start = SoonNs();

@@ -24,7 +24,7 @@
 namespace tessera::ledger {
 
 inline constexpr uint32_t kLedgerMagic = 0x4c525354;  // "TSRL"
-inline constexpr uint32_t kLedgerVersion = 6;
+inline constexpr uint32_t kLedgerVersion = 7;
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxContainers = 256;
 inline constexpr int kMaxProcesses = 1024;
@@ -129,11 +129,18 @@ struct GateDevice {
   // holder about to queue a long kernel ahead of time holds it back for the revocation that is
   // coming (a stale stamp, a millisecond old, is ignored).
   std::atomic<uint64_t> priority_wait_ns;
+  // Bit c: high-priority container c may take the token itself, without waiting for the arbiter:
+  // its lane is under its cap and no other container's lane holds the token. Its launcher then
+  // clears the other containers' may_run bits (sets its own), bumps grant_seq and wakes the
+  // arbiter, which takes the lane over at its next step (or hands the token back). Written by the
+  // arbiter before may_run, so a launcher that finds its bit gone reads a current lane_open.
+  std::atomic<uint64_t> lane_open[kMaskWords];
 };
 static_assert(offsetof(GateDevice, may_run) == 8);
 static_assert(offsetof(GateDevice, drain_end_ns) == 8 + 8 * kMaskWords + 24);
 static_assert(offsetof(GateDevice, priority_wait_ns) == 8 + 8 * kMaskWords + 32);
-static_assert(sizeof(GateDevice) == 8 + 8 * kMaskWords + 40);
+static_assert(offsetof(GateDevice, lane_open) == 8 + 8 * kMaskWords + 40);
+static_assert(sizeof(GateDevice) == 8 + 16 * kMaskWords + 40);
 
 struct GateHeader {
   std::atomic<uint32_t> demand_seq;  // futex word: processes bump it to wake the arbiter
