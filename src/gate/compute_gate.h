@@ -2,8 +2,10 @@
 // launch the shim asks the gate; the launch proceeds at once when the process's container holds
 // its device's token (an atomic load and a branch), and otherwise waits on a futex in shared
 // memory until the daemon's arbiter grants it (the time waited is added to the container's
-// ContainerSlot::token_wait_ns, for the metrics). The gate also measures the GPU time the process
-// uses and bounds how much work it keeps queued:
+// ContainerSlot::token_wait_ns, for the metrics). A high-priority container whose lane the arbiter
+// published as open (GateDevice::lane_open) does not wait: its launcher takes the token itself,
+// clearing the other containers' bits, and the arbiter settles the words at its next step. The
+// gate also measures the GPU time the process uses and bounds how much work it keeps queued:
 //
 //  * Tracks. Every stream the process launches on gets a Track: the explicit stream, the
 //    context's legacy default stream, or a thread's per-thread default stream. A launch bumps the
