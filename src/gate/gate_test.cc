@@ -204,12 +204,28 @@ TEST_F(GateTest, AStoppedHolderLosesTheTokenWithinAQuota) {
 // kernels at about the full rate, and the best-effort one, whose token that lane took, waits
 // until the daemon is back rather than launching alongside.
 TEST_F(GateTest, AHighPriorityLaunchTakesItsOpenLaneWithoutTheArbiter) {
-  StartDaemon({"--policy", "1", "--daemon-loss-timeout", "20000"});
+  const std::string ledger_name = "/" + UniqueName("gate-ledger");
+  StartDaemon({"--policy", "1", "--daemon-loss-timeout", "20000", "--ledger", ledger_name});
+  const int fd = shm_open(ledger_name.c_str(), O_RDONLY, 0);
+  ASSERT_GE(fd, 0) << ledger_name;
+  void* map = mmap(nullptr, sizeof(tessera::ledger::LedgerLayout), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(map, MAP_FAILED);
+  const auto& gd = static_cast<const tessera::ledger::LedgerLayout*>(map)->gate.devices[0];
   const double rate = SoloRate();
   const uint64_t start = MonotonicNs() + 1'000'000'000;
   auto be = Spinner("be", 1000, 3, start, "stream", {});
   auto hp = Spinner("hp", 1000, 1, start + 1'000'000'000, "stream", {"TESSERA_HIGH_PRIO=1"});
   ASSERT_EQ(be->WaitForKey("ready", 30s), "1");
+  // The arbiter has published hp's lane (its process registered) before it stops.
+  auto lane_published = [&] {
+    for (const auto& word : gd.lane_open) {
+      if (word.load() != 0) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 2000 && !lane_published(); ++i) std::this_thread::sleep_for(5ms);
+  ASSERT_TRUE(lane_published()) << "hp's lane never opened";
   std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 500ms);
   daemon_->Kill(SIGSTOP);
   std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 2500ms);
@@ -218,6 +234,8 @@ TEST_F(GateTest, AHighPriorityLaunchTakesItsOpenLaneWithoutTheArbiter) {
   EXPECT_LT(LongestLaunchMs(*hp), 100);
   Kernels(*be);
   EXPECT_GT(LongestLaunchMs(*be), 1000) << "the best-effort tenant ran on beside the lane";
+  munmap(map, sizeof(tessera::ledger::LedgerLayout));
+  shm_unlink(ledger_name.c_str());
 }
 
 TEST_F(GateTest, ADaemonLossUngatesWaitersAndGatingResumesWhenItReturns) {
