@@ -107,17 +107,47 @@ class GateTest : public ::testing::Test {
   // Kernels of 1 ms per second that one tenant alone gets through the gate on this machine: the
   // yardstick for the busy-ness bounds below (1000 on an idle machine). A slow or loaded machine
   // (a sanitizer build, a shared CI runner) lowers the yardstick instead of failing the tests; a
-  // gate that stalls at hand-offs still falls far below it. Measured once per test binary, on the
-  // first test's daemon, before that test's own tenants start.
+  // gate that stalls at hand-offs still falls far below it. Measured once per test binary, before
+  // the first test's own tenants start, under policy 1 on a daemon and simulated GPU of its own:
+  // the test's policy may cap a lone tenant (1/16 of the GPU under policy 3, which made the
+  // yardstick 68 kernels/s whenever a policy 3 test came first).
   double SoloRate() {
     static double rate = 0;
     if (rate == 0) {
-      auto solo = Spinner("solo", 1000, 2, SoonNs(), "stream", {});
-      rate = std::clamp(Kernels(*solo) / 2.0, 1.0, 1000.0);
-      EXPECT_EQ(solo->Wait(30s), 0);
+      rate = MeasureSoloRate();
       std::printf("[ solo     ] %.0f kernels/s\n", rate);
     }
     return rate;
+  }
+  double MeasureSoloRate() {
+    const std::string state = state_, socket = socket_;
+    std::unique_ptr<ChildProcess> daemon = std::move(daemon_);
+    state_ = UniqueName("gate-solo");
+    socket_ = "/tmp/" + state_ + ".sock";
+    double rate = 1;
+    StartDaemon({"--policy", "1"});
+    if (daemon_) {
+      auto solo = Spinner("solo", 1000, 2, SoonNs(), "stream", {});
+      rate = std::clamp(Kernels(*solo) / 2.0, 1.0, 1000.0);
+      EXPECT_EQ(solo->Wait(30s), 0);
+      daemon_->Kill(SIGTERM);
+      daemon_->Wait(10s);
+    }
+    shm_unlink(("/tessera-sim-" + state_).c_str());
+    state_ = state;
+    socket_ = socket;
+    daemon_ = std::move(daemon);
+    return rate;
+  }
+  // Whether `kernels` of 1 ms in `seconds` kept the device at least `fraction` busy against the
+  // yardstick. Below it, the yardstick is measured again and the lower rate counts: the host may
+  // have slowed since the first measurement (CI saw 64 % of a rate measured 20 s earlier, on a
+  // runner whose other builds had just started), while a gate that stalls stays below both.
+  bool KeptBusy(double kernels, double seconds, double fraction) {
+    if (kernels > fraction * seconds * SoloRate()) return true;
+    const double now = MeasureSoloRate();
+    std::printf("[ solo     ] %.0f kernels/s, measured again\n", now);
+    return kernels > fraction * seconds * std::min(SoloRate(), now);
   }
 
   std::string state_, socket_;
@@ -130,7 +160,7 @@ class GateHowTest : public GateTest, public ::testing::WithParamInterface<std::s
 
 TEST_P(GateHowTest, FixedPercentageSplitsTheGpuThirtySeventy) {
   StartDaemon({"--policy", "3"});
-  const double rate = SoloRate();
+  SoloRate();
   const uint64_t start = SoonNs();
   auto a = Spinner("thirty", 1000, 2, start, GetParam(), {"TESSERA_CORE_LIMIT=30"});
   auto b = Spinner("seventy", 1000, 2, start, GetParam(), {"TESSERA_CORE_LIMIT=70"});
@@ -140,7 +170,7 @@ TEST_P(GateHowTest, FixedPercentageSplitsTheGpuThirtySeventy) {
   EXPECT_NEAR(share, 30.0, 4.0) << ka << " vs " << kb << " kernels of 1 ms";
   // Capped at 30 + 70: together they keep the device busy most of the 2 s (the benchmark measures
   // how busy; this only catches a gate that stalls).
-  EXPECT_GT(ka + kb, 0.75 * 2 * rate);
+  EXPECT_TRUE(KeptBusy(ka + kb, 2, 0.75)) << ka + kb << " kernels of 1 ms in 2 s";
   EXPECT_EQ(a->Wait(30s), 0);
   EXPECT_EQ(b->Wait(30s), 0);
 }
@@ -158,18 +188,18 @@ TEST_F(GateTest, WeightedPreemptiveFollowsOneToTwo) {
 
 TEST_F(GateTest, PreemptiveSharesEquallyAndKeepsTheGpuBusy) {
   StartDaemon({"--policy", "1"});
-  const double rate = SoloRate();
+  SoloRate();
   const uint64_t start = SoonNs();
   auto a = Spinner("left", 1000, 2, start, "stream", {});
   auto b = Spinner("right", 1000, 2, start, "stream", {});
   const double ka = Kernels(*a), kb = Kernels(*b);
   EXPECT_NEAR(100.0 * ka / (ka + kb), 50.0, 4.0);
-  EXPECT_GT(ka + kb, 0.8 * 2 * rate) << "a work-conserving policy keeps the device busy";
+  EXPECT_TRUE(KeptBusy(ka + kb, 2, 0.8)) << "a work-conserving policy keeps the device busy";
 }
 
 TEST_F(GateTest, AKilledHolderLosesTheTokenAtOnce) {
   StartDaemon({"--policy", "1"});
-  const double rate = SoloRate();
+  SoloRate();  // before this test's tenants start
   const uint64_t start = SoonNs();
   auto victim = Spinner("victim", 1000, 30, start, "stream", {});
   auto other = Spinner("other", 1000, 3, start, "stream", {});
@@ -179,13 +209,13 @@ TEST_F(GateTest, AKilledHolderLosesTheTokenAtOnce) {
   EXPECT_EQ(victim->Wait(10s), 128 + SIGKILL);
   const double k = Kernels(*other);
   // About 0.8 s shared, then 2.2 s alone: well over what sharing all along would give (1.5 s).
-  EXPECT_GT(k, 0.73 * 3 * rate);
+  EXPECT_TRUE(KeptBusy(k, 3, 0.73)) << k << " kernels of 1 ms in 3 s";
   EXPECT_LT(LongestLaunchMs(*other), 100) << "no launch waited more than a few quotas";
 }
 
 TEST_F(GateTest, AStoppedHolderLosesTheTokenWithinAQuota) {
   StartDaemon({"--policy", "1"});
-  const double rate = SoloRate();
+  SoloRate();  // before this test's tenants start
   const uint64_t start = SoonNs();
   auto hung = Spinner("hung", 1000, 30, start, "stream", {});
   auto other = Spinner("other", 1000, 3, start, "stream", {});
@@ -193,7 +223,7 @@ TEST_F(GateTest, AStoppedHolderLosesTheTokenWithinAQuota) {
   std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 800ms);
   hung->Kill(SIGSTOP);
   const double k = Kernels(*other);
-  EXPECT_GT(k, 0.67 * 3 * rate);
+  EXPECT_TRUE(KeptBusy(k, 3, 0.67)) << k << " kernels of 1 ms in 3 s";
   EXPECT_LT(LongestLaunchMs(*other), 300) << "a stopped holder held everyone up";
   hung->Kill(SIGKILL);
 }
@@ -212,7 +242,7 @@ TEST_F(GateTest, AHighPriorityLaunchTakesItsOpenLaneWithoutTheArbiter) {
   close(fd);
   ASSERT_NE(map, MAP_FAILED);
   const auto& gd = static_cast<const tessera::ledger::LedgerLayout*>(map)->gate.devices[0];
-  const double rate = SoloRate();
+  SoloRate();  // before this test's tenants start
   const uint64_t start = MonotonicNs() + 1'000'000'000;
   auto be = Spinner("be", 1000, 3, start, "stream", {});
   auto hp = Spinner("hp", 1000, 1, start + 1'000'000'000, "stream", {"TESSERA_HIGH_PRIO=1"});
@@ -230,7 +260,8 @@ TEST_F(GateTest, AHighPriorityLaunchTakesItsOpenLaneWithoutTheArbiter) {
   daemon_->Kill(SIGSTOP);
   std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 2500ms);
   daemon_->Kill(SIGCONT);
-  EXPECT_GT(Kernels(*hp), 0.6 * rate) << "the high-priority tenant waited for the stopped arbiter";
+  EXPECT_TRUE(KeptBusy(Kernels(*hp), 1, 0.6))
+      << "the high-priority tenant waited for the stopped arbiter";
   EXPECT_LT(LongestLaunchMs(*hp), 100);
   Kernels(*be);
   EXPECT_GT(LongestLaunchMs(*be), 1000) << "the best-effort tenant ran on beside the lane";
