@@ -55,6 +55,11 @@ class ComputeServiceTest : public ::testing::Test {
     EXPECT_TRUE(c.ok());
     return c.ok() ? *c : 0;
   }
+  uint32_t AddHighPriorityContainer(const std::string& id) {
+    const uint32_t c = AddContainer(id);
+    ledger_->layout()->containers[c].high_priority.store(1);
+    return c;
+  }
   uint32_t AddProcess(uint32_t c) {
     auto p = ledger_->AddProcess(c, 1000 + static_cast<int32_t>(c));
     EXPECT_TRUE(p.ok());
@@ -189,9 +194,8 @@ TEST_F(ComputeServiceTest, TheNextHolderIsLetInJustBeforeTheDrainEnds) {
 // A high-priority process that is done launching says when its work ends; the token goes on just
 // before then, not when its sampler has seen the work finish and then idle for two ticks.
 TEST_F(ComputeServiceTest, AHighPriorityProcessDoneLaunchingHandsOnBeforeItsWorkEnds) {
-  const uint32_t hp = AddContainer("hp");
+  const uint32_t hp = AddHighPriorityContainer("hp");
   const uint32_t be = AddContainer("be");
-  ledger_->layout()->containers[hp].high_priority.store(1);
   const uint32_t php = AddProcess(hp);
   const uint32_t pbe = AddProcess(be);
   StartService();
@@ -212,10 +216,9 @@ TEST_F(ComputeServiceTest, AHighPriorityProcessDoneLaunchingHandsOnBeforeItsWork
 // The high-priority lane goes in at once, but the holder it revoked still drains: the holder
 // after the lane waits for that drain as well as for the lane's own work.
 TEST_F(ComputeServiceTest, AfterTheLaneTheNextHolderStillWaitsForTheDrainTheLaneCut) {
-  const uint32_t hp = AddContainer("hp");
+  const uint32_t hp = AddHighPriorityContainer("hp");
   const uint32_t a = AddContainer("a");
   const uint32_t b = AddContainer("b");
-  ledger_->layout()->containers[hp].high_priority.store(1);
   const uint32_t php = AddProcess(hp);
   const uint32_t pa = AddProcess(a);
   const uint32_t pb = AddProcess(b);
@@ -241,9 +244,8 @@ TEST_F(ComputeServiceTest, AfterTheLaneTheNextHolderStillWaitsForTheDrainTheLane
 // holder draining), and once the lane is past its cap shuts it and hands the token back, even if
 // a launcher took the lane just before it shut.
 TEST_F(ComputeServiceTest, ALaneTheLauncherTookIsKeptAndAShutOneIsUndone) {
-  const uint32_t hp = AddContainer("hp");
+  const uint32_t hp = AddHighPriorityContainer("hp");
   const uint32_t be = AddContainer("be");
-  ledger_->layout()->containers[hp].high_priority.store(1);
   const uint32_t php = AddProcess(hp);
   const uint32_t pbe = AddProcess(be);
   StartService();
