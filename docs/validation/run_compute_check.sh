@@ -2,7 +2,7 @@
 # Real-GPU validation of compute isolation (issue 4). Run from the repository root on a machine with
 # an NVIDIA GPU, its driver, cmake, ninja and a Python with PyTorch. Builds only what needs no
 # Debian -dev package (the shims, tesserad, the CLI), then runs a PyTorch matmul loop
-# (docs/validation/compute_isolation_check.py, SECONDS each, default 20):
+# (docs/validation/compute_isolation_check.py, SECONDS_PER_RUN seconds each, default 20):
 #   1. alone without the shim, and alone under `tessera run` (the single-tenant overhead);
 #   2. two at once under policy 3 with --core 30 and --core 70;
 #   3. two at once under policy 2 with --weight 1 and --weight 2;
@@ -10,18 +10,10 @@
 # Every phase has a private tesserad. Writes everything to ${OUT:-docs/validation/out}/
 # compute_check.txt. Changes no GPU setting.
 set -euo pipefail
-out=${OUT:-docs/validation/out}
-mkdir -p "$out"
-log="$out/compute_check.txt"
-exec > >(tee "$log") 2>&1
-python=${PYTHON:-python3}
+# shellcheck source=docs/validation/setup.sh
+source docs/validation/setup.sh compute_check.txt
 seconds=${SECONDS_PER_RUN:-20}
 check=docs/validation/compute_isolation_check.py
-"$python" -c 'import torch; assert torch.cuda.is_available(); print("torch", torch.__version__)' || {
-  echo "no PyTorch with CUDA here: cannot run the check"; exit 2; }
-nvidia-smi -L
-cmake -S . -B build-gpu -G Ninja -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
-cmake --build build-gpu --target tessera tesserad tessera_cuda_shim tessera_nvml_shim
 sock=/tmp/tessera-compute-validation.sock
 export TESSERA_SOCKET=$sock
 daemon=

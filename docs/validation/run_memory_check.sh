@@ -8,16 +8,8 @@
 #   3. the training loop's step time with and without the shim (overhead, target < 1 %).
 # Writes everything to ${OUT:-docs/validation/out}/memory_check.txt. Changes no GPU setting.
 set -euo pipefail
-out=${OUT:-docs/validation/out}
-mkdir -p "$out"
-log="$out/memory_check.txt"
-exec > >(tee "$log") 2>&1
-python=${PYTHON:-python3}
-"$python" -c 'import torch; assert torch.cuda.is_available(); print("torch", torch.__version__)' || {
-  echo "no PyTorch with CUDA here: cannot run the check"; exit 2; }
-nvidia-smi -L
-cmake -S . -B build-gpu -G Ninja -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
-cmake --build build-gpu --target tessera tesserad tessera_cuda_shim tessera_nvml_shim
+# shellcheck source=docs/validation/setup.sh
+source docs/validation/setup.sh memory_check.txt
 sock=/tmp/tessera-validation.sock
 build-gpu/bin/tesserad --socket "$sock" --ephemeral &
 daemon=$!
