@@ -416,12 +416,10 @@ uint64_t ComputeService::Step(uint64_t now) {
 }
 
 namespace {
+// Bits 64w to 64w + 63 of `mask`: word `w` of a GateDevice bitset.
 uint64_t MaskWord(const std::bitset<ledger::kMaxContainers>& mask, int w) {
-  uint64_t word = 0;
-  for (int b = 0; b < 64; ++b) {
-    if (mask.test(static_cast<size_t>(w * 64 + b))) word |= uint64_t{1} << b;
-  }
-  return word;
+  constexpr std::bitset<ledger::kMaxContainers> kWord(~uint64_t{0});
+  return ((mask >> static_cast<size_t>(w * 64)) & kWord).to_ullong();
 }
 }  // namespace
 
@@ -439,7 +437,7 @@ void ComputeService::Publish(int d, bool gated) {
   const Device& dev = devices_[static_cast<size_t>(d)];
   // Lanes first: a launcher that finds its may_run bit gone must not take a lane closed with it.
   for (int w = 0; w < ledger::kMaskWords; ++w) {
-    gd.lane_open[w].store(gated ? MaskWord(dev.lane_open, w) : 0, std::memory_order_release);
+    gd.lane_open[w].store(MaskWord(dev.lane_open, w), std::memory_order_release);  // empty under 5
   }
   for (int w = 0; w < ledger::kMaskWords; ++w) {
     gd.may_run[w].store(MaskWord(dev.published, w), std::memory_order_release);
