@@ -251,10 +251,10 @@ TEST_F(ComputeServiceTest, ALaneTheLauncherTookIsKeptAndAShutOneIsUndone) {
   StartService();
   ledger::GateDevice& gd = ledger_->layout()->gate.devices[0];
   auto lane_open = [&](uint32_t c) { return (gd.lane_open[c / 64].load() >> (c % 64)) & 1; };
-  auto take_lane = [&] {  // what the gate's TakeLane does
+  auto take_lane = [&] {  // what the gate's AwaitToken does: waiting, TakeLane, then busy
+    SetDemand(php, 1, false);
     for (int w = 0; w < ledger::kMaskWords; ++w) gd.may_run[w].store(0);
     gd.may_run[hp / 64].store(uint64_t{1} << (hp % 64));
-    SetDemand(php, 1, false);
     SetDemand(php, 0, true);
   };
   SetDemand(pbe, 0, true);
