@@ -101,32 +101,26 @@ std::optional<Allocator::Match> Allocator::Attribute(const std::string& resource
   for (const NodePod& np : pods) {
     const PodView& p = np.view;
     if (!Pending(p) || checkpoint_.rejected.count(p.uid) != 0) continue;
+    // kubelet goes through the containers in order, so the calls for one resource do too: the
+    // pod's next container for `resource` is the first whose step for it is not served yet.
+    // (Each resource on its own: kubelet leaves out a resource it has no plugin for.)
     bool started = false;
-    int current = -1;
+    int next = -1;
     for (size_t i = 0; i < p.containers.size(); ++i) {
-      const std::map<std::string, uint64_t> steps = Steps(p.containers[i]);
       const AllocationRecord* rec = nullptr;
       for (const AllocationRecord& r : checkpoint_.records) {
         if (r.pod_uid == p.uid && r.container == p.containers[i].name) rec = &r;
       }
-      bool done = true;
-      for (const auto& [name, q] : steps) {
-        const bool served = rec != nullptr && rec->devices.count(name) != 0;
-        started = started || served;
-        done = done && served;
+      started = started || (rec != nullptr && !rec->devices.empty());
+      const std::map<std::string, uint64_t> steps = Steps(p.containers[i]);
+      if (next < 0 && steps.count(resource) != 0 &&
+          (rec == nullptr || rec->devices.count(resource) == 0)) {
+        next = static_cast<int>(i);
       }
-      if (!done && current < 0) current = static_cast<int>(i);
     }
-    if (current < 0) continue;  // nothing left to allocate
-    const std::map<std::string, uint64_t> steps = Steps(p.containers[static_cast<size_t>(current)]);
-    const AllocationRecord* rec = nullptr;
-    for (const AllocationRecord& r : checkpoint_.records) {
-      if (r.pod_uid == p.uid && r.container == p.containers[static_cast<size_t>(current)].name) rec = &r;
-    }
-    auto it = steps.find(resource);
-    if (it == steps.end() || it->second != n) continue;
-    if (rec != nullptr && rec->devices.count(resource) != 0) continue;
-    matching.push_back({&np, current, started});
+    if (next < 0) continue;
+    if (Steps(p.containers[static_cast<size_t>(next)]).at(resource) != n) continue;
+    matching.push_back({&np, next, started});
   }
   if (matching.empty()) return std::nullopt;
   // A pod under way first (kubelet finishes a pod before the next), then kubelet's order.
@@ -361,7 +355,8 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
   if (!match) {
     return Result<ContainerResponse>::Error(
         "no pod bound to node " + config_.node + " is waiting for " + resource + "=" +
-        std::to_string(ids.size()) + " at its next container; waiting here: " + Waiting(pods));
+        std::to_string(ids.size()) + " at its next container asking for it; waiting here: " +
+        Waiting(pods));
   }
   const PodView& pod = match->pod->view;
   const ContainerView& container = pod.containers[static_cast<size_t>(match->container)];

@@ -4,8 +4,8 @@
 // pod at a time, in the order its pod source delivers them (the order the pods were bound to the
 // node; a batch of several by creation time), and calls Allocate for the pod's containers in order
 // (init containers first), each container once per resource it asks for. So the call for resource
-// R with n devices belongs to the first pod, in that order, that is waiting here for R at the
-// container it has reached, with a request of n: a pod already under way comes first, then the
+// R with n devices belongs to the first pod, in that order, whose next container asking for R
+// (the first whose R is not allocated yet) asks for n: a pod already under way comes first, then the
 // others by bind order (the plugin's own watch of pods on the node sees bindings in the order
 // kubelet's does). The choice is exact whenever only one waiting pod matches, which is the case
 // unless pods with identical requests were bound together; then kubelet's order decides, the

@@ -232,7 +232,8 @@ TEST_F(AllocatorTest, ACallNoWaitingPodMatchesFailsAndSaysWhatIsWaiting) {
   auto r = allocator_->Allocate("tessera.io/gpu-mem", Ids(5));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error(),
-            "no pod bound to node node-1 is waiting for tessera.io/gpu-mem=5 at its next container; "
+            "no pod bound to node node-1 is waiting for tessera.io/gpu-mem=5 at its next container asking "
+            "for it; "
             "waiting here: ns/small (c:tessera.io/gpu-mem=1)");
   EXPECT_EQ(Containers(), 0u);
   auto unserved = allocator_->Allocate("nvidia.com/gpu", Ids(1));
