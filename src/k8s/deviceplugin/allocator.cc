@@ -519,10 +519,14 @@ std::vector<std::string> Allocator::Release(const std::set<std::string>& gone) {
     if (it->registered) {
       auto left = tesserad_->Unregister(it->id);
       if (!left.ok()) {
-        lines.push_back("cannot release " + it->id + " yet: " + left.error());
+        // Said once; the reconciler tries again every round until tesserad answers.
+        if (release_failing_.insert(it->id).second) {
+          lines.push_back("cannot release " + it->id + " yet (trying again): " + left.error());
+        }
         ++it;
         continue;
       }
+      release_failing_.erase(it->id);
       line += " (tesserad container " + it->id + (*left != 0 ? ", " + std::to_string(*left) + " process(es) still exiting" : "") + ")";
     }
     if (!it->cdi_file.empty()) unlink(it->cdi_file.c_str());

@@ -163,6 +163,7 @@ class Allocator {
   NodeMode mode_ = NodeMode::kCoreMem;
   std::set<std::string> served_;
   Checkpoint checkpoint_;
+  std::set<std::string> release_failing_;  // ids whose release failed (reported once)
 };
 
 }  // namespace tessera::k8s

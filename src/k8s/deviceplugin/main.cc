@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   std::string names_text = "tessera";
   std::string cdi_dir = "/var/run/cdi";
   std::string interval_text = "1s";
+  std::string grace_text = "10s";
   std::string proc_root = "/proc";
   bool cdi = false, sim = false;
   app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
@@ -86,6 +87,8 @@ int main(int argc, char** argv) {
   app.add_flag("--sim", sim, "a simulated node: hand pods simgpu and $TESSERA_SIM_STATE/$TESSERA_SIM_GPUS");
   app.add_option("--reconcile-interval", interval_text, "how often to reconcile (100ms to 1m)");
   app.add_option("--proc-root", proc_root, "the host's /proc (to read processes' cgroups)");
+  app.add_option("--unhealthy-after", grace_text,
+                 "tesserad unreachable this long marks the GPUs unhealthy (1s to 10m)");
   CLI11_PARSE(app, argc, argv);
 
   if (node.empty()) return Fail("--node-name is not set and neither is NODE_NAME; expected this node's name");
@@ -94,6 +97,8 @@ int main(int argc, char** argv) {
   auto interval = ParseDuration(interval_text, "--reconcile-interval", std::chrono::milliseconds(100),
                                 std::chrono::minutes(1));
   if (!interval.ok()) return Fail(interval.error());
+  auto grace = ParseDuration(grace_text, "--unhealthy-after", std::chrono::seconds(1), std::chrono::minutes(10));
+  if (!grace.ok()) return Fail(grace.error());
   for (auto [flag, value] : {std::pair<const char*, std::string*>{"--device-plugin-dir", &plugin_dir},
                              {"--container-sockets", &container_sockets},
                              {"--state-dir", &state_dir},
@@ -112,6 +117,7 @@ int main(int argc, char** argv) {
   options.names = *names;
   options.reconcile_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*interval);
   options.proc_root = proc_root;
+  options.unhealthy_after = std::chrono::duration_cast<std::chrono::seconds>(*grace);
   AllocatorConfig& a = options.allocator;
   a.node = node;
   a.checkpoint_path = state_dir + "/checkpoint.json";
