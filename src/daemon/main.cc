@@ -469,8 +469,7 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Usage(parsed.error() + " (or measure)");
     context_bytes = parsed->count();
   }
-  auto compute = tessera::daemon::ComputeService::Create(ledger->layout(), ledger->device_count(),
-                                                         compute_options);
+  auto compute = tessera::daemon::ComputeService::Create(*ledger, compute_options);
   if (!compute.ok()) return Usage(compute.error());
   tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes},
                                      compute->get());

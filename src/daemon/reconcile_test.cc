@@ -46,7 +46,7 @@ class ReconcilerTest : public ::testing::Test {
         name_, {{"GPU-aaaaaaaa-0000-4000-8000-000000000000", "A", 8 * kGiB}});
     ASSERT_TRUE(ledger.ok()) << ledger.error();
     layout_ = ledger->layout();
-    auto compute = ComputeService::Create(layout_, 1, ComputeOptions{});
+    auto compute = ComputeService::Create(*ledger, ComputeOptions{});
     ASSERT_TRUE(compute.ok());
     compute_ = std::move(*compute);
     registry_ =

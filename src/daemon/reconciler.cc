@@ -16,9 +16,8 @@ namespace {
 
 std::string Human(uint64_t bytes) { return FormatBytes(Bytes(bytes)); }
 
-std::string ContainerId(const ledger::ContainerSlot& slot) {
-  return std::string(slot.id, strnlen(slot.id, sizeof(slot.id)));
-}
+// a + b, or the largest count when that overflows (the processes' counters are their claims).
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return b > ~uint64_t{0} - a ? ~uint64_t{0} : a + b; }
 
 }  // namespace
 
@@ -112,11 +111,13 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
     std::vector<std::pair<int32_t, std::string>> to_kill;
     const int32_t self_pid = static_cast<int32_t>(getpid());
     std::set<int32_t> unregistered_now;
-    registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
-      ledger::LedgerLayout* l = ledger.layout();
+    registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
+      // Who is who comes from the daemon's book; what a process holds, from its counters.
+      const ledger::LedgerLayout* l = ledger.layout();
+      const ledger::LedgerBook& book = ledger.book();
       std::map<int32_t, int> slot_of_pid;
       for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-        const ledger::ProcessSlot& ps = l->processes[p];
+        const ledger::LedgerBook::Process& ps = book.processes[p];
         if (ps.state.load() == ledger::kLive) slot_of_pid[ps.host_pid.load()] = p;
       }
       std::vector<uint64_t> unseen(ledger::kMaxContainers, 0);
@@ -133,24 +134,24 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
           }
           continue;
         }
-        const ledger::ProcessSlot& ps = l->processes[found->second];
-        const uint32_t c = ps.container.load() % ledger::kMaxContainers;
-        const uint64_t reserved = ps.used[d].load();
-        if (dp.bytes > reserved) unseen[c] += dp.bytes - reserved;
+        const uint32_t c = book.processes[found->second].container.load();
+        const uint64_t reserved = l->processes[found->second].used[d].load();
+        if (dp.bytes > reserved) unseen[c] = SaturatingAdd(unseen[c], dp.bytes - reserved);
         pids[c].push_back(dp.pid);
       }
       for (int c = 0; c < ledger::kMaxContainers; ++c) {
-        ledger::ContainerSlot& slot = l->containers[c];
+        const ledger::LedgerBook::Container& slot = book.containers[c];
         if (slot.state.load() != ledger::kLive) continue;
-        slot.unseen[d].store(unseen[c]);
-        const uint64_t reserved = slot.used[d].load();
+        const uint32_t cu = static_cast<uint32_t>(c);
+        ledger.SetUnseen(cu, d, unseen[c]);
+        const uint64_t reserved = ledger.Used(cu, d);
         const uint64_t limit = slot.limit[d].load();
-        const bool over =
-            limit != ledger::kUnlimited && unseen[c] > 0 && reserved + unseen[c] > limit;
+        const bool over = limit != ledger::kUnlimited && unseen[c] > 0 &&
+                          SaturatingAdd(reserved, unseen[c]) > limit;
         const auto key = std::make_tuple(d, c, slot.generation.load());
         const bool was = over_.count(key) != 0;
-        ReconcileEvent e{
-            ReconcileEvent::Kind::kOverLimit, d, ContainerId(slot), 0, reserved, unseen[c], limit};
+        ReconcileEvent e{ReconcileEvent::Kind::kOverLimit, d, std::string(slot.id), 0, reserved,
+                         unseen[c], limit};
         if (over && !was) {
           over_.insert(key);
           events.push_back(e);
@@ -162,9 +163,9 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
         // The flag follows the state every pass, so a restarted daemon (or one whose action
         // changed) never leaves a container blocked that is not over its limit.
         if (over && options_.action == config::OverLimitAction::kBlock) {
-          slot.flags.fetch_or(ledger::kContainerBlocked);
+          ledger.SetFlags(cu, ledger::kContainerBlocked, 0);
         } else {
-          slot.flags.fetch_and(~ledger::kContainerBlocked);
+          ledger.SetFlags(cu, 0, ledger::kContainerBlocked);
         }
         if (over && options_.action == config::OverLimitAction::kKill) {
           for (int32_t pid : pids[c]) to_kill.emplace_back(pid, e.container);
@@ -173,7 +174,7 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
       // Forget containers that went away while over their limit.
       for (auto it = over_.begin(); it != over_.end();) {
         const auto [dev, c, generation] = *it;
-        const ledger::ContainerSlot& slot = l->containers[c];
+        const ledger::LedgerBook::Container& slot = book.containers[c];
         const bool gone =
             slot.state.load() != ledger::kLive || slot.generation.load() != generation;
         it = dev == d && gone ? over_.erase(it) : std::next(it);
