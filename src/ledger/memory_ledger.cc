@@ -83,12 +83,25 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
     return Result<MemoryLedger>::Error("ledger: cannot stat " + shm_name);
   }
   const bool fresh = st.st_size == 0;
+  // What to do about a segment this daemon cannot take over: its tenants may still be running
+  // against it, so it is never removed or rewritten here.
+  const std::string what_to_do =
+      "; its tenants may still be running: stop every GPU process of this node, then remove it "
+      "(rm /dev/shm" + shm_name + ") and start tesserad again";
   if (!fresh && static_cast<size_t>(st.st_size) != size) {
+    uint32_t header[2] = {0, 0};  // magic, version, if the segment is big enough to hold them
+    const bool read = pread(fd, header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header));
     close(fd);
-    return Result<MemoryLedger>::Error(
-        "ledger: /dev/shm" + shm_name + " has size " + std::to_string(st.st_size) +
-        ", this tesserad expects " + std::to_string(size) +
-        " (a different version left it); stop every tenant and remove it");
+    const std::string found =
+        read && header[0] == kLedgerMagic
+            ? "layout version " + std::to_string(header[1]) + " (" +
+                  std::to_string(st.st_size) + " bytes)"
+            : "something that is not a Tessera ledger (" + std::to_string(st.st_size) +
+                  " bytes)";
+    return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " holds " + found +
+                                       ", this tesserad writes layout version " +
+                                       std::to_string(kLedgerVersion) + " (" +
+                                       std::to_string(size) + " bytes)" + what_to_do);
   }
   if (fresh && ftruncate(fd, static_cast<off_t>(size)) != 0) {
     close(fd);
@@ -108,16 +121,19 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
     layout->size = size;
   } else if (layout->magic != kLedgerMagic || layout->version != kLedgerVersion ||
              layout->size != size) {
+    const std::string found = layout->magic == kLedgerMagic
+                                  ? "layout version " + std::to_string(layout->version)
+                                  : "something that is not a Tessera ledger";
     munmap(mem, size);
     close(fd);
-    return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name +
-                                       " holds another layout version; stop every tenant and "
-                                       "remove it");
+    return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " holds " + found +
+                                       ", this tesserad writes layout version " +
+                                       std::to_string(kLedgerVersion) + what_to_do);
   } else if (const std::string other = OtherDevices(*layout, devices); !other.empty()) {
     munmap(mem, size);
     close(fd);
     return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " was created for " +
-                                       other + "; stop every tenant and remove it");
+                                       other + what_to_do);
   }
   for (size_t d = 0; d < devices.size(); ++d) {
     LedgerDevice& dev = layout->devices[d];
