@@ -361,6 +361,17 @@ uint64_t ComputeService::Step(uint64_t now) {
     bool high_priority_present = false;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
       if (!dev.present.test(c)) continue;
+      // Device time reconciliation found beyond what the container's gates measured.
+      auto& [generation, charged] =
+          unseen_gpu_charged_[static_cast<size_t>(c) * ledger::kMaxDevices + d];
+      const ledger::LedgerBook::Container& slot = book_->containers[c];
+      const uint64_t unseen = slot.unseen_gpu_ns[d].load();
+      if (generation != slot.generation.load()) {
+        generation = slot.generation.load();
+        charged = 0;
+      }
+      if (unseen > charged) charge[d][c] += unseen - charged;
+      charged = std::max(charged, unseen);
       if (charge[d][c] > 0) (void)a.Charge(c, Nanos(charge[d][c]));
       if (trace_ && d == 0) {
         trace_charged_[static_cast<size_t>(c)] += charge[d][c];

@@ -131,6 +131,10 @@ class ComputeService {
   mutable std::mutex mu_;
   std::vector<Device> devices_;
   std::vector<Member> members_ = std::vector<Member>(ledger::kMaxContainers);
+  // Per container slot and GPU: the book's unseen_gpu_ns already charged (reconciliation's charge
+  // for device time the gates did not measure), with the container generation it belongs to.
+  std::vector<std::pair<uint32_t, uint64_t>> unseen_gpu_charged_ =
+      std::vector<std::pair<uint32_t, uint64_t>>(ledger::kMaxContainers * ledger::kMaxDevices);
   std::vector<uint32_t> process_generation_ = std::vector<uint32_t>(ledger::kMaxProcesses);
   std::vector<uint64_t> process_seen_ns_ =
       std::vector<uint64_t>(ledger::kMaxProcesses * ledger::kMaxDevices);

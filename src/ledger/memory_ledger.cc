@@ -203,7 +203,10 @@ Result<uint32_t> MemoryLedger::UpsertContainer(const std::string& id,
     }
     LedgerBook::Container& entry = book_->containers[c];
     std::snprintf(entry.id, sizeof(entry.id), "%s", id.c_str());
-    for (int d = 0; d < kMaxDevices; ++d) entry.unseen[d].store(0);
+    for (int d = 0; d < kMaxDevices; ++d) {
+      entry.unseen[d].store(0);
+      entry.unseen_gpu_ns[d].store(0);
+    }
     entry.flags.store(0);
     entry.core_percent.store(100);
     entry.weight.store(1);
@@ -312,6 +315,10 @@ void MemoryLedger::SetFlags(uint32_t c, uint32_t set, uint32_t clear) {
   LedgerBook::Container& entry = book_->containers[c];
   entry.flags.store((entry.flags.load() | set) & ~clear);
   layout_->containers[c].flags.store(entry.flags.load());
+}
+
+void MemoryLedger::AddUnseenGpuTime(uint32_t c, int device, uint64_t ns) {
+  book_->containers[c].unseen_gpu_ns[device].fetch_add(ns);
 }
 
 void MemoryLedger::SetUnseen(uint32_t c, int device, uint64_t bytes) {

@@ -55,6 +55,10 @@ struct LedgerBook {
     char id[sizeof(ContainerSlot::id)] = {};  // NUL-terminated, valid whenever state is kLive
     std::atomic<uint64_t> limit[kMaxDevices] = {};
     std::atomic<uint64_t> unseen[kMaxDevices] = {};
+    // GPU time the device saw the container's processes use beyond what their gates measured, as
+    // charged by reconciliation (cumulative ns; the arbiter charges its increase). Daemon memory
+    // only: not in the segment, and zero again after a restart.
+    std::atomic<uint64_t> unseen_gpu_ns[kMaxDevices] = {};
     std::atomic<uint32_t> core_percent{100};
     std::atomic<uint32_t> weight{1};
     std::atomic<uint32_t> high_priority{0};
@@ -150,6 +154,8 @@ class MemoryLedger {
   void SetCompute(uint32_t c, uint32_t core_percent, uint32_t weight, uint32_t high_priority);
   void SetFlags(uint32_t c, uint32_t set, uint32_t clear);
   void SetUnseen(uint32_t c, int device, uint64_t bytes);
+  // Charges `ns` of GPU time the container's gates did not measure (LedgerBook::unseen_gpu_ns).
+  void AddUnseenGpuTime(uint32_t c, int device, uint64_t ns);
   // Puts back, in the segment, every daemon-owned field that differs from the book (a tenant
   // rewrote it). Returns one line per repaired slot, naming it and what was found; empty when
   // nothing was touched. Call it under the same lock as the other slow-path functions.

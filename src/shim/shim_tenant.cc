@@ -24,6 +24,15 @@
 //                                           spin kernels back to back for SECONDS through HOW
 //                                           (legacy, ptsz, stream, ex or graph); prints
 //                                           kernels=N and the longest single launch call
+//   shim_tenant cheat HOW KERNEL_US SECONDS  a tenant that takes GPU time its gate does not grant,
+//                                           HOW: `around` launches spin kernels through the real
+//                                           driver's own cuLaunchKernel (dlsym on
+//                                           TESSERA_REAL_LIBCUDA: the gate never sees them);
+//                                           `lie` launches through the shim but keeps zeroing its
+//                                           own GPU-time counters in the ledger it maps. Prints
+//                                           ready=1, then probes a 1 MiB allocation through the
+//                                           shim every 50 ms (shim_alloc=RESULT on change) until
+//                                           SECONDS pass; prints kernels=N and exits 0
 //   shim_tenant churn LIMIT_MIB END_NS SEED KERNEL_US [shared]
 //                                           until CLOCK_MONOTONIC END_NS, allocate and free
 //                                           random multiples of 2 MiB (cuMemAlloc_v2) while a
@@ -52,6 +61,7 @@
 #include <vector>
 
 #include "driver/cuda_api.h"
+#include "ledger/ledger_layout.h"
 
 namespace {
 
@@ -75,6 +85,31 @@ void WaitForStdinEof() {
   char buf[64];
   while (read(0, buf, sizeof(buf)) > 0) {
   }
+}
+
+// This process's slot in the ledger the shim mapped (found through /proc/self/maps, as any
+// process could), or nullptr.
+tessera::ledger::ProcessSlot* OwnLedgerSlot() {
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return nullptr;
+  char line[512];
+  tessera::ledger::ProcessSlot* found = nullptr;
+  while (found == nullptr && std::fgets(line, sizeof(line), maps) != nullptr) {
+    if (std::strstr(line, "/dev/shm/tessera-ledger") == nullptr ||
+        std::strstr(line, "rw-s") == nullptr) {
+      continue;
+    }
+    auto* layout =
+        reinterpret_cast<tessera::ledger::LedgerLayout*>(std::strtoull(line, nullptr, 16));
+    if (layout->magic != tessera::ledger::kLedgerMagic) continue;
+    for (auto& slot : layout->processes) {
+      if (slot.state.load() == tessera::ledger::kLive && slot.host_pid.load() == getpid()) {
+        found = &slot;
+      }
+    }
+  }
+  std::fclose(maps);
+  return found;
 }
 
 size_t FreeBytes() {
@@ -362,6 +397,74 @@ int main(int argc, char** argv) {
     std::printf("kernels=%llu\nlongest_launch_ms=%.3f\n", static_cast<unsigned long long>(kernels),
                 static_cast<double>(longest) / 1e6);
     return 0;
+  }
+  if (mode == "cheat") {
+    const std::string how = argc > 2 ? argv[2] : "";
+    uint64_t kernel_ns = arg(3) * 1000;
+    const uint64_t end = NowNs() + arg(4) * 1000000000ull;
+    CUmodule mod = nullptr;
+    CUfunction spin = nullptr;
+    CHECK(cuModuleLoadData(&mod, "simgpu"));
+    CHECK(cuModuleGetFunction(&spin, mod, "spin"));
+    using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  unsigned, unsigned, CUstream, void**, void**);
+    using SyncFn = CUresult (*)();
+    LaunchFn launch = &cuLaunchKernel;
+    SyncFn sync = &cuCtxSynchronize;
+    tessera::ledger::ProcessSlot* slot = nullptr;
+    if (how == "around") {
+      const char* real = std::getenv("TESSERA_REAL_LIBCUDA");
+      void* lib = real != nullptr ? dlopen(real, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+      launch = lib != nullptr ? reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel")) : nullptr;
+      sync = lib != nullptr ? reinterpret_cast<SyncFn>(dlsym(lib, "cuCtxSynchronize")) : nullptr;
+      if (launch == nullptr || sync == nullptr || launch == &cuLaunchKernel) {
+        std::printf("error=no direct driver entry point\n");
+        return 4;
+      }
+    } else if (how == "lie") {
+      slot = OwnLedgerSlot();
+      if (slot == nullptr) {
+        std::printf("error=no ledger slot of this process in /proc/self/maps\n");
+        return 4;
+      }
+    } else {
+      std::printf("error=cheat HOW must be around or lie\n");
+      return 2;
+    }
+    std::atomic<uint64_t> kernels{0};
+    std::atomic<int> failure{0};
+    std::thread launcher([&] {
+      void* params[] = {&kernel_ns};
+      if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) failure.store(-1);
+      while (NowNs() < end && failure.load() == 0) {
+        CUresult r = launch(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+        if (r == CUDA_SUCCESS) r = sync();
+        if (r != CUDA_SUCCESS) failure.store(static_cast<int>(r));
+        kernels.fetch_add(1);
+        if (slot != nullptr) {
+          for (auto& ns : slot->gpu_ns) ns.store(0);  // the lie: it never ran
+        }
+      }
+    });
+    std::printf("ready=1\n");
+    std::fflush(stdout);
+    int last = -1;
+    while (NowNs() < end) {
+      CUdeviceptr probe = 0;
+      const int r = static_cast<int>(cuMemAlloc_v2(&probe, 1 << 20));
+      if (r == CUDA_SUCCESS) cuMemFree_v2(probe);
+      if (r != last) {
+        std::printf("shim_alloc=%d\n", r);
+        std::fflush(stdout);
+        last = r;
+      }
+      timespec ts{0, 50'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    launcher.join();
+    std::printf("kernels=%llu\nlaunch_error=%d\n", static_cast<unsigned long long>(kernels.load()),
+                failure.load());
+    return failure.load() == 0 ? 0 : 1;
   }
   if (mode == "churn") {
     constexpr uint64_t kUnit = 2ull << 20;  // the driver's granularity: charged exactly
