@@ -2,9 +2,9 @@
 // maps the ledger writable, so the daemon must survive any bytes in it. Each input builds a fresh
 // ledger with two containers and three registered processes (through the real Registry), then
 // writes the input's bytes into the segment (process slots, container slots, the gate, the
-// header) and runs the daemon's paths over it: repair, the arbiter's pass, reconciliation, a
-// disconnect, the dead-process sweep and STATUS. Then it writes more bytes and reopens the segment
-// as a restarted daemon would, and runs the same paths again.
+// header) and runs the daemon's paths over it: repair, the arbiter's pass, reconciliation (memory
+// and GPU time), a disconnect, the dead-process sweep and STATUS. Then it writes more bytes and
+// reopens the segment as a restarted daemon would, and runs the same paths again.
 //
 // Invariants (abort on violation): no crash or sanitizer report; after Repair() the segment's
 // daemon-owned fields equal the book, so a second Repair() finds nothing; a freshly reopened
@@ -120,6 +120,9 @@ std::unique_ptr<Daemon> Open(const std::vector<daemon::DeviceProcess>* listed) {
   options.action = tessera::config::OverLimitAction::kBlock;
   options.signal = [](pid_t, int) { return 0; };
   options.log = [](const std::string&) {};
+  options.busy = [listed](int) {  // the device's busy time: the same pids, bytes read as ns
+    return tessera::Result<std::vector<daemon::DeviceProcess>>(*listed);
+  };
   d->reconciler = std::make_unique<daemon::Reconciler>(
       d->registry.get(), 2,
       [listed](int) {
