@@ -43,7 +43,11 @@
 //                                           has other processes: any OOM is taken as clean);
 //                                           prints held_bytes, allocs, ooms, kernels,
 //                                           longest_launch_ms and done=1, holds until stdin EOF,
-//                                           frees everything and exits 0 (1 on any other error)
+//                                           frees everything and exits 0 (1 on any other error);
+//                                           with `paths` (after `shared` or `alone`), each
+//                                           allocation takes a random path of those charged
+//                                           exactly: cuMemAlloc_v2, cuMemAllocPitch_v2,
+//                                           cuMemAllocManaged or cuMemCreate (VMM)
 #include <dlfcn.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -470,6 +474,7 @@ int main(int argc, char** argv) {
     constexpr uint64_t kUnit = 2ull << 20;  // the driver's granularity: charged exactly
     const uint64_t limit = arg(2) << 20, end = arg(3), kernel_ns = arg(5) * 1000;
     const bool shared = argc > 6 && std::string(argv[6]) == "shared";
+    const bool every_path = argc > 7 && std::string(argv[7]) == "paths";
     std::mt19937_64 rng(arg(4));
     std::atomic<bool> stop{false};
     std::atomic<int> launch_error{0};
@@ -497,9 +502,38 @@ int main(int argc, char** argv) {
       r = cuStreamSynchronize(stream);
       if (r != CUDA_SUCCESS) fail(r);
     });
+    enum class Path { kAlloc, kPitch, kManaged, kCreate };
     struct Block {
       CUdeviceptr ptr;
       uint64_t bytes;
+      Path path;
+      CUmemGenericAllocationHandle handle;
+    };
+    // One allocation through `path`; every one of these is charged exactly `bytes` (a multiple of
+    // 2 MiB; the pitch is 1 MiB wide, a multiple of any pitch alignment).
+    auto allocate = [](Path path, uint64_t bytes, Block* b) {
+      *b = {0, bytes, path, 0};
+      switch (path) {
+        case Path::kAlloc:
+          return cuMemAlloc_v2(&b->ptr, bytes);
+        case Path::kPitch: {
+          size_t pitch = 0;
+          return cuMemAllocPitch_v2(&b->ptr, &pitch, 1 << 20, bytes >> 20, 4);
+        }
+        case Path::kManaged:
+          return cuMemAllocManaged(&b->ptr, bytes, CU_MEM_ATTACH_GLOBAL);
+        case Path::kCreate: {
+          CUmemAllocationProp prop{};
+          prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+          prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+          prop.location.id = 0;
+          return cuMemCreate(&b->handle, bytes, &prop, 0);
+        }
+      }
+      return CUDA_ERROR_INVALID_VALUE;
+    };
+    auto release = [](const Block& b) {
+      return b.path == Path::kCreate ? cuMemRelease(b.handle) : cuMemFree_v2(b.ptr);
     };
     std::vector<Block> held;
     uint64_t held_bytes = 0, allocs = 0, ooms = 0;
@@ -508,10 +542,11 @@ int main(int argc, char** argv) {
       // Mostly allocations (so the limit is reached), sizes up to a quarter of the limit.
       if (held.empty() || rng() % 3 != 0) {
         const uint64_t bytes = (1 + rng() % std::max<uint64_t>(limit / kUnit / 4, 1)) * kUnit;
-        CUdeviceptr p = 0;
-        const CUresult r = cuMemAlloc_v2(&p, bytes);
+        const Path path = every_path ? static_cast<Path>(rng() % 4) : Path::kAlloc;
+        Block b{};
+        const CUresult r = allocate(path, bytes, &b);
         if (r == CUDA_SUCCESS) {
-          held.push_back({p, bytes});
+          held.push_back(b);
           held_bytes += bytes;
           ++allocs;
         } else if (r == CUDA_ERROR_OUT_OF_MEMORY && (shared || held_bytes + bytes > limit)) {
@@ -524,7 +559,7 @@ int main(int argc, char** argv) {
         }
       } else {
         const size_t i = rng() % held.size();
-        const CUresult r = cuMemFree_v2(held[i].ptr);
+        const CUresult r = release(held[i]);
         if (r != CUDA_SUCCESS) {
           std::printf("bad_free=%d\n", static_cast<int>(r));
           bad = r;
@@ -546,7 +581,7 @@ int main(int argc, char** argv) {
         static_cast<double>(longest.load()) / 1e6, launch_error.load());
     std::fflush(stdout);
     WaitForStdinEof();
-    for (const Block& b : held) CHECK(cuMemFree_v2(b.ptr));
+    for (const Block& b : held) CHECK(release(b));
     return bad == CUDA_SUCCESS && launch_error.load() == 0 ? 0 : 1;
   }
   if (mode == "fork-hold") {
