@@ -56,6 +56,9 @@ class Registry {
   void Disconnected(uint32_t process_slot, uint32_t generation);
   // Reclaims slots of processes that died while no daemon was watching (after a restart).
   int ReclaimDeadProcesses();
+  // Puts back every daemon-owned ledger field a tenant rewrote (MemoryLedger::Repair), logging one
+  // line per slot; returns how many slots were repaired. The server calls it once a second.
+  int Repair();
   std::string StatusJson() const;
 
   // The limit (bytes, on every device) given to a container declared by its first process's HELLO
@@ -67,6 +70,12 @@ class Registry {
   // must not call back into the registry.
   template <typename F>
   auto WithLedger(F&& f) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return f(ledger_);
+  }
+  // The same, for code that changes daemon-owned fields through the ledger's setters.
+  template <typename F>
+  auto WithLedger(F&& f) {
     std::lock_guard<std::mutex> lock(mu_);
     return f(ledger_);
   }

@@ -33,6 +33,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     // their deaths are found by a sweep once a second instead of by a close.
     if (std::chrono::steady_clock::now() >= next_sweep) {
       registry_->ReclaimDeadProcesses();
+      registry_->Repair();
       SyncContainerSockets(ep);
       next_sweep = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
@@ -60,11 +61,14 @@ Status Server::Run(const std::atomic<bool>& stop) {
       }
     }
   }
-  for (auto it = connections_.begin(); it != connections_.end();) {
-    const int fd = it->first;
-    ++it;
-    Close(ep, fd);
+  // Stopping is not the processes' death: they keep running with their memory, and re-attach
+  // to the next daemon (HELLO resume) or are found by its sweep. Their connections close without
+  // reclaiming anything (a SIGTERM used to hand every live tenant's bytes back).
+  for (auto& [fd, conn] : connections_) {
+    epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
   }
+  connections_.clear();
   while (!container_listeners_.empty())
     CloseContainerSocket(ep, container_listeners_.begin()->first, /*container_gone=*/false);
   close(ep);
@@ -90,10 +94,10 @@ void Server::SyncContainerSockets(int ep) {
   const std::set<std::string> wanted = registry_->WithLedger([](const ledger::MemoryLedger& l) {
     std::set<std::string> ids;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
-      const ledger::ContainerSlot& slot = l.layout()->containers[c];
+      const ledger::LedgerBook::Container& slot = l.book().containers[c];
       if (slot.state.load() == ledger::kLive &&
           (slot.flags.load() & ledger::kContainerRegistered) != 0) {
-        ids.insert(std::string(slot.id, strnlen(slot.id, sizeof(slot.id))));
+        ids.insert(slot.id);
       }
     }
     return ids;
