@@ -283,9 +283,8 @@ Result<Message> Registry::UnregisterLocked(const Message& request) {
   }
   const int c = ledger_.FindContainer(id);
   if (c < 0) return Result<Message>::Error("CONTAINER id=" + id + " remove=1: no such container");
-  ledger::ContainerSlot& slot = ledger_.layout()->containers[c];
-  slot.flags.fetch_and(~ledger::kContainerRegistered);
-  const uint32_t remaining = slot.process_count.load();
+  ledger_.SetFlags(static_cast<uint32_t>(c), 0, ledger::kContainerRegistered);
+  const uint32_t remaining = ledger_.book().containers[c].process_count.load();
   RemoveIfUnused(static_cast<uint32_t>(c));
   return Message{"OK", {{"processes", std::to_string(remaining)}}};
 }

@@ -215,7 +215,7 @@ TEST_F(RegistryRemovalTest, RemoveUnregistersAndFreesWhenNoProcessIsLeft) {
   EXPECT_EQ(busy->Get("processes"), "1");
   const int c = r.ledger().FindContainer("busy");
   ASSERT_GE(c, 0) << "a container goes only with its last process";
-  EXPECT_EQ(r.ledger().layout()->containers[c].flags.load() & ledger::kContainerRegistered, 0u);
+  EXPECT_EQ(r.ledger().book().containers[c].flags.load() & ledger::kContainerRegistered, 0u);
   r.Disconnected(slot, static_cast<uint32_t>(std::stoul(hello->Get("generation"))));
   EXPECT_LT(r.ledger().FindContainer("busy"), 0);
 
