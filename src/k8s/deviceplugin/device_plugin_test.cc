@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "ipc/futex.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/allocator.h"
 #include "k8s/deviceplugin/test_kubelet.h"
@@ -39,12 +40,6 @@ using testing::SimNode;
 using testing::WaitUntil;
 
 constexpr char kNode[] = "gpu-node-1";
-
-uint64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 class DevicePluginTest : public ::testing::Test {
  protected:
@@ -587,7 +582,7 @@ TEST_F(DevicePluginTest, ThirtyPercentBesideSeventyOverTenSeconds) {
   auto b = Admit(high);
   ASSERT_TRUE(a.ok()) << a.error();
   ASSERT_TRUE(b.ok()) << b.error();
-  const uint64_t start = MonotonicNs() + 2'000'000'000ull;
+  const uint64_t start = ipc::MonotonicNs() + 2'000'000'000ull;
   const int seconds = 10;
   auto spin = [&](const Json& pod, const TestKubelet::ContainerAllocation& alloc) {
     return Run(pod, alloc, {Tenant("shim_tenant"), "spin", "1000", std::to_string(seconds), std::to_string(start), "stream"});
