@@ -93,7 +93,11 @@ class DevicePluginTest : public ::testing::Test {
   void StopPlugin(int signal) {
     if (!plugin_) return;
     plugin_->Kill(signal);
-    plugin_->Wait(20s);
+    const std::optional<int> status = plugin_->Wait(20s);
+    // A SIGTERM is a clean stop: exit 0 (a sanitizer's report would make it fail).
+    if (signal == SIGTERM) {
+      EXPECT_EQ(status, 0) << "tessera-device-plugin did not stop cleanly";
+    }
     plugin_.reset();
   }
   // Waits for the plugin's `registrations`-th registration of each of Tessera's resources.
