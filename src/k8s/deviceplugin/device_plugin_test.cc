@@ -72,7 +72,9 @@ class DevicePluginTest : public ::testing::Test {
     api_.Stop();
     for (const std::string& cg : cgroups_) {
       rmdir(cg.c_str());
-      rmdir(cg.substr(0, cg.rfind('/')).c_str());  // the pod's group
+      const std::string pod = cg.substr(0, cg.rfind('/'));
+      rmdir(pod.c_str());
+      rmdir(pod.substr(0, pod.rfind('/')).c_str());  // kubepods, unless another test uses it
     }
   }
 
