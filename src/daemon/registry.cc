@@ -273,10 +273,32 @@ Result<Message> Registry::ResumeLocked(const Message& request, pid_t pid, uint32
   return reply;
 }
 
+Result<Message> Registry::UnregisterLocked(const Message& request) {
+  const std::string id = request.Get("id");
+  for (const auto& [key, value] : request.fields) {
+    if (key != "id" && key != "remove") {
+      return Result<Message>::Error("CONTAINER remove=1 " + key + "=" + value +
+                                    ": a removal takes only id=");
+    }
+  }
+  const int c = ledger_.FindContainer(id);
+  if (c < 0) return Result<Message>::Error("CONTAINER id=" + id + " remove=1: no such container");
+  ledger_.SetFlags(static_cast<uint32_t>(c), 0, ledger::kContainerRegistered);
+  const uint32_t remaining = ledger_.book().containers[c].process_count.load();
+  RemoveIfUnused(static_cast<uint32_t>(c));
+  return Message{"OK", {{"processes", std::to_string(remaining)}}};
+}
+
 Result<Message> Registry::SetContainer(const Message& request) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = request.Get("id");
   if (Status valid = CheckContainerId(id, "id"); !valid.ok()) return valid;
+  if (request.Has("remove")) {
+    if (request.Get("remove") != "1") {
+      return Result<Message>::Error("CONTAINER remove=" + request.Get("remove") + ": expected 1");
+    }
+    return UnregisterLocked(request);
+  }
   auto limits = ParseLimits(request.Get("mem", "none"), ledger_.device_count());
   if (!limits.ok()) return limits.status();
   auto compute = ParseCompute(request, "CONTAINER");

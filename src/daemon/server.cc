@@ -70,7 +70,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
   }
   connections_.clear();
   while (!container_listeners_.empty())
-    CloseContainerSocket(ep, container_listeners_.begin()->first);
+    CloseContainerSocket(ep, container_listeners_.begin()->first, /*container_gone=*/false);
   close(ep);
   return Status::Ok();
 }
@@ -108,11 +108,16 @@ void Server::SyncContainerSockets(int ep) {
     const bool gone = wanted.count(it->second) == 0;
     if (!gone) have.insert(it->second);
     ++it;
-    if (gone) CloseContainerSocket(ep, fd);
+    if (gone) CloseContainerSocket(ep, fd, /*container_gone=*/true);
   }
   for (const std::string& id : wanted) {
     if (have.count(id) != 0) continue;
-    const std::string path = container_socket_dir_ + "/" + id + ".sock";
+    // A folder per container, kept across daemon restarts, so a pod's bind mount of the folder
+    // sees the socket a restarted daemon opens anew (a mount of the socket file would keep the
+    // old, unlinked one).
+    const std::string folder = container_socket_dir_ + "/" + id;
+    mkdir(folder.c_str(), 0755);
+    const std::string path = folder + "/" + kContainerSocketName;
     auto fd = ipc::Listen(path);
     if (!fd.ok()) {
       std::fprintf(stderr, "tesserad: container %s: cannot open its socket: %s\n", id.c_str(),
@@ -130,10 +135,12 @@ void Server::SyncContainerSockets(int ep) {
   }
 }
 
-void Server::CloseContainerSocket(int ep, int listen_fd) {
+void Server::CloseContainerSocket(int ep, int listen_fd, bool container_gone) {
   auto it = container_listeners_.find(listen_fd);
   if (it == container_listeners_.end()) return;
-  unlink((container_socket_dir_ + "/" + it->second + ".sock").c_str());
+  const std::string folder = container_socket_dir_ + "/" + it->second;
+  unlink((folder + "/" + kContainerSocketName).c_str());
+  if (container_gone) rmdir(folder.c_str());
   epoll_ctl(ep, EPOLL_CTL_DEL, listen_fd, nullptr);
   close(listen_fd);
   container_listeners_.erase(it);
