@@ -12,6 +12,8 @@
 //   sim_tenant LIB elapsed SPIN_US               event elapsed time around one spin kernel
 //   sim_tenant LIB fill-copy BYTES VALUE         fill kernel then cuMemcpyDtoH, verify every byte
 //   sim_tenant LIB meminfo                       print cuMemGetInfo free and total
+//   sim_tenant LIB devices                       print count= and, per ordinal i, name_i= and
+//                                                total_i= (before any context exists)
 #include <time.h>
 #include <unistd.h>
 
@@ -80,6 +82,19 @@ int main(int argc, char** argv) {
   auto arg = [&](int i) -> uint64_t { return i < argc ? std::strtoull(argv[i], nullptr, 10) : 0; };
 
   CHECK_CU(cu.cuInit(0));
+  if (mode == "devices") {
+    int count = 0;
+    CHECK_CU(cu.cuDeviceGetCount(&count));
+    std::printf("count=%d\n", count);
+    for (int i = 0; i < count; ++i) {
+      char name[128] = {};
+      size_t total = 0;
+      CHECK_CU(cu.cuDeviceGetName(name, sizeof(name), i));
+      CHECK_CU(cu.cuDeviceTotalMem_v2(&total, i));
+      std::printf("name_%d=%s\ntotal_%d=%zu\n", i, name, i, total);
+    }
+    return 0;
+  }
   CUdevice dev = 0;
   CHECK_CU(cu.cuDeviceGet(&dev, 0));
   CUcontext ctx = nullptr;
