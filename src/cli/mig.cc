@@ -4,13 +4,17 @@
 // main.cc (RunMig), so the command-line library can take it over in one place.
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/bytes.h"
 #include "core/number.h"
+#include "driver/library.h"
+#include "mig/apply.h"
 #include "mig/planner.h"
 #include "mig/profiles.h"
 
@@ -23,6 +27,7 @@ constexpr const char* kUsage =
     "usage: tessera mig plan --gpu MODEL [--fit [--gpus N]] [--out FILE] [--config-name NAME]\n"
     "                        PROFILE[=COUNT]...\n"
     "       tessera mig profiles [--gpu MODEL]\n"
+    "       tessera mig apply [--sim] [--index N] [--gpu MODEL] PROFILE[=COUNT]...\n"
     "\n"
     "plan      places the instances on one GPU of MODEL (memory slices and start slots, as NVIDIA\n"
     "          publishes them) or says why they do not fit. --fit: the instances are requests;\n"
@@ -30,6 +35,12 @@ constexpr const char* kUsage =
     "          --out FILE writes an nvidia-mig-parted config (version: v1) named NAME\n"
     "          (default tessera): nvidia-mig-parted apply -f FILE -c NAME.\n"
     "profiles  lists each model's profiles: ID, slices, start slots, instances per GPU.\n"
+    "apply     creates the planned instances on GPU N (default 0) through NVML, after destroying\n"
+    "          the ones there; refuses while processes run on the GPU or when MIG mode is off\n"
+    "          (it never changes the mode). --sim (or TESSERA_SIM_GPUS set) uses the simulated\n"
+    "          GPU, else NVML from TESSERA_REAL_NVML or the system; MODEL defaults to the one\n"
+    "          NVML's product name denotes. Restart tesserad afterwards: it reads the node's\n"
+    "          devices at start.\n"
     "\n"
     "models: %s\n";
 
@@ -192,10 +203,87 @@ int RunPlan(const std::vector<std::string>& args) {
   return 0;
 }
 
+int RunApply(const std::vector<std::string>& args) {
+  const mig::GpuModel* model = nullptr;
+  bool sim = std::getenv("TESSERA_SIM_GPUS") != nullptr;
+  unsigned int index = 0;
+  std::vector<std::string> requests;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--gpu") {
+      const std::string* v = FlagValue(args, &i);
+      if (v == nullptr) return Usage("--gpu needs a model; one of " + mig::ModelNames());
+      auto m = mig::FindGpuModel(*v);
+      if (!m.ok()) return Usage(m.error());
+      model = *m;
+    } else if (a == "--index") {
+      const std::string* v = FlagValue(args, &i);
+      if (v == nullptr) return Usage("--index needs a GPU index from 0 to 63");
+      auto n = ParseUnsigned(*v, "--index", 0, 63);
+      if (!n.ok()) return Usage(n.error());
+      index = static_cast<unsigned int>(*n);
+    } else if (a == "--sim") {
+      sim = true;
+    } else if (a.rfind("--", 0) == 0) {
+      return Usage("apply: unknown flag \"" + a + "\"; expected --sim, --index or --gpu");
+    } else {
+      requests.push_back(a);
+    }
+  }
+  if (requests.empty()) return Usage("apply needs at least one PROFILE[=COUNT]");
+  const char* real = std::getenv("TESSERA_REAL_NVML");
+  const std::string path = sim ? ExecutableDir() + "/../lib/libtessera-simgpu.so"
+                           : real != nullptr && *real != '\0'
+                               ? real
+                               : "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  auto lib = DynamicLibrary::Open(path);
+  if (!lib.ok()) {
+    std::fprintf(stderr, "tessera mig apply: cannot open NVML: %s\n", lib.error().c_str());
+    return 1;
+  }
+  auto nvml = mig::MigNvml::Load(*lib);
+  if (!nvml.ok()) {
+    std::fprintf(stderr, "tessera mig apply: %s\n", nvml.error().c_str());
+    return 1;
+  }
+  // The model names the profiles; without --gpu it comes from NVML's product name.
+  const mig::GpuModel* names = model;
+  if (names == nullptr) {
+    nvmlDevice_t dev = nullptr;
+    char product[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    if (nvml->handle_by_index(index, &dev) == NVML_SUCCESS) {
+      nvml->name(dev, product, sizeof(product));
+      names = mig::GpuModelFromProductName(product);
+    }
+    if (names == nullptr) {
+      std::fprintf(stderr,
+                   "tessera mig apply: GPU %u (%s) is no MIG-capable model we know by its name; "
+                   "name it with --gpu MODEL, one of %s\n",
+                   index, product, mig::ModelNames().c_str());
+      return 1;
+    }
+  }
+  auto counts = mig::ParseProfileCounts(*names, requests);
+  if (!counts.ok()) return Usage(counts.error());
+  auto created = mig::ApplyMigLayout(*nvml, index, names, *counts);
+  if (!created.ok()) {
+    std::fprintf(stderr, "tessera mig apply: %s\n", created.error().c_str());
+    return 1;
+  }
+  std::printf("GPU %u (%s): %zu MIG device%s\n", index, std::string(names->name).c_str(),
+              created->size(), created->size() == 1 ? "" : "s");
+  std::printf("  %-12s %5s %3s %10s  %s\n", "PROFILE", "START", "GI", "MEMORY", "UUID");
+  for (const mig::MigDevice& d : *created) {
+    std::printf("  %-12s %5d %3u %10s  %s\n", d.profile.c_str(), d.start, d.gpu_instance,
+                FormatBytes(Bytes(d.memory_bytes)).c_str(), d.uuid.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunMig(const std::vector<std::string>& args) {
-  if (args.empty()) return Usage("expected plan or profiles");
+  if (args.empty()) return Usage("expected plan, profiles or apply");
   const std::string& sub = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (sub == "--help" || sub == "-h" || sub == "help") {
@@ -204,7 +292,8 @@ int RunMig(const std::vector<std::string>& args) {
   }
   if (sub == "plan") return RunPlan(rest);
   if (sub == "profiles") return RunProfiles(rest);
-  return Usage("unknown subcommand \"" + sub + "\"; expected plan or profiles");
+  if (sub == "apply") return RunApply(rest);
+  return Usage("unknown subcommand \"" + sub + "\"; expected plan, profiles or apply");
 }
 
 }  // namespace tessera::cli

@@ -44,6 +44,7 @@
 #include "ctl/fuse_mount.h"
 #include "daemon/compute.h"
 #include "daemon/ctl_door.h"
+#include "daemon/devices.h"
 #include "daemon/node_control.h"
 #include "daemon/reconciler.h"
 #include "daemon/registry.h"
@@ -60,6 +61,8 @@
 // globals must outlive every use). External linkage keeps the pointer, and so the object, alive.
 tessera::DynamicLibrary* tesserad_nvml_library = nullptr;
 tessera::DynamicLibrary* tesserad_cuda_library = nullptr;
+// NVML's handle of each ledger device (a GPU, or a MIG device: see daemon/devices.h).
+std::vector<nvmlDevice_t> tesserad_nvml_handles;
 
 namespace {
 
@@ -86,32 +89,19 @@ tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::st
   auto lib = tessera::DynamicLibrary::Open(nvml_path);
   if (!lib.ok()) return lib.status();
   auto init = lib->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
-  auto count = lib->Resolve<decltype(&nvmlDeviceGetCount_v2)>("nvmlDeviceGetCount_v2");
-  auto handle =
-      lib->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>("nvmlDeviceGetHandleByIndex_v2");
-  auto uuid = lib->Resolve<decltype(&nvmlDeviceGetUUID)>("nvmlDeviceGetUUID");
-  auto name = lib->Resolve<decltype(&nvmlDeviceGetName)>("nvmlDeviceGetName");
-  auto memory = lib->Resolve<decltype(&nvmlDeviceGetMemoryInfo)>("nvmlDeviceGetMemoryInfo");
-  for (const tessera::Status* s : {&init.status(), &count.status(), &handle.status(),
-                                   &uuid.status(), &name.status(), &memory.status()}) {
-    if (!s->ok()) return *s;
-  }
+  if (!init.ok()) return init.status();
   if (nvmlReturn_t r = (*init)(); r != NVML_SUCCESS) {
     return Result<Devices>::Error("nvmlInit_v2 failed with " + std::to_string(r) + " (" +
                                   nvml_path + ")");
   }
-  unsigned int n = 0;
-  if ((*count)(&n) != NVML_SUCCESS) return Result<Devices>::Error("nvmlDeviceGetCount failed");
+  std::vector<std::string> notes;
+  auto managed = tessera::daemon::DiscoverDevices(*lib, &notes);
+  if (!managed.ok()) return managed.status();
+  for (const std::string& note : notes) std::fprintf(stderr, "tesserad: %s\n", note.c_str());
   Devices devices;
-  for (unsigned int i = 0; i < n; ++i) {
-    nvmlDevice_t dev = nullptr;
-    char u[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {}, nm[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
-    nvmlMemory_t mem{};
-    if ((*handle)(i, &dev) != NVML_SUCCESS || (*uuid)(dev, u, sizeof(u)) != NVML_SUCCESS ||
-        (*name)(dev, nm, sizeof(nm)) != NVML_SUCCESS || (*memory)(dev, &mem) != NVML_SUCCESS) {
-      return Result<Devices>::Error("NVML could not describe device " + std::to_string(i));
-    }
-    devices.push_back({u, nm, mem.total});
+  for (const auto& m : *managed) {
+    devices.push_back(m.info);
+    tesserad_nvml_handles.push_back(m.handle);
   }
   tesserad_nvml_library = new tessera::DynamicLibrary(std::move(*lib));
   return devices;
@@ -199,19 +189,17 @@ tessera::daemon::ProcessLister NvmlProcessLister() {
   using ListFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
   auto v3 = tesserad_nvml_library->Resolve<ListFn>("nvmlDeviceGetComputeRunningProcesses_v3");
   auto v2 = tesserad_nvml_library->Resolve<ListFn>("nvmlDeviceGetComputeRunningProcesses_v2");
-  auto handle = tesserad_nvml_library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
-      "nvmlDeviceGetHandleByIndex_v2");
   ListFn list = v3.ok() ? *v3 : v2.ok() ? *v2 : nullptr;
-  if (list == nullptr || !handle.ok()) {
+  if (list == nullptr) {
     return [](int) {
       return Result<List>::Error("NVML has no nvmlDeviceGetComputeRunningProcesses_v3/_v2");
     };
   }
-  return [list, handle = *handle](int device) -> Result<List> {
-    nvmlDevice_t dev = nullptr;
-    if (nvmlReturn_t r = handle(static_cast<unsigned int>(device), &dev); r != NVML_SUCCESS) {
-      return Result<List>::Error("nvmlDeviceGetHandleByIndex_v2 failed with " + std::to_string(r));
+  return [list](int device) -> Result<List> {
+    if (device < 0 || static_cast<size_t>(device) >= tesserad_nvml_handles.size()) {
+      return Result<List>::Error("no NVML handle for device " + std::to_string(device));
     }
+    nvmlDevice_t dev = tesserad_nvml_handles[static_cast<size_t>(device)];
     std::vector<nvmlProcessInfo_t> infos(64);
     for (int attempt = 0; attempt < 4; ++attempt) {
       unsigned int count = static_cast<unsigned int>(infos.size());

@@ -68,7 +68,12 @@ void MakeUuid(const char* prefix, int index, uint32_t generation, const std::str
   // name, then the index and generation.
   uint64_t h = 1469598103934665603ull;
   for (char c : state_name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  h = (h ^ generation) * 1099511628211ull;
+  if (generation != 0) {  // splitmix64 of the generation, so lives of one slot differ widely
+    uint64_t z = h + generation * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    h = z ^ (z >> 31);
+  }
   const uint64_t a = h ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(index + 1));
   const uint64_t b = (a * 6364136223846793005ull) + 1442695040888963407ull;
   std::snprintf(out, out_size, "%s-%08x-%04x-%04x-%04x-%012llx", prefix,
