@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "driver/nvml_api.h"
@@ -380,6 +382,43 @@ TEST_F(SimMigTest, EachInstancesMemoryIsItsOwn) {
   EXPECT_EQ(filler->Wait(30s), 0);
   holder->Kill(SIGKILL);
   EXPECT_EQ(holder->Wait(10s), 128 + SIGKILL);
+}
+
+// `tessera mig apply` on this test's machine: its exit status and what it printed.
+std::pair<int, std::string> Apply(const std::string& args) {
+  const std::string cmd = "'" + BuildDir() + "/bin/tessera' mig apply --sim " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");  // the environment names this test's machine
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = p == nullptr ? -1 : pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST_F(SimMigTest, ApplyRefusesWhatItCannotDoSafely) {
+  nvmlReturn_t activation = NVML_SUCCESS;
+  ASSERT_EQ(NVML(nvmlDeviceSetMigMode)(gpu_, NVML_DEVICE_MIG_DISABLE, &activation), NVML_SUCCESS);
+  auto [status, out] = Apply("--gpu H100-80GB 3g.40gb");
+  EXPECT_EQ(status, 1);
+  EXPECT_THAT(out, ::testing::HasSubstr(
+                       "GPU 0 (SimH): MIG mode is off. Turn it on with `nvidia-smi -i 0 -mig 1`"));
+  ASSERT_EQ(NVML(nvmlDeviceSetMigMode)(gpu_, NVML_DEVICE_MIG_ENABLE, &activation), NVML_SUCCESS);
+  std::tie(status, out) = Apply("--gpu A30 1g.6gb");
+  EXPECT_EQ(status, 1);
+  EXPECT_THAT(out, ::testing::HasSubstr("NVML describes 1g.6gb as profile ID 19 with 1 compute "
+                                        "slices; the A30 table says ID 14"));
+  std::tie(status, out) = Apply("--index 1 --gpu H100-80GB 1g.10gb");
+  EXPECT_EQ(status, 1);
+  EXPECT_THAT(out, ::testing::HasSubstr("GPU 1 (Plain) does not support MIG"));
+  std::tie(status, out) = Apply("1g.10gb");
+  EXPECT_EQ(status, 1);
+  EXPECT_THAT(out, ::testing::HasSubstr("GPU 0 (SimH) is no MIG-capable model we know by its "
+                                        "name; name it with --gpu MODEL"));
+  std::tie(status, out) = Apply("--gpu H100-80GB 3g.40gb 1g.10gb=2");
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("GPU 0 (H100-80GB): 3 MIG devices"));
+  EXPECT_THAT(out, ::testing::ContainsRegex("3g.40gb +0 .* 4GiB  MIG-"));
 }
 
 uint64_t NowNs() {
