@@ -55,6 +55,7 @@
 #include "http/server.h"
 #include "ipc/unix_socket.h"
 #include "ledger/memory_ledger.h"
+#include "mps/mps.h"
 #include "process/child_process.h"
 
 // NVML stays loaded for the daemon's life and is never unloaded (not even at exit: its own
@@ -78,7 +79,8 @@ int Usage(const std::string& problem) {
                "[--prio-ratio 20-99] [--quota-min MS] [--quota-max MS] [--daemon-loss-timeout MS] "
                "[--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT] [--http-allow-write] "
                "[--gpu-policy GPU:POLICY] [--reconcile-interval 100ms-10s] "
-               "[--over-limit-action log|block|kill] [--container-sockets DIR]\n",
+               "[--over-limit-action log|block|kill] [--container-sockets DIR] "
+               "[--mps [--mps-control PATH] [--mps-dir DIR]]\n",
                problem.c_str());
   return 2;
 }
@@ -242,6 +244,9 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, tessera::ArbiterPolicy>> gpu_policies;  // --gpu-policy, applied last
   std::chrono::nanoseconds reconcile_interval = std::chrono::seconds(1);
   tessera::config::OverLimitAction over_limit_action = tessera::config::OverLimitAction::kLog;
+  // MPS mode (mps/mps.h): one nvidia-cuda-mps-control per GPU, supervised.
+  bool mps = false, policy_given = false;
+  std::string mps_control = tessera::mps::kDefaultControl, mps_dir = tessera::mps::kDefaultRoot;
 
   // --config first, so every flag on the command line overrides the file whatever their order.
   std::string config_path;
@@ -334,6 +339,7 @@ int main(int argc, char** argv) {
         auto p = tessera::ParseArbiterPolicy(v, "--policy");
         if (!p.ok()) return Usage(p.error());
         config.policy = *p;
+        policy_given = true;
         for (auto& [gpu, o] : gpu_overrides) o.policy.reset();
       } else if (arg == "--max-inst") {
         auto n = tessera::ParseUnsigned(v, "--max-inst", 1, 256);
@@ -392,6 +398,15 @@ int main(int argc, char** argv) {
         }
       }
       if (!known) return Usage("--over-limit-action \"" + text + "\": expected log, block or kill");
+    } else if (arg == "--mps") {
+      mps = true;
+    } else if (arg == "--mps-control" || arg == "--mps-dir") {
+      const char* v = flags.Value();
+      if (v == nullptr || v[0] != '/') {
+        return Usage(arg + " \"" + std::string(v != nullptr ? v : "") +
+                     "\": expected an absolute path");
+      }
+      (arg == "--mps-control" ? mps_control : mps_dir) = v;
     } else if (arg == "--sim") {
       sim = true;
     } else if (arg == "--ephemeral") {
@@ -405,6 +420,11 @@ int main(int argc, char** argv) {
     } else {
       return Usage("unknown argument \"" + arg + "\"");
     }
+  }
+  if (mps && !policy_given) {
+    // MPS runs clients' kernels side by side; slicing GPU time would undo that. Memory isolation
+    // stays (policy 5); an explicit --policy or --gpu-policy still wins.
+    compute_options.defaults.policy = tessera::ArbiterPolicy::kNative;
   }
   std::optional<gid_t> writer_group;
   if (!ctl_group.empty()) {
@@ -493,6 +513,23 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::unique_ptr<tessera::mps::MpsSupervisor> mps_supervisor;
+  if (mps) {
+    tessera::mps::MpsOptions options;
+    options.control = mps_control;
+    options.root = mps_dir;
+    std::vector<tessera::mps::MpsGpu> gpus;
+    for (size_t d = 0; d < devices->size(); ++d) {
+      gpus.push_back({static_cast<int>(d), (*devices)[d].uuid});
+    }
+    auto started = tessera::mps::MpsSupervisor::Start(options, gpus);
+    if (!started.ok()) {
+      std::fprintf(stderr, "tesserad: --mps: %s\n", started.error().c_str());
+      return 1;
+    }
+    mps_supervisor = std::move(*started);
+  }
+
   const std::string version = std::string("tessera ") + TESSERA_VERSION;
   tessera::daemon::DaemonNodeControl node(&registry, compute->get(), version);
   const tessera::ctl::ControlTree tree(&node);
@@ -562,7 +599,10 @@ int main(int argc, char** argv) {
   reconciler.Start();
   if (!container_sockets.empty()) mkdir(container_sockets.c_str(), 0755);
   tessera::daemon::Server server(&registry, *listen_fd, &tree, writer_group, container_sockets);
+  // tessera run (and the device plugin) derive each GPU's MPS pipe directory from this root.
+  if (mps_supervisor) server.set_container_reply_fields({{"mps_root", mps_dir}});
   tessera::Status run = server.Run(g_stop);
+  if (mps_supervisor) mps_supervisor->Stop();
   if (http) http->Stop();
   if (mount) mount->Stop();
   reconciler.Stop();
