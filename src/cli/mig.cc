@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,15 +56,23 @@ const std::string* FlagValue(const std::vector<std::string>& args, size_t* i) {
   return &args[++*i];
 }
 
+// Reads --gpu's value (args[*i + 1]) into *model; the usage exit status when it is missing or
+// names no model we know.
+std::optional<int> TakeModel(const std::vector<std::string>& args, size_t* i,
+                             const mig::GpuModel** model) {
+  const std::string* v = FlagValue(args, i);
+  if (v == nullptr) return Usage("--gpu needs a model; one of " + mig::ModelNames());
+  auto m = mig::FindGpuModel(*v);
+  if (!m.ok()) return Usage(m.error());
+  *model = *m;
+  return std::nullopt;
+}
+
 int RunProfiles(const std::vector<std::string>& args) {
   const mig::GpuModel* only = nullptr;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--gpu") {
-      const std::string* v = FlagValue(args, &i);
-      if (v == nullptr) return Usage("--gpu needs a model; one of " + mig::ModelNames());
-      auto model = mig::FindGpuModel(*v);
-      if (!model.ok()) return Usage(model.error());
-      only = *model;
+      if (auto bad = TakeModel(args, &i, &only)) return *bad;
     } else {
       return Usage("profiles: unexpected argument \"" + args[i] + "\"");
     }
@@ -114,11 +123,7 @@ int RunPlan(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--gpu") {
-      const std::string* v = FlagValue(args, &i);
-      if (v == nullptr) return Usage("--gpu needs a model; one of " + mig::ModelNames());
-      auto m = mig::FindGpuModel(*v);
-      if (!m.ok()) return Usage(m.error());
-      model = *m;
+      if (auto bad = TakeModel(args, &i, &model)) return *bad;
     } else if (a == "--fit") {
       fit = true;
     } else if (a == "--gpus") {
@@ -211,11 +216,7 @@ int RunApply(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--gpu") {
-      const std::string* v = FlagValue(args, &i);
-      if (v == nullptr) return Usage("--gpu needs a model; one of " + mig::ModelNames());
-      auto m = mig::FindGpuModel(*v);
-      if (!m.ok()) return Usage(m.error());
-      model = *m;
+      if (auto bad = TakeModel(args, &i, &model)) return *bad;
     } else if (a == "--index") {
       const std::string* v = FlagValue(args, &i);
       if (v == nullptr) return Usage("--index needs a GPU index from 0 to 63");

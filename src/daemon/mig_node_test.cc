@@ -58,15 +58,8 @@ class MigNodeTest : public ::testing::Test {
   std::pair<int, std::string> Tessera(const std::string& args) const {
     std::string cmd;
     for (const std::string& e : SimEnv()) cmd += e + " ";
-    cmd += "TESSERA_SOCKET='" + socket_ + "' '" + process::BuildDir() + "/bin/tessera' " + args +
-           " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n = 0;
-    while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-    const int status = p == nullptr ? -1 : pclose(p);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+    return process::RunShell(cmd + "TESSERA_SOCKET='" + socket_ + "' '" + process::BuildDir() +
+                             "/bin/tessera' " + args + " 2>&1");
   }
 
   // The MIG- UUIDs a `tessera mig apply` printed, in its order (by start slot).

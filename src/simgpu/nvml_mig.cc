@@ -49,6 +49,16 @@ int MigGpu(nvmlDevice_t device) {
                                                        : NVML_ERROR_NOT_SUPPORTED;   \
   }
 
+// The slot of a GPU-instance (compute-instance) handle that names one that exists, as `slot`.
+#define NVML_REQUIRE_GI(gi, slot)                                        \
+  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED; \
+  const int slot = GiSlot(gi);                                           \
+  if (slot < 0) return NVML_ERROR_INVALID_ARGUMENT
+#define NVML_REQUIRE_CI(ci, slot)                                        \
+  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED; \
+  const int slot = CiSlot(ci);                                           \
+  if (slot < 0) return NVML_ERROR_INVALID_ARGUMENT
+
 // The profile of `gpu`'s model with device profile ID `id`, or -1.
 int ProfileById(int gpu, unsigned int id) {
   const tessera::mig::GpuModel* model = State()->MigModel(gpu);
@@ -259,9 +269,7 @@ nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device,
 }
 
 nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gi) {
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
-  const int slot = GiSlot(gi);
-  if (slot < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  NVML_REQUIRE_GI(gi, slot);
   return ToNvml(State()->DestroyGpuInstance(slot));
 }
 
@@ -295,9 +303,8 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
 }
 
 nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gi, nvmlGpuInstanceInfo_t* info) {
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
-  const int slot = GiSlot(gi);
-  if (slot < 0 || info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  NVML_REQUIRE_GI(gi, slot);
+  if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   const tessera::sim::SimDevice& d = State()->device(slot);
   const tessera::mig::MigProfile& p = ProfileOf(slot);
   info->device = tessera::sim::nvml::Handle(d.mig_parent);
@@ -311,9 +318,8 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gi,
                                                           unsigned int profile,
                                                           unsigned int eng_profile,
                                                           nvmlComputeInstanceProfileInfo_t* info) {
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
-  const int slot = GiSlot(gi);
-  if (slot < 0 || info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  NVML_REQUIRE_GI(gi, slot);
+  if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   const tessera::mig::MigProfile& p = ProfileOf(slot);
   if (eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED ||
       static_cast<int>(profile) != tessera::mig::NvmlComputeInstanceProfileFor(p.compute_slices)) {
@@ -331,9 +337,8 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gi,
 nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_t gi,
                                                                 unsigned int profile_id,
                                                                 unsigned int* count) {
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
-  const int slot = GiSlot(gi);
-  if (slot < 0 || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  NVML_REQUIRE_GI(gi, slot);
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   const bool spanning = static_cast<int>(profile_id) ==
                         tessera::mig::NvmlComputeInstanceProfileFor(ProfileOf(slot).compute_slices);
   *count = spanning && !State()->MigDeviceReady(slot) ? 1 : 0;
@@ -342,9 +347,8 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(nvmlGpuInstance_
 
 nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gi, unsigned int profile_id,
                                                   nvmlComputeInstance_t* ci) {
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
-  const int slot = GiSlot(gi);
-  if (slot < 0 || ci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  NVML_REQUIRE_GI(gi, slot);
+  if (ci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (static_cast<int>(profile_id) !=
       tessera::mig::NvmlComputeInstanceProfileFor(ProfileOf(slot).compute_slices)) {
     return NVML_ERROR_NOT_SUPPORTED;
@@ -357,17 +361,14 @@ nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(nvmlGpuInstance_t gi, unsigned
 }
 
 nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t ci) {
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
-  const int slot = CiSlot(ci);
-  if (slot < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  NVML_REQUIRE_CI(ci, slot);
   return ToNvml(State()->DestroyComputeInstance(slot));
 }
 
 nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gi, unsigned int profile_id,
                                                 nvmlComputeInstance_t* cis, unsigned int* count) {
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
-  const int slot = GiSlot(gi);
-  if (slot < 0 || cis == nullptr || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  NVML_REQUIRE_GI(gi, slot);
+  if (cis == nullptr || count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   *count = 0;
   if (State()->MigDeviceReady(slot) &&
       static_cast<int>(profile_id) ==
@@ -380,9 +381,8 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gi, unsigned i
 
 nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t ci,
                                            nvmlComputeInstanceInfo_t* info) {
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
-  const int slot = CiSlot(ci);
-  if (slot < 0 || info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  NVML_REQUIRE_CI(ci, slot);
+  if (info == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   const tessera::mig::MigProfile& p = ProfileOf(slot);
   info->device = tessera::sim::nvml::Handle(State()->device(slot).mig_parent);
   info->gpuInstance = &g_gpu_instances[slot];

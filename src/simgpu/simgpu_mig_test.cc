@@ -22,6 +22,7 @@
 #include "driver/nvml_api.h"
 #include "mig/planner.h"
 #include "process/child_process.h"
+#include "simgpu/test_sim_library.h"
 
 namespace {
 
@@ -36,32 +37,10 @@ constexpr uint64_t kGiB = 1ull << 30;
 constexpr const char* kGpus = "SimH:8GiB:132:mig=H100-80GB,Plain:4GiB";
 
 // The library with its own simulated machine, opened once for the whole program.
-class Sim {
- public:
-  static Sim& Get() {
-    static Sim* sim = new Sim();
-    return *sim;
+struct Sim {
+  static tessera::sim::testing::SimLibrary& Get() {
+    return tessera::sim::testing::SimLibrary::Get("mig", kGpus);
   }
-  template <typename Fn>
-  Fn Fn_(const char* name) {
-    void* p = dlsym(handle_, name);
-    EXPECT_NE(p, nullptr) << name;
-    return reinterpret_cast<Fn>(p);
-  }
-  const std::string& state() const { return state_; }
-
- private:
-  Sim() {
-    state_ = UniqueName("mig");
-    setenv("TESSERA_SIM_STATE", state_.c_str(), 1);
-    setenv("TESSERA_SIM_GPUS", kGpus, 1);
-    const std::string path = BuildDir() + "/lib/libtessera-simgpu.so";
-    handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) std::abort();
-    std::atexit([] { shm_unlink(("/tessera-sim-" + Get().state_).c_str()); });
-  }
-  void* handle_ = nullptr;
-  std::string state_;
 };
 
 #define NVML(name) (Sim::Get().Fn_<decltype(&::name)>(#name))
@@ -386,14 +365,9 @@ TEST_F(SimMigTest, EachInstancesMemoryIsItsOwn) {
 
 // `tessera mig apply` on this test's machine: its exit status and what it printed.
 std::pair<int, std::string> Apply(const std::string& args) {
-  const std::string cmd = "'" + BuildDir() + "/bin/tessera' mig apply --sim " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");  // the environment names this test's machine
-  std::string out;
-  char buf[4096];
-  size_t n = 0;
-  while (p != nullptr && (n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int status = p == nullptr ? -1 : pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  // The environment names this test's machine.
+  return tessera::process::RunShell("'" + BuildDir() + "/bin/tessera' mig apply --sim " + args +
+                                    " 2>&1");
 }
 
 TEST_F(SimMigTest, ApplyRefusesWhatItCannotDoSafely) {
