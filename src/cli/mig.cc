@@ -173,8 +173,8 @@ int RunPlan(const std::vector<std::string>& args) {
                 r.exact ? "exact search" : "search too large: best layout GPU by GPU");
     for (size_t g = 0; g < r.gpus.size(); ++g) {
       PrintLayout("GPU " + std::to_string(g) + ": ", r.gpus[g]);
-      comment.push_back("GPU " + std::to_string(g) + " placement (memory slice starts): " +
-                        mig::FormatPlacements(r.gpus[g]));
+      comment.push_back("GPU " + std::to_string(g) +
+                        " placement (memory slice starts): " + mig::FormatPlacements(r.gpus[g]));
     }
     mig::ProfileCounts missing{};
     for (size_t i = 0; i < missing.size(); ++i) missing[i] = r.requested[i] - r.served[i];
@@ -185,14 +185,13 @@ int RunPlan(const std::vector<std::string>& args) {
   } else {
     auto layout = mig::Place(*model, *counts);
     if (!layout.ok()) {
-      std::fprintf(stderr, "tessera mig plan: %s\nprofiles of the %s: %s\n",
-                   layout.error().c_str(), std::string(model->name).c_str(),
-                   mig::ProfileNames(*model).c_str());
+      std::fprintf(stderr, "tessera mig plan: %s\nprofiles of the %s: %s\n", layout.error().c_str(),
+                   std::string(model->name).c_str(), mig::ProfileNames(*model).c_str());
       return 1;
     }
-    PrintLayout(std::string(model->name) + ": " + mig::FormatCounts(*model, *counts) +
-                    " fits on one GPU: ",
-                *layout);
+    PrintLayout(
+        std::string(model->name) + ": " + mig::FormatCounts(*model, *counts) + " fits on one GPU: ",
+        *layout);
     comment.push_back("Placement (memory slice starts): " + mig::FormatPlacements(*layout));
     layouts.push_back(*layout);
   }

@@ -16,12 +16,13 @@ namespace tessera::cli {
 Result<std::vector<std::string>> MpsRunEnvironment(const std::string& socket,
                                                    const std::string& mps_root,
                                                    const std::string& devices,
-                                                   const std::string& core, const std::string& mem) {
+                                                   const std::string& core,
+                                                   const std::string& mem) {
   using Out = Result<std::vector<std::string>>;
   auto reply = ipc::Call(socket, "STATUS", nullptr, std::chrono::milliseconds(3000));
   if (!reply.ok() || reply->rfind("OK ", 0) != 0) {
-    return Out::Error("the daemon at " + socket + " did not answer STATUS: " +
-                      (reply.ok() ? *reply : reply.error()));
+    return Out::Error("the daemon at " + socket +
+                      " did not answer STATUS: " + (reply.ok() ? *reply : reply.error()));
   }
   auto doc = JsonValue::Parse(reply->substr(3));
   if (!doc.ok()) return Out::Error("the daemon's STATUS is not valid: " + doc.error());

@@ -74,12 +74,11 @@ int ShowOnce(const std::string& socket, bool json) {
               "POLICY", "MAX_INST");
   for (const JsonValue& d : devices) {
     const bool has_policy = !d["policy"].is_null();
-    std::printf("%-4d %-*s %-42s %10s %-13s %8s\n", static_cast<int>(d["index"].number()),
-                name_width, d["name"].string().c_str(), d["uuid"].string().c_str(),
-                Size(d["total_bytes"]).c_str(),
-                has_policy ? PolicyName(static_cast<int>(d["policy"].number())) : "-",
-                has_policy ? std::to_string(static_cast<int>(d["max_inst"].number())).c_str()
-                           : "-");
+    std::printf(
+        "%-4d %-*s %-42s %10s %-13s %8s\n", static_cast<int>(d["index"].number()), name_width,
+        d["name"].string().c_str(), d["uuid"].string().c_str(), Size(d["total_bytes"]).c_str(),
+        has_policy ? PolicyName(static_cast<int>(d["policy"].number())) : "-",
+        has_policy ? std::to_string(static_cast<int>(d["max_inst"].number())).c_str() : "-");
   }
   std::printf("\n%-20s %-4s %10s %10s %8s %8s %-4s %s\n", "CONTAINER", "GPU", "USED", "LIMIT",
               "TARGET", "GOT", "PRIO", "PROCESSES");

@@ -34,8 +34,8 @@ Result<std::vector<ManagedDevice>> DiscoverDevices(const DynamicLibrary& lib,
   }
   // MIG is optional: an NVML without these calls has no MIG devices to show.
   auto mig_mode = lib.Resolve<decltype(&nvmlDeviceGetMigMode)>("nvmlDeviceGetMigMode");
-  auto max_mig = lib.Resolve<decltype(&nvmlDeviceGetMaxMigDeviceCount)>(
-      "nvmlDeviceGetMaxMigDeviceCount");
+  auto max_mig =
+      lib.Resolve<decltype(&nvmlDeviceGetMaxMigDeviceCount)>("nvmlDeviceGetMaxMigDeviceCount");
   auto mig_by_index = lib.Resolve<decltype(&nvmlDeviceGetMigDeviceHandleByIndex)>(
       "nvmlDeviceGetMigDeviceHandleByIndex");
   const bool mig_api = mig_mode.ok() && max_mig.ok() && mig_by_index.ok();
@@ -73,17 +73,16 @@ Result<std::vector<ManagedDevice>> DiscoverDevices(const DynamicLibrary& lib,
     }
     notes->push_back("GPU " + std::to_string(i) + " (" + gpu.info.name + ", " + gpu.info.uuid +
                      ") is in MIG mode: " +
-                     (found == 0 ? std::string("it has no MIG devices, so nothing to manage "
-                                               "there (create some with tessera mig apply)")
-                                 : "its " + std::to_string(found) + " MIG device" +
-                                       (found == 1 ? "" : "s") + " are managed as devices: " +
-                                       listed));
+                     (found == 0
+                          ? std::string("it has no MIG devices, so nothing to manage "
+                                        "there (create some with tessera mig apply)")
+                          : "its " + std::to_string(found) + " MIG device" +
+                                (found == 1 ? "" : "s") + " are managed as devices: " + listed));
   }
   if (all.size() > static_cast<size_t>(ledger::kMaxDevices)) {
     for (size_t d = ledger::kMaxDevices; d < all.size(); ++d) {
       notes->push_back("device " + all[d].info.uuid + " (" + all[d].info.name +
-                       ") is not managed: the ledger holds " +
-                       std::to_string(ledger::kMaxDevices) +
+                       ") is not managed: the ledger holds " + std::to_string(ledger::kMaxDevices) +
                        " devices; processes cannot register on it (a TESSERA_VISIBLE_DEVICES "
                        "naming it is refused)");
     }

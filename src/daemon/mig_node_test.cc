@@ -66,16 +66,17 @@ class MigNodeTest : public ::testing::Test {
   static std::vector<std::string> Uuids(const std::string& text) {
     std::vector<std::string> out;
     const std::regex uuid("MIG-[0-9a-f-]{36}");
-    for (auto it = std::sregex_iterator(text.begin(), text.end(), uuid); it != std::sregex_iterator();
-         ++it) {
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), uuid);
+         it != std::sregex_iterator(); ++it) {
       out.push_back(it->str());
     }
     return out;
   }
 
   void StartDaemon(const std::string& flags) {
-    std::string cmd = "exec '" + process::BuildDir() + "/bin/tesserad' --sim --ephemeral --socket '" +
-                      socket_ + "' " + flags + " 2>'" + log_ + "'";
+    std::string cmd = "exec '" + process::BuildDir() +
+                      "/bin/tesserad' --sim --ephemeral --socket '" + socket_ + "' " + flags +
+                      " 2>'" + log_ + "'";
     daemon_ = std::make_unique<process::ChildProcess>(
         std::vector<std::string>{"/bin/sh", "-c", cmd}, SimEnv());
     ASSERT_TRUE(daemon_->started());
@@ -198,10 +199,10 @@ TEST_F(TwoInstancesTest, TheArbiterSharesOneInstanceBetweenTwoContainers) {
   StartDaemon("--policy 3");
   const std::string start = std::to_string(NowNs() + 1'500'000'000ull);
   std::vector<std::unique_ptr<process::ChildProcess>> t;
-  t.push_back(Tenant({"spin", "1000", "2", start, "stream"}, "c30", uuids_[0],
-                     {"TESSERA_CORE_LIMIT=30"}));
-  t.push_back(Tenant({"spin", "1000", "2", start, "stream"}, "c70", uuids_[0],
-                     {"TESSERA_CORE_LIMIT=70"}));
+  t.push_back(
+      Tenant({"spin", "1000", "2", start, "stream"}, "c30", uuids_[0], {"TESSERA_CORE_LIMIT=30"}));
+  t.push_back(
+      Tenant({"spin", "1000", "2", start, "stream"}, "c70", uuids_[0], {"TESSERA_CORE_LIMIT=70"}));
   const auto f = Fractions(t);
   const double share = f[0] / (f[0] + f[1]);
   std::printf("device time / wall: c30 %.3f, c70 %.3f; c30's share %.3f\n", f[0], f[1], share);
@@ -222,7 +223,8 @@ TEST_F(MigNodeTest, MigDevicesBeyondTheLedgersSixteenAreLeftOutByName) {
   StartDaemon("--policy 1");
   const std::string log = Log();
   for (size_t i = 16; i < all.size(); ++i) {
-    EXPECT_NE(log.find("device " + all[i] + " (C MIG 1g.10gb) is not managed: the ledger holds 16 "
+    EXPECT_NE(log.find("device " + all[i] +
+                       " (C MIG 1g.10gb) is not managed: the ledger holds 16 "
                        "devices"),
               std::string::npos)
         << log;

@@ -294,8 +294,7 @@ TESSERA_NVML_API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
     nvmlGpuInstance_t* gpuInstance);
 TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance);
 // `gpuInstances` must hold the profile's instanceCount entries.
-TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device,
-                                                        unsigned int profileId,
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
                                                         nvmlGpuInstance_t* gpuInstances,
                                                         unsigned int* count);
 TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
@@ -310,16 +309,15 @@ TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity
 TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
     nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t* computeInstance);
 TESSERA_NVML_API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
-TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstances(
-    nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t* computeInstances,
-    unsigned int* count);
+TESSERA_NVML_API nvmlReturn_t
+nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                   nvmlComputeInstance_t* computeInstances, unsigned int* count);
 TESSERA_NVML_API nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
                                                             nvmlComputeInstanceInfo_t* info);
 TESSERA_NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device,
                                                           unsigned int* isMigDevice);
 TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id);
-TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device,
-                                                             unsigned int* id);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int* id);
 TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device,
                                                              unsigned int* count);
 TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,

@@ -33,8 +33,8 @@ Result<std::vector<Found>> MigHandles(const MigNvml& nvml, nvmlDevice_t dev,
   std::vector<Found> out;
   unsigned int max = 0;
   if (nvmlReturn_t r = nvml.max_mig_devices(dev, &max); r != NVML_SUCCESS) {
-    return Result<std::vector<Found>>::Error(label + ": nvmlDeviceGetMaxMigDeviceCount: " +
-                                             Code(r));
+    return Result<std::vector<Found>>::Error(label +
+                                             ": nvmlDeviceGetMaxMigDeviceCount: " + Code(r));
   }
   for (unsigned int i = 0; i < max; ++i) {
     nvmlDevice_t mig = nullptr;
@@ -286,9 +286,10 @@ Result<std::vector<MigDevice>> ApplyMigLayout(const MigNvml& nvml, unsigned int 
 
   // Create the plan, largest first (the order NVIDIA's tools use), each at its placement.
   std::vector<PlacedInstance> order = layout->instances;
-  std::stable_sort(order.begin(), order.end(), [](const PlacedInstance& a, const PlacedInstance& b) {
-    return a.profile->memory_slices > b.profile->memory_slices;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const PlacedInstance& a, const PlacedInstance& b) {
+                     return a.profile->memory_slices > b.profile->memory_slices;
+                   });
   std::string created;
   for (const PlacedInstance& i : order) {
     const MigProfile& p = *i.profile;
@@ -303,10 +304,11 @@ Result<std::vector<MigDevice>> ApplyMigLayout(const MigNvml& nvml, unsigned int 
     }
     nvmlComputeInstance_t ci = nullptr;
     const int ci_profile = NvmlComputeInstanceProfileFor(p.compute_slices);
-    if (nvmlReturn_t r = nvml.create_compute_instance(gi, static_cast<unsigned int>(ci_profile), &ci);
+    if (nvmlReturn_t r =
+            nvml.create_compute_instance(gi, static_cast<unsigned int>(ci_profile), &ci);
         r != NVML_SUCCESS) {
-      return Out::Error(label + ": creating the compute instance of " + what + " failed: " +
-                        Code(r) + "; created before it: " + so_far);
+      return Out::Error(label + ": creating the compute instance of " + what +
+                        " failed: " + Code(r) + "; created before it: " + so_far);
     }
     created += (created.empty() ? "" : " ") + what;
   }

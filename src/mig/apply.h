@@ -55,7 +55,7 @@ struct MigDevice {
   std::string uuid;  // "MIG-..."
   std::string name;  // as NVML names it
   std::string profile;
-  int start = 0;               // first memory slice
+  int start = 0;  // first memory slice
   unsigned int gpu_instance = 0;
   uint64_t memory_bytes = 0;
 };

@@ -136,8 +136,7 @@ class FitSearch {
       Best sub;
       if (!Solve(gpus - 1, rest, &sub)) return false;
       const auto here = Value(model_, served);
-      const std::pair<int, int> value{here.first + sub.value.first,
-                                      here.second + sub.value.second};
+      const std::pair<int, int> value{here.first + sub.value.first, here.second + sub.value.second};
       if (value > best->value) *best = Best{value, static_cast<int>(i)};
     }
     memo_.emplace(key, *best);
@@ -179,8 +178,7 @@ int Layout::UsedComputeSlices() const {
 
 int Layout::UsedMemorySlices() const { return std::popcount(UsedMemoryMask()); }
 
-Result<ProfileCounts> ParseProfileCounts(const GpuModel& model,
-                                         std::span<const std::string> args) {
+Result<ProfileCounts> ParseProfileCounts(const GpuModel& model, std::span<const std::string> args) {
   ProfileCounts counts{};
   for (const std::string& arg : args) {
     const size_t eq = arg.find('=');
@@ -242,9 +240,9 @@ Result<Layout> Place(const GpuModel& model, const ProfileCounts& counts) {
     if (counts[i] > p.published_max) {
       return Result<Layout>::Error(
           head + std::string(p.name) + "=" + std::to_string(counts[i]) + " but at most " +
-          std::to_string(p.published_max) + " fit on one GPU (start slots " + StartSlots(p) +
-          ", " + std::to_string(p.memory_slices) + " memory slice" +
-          (p.memory_slices == 1 ? "" : "s") + " each" +
+          std::to_string(p.published_max) + " fit on one GPU (start slots " + StartSlots(p) + ", " +
+          std::to_string(p.memory_slices) + " memory slice" + (p.memory_slices == 1 ? "" : "s") +
+          " each" +
           (p.media_extensions ? ", and only one instance per GPU may have media extensions" : "") +
           ")");
     }
@@ -268,16 +266,15 @@ Result<Layout> Place(const GpuModel& model, const ProfileCounts& counts) {
     return out;
   };
   if (memory > model.memory_slices) {
-    return Result<Layout>::Error(
-        head + "they take " + std::to_string(memory) + " memory slices (" +
-        breakdown([](const MigProfile& p) { return p.memory_slices; }) + ") and the GPU has " +
-        std::to_string(model.memory_slices));
+    return Result<Layout>::Error(head + "they take " + std::to_string(memory) + " memory slices (" +
+                                 breakdown([](const MigProfile& p) { return p.memory_slices; }) +
+                                 ") and the GPU has " + std::to_string(model.memory_slices));
   }
   if (compute > model.compute_slices) {
-    return Result<Layout>::Error(
-        head + "they take " + std::to_string(compute) + " compute slices (" +
-        breakdown([](const MigProfile& p) { return p.compute_slices; }) + ") and the GPU has " +
-        std::to_string(model.compute_slices));
+    return Result<Layout>::Error(head + "they take " + std::to_string(compute) +
+                                 " compute slices (" +
+                                 breakdown([](const MigProfile& p) { return p.compute_slices; }) +
+                                 ") and the GPU has " + std::to_string(model.compute_slices));
   }
   if (auto layout = TryPlace(model, counts)) return *layout;
   std::string rules;
@@ -288,9 +285,9 @@ Result<Layout> Place(const GpuModel& model, const ProfileCounts& counts) {
              std::to_string(p.memory_slices);
   }
   const FitResult part = Fit(model, 1, counts);
-  return Result<Layout>::Error(head + "the start slots leave no room for all of them" + rules +
-                               " memory slices. The largest part that fits: " +
-                               FormatPlacements(part.gpus[0]));
+  return Result<Layout>::Error(
+      head + "the start slots leave no room for all of them" + rules +
+      " memory slices. The largest part that fits: " + FormatPlacements(part.gpus[0]));
 }
 
 int FirstFreeStart(const Layout& layout, const MigProfile& profile) {
@@ -392,8 +389,8 @@ Status ValidConfigName(std::string_view name, std::string_view input_name) {
     ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
   }
   if (ok) return Status::Ok();
-  return Status::Error(InputError(input_name, name, "not a config name",
-                                  "1-63 characters of [A-Za-z0-9_.-]"));
+  return Status::Error(
+      InputError(input_name, name, "not a config name", "1-63 characters of [A-Za-z0-9_.-]"));
 }
 
 std::string MigPartedConfig(std::span<const Layout> gpus, std::string_view config_name,
@@ -405,7 +402,8 @@ std::string MigPartedConfig(std::span<const Layout> gpus, std::string_view confi
   std::vector<std::pair<ProfileCounts, std::vector<size_t>>> groups;
   for (size_t g = 0; g < gpus.size(); ++g) {
     const ProfileCounts c = gpus[g].Counts();
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == c; });
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == c; });
     if (it == groups.end()) {
       groups.push_back({c, {g}});
     } else {
@@ -429,8 +427,8 @@ std::string MigPartedConfig(std::span<const Layout> gpus, std::string_view confi
     out += "      mig-devices:\n";
     for (int i = 0; i < model.profile_count; ++i) {
       if (counts[i] == 0) continue;
-      out += "        \"" + std::string(model.profiles[i].name) + "\": " +
-             std::to_string(counts[i]) + "\n";
+      out += "        \"" + std::string(model.profiles[i].name) +
+             "\": " + std::to_string(counts[i]) + "\n";
     }
   }
   return out;

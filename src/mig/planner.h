@@ -50,8 +50,7 @@ struct Layout {
 // Parses the requested instances: each argument is "PROFILE=COUNT" (COUNT 0 to 64) or a bare
 // "PROFILE" (one instance); a profile named twice adds up. Errors name the argument, the value
 // and what is allowed (the model's profiles).
-Result<ProfileCounts> ParseProfileCounts(const GpuModel& model,
-                                         std::span<const std::string> args);
+Result<ProfileCounts> ParseProfileCounts(const GpuModel& model, std::span<const std::string> args);
 
 // Checks every rule on a layout built elsewhere (from NVML, or by hand). The message names the
 // first instance that breaks one and the rule.

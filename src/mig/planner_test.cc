@@ -171,11 +171,11 @@ TEST(MigPlanner, FeasibleLayoutsAreExactlyTheBruteForceMixes) {
   }
 }
 
-// On NVIDIA's tables the totals decide: a mix (each count up to one over its maximum) fits on an empty GPU exactly
-// when no profile is over its published count, at most one instance has media extensions and the
-// memory and compute slices add up; the start slots then always leave a placement. (They still
-// matter for adding to a GPU whose instances cannot move: FirstFreeStart.) Every refusal names one
-// of those totals.
+// On NVIDIA's tables the totals decide: a mix (each count up to one over its maximum) fits on an
+// empty GPU exactly when no profile is over its published count, at most one instance has media
+// extensions and the memory and compute slices add up; the start slots then always leave a
+// placement. (They still matter for adding to a GPU whose instances cannot move: FirstFreeStart.)
+// Every refusal names one of those totals.
 TEST(MigPlanner, OnNvidiasTablesAMixFitsIffItsTotalsFit) {
   for (const GpuModel& m : GpuModels()) {
     ProfileCounts c{};
@@ -251,18 +251,24 @@ TEST(MigPlanner, ValidMixes) {
       {"H100-80GB", {"3g.40gb=2"}, "3g.40gb@0 3g.40gb@4"},
       {"H100-80GB", {"2g.20gb=3", "1g.10gb"}, "2g.20gb@0 2g.20gb@2 2g.20gb@4 1g.10gb@6"},
       {"H100-80GB", {"1g.20gb=4"}, "1g.20gb@0 1g.20gb@2 1g.20gb@4 1g.20gb@6"},
-      {"H100-80GB", {"1g.10gb+me", "1g.10gb=6"},
+      {"H100-80GB",
+       {"1g.10gb+me", "1g.10gb=6"},
        "1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb+me@6"},
       {"H100-80GB", {"7g.80gb"}, "7g.80gb@0"},
       // 3g at 0 leaves room for three 1g only; the planner moves it to slot 4.
       {"H100-80GB", {"3g.40gb", "1g.10gb=4"}, "1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 3g.40gb@4"},
-            // 3g at 0 would leave 2g@4 and one 1g@6 (1g may not start at 7): 3g goes to 4.
+      // 3g at 0 would leave 2g@4 and one 1g@6 (1g may not start at 7): 3g goes to 4.
       {"A100-40GB", {"3g.20gb", "2g.10gb", "1g.5gb=2"}, "2g.10gb@0 1g.5gb@2 1g.5gb@3 3g.20gb@4"},
       {"A100-40GB", {"3g.20gb", "2g.10gb", "1g.5gb"}, "3g.20gb@0 2g.10gb@4 1g.5gb@6"},
-      {"A100-40GB", {"2g.10gb", "1g.5gb=5"}, "2g.10gb@0 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6"},
-      {"H200-141GB", {"3g.71gb", "2g.35gb", "1g.18gb=2"}, "2g.35gb@0 1g.18gb@2 1g.18gb@3 3g.71gb@4"},
+      {"A100-40GB",
+       {"2g.10gb", "1g.5gb=5"},
+       "2g.10gb@0 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6"},
+      {"H200-141GB",
+       {"3g.71gb", "2g.35gb", "1g.18gb=2"},
+       "2g.35gb@0 1g.18gb@2 1g.18gb@3 3g.71gb@4"},
       {"B200", {"4g.90gb", "1g.45gb=2"}, "4g.90gb@0 1g.45gb@4 1g.45gb@6"},
-      {"H100-94GB", {"1g.12gb=7"},
+      {"H100-94GB",
+       {"1g.12gb=7"},
        "1g.12gb@0 1g.12gb@1 1g.12gb@2 1g.12gb@3 1g.12gb@4 1g.12gb@5 1g.12gb@6"},
       {"A30", {"2g.12gb=2"}, "2g.12gb@0 2g.12gb@2"},
       {"A30", {"1g.6gb=2", "2g.12gb"}, "2g.12gb@0 1g.6gb@2 1g.6gb@3"},
@@ -315,8 +321,8 @@ TEST(MigPlanner, CheckLayoutRefusesBrokenLayouts) {
             "1g.10gb+me@1: at most one instance per GPU has media extensions (+me)");
   EXPECT_EQ(CheckLayout({&h, {{p("3g.40gb"), 2}}}).message(),
             "3g.40gb@2: 3g.40gb may start only at memory slices {0,4}");
-  EXPECT_EQ(CheckLayout({&h, {{p("4g.40gb"), 0}, {p("2g.20gb"), 4}, {p("1g.10gb"), 6},
-                              {p("1g.10gb"), 7}}})
+  EXPECT_EQ(CheckLayout(
+                {&h, {{p("4g.40gb"), 0}, {p("2g.20gb"), 4}, {p("1g.10gb"), 6}, {p("1g.10gb"), 7}}})
                 .message(),
             "1g.10gb@7: 1g.10gb may start only at memory slices {0,1,2,3,4,5,6}");
 }

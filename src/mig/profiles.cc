@@ -12,9 +12,9 @@ namespace {
 // Start-slot masks of the 8-memory-slice geometry (A100, H100, H200, B200): nvidia-smi mig -lgipp
 // gives {0..6}:1, {0..6}:1 (+me), {0,2,4,6}:2, {0,2,4}:2, {0,4}:4, {0}:4, {0}:8.
 constexpr uint32_t kSlots0To6 = 0x7f;
-constexpr uint32_t kSlotsEven = 0x55;   // 0, 2, 4, 6
-constexpr uint32_t kSlots024 = 0x15;    // 0, 2, 4
-constexpr uint32_t kSlots04 = 0x11;     // 0, 4
+constexpr uint32_t kSlotsEven = 0x55;  // 0, 2, 4, 6
+constexpr uint32_t kSlots024 = 0x15;   // 0, 2, 4
+constexpr uint32_t kSlots04 = 0x11;    // 0, 4
 constexpr uint32_t kSlot0 = 0x01;
 // A30: {0,1,2,3}:1, {0,2}:2, {0}:4.
 constexpr uint32_t kSlots0To3 = 0x0f;
@@ -196,8 +196,8 @@ Result<const MigProfile*> FindProfile(const GpuModel& model, std::string_view na
         "spanning each GPU instance",
         expected));
   }
-  return Result<const MigProfile*>::Error(
-      InputError(input_name, name, "not a MIG profile of the " + std::string(model.name), expected));
+  return Result<const MigProfile*>::Error(InputError(
+      input_name, name, "not a MIG profile of the " + std::string(model.name), expected));
 }
 
 }  // namespace tessera::mig

@@ -51,14 +51,14 @@ int NvmlComputeInstanceProfileFor(int compute_slices);
 
 // One GPU instance profile of one GPU model.
 struct MigProfile {
-  std::string_view name;      // "1g.10gb", "1g.10gb+me": nvidia-smi's and mig-parted's spelling
-  uint32_t id;                // the device's profile ID (nvidia-smi mig -lgip "ID"), e.g. 19
-  uint32_t nvml_profile;      // NvmlGpuInstanceProfile
-  int compute_slices;         // the "g" of the name
-  int memory_slices;          // consecutive memory slices an instance takes (placement size)
-  uint32_t start_mask;        // bit s: an instance may start at memory slice s
-  int published_max;          // instances per GPU, as NVIDIA's tables publish it
-  bool media_extensions;      // "+me": at most one such instance per GPU
+  std::string_view name;  // "1g.10gb", "1g.10gb+me": nvidia-smi's and mig-parted's spelling
+  uint32_t id;            // the device's profile ID (nvidia-smi mig -lgip "ID"), e.g. 19
+  uint32_t nvml_profile;  // NvmlGpuInstanceProfile
+  int compute_slices;     // the "g" of the name
+  int memory_slices;      // consecutive memory slices an instance takes (placement size)
+  uint32_t start_mask;    // bit s: an instance may start at memory slice s
+  int published_max;      // instances per GPU, as NVIDIA's tables publish it
+  bool media_extensions;  // "+me": at most one such instance per GPU
 };
 
 // One MIG-capable GPU model and its profiles.
@@ -73,9 +73,7 @@ struct GpuModel {
 
   std::span<const MigProfile> Profiles() const { return {profiles, size_t(profile_count)}; }
   // Index of `profile` in Profiles(); it must be one of this model's.
-  int IndexOf(const MigProfile& profile) const {
-    return static_cast<int>(&profile - &profiles[0]);
-  }
+  int IndexOf(const MigProfile& profile) const { return static_cast<int>(&profile - &profiles[0]); }
 };
 
 // Every model we know, in a fixed order.

@@ -57,9 +57,12 @@ TEST(MigProfiles, A30) {
 std::vector<Expected> EightSlice(std::string_view g1, std::string_view g1me, std::string_view g1x2,
                                  std::string_view g2, std::string_view g3, std::string_view g4,
                                  std::string_view g7) {
-  return {{g1, 19, 1, 1, "{0,1,2,3,4,5,6}", 7}, {g1me, 20, 1, 1, "{0,1,2,3,4,5,6}", 1},
-          {g1x2, 15, 1, 2, "{0,2,4,6}", 4},     {g2, 14, 2, 2, "{0,2,4}", 3},
-          {g3, 9, 3, 4, "{0,4}", 2},            {g4, 5, 4, 4, "{0}", 1},
+  return {{g1, 19, 1, 1, "{0,1,2,3,4,5,6}", 7},
+          {g1me, 20, 1, 1, "{0,1,2,3,4,5,6}", 1},
+          {g1x2, 15, 1, 2, "{0,2,4,6}", 4},
+          {g2, 14, 2, 2, "{0,2,4}", 3},
+          {g3, 9, 3, 4, "{0,4}", 2},
+          {g4, 5, 4, 4, "{0}", 1},
           {g7, 0, 7, 8, "{0}", 1}};
 }
 
@@ -74,8 +77,8 @@ TEST(MigProfiles, EightSliceModels) {
                                          "4g.47gb", "7g.94gb"));
   ExpectProfiles("H100-96GB", EightSlice("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.48gb",
                                          "4g.48gb", "7g.96gb"));
-  ExpectProfiles("H200-141GB", EightSlice("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb",
-                                          "3g.71gb", "4g.71gb", "7g.141gb"));
+  ExpectProfiles("H200-141GB", EightSlice("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb",
+                                          "4g.71gb", "7g.141gb"));
   ExpectProfiles("B200", EightSlice("1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb",
                                     "4g.90gb", "7g.180gb"));
   for (const GpuModel& m : GpuModels()) {
@@ -136,8 +139,7 @@ TEST(MigProfiles, StartSlotsFitTheGpu) {
         if (((p.start_mask >> s) & 1u) == 0) continue;
         EXPECT_LE(s + p.memory_slices, m.memory_slices) << m.name << " " << p.name << "@" << s;
         const int last = s + p.memory_slices - 1;
-        const int covered_below_top =
-            p.memory_slices - (m.memory_slices == 8 && last == 7 ? 1 : 0);
+        const int covered_below_top = p.memory_slices - (m.memory_slices == 8 && last == 7 ? 1 : 0);
         EXPECT_LE(p.compute_slices, covered_below_top) << m.name << " " << p.name << "@" << s;
       }
       EXPECT_NE(p.start_mask, 0u);

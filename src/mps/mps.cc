@@ -130,7 +130,7 @@ Result<std::vector<std::string>> MpsClientEnvironment(const MpsPaths& paths,
 }
 
 Result<std::unique_ptr<MpsSupervisor>> MpsSupervisor::Start(MpsOptions options,
-                                                           std::vector<MpsGpu> gpus) {
+                                                            std::vector<MpsGpu> gpus) {
   using Out = Result<std::unique_ptr<MpsSupervisor>>;
   struct stat st {};
   if (options.control.empty() || options.control[0] != '/' ||
@@ -153,8 +153,8 @@ Result<std::unique_ptr<MpsSupervisor>> MpsSupervisor::Start(MpsOptions options,
       return st2;
     }
     s->Log("MPS control daemon for GPU " + std::to_string(d.gpu.index) + " (" + d.gpu.uuid +
-           ") runs as pid " + std::to_string(d.pid) + "; clients use CUDA_MPS_PIPE_DIRECTORY=" +
-           d.paths.pipe_dir);
+           ") runs as pid " + std::to_string(d.pid) +
+           "; clients use CUDA_MPS_PIPE_DIRECTORY=" + d.paths.pipe_dir);
   }
   s->watcher_ = std::thread([p = s.get()] { p->Watch(); });
   return s;
@@ -173,7 +173,8 @@ void MpsSupervisor::Log(const std::string& line) const {
 Status MpsSupervisor::Launch(Daemon& d) {
   const std::string what = "GPU " + std::to_string(d.gpu.index) + " (" + d.gpu.uuid + ")";
   for (const std::string& dir : {d.paths.pipe_dir, d.paths.log_dir}) {
-    if (Status s = MakeDirs(dir); !s.ok()) return Status::Error("MPS for " + what + ": " + s.message());
+    if (Status s = MakeDirs(dir); !s.ok())
+      return Status::Error("MPS for " + what + ": " + s.message());
   }
   unlink((d.paths.pipe_dir + "/" + kPidFileName).c_str());  // a dead daemon's
   const int status =
@@ -235,7 +236,8 @@ void MpsSupervisor::Watch() {
     }
     const auto until = std::chrono::steady_clock::now() + options_.check_interval;
     while (!stop_.load() && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(options_.check_interval, 20ms));
+      std::this_thread::sleep_for(
+          std::min<std::chrono::milliseconds>(options_.check_interval, 20ms));
     }
   }
 }

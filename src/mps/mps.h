@@ -81,8 +81,7 @@ class MpsSupervisor {
   // Creates the directories and starts every GPU's daemon; fails (stopping those it started)
   // when a directory cannot be made, CONTROL is not an executable file, `CONTROL -d` fails, or no
   // pid file appears within start_timeout, naming the GPU and what was found.
-  static Result<std::unique_ptr<MpsSupervisor>> Start(MpsOptions options,
-                                                      std::vector<MpsGpu> gpus);
+  static Result<std::unique_ptr<MpsSupervisor>> Start(MpsOptions options, std::vector<MpsGpu> gpus);
   ~MpsSupervisor();
   MpsSupervisor(const MpsSupervisor&) = delete;
   MpsSupervisor& operator=(const MpsSupervisor&) = delete;

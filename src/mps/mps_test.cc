@@ -53,16 +53,18 @@ TEST(MpsClientEnvironment, CarriesThePipeTheCoreShareAndTheMemory) {
   EXPECT_EQ(paths.log_dir, "/run/tessera/mps/GPU-1234/log");
   auto env = MpsClientEnvironment(paths, Percent::FromInt(30), Bytes(2 * kBytesPerGiB + 123));
   ASSERT_TRUE(env.ok()) << env.error();
-  EXPECT_EQ(*env, (std::vector<std::string>{"CUDA_MPS_PIPE_DIRECTORY=/run/tessera/mps/GPU-1234/pipe",
-                                            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30",
-                                            "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M"}));
+  EXPECT_EQ(*env,
+            (std::vector<std::string>{"CUDA_MPS_PIPE_DIRECTORY=/run/tessera/mps/GPU-1234/pipe",
+                                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30",
+                                      "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M"}));
   auto bare = MpsClientEnvironment(paths, std::nullopt, std::nullopt);
   ASSERT_TRUE(bare.ok());
   EXPECT_EQ(bare->size(), 1u);
   auto tiny = MpsClientEnvironment(paths, std::nullopt, Bytes(4096));
   ASSERT_FALSE(tiny.ok());
-  EXPECT_EQ(tiny.error(),
-            "memory=\"4KiB\": MPS limits pinned device memory in whole MiB; expected at least 1MiB");
+  EXPECT_EQ(
+      tiny.error(),
+      "memory=\"4KiB\": MPS limits pinned device memory in whole MiB; expected at least 1MiB");
 }
 
 class SupervisorTest : public ::testing::Test {
@@ -104,9 +106,8 @@ TEST_F(SupervisorTest, StartsOneDaemonPerGpuWithItsOwnDirectories) {
     ASSERT_GT(pid, 0);
     EXPECT_EQ(kill(pid, 0), 0);
     const MpsPaths p = PathsFor(root_, uuid);
-    EXPECT_EQ(ControlLog(uuid), "start pid=" + std::to_string(pid) +
-                                    " CUDA_VISIBLE_DEVICES=" + uuid +
-                                    " CUDA_MPS_PIPE_DIRECTORY=" + p.pipe_dir +
+    EXPECT_EQ(ControlLog(uuid), "start pid=" + std::to_string(pid) + " CUDA_VISIBLE_DEVICES=" +
+                                    uuid + " CUDA_MPS_PIPE_DIRECTORY=" + p.pipe_dir +
                                     " CUDA_MPS_LOG_DIRECTORY=" + p.log_dir + "\n");
     EXPECT_THAT(Log(), HasSubstr("MPS control daemon for GPU " + std::to_string(i) + " (" + uuid +
                                  ") runs as pid " + std::to_string(pid)));
@@ -142,8 +143,7 @@ TEST_F(SupervisorTest, AKilledDaemonIsStartedAgain) {
   EXPECT_EQ((*s)->restarts(0), 1);
   EXPECT_LT(took, 5s);
   EXPECT_THAT(Log(), HasSubstr("MPS control daemon for GPU 0 (GPU-aaaa, pid " +
-                               std::to_string(old) +
-                               ") is gone; starting another (restart 1)"));
+                               std::to_string(old) + ") is gone; starting another (restart 1)"));
   EXPECT_THAT(ControlLog("GPU-aaaa"), HasSubstr("start pid=" + std::to_string(now)));
 }
 
@@ -158,9 +158,9 @@ TEST_F(SupervisorTest, FailuresAreNamed) {
   setenv("TESSERA_MPS_STANDIN_FAIL", "1", 1);
   auto failing = MpsSupervisor::Start(options_, {{3, "GPU-cccc"}});
   ASSERT_FALSE(failing.ok());
-  EXPECT_THAT(failing.error(), HasSubstr("MPS for GPU 3 (GPU-cccc): `" + Standin() +
-                                         " -d` exited with status 1; see " + root_ +
-                                         "/GPU-cccc/log/control.log"));
+  EXPECT_THAT(failing.error(),
+              HasSubstr("MPS for GPU 3 (GPU-cccc): `" + Standin() +
+                        " -d` exited with status 1; see " + root_ + "/GPU-cccc/log/control.log"));
 }
 
 // ---- tesserad --mps and tessera run -------------------------------------------------------------
@@ -219,9 +219,9 @@ TEST_F(MpsNodeTest, TesseradRunsADaemonPerGpuAndTesseraRunGivesTheContainerItsLi
   const std::string uuid1 = Uuid(1);
   ASSERT_EQ(uuid1.rfind("GPU-", 0), 0u) << uuid1;
   const MpsPaths p1 = PathsFor(root_, uuid1);
-  EXPECT_THAT(ReadFile(p1.log_dir + "/control.log"),
-              HasSubstr("CUDA_VISIBLE_DEVICES=" + uuid1 + " CUDA_MPS_PIPE_DIRECTORY=" +
-                        p1.pipe_dir));
+  EXPECT_THAT(
+      ReadFile(p1.log_dir + "/control.log"),
+      HasSubstr("CUDA_VISIBLE_DEVICES=" + uuid1 + " CUDA_MPS_PIPE_DIRECTORY=" + p1.pipe_dir));
   // The GPUs run policy 5 (memory isolation only) unless told otherwise: MPS shares the SMs.
   const auto [smi_status, table] = Tessera("smi");
   EXPECT_THAT(table, HasSubstr("5 native"));
@@ -237,9 +237,9 @@ TEST_F(MpsNodeTest, TesseradRunsADaemonPerGpuAndTesseraRunGivesTheContainerItsLi
   EXPECT_THAT(why, HasSubstr("--devices=\"0,1\": an MPS node gives a container one GPU"));
 
   // The ledger keeps enforcing on top of MPS: the container stops at its cap.
-  const auto [run_status, out] = Tessera("run --sim --mem 1GiB --devices 0 -- '" +
-                                         process::BuildDir() +
-                                         "/tests/shim_tenant' alloc-until-oom 64");
+  const auto [run_status, out] =
+      Tessera("run --sim --mem 1GiB --devices 0 -- '" + process::BuildDir() +
+              "/tests/shim_tenant' alloc-until-oom 64");
   EXPECT_EQ(run_status, 0) << out;
   EXPECT_THAT(out, HasSubstr("allocated=1073741824\nfailure=2\n"));
 }

@@ -106,9 +106,9 @@ bool Register(std::string* error) {
     const int p = std::atoi(visible.substr(pos, comma - pos).c_str());
     pos = comma + 1;
     if (p < 0 || p >= t.ledger->device_count()) continue;
-    const std::string uuid(t.ledger->layout()->devices[p].uuid,
-                           strnlen(t.ledger->layout()->devices[p].uuid,
-                                   sizeof(t.ledger->layout()->devices[p].uuid)));
+    const std::string uuid(
+        t.ledger->layout()->devices[p].uuid,
+        strnlen(t.ledger->layout()->devices[p].uuid, sizeof(t.ledger->layout()->devices[p].uuid)));
     if (uuid.rfind("MIG-", 0) == 0) {
       if (mig_listed) continue;
       mig_listed = true;

@@ -22,7 +22,7 @@ unsigned int GpuInstanceId(int slot);
 
 }  // namespace tessera::sim::nvml
 
-#define NVML_REQUIRE_DEVICE(device, index)                               \
+#define NVML_REQUIRE_DEVICE(device, index)                                 \
   if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED; \
-  const int index = tessera::sim::nvml::DeviceIndex(device);             \
+  const int index = tessera::sim::nvml::DeviceIndex(device);               \
   if (index < 0) return NVML_ERROR_INVALID_ARGUMENT

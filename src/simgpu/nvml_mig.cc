@@ -41,22 +41,22 @@ int MigGpu(nvmlDevice_t device) {
   return d >= 0 && d < kMaxGpus && State()->MigModel(d) != nullptr ? d : -1;
 }
 
-#define NVML_REQUIRE_MIG_GPU(device, gpu)                                \
-  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED; \
-  const int gpu = MigGpu(device);                                        \
-  if (gpu < 0) {                                                         \
+#define NVML_REQUIRE_MIG_GPU(device, gpu)                                            \
+  if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;           \
+  const int gpu = MigGpu(device);                                                    \
+  if (gpu < 0) {                                                                     \
     return tessera::sim::nvml::DeviceIndex(device) < 0 ? NVML_ERROR_INVALID_ARGUMENT \
                                                        : NVML_ERROR_NOT_SUPPORTED;   \
   }
 
 // The slot of a GPU-instance (compute-instance) handle that names one that exists, as `slot`.
-#define NVML_REQUIRE_GI(gi, slot)                                        \
+#define NVML_REQUIRE_GI(gi, slot)                                          \
   if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED; \
-  const int slot = GiSlot(gi);                                           \
+  const int slot = GiSlot(gi);                                             \
   if (slot < 0) return NVML_ERROR_INVALID_ARGUMENT
-#define NVML_REQUIRE_CI(ci, slot)                                        \
+#define NVML_REQUIRE_CI(ci, slot)                                          \
   if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED; \
-  const int slot = CiSlot(ci);                                           \
+  const int slot = CiSlot(ci);                                             \
   if (slot < 0) return NVML_ERROR_INVALID_ARGUMENT
 
 // The profile of `gpu`'s model with device profile ID `id`, or -1.
@@ -181,9 +181,8 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
     info->id = p.id;
     info->sliceCount = static_cast<unsigned int>(p.compute_slices);
     info->instanceCount = static_cast<unsigned int>(p.published_max);
-    info->multiprocessorCount =
-        g.sm_count * static_cast<unsigned int>(p.compute_slices) /
-        static_cast<unsigned int>(model.compute_slices);
+    info->multiprocessorCount = g.sm_count * static_cast<unsigned int>(p.compute_slices) /
+                                static_cast<unsigned int>(model.compute_slices);
     info->copyEngineCount = static_cast<unsigned int>(p.compute_slices);
     info->decoderCount = p.media_extensions ? 1 : 0;
     info->jpegCount = p.media_extensions ? 1 : 0;
@@ -223,8 +222,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(nvmlDevice_t device,
   return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device,
-                                                       unsigned int profile_id,
+nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsigned int profile_id,
                                                        unsigned int* count) {
   NVML_REQUIRE_MIG_GPU(device, gpu);
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -247,8 +245,7 @@ nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device, unsigned int profi
   return CreateGi(device, profile_id, -1, gi);
 }
 
-nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device,
-                                                      unsigned int profile_id,
+nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device, unsigned int profile_id,
                                                       const nvmlGpuInstancePlacement_t* placement,
                                                       nvmlGpuInstance_t* gi) {
   if (!tessera::sim::nvml::Initialised()) return NVML_ERROR_UNINITIALIZED;
@@ -256,9 +253,9 @@ nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(nvmlDevice_t device,
   const int gpu = MigGpu(device);
   if (gpu >= 0) {
     const int profile = ProfileById(gpu, profile_id);
-    if (profile >= 0 && placement->size !=
-                            static_cast<unsigned int>(
-                                State()->MigModel(gpu)->profiles[profile].memory_slices)) {
+    if (profile >= 0 &&
+        placement->size !=
+            static_cast<unsigned int>(State()->MigModel(gpu)->profiles[profile].memory_slices)) {
       return NVML_ERROR_INVALID_ARGUMENT;
     }
   }

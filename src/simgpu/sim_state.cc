@@ -77,8 +77,7 @@ void MakeUuid(const char* prefix, int index, uint32_t generation, const std::str
   const uint64_t a = h ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(index + 1));
   const uint64_t b = (a * 6364136223846793005ull) + 1442695040888963407ull;
   std::snprintf(out, out_size, "%s-%08x-%04x-%04x-%04x-%012llx", prefix,
-                static_cast<unsigned>(a >> 32),
-                static_cast<unsigned>((a >> 16) & 0xffff),
+                static_cast<unsigned>(a >> 32), static_cast<unsigned>((a >> 16) & 0xffff),
                 static_cast<unsigned>(0x4000 | (a & 0x0fff)),
                 static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
                 static_cast<unsigned long long>(b & 0xffffffffffffull));
@@ -90,7 +89,8 @@ void ReleaseMigSlices(SimDevice& g, const mig::MigProfile& p, int start) {
   const uint64_t bits = ((1ull << p.memory_slices) - 1) << start;
   uint64_t c = g.mig_slices.load(std::memory_order_acquire);
   for (;;) {
-    const uint64_t compute = ((c >> kMigComputeShift) & 0xff) - static_cast<uint64_t>(p.compute_slices);
+    const uint64_t compute =
+        ((c >> kMigComputeShift) & 0xff) - static_cast<uint64_t>(p.compute_slices);
     const uint64_t next = ((c & 0xff) & ~bits) | (compute << kMigComputeShift) |
                           (p.media_extensions ? 0 : (c & kMigMediaBit));
     if (g.mig_slices.compare_exchange_weak(c, next, std::memory_order_acq_rel)) return;
@@ -482,7 +482,8 @@ uint64_t SimState::BookKernel(int d, uint64_t earliest_ns, uint64_t duration_ns,
   return end;
 }
 
-// ---- MIG ------------------------------------------------------------------------------------------
+// ---- MIG
+// ------------------------------------------------------------------------------------------
 
 bool SimState::MigDeviceReady(int d) const {
   return d >= kMaxGpus && d < kMaxDevices &&
@@ -534,8 +535,8 @@ int SimState::CreateGpuInstance(int gpu, int profile_index, int start, MigRefusa
     chosen = -1;
     for (int s = start >= 0 ? start : 0; s < model->memory_slices; ++s) {
       const uint64_t bits = ((1ull << p.memory_slices) - 1) << s;
-      const bool fits = ((p.start_mask >> s) & 1u) != 0 && s + p.memory_slices <= model->memory_slices &&
-                        (used & bits) == 0 &&
+      const bool fits = ((p.start_mask >> s) & 1u) != 0 &&
+                        s + p.memory_slices <= model->memory_slices && (used & bits) == 0 &&
                         compute + static_cast<uint64_t>(p.compute_slices) <=
                             static_cast<uint64_t>(model->compute_slices) &&
                         !(media && p.media_extensions);
@@ -549,9 +550,10 @@ int SimState::CreateGpuInstance(int gpu, int profile_index, int start, MigRefusa
       *why = MigRefusal::kNoSpace;
       return -1;
     }
-    const uint64_t next = (used | (((1ull << p.memory_slices) - 1) << chosen)) |
-                          ((compute + static_cast<uint64_t>(p.compute_slices)) << kMigComputeShift) |
-                          (media || p.media_extensions ? kMigMediaBit : 0);
+    const uint64_t next =
+        (used | (((1ull << p.memory_slices) - 1) << chosen)) |
+        ((compute + static_cast<uint64_t>(p.compute_slices)) << kMigComputeShift) |
+        (media || p.media_extensions ? kMigMediaBit : 0);
     if (g.mig_slices.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) break;
   }
   // A slot: instances hold their slot only while they hold slices (claimed after, freed before),
@@ -573,9 +575,8 @@ int SimState::CreateGpuInstance(int gpu, int profile_index, int start, MigRefusa
     const uint64_t share = g.total_bytes / static_cast<uint64_t>(model->memory_slices) *
                            static_cast<uint64_t>(p.memory_slices);
     d.total_bytes = share / (2ull << 20) * (2ull << 20);
-    d.sm_count = std::max<uint32_t>(
-        1, g.sm_count * static_cast<uint32_t>(p.compute_slices) /
-               static_cast<uint32_t>(model->compute_slices));
+    d.sm_count = std::max<uint32_t>(1, g.sm_count * static_cast<uint32_t>(p.compute_slices) /
+                                           static_cast<uint32_t>(model->compute_slices));
     d.used_bytes.store(0);
     d.busy_until_ns.store(0);
     d.kernels.store(0);

@@ -81,11 +81,12 @@ TEST(ParseSimGpusTest, MigOptionNamesAModel) {
 TEST(ParseSimGpusTest, MigOptionErrorsNameTheValueAndWhatIsAllowed) {
   auto unknown = ParseSimGpus("SimV:16GiB:mig=V100");
   ASSERT_FALSE(unknown.ok());
-  EXPECT_EQ(unknown.error(),
-            "TESSERA_SIM_GPUS=\"SimV:16GiB:mig=V100\": device SimV: mig=\"V100\": not a "
-            "MIG-capable GPU model we know; expected one of A30, A100-40GB, A100-80GB, H100-80GB, "
-            "H100-94GB, H100-96GB, H200-141GB, B200; expected a comma list of "
-            "NAME:MEMORY[:SMS][:mig=MODEL], e.g. SimA100:40GiB:108,SimH100:80GiB:132:mig=H100-80GB");
+  EXPECT_EQ(
+      unknown.error(),
+      "TESSERA_SIM_GPUS=\"SimV:16GiB:mig=V100\": device SimV: mig=\"V100\": not a "
+      "MIG-capable GPU model we know; expected one of A30, A100-40GB, A100-80GB, H100-80GB, "
+      "H100-94GB, H100-96GB, H200-141GB, B200; expected a comma list of "
+      "NAME:MEMORY[:SMS][:mig=MODEL], e.g. SimA100:40GiB:108,SimH100:80GiB:132:mig=H100-80GB");
   auto not_last = ParseSimGpus("SimH:80GiB:mig=H100-80GB:132");
   ASSERT_FALSE(not_last.ok());
   EXPECT_THAT(not_last.error(), HasSubstr("mig=MODEL must be the last field of SimH"));

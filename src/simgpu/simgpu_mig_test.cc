@@ -139,8 +139,7 @@ TEST_F(SimMigTest, ModeAndProfilesComeFromTheModel) {
   EXPECT_EQ(NVML(nvmlDeviceGetMigMode)(plain_, &current, &pending), NVML_ERROR_NOT_SUPPORTED);
   for (const tessera::mig::MigProfile& p : H100().Profiles()) {
     nvmlGpuInstanceProfileInfo_t info{};
-    ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceProfileInfo)(gpu_, p.nvml_profile, &info),
-              NVML_SUCCESS)
+    ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceProfileInfo)(gpu_, p.nvml_profile, &info), NVML_SUCCESS)
         << p.name;
     EXPECT_EQ(info.id, p.id) << p.name;
     EXPECT_EQ(info.sliceCount, static_cast<unsigned int>(p.compute_slices)) << p.name;
@@ -176,8 +175,7 @@ TEST_F(SimMigTest, InstancesObeyThePlacementRules) {
   EXPECT_EQ(NVML(nvmlDeviceCreateGpuInstance)(gpu_, ProfileId("3g.40gb"), &c),
             NVML_ERROR_INSUFFICIENT_RESOURCES);
   unsigned int remaining = 9;
-  ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceRemainingCapacity)(gpu_, ProfileId("1g.10gb"),
-                                                            &remaining),
+  ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceRemainingCapacity)(gpu_, ProfileId("1g.10gb"), &remaining),
             NVML_SUCCESS);
   EXPECT_EQ(remaining, 0u);
   // A start the profile does not allow, and a size that is not the profile's.
@@ -188,8 +186,7 @@ TEST_F(SimMigTest, InstancesObeyThePlacementRules) {
   EXPECT_EQ(
       NVML(nvmlDeviceCreateGpuInstanceWithPlacement)(gpu_, ProfileId("3g.40gb"), &at4_size2, &c),
       NVML_ERROR_INVALID_ARGUMENT);
-  ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceRemainingCapacity)(gpu_, ProfileId("1g.10gb"),
-                                                            &remaining),
+  ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceRemainingCapacity)(gpu_, ProfileId("1g.10gb"), &remaining),
             NVML_SUCCESS);
   EXPECT_EQ(remaining, 3u);  // slices 4, 5, 6 (a 1g may not start at 7)
   // Only one instance with media extensions.
@@ -238,8 +235,7 @@ TEST_F(SimMigTest, MigDeviceHandlesUuidsAndTheDestroyOrder) {
             NVML_ERROR_IN_USE);
   nvmlComputeInstance_t ci = nullptr;
   unsigned int n = 0;
-  ASSERT_EQ(NVML(nvmlGpuInstanceGetComputeInstances)(gi, 1 /* 2_SLICE */, &ci, &n),
-            NVML_SUCCESS);
+  ASSERT_EQ(NVML(nvmlGpuInstanceGetComputeInstances)(gi, 1 /* 2_SLICE */, &ci, &n), NVML_SUCCESS);
   ASSERT_EQ(n, 1u);
   ASSERT_EQ(NVML(nvmlComputeInstanceDestroy)(ci), NVML_SUCCESS);
   EXPECT_EQ(NVML(nvmlDeviceGetMemoryInfo)(mig, &mem), NVML_ERROR_INVALID_ARGUMENT);
