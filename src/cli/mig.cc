@@ -241,7 +241,10 @@ int RunApply(const std::vector<std::string>& args) {
     std::fprintf(stderr, "tessera mig apply: cannot open NVML: %s\n", lib.error().c_str());
     return 1;
   }
-  auto nvml = mig::MigNvml::Load(*lib);
+  // NVML stays loaded until the process exits, as in tesserad: unloading it would strand what its
+  // initialisation allocated.
+  static DynamicLibrary* nvml_library = new DynamicLibrary(std::move(*lib));
+  auto nvml = mig::MigNvml::Load(*nvml_library);
   if (!nvml.ok()) {
     std::fprintf(stderr, "tessera mig apply: %s\n", nvml.error().c_str());
     return 1;

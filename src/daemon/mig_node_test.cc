@@ -90,15 +90,23 @@ class MigNodeTest : public ::testing::Test {
   }
 
   // A shim_tenant of `container` that sees only `device`, with extra environment.
+  // A shim_tenant of `container` that sees only `device`, with extra environment; its stderr goes
+  // to `stderr_file` when one is given.
   std::unique_ptr<process::ChildProcess> Tenant(const std::vector<std::string>& args,
                                                 const std::string& container,
                                                 const std::string& device,
-                                                std::vector<std::string> extra = {}) const {
+                                                std::vector<std::string> extra = {},
+                                                const std::string& stderr_file = "") const {
     std::vector<std::string> env = process::TenantEnv(SimEnv(), socket_, container);
     env.push_back("TESSERA_VISIBLE_DEVICES=" + device);
     env.insert(env.end(), extra.begin(), extra.end());
     std::vector<std::string> argv = {process::BuildDir() + "/tests/shim_tenant"};
     argv.insert(argv.end(), args.begin(), args.end());
+    if (!stderr_file.empty()) {
+      std::string cmd = "exec";
+      for (const std::string& a : argv) cmd += " '" + a + "'";
+      argv = {"/bin/sh", "-c", cmd + " 2>'" + stderr_file + "'"};
+    }
     auto t = std::make_unique<process::ChildProcess>(argv, env);
     EXPECT_TRUE(t->started());
     return t;
@@ -194,20 +202,39 @@ TEST_F(TwoInstancesTest, TwoInstancesRunKernelsAtTheSameTime) {
   EXPECT_GT(f[0] + f[1], 1.4);
 }
 
-// One 3g.40gb shared by two containers at 30 % and 70 % under policy 3, as on a whole GPU.
+// One 3g.40gb shared by two containers at 30 % and 70 % under policy 3, as on a whole GPU. A round
+// in which a tenant ran ungated (its gate found the arbiter silent for the loss timeout, which a
+// heavily loaded machine can cause; the tenant says UNGATED) shows nothing about the arbiter and is
+// run again, up to three times.
 TEST_F(TwoInstancesTest, TheArbiterSharesOneInstanceBetweenTwoContainers) {
   StartDaemon("--policy 3");
-  const std::string start = std::to_string(NowNs() + 1'500'000'000ull);
-  std::vector<std::unique_ptr<process::ChildProcess>> t;
-  t.push_back(
-      Tenant({"spin", "1000", "2", start, "stream"}, "c30", uuids_[0], {"TESSERA_CORE_LIMIT=30"}));
-  t.push_back(
-      Tenant({"spin", "1000", "2", start, "stream"}, "c70", uuids_[0], {"TESSERA_CORE_LIMIT=70"}));
-  const auto f = Fractions(t);
-  const double share = f[0] / (f[0] + f[1]);
-  std::printf("device time / wall: c30 %.3f, c70 %.3f; c30's share %.3f\n", f[0], f[1], share);
-  EXPECT_LE(f[0] + f[1], 1.1) << "one instance runs one kernel at a time";
-  EXPECT_NEAR(share, 0.30, 0.08);
+  bool judged = false;
+  for (int round = 0; round < 3 && !judged; ++round) {
+    const std::string start = std::to_string(NowNs() + 1'500'000'000ull);
+    const std::string err30 = log_ + ".c30", err70 = log_ + ".c70";
+    std::vector<std::unique_ptr<process::ChildProcess>> t;
+    t.push_back(Tenant({"spin", "1000", "2", start, "stream"}, "c30", uuids_[0],
+                       {"TESSERA_CORE_LIMIT=30"}, err30));
+    t.push_back(Tenant({"spin", "1000", "2", start, "stream"}, "c70", uuids_[0],
+                       {"TESSERA_CORE_LIMIT=70"}, err70));
+    const auto f = Fractions(t);
+    const double share = f[0] / (f[0] + f[1]);
+    std::ifstream e30(err30), e70(err70);
+    std::stringstream errors;
+    errors << e30.rdbuf() << e70.rdbuf();
+    unlink(err30.c_str());
+    unlink(err70.c_str());
+    std::printf("device time / wall: c30 %.3f, c70 %.3f; c30's share %.3f\n", f[0], f[1], share);
+    if (errors.str().find("UNGATED") != std::string::npos) {
+      std::printf("a tenant ran ungated (the arbiter was not heard): not judged\n%s",
+                  errors.str().c_str());
+      continue;
+    }
+    judged = true;
+    EXPECT_LE(f[0] + f[1], 1.1) << "one instance runs one kernel at a time";
+    EXPECT_NEAR(share, 0.30, 0.08);
+  }
+  EXPECT_TRUE(judged) << "every round ran ungated";
 }
 
 TEST_F(MigNodeTest, MigDevicesBeyondTheLedgersSixteenAreLeftOutByName) {
