@@ -17,6 +17,7 @@ int RunSim(const std::vector<std::string>& args);
 int RunRun(const std::vector<std::string>& args);
 int RunSmi(const std::vector<std::string>& args);
 int RunCtl(const std::vector<std::string>& args);
+int RunMig(const std::vector<std::string>& args);  // mig.cc: plan, profiles, apply
 
 // Directory holding this executable (build/bin), for finding build/lib next to it.
 std::string ExecutableDir();

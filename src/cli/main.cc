@@ -20,6 +20,7 @@ void PrintUsage(FILE* out) {
       "  ctl       read and change the node's control tree (tessera ctl get|set|ls PATH)\n"
       "  demo      run tenants on the simulated GPU and show what each one got\n"
       "  sim       replay a cluster trace through a placement policy (tessera sim --help)\n"
+      "  mig       plan MIG layouts and create MIG instances (tessera mig --help)\n"
       "  version   print the version\n"
       "  help      print this message\n");
 }
@@ -39,13 +40,14 @@ int main(int argc, char** argv) {
   if (command == "run") return tessera::cli::RunRun(args);
   if (command == "smi") return tessera::cli::RunSmi(args);
   if (command == "ctl") return tessera::cli::RunCtl(args);
+  if (command == "mig") return tessera::cli::RunMig(args);
   if (command == tessera::cli::kDemoTenantCommand) return tessera::cli::RunDemoTenant(args);
   if (command == "help" || command == "--help" || command == "-h") {
     PrintUsage(stdout);
     return 0;
   }
   std::fprintf(stderr,
-               "tessera: unknown command \"%s\"; expected one of: run, smi, ctl, demo, sim, version, help\n",
+               "tessera: unknown command \"%s\"; expected one of: run, smi, ctl, demo, sim, mig, version, help\n",
                command.c_str());
   return 2;
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/run_mps.h"
 #include "core/bytes.h"
 #include "core/container_id.h"
 #include "core/device_selector.h"
@@ -157,6 +158,11 @@ int RunRun(const std::vector<std::string>& args) {
   if (!weight.empty()) env.push_back("TESSERA_WEIGHT=" + weight);
   if (high_prio) env.push_back("TESSERA_HIGH_PRIO=1");
   if (!devices.empty()) env.push_back("TESSERA_VISIBLE_DEVICES=" + devices);
+  if (auto fields = daemon::ParseMessage(*reply); fields.ok() && fields->Has("mps_root")) {
+    auto mps = MpsRunEnvironment(socket, fields->Get("mps_root"), devices, core, mem);
+    if (!mps.ok()) return Usage(mps.error());
+    env.insert(env.end(), mps->begin(), mps->end());
+  }
   if (sim) {
     env.push_back("TESSERA_REAL_LIBCUDA=" + lib + "/libtessera-simgpu.so");
     env.push_back("TESSERA_REAL_NVML=" + lib + "/libtessera-simgpu.so");

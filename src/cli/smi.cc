@@ -5,6 +5,7 @@
 // Reads only; holds no policy.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,16 +65,20 @@ int ShowOnce(const std::string& socket, bool json) {
     return 1;
   }
   const auto& devices = (*doc)["devices"].array();
-  std::printf("%-4s %-12s %-42s %10s %-13s %8s\n", "GPU", "NAME", "UUID", "MEMORY", "POLICY",
-              "MAX_INST");
+  // Names as wide as the longest (a MIG device's name ends in its profile).
+  int name_width = 12;
+  for (const JsonValue& d : devices) {
+    name_width = std::max(name_width, static_cast<int>(d["name"].string().size()));
+  }
+  std::printf("%-4s %-*s %-42s %10s %-13s %8s\n", "GPU", name_width, "NAME", "UUID", "MEMORY",
+              "POLICY", "MAX_INST");
   for (const JsonValue& d : devices) {
     const bool has_policy = !d["policy"].is_null();
-    std::printf("%-4d %-12s %-42s %10s %-13s %8s\n", static_cast<int>(d["index"].number()),
-                d["name"].string().c_str(), d["uuid"].string().c_str(),
-                Size(d["total_bytes"]).c_str(),
-                has_policy ? PolicyName(static_cast<int>(d["policy"].number())) : "-",
-                has_policy ? std::to_string(static_cast<int>(d["max_inst"].number())).c_str()
-                           : "-");
+    std::printf(
+        "%-4d %-*s %-42s %10s %-13s %8s\n", static_cast<int>(d["index"].number()), name_width,
+        d["name"].string().c_str(), d["uuid"].string().c_str(), Size(d["total_bytes"]).c_str(),
+        has_policy ? PolicyName(static_cast<int>(d["policy"].number())) : "-",
+        has_policy ? std::to_string(static_cast<int>(d["max_inst"].number())).c_str() : "-");
   }
   std::printf("\n%-20s %-4s %10s %10s %8s %8s %-4s %s\n", "CONTAINER", "GPU", "USED", "LIMIT",
               "TARGET", "GOT", "PRIO", "PROCESSES");

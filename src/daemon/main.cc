@@ -44,6 +44,7 @@
 #include "ctl/fuse_mount.h"
 #include "daemon/compute.h"
 #include "daemon/ctl_door.h"
+#include "daemon/devices.h"
 #include "daemon/node_control.h"
 #include "daemon/reconciler.h"
 #include "daemon/registry.h"
@@ -54,12 +55,15 @@
 #include "http/server.h"
 #include "ipc/unix_socket.h"
 #include "ledger/memory_ledger.h"
+#include "mps/mps.h"
 #include "process/child_process.h"
 
 // NVML stays loaded for the daemon's life and is never unloaded (not even at exit: its own
 // globals must outlive every use). External linkage keeps the pointer, and so the object, alive.
 tessera::DynamicLibrary* tesserad_nvml_library = nullptr;
 tessera::DynamicLibrary* tesserad_cuda_library = nullptr;
+// NVML's handle of each ledger device (a GPU, or a MIG device: see daemon/devices.h).
+std::vector<nvmlDevice_t> tesserad_nvml_handles;
 
 namespace {
 
@@ -75,7 +79,8 @@ int Usage(const std::string& problem) {
                "[--prio-ratio 20-99] [--quota-min MS] [--quota-max MS] [--daemon-loss-timeout MS] "
                "[--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT] [--http-allow-write] "
                "[--gpu-policy GPU:POLICY] [--reconcile-interval 100ms-10s] "
-               "[--over-limit-action log|block|kill] [--container-sockets DIR]\n",
+               "[--over-limit-action log|block|kill] [--container-sockets DIR] "
+               "[--mps [--mps-control PATH] [--mps-dir DIR]]\n",
                problem.c_str());
   return 2;
 }
@@ -86,32 +91,19 @@ tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::st
   auto lib = tessera::DynamicLibrary::Open(nvml_path);
   if (!lib.ok()) return lib.status();
   auto init = lib->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
-  auto count = lib->Resolve<decltype(&nvmlDeviceGetCount_v2)>("nvmlDeviceGetCount_v2");
-  auto handle =
-      lib->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>("nvmlDeviceGetHandleByIndex_v2");
-  auto uuid = lib->Resolve<decltype(&nvmlDeviceGetUUID)>("nvmlDeviceGetUUID");
-  auto name = lib->Resolve<decltype(&nvmlDeviceGetName)>("nvmlDeviceGetName");
-  auto memory = lib->Resolve<decltype(&nvmlDeviceGetMemoryInfo)>("nvmlDeviceGetMemoryInfo");
-  for (const tessera::Status* s : {&init.status(), &count.status(), &handle.status(),
-                                   &uuid.status(), &name.status(), &memory.status()}) {
-    if (!s->ok()) return *s;
-  }
+  if (!init.ok()) return init.status();
   if (nvmlReturn_t r = (*init)(); r != NVML_SUCCESS) {
     return Result<Devices>::Error("nvmlInit_v2 failed with " + std::to_string(r) + " (" +
                                   nvml_path + ")");
   }
-  unsigned int n = 0;
-  if ((*count)(&n) != NVML_SUCCESS) return Result<Devices>::Error("nvmlDeviceGetCount failed");
+  std::vector<std::string> notes;
+  auto managed = tessera::daemon::DiscoverDevices(*lib, &notes);
+  if (!managed.ok()) return managed.status();
+  for (const std::string& note : notes) std::fprintf(stderr, "tesserad: %s\n", note.c_str());
   Devices devices;
-  for (unsigned int i = 0; i < n; ++i) {
-    nvmlDevice_t dev = nullptr;
-    char u[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {}, nm[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
-    nvmlMemory_t mem{};
-    if ((*handle)(i, &dev) != NVML_SUCCESS || (*uuid)(dev, u, sizeof(u)) != NVML_SUCCESS ||
-        (*name)(dev, nm, sizeof(nm)) != NVML_SUCCESS || (*memory)(dev, &mem) != NVML_SUCCESS) {
-      return Result<Devices>::Error("NVML could not describe device " + std::to_string(i));
-    }
-    devices.push_back({u, nm, mem.total});
+  for (const auto& m : *managed) {
+    devices.push_back(m.info);
+    tesserad_nvml_handles.push_back(m.handle);
   }
   tesserad_nvml_library = new tessera::DynamicLibrary(std::move(*lib));
   return devices;
@@ -256,19 +248,17 @@ tessera::daemon::ProcessLister NvmlProcessLister() {
   using ListFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
   auto v3 = tesserad_nvml_library->Resolve<ListFn>("nvmlDeviceGetComputeRunningProcesses_v3");
   auto v2 = tesserad_nvml_library->Resolve<ListFn>("nvmlDeviceGetComputeRunningProcesses_v2");
-  auto handle = tesserad_nvml_library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
-      "nvmlDeviceGetHandleByIndex_v2");
   ListFn list = v3.ok() ? *v3 : v2.ok() ? *v2 : nullptr;
-  if (list == nullptr || !handle.ok()) {
+  if (list == nullptr) {
     return [](int) {
       return Result<List>::Error("NVML has no nvmlDeviceGetComputeRunningProcesses_v3/_v2");
     };
   }
-  return [list, handle = *handle](int device) -> Result<List> {
-    nvmlDevice_t dev = nullptr;
-    if (nvmlReturn_t r = handle(static_cast<unsigned int>(device), &dev); r != NVML_SUCCESS) {
-      return Result<List>::Error("nvmlDeviceGetHandleByIndex_v2 failed with " + std::to_string(r));
+  return [list](int device) -> Result<List> {
+    if (device < 0 || static_cast<size_t>(device) >= tesserad_nvml_handles.size()) {
+      return Result<List>::Error("no NVML handle for device " + std::to_string(device));
     }
+    nvmlDevice_t dev = tesserad_nvml_handles[static_cast<size_t>(device)];
     std::vector<nvmlProcessInfo_t> infos(64);
     for (int attempt = 0; attempt < 4; ++attempt) {
       unsigned int count = static_cast<unsigned int>(infos.size());
@@ -311,6 +301,9 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, tessera::ArbiterPolicy>> gpu_policies;  // --gpu-policy, applied last
   std::chrono::nanoseconds reconcile_interval = std::chrono::seconds(1);
   tessera::config::OverLimitAction over_limit_action = tessera::config::OverLimitAction::kLog;
+  // MPS mode (mps/mps.h): one nvidia-cuda-mps-control per GPU, supervised.
+  bool mps = false, policy_given = false;
+  std::string mps_control = tessera::mps::kDefaultControl, mps_dir = tessera::mps::kDefaultRoot;
 
   // --config first, so every flag on the command line overrides the file whatever their order.
   std::string config_path;
@@ -403,6 +396,7 @@ int main(int argc, char** argv) {
         auto p = tessera::ParseArbiterPolicy(v, "--policy");
         if (!p.ok()) return Usage(p.error());
         config.policy = *p;
+        policy_given = true;
         for (auto& [gpu, o] : gpu_overrides) o.policy.reset();
       } else if (arg == "--max-inst") {
         auto n = tessera::ParseUnsigned(v, "--max-inst", 1, 256);
@@ -461,6 +455,15 @@ int main(int argc, char** argv) {
         }
       }
       if (!known) return Usage("--over-limit-action \"" + text + "\": expected log, block or kill");
+    } else if (arg == "--mps") {
+      mps = true;
+    } else if (arg == "--mps-control" || arg == "--mps-dir") {
+      const char* v = flags.Value();
+      if (v == nullptr || v[0] != '/') {
+        return Usage(arg + " \"" + std::string(v != nullptr ? v : "") +
+                     "\": expected an absolute path");
+      }
+      (arg == "--mps-control" ? mps_control : mps_dir) = v;
     } else if (arg == "--sim") {
       sim = true;
     } else if (arg == "--ephemeral") {
@@ -474,6 +477,11 @@ int main(int argc, char** argv) {
     } else {
       return Usage("unknown argument \"" + arg + "\"");
     }
+  }
+  if (mps && !policy_given) {
+    // MPS runs clients' kernels side by side; slicing GPU time would undo that. Memory isolation
+    // stays (policy 5); an explicit --policy or --gpu-policy still wins.
+    compute_options.defaults.policy = tessera::ArbiterPolicy::kNative;
   }
   std::optional<gid_t> writer_group;
   if (!ctl_group.empty()) {
@@ -562,6 +570,23 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::unique_ptr<tessera::mps::MpsSupervisor> mps_supervisor;
+  if (mps) {
+    tessera::mps::MpsOptions options;
+    options.control = mps_control;
+    options.root = mps_dir;
+    std::vector<tessera::mps::MpsGpu> gpus;
+    for (size_t d = 0; d < devices->size(); ++d) {
+      gpus.push_back({static_cast<int>(d), (*devices)[d].uuid});
+    }
+    auto started = tessera::mps::MpsSupervisor::Start(options, gpus);
+    if (!started.ok()) {
+      std::fprintf(stderr, "tesserad: --mps: %s\n", started.error().c_str());
+      return 1;
+    }
+    mps_supervisor = std::move(*started);
+  }
+
   const std::string version = std::string("tessera ") + TESSERA_VERSION;
   tessera::daemon::DaemonNodeControl node(&registry, compute->get(), version);
   const tessera::ctl::ControlTree tree(&node);
@@ -635,7 +660,10 @@ int main(int argc, char** argv) {
   reconciler.Start();
   if (!container_sockets.empty()) mkdir(container_sockets.c_str(), 0755);
   tessera::daemon::Server server(&registry, *listen_fd, &tree, writer_group, container_sockets);
+  // tessera run (and the device plugin) derive each GPU's MPS pipe directory from this root.
+  if (mps_supervisor) server.set_container_reply_fields({{"mps_root", mps_dir}});
   tessera::Status run = server.Run(g_stop);
+  if (mps_supervisor) mps_supervisor->Stop();
   if (http) http->Stop();
   if (mount) mount->Stop();
   reconciler.Stop();

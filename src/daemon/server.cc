@@ -200,6 +200,8 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
       }
     } else if (request->verb == "CONTAINER") {
       auto set = registry_->SetContainer(*request);
+      if (set.ok())
+        set->fields.insert(container_reply_fields_.begin(), container_reply_fields_.end());
       reply = set.ok() ? FormatMessage(*set) : "ERR " + set.error();
       if (set.ok()) SyncContainerSockets(epoll_fd);
     } else if (request->verb == "STATUS") {

@@ -47,6 +47,10 @@ class Server {
         container_socket_dir_(std::move(container_socket_dir)) {}
   // Runs until `stop` becomes true (checked at least every 100 ms).
   Status Run(const std::atomic<bool>& stop);
+  // Facts of the node added to every successful CONTAINER reply (MPS mode: mps_root=DIR).
+  void set_container_reply_fields(std::map<std::string, std::string> fields) {
+    container_reply_fields_ = std::move(fields);
+  }
 
  private:
   struct Connection {
@@ -72,6 +76,7 @@ class Server {
   std::string container_socket_dir_;
   std::map<int, std::string> container_listeners_;  // listening fd -> container id
   std::map<int, Connection> connections_;
+  std::map<std::string, std::string> container_reply_fields_;
 };
 
 }  // namespace tessera::daemon

@@ -58,8 +58,11 @@ typedef enum nvmlReturn_enum {
 } nvmlReturn_t;
 
 // ---- Handles -----------------------------------------------------------------------------------
-// Opaque; NVML hands out pointers to its own per-device objects.
+// Opaque; NVML hands out pointers to its own per-device objects. A MIG device (a compute instance
+// of a GPU instance) has an nvmlDevice_t of its own.
 typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef struct nvmlGpuInstance_st* nvmlGpuInstance_t;
+typedef struct nvmlComputeInstance_st* nvmlComputeInstance_t;
 
 // ---- Constants ---------------------------------------------------------------------------------
 // Flags for nvmlInitWithFlags.
@@ -148,6 +151,69 @@ typedef struct nvmlPciInfo_st {
   char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];  // "%08X:%02X:%02X.0" form.
 } nvmlPciInfo_t;
 
+// ---- MIG ----------------------------------------------------------------------------------------
+#define NVML_DEVICE_MIG_DISABLE 0x0
+#define NVML_DEVICE_MIG_ENABLE 0x1
+// Engine profile of a compute instance: engines shared within the GPU instance.
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0x0
+// The GPU-instance profile constants (NVML_GPU_INSTANCE_PROFILE_*) and compute-instance profile
+// constants are src/mig/profiles.h's NvmlGpuInstanceProfile and NvmlComputeInstanceProfileFor.
+
+// Where a GPU instance lies: its first memory slice and how many it takes.
+typedef struct nvmlGpuInstancePlacement_st {
+  unsigned int start;
+  unsigned int size;
+} nvmlGpuInstancePlacement_t;
+
+// A GPU-instance profile as the device describes it (v1). `id` is the device's profile ID, which
+// the create and query calls take; memory and SM counts vary by driver.
+typedef struct nvmlGpuInstanceProfileInfo_st {
+  unsigned int id;
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;  // compute slices
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct nvmlGpuInstanceInfo_st {
+  nvmlDevice_t device;  // the parent GPU
+  unsigned int id;
+  unsigned int profileId;
+  nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct nvmlComputeInstancePlacement_st {
+  unsigned int start;
+  unsigned int size;
+} nvmlComputeInstancePlacement_t;
+
+typedef struct nvmlComputeInstanceProfileInfo_st {
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+// As nvmlComputeInstanceGetInfo_v2 fills it (the unversioned call lacks `placement`).
+typedef struct nvmlComputeInstanceInfo_st {
+  nvmlDevice_t device;
+  nvmlGpuInstance_t gpuInstance;
+  unsigned int id;
+  unsigned int profileId;
+  nvmlComputeInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
 // ---- Entry points ------------------------------------------------------------------------------
 // Initialisation and system queries.
 TESSERA_NVML_API nvmlReturn_t nvmlInit(void);  // Legacy; same behaviour as nvmlInit_v2.
@@ -205,6 +271,61 @@ TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(
     nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
     unsigned int* processSamplesCount, unsigned long long lastSeenTimeStamp);
 
+// MIG. Mode (a pending mode applies after a GPU reset on real hardware); GPU-instance profiles,
+// placements and capacity; GPU and compute instances (destroy compute instances first); MIG device
+// handles (nvmlDeviceGetUUID on one gives its MIG- UUID).
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* currentMode,
+                                                   unsigned int* pendingMode);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
+                                                   nvmlReturn_t* activationStatus);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(
+    nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t* info);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    nvmlDevice_t device, unsigned int profileId, nvmlGpuInstancePlacement_t* placements,
+    unsigned int* count);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device,
+                                                                        unsigned int profileId,
+                                                                        unsigned int* count);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceCreateGpuInstance(nvmlDevice_t device,
+                                                          unsigned int profileId,
+                                                          nvmlGpuInstance_t* gpuInstance);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
+    nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t* placement,
+    nvmlGpuInstance_t* gpuInstance);
+TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance);
+// `gpuInstances` must hold the profile's instanceCount entries.
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device, unsigned int profileId,
+                                                        nvmlGpuInstance_t* gpuInstances,
+                                                        unsigned int* count);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id,
+                                                           nvmlGpuInstance_t* gpuInstance);
+TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance,
+                                                     nvmlGpuInstanceInfo_t* info);
+TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+    nvmlComputeInstanceProfileInfo_t* info);
+TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceGetComputeInstanceRemainingCapacity(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, unsigned int* count);
+TESSERA_NVML_API nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t* computeInstance);
+TESSERA_NVML_API nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
+TESSERA_NVML_API nvmlReturn_t
+nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                   nvmlComputeInstance_t* computeInstances, unsigned int* count);
+TESSERA_NVML_API nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance,
+                                                            nvmlComputeInstanceInfo_t* info);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device,
+                                                          unsigned int* isMigDevice);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int* id);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device,
+                                                             unsigned int* count);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
+                                                                  unsigned int index,
+                                                                  nvmlDevice_t* migDevice);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice,
+                                                                           nvmlDevice_t* device);
+
 }  // extern "C"
 
 // ---- ABI pins (x86-64 and aarch64 Linux, LP64) --------------------------------------------------
@@ -243,3 +364,17 @@ static_assert(offsetof(nvmlPciInfo_t, domain) == 16 && offsetof(nvmlPciInfo_t, p
                   offsetof(nvmlPciInfo_t, pciSubSystemId) == 32 &&
                   offsetof(nvmlPciInfo_t, busId) == 36,
               "nvmlPciInfo_t layout");
+
+static_assert(sizeof(nvmlGpuInstancePlacement_t) == 8, "nvmlGpuInstancePlacement_t layout");
+static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48 &&
+                  offsetof(nvmlGpuInstanceProfileInfo_t, sliceCount) == 8 &&
+                  offsetof(nvmlGpuInstanceProfileInfo_t, memorySizeMB) == 40,
+              "nvmlGpuInstanceProfileInfo_t layout");
+static_assert(sizeof(nvmlGpuInstanceInfo_t) == 24 && offsetof(nvmlGpuInstanceInfo_t, id) == 8 &&
+                  offsetof(nvmlGpuInstanceInfo_t, placement) == 16,
+              "nvmlGpuInstanceInfo_t layout");
+static_assert(sizeof(nvmlComputeInstanceProfileInfo_t) == 36, "nvmlComputeInstanceProfileInfo_t");
+static_assert(sizeof(nvmlComputeInstanceInfo_t) == 32 &&
+                  offsetof(nvmlComputeInstanceInfo_t, id) == 16 &&
+                  offsetof(nvmlComputeInstanceInfo_t, placement) == 24,
+              "nvmlComputeInstanceInfo_t layout");

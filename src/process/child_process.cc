@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -184,6 +185,17 @@ std::string BuildDir() {
 std::string UniqueName(const std::string& prefix) {
   static std::atomic<int> counter{0};
   return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+std::pair<int, std::string> RunShell(const std::string& command) {
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 std::vector<std::string> TenantEnv(std::vector<std::string> base, const std::string& socket,

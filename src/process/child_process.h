@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera::process {
@@ -64,6 +65,9 @@ std::string ExecutableDir();
 std::string BuildDir();
 // A name unique to this process and call, for TESSERA_SIM_STATE and socket paths.
 std::string UniqueName(const std::string& prefix);
+// Runs `command` with /bin/sh, waits for it, and returns its exit status (-1 when it did not exit
+// normally or could not start) and everything it wrote to stdout (append 2>&1 for stderr too).
+std::pair<int, std::string> RunShell(const std::string& command);
 // `base` (a test's simgpu variables) plus what a tenant linked against the shim needs: the daemon's
 // socket, simgpu as the real driver and, unless empty, its container.
 std::vector<std::string> TenantEnv(std::vector<std::string> base, const std::string& socket,

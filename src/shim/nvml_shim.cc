@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -77,13 +78,21 @@ nvmlReturn_t Observe(nvmlReturn_t real_status) {
   return NVML_SUCCESS;
 }
 
-// The ledger index of `device` (physical NVML index), or -1 when we do not account it.
+// The ledger index of `device`, found by UUID (a ledger device is a GPU or a MIG device, so NVML's
+// index does not name it), or -1 when we do not account it: the device is not in the ledger, or a
+// GPU in MIG mode (its MIG devices are the ledger's).
 int LedgerIndex(nvmlDevice_t device) {
   auto& t = Tenant();
   if (t.mode.load() != Mode::kEnforcing) return -1;
-  unsigned int index = 0;
-  if (REAL(nvmlDeviceGetIndex)(device, &index) != NVML_SUCCESS) return -1;
-  return static_cast<int>(index) < t.ledger->device_count() ? static_cast<int>(index) : -1;
+  char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+  if (REAL(nvmlDeviceGetUUID)(device, uuid, sizeof(uuid)) != NVML_SUCCESS) return -1;
+  const auto* layout = t.ledger->layout();
+  for (int d = 0; d < t.ledger->device_count(); ++d) {
+    if (std::strncmp(layout->devices[d].uuid, uuid, sizeof(layout->devices[d].uuid)) == 0) {
+      return d;
+    }
+  }
+  return -1;
 }
 
 template <typename Info, typename Fn>

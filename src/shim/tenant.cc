@@ -26,6 +26,7 @@ std::mutex g_init_mu;
 std::string g_socket_path;
 std::string g_hello;              // the HELLO request, kept to re-register after fork
 bool g_restrict_devices = false;  // TESSERA_VISIBLE_DEVICES was given
+bool g_observer = false;          // the NVML shim's registration (NVML is never renumbered)
 
 void AfterForkInChild() {
   // The inherited connection belongs to the parent's registration: drop our copy (the parent
@@ -91,23 +92,35 @@ bool Register(std::string* error) {
   t.generation =
       static_cast<uint32_t>(std::strtoul(message->Get("generation", "0").c_str(), nullptr, 10));
   // The devices this process may see, in its ordinal order, as the daemon resolved them; the real
-  // driver is told the same through CUDA_VISIBLE_DEVICES (by UUID) before its cuInit.
+  // driver is told the same through CUDA_VISIBLE_DEVICES (by UUID) before its cuInit. A MIG device
+  // ("MIG-" UUID) is one the driver enumerates only as the first MIG device of the list (CUDA
+  // 11/12 give a process one MIG device), so later ones are left out here too, and the driver is
+  // always told the list when it holds one: ordinals and ledger devices then agree.
   const std::string visible = message->Get("visible");
   int count = 0;
   std::string uuids;
+  bool mig_listed = false;
   for (size_t pos = 0; !visible.empty() && pos <= visible.size() && count < ledger::kMaxDevices;) {
     size_t comma = visible.find(',', pos);
     if (comma == std::string::npos) comma = visible.size();
     const int p = std::atoi(visible.substr(pos, comma - pos).c_str());
-    if (p >= 0 && p < t.ledger->device_count()) {
-      t.physical[count++] = p;
-      uuids += (uuids.empty() ? "" : ",") + std::string(t.ledger->layout()->devices[p].uuid);
-    }
     pos = comma + 1;
+    if (p < 0 || p >= t.ledger->device_count()) continue;
+    const std::string uuid(
+        t.ledger->layout()->devices[p].uuid,
+        strnlen(t.ledger->layout()->devices[p].uuid, sizeof(t.ledger->layout()->devices[p].uuid)));
+    if (uuid.rfind("MIG-", 0) == 0) {
+      if (mig_listed) continue;
+      mig_listed = true;
+    }
+    t.physical[count++] = p;
+    uuids += (uuids.empty() ? "" : ",") + uuid;
   }
   t.visible_count = count;
   t.context_bytes = std::strtoull(message->Get("context_bytes", "0").c_str(), nullptr, 10);
-  if (g_restrict_devices) setenv("CUDA_VISIBLE_DEVICES", uuids.c_str(), 1);
+  if (g_restrict_devices || (mig_listed && !g_observer)) {
+    setenv("CUDA_VISIBLE_DEVICES", uuids.c_str(), 1);
+  }
   t.socket_fd = *fd;
   if (message->Get("process") != "none") {
     StartDaemonWatcher();
@@ -236,6 +249,7 @@ CUresult InitialiseTenant(bool observer) {
   daemon::Message hello{"HELLO", {{"version", std::to_string(daemon::kProtocolVersion)}}};
   if (config->container_id.is_set()) hello.fields["container"] = config->container_id.value;
   if (observer) hello.fields["observer"] = "1";
+  g_observer = observer;
   if (config->visible_devices.is_set() && !config->visible_devices.value.all) {
     hello.fields["visible"] = config->visible_devices.value.ToString();
     g_restrict_devices = !observer;  // NVML is never renumbered, only the driver

@@ -87,7 +87,7 @@ CUctx_st* CurrentCtx() {
 }
 
 void MarkContextOnDevice(int device) {
-  if (auto* p = State()->process()) p->context_mask.fetch_or(1u << device);
+  if (auto* p = State()->process()) p->context_mask.fetch_or(1ull << device);
 }
 
 CUstream_st* NewStream(CUctx_st* ctx, unsigned flags, bool legacy, bool per_thread) {
@@ -153,14 +153,44 @@ int Ordinal(int physical) {
   return -1;
 }
 
+// The MIG device CUDA enumerates for MIG-mode GPU `gpu` when it is named without an instance (by
+// index or GPU- UUID, or with CUDA_VISIBLE_DEVICES unset): the one at the lowest start slot.
+int FirstMigDevice(int gpu) {
+  int best = -1;
+  for (int k = 0; k < tessera::sim::kMigSlotsPerGpu; ++k) {
+    const int slot = tessera::sim::MigSlot(gpu, k);
+    if (!State()->MigDeviceReady(slot)) continue;
+    if (best < 0 || State()->device(slot).mig_start < State()->device(best).mig_start) best = slot;
+  }
+  return best;
+}
+
 // Parses CUDA_VISIBLE_DEVICES as the driver does: indices or UUIDs (or a unique UUID prefix),
 // comma separated; enumeration stops at the first entry that names no device or repeats one.
+// MIG: a GPU in MIG mode is never a CUDA device itself; a MIG- UUID names one of its MIG devices,
+// and a process enumerates at most one MIG device (CUDA 11/12's rule): later MIG entries are
+// skipped. The result holds device slots (a GPU's index, or a MIG instance's slot).
 std::vector<int> VisibleDevices() {
   const int n = State()->device_count();
   std::vector<int> out;
+  bool mig_taken = false;
+  // Adds device slot `d` (or for a MIG-mode GPU its first MIG device); false ends enumeration.
+  auto add = [&](int d) {
+    if (d >= 0 && d < n && State()->MigEnabled(d)) d = FirstMigDevice(d);
+    if (d < 0 || std::find(out.begin(), out.end(), d) != out.end()) return false;
+    if (d >= tessera::sim::kMaxGpus) {
+      if (mig_taken) return true;
+      mig_taken = true;
+    }
+    out.push_back(d);
+    return true;
+  };
   const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
   if (env == nullptr) {
-    for (int d = 0; d < n; ++d) out.push_back(d);
+    for (int d = 0; d < n; ++d) {
+      if (State()->MigEnabled(d) && (mig_taken || FirstMigDevice(d) < 0)) continue;
+      add(d);
+    }
     return out;
   }
   const std::string text(env);
@@ -176,8 +206,11 @@ std::vector<int> VisibleDevices() {
     if (!item.empty() && std::all_of(item.begin(), item.end(), ::isdigit) && item.size() < 4) {
       const int idx = std::atoi(item.c_str());
       if (idx < n) found = idx;
-    } else if (item.rfind("GPU-", 0) == 0) {
-      for (int d = 0; d < n; ++d) {
+    } else if (item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0) {
+      const bool mig = item[0] == 'M';
+      for (int d = mig ? tessera::sim::kMaxGpus : 0; d < (mig ? tessera::sim::kMaxDevices : n);
+           ++d) {
+        if (mig && !State()->MigDeviceReady(d)) continue;
         if (std::strncmp(State()->device(d).uuid, item.c_str(), item.size()) == 0) {
           if (found >= 0) {
             found = -1;  // ambiguous prefix
@@ -187,11 +220,16 @@ std::vector<int> VisibleDevices() {
         }
       }
     }
-    if (found < 0 || std::find(out.begin(), out.end(), found) != out.end()) break;
-    out.push_back(found);
+    if (!add(found)) break;
     if (comma == text.size()) break;
   }
   return out;
+}
+
+// The PCI bus a device slot answers with: a MIG device's is its GPU's.
+int BusOf(int slot) {
+  const int parent = State()->device(slot).mig_parent;
+  return 0x10 + (slot >= tessera::sim::kMaxGpus && parent >= 0 ? parent : slot);
 }
 
 // Resolves a stream handle; NULL means the legacy stream, or the per-thread one for _ptsz calls.
@@ -530,7 +568,7 @@ CUmemPoolHandle_st* NewPool(Runtime& rt, int device, bool is_default) {
 }
 
 void EnsureDevicePools(Runtime& rt) {
-  const int n = State()->device_count();
+  const int n = tessera::sim::kMaxDevices;  // GPUs and MIG device slots
   if (static_cast<int>(rt.default_pool.size()) == n) return;
   rt.default_pool.resize(n, nullptr);
   rt.current_pool.resize(n, nullptr);
@@ -879,7 +917,7 @@ CUresult cuInit(unsigned int flags) {
   Lock lock(Rt().mu);
   Rt().initialized = true;
   Rt().visible = VisibleDevices();
-  Rt().primary.resize(State()->device_count(), nullptr);
+  Rt().primary.resize(tessera::sim::kMaxDevices, nullptr);
   EnsureDevicePools(Rt());
   return CUDA_SUCCESS;
 }
@@ -960,7 +998,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   dev = Phys(dev);
-  const char* text = State()->device(dev).uuid + 4;  // skip "GPU-"
+  const char* text = State()->device(dev).uuid + 4;  // skip "GPU-" (or "MIG-")
   int n = 0;
   for (const char* p = text; *p != '\0' && n < 16; ++p) {
     if (*p == '-') continue;
@@ -1021,7 +1059,7 @@ CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev) 
       *pi = 0;
       break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
-      *pi = 0x10 + dev;
+      *pi = BusOf(dev);
       break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
       *pi = static_cast<int>(tessera::sim::kPitchAlignment);
@@ -1052,7 +1090,7 @@ CUresult cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice dev) {
   if (bus_id == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   dev = Phys(dev);
-  std::snprintf(bus_id, static_cast<size_t>(len), "00000000:%02X:00.0", 0x10 + dev);
+  std::snprintf(bus_id, static_cast<size_t>(len), "00000000:%02X:00.0", BusOf(dev));
   return CUDA_SUCCESS;
 }
 

@@ -7,36 +7,41 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
+#include "simgpu/nvml_internal.h"
 #include "simgpu/runtime.h"
 
 struct nvmlDevice_st {
-  int index;
+  int unused;  // a handle is its address; the slot is its offset in g_devices
 };
 
+namespace tessera::sim::nvml {
+
 namespace {
-
-using tessera::sim::State;
-
-nvmlDevice_st g_devices[tessera::sim::kMaxDevices] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
+nvmlDevice_st g_devices[kMaxDevices];
 std::mutex g_nvml_mu;
 int g_init_count = 0;
+}  // namespace
 
 bool Initialised() {
   std::lock_guard<std::mutex> lock(g_nvml_mu);
   return g_init_count > 0 && State() != nullptr;
 }
 
-int DeviceIndex(nvmlDevice_t device) {
-  if (device < &g_devices[0] || device >= &g_devices[tessera::sim::kMaxDevices]) return -1;
-  const int index = device->index;
-  return index < State()->device_count() ? index : -1;
+nvmlDevice_t Handle(int slot) { return &g_devices[slot]; }
+
+int Slot(nvmlDevice_t device) {
+  if (device < &g_devices[0] || device >= &g_devices[kMaxDevices]) return -1;
+  return static_cast<int>(device - &g_devices[0]);
 }
 
-#define NVML_REQUIRE_DEVICE(device, index)             \
-  if (!Initialised()) return NVML_ERROR_UNINITIALIZED; \
-  const int index = DeviceIndex(device);               \
-  if (index < 0) return NVML_ERROR_INVALID_ARGUMENT
+int DeviceIndex(nvmlDevice_t device) {
+  const int slot = Slot(device);
+  if (slot < 0) return -1;
+  if (slot < kMaxGpus) return slot < State()->device_count() ? slot : -1;
+  return State()->MigDeviceReady(slot) ? slot : -1;
+}
 
 nvmlReturn_t CopyString(const char* text, char* out, unsigned int length) {
   if (out == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
@@ -45,25 +50,57 @@ nvmlReturn_t CopyString(const char* text, char* out, unsigned int length) {
   return NVML_SUCCESS;
 }
 
-// Fills `infos` with the processes holding memory or a context on `d`.
+unsigned int GpuInstanceId(int slot) {
+  return static_cast<unsigned int>((slot - kMaxGpus) % kMigSlotsPerGpu + 1);
+}
+
+}  // namespace tessera::sim::nvml
+
+namespace {
+
+using tessera::sim::State;
+using tessera::sim::nvml::CopyString;
+using tessera::sim::nvml::DeviceIndex;
+using tessera::sim::nvml::Initialised;
+
+// Fills `infos` with the processes holding memory or a context on `d`. On a GPU in MIG mode: the
+// processes on each of its instances, with the instance's GPU and compute instance IDs (a
+// process on two instances is listed once per instance, as NVML does).
 template <typename Info>
 nvmlReturn_t RunningProcesses(int d, unsigned int* count, Info* infos) {
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   State()->ReapDead();
+  std::vector<int> slots;
+  if (d < tessera::sim::kMaxGpus && State()->MigEnabled(d)) {
+    for (int k = 0; k < tessera::sim::kMigSlotsPerGpu; ++k) {
+      if (State()->MigDeviceReady(tessera::sim::MigSlot(d, k))) {
+        slots.push_back(tessera::sim::MigSlot(d, k));
+      }
+    }
+  } else {
+    slots.push_back(d);
+  }
   unsigned int n = 0;
   const unsigned int capacity = infos == nullptr ? 0 : *count;
-  for (int i = 0; i < tessera::sim::kMaxProcesses; ++i) {
-    const tessera::sim::SimProcess& p = State()->layout()->processes[i];
-    if (p.state.load() != tessera::sim::kSlotLive) continue;
-    const uint64_t used = p.used_bytes[d].load();
-    if (used == 0 && (p.context_mask.load() & (1u << d)) == 0) continue;
-    if (n < capacity) {
-      Info info{};
-      info.pid = static_cast<unsigned int>(p.pid.load());
-      info.usedGpuMemory = used;
-      infos[n] = info;
+  for (int slot : slots) {
+    for (int i = 0; i < tessera::sim::kMaxProcesses; ++i) {
+      const tessera::sim::SimProcess& p = State()->layout()->processes[i];
+      if (p.state.load() != tessera::sim::kSlotLive) continue;
+      const uint64_t used = p.used_bytes[slot].load();
+      if (used == 0 && (p.context_mask.load() & (1ull << slot)) == 0) continue;
+      if (n < capacity) {
+        Info info{};
+        info.pid = static_cast<unsigned int>(p.pid.load());
+        info.usedGpuMemory = used;
+        if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
+          const bool mig = slot >= tessera::sim::kMaxGpus;
+          info.gpuInstanceId = mig ? tessera::sim::nvml::GpuInstanceId(slot) : 0xFFFFFFFFu;
+          info.computeInstanceId = mig ? 0 : 0xFFFFFFFFu;
+        }
+        infos[n] = info;
+      }
+      ++n;
     }
-    ++n;
   }
   const bool fits = n <= capacity;
   *count = n;
@@ -78,6 +115,8 @@ nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
 nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+  using tessera::sim::nvml::g_init_count;
+  using tessera::sim::nvml::g_nvml_mu;
   if (flags & ~(NVML_INIT_FLAG_NO_GPUS | NVML_INIT_FLAG_NO_ATTACH)) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
@@ -88,6 +127,8 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
 }
 
 nvmlReturn_t nvmlShutdown(void) {
+  using tessera::sim::nvml::g_init_count;
+  using tessera::sim::nvml::g_nvml_mu;
   std::lock_guard<std::mutex> lock(g_nvml_mu);
   if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
   --g_init_count;
@@ -110,6 +151,10 @@ const char* nvmlErrorString(nvmlReturn_t result) {
       return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED:
       return "Driver Not Loaded";
+    case NVML_ERROR_IN_USE:
+      return "In use by another client";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES:
+      return "Insufficient resources";
     default:
       return "Unknown Error";
   }
@@ -147,7 +192,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* dev
   if (device == nullptr || index >= static_cast<unsigned int>(State()->device_count())) {
     return NVML_ERROR_INVALID_ARGUMENT;
   }
-  *device = &g_devices[index];
+  *device = tessera::sim::nvml::Handle(static_cast<int>(index));
   return NVML_SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device) {
@@ -157,9 +202,10 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
   if (!Initialised()) return NVML_ERROR_UNINITIALIZED;
   if (uuid == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  for (int d = 0; d < State()->device_count(); ++d) {
+  for (int d = 0; d < tessera::sim::kMaxDevices; ++d) {
+    if (d >= State()->device_count() && !State()->MigDeviceReady(d)) continue;
     if (std::strcmp(State()->device(d).uuid, uuid) == 0) {
-      *device = &g_devices[d];
+      *device = tessera::sim::nvml::Handle(d);
       return NVML_SUCCESS;
     }
   }
@@ -169,6 +215,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
   NVML_REQUIRE_DEVICE(device, d);
   if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (d >= tessera::sim::kMaxGpus) return NVML_ERROR_NOT_SUPPORTED;  // a MIG device has no index
   *index = static_cast<unsigned int>(d);
   return NVML_SUCCESS;
 }
@@ -215,7 +262,14 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) 
   if (memory == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   State()->ReapDead();
   const tessera::sim::SimDevice& dev = State()->device(d);
-  const uint64_t used = std::min<uint64_t>(dev.used_bytes.load(), dev.total_bytes);
+  uint64_t used = dev.used_bytes.load();
+  if (d < tessera::sim::kMaxGpus && State()->MigModel(d) != nullptr) {
+    // A MIG GPU's memory is its instances' (a GPU in MIG mode runs nothing itself).
+    for (int k = 0; k < tessera::sim::kMigSlotsPerGpu; ++k) {
+      used += State()->device(tessera::sim::MigSlot(d, k)).used_bytes.load();
+    }
+  }
+  used = std::min<uint64_t>(used, dev.total_bytes);
   memory->total = dev.total_bytes;
   memory->used = used;
   memory->free = dev.total_bytes - used;
@@ -238,6 +292,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* util) {
   NVML_REQUIRE_DEVICE(device, d);
   if (util == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (d < tessera::sim::kMaxGpus && State()->MigEnabled(d)) return NVML_ERROR_NOT_SUPPORTED;
   util->gpu = static_cast<unsigned int>(State()->DeviceBusyFraction(d, 1'000'000'000) * 100 + 0.5);
   util->memory = 0;
   return NVML_SUCCESS;
@@ -285,7 +340,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
   for (int i = 0; i < tessera::sim::kMaxProcesses; ++i) {
     const tessera::sim::SimProcess& p = State()->layout()->processes[i];
     if (p.state.load() != tessera::sim::kSlotLive) continue;
-    if ((p.context_mask.load() & (1u << d)) == 0 && p.used_bytes[d].load() == 0) continue;
+    if ((p.context_mask.load() & (1ull << d)) == 0 && p.used_bytes[d].load() == 0) continue;
     if (n < capacity) {
       nvmlProcessUtilizationSample_t s{};
       s.pid = static_cast<unsigned int>(p.pid.load());

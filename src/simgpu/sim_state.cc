@@ -66,18 +66,40 @@ double BusyFraction(const BusyBucket* ring, int ring_size, uint64_t bucket_ns, u
   return window_ns == 0 ? 0.0 : std::min(1.0, static_cast<double>(busy) / window_ns);
 }
 
-void MakeUuid(int index, const std::string& state_name, char* out, size_t out_size) {
-  // Deterministic per (state, index) so every process of a simulation agrees, distinct across
-  // simulations. FNV-1a over the name, then the index.
+void MakeUuid(const char* prefix, int index, uint32_t generation, const std::string& state_name,
+              char* out, size_t out_size) {
+  // Deterministic per (state, index, generation) so every process of a simulation agrees,
+  // distinct across simulations and across the lives of a MIG instance slot. FNV-1a over the
+  // name, then the index and generation.
   uint64_t h = 1469598103934665603ull;
   for (char c : state_name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  const uint64_t a = h ^ (0x9e3779b97f4a7c15ull * (index + 1));
+  if (generation != 0) {  // splitmix64 of the generation, so lives of one slot differ widely
+    uint64_t z = h + generation * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    h = z ^ (z >> 31);
+  }
+  const uint64_t a = h ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(index + 1));
   const uint64_t b = (a * 6364136223846793005ull) + 1442695040888963407ull;
-  std::snprintf(out, out_size, "GPU-%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
-                static_cast<unsigned>((a >> 16) & 0xffff),
+  std::snprintf(out, out_size, "%s-%08x-%04x-%04x-%04x-%012llx", prefix,
+                static_cast<unsigned>(a >> 32), static_cast<unsigned>((a >> 16) & 0xffff),
                 static_cast<unsigned>(0x4000 | (a & 0x0fff)),
                 static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
                 static_cast<unsigned long long>(b & 0xffffffffffffull));
+}
+
+// Gives back the memory and compute slices (and the media extensions) of an instance of `p` at
+// `start` on GPU `g`.
+void ReleaseMigSlices(SimDevice& g, const mig::MigProfile& p, int start) {
+  const uint64_t bits = ((1ull << p.memory_slices) - 1) << start;
+  uint64_t c = g.mig_slices.load(std::memory_order_acquire);
+  for (;;) {
+    const uint64_t compute =
+        ((c >> kMigComputeShift) & 0xff) - static_cast<uint64_t>(p.compute_slices);
+    const uint64_t next = ((c & 0xff) & ~bits) | (compute << kMigComputeShift) |
+                          (p.media_extensions ? 0 : (c & kMigMediaBit));
+    if (g.mig_slices.compare_exchange_weak(c, next, std::memory_order_acq_rel)) return;
+  }
 }
 
 }  // namespace
@@ -144,7 +166,8 @@ bool ProcessAlive(int32_t pid, uint64_t start_ticks) {
 Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text) {
   std::vector<SimDeviceConfig> out;
   const std::string_view allowed =
-      "expected a comma list of NAME:MEMORY[:SMS], e.g. SimA100:40GiB:108,SimA100:40GiB:108";
+      "expected a comma list of NAME:MEMORY[:SMS][:mig=MODEL], e.g. "
+      "SimA100:40GiB:108,SimH100:80GiB:132:mig=H100-80GB";
   if (text == nullptr || *text == '\0') {
     out.push_back({"SimGPU", 16ull << 30, 80});
     return out;
@@ -173,17 +196,36 @@ Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text) {
         return fail("device name \"" + dev.name + "\" has a character other than [A-Za-z0-9 ._-]");
       }
     }
-    const size_t c2 = item.find(':', c1 + 1);
-    const std::string mem =
-        item.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
-    auto bytes = ParseBytes(mem, "TESSERA_SIM_GPUS memory of " + dev.name);
+    // The fields after the name: MEMORY, then optionally SMS, then optionally mig=MODEL.
+    std::vector<std::string> fields;
+    for (size_t f = c1 + 1;;) {
+      const size_t next = item.find(':', f);
+      fields.push_back(item.substr(f, next == std::string::npos ? std::string::npos : next - f));
+      if (next == std::string::npos) break;
+      f = next + 1;
+    }
+    auto bytes = ParseBytes(fields[0], "TESSERA_SIM_GPUS memory of " + dev.name);
     if (!bytes.ok()) return fail(bytes.error());
     dev.total_bytes = bytes->count();
     if (dev.total_bytes < (64ull << 20) || dev.total_bytes > (1ull << 44)) {
       return fail("memory of " + dev.name + " must be between 64MiB and 16TiB");
     }
-    if (c2 != std::string::npos) {
-      const std::string sms = item.substr(c2 + 1);
+    for (size_t f = 1; f < fields.size(); ++f) {
+      const std::string& field = fields[f];
+      if (field.rfind("mig=", 0) == 0) {
+        if (f + 1 != fields.size()) {
+          return fail("mig=MODEL must be the last field of " + dev.name);
+        }
+        auto model = mig::FindGpuModel(field.substr(4), "mig");
+        if (!model.ok()) return fail("device " + dev.name + ": " + model.error());
+        dev.mig_model = static_cast<int>(*model - mig::GpuModels().data());
+        continue;
+      }
+      if (f != 1) {
+        return fail("field \"" + field + "\" of " + dev.name +
+                    " is neither the SM count (the third field) nor mig=MODEL");
+      }
+      const std::string& sms = field;
       char* end = nullptr;
       errno = 0;
       const unsigned long v = std::strtoul(sms.c_str(), &end, 10);
@@ -196,8 +238,8 @@ Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text) {
     out.push_back(dev);
     if (comma == all.size()) break;
   }
-  if (out.size() > static_cast<size_t>(kMaxDevices)) {
-    return fail("at most " + std::to_string(kMaxDevices) + " devices are simulated");
+  if (out.size() > static_cast<size_t>(kMaxGpus)) {
+    return fail("at most " + std::to_string(kMaxGpus) + " devices are simulated");
   }
   return out;
 }
@@ -281,10 +323,16 @@ Result<SimState*> SimState::Attach() {
       for (size_t i = 0; i < configs->size(); ++i) {
         SimDevice& d = layout->devices[i];
         std::snprintf(d.name, sizeof(d.name), "%s", (*configs)[i].name.c_str());
-        MakeUuid(static_cast<int>(i), *name, d.uuid, sizeof(d.uuid));
+        MakeUuid("GPU", static_cast<int>(i), 0, *name, d.uuid, sizeof(d.uuid));
         d.total_bytes = (*configs)[i].total_bytes;
         d.sm_count = (*configs)[i].sm_count;
+        d.mig_parent = -1;
+        if ((*configs)[i].mig_model >= 0) {
+          d.mig_model = static_cast<uint32_t>((*configs)[i].mig_model + 1);
+          d.mig_state.store(1);  // MIG mode on
+        }
       }
+      for (int slot = kMaxGpus; slot < kMaxDevices; ++slot) layout->devices[slot].mig_parent = -1;
       layout->ready.store(1, std::memory_order_release);
     } else {
       while (layout->ready.load(std::memory_order_acquire) == 0 && MonotonicNs() < deadline) {
@@ -309,7 +357,7 @@ Result<SimState*> SimState::Attach() {
                                         "TESSERA_SIM_STATE");
       }
     }
-    return new SimState(layout);
+    return new SimState(layout, *name);
   }
   return Result<SimState*>::Error("simgpu: could not create shared state " + *name);
 }
@@ -357,7 +405,7 @@ void SimState::ReapSlot(int index) {
   SimProcess& p = layout_->processes[index];
   for (int d = 0; d < kMaxDevices; ++d) {
     const uint64_t held = p.used_bytes[d].exchange(0);
-    if (held != 0 && d < static_cast<int>(layout_->device_count)) {
+    if (held != 0) {
       // Saturating subtraction: the device counter never wraps below zero.
       uint64_t cur = layout_->devices[d].used_bytes.load();
       while (
@@ -437,6 +485,175 @@ uint64_t SimState::BookKernel(int d, uint64_t earliest_ns, uint64_t duration_ns,
   }
   if (start_ns != nullptr) *start_ns = start;
   return end;
+}
+
+// ---- MIG
+// ------------------------------------------------------------------------------------------
+
+bool SimState::MigDeviceReady(int d) const {
+  return d >= kMaxGpus && d < kMaxDevices &&
+         layout_->devices[d].mig_state.load(std::memory_order_acquire) == kMigReady;
+}
+
+const mig::GpuModel* SimState::MigModel(int gpu) const {
+  if (gpu < 0 || gpu >= device_count()) return nullptr;
+  const uint32_t m = layout_->devices[gpu].mig_model;
+  if (m == 0 || m > mig::GpuModels().size()) return nullptr;
+  return &mig::GpuModels()[m - 1];
+}
+
+bool SimState::MigEnabled(int gpu) const {
+  return MigModel(gpu) != nullptr && layout_->devices[gpu].mig_state.load() == 1;
+}
+
+int SimState::ProcessesOn(int d) const {
+  int n = 0;
+  for (const SimProcess& p : layout_->processes) {
+    if (p.state.load(std::memory_order_acquire) != kSlotLive) continue;
+    if (p.used_bytes[d].load() != 0 || (p.context_mask.load() >> d) & 1u) ++n;
+  }
+  return n;
+}
+
+int SimState::CreateGpuInstance(int gpu, int profile_index, int start, MigRefusal* why) {
+  *why = MigRefusal::kNone;
+  const mig::GpuModel* model = MigModel(gpu);
+  if (model == nullptr || !MigEnabled(gpu) || profile_index < 0 ||
+      profile_index >= model->profile_count) {
+    *why = MigRefusal::kNotMig;
+    return -1;
+  }
+  const mig::MigProfile& p = model->profiles[profile_index];
+  if (start >= 0 && (start >= model->memory_slices || ((p.start_mask >> start) & 1u) == 0 ||
+                     start + p.memory_slices > model->memory_slices)) {
+    *why = MigRefusal::kBadPlacement;
+    return -1;
+  }
+  // Reserve the slices: one CAS on the GPU's word, so two creators never overlap.
+  SimDevice& g = layout_->devices[gpu];
+  uint64_t cur = g.mig_slices.load(std::memory_order_acquire);
+  int chosen = -1;
+  for (;;) {
+    const uint64_t used = cur & 0xff;
+    const uint64_t compute = (cur >> kMigComputeShift) & 0xff;
+    const bool media = (cur & kMigMediaBit) != 0;
+    chosen = -1;
+    for (int s = start >= 0 ? start : 0; s < model->memory_slices; ++s) {
+      const uint64_t bits = ((1ull << p.memory_slices) - 1) << s;
+      const bool fits = ((p.start_mask >> s) & 1u) != 0 &&
+                        s + p.memory_slices <= model->memory_slices && (used & bits) == 0 &&
+                        compute + static_cast<uint64_t>(p.compute_slices) <=
+                            static_cast<uint64_t>(model->compute_slices) &&
+                        !(media && p.media_extensions);
+      if (fits) {
+        chosen = s;
+        break;
+      }
+      if (start >= 0) break;
+    }
+    if (chosen < 0) {
+      *why = MigRefusal::kNoSpace;
+      return -1;
+    }
+    const uint64_t next =
+        (used | (((1ull << p.memory_slices) - 1) << chosen)) |
+        ((compute + static_cast<uint64_t>(p.compute_slices)) << kMigComputeShift) |
+        (media || p.media_extensions ? kMigMediaBit : 0);
+    if (g.mig_slices.compare_exchange_weak(cur, next, std::memory_order_acq_rel)) break;
+  }
+  // A slot: instances hold their slot only while they hold slices (claimed after, freed before),
+  // and there are never more instances than slots, so one is free.
+  for (int k = 0; k < kMigSlotsPerGpu; ++k) {
+    const int slot = MigSlot(gpu, k);
+    SimDevice& d = layout_->devices[slot];
+    uint32_t expected = kMigFree;
+    if (!d.mig_state.compare_exchange_strong(expected, kMigCreating, std::memory_order_acq_rel)) {
+      continue;
+    }
+    d.mig_parent = gpu;
+    d.mig_model = g.mig_model;
+    d.mig_profile = static_cast<uint32_t>(profile_index);
+    d.mig_start = static_cast<uint32_t>(chosen);
+    std::snprintf(d.name, sizeof(d.name), "%s MIG %.*s", g.name, static_cast<int>(p.name.size()),
+                  p.name.data());
+    d.uuid[0] = '\0';
+    const uint64_t share = g.total_bytes / static_cast<uint64_t>(model->memory_slices) *
+                           static_cast<uint64_t>(p.memory_slices);
+    d.total_bytes = share / (2ull << 20) * (2ull << 20);
+    d.sm_count = std::max<uint32_t>(1, g.sm_count * static_cast<uint32_t>(p.compute_slices) /
+                                           static_cast<uint32_t>(model->compute_slices));
+    d.used_bytes.store(0);
+    d.busy_until_ns.store(0);
+    d.kernels.store(0);
+    d.busy_ns_total.store(0);
+    for (BusyBucket& b : d.busy) {
+      b.epoch.store(0);
+      b.busy_ns.store(0);
+    }
+    d.mig_state.store(kMigGpuInstance, std::memory_order_release);
+    return slot;
+  }
+  // Unreachable by the argument above; give the slices back rather than leak them.
+  ReleaseMigSlices(g, p, chosen);
+  *why = MigRefusal::kNoSpace;
+  return -1;
+}
+
+SimState::MigRefusal SimState::DestroyGpuInstance(int slot) {
+  if (slot < kMaxGpus || slot >= kMaxDevices) return MigRefusal::kWrongState;
+  SimDevice& d = layout_->devices[slot];
+  uint32_t expected = kMigGpuInstance;
+  if (!d.mig_state.compare_exchange_strong(expected, kMigBusy, std::memory_order_acq_rel)) {
+    return expected == kMigReady ? MigRefusal::kInUse : MigRefusal::kWrongState;
+  }
+  const int gpu = d.mig_parent;
+  const mig::GpuModel* model = MigModel(gpu);
+  const mig::MigProfile& p = model->profiles[d.mig_profile];
+  d.name[0] = '\0';
+  d.mig_parent = -1;
+  d.mig_generation.fetch_add(1);
+  d.mig_state.store(kMigFree, std::memory_order_release);  // the slot first, then the slices
+  ReleaseMigSlices(layout_->devices[gpu], p, static_cast<int>(d.mig_start));
+  return MigRefusal::kNone;
+}
+
+SimState::MigRefusal SimState::CreateComputeInstance(int slot) {
+  if (slot < kMaxGpus || slot >= kMaxDevices) return MigRefusal::kWrongState;
+  SimDevice& d = layout_->devices[slot];
+  uint32_t expected = kMigGpuInstance;
+  if (!d.mig_state.compare_exchange_strong(expected, kMigBusy, std::memory_order_acq_rel)) {
+    return expected == kMigReady ? MigRefusal::kNoSpace : MigRefusal::kWrongState;
+  }
+  MakeUuid("MIG", slot, d.mig_generation.load() + 1, object_name_, d.uuid, sizeof(d.uuid));
+  d.mig_state.store(kMigReady, std::memory_order_release);
+  return MigRefusal::kNone;
+}
+
+SimState::MigRefusal SimState::DestroyComputeInstance(int slot) {
+  if (slot < kMaxGpus || slot >= kMaxDevices) return MigRefusal::kWrongState;
+  SimDevice& d = layout_->devices[slot];
+  uint32_t expected = kMigReady;
+  if (!d.mig_state.compare_exchange_strong(expected, kMigBusy, std::memory_order_acq_rel)) {
+    return MigRefusal::kWrongState;
+  }
+  ReapDead();
+  if (ProcessesOn(slot) > 0) {
+    d.mig_state.store(kMigReady, std::memory_order_release);
+    return MigRefusal::kInUse;
+  }
+  d.uuid[0] = '\0';
+  d.mig_state.store(kMigGpuInstance, std::memory_order_release);
+  return MigRefusal::kNone;
+}
+
+SimState::MigRefusal SimState::SetMigMode(int gpu, bool on) {
+  if (MigModel(gpu) == nullptr) return MigRefusal::kNotMig;
+  ReapDead();
+  SimDevice& g = layout_->devices[gpu];
+  if (MigEnabled(gpu) == on) return MigRefusal::kNone;
+  if (on ? ProcessesOn(gpu) > 0 : (g.mig_slices.load() != 0)) return MigRefusal::kInUse;
+  g.mig_state.store(on ? 1 : 0, std::memory_order_release);
+  return MigRefusal::kNone;
 }
 
 double SimState::DeviceBusyFraction(int d, uint64_t window_ns) const {

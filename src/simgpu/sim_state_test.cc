@@ -65,6 +65,39 @@ TEST(ParseSimGpusTest, RejectsBadInputNamingVariableAndValue) {
               HasSubstr("longer than 63"));
 }
 
+// The MIG option (issue 19): `mig=MODEL` as the last field, after the optional SM count. Every
+// string of the old syntax keeps its meaning (the tests above).
+TEST(ParseSimGpusTest, MigOptionNamesAModel) {
+  auto gpus = ParseSimGpus("SimH:80GiB:132:mig=H100-80GB,SimA:40GiB:mig=a100-40gb,Plain:8GiB");
+  ASSERT_TRUE(gpus.ok()) << gpus.error();
+  ASSERT_EQ(gpus->size(), 3u);
+  EXPECT_EQ(mig::GpuModels()[static_cast<size_t>((*gpus)[0].mig_model)].name, "H100-80GB");
+  EXPECT_EQ((*gpus)[0].sm_count, 132u);
+  EXPECT_EQ(mig::GpuModels()[static_cast<size_t>((*gpus)[1].mig_model)].name, "A100-40GB");
+  EXPECT_EQ((*gpus)[1].sm_count, 80u);
+  EXPECT_EQ((*gpus)[2].mig_model, -1);
+}
+
+TEST(ParseSimGpusTest, MigOptionErrorsNameTheValueAndWhatIsAllowed) {
+  auto unknown = ParseSimGpus("SimV:16GiB:mig=V100");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(
+      unknown.error(),
+      "TESSERA_SIM_GPUS=\"SimV:16GiB:mig=V100\": device SimV: mig=\"V100\": not a "
+      "MIG-capable GPU model we know; expected one of A30, A100-40GB, A100-80GB, H100-80GB, "
+      "H100-94GB, H100-96GB, H200-141GB, B200; expected a comma list of "
+      "NAME:MEMORY[:SMS][:mig=MODEL], e.g. SimA100:40GiB:108,SimH100:80GiB:132:mig=H100-80GB");
+  auto not_last = ParseSimGpus("SimH:80GiB:mig=H100-80GB:132");
+  ASSERT_FALSE(not_last.ok());
+  EXPECT_THAT(not_last.error(), HasSubstr("mig=MODEL must be the last field of SimH"));
+  auto junk = ParseSimGpus("SimH:80GiB:132:fast");
+  ASSERT_FALSE(junk.ok());
+  EXPECT_THAT(junk.error(),
+              HasSubstr("field \"fast\" of SimH is neither the SM count (the third field) nor "
+                        "mig=MODEL"));
+  EXPECT_FALSE(ParseSimGpus("SimH:80GiB:mig=").ok());
+}
+
 TEST(SimStateObjectNameTest, ValidatesTheName) {
   EXPECT_EQ(*SimStateObjectName("demo-1.x_y"), "/tessera-sim-demo-1.x_y");
   EXPECT_EQ(*SimStateObjectName(nullptr), "/tessera-sim-uid" + std::to_string(getuid()));

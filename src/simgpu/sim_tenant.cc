@@ -12,6 +12,12 @@
 //   sim_tenant LIB elapsed SPIN_US               event elapsed time around one spin kernel
 //   sim_tenant LIB fill-copy BYTES VALUE         fill kernel then cuMemcpyDtoH, verify every byte
 //   sim_tenant LIB meminfo                       print cuMemGetInfo free and total
+//   sim_tenant LIB queue KERNEL_US COUNT START_NS  from CLOCK_MONOTONIC START_NS, queue COUNT spin
+//                                                kernels without waiting, then synchronise; prints
+//                                                first_ns (before the first launch), end_ns
+//                                                (after the synchronisation) and late_ms
+//   sim_tenant LIB devices                       print count= and, per ordinal i, name_i= and
+//                                                total_i= (before any context exists)
 #include <time.h>
 #include <unistd.h>
 
@@ -69,7 +75,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", lib.error().c_str());
     return 2;
   }
-  auto driver = CudaDriver::Load(*lib);
+  // The driver stays loaded until exit (a driver is never unloaded in a running process), so
+  // what cuInit allocated stays reachable.
+  static tessera::DynamicLibrary* library = new tessera::DynamicLibrary(std::move(*lib));
+  auto driver = CudaDriver::Load(*library);
   if (!driver.ok()) {
     std::fprintf(stderr, "%s\n", driver.error().c_str());
     return 2;
@@ -80,6 +89,19 @@ int main(int argc, char** argv) {
   auto arg = [&](int i) -> uint64_t { return i < argc ? std::strtoull(argv[i], nullptr, 10) : 0; };
 
   CHECK_CU(cu.cuInit(0));
+  if (mode == "devices") {
+    int count = 0;
+    CHECK_CU(cu.cuDeviceGetCount(&count));
+    std::printf("count=%d\n", count);
+    for (int i = 0; i < count; ++i) {
+      char name[128] = {};
+      size_t total = 0;
+      CHECK_CU(cu.cuDeviceGetName(name, sizeof(name), i));
+      CHECK_CU(cu.cuDeviceTotalMem_v2(&total, i));
+      std::printf("name_%d=%s\ntotal_%d=%zu\n", i, name, i, total);
+    }
+    return 0;
+  }
   CUdevice dev = 0;
   CHECK_CU(cu.cuDeviceGet(&dev, 0));
   CUcontext ctx = nullptr;
@@ -138,6 +160,21 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(kernels),
                 static_cast<unsigned long long>(kernels * kernel_ns),
                 static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
+    return 0;
+  }
+  if (mode == "queue") {
+    const uint64_t start = arg(5);
+    while (MonotonicNs() < start) {
+      timespec ts{0, 200000};
+      nanosleep(&ts, nullptr);
+    }
+    const uint64_t first = MonotonicNs();
+    for (uint64_t i = 0; i < arg(4); ++i) CHECK_CU(LaunchSpin(spin, arg(3) * 1000, nullptr));
+    CHECK_CU(cu.cuCtxSynchronize());
+    const uint64_t end = MonotonicNs();
+    std::printf("first_ns=%llu\nend_ns=%llu\nlate_ms=%.3f\n",
+                static_cast<unsigned long long>(first), static_cast<unsigned long long>(end),
+                static_cast<double>(first - start) / 1e6);
     return 0;
   }
   if (mode == "elapsed") {

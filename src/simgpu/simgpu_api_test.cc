@@ -17,6 +17,7 @@
 #include "driver/cuda_api.h"
 #include "driver/nvml_api.h"
 #include "process/child_process.h"
+#include "simgpu/test_sim_library.h"
 
 namespace {
 
@@ -24,33 +25,10 @@ constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
 
 // The library, opened once for the whole test program with its own simulated machine.
-class Sim {
- public:
-  static Sim& Get() {
-    static Sim* sim = new Sim();
-    return *sim;
+struct Sim {
+  static tessera::sim::testing::SimLibrary& Get() {
+    return tessera::sim::testing::SimLibrary::Get("api", "SimA:4GiB:108,SimB:2GiB:40");
   }
-  template <typename Fn>
-  Fn Fn_(const char* name) {
-    void* p = dlsym(handle_, name);
-    EXPECT_NE(p, nullptr) << name;
-    return reinterpret_cast<Fn>(p);
-  }
-  void* Sym(const char* name) { return dlsym(handle_, name); }
-  const std::string& state() const { return state_; }
-
- private:
-  Sim() {
-    state_ = tessera::process::UniqueName("api");
-    setenv("TESSERA_SIM_STATE", state_.c_str(), 1);
-    setenv("TESSERA_SIM_GPUS", "SimA:4GiB:108,SimB:2GiB:40", 1);
-    const std::string path = tessera::process::BuildDir() + "/lib/libtessera-simgpu.so";
-    handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) std::abort();
-    std::atexit([] { shm_unlink(("/tessera-sim-" + Get().state_).c_str()); });
-  }
-  void* handle_ = nullptr;
-  std::string state_;
 };
 
 #define SIM(name) (Sim::Get().Fn_<decltype(&::name)>(#name))
