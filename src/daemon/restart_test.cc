@@ -21,6 +21,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ipc/unix_socket.h"
@@ -99,6 +100,9 @@ TEST_F(RestartTest, ADeadControlTreeMountIsDetachedAndMountedAgain) {
   ASSERT_EQ(mkdir(mount_.c_str(), 0755), 0);
   Start({"--ctl-mount", mount_});
   ASSERT_TRUE(Serving()) << ReadFile(log_);
+  for (int i = 0; i < 500 && ReadFile(mount_ + "/version").empty(); ++i) {
+    std::this_thread::sleep_for(20ms);  // listening comes before the mount
+  }
   if (ReadFile(mount_ + "/version").empty()) {
     GTEST_SKIP() << "tesserad could not mount FUSE here: " << ReadFile(log_);
   }
@@ -109,6 +113,11 @@ TEST_F(RestartTest, ADeadControlTreeMountIsDetachedAndMountedAgain) {
 
   Start({"--ctl-mount", mount_});
   ASSERT_TRUE(Serving()) << ReadFile(log_);
+  // The daemon listens first and mounts after: wait for the tree to appear.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (ReadFile(mount_ + "/0/policy").empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
   EXPECT_NE(ReadFile(mount_ + "/0/policy").find('0'), std::string::npos) << ReadFile(log_);
   EXPECT_NE(ReadFile(log_).find("detached the dead mount a previous daemon left at " + mount_),
             std::string::npos)
