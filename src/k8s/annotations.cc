@@ -1,0 +1,401 @@
+// Parsers and writers of Tessera's annotations and labels, on nlohmann-json.
+#include "k8s/annotations.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/number.h"
+
+namespace tessera::k8s {
+namespace {
+
+using nlohmann::json;
+
+// A value as it appeared, for error messages: JSON text, cut to 80 characters.
+std::string Shown(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+// Reads typed fields of one annotation's JSON, naming the annotation and key path in errors.
+class Reader {
+ public:
+  explicit Reader(std::string_view annotation) : annotation_(annotation) {}
+
+  Status Fail(const std::string& path, const std::string& problem) const {
+    return Status::Error(annotation_ + ": " + path + problem);
+  }
+  Result<json> Parse(std::string_view text) const {
+    try {
+      json doc = json::parse(text);
+      if (!doc.is_object()) {
+        return Result<json>(Fail("", "value " + Shown(doc) + " is not a JSON object; expected {\"version\":1,...}"));
+      }
+      return doc;
+    } catch (const json::parse_error& e) {
+      std::string shown(text.substr(0, 80));
+      return Result<json>(Fail("", "\"" + shown + (text.size() > 80 ? "..." : "") +
+                                       "\" is not valid JSON (" + e.what() + ")"));
+    }
+  }
+  // obj[key] when present; a missing required key is an error naming `what` was expected.
+  Result<const json*> Field(const json& obj, const std::string& path, const char* key,
+                            const std::string& what) const {
+    auto it = obj.find(key);
+    if (it == obj.end()) {
+      return Result<const json*>(Fail(path + key, " is missing; expected " + what));
+    }
+    return &*it;
+  }
+  Result<uint64_t> Unsigned(const json& obj, const std::string& path, const char* key,
+                            uint64_t min, uint64_t max, const std::string& what) const {
+    auto field = Field(obj, path, key, what);
+    if (!field.ok()) return field.status();
+    const json& v = **field;
+    if (!v.is_number_unsigned() || v.get<uint64_t>() < min || v.get<uint64_t>() > max) {
+      return Result<uint64_t>(Fail(path + key, "=" + Shown(v) + ": expected " + what));
+    }
+    return v.get<uint64_t>();
+  }
+  Result<std::string> String(const json& obj, const std::string& path, const char* key,
+                             const std::string& what) const {
+    auto field = Field(obj, path, key, what);
+    if (!field.ok()) return field.status();
+    const json& v = **field;
+    if (!v.is_string() || v.get<std::string>().empty()) {
+      return Result<std::string>(Fail(path + key, "=" + Shown(v) + ": expected " + what));
+    }
+    return v.get<std::string>();
+  }
+  Result<bool> Bool(const json& obj, const std::string& path, const char* key) const {
+    auto field = Field(obj, path, key, "true or false");
+    if (!field.ok()) return field.status();
+    if (!(*field)->is_boolean()) {
+      return Result<bool>(Fail(path + key, "=" + Shown(**field) + ": expected true or false"));
+    }
+    return (*field)->get<bool>();
+  }
+  Result<const json*> Array(const json& obj, const std::string& path, const char* key,
+                            const std::string& what) const {
+    auto field = Field(obj, path, key, what);
+    if (!field.ok()) return field;
+    if (!(*field)->is_array()) {
+      return Result<const json*>(Fail(path + key, "=" + Shown(**field) + ": expected " + what));
+    }
+    return field;
+  }
+  Status Version(const json& obj, int version) const {
+    auto v = Unsigned(obj, "", "version", static_cast<uint64_t>(version),
+                      static_cast<uint64_t>(version),
+                      std::to_string(version) + " (the only version this reader knows)");
+    return v.ok() ? Status::Ok() : v.status();
+  }
+
+ private:
+  std::string annotation_;
+};
+
+// A GPU UUID as NVML prints it: GPU- or MIG- followed by hex digits and dashes.
+bool IsGpuUuid(const std::string& uuid) {
+  if (uuid.size() < 5 || uuid.size() > 60) return false;
+  if (uuid.rfind("GPU-", 0) != 0 && uuid.rfind("MIG-", 0) != 0) return false;
+  for (size_t i = 4; i < uuid.size(); ++i) {
+    const char c = uuid[i];
+    if (!std::isxdigit(static_cast<unsigned char>(c)) && c != '-') return false;
+  }
+  return true;
+}
+constexpr char kUuidWhat[] = "a GPU UUID such as \"GPU-2e1fc313-a110-49be-8c5d-7c0bff8a19b5\"";
+
+struct ModeName {
+  NodeMode mode;
+  const char* name;
+};
+constexpr ModeName kModes[] = {{NodeMode::kCoreMem, "core_mem"}, {NodeMode::kMem, "mem"},
+                               {NodeMode::kShare, "share"},      {NodeMode::kExclusive, "exclusive"},
+                               {NodeMode::kMig, "mig"},          {NodeMode::kMps, "mps"}};
+constexpr char kModesAllowed[] = "core_mem, mem, share, exclusive, mig or mps";
+
+struct PolicyName {
+  PlacementPolicy policy;
+  const char* name;
+};
+constexpr PolicyName kPolicies[] = {{PlacementPolicy::kTessera, "tessera"},
+                                    {PlacementPolicy::kBinpack, "binpack"},
+                                    {PlacementPolicy::kSpread, "spread"}};
+
+const std::string* Lookup(const std::map<std::string, std::string>& m, const char* key) {
+  auto it = m.find(key);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+std::optional<GpuResource> GpuResourceOf(std::string_view name) {
+  if (name == kResourceGpuMem || name == kAckResourceGpuMem) return GpuResource::kMem;
+  if (name == kResourceGpuCore || name == kAckResourceGpuCore) return GpuResource::kCore;
+  if (name == kResourceGpuCount || name == kAckResourceGpuCount) return GpuResource::kCount;
+  return std::nullopt;
+}
+
+bool IsAckResourceName(std::string_view name) {
+  return name == kAckResourceGpuMem || name == kAckResourceGpuCore || name == kAckResourceGpuCount;
+}
+
+std::string_view GpuResourceName(GpuResource resource, bool ack) {
+  switch (resource) {
+    case GpuResource::kMem:
+      return ack ? kAckResourceGpuMem : kResourceGpuMem;
+    case GpuResource::kCore:
+      return ack ? kAckResourceGpuCore : kResourceGpuCore;
+    case GpuResource::kCount:
+      return ack ? kAckResourceGpuCount : kResourceGpuCount;
+  }
+  return "";
+}
+
+std::string_view NodeModeName(NodeMode mode) {
+  for (const ModeName& m : kModes) {
+    if (m.mode == mode) return m.name;
+  }
+  return "";
+}
+
+Result<NodeMode> ParseNodeMode(std::string_view text, std::string_view input_name) {
+  for (const ModeName& m : kModes) {
+    if (text == m.name) return m.mode;
+  }
+  return Result<NodeMode>::Error(std::string(input_name) + "=\"" + std::string(text) +
+                                 "\": unknown GPU sharing mode; expected " + kModesAllowed);
+}
+
+Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& labels) {
+  if (const std::string* v = Lookup(labels, kScheduleLabel)) {
+    return ParseNodeMode(*v, std::string("node label ") + kScheduleLabel);
+  }
+  if (const std::string* v = Lookup(labels, kAckScheduleLabel)) {
+    return ParseNodeMode(*v, std::string("node label ") + kAckScheduleLabel);
+  }
+  return NodeMode::kCoreMem;
+}
+
+std::string_view PlacementPolicyName(PlacementPolicy policy) {
+  for (const PolicyName& p : kPolicies) {
+    if (p.policy == policy) return p.name;
+  }
+  return "";
+}
+
+Result<PlacementPolicy> ParsePlacementPolicy(std::string_view text, std::string_view input_name) {
+  for (const PolicyName& p : kPolicies) {
+    if (text == p.name) return p.policy;
+  }
+  return Result<PlacementPolicy>::Error(std::string(input_name) + "=\"" + std::string(text) +
+                                        "\": unknown placement policy; expected tessera, binpack "
+                                        "or spread");
+}
+
+Result<PlacementPolicy> PlacementPolicyFromLabels(
+    const std::map<std::string, std::string>& labels) {
+  if (const std::string* v = Lookup(labels, kPlacementLabel)) {
+    return ParsePlacementPolicy(*v, std::string("node label ") + kPlacementLabel);
+  }
+  if (const std::string* v = Lookup(labels, kAckPlacementLabel)) {
+    return ParsePlacementPolicy(*v, std::string("node label ") + kAckPlacementLabel);
+  }
+  return PlacementPolicy::kTessera;
+}
+
+const InventoryGpu* GpuInventory::Find(std::string_view uuid) const {
+  for (const InventoryGpu& g : gpus) {
+    if (g.uuid == uuid) return &g;
+  }
+  return nullptr;
+}
+
+Result<GpuInventory> ParseGpuInventory(std::string_view text) {
+  const Reader r(kInventoryAnnotation);
+  auto doc = r.Parse(text);
+  if (!doc.ok()) return doc.status();
+  if (Status s = r.Version(*doc, kInventoryVersion); !s.ok()) return s;
+  GpuInventory out;
+  auto mode = r.String(*doc, "", "mode", std::string("a mode: ") + kModesAllowed);
+  if (!mode.ok()) return mode.status();
+  auto parsed_mode = ParseNodeMode(*mode, std::string(kInventoryAnnotation) + ": mode");
+  if (!parsed_mode.ok()) return parsed_mode.status();
+  out.mode = *parsed_mode;
+  auto gpus = r.Array(*doc, "", "gpus", "an array of GPUs");
+  if (!gpus.ok()) return gpus.status();
+  for (size_t i = 0; i < (*gpus)->size(); ++i) {
+    const json& g = (**gpus)[i];
+    const std::string path = "gpus[" + std::to_string(i) + "].";
+    if (!g.is_object()) return r.Fail(path.substr(0, path.size() - 1), "=" + Shown(g) + ": expected an object");
+    InventoryGpu gpu;
+    auto index = r.Unsigned(g, path, "index", 0, 1023, "an NVML index from 0 to 1023");
+    if (!index.ok()) return index.status();
+    gpu.index = static_cast<int>(*index);
+    auto uuid = r.String(g, path, "uuid", kUuidWhat);
+    if (!uuid.ok()) return uuid.status();
+    if (!IsGpuUuid(*uuid)) return r.Fail(path + "uuid", "=\"" + *uuid + "\": expected " + kUuidWhat);
+    gpu.uuid = *uuid;
+    auto model = r.String(g, path, "model", "NVML's device name, e.g. \"NVIDIA H200\"");
+    if (!model.ok()) return model.status();
+    gpu.model = *model;
+    auto memory = r.Unsigned(g, path, "memory_bytes", 1, UINT64_MAX, "the GPU's memory in bytes (> 0)");
+    if (!memory.ok()) return memory.status();
+    gpu.memory = Bytes(*memory);
+    auto healthy = r.Bool(g, path, "healthy");
+    if (!healthy.ok()) return healthy.status();
+    gpu.healthy = *healthy;
+    if (out.Find(gpu.uuid) != nullptr) {
+      return r.Fail(path + "uuid", "=\"" + gpu.uuid + "\": listed twice; expected each GPU once");
+    }
+    out.gpus.push_back(std::move(gpu));
+  }
+  return out;
+}
+
+std::string WriteGpuInventory(const GpuInventory& inventory) {
+  json gpus = json::array();
+  for (const InventoryGpu& g : inventory.gpus) {
+    gpus.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"model", g.model},
+                    {"memory_bytes", g.memory.count()},
+                    {"healthy", g.healthy}});
+  }
+  json doc = {{"version", kInventoryVersion},
+              {"mode", std::string(NodeModeName(inventory.mode))},
+              {"gpus", gpus}};
+  return doc.dump();
+}
+
+const ContainerAssignment* Assignment::Find(std::string_view container_name) const {
+  for (const ContainerAssignment& c : containers) {
+    if (c.name == container_name) return &c;
+  }
+  return nullptr;
+}
+
+Result<Assignment> ParseAssignment(std::string_view text) {
+  const Reader r(kAssignmentAnnotation);
+  auto doc = r.Parse(text);
+  if (!doc.ok()) return doc.status();
+  if (Status s = r.Version(*doc, kAssignmentVersion); !s.ok()) return s;
+  Assignment out;
+  auto node = r.String(*doc, "", "node", "the name of the node the pod is bound to");
+  if (!node.ok()) return node.status();
+  out.node = *node;
+  auto seq = r.Unsigned(*doc, "", "seq", 0, UINT64_MAX, "the extender's decision number (>= 0)");
+  if (!seq.ok()) return seq.status();
+  out.seq = *seq;
+  auto containers = r.Array(*doc, "", "containers", "an array of containers");
+  if (!containers.ok()) return containers.status();
+  for (size_t i = 0; i < (*containers)->size(); ++i) {
+    const json& c = (**containers)[i];
+    const std::string path = "containers[" + std::to_string(i) + "].";
+    if (!c.is_object()) return r.Fail(path.substr(0, path.size() - 1), "=" + Shown(c) + ": expected an object");
+    ContainerAssignment container;
+    auto name = r.String(c, path, "name", "the container's name in the pod spec");
+    if (!name.ok()) return name.status();
+    container.name = *name;
+    if (out.Find(container.name) != nullptr) {
+      return r.Fail(path + "name", "=\"" + container.name + "\": listed twice; expected each container once");
+    }
+    auto gpus = r.Array(c, path, "gpus", "a non-empty array of GPUs");
+    if (!gpus.ok()) return gpus.status();
+    if ((*gpus)->empty()) return r.Fail(path + "gpus", "=[]: expected at least one GPU");
+    for (size_t j = 0; j < (*gpus)->size(); ++j) {
+      const json& g = (**gpus)[j];
+      const std::string gpath = path + "gpus[" + std::to_string(j) + "].";
+      if (!g.is_object()) return r.Fail(gpath.substr(0, gpath.size() - 1), "=" + Shown(g) + ": expected an object");
+      AssignedGpu gpu;
+      auto uuid = r.String(g, gpath, "uuid", kUuidWhat);
+      if (!uuid.ok()) return uuid.status();
+      if (!IsGpuUuid(*uuid)) return r.Fail(gpath + "uuid", "=\"" + *uuid + "\": expected " + kUuidWhat);
+      for (const AssignedGpu& other : container.gpus) {
+        if (other.uuid == *uuid) {
+          return r.Fail(gpath + "uuid", "=\"" + *uuid + "\": listed twice; a container spans distinct GPUs");
+        }
+      }
+      gpu.uuid = *uuid;
+      auto mem = r.Unsigned(g, gpath, "mem_bytes", 1, UINT64_MAX, "the memory cap in bytes (> 0)");
+      if (!mem.ok()) return mem.status();
+      gpu.mem = Bytes(*mem);
+      auto core = r.Unsigned(g, gpath, "core_percent", 1, 100, "a whole percentage from 1 to 100");
+      if (!core.ok()) return core.status();
+      gpu.core = *Percent::FromInt(static_cast<int64_t>(*core));
+      container.gpus.push_back(std::move(gpu));
+    }
+    out.containers.push_back(std::move(container));
+  }
+  return out;
+}
+
+std::string WriteAssignment(const Assignment& assignment) {
+  json containers = json::array();
+  for (const ContainerAssignment& c : assignment.containers) {
+    json gpus = json::array();
+    for (const AssignedGpu& g : c.gpus) {
+      gpus.push_back({{"uuid", g.uuid}, {"mem_bytes", g.mem.count()}, {"core_percent", g.core.value()}});
+    }
+    containers.push_back({{"name", c.name}, {"gpus", gpus}});
+  }
+  json doc = {{"version", kAssignmentVersion},
+              {"node", assignment.node},
+              {"seq", assignment.seq},
+              {"containers", containers}};
+  return doc.dump();
+}
+
+std::string_view PhaseName(Phase phase) {
+  return phase == Phase::kAssumed ? "assumed" : "allocated";
+}
+
+Result<Phase> ParsePhase(std::string_view text) {
+  if (text == "assumed") return Phase::kAssumed;
+  if (text == "allocated") return Phase::kAllocated;
+  return Result<Phase>::Error(std::string(kPhaseAnnotation) + "=\"" + std::string(text) +
+                              "\": unknown phase; expected assumed or allocated");
+}
+
+Result<UserAnnotations> ParseUserAnnotations(const std::map<std::string, std::string>& annotations,
+                                             uint32_t max_weight) {
+  UserAnnotations out;
+  if (const std::string* v = Lookup(annotations, kGpuModelAnnotation)) {
+    size_t pos = 0;
+    for (;;) {
+      const size_t bar = v->find('|', pos);
+      const std::string model = v->substr(pos, bar == std::string::npos ? std::string::npos : bar - pos);
+      if (model.empty() || model.find_first_not_of(' ') == std::string::npos) {
+        return Result<UserAnnotations>::Error(
+            std::string(kGpuModelAnnotation) + "=\"" + *v +
+            "\": an empty model name; expected GPU model names separated by '|', e.g. "
+            "\"NVIDIA A100-SXM4-80GB|NVIDIA H100 80GB HBM3\"");
+      }
+      out.gpu_models.push_back(model);
+      if (bar == std::string::npos) break;
+      pos = bar + 1;
+    }
+  }
+  if (const std::string* v = Lookup(annotations, kHighPriorityAnnotation)) {
+    if (*v == "true") {
+      out.high_priority = true;
+    } else if (*v == "false") {
+      out.high_priority = false;
+    } else {
+      return Result<UserAnnotations>::Error(std::string(kHighPriorityAnnotation) + "=\"" + *v +
+                                            "\": expected true or false");
+    }
+  }
+  if (const std::string* v = Lookup(annotations, kWeightAnnotation)) {
+    auto w = ParseUnsigned(*v, kWeightAnnotation, 1, max_weight,
+                           "a whole number from 1 to " + std::to_string(max_weight) +
+                               " (the node's max_inst)");
+    if (!w.ok()) return w.status();
+    out.weight = static_cast<uint32_t>(*w);
+  }
+  return out;
+}
+
+}  // namespace tessera::k8s

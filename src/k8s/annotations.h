@@ -1,0 +1,133 @@
+// The Kubernetes names Tessera owns (DESIGN §8) and the wire formats of its annotations
+// (docs/kubernetes.md, "Wire formats"): the node's GPU inventory, the pod's assignment and phase,
+// and the annotations users set. Parsers are strict: a missing required key, a value of the wrong
+// type or out of range is an error that names the annotation, the key path, the value and what is
+// allowed; unknown keys are ignored so a newer writer can add some. Writers produce exactly what
+// the parsers accept. Pure functions over strings: no I/O, no API-server types beyond the names.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/bytes.h"
+#include "core/percent.h"
+#include "core/result.h"
+
+namespace tessera::k8s {
+
+// Extended resources (DESIGN §8). Units: GiB, percent of one GPU, GPUs.
+inline constexpr char kResourceGpuMem[] = "tessera.io/gpu-mem";
+inline constexpr char kResourceGpuCore[] = "tessera.io/gpu-core";
+inline constexpr char kResourceGpuCount[] = "tessera.io/gpu-count";
+// ACK's names, served as aliases when the node asks (`--resource-names aliyun|both`).
+inline constexpr char kAckResourceGpuMem[] = "aliyun.com/gpu-mem";
+inline constexpr char kAckResourceGpuCore[] = "aliyun.com/gpu-core.percentage";
+inline constexpr char kAckResourceGpuCount[] = "aliyun.com/gpu-count";
+
+// Node labels, set by the operator; ACK's are read when ours are absent.
+inline constexpr char kScheduleLabel[] = "tessera.io/gpu.schedule";
+inline constexpr char kAckScheduleLabel[] = "ack.node.gpu.schedule";
+inline constexpr char kPlacementLabel[] = "tessera.io/gpu.placement";
+inline constexpr char kAckPlacementLabel[] = "ack.node.gpu.placement";
+
+// Annotations.
+inline constexpr char kInventoryAnnotation[] = "tessera.io/gpu-inventory";  // Node
+inline constexpr char kAssignmentAnnotation[] = "tessera.io/assignment";    // Pod
+inline constexpr char kPhaseAnnotation[] = "tessera.io/phase";              // Pod
+inline constexpr char kGpuModelAnnotation[] = "tessera.io/gpu-model";       // Pod, user
+inline constexpr char kHighPriorityAnnotation[] = "tessera.io/high-priority";  // Pod, user
+inline constexpr char kWeightAnnotation[] = "tessera.io/weight";            // Pod, user
+
+// The resource dimension an extended resource name stands for, whichever spelling.
+enum class GpuResource { kMem, kCore, kCount };
+// kResourceGpuMem and kAckResourceGpuMem both give kMem, and so on; nullopt for any other name.
+std::optional<GpuResource> GpuResourceOf(std::string_view resource_name);
+// True for the ACK spellings.
+bool IsAckResourceName(std::string_view resource_name);
+std::string_view GpuResourceName(GpuResource resource, bool ack);
+
+// How a node shares its GPUs (label tessera.io/gpu.schedule). A node runs one mode.
+enum class NodeMode { kCoreMem, kMem, kShare, kExclusive, kMig, kMps };
+std::string_view NodeModeName(NodeMode mode);
+// `text` as a mode; the error names `input_name` (a label) and lists the allowed values.
+Result<NodeMode> ParseNodeMode(std::string_view text, std::string_view input_name);
+// The node's effective mode: tessera.io/gpu.schedule, else ack.node.gpu.schedule, else core_mem.
+Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& labels);
+
+// How the extender places pods on a node's GPUs (label tessera.io/gpu.placement).
+enum class PlacementPolicy { kTessera, kBinpack, kSpread };
+std::string_view PlacementPolicyName(PlacementPolicy policy);
+Result<PlacementPolicy> ParsePlacementPolicy(std::string_view text, std::string_view input_name);
+// tessera.io/gpu.placement, else ack.node.gpu.placement, else tessera.
+Result<PlacementPolicy> PlacementPolicyFromLabels(const std::map<std::string, std::string>& labels);
+
+// Node annotation tessera.io/gpu-inventory, written by the device plugin.
+struct InventoryGpu {
+  int index = 0;  // NVML index
+  std::string uuid;
+  std::string model;  // NVML's device name
+  Bytes memory;       // physical memory
+  bool healthy = true;
+
+  bool operator==(const InventoryGpu&) const = default;
+};
+struct GpuInventory {
+  NodeMode mode = NodeMode::kCoreMem;
+  std::vector<InventoryGpu> gpus;  // in index order
+
+  const InventoryGpu* Find(std::string_view uuid) const;
+  bool operator==(const GpuInventory&) const = default;
+};
+inline constexpr int kInventoryVersion = 1;
+Result<GpuInventory> ParseGpuInventory(std::string_view json);
+std::string WriteGpuInventory(const GpuInventory& inventory);
+
+// Pod annotation tessera.io/assignment, written by the extender before it binds.
+struct AssignedGpu {
+  std::string uuid;
+  Bytes mem;            // the container's cap on this GPU
+  Percent core;         // its GPU-time share there, 1-100 (100: not limited)
+
+  bool operator==(const AssignedGpu&) const = default;
+};
+struct ContainerAssignment {
+  std::string name;  // the container's name in the pod spec (init containers included)
+  std::vector<AssignedGpu> gpus;
+
+  bool operator==(const ContainerAssignment&) const = default;
+};
+struct Assignment {
+  std::string node;
+  uint64_t seq = 0;
+  std::vector<ContainerAssignment> containers;
+
+  const ContainerAssignment* Find(std::string_view container_name) const;
+  bool operator==(const Assignment&) const = default;
+};
+inline constexpr int kAssignmentVersion = 1;
+Result<Assignment> ParseAssignment(std::string_view json);
+std::string WriteAssignment(const Assignment& assignment);
+
+// Pod annotation tessera.io/phase.
+enum class Phase { kAssumed, kAllocated };
+std::string_view PhaseName(Phase phase);
+Result<Phase> ParsePhase(std::string_view text);
+
+// The annotations users set on a pod; absent ones stay unset.
+struct UserAnnotations {
+  std::vector<std::string> gpu_models;  // tessera.io/gpu-model, '|'-separated; empty: any
+  std::optional<bool> high_priority;    // tessera.io/high-priority: true/false
+  std::optional<uint32_t> weight;       // tessera.io/weight: 1..max_weight
+
+  bool operator==(const UserAnnotations&) const = default;
+};
+// `max_weight` is the node's max_inst (the largest weight a container may have there); the
+// extender, which checks before it knows the node, passes the largest any node allows (256).
+Result<UserAnnotations> ParseUserAnnotations(const std::map<std::string, std::string>& annotations,
+                                             uint32_t max_weight = 256);
+
+}  // namespace tessera::k8s

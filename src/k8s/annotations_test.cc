@@ -1,0 +1,201 @@
+// Tests of the annotation parsers and writers: round trips, and one error per bad input that names
+// the key, the value and what is allowed.
+#include "k8s/annotations.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace tessera::k8s {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kUuid0[] = "GPU-2e1fc313-a110-49be-8c5d-7c0bff8a19b5";
+constexpr char kUuid1[] = "GPU-00000000-0000-4000-8000-000000000001";
+
+TEST(Inventory, RoundTrips) {
+  GpuInventory inv;
+  inv.mode = NodeMode::kMem;
+  inv.gpus = {{0, kUuid0, "SimGPU", Bytes(17179869184), true},
+              {1, kUuid1, "NVIDIA H200", Bytes(151397597184), false}};
+  const std::string text = WriteGpuInventory(inv);
+  auto back = ParseGpuInventory(text);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(*back, inv);
+  EXPECT_EQ(back->Find(kUuid1)->model, "NVIDIA H200");
+  EXPECT_EQ(back->Find("GPU-nope"), nullptr);
+}
+
+TEST(Inventory, ReadsTheDocumentedExampleAndIgnoresUnknownKeys) {
+  auto inv = ParseGpuInventory(
+      R"({"version": 1, "mode": "core_mem", "future": {"x": 1},
+          "gpus": [{"index": 0, "uuid": "GPU-2e1fc313-a110-49be-8c5d-7c0bff8a19b5",
+                    "model": "SimGPU", "memory_bytes": 17179869184, "healthy": true, "numa": 0}]})");
+  ASSERT_TRUE(inv.ok()) << inv.error();
+  EXPECT_EQ(inv->mode, NodeMode::kCoreMem);
+  ASSERT_EQ(inv->gpus.size(), 1u);
+  EXPECT_EQ(inv->gpus[0].memory, Bytes(17179869184));
+}
+
+TEST(Inventory, ErrorsNameKeyValueAndWhatIsAllowed) {
+  struct Case {
+    const char* json;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"{", "tessera.io/gpu-inventory: \"{\" is not valid JSON"},
+      {"[1]", "is not a JSON object"},
+      {R"({"mode":"mem","gpus":[]})", "version is missing; expected 1"},
+      {R"({"version":2,"mode":"mem","gpus":[]})", "version=2: expected 1"},
+      {R"({"version":1,"mode":"fast","gpus":[]})", "mode=\"fast\": unknown GPU sharing mode; expected core_mem, mem, share, exclusive, mig or mps"},
+      {R"({"version":1,"mode":"mem"})", "gpus is missing"},
+      {R"({"version":1,"mode":"mem","gpus":[{"index":0,"uuid":"gpu0","model":"m","memory_bytes":1,"healthy":true}]})",
+       "gpus[0].uuid=\"gpu0\": expected a GPU UUID"},
+      {R"({"version":1,"mode":"mem","gpus":[{"index":0,"uuid":"GPU-1","model":"m","memory_bytes":0,"healthy":true}]})",
+       "gpus[0].memory_bytes=0: expected the GPU's memory in bytes (> 0)"},
+      {R"({"version":1,"mode":"mem","gpus":[{"index":0,"uuid":"GPU-1","model":"m","memory_bytes":"16Gi","healthy":true}]})",
+       "gpus[0].memory_bytes=\"16Gi\""},
+      {R"({"version":1,"mode":"mem","gpus":[{"index":0,"uuid":"GPU-1","model":"m","memory_bytes":5,"healthy":"yes"}]})",
+       "gpus[0].healthy=\"yes\": expected true or false"},
+      {R"({"version":1,"mode":"mem","gpus":[{"index":0,"uuid":"GPU-1","model":"m","memory_bytes":5,"healthy":true},{"index":1,"uuid":"GPU-1","model":"m","memory_bytes":5,"healthy":true}]})",
+       "gpus[1].uuid=\"GPU-1\": listed twice"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseGpuInventory(c.json);
+    ASSERT_FALSE(r.ok()) << c.json;
+    EXPECT_THAT(r.error(), HasSubstr(c.message)) << c.json;
+    EXPECT_THAT(r.error(), HasSubstr("tessera.io/gpu-inventory")) << c.json;
+  }
+}
+
+TEST(Assignment, RoundTripsAndFindsContainers) {
+  Assignment a;
+  a.node = "gpu-node-3";
+  a.seq = 42;
+  a.containers = {{"init", {{kUuid0, Bytes(1u << 30), *Percent::FromInt(100)}}},
+                  {"app",
+                   {{kUuid0, Bytes(2147483648), *Percent::FromInt(30)},
+                    {kUuid1, Bytes(2147483648), *Percent::FromInt(30)}}}};
+  auto back = ParseAssignment(WriteAssignment(a));
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(*back, a);
+  ASSERT_NE(back->Find("app"), nullptr);
+  EXPECT_EQ(back->Find("app")->gpus[1].uuid, kUuid1);
+  EXPECT_EQ(back->Find("sidecar"), nullptr);
+}
+
+TEST(Assignment, ReadsTheDocumentedExample) {
+  auto a = ParseAssignment(R"({"version": 1, "node": "gpu-node-3", "seq": 42,
+     "containers": [{"name": "app", "gpus": [{"uuid": "GPU-2e1fc313-a110-49be-8c5d-7c0bff8a19b5",
+                     "mem_bytes": 2147483648, "core_percent": 30}]}]})");
+  ASSERT_TRUE(a.ok()) << a.error();
+  EXPECT_EQ(a->node, "gpu-node-3");
+  EXPECT_EQ(a->seq, 42u);
+  EXPECT_EQ(a->containers[0].gpus[0].mem, Bytes(2147483648));
+  EXPECT_EQ(a->containers[0].gpus[0].core.value(), 30);
+}
+
+TEST(Assignment, ErrorsNameKeyValueAndWhatIsAllowed) {
+  const std::string head = R"({"version":1,"node":"n","seq":1,"containers":)";
+  struct Case {
+    std::string json;
+    const char* message;
+  };
+  auto with = [&](const std::string& containers) { return head + containers + "}"; };
+  const Case cases[] = {
+      {"not json", "tessera.io/assignment: \"not json\" is not valid JSON"},
+      {R"({"version":1,"seq":1,"containers":[]})", "tessera.io/assignment: node is missing"},
+      {R"({"version":1,"node":"n","seq":-1,"containers":[]})", "seq=-1: expected"},
+      {with("{}"), "containers={}: expected an array"},
+      {with(R"([{"gpus":[]}])"), "containers[0].name is missing"},
+      {with(R"([{"name":"a","gpus":[]}])"), "containers[0].gpus=[]: expected at least one GPU"},
+      {with(R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":0}]}])"),
+       "containers[0].gpus[0].core_percent=0: expected a whole percentage from 1 to 100"},
+      {with(R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":150}]}])"),
+       "core_percent=150"},
+      {with(R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":0,"core_percent":10}]}])"),
+       "containers[0].gpus[0].mem_bytes=0: expected the memory cap in bytes (> 0)"},
+      {with(R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1.5,"core_percent":10}]}])"),
+       "mem_bytes=1.5"},
+      {with(R"([{"name":"a","gpus":[{"uuid":"nvidia0","mem_bytes":1,"core_percent":10}]}])"),
+       "containers[0].gpus[0].uuid=\"nvidia0\": expected a GPU UUID"},
+      {with(R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10},{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]}])"),
+       "gpus[1].uuid=\"GPU-1\": listed twice"},
+      {with(R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]},{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]}])"),
+       "containers[1].name=\"a\": listed twice"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseAssignment(c.json);
+    ASSERT_FALSE(r.ok()) << c.json;
+    EXPECT_THAT(r.error(), HasSubstr(c.message)) << c.json;
+  }
+}
+
+TEST(Labels, ModeAndPlacementFromLabelsWithAckFallback) {
+  EXPECT_EQ(*NodeModeFromLabels({}), NodeMode::kCoreMem);
+  EXPECT_EQ(*NodeModeFromLabels({{"ack.node.gpu.schedule", "share"}}), NodeMode::kShare);
+  EXPECT_EQ(*NodeModeFromLabels({{"ack.node.gpu.schedule", "share"},
+                                 {"tessera.io/gpu.schedule", "exclusive"}}),
+            NodeMode::kExclusive);
+  for (NodeMode m : {NodeMode::kCoreMem, NodeMode::kMem, NodeMode::kShare, NodeMode::kExclusive,
+                     NodeMode::kMig, NodeMode::kMps}) {
+    EXPECT_EQ(*ParseNodeMode(NodeModeName(m), "x"), m);
+  }
+  auto bad = NodeModeFromLabels({{"tessera.io/gpu.schedule", "cgpu"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(),
+            "node label tessera.io/gpu.schedule=\"cgpu\": unknown GPU sharing mode; expected "
+            "core_mem, mem, share, exclusive, mig or mps");
+  EXPECT_EQ(*PlacementPolicyFromLabels({}), PlacementPolicy::kTessera);
+  EXPECT_EQ(*PlacementPolicyFromLabels({{"ack.node.gpu.placement", "binpack"}}),
+            PlacementPolicy::kBinpack);
+  auto badp = PlacementPolicyFromLabels({{"tessera.io/gpu.placement", "fgd"}});
+  ASSERT_FALSE(badp.ok());
+  EXPECT_THAT(badp.error(), HasSubstr("tessera.io/gpu.placement=\"fgd\": unknown placement policy; "
+                                      "expected tessera, binpack or spread"));
+}
+
+TEST(Resources, BothSpellingsMapToOneDimension) {
+  EXPECT_EQ(*GpuResourceOf("tessera.io/gpu-mem"), GpuResource::kMem);
+  EXPECT_EQ(*GpuResourceOf("aliyun.com/gpu-mem"), GpuResource::kMem);
+  EXPECT_EQ(*GpuResourceOf("aliyun.com/gpu-core.percentage"), GpuResource::kCore);
+  EXPECT_EQ(*GpuResourceOf("tessera.io/gpu-count"), GpuResource::kCount);
+  EXPECT_FALSE(GpuResourceOf("nvidia.com/gpu").has_value());
+  EXPECT_TRUE(IsAckResourceName("aliyun.com/gpu-count"));
+  EXPECT_EQ(GpuResourceName(GpuResource::kCore, true), "aliyun.com/gpu-core.percentage");
+}
+
+TEST(Phase, ParsesBothAndRefusesOthers) {
+  EXPECT_EQ(*ParsePhase("assumed"), Phase::kAssumed);
+  EXPECT_EQ(*ParsePhase(PhaseName(Phase::kAllocated)), Phase::kAllocated);
+  auto bad = ParsePhase("bound");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error(), "tessera.io/phase=\"bound\": unknown phase; expected assumed or allocated");
+}
+
+TEST(UserAnnotations, ParsesAndRefuses) {
+  auto u = ParseUserAnnotations({{"tessera.io/gpu-model", "NVIDIA A100|NVIDIA H200"},
+                                 {"tessera.io/high-priority", "true"},
+                                 {"tessera.io/weight", "3"},
+                                 {"other", "x"}},
+                                16);
+  ASSERT_TRUE(u.ok()) << u.error();
+  EXPECT_EQ(u->gpu_models, (std::vector<std::string>{"NVIDIA A100", "NVIDIA H200"}));
+  EXPECT_EQ(u->high_priority, true);
+  EXPECT_EQ(u->weight, 3u);
+  EXPECT_EQ(*ParseUserAnnotations({}), UserAnnotations{});
+
+  auto bad_prio = ParseUserAnnotations({{"tessera.io/high-priority", "yes"}});
+  ASSERT_FALSE(bad_prio.ok());
+  EXPECT_EQ(bad_prio.error(), "tessera.io/high-priority=\"yes\": expected true or false");
+  auto bad_weight = ParseUserAnnotations({{"tessera.io/weight", "17"}}, 16);
+  ASSERT_FALSE(bad_weight.ok());
+  EXPECT_THAT(bad_weight.error(), HasSubstr("tessera.io/weight=\"17\""));
+  EXPECT_THAT(bad_weight.error(), HasSubstr("from 1 to 16"));
+  auto bad_model = ParseUserAnnotations({{"tessera.io/gpu-model", "A100||H200"}});
+  ASSERT_FALSE(bad_model.ok());
+  EXPECT_THAT(bad_model.error(), HasSubstr("tessera.io/gpu-model=\"A100||H200\": an empty model name"));
+}
+
+}  // namespace
+}  // namespace tessera::k8s

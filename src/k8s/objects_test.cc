@@ -1,0 +1,100 @@
+// Tests of quantities, pod views and GPU requests.
+#include "k8s/objects.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace tessera::k8s {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Quantity, WholeNumbersWithSuffixes) {
+  EXPECT_EQ(*ParseQuantity("2", "q"), 2u);
+  EXPECT_EQ(*ParseQuantity("1k", "q"), 1000u);
+  EXPECT_EQ(*ParseQuantity("2Ki", "q"), 2048u);
+  EXPECT_EQ(*ParseQuantity("3000m", "q"), 3u);
+  EXPECT_THAT(ParseQuantity("1500m", "q").error(), HasSubstr("q=\"1500m\": not a whole number"));
+  EXPECT_THAT(ParseQuantity("1.5", "q").error(), HasSubstr("unknown suffix \".5\""));
+  EXPECT_THAT(ParseQuantity("-1", "q").error(), HasSubstr("not a quantity"));
+  EXPECT_THAT(ParseQuantity("20Ei", "q").error(), HasSubstr("too large"));
+}
+
+Json Pod(Json containers, Json init = Json::array()) {
+  return {{"metadata", {{"name", "p"}, {"namespace", "ns"}, {"uid", "u1"}, {"resourceVersion", "7"},
+                        {"annotations", {{"a", "b"}}}}},
+          {"spec", {{"nodeName", "n1"}, {"initContainers", init}, {"containers", containers}}},
+          {"status", {{"phase", "Pending"}}}};
+}
+
+Json Ctr(const std::string& name, Json limits, Json requests = Json::object()) {
+  return {{"name", name}, {"resources", {{"limits", limits}, {"requests", requests}}}};
+}
+
+TEST(PodView, ReadsIdentityContainersInOrderAndAnnotations) {
+  auto pod = PodFromJson(Pod({Ctr("app", {{"tessera.io/gpu-mem", "2"}}), Ctr("side", Json::object())},
+                             {Ctr("init", {{"tessera.io/gpu-mem", "1"}})}));
+  ASSERT_TRUE(pod.ok()) << pod.error();
+  EXPECT_EQ(pod->Key(), "ns/p");
+  EXPECT_EQ(pod->uid, "u1");
+  EXPECT_EQ(pod->node_name, "n1");
+  EXPECT_EQ(pod->phase, "Pending");
+  ASSERT_EQ(pod->containers.size(), 3u);
+  EXPECT_EQ(pod->containers[0].name, "init");
+  EXPECT_TRUE(pod->containers[0].init);
+  EXPECT_EQ(pod->containers[1].name, "app");
+  EXPECT_EQ(*pod->Annotation("a"), "b");
+  EXPECT_FALSE(pod->Terminal());
+}
+
+TEST(GpuRequest, ReadsLimitsInBothSpellings) {
+  auto r = GpuRequestOf(*PodFromJson(Pod({Ctr("a", {{"tessera.io/gpu-mem", "2"},
+                                                    {"tessera.io/gpu-core", "30"},
+                                                    {"cpu", "1"}})}))
+                             ->Container("a"));
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->mem_gib, 2u);
+  EXPECT_EQ(r->core, 30u);
+  EXPECT_EQ(r->Gpus(), 1u);
+  EXPECT_FALSE(r->ack);
+  auto ack = GpuRequestOf(*PodFromJson(Pod({Ctr("a", {{"aliyun.com/gpu-mem", "4"},
+                                                      {"aliyun.com/gpu-core.percentage", "35"},
+                                                      {"aliyun.com/gpu-count", "2"}})}))
+                               ->Container("a"));
+  ASSERT_TRUE(ack.ok()) << ack.error();
+  EXPECT_TRUE(ack->ack);
+  EXPECT_EQ(ack->Gpus(), 2u);
+  EXPECT_EQ(ack->Of(GpuResource::kCore), 35u);
+  auto none = GpuRequestOf(*PodFromJson(Pod({Ctr("a", {{"cpu", "1"}})}))->Container("a"));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->any());
+  EXPECT_EQ(none->Gpus(), 0u);
+}
+
+TEST(GpuRequest, RefusesWhatKubernetesOrAckWouldNot) {
+  struct Case {
+    Json limits, requests;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{{"tessera.io/gpu-core", "0"}}, {}, "container a limits tessera.io/gpu-core=0: expected a percentage of one GPU from 1 to 100"},
+      {{{"tessera.io/gpu-core", "101"}}, {}, "gpu-core=101"},
+      {{{"aliyun.com/gpu-core.percentage", "33"}}, {}, "gpu-core.percentage=33: expected a multiple of 5"},
+      {{{"tessera.io/gpu-mem", "0"}}, {}, "gpu-mem=0: expected at least 1 GiB"},
+      {{{"tessera.io/gpu-mem", "1.5"}}, {}, "tessera.io/gpu-mem=\"1.5\""},
+      {{{"tessera.io/gpu-mem", "2"}, {"aliyun.com/gpu-core.percentage", "30"}}, {}, "mixes tessera.io/ and aliyun.com/"},
+      {{{"tessera.io/gpu-mem", "2"}}, {{"tessera.io/gpu-mem", "1"}}, "differs from its request 1"},
+      {Json::object(), {{"tessera.io/gpu-mem", "1"}}, "requests tessera.io/gpu-mem=1 without a limit"},
+      {{{"tessera.io/gpu-count", "0"}}, {}, "gpu-count=0: expected 1 to 64 GPUs"},
+  };
+  for (const Case& c : cases) {
+    auto pod = PodFromJson(Pod({Ctr("a", c.limits, c.requests.is_null() ? Json::object() : c.requests)}));
+    ASSERT_TRUE(pod.ok());
+    auto r = GpuRequestOf(*pod->Container("a"));
+    ASSERT_FALSE(r.ok()) << c.limits.dump();
+    EXPECT_THAT(r.error(), HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace tessera::k8s

@@ -1,0 +1,738 @@
+// TestApiServer: the stand-in kube-apiserver (see the header for what it is and is not).
+#include "k8s/test_apiserver.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+namespace tessera::k8s {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string NewUid() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  const uint64_t a = rng(), b = rng();
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%08x-%04x-4%03x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
+                static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
+                static_cast<unsigned long long>(b & 0xffffffffffffull));
+  return buf;
+}
+
+std::string NowRfc3339() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+Json StatusBody(int code, const std::string& reason, const std::string& message) {
+  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", Json::object()},
+          {"status", code < 300 ? "Success" : "Failure"}, {"message", message},
+          {"reason", reason}, {"code", code}};
+}
+
+void Reply(httplib::Response& res, int code, const Json& body) {
+  res.status = code;
+  res.set_content(body.dump(), "application/json");
+}
+
+void Fail(httplib::Response& res, int code, const std::string& reason, const std::string& message) {
+  Reply(res, code, StatusBody(code, reason, message));
+}
+
+// The value at a dotted path ("spec.nodeName"), as text; "" when absent.
+std::string FieldValue(const Json& obj, const std::string& dotted) {
+  const Json* cur = &obj;
+  size_t pos = 0;
+  while (pos <= dotted.size()) {
+    const size_t dot = dotted.find('.', pos);
+    const std::string part = dotted.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    if (!cur->is_object() || !cur->contains(part)) return "";
+    cur = &(*cur)[part];
+    if (dot == std::string::npos) break;
+    pos = dot + 1;
+  }
+  if (cur->is_string()) return cur->get<std::string>();
+  if (cur->is_null()) return "";
+  return cur->dump();
+}
+
+struct Requirement {
+  enum Op { kEq, kNe, kIn, kNotIn, kExists, kNotExists } op = kEq;
+  std::string key;
+  std::vector<std::string> values;
+};
+
+std::string Strip(const std::string& s) {
+  const size_t a = s.find_first_not_of(' ');
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(' ') - a + 1);
+}
+
+// Splits on commas outside parentheses.
+std::vector<std::string> SplitTerms(const std::string& text) {
+  std::vector<std::string> out;
+  int depth = 0;
+  std::string cur;
+  for (char c : text) {
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (c == ',' && depth == 0) {
+      out.push_back(Strip(cur));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!Strip(cur).empty()) out.push_back(Strip(cur));
+  return out;
+}
+
+Result<std::vector<Requirement>> ParseSelector(const std::string& text, bool labels) {
+  std::vector<Requirement> out;
+  for (const std::string& term : SplitTerms(text)) {
+    if (term.empty()) continue;
+    Requirement r;
+    size_t at;
+    if ((at = term.find("!=")) != std::string::npos) {
+      r.op = Requirement::kNe;
+      r.key = Strip(term.substr(0, at));
+      r.values = {Strip(term.substr(at + 2))};
+    } else if ((at = term.find("==")) != std::string::npos) {
+      r.key = Strip(term.substr(0, at));
+      r.values = {Strip(term.substr(at + 2))};
+    } else if ((at = term.find('=')) != std::string::npos) {
+      r.key = Strip(term.substr(0, at));
+      r.values = {Strip(term.substr(at + 1))};
+    } else if (labels && (at = term.find(" notin ")) != std::string::npos) {
+      r.op = Requirement::kNotIn;
+      r.key = Strip(term.substr(0, at));
+    } else if (labels && (at = term.find(" in ")) != std::string::npos) {
+      r.op = Requirement::kIn;
+      r.key = Strip(term.substr(0, at));
+    } else if (labels && term[0] == '!') {
+      r.op = Requirement::kNotExists;
+      r.key = Strip(term.substr(1));
+    } else if (labels) {
+      r.op = Requirement::kExists;
+      r.key = term;
+    } else {
+      return Result<std::vector<Requirement>>::Error("field selector \"" + text + "\": term \"" +
+                                                     term + "\" is not key=value or key!=value");
+    }
+    if (r.op == Requirement::kIn || r.op == Requirement::kNotIn) {
+      const size_t open = term.find('('), close = term.rfind(')');
+      if (open == std::string::npos || close == std::string::npos || close < open) {
+        return Result<std::vector<Requirement>>::Error("label selector \"" + text + "\": \"" + term +
+                                                       "\" needs a (list)");
+      }
+      for (const std::string& v : SplitTerms(term.substr(open + 1, close - open - 1))) r.values.push_back(v);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+bool Matches(const Json& obj, const std::vector<Requirement>& fields,
+             const std::vector<Requirement>& labels) {
+  for (const Requirement& r : fields) {
+    const std::string v = FieldValue(obj, r.key);
+    if ((r.op == Requirement::kEq) != (v == r.values[0])) return false;
+  }
+  const Json empty = Json::object();
+  const Json& l = obj.contains("metadata") && obj["metadata"].contains("labels") &&
+                          obj["metadata"]["labels"].is_object()
+                      ? obj["metadata"]["labels"]
+                      : empty;
+  for (const Requirement& r : labels) {
+    const bool has = l.contains(r.key);
+    const std::string v = has && l[r.key].is_string() ? l[r.key].get<std::string>() : "";
+    bool in = false;
+    for (const std::string& x : r.values) in = in || (has && v == x);
+    switch (r.op) {
+      case Requirement::kEq:
+        if (!in) return false;
+        break;
+      case Requirement::kNe:
+        if (has && in) return false;
+        break;
+      case Requirement::kIn:
+        if (!in) return false;
+        break;
+      case Requirement::kNotIn:
+        if (in) return false;
+        break;
+      case Requirement::kExists:
+        if (!has) return false;
+        break;
+      case Requirement::kNotExists:
+        if (has) return false;
+        break;
+    }
+  }
+  return true;
+}
+
+std::string ListKind(const std::string& kind) { return kind + "List"; }
+
+std::string Plural(const std::string& kind) {
+  return kind == "Node" ? "nodes" : kind == "Pod" ? "pods" : "events";
+}
+
+uint64_t ParseRv(const std::string& text) {
+  if (text.empty()) return 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  return *end == '\0' ? v : 0;
+}
+
+}  // namespace
+
+TestApiServer::TestApiServer() = default;
+
+TestApiServer::~TestApiServer() { Stop(); }
+
+Status TestApiServer::Start(int port) {
+  server_ = std::make_unique<httplib::Server>();
+  // Watches hold a worker each for their whole life.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(96); };
+  Route();
+  if (port == 0) {
+    port_ = server_->bind_to_any_port("127.0.0.1");
+    if (port_ <= 0) return Status::Error("test API server: cannot bind 127.0.0.1");
+  } else {
+    if (!server_->bind_to_port("127.0.0.1", port)) {
+      return Status::Error("test API server: cannot bind 127.0.0.1:" + std::to_string(port));
+    }
+    port_ = port;
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  for (int i = 0; i < 500 && !server_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return Status::Ok();
+}
+
+void TestApiServer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+  server_.reset();
+}
+
+std::map<std::string, Json>* TestApiServer::Objects(const std::string& kind) {
+  if (kind == "Node") return &nodes_;
+  if (kind == "Pod") return &pods_;
+  return &events_;
+}
+
+void TestApiServer::Record(const std::string& kind, const std::string& type, const Json& object,
+                           const Json& previous) {
+  history_.push_back(Change{rv_, kind, type, object, previous});
+  while (history_.size() > 100000) {
+    compacted_ = history_.front().rv;
+    history_.pop_front();
+  }
+  changed_.notify_all();
+}
+
+Json TestApiServer::Insert(const std::string& kind, const std::string& key, Json object) {
+  ++rv_;
+  Json& meta = object["metadata"];
+  meta["uid"] = NewUid();
+  meta["creationTimestamp"] = NowRfc3339();
+  meta["resourceVersion"] = std::to_string(rv_);
+  (*Objects(kind))[key] = object;
+  if (kind == "Event") event_order_.push_back(key);
+  Record(kind, "ADDED", object, Json());
+  return object;
+}
+
+void TestApiServer::Modify(const std::string& kind, const std::string& key, Json object) {
+  auto* objects = Objects(kind);
+  Json previous = (*objects)[key];
+  ++rv_;
+  object["metadata"]["resourceVersion"] = std::to_string(rv_);
+  (*objects)[key] = object;
+  Record(kind, "MODIFIED", object, previous);
+}
+
+void TestApiServer::Remove(const std::string& kind, const std::string& key) {
+  auto* objects = Objects(kind);
+  auto it = objects->find(key);
+  if (it == objects->end()) return;
+  Json object = it->second;
+  objects->erase(it);
+  ++rv_;
+  object["metadata"]["resourceVersion"] = std::to_string(rv_);
+  Record(kind, "DELETED", object, Json());
+}
+
+Json TestApiServer::CreateNode(Json node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  node["apiVersion"] = "v1";
+  node["kind"] = "Node";
+  return Insert("Node", node["metadata"]["name"].get<std::string>(), node);
+}
+
+Json TestApiServer::CreatePod(Json pod) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pod["apiVersion"] = "v1";
+  pod["kind"] = "Pod";
+  if (!pod["metadata"].contains("namespace")) pod["metadata"]["namespace"] = "default";
+  if (!pod.contains("status") || !pod["status"].contains("phase")) pod["status"]["phase"] = "Pending";
+  const std::string key = pod["metadata"]["namespace"].get<std::string>() + "/" +
+                          pod["metadata"]["name"].get<std::string>();
+  return Insert("Pod", key, pod);
+}
+
+std::optional<Json> TestApiServer::GetNode(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<Json> TestApiServer::GetPod(const std::string& ns, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(ns + "/" + name);
+  if (it == pods_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<Json> TestApiServer::Pods() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Json> out;
+  for (const auto& [key, pod] : pods_) out.push_back(pod);
+  return out;
+}
+
+bool TestApiServer::SetPodPhase(const std::string& ns, const std::string& name,
+                                const std::string& phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(ns + "/" + name);
+  if (it == pods_.end()) return false;
+  Json pod = it->second;
+  pod["status"]["phase"] = phase;
+  Modify("Pod", ns + "/" + name, pod);
+  return true;
+}
+
+bool TestApiServer::SetNodeLabel(const std::string& name, const std::string& key,
+                                 const std::optional<std::string>& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return false;
+  Json node = it->second;
+  if (value) {
+    node["metadata"]["labels"][key] = *value;
+  } else if (node["metadata"].contains("labels")) {
+    node["metadata"]["labels"].erase(key);
+  }
+  Modify("Node", name, node);
+  return true;
+}
+
+bool TestApiServer::MarkPodDeleting(const std::string& ns, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(ns + "/" + name);
+  if (it == pods_.end()) return false;
+  Json pod = it->second;
+  pod["metadata"]["deletionTimestamp"] = NowRfc3339();
+  Modify("Pod", ns + "/" + name, pod);
+  return true;
+}
+
+bool TestApiServer::DeletePod(const std::string& ns, const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pods_.count(ns + "/" + name) == 0) return false;
+  Remove("Pod", ns + "/" + name);
+  return true;
+}
+
+std::vector<Json> TestApiServer::Events(const std::string& ns) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Json> out;
+  for (const std::string& key : event_order_) {
+    auto it = events_.find(key);
+    if (it == events_.end()) continue;
+    if (ns.empty() || it->second["metadata"].value("namespace", "") == ns) out.push_back(it->second);
+  }
+  return out;
+}
+
+void TestApiServer::Compact() {
+  std::lock_guard<std::mutex> lock(mu_);
+  history_.clear();
+  compacted_ = rv_;
+  changed_.notify_all();
+}
+
+uint64_t TestApiServer::resource_version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rv_;
+}
+
+int TestApiServer::conflicts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return conflicts_;
+}
+
+void TestApiServer::Route() {
+  httplib::Server& s = *server_;
+  auto collection_get = [this](Collection c) {
+    return [this, c](const httplib::Request& req, httplib::Response& res) {
+      if (req.get_param_value("watch") == "true" || req.get_param_value("watch") == "1") {
+        HandleWatch(c, req, res);
+      } else {
+        HandleList(c, req, res);
+      }
+    };
+  };
+  s.Get("/api/v1/nodes", collection_get({"Node", ""}));
+  s.Get("/api/v1/pods", collection_get({"Pod", ""}));
+  s.Get("/api/v1/events", collection_get({"Event", ""}));
+  s.Get(R"(/api/v1/namespaces/([^/]+)/pods)", [this](const httplib::Request& req, httplib::Response& res) {
+    const Collection c{"Pod", req.matches[1]};
+    if (req.get_param_value("watch") == "true") {
+      HandleWatch(c, req, res);
+    } else {
+      HandleList(c, req, res);
+    }
+  });
+  s.Get(R"(/api/v1/namespaces/([^/]+)/events)", [this](const httplib::Request& req, httplib::Response& res) {
+    const Collection c{"Event", req.matches[1]};
+    if (req.get_param_value("watch") == "true") {
+      HandleWatch(c, req, res);
+    } else {
+      HandleList(c, req, res);
+    }
+  });
+  s.Post("/api/v1/nodes", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCreate({"Node", ""}, req, res);
+  });
+  s.Post(R"(/api/v1/namespaces/([^/]+)/pods)", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCreate({"Pod", req.matches[1]}, req, res);
+  });
+  s.Post(R"(/api/v1/namespaces/([^/]+)/events)", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCreate({"Event", req.matches[1]}, req, res);
+  });
+  s.Get(R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGet("Node", req.matches[1], res);
+  });
+  s.Patch(R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    HandlePatch("Node", req.matches[1], req, res, false);
+  });
+  s.Delete(R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleDelete("Node", req.matches[1], res);
+  });
+  const char* pod = R"(/api/v1/namespaces/([^/]+)/pods/([^/]+))";
+  s.Get(pod, [this](const httplib::Request& req, httplib::Response& res) {
+    HandleGet("Pod", std::string(req.matches[1]) + "/" + std::string(req.matches[2]), res);
+  });
+  s.Patch(pod, [this](const httplib::Request& req, httplib::Response& res) {
+    HandlePatch("Pod", std::string(req.matches[1]) + "/" + std::string(req.matches[2]), req, res, false);
+  });
+  s.Delete(pod, [this](const httplib::Request& req, httplib::Response& res) {
+    HandleDelete("Pod", std::string(req.matches[1]) + "/" + std::string(req.matches[2]), res);
+  });
+  s.Patch(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+)/status)",
+          [this](const httplib::Request& req, httplib::Response& res) {
+            HandlePatch("Pod", std::string(req.matches[1]) + "/" + std::string(req.matches[2]), req,
+                        res, true);
+          });
+  s.Post(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding)",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           HandleBinding(req.matches[1], req.matches[2], req, res);
+         });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.body.empty()) {
+      Fail(res, res.status, res.status == 404 ? "NotFound" : "BadRequest",
+           "the stand-in API server has no route for " + req.method + " " + req.path);
+    }
+  });
+}
+
+void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,
+                               httplib::Response& res) {
+  auto fields = ParseSelector(req.get_param_value("fieldSelector"), false);
+  auto labels = ParseSelector(req.get_param_value("labelSelector"), true);
+  if (!fields.ok() || !labels.ok()) {
+    return Fail(res, 400, "BadRequest", fields.ok() ? labels.error() : fields.error());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Json items = Json::array();
+  for (const auto& [key, obj] : *Objects(c.kind)) {
+    if (!c.ns.empty() && obj["metadata"].value("namespace", "") != c.ns) continue;
+    if (Matches(obj, *fields, *labels)) items.push_back(obj);
+  }
+  Reply(res, 200,
+        {{"kind", ListKind(c.kind)},
+         {"apiVersion", "v1"},
+         {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+         {"items", items}});
+}
+
+void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req,
+                                httplib::Response& res) {
+  auto fields = ParseSelector(req.get_param_value("fieldSelector"), false);
+  auto labels = ParseSelector(req.get_param_value("labelSelector"), true);
+  if (!fields.ok() || !labels.ok()) {
+    return Fail(res, 400, "BadRequest", fields.ok() ? labels.error() : fields.error());
+  }
+  struct State {
+    Collection c;
+    std::vector<Requirement> fields, labels;
+    uint64_t last = 0;
+    bool from_now = false;
+    bool started = false;
+    bool bookmarks = false;
+    std::chrono::steady_clock::time_point deadline, quiet_since;
+  };
+  auto st = std::make_shared<State>();
+  st->c = c;
+  st->fields = *fields;
+  st->labels = *labels;
+  const std::string rv = req.get_param_value("resourceVersion");
+  st->from_now = rv.empty() || rv == "0";
+  st->last = ParseRv(rv);
+  st->bookmarks = req.get_param_value("allowWatchBookmarks") == "true";
+  const int timeout = std::atoi(req.get_param_value("timeoutSeconds").c_str());
+  st->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout > 0 ? timeout : 1800);
+  st->quiet_since = std::chrono::steady_clock::now();
+  res.set_chunked_content_provider("application/json", [this, st](size_t, httplib::DataSink& sink) {
+    std::vector<std::string> lines;
+    bool done = false;
+    auto line = [](const std::string& type, const Json& obj) {
+      return Json{{"type", type}, {"object", obj}}.dump() + "\n";
+    };
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto in_scope = [&](const Json& obj) {
+        return (st->c.ns.empty() || obj["metadata"].value("namespace", "") == st->c.ns) &&
+               Matches(obj, st->fields, st->labels);
+      };
+      if (!st->started) {
+        st->started = true;
+        if (st->from_now) {
+          for (const auto& [key, obj] : *Objects(st->c.kind)) {
+            if (in_scope(obj)) lines.push_back(line("ADDED", obj));
+          }
+          st->last = rv_;
+        }
+      }
+      auto collect = [&] {
+        if (st->last < compacted_) {
+          lines.push_back(line("ERROR", StatusBody(410, "Expired",
+                                                   "too old resource version: " +
+                                                       std::to_string(st->last) + " (" +
+                                                       std::to_string(compacted_) + ")")));
+          done = true;
+          return;
+        }
+        for (const Change& ch : history_) {
+          if (ch.rv <= st->last || ch.kind != st->c.kind) continue;
+          const bool now_in = in_scope(ch.object);
+          if (ch.type == "MODIFIED") {
+            const bool was_in = in_scope(ch.previous);
+            if (now_in && was_in) lines.push_back(line("MODIFIED", ch.object));
+            if (now_in && !was_in) lines.push_back(line("ADDED", ch.object));
+            if (!now_in && was_in) lines.push_back(line("DELETED", ch.object));
+          } else if (now_in) {
+            lines.push_back(line(ch.type, ch.object));
+          }
+        }
+        st->last = rv_;
+      };
+      if (lines.empty()) collect();
+      if (lines.empty() && !done && !stopping_) {
+        changed_.wait_for(lock, 200ms);
+        collect();
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (stopping_ || now >= st->deadline) done = true;
+      if (lines.empty() && !done && st->bookmarks && now - st->quiet_since > 1s) {
+        lines.push_back(line("BOOKMARK", {{"kind", st->c.kind},
+                                          {"apiVersion", "v1"},
+                                          {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}));
+      }
+      if (!lines.empty()) st->quiet_since = now;
+    }
+    for (const std::string& l : lines) {
+      if (!sink.write(l.data(), l.size())) return false;
+    }
+    if (done) sink.done();
+    return true;
+  });
+}
+
+void TestApiServer::HandleCreate(const Collection& c, const httplib::Request& req,
+                                 httplib::Response& res) {
+  Json obj = Json::parse(req.body, nullptr, false);
+  if (!obj.is_object()) return Fail(res, 400, "BadRequest", "the body is not a JSON object");
+  Json& meta = obj["metadata"];
+  if (!meta.is_object()) return Fail(res, 400, "BadRequest", "metadata is missing");
+  if (!c.ns.empty()) {
+    const std::string ns = meta.value("namespace", c.ns);
+    if (ns != c.ns) {
+      return Fail(res, 400, "BadRequest",
+                  "the namespace of the provided object (" + ns +
+                      ") does not match the namespace sent on the request (" + c.ns + ")");
+    }
+    meta["namespace"] = c.ns;
+  }
+  std::string name = meta.value("name", "");
+  if (name.empty()) {
+    const std::string prefix = meta.value("generateName", "");
+    if (prefix.empty()) {
+      return Fail(res, 422, "Invalid", "metadata.name or metadata.generateName is required");
+    }
+    name = prefix + NewUid().substr(0, 5);
+    meta["name"] = name;
+  }
+  obj["apiVersion"] = "v1";
+  obj["kind"] = c.kind;
+  if (c.kind == "Pod" && (!obj.contains("status") || !obj["status"].contains("phase"))) {
+    obj["status"]["phase"] = "Pending";
+  }
+  const std::string key = c.ns.empty() ? name : c.ns + "/" + name;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (Objects(c.kind)->count(key) != 0) {
+    return Fail(res, 409, "AlreadyExists", Plural(c.kind) + " \"" + name + "\" already exists");
+  }
+  Reply(res, 201, Insert(c.kind, key, obj));
+}
+
+void TestApiServer::HandleGet(const std::string& kind, const std::string& key,
+                              httplib::Response& res) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto* objects = Objects(kind);
+  auto it = objects->find(key);
+  if (it == objects->end()) {
+    return Fail(res, 404, "NotFound",
+                Plural(kind) + " \"" + key.substr(key.find('/') + 1) + "\" not found");
+  }
+  Reply(res, 200, it->second);
+}
+
+void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
+                                const httplib::Request& req, httplib::Response& res,
+                                bool status_only) {
+  const std::string type = req.get_header_value("Content-Type");
+  Json patch = Json::parse(req.body, nullptr, false);
+  if (patch.is_discarded()) return Fail(res, 400, "BadRequest", "the patch is not JSON");
+  const bool json_patch = type.find("json-patch") != std::string::npos;
+  const bool merge = type.find("merge-patch") != std::string::npos;
+  if (!json_patch && !merge) {
+    return Fail(res, 415, "UnsupportedMediaType",
+                "the stand-in takes application/merge-patch+json, "
+                "application/strategic-merge-patch+json or application/json-patch+json, not " + type);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto* objects = Objects(kind);
+  auto it = objects->find(key);
+  if (it == objects->end()) {
+    return Fail(res, 404, "NotFound",
+                Plural(kind) + " \"" + key.substr(key.find('/') + 1) + "\" not found");
+  }
+  const Json& current = it->second;
+  const std::string current_rv = current["metadata"].value("resourceVersion", "");
+  Json updated = current;
+  auto conflict = [&](const std::string& asked) {
+    ++conflicts_;
+    Fail(res, 409, "Conflict",
+         "Operation cannot be fulfilled on " + Plural(kind) + " \"" +
+             key.substr(key.find('/') + 1) +
+             "\": the object has been modified; please apply your changes to the latest version "
+             "and try again (asked for resourceVersion " + asked + ", current " + current_rv + ")");
+  };
+  if (json_patch) {
+    if (!patch.is_array()) return Fail(res, 400, "BadRequest", "a JSON patch is an array of operations");
+    try {
+      updated = current.patch(patch);
+    } catch (const Json::exception& e) {
+      return Fail(res, 422, "Invalid", std::string("the JSON patch does not apply: ") + e.what());
+    }
+    const std::string asked = updated["metadata"].value("resourceVersion", "");
+    if (asked != current_rv) return conflict(asked);
+  } else {
+    if (patch.is_object() && patch.contains("metadata") && patch["metadata"].is_object() &&
+        patch["metadata"].contains("resourceVersion")) {
+      const Json& asked = patch["metadata"]["resourceVersion"];
+      const std::string text = asked.is_string() ? asked.get<std::string>() : asked.dump();
+      if (text != current_rv) return conflict(text);
+    }
+    updated.merge_patch(patch);
+  }
+  Json result = current;
+  if (status_only) {
+    result["status"] = updated.value("status", Json::object());
+  } else {
+    result = updated;
+    if (current.contains("status")) result["status"] = current["status"];
+    // Identity is not the client's to change.
+    for (const char* k : {"name", "namespace", "uid", "creationTimestamp"}) {
+      if (current["metadata"].contains(k)) result["metadata"][k] = current["metadata"][k];
+    }
+  }
+  Modify(kind, key, result);
+  Reply(res, 200, (*objects)[key]);
+}
+
+void TestApiServer::HandleDelete(const std::string& kind, const std::string& key,
+                                 httplib::Response& res) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto* objects = Objects(kind);
+  auto it = objects->find(key);
+  if (it == objects->end()) {
+    return Fail(res, 404, "NotFound",
+                Plural(kind) + " \"" + key.substr(key.find('/') + 1) + "\" not found");
+  }
+  Json last = it->second;
+  Remove(kind, key);
+  Reply(res, 200, last);
+}
+
+void TestApiServer::HandleBinding(const std::string& ns, const std::string& name,
+                                  const httplib::Request& req, httplib::Response& res) {
+  Json binding = Json::parse(req.body, nullptr, false);
+  if (!binding.is_object() || !binding.contains("target") ||
+      binding["target"].value("name", "").empty()) {
+    return Fail(res, 400, "BadRequest", "a Binding needs target.name");
+  }
+  const std::string node = binding["target"]["name"].get<std::string>();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pods_.find(ns + "/" + name);
+  if (it == pods_.end()) return Fail(res, 404, "NotFound", "pods \"" + name + "\" not found");
+  Json pod = it->second;
+  const std::string uid = binding.contains("metadata") ? binding["metadata"].value("uid", "") : "";
+  if (!uid.empty() && uid != pod["metadata"].value("uid", "")) {
+    return Fail(res, 409, "Conflict",
+                "Operation cannot be fulfilled on pods/binding \"" + name +
+                    "\": the UID in the precondition (" + uid + ") does not match the UID in record");
+  }
+  const std::string bound = pod.contains("spec") ? pod["spec"].value("nodeName", "") : "";
+  if (!bound.empty()) {
+    return Fail(res, 409, "Conflict",
+                "Operation cannot be fulfilled on pods/binding \"" + name + "\": pod " + name +
+                    " is already assigned to node \"" + bound + "\"");
+  }
+  pod["spec"]["nodeName"] = node;
+  Modify("Pod", ns + "/" + name, pod);
+  Reply(res, 201, StatusBody(201, "", ""));
+}
+
+}  // namespace tessera::k8s

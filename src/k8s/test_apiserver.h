@@ -1,0 +1,128 @@
+// TestApiServer: a STAND-IN for kube-apiserver, for tests only. No Kubernetes control plane can
+// be installed on the machines that run Tessera's suite, so this is our own small server of the
+// parts of the API that the device plugin and the extender use, on the real paths and with the
+// real JSON shapes, as far as we know them:
+//   /api/v1/nodes[/NAME]                                  GET (list, watch), POST, PATCH, DELETE
+//   /api/v1/pods                                          GET (list, watch; every namespace)
+//   /api/v1/namespaces/NS/pods[/NAME]                     GET, POST, PATCH, DELETE
+//   /api/v1/namespaces/NS/pods/NAME/status                PATCH (tests set status.phase)
+//   /api/v1/namespaces/NS/pods/NAME/binding               POST (sets spec.nodeName)
+//   /api/v1/[namespaces/NS/]events                        GET, POST
+// Every object carries metadata.uid, creationTimestamp and a resourceVersion from one counter;
+// lists carry the counter's value. `?watch=true` streams chunked JSON lines
+// {"type":"ADDED|MODIFIED|DELETED|BOOKMARK","object":...} from a resourceVersion (from the
+// current state when it is empty or "0"), with bookmarks when asked, and an ERROR event carrying a
+// 410 Status once that version has been compacted away (Compact()). Field selectors (any dotted
+// path, = == !=, comma for AND) and label selectors (= == != in notin, existence) filter lists and
+// watches; an object entering or leaving a watch's selection is ADDED or DELETED, as on the real
+// server. PATCH takes merge patches (strategic merge is treated as a merge patch, which is what
+// it is for maps such as annotations) and JSON patches; a patch whose metadata.resourceVersion is
+// not the object's current one fails with 409 Conflict; missing objects give 404 with a Status.
+// What it does not do: authentication, admission, defaulting beyond status.phase=Pending, graceful
+// deletion (DELETE removes at once; MarkPodDeleting sets deletionTimestamp for a test), other
+// resource kinds, protobuf. It is honest about being a stand-in and must never ship in a product.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/result.h"
+#include "k8s/objects.h"
+
+namespace httplib {
+class Server;
+class Request;
+struct Response;
+}  // namespace httplib
+
+namespace tessera::k8s {
+
+class TestApiServer {
+ public:
+  TestApiServer();
+  ~TestApiServer();
+  TestApiServer(const TestApiServer&) = delete;
+  TestApiServer& operator=(const TestApiServer&) = delete;
+
+  // Listens on 127.0.0.1:`port` (0: any free port) and serves on a thread pool.
+  Status Start(int port = 0);
+  // Ends every watch stream and stops serving.
+  void Stop();
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // Direct access for tests (the same store the HTTP side serves; every change is watched).
+  Json CreateNode(Json node);
+  Json CreatePod(Json pod);  // metadata.namespace defaults to "default"
+  std::optional<Json> GetNode(const std::string& name) const;
+  std::optional<Json> GetPod(const std::string& ns, const std::string& name) const;
+  std::vector<Json> Pods() const;
+  // status.phase of a pod (Pending, Running, Succeeded, Failed); false when there is no such pod.
+  bool SetPodPhase(const std::string& ns, const std::string& name, const std::string& phase);
+  bool SetNodeLabel(const std::string& name, const std::string& key,
+                    const std::optional<std::string>& value);
+  bool MarkPodDeleting(const std::string& ns, const std::string& name);
+  bool DeletePod(const std::string& ns, const std::string& name);
+  // Events, in the order they were created ("" namespace: all).
+  std::vector<Json> Events(const std::string& ns = "") const;
+  // Forgets the change history: watches from an older resourceVersion get 410 Gone.
+  void Compact();
+  uint64_t resource_version() const;
+  // How many PATCH requests failed with 409 so far.
+  int conflicts() const;
+
+ private:
+  struct Change {
+    uint64_t rv;
+    std::string kind;  // Node, Pod, Event
+    std::string type;  // ADDED, MODIFIED, DELETED
+    Json object;
+    Json previous;  // before a MODIFIED, for selector transitions
+  };
+  struct Collection {
+    std::string kind;  // Node, Pod, Event
+    std::string ns;    // "" for every namespace (or a cluster-scoped kind)
+  };
+
+  void Route();
+  void HandleList(const Collection& c, const httplib::Request& req, httplib::Response& res);
+  void HandleWatch(const Collection& c, const httplib::Request& req, httplib::Response& res);
+  void HandleCreate(const Collection& c, const httplib::Request& req, httplib::Response& res);
+  void HandleGet(const std::string& kind, const std::string& key, httplib::Response& res);
+  void HandlePatch(const std::string& kind, const std::string& key, const httplib::Request& req,
+                   httplib::Response& res, bool status_only);
+  void HandleDelete(const std::string& kind, const std::string& key, httplib::Response& res);
+  void HandleBinding(const std::string& ns, const std::string& name, const httplib::Request& req,
+                     httplib::Response& res);
+
+  // Under mu_:
+  std::map<std::string, Json>* Objects(const std::string& kind);
+  Json Insert(const std::string& kind, const std::string& key, Json object);
+  void Modify(const std::string& kind, const std::string& key, Json object);
+  void Remove(const std::string& kind, const std::string& key);
+  void Record(const std::string& kind, const std::string& type, const Json& object,
+              const Json& previous);
+
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  bool stopping_ = false;
+  uint64_t rv_ = 1;
+  uint64_t compacted_ = 0;  // history holds changes after this version
+  std::map<std::string, Json> nodes_, pods_, events_;  // key: name, ns/name
+  std::vector<std::string> event_order_;
+  std::deque<Change> history_;
+  int conflicts_ = 0;
+};
+
+}  // namespace tessera::k8s
