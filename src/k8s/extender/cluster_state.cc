@@ -56,7 +56,9 @@ namespace {
 struct NodeRec {
   std::string name;
   std::string resource_version;
-  uint64_t seq = 0;  // kNodeSeqAnnotation
+  CommitLog log;              // kCommitLogAnnotation
+  bool log_readable = true;   // false: the annotation is there but unreadable
+  uint64_t verified_seq = 0;  // see NodeCommitView
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   k8s::PlacementPolicy policy = k8s::PlacementPolicy::kTessera;
@@ -159,6 +161,20 @@ struct PodRec {
   bool assumed = false;  // tessera.io/phase=assumed
 };
 
+// A resourceVersion as a number, or nullopt (they are opaque strings; every server we know counts).
+std::optional<uint64_t> VersionNumber(const std::string& rv) {
+  uint64_t v = 0;
+  if (ParseDigits(rv, &v) != DigitsError::kNone) return std::nullopt;
+  return v;
+}
+
+// True when `incoming` is older than `held` (a watch event that lags a direct read).
+bool Older(const std::string& incoming, const std::string& held) {
+  const auto a = VersionNumber(incoming);
+  const auto b = VersionNumber(held);
+  return a && b && *a < *b;
+}
+
 Result<PodRec> ReadPodRec(const Json& pod) {
   auto view = k8s::PodFromJson(pod);
   if (!view.ok()) return view.status();
@@ -196,9 +212,13 @@ Result<NodeRec> ReadNodeRec(const Json& node) {
   auto note = [&rec](std::string message) {
     if (rec.problem.empty()) rec.problem = std::move(message);
   };
-  if (auto it = view->annotations.find(kNodeSeqAnnotation); it != view->annotations.end()) {
-    uint64_t seq = 0;
-    if (ParseDigits(it->second, &seq) == DigitsError::kNone) rec.seq = seq;
+  if (auto it = view->annotations.find(kCommitLogAnnotation); it != view->annotations.end()) {
+    auto log = ParseCommitLog(it->second);
+    if (log.ok()) {
+      rec.log = std::move(*log);
+    } else {
+      rec.log_readable = false;  // the next commit there lists every pod first
+    }
   }
   for (const auto& [resource, scale, target] :
        {std::tuple{"cpu", 3, &rec.cpu_milli}, std::tuple{"memory", 0, &rec.memory_mib}}) {
@@ -295,6 +315,7 @@ struct ClusterState::Impl {
   std::shared_ptr<const pl::TargetWorkload> workload;
   SteadyTime learned_at{};
   bool pods_changed = true;
+  bool pods_listed = false;  // a pod list has come in
 
   mutable std::mutex mu;
   std::map<std::string, NodeRec> nodes;            // by name: the placement order
@@ -841,6 +862,34 @@ struct ClusterState::Impl {
   }
 
   void SeedSeq(uint64_t seen) { next_seq = std::max(next_seq, seen + 1); }
+
+  // The pod as last asked about at a verb, else as the API server reported it.
+  const PodRec* Asked(const std::string& uid) const {
+    if (auto it = asked.find(uid); it != asked.end()) return &it->second;
+    if (auto it = pods.find(uid); it != pods.end()) return &it->second;
+    return nullptr;
+  }
+
+  // The bind plan of binding hold `h`, with a seq above every commit on its node.
+  BindPlan Plan(const PodRec& rec, Hold& h) {
+    const NodeRec& node = nodes.at(h.node);
+    BindPlan plan;
+    plan.pod_resource_version = rec.resource_version;
+    plan.assignment.node = h.node;
+    plan.assignment.seq = std::max(next_seq, node.log.seq + 1);
+    next_seq = plan.assignment.seq + 1;
+    h.seq = plan.assignment.seq;
+    for (const ContainerPart& c : h.containers) {
+      k8s::ContainerAssignment ca;
+      ca.name = c.name;
+      for (const GpuPart& g : c.gpus) {
+        ca.gpus.push_back({g.uuid, Bytes(static_cast<uint64_t>(g.mem_bytes)),
+                           *Percent::FromInt(g.core_percent)});
+      }
+      plan.assignment.containers.push_back(std::move(ca));
+    }
+    return plan;
+  }
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -853,14 +902,16 @@ Status ClusterState::UpsertNode(const Json& node) {
   auto rec = ReadNodeRec(node);
   if (!rec.ok()) return rec.status();
   std::lock_guard lock(impl_->mu);
-  impl_->SeedSeq(rec->seq);
+  impl_->SeedSeq(rec->log.seq);
   auto it = impl_->nodes.find(rec->name);
   if (it == impl_->nodes.end()) {
-    impl_->nodes.emplace(rec->name, std::move(*rec));
+    impl_->nodes.emplace(rec->name, std::move(*rec));  // verified_seq 0: its log is read first
     impl_->dirty = true;
     return Status::Ok();
   }
+  if (Older(rec->resource_version, it->second.resource_version)) return Status::Ok();
   if (!it->second.SamePlacement(*rec)) impl_->dirty = true;
+  rec->verified_seq = it->second.verified_seq;
   it->second = std::move(*rec);
   return Status::Ok();
 }
@@ -875,6 +926,10 @@ Status ClusterState::UpsertPod(const Json& pod) {
   if (!rec.ok()) return rec.status();
   std::lock_guard lock(impl_->mu);
   Impl& s = *impl_;
+  if (auto held = s.pods.find(rec->uid);
+      held != s.pods.end() && Older(rec->resource_version, held->second.resource_version)) {
+    return Status::Ok();
+  }
   if (rec->assignment) s.SeedSeq(rec->assignment->seq);
   s.pods_changed = true;
   s.EnsureBuilt();
@@ -892,39 +947,54 @@ void ClusterState::RemovePod(const std::string& uid) {
   impl_->asked.erase(uid);
 }
 
-void ClusterState::ReplaceAll(const std::vector<Json>& nodes, const std::vector<Json>& pods) {
-  std::map<std::string, NodeRec> node_recs;
+void ClusterState::ReplaceNodes(const std::vector<Json>& nodes) {
+  std::map<std::string, NodeRec> recs;
   for (const Json& n : nodes) {
     auto rec = ReadNodeRec(n);
-    if (rec.ok()) node_recs.emplace(rec->name, std::move(*rec));
-  }
-  std::vector<PodRec> pod_recs;
-  for (const Json& p : pods) {
-    auto rec = ReadPodRec(p);
-    if (rec.ok()) pod_recs.push_back(std::move(*rec));
+    if (rec.ok()) recs.emplace(rec->name, std::move(*rec));
   }
   std::lock_guard lock(impl_->mu);
   Impl& s = *impl_;
-  s.nodes = std::move(node_recs);
-  for (const auto& [name, rec] : s.nodes) s.SeedSeq(rec.seq);
+  for (auto& [name, rec] : recs) {
+    s.SeedSeq(rec.log.seq);
+    if (auto old = s.nodes.find(name); old != s.nodes.end()) {
+      rec.verified_seq = old->second.verified_seq;
+    } else if (!s.pods_listed) {
+      rec.verified_seq = rec.log.seq;  // the pod list to come is newer than this node list
+    }
+  }
+  s.nodes = std::move(recs);
   s.dirty = true;
+  s.EnsureBuilt();
+}
+
+void ClusterState::ReplacePods(const std::vector<Json>& pods) {
+  std::vector<PodRec> recs;
+  for (const Json& p : pods) {
+    auto rec = ReadPodRec(p);
+    if (rec.ok()) recs.push_back(std::move(*rec));
+  }
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  s.pods_listed = true;
   s.pods_changed = true;
   std::unordered_map<std::string, PodRec> listed;
-  for (PodRec& r : pod_recs) {
+  for (PodRec& r : recs) {
     if (r.assignment) s.SeedSeq(r.assignment->seq);
     listed.emplace(r.uid, std::move(r));
   }
-  // Observed holds of pods no longer listed go; the others are rebuilt below.
+  // Observed holds of pods no longer listed go; the others are brought up to date below.
   for (auto it = s.holds.begin(); it != s.holds.end();) {
     if (it->second.kind == HoldKind::kObserved && listed.count(it->first) == 0) {
+      s.Unapply(it->second);
       it = s.holds.erase(it);
     } else {
       ++it;
     }
   }
   s.pods = std::move(listed);
-  for (const auto& [uid, rec] : s.pods) s.Observe(rec);
   s.EnsureBuilt();
+  for (const auto& [uid, rec] : s.pods) s.Observe(rec);
 }
 
 Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std::string> names) {
@@ -1009,11 +1079,7 @@ Result<BindPlan> ClusterState::PrepareBind(const std::string& ns, const std::str
   Impl& s = *impl_;
   s.Prepare();
   const std::string key = ns + "/" + name;
-  const PodRec* rec = nullptr;
-  if (auto it = s.asked.find(uid); it != s.asked.end()) rec = &it->second;
-  if (rec == nullptr) {
-    if (auto it = s.pods.find(uid); it != s.pods.end()) rec = &it->second;
-  }
+  const PodRec* rec = s.Asked(uid);
   if (rec == nullptr) {
     return Result<BindPlan>::Error("pod " + key + " (uid " + uid +
                                    "): not known to the extender (neither filtered here nor seen "
@@ -1049,54 +1115,80 @@ Result<BindPlan> ClusterState::PrepareBind(const std::string& ns, const std::str
     s.Put(uid, std::move(h));
     held = s.holds.find(uid);
   }
-  const NodeRec& nrec = *s.by_index[static_cast<size_t>(n)];
-  BindPlan plan;
-  plan.pod_resource_version = rec->resource_version;
-  plan.node_resource_version = nrec.resource_version;
-  plan.node_seq = nrec.seq;
-  plan.assignment.node = node;
-  plan.assignment.seq = std::max(s.next_seq, nrec.seq + 1);
-  s.next_seq = plan.assignment.seq + 1;
-  held->second.seq = plan.assignment.seq;
-  for (const ContainerPart& c : held->second.containers) {
-    k8s::ContainerAssignment ca;
-    ca.name = c.name;
-    for (const GpuPart& g : c.gpus) {
-      ca.gpus.push_back({g.uuid, Bytes(static_cast<uint64_t>(g.mem_bytes)),
-                         *Percent::FromInt(g.core_percent)});
-    }
-    plan.assignment.containers.push_back(std::move(ca));
-  }
-  return plan;
+  return s.Plan(*rec, held->second);
 }
 
 void ClusterState::FinishBind(const std::string& uid, const BindPlan& plan, bool committed) {
   std::lock_guard lock(impl_->mu);
   Impl& s = *impl_;
-  auto it = s.holds.find(uid);
-  if (committed) {
-    if (auto n = s.nodes.find(plan.assignment.node); n != s.nodes.end()) {
-      n->second.seq = std::max(n->second.seq, plan.assignment.seq);
-    }
-    s.asked.erase(uid);
-    return;
-  }
-  if (it != s.holds.end() && it->second.kind == HoldKind::kBinding) s.Drop(uid);
   s.asked.erase(uid);
+  if (committed) return;
+  auto it = s.holds.find(uid);
+  if (it != s.holds.end() && it->second.kind == HoldKind::kBinding) s.Drop(uid);
   // The pod may still hold what the API server says it holds (e.g. an earlier assignment).
   if (auto p = s.pods.find(uid); p != s.pods.end()) s.Observe(p->second);
 }
 
-bool ClusterState::NoteNodeWrite(const std::string& node, const std::string& resource_version,
-                                 uint64_t seq) {
+NodeCommitView ClusterState::CommitView(const std::string& node) const {
+  std::lock_guard lock(impl_->mu);
+  NodeCommitView v;
+  auto it = impl_->nodes.find(node);
+  if (it == impl_->nodes.end()) return v;
+  v.known = true;
+  v.resource_version = it->second.resource_version;
+  v.log = it->second.log;
+  v.log_readable = it->second.log_readable;
+  v.verified_seq = it->second.verified_seq;
+  return v;
+}
+
+void ClusterState::MarkVerified(const std::string& node, uint64_t seq) {
+  std::lock_guard lock(impl_->mu);
+  if (auto it = impl_->nodes.find(node); it != impl_->nodes.end()) {
+    it->second.verified_seq = std::max(it->second.verified_seq, seq);
+  }
+}
+
+Result<BindPlan> ClusterState::Redecide(const std::string& uid, const std::string& node) {
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  // Rebuild so that every observed hold is placed before ours; then take ours out and decide
+  // again on `node` alone.
+  s.dirty = true;
+  s.Prepare();
+  const PodRec* rec = s.Asked(uid);
+  auto held = s.holds.find(uid);
+  if (rec == nullptr || held == s.holds.end() || held->second.kind != HoldKind::kBinding) {
+    return Result<BindPlan>::Error("pod uid " + uid + ": no bind in progress");
+  }
+  s.Drop(uid);
+  auto it = s.index_of.find(node);
+  if (it == s.index_of.end()) return Result<BindPlan>::Error("node " + node + ": gone");
+  auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+  if (!reqs.ok()) return reqs.status();
+  if (auto why = s.WhyNot(*rec, *reqs, it->second)) {
+    return Result<BindPlan>::Error("pod " + rec->key + " no longer fits node " + node +
+                                   " after another scheduler's commits there: " + why->reason);
+  }
+  auto choice = s.Choose(*reqs, {it->second}, nullptr);
+  if (!choice) return Result<BindPlan>::Error("pod " + rec->key + " no longer fits node " + node);
+  s.Put(uid, s.MakeHold(*rec, *reqs, *choice, HoldKind::kBinding));
+  return s.Plan(*rec, s.holds.at(uid));
+}
+
+void ClusterState::NoteCommit(const std::string& node, const std::string& resource_version,
+                              const CommitLog& log) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->nodes.find(node);
-  if (it == impl_->nodes.end()) return false;
-  const bool same = it->second.seq == seq;
-  it->second.resource_version = resource_version;
-  it->second.seq = seq;
-  impl_->SeedSeq(seq);
-  return same;
+  if (it == impl_->nodes.end()) return;
+  // Our own commit: everything before it was verified, so it is too.
+  if (it->second.verified_seq >= it->second.log.seq) it->second.verified_seq = log.seq;
+  if (!Older(resource_version, it->second.resource_version)) {
+    it->second.resource_version = resource_version;
+    it->second.log = log;
+    it->second.log_readable = true;
+  }
+  impl_->SeedSeq(log.seq);
 }
 
 std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const {
@@ -1145,7 +1237,7 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
     Json j = {{"name", name},
               {"policy", std::string(PolicyName(rec.policy))},
               {"mode", rec.has_inventory ? std::string(k8s::NodeModeName(rec.mode)) : "none"},
-              {"seq", rec.seq},
+              {"seq", rec.log.seq},
               {"cpu_milli", {{"allocatable", rec.cpu_milli}, {"free", s.cluster->cpu_free(n)}}},
               {"memory_mib", {{"allocatable", rec.memory_mib}, {"free", s.cluster->memory_free(n)}}},
               {"gpus", std::move(gpus)},

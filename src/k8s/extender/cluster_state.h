@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "k8s/annotations.h"
+#include "k8s/extender/commit_log.h"
 #include "k8s/extender/pod_demand.h"
 #include "k8s/objects.h"
 #include "placement/cluster.h"
@@ -50,11 +51,6 @@
 #include "placement/policy.h"
 
 namespace tessera::extender {
-
-// Node annotation the extender writes with each decision it commits on the node: the decision's
-// seq. Replicas order their decisions on one node by it, and a write of it conditioned on the
-// node's resourceVersion is what makes two replicas' binds on one node exclusive.
-inline constexpr char kNodeSeqAnnotation[] = "tessera.io/assignment-seq";
 
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
@@ -88,12 +84,21 @@ struct NodePriority {
   int64_t score = 0;  // 0..10: 10 for the node the engine chose, less for the others
 };
 
-// A decision ready to be written: the assignment annotation and what the commit is conditioned on.
+// A decision ready to be written: the assignment annotation and the pod's version it was made on.
 struct BindPlan {
-  k8s::Assignment assignment;       // containers empty for a pod without Tessera resources
+  k8s::Assignment assignment;        // containers empty for a pod without Tessera resources
   std::string pod_resource_version;  // as last seen (empty: unknown)
-  std::string node_resource_version;
-  uint64_t node_seq = 0;  // the node's kNodeSeqAnnotation when decided
+};
+
+// What a commit on a node is conditioned on: the node's resourceVersion and commit log as last
+// seen, and the newest seq of that log whose pod this extender is known to have read (every
+// commit up to it is in the holds). A commit needs `verified_seq == log.seq`.
+struct NodeCommitView {
+  bool known = false;
+  std::string resource_version;
+  CommitLog log;
+  bool log_readable = true;  // false: unreadable, so the pods must be listed before a commit
+  uint64_t verified_seq = 0;
 };
 
 // Counters for /metrics.
@@ -123,8 +128,12 @@ class ClusterState {
   void RemoveNode(const std::string& name);
   Status UpsertPod(const k8s::Json& pod);
   void RemovePod(const std::string& uid);
-  // A fresh list replaces everything observed (reservations and binds in flight stay).
-  void ReplaceAll(const std::vector<k8s::Json>& nodes, const std::vector<k8s::Json>& pods);
+  // A fresh list replaces everything observed (reservations and binds in flight stay). At start,
+  // list Nodes before Pods: a node's commit log as first listed counts as verified only because
+  // every pod committed up to it is in the pod list taken after it.
+  void ReplaceNodes(const std::vector<k8s::Json>& nodes);
+  void ReplacePods(const std::vector<k8s::Json>& pods);
+  // An object older than the one held (by numeric resourceVersion) is ignored.
 
   // The verbs. `pod` is the v1.Pod kube-scheduler sent; `nodes` the names it asks about.
   // Filter reserves the pod's share on the engine's choice; Prioritize scores and moves the
@@ -140,9 +149,15 @@ class ClusterState {
   // The outcome of writing `plan`: on success the binding hold stays until the API server shows
   // the pod bound; on failure it is released at once.
   void FinishBind(const std::string& uid, const BindPlan& plan, bool committed);
-  // The node's resourceVersion and seq as the binder read them after a conflict; returns false
-  // when its seq moved (another writer committed there), so the binder must refresh its pods.
-  bool NoteNodeWrite(const std::string& node, const std::string& resource_version, uint64_t seq);
+
+  // The binder's side of a commit (binder.h): what the node's commit is conditioned on; that the
+  // pods of its log up to `seq` are read in; a fresh decision for the pod on `node` after they
+  // were (its seq above the node's log); and the node as the binder's own write left it.
+  NodeCommitView CommitView(const std::string& node) const;
+  void MarkVerified(const std::string& node, uint64_t seq);
+  Result<BindPlan> Redecide(const std::string& uid, const std::string& node);
+  void NoteCommit(const std::string& node, const std::string& resource_version,
+                  const CommitLog& log);
 
   // JSON for GET /inspect (every node) or /inspect/NODE (one; nullopt when unknown).
   std::optional<k8s::Json> Inspect(std::optional<std::string> node) const;

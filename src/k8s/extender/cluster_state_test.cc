@@ -273,7 +273,8 @@ TEST(ClusterStateTest, HoldsAreRebuiltFromAnnotationsAndReleasedWhenPodsEnd) {
   finished = Bound(finished, "n", "Succeeded");
   // Second life: rebuilt from the list. The running pod and the assumed (unbound) one hold; the
   // finished one does not.
-  s->ReplaceAll({Node("n", Gpus(1))}, {running, assumed, finished});
+  s->ReplaceNodes({Node("n", Gpus(1))});
+  s->ReplacePods({running, assumed, finished});
   EXPECT_EQ(s->Stats().holds_observed, 2u);
   EXPECT_EQ(s->Stats().gpu_milli_allocated, 600);
   auto big = s->Filter(Pod("big", {{"tessera.io/gpu-core", "50"}}), std::vector<std::string>{"n"});
