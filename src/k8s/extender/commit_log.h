@@ -31,7 +31,7 @@ struct CommitLog {
     std::string pod;  // ns/name
     bool operator==(const Entry&) const = default;
   };
-  static constexpr size_t kRecent = 64;
+  static constexpr size_t kRecent = 16;
 
   uint64_t seq = 0;
   uint64_t trimmed = 0;

@@ -30,6 +30,7 @@ ExtenderServer::ExtenderServer(ClusterState& state, Binder* binder)
     : state_(state), binder_(binder), http_(std::make_unique<Http>()) {
   httplib::Server& s = http_->server;
   s.set_keep_alive_max_count(100000);
+  s.set_tcp_nodelay(true);  // answers go out whole at once; Nagle would hold them for an ACK
   s.set_payload_max_length(64 << 20);
   auto verb = [this](std::string (ExtenderServer::*fn)(std::string_view, int*)) {
     return [this, fn](const httplib::Request& req, httplib::Response& res) {
