@@ -35,6 +35,16 @@ std::string_view PolicyName(k8s::PlacementPolicy p) {
   return "tessera";
 }
 
+// A hash of a list of node names, to recognise the same list again.
+uint64_t HashNames(std::span<const std::string> names) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const std::string& n : names) {
+    for (const char c : n) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL;
+  }
+  return h;
+}
+
 // Whether user pattern `pattern` (tessera.io/gpu-model) names model `model`: equal or contained,
 // ignoring ASCII case ("A100" names "NVIDIA A100-SXM4-80GB").
 bool ModelMatches(std::string_view model, std::string_view pattern) {
@@ -333,6 +343,34 @@ struct ClusterState::Impl {
   std::map<k8s::PlacementPolicy, std::unique_ptr<pl::Policy>> policies;
 
   uint64_t next_seq = 1;
+  uint64_t changes = 0;  // bumped by every change of the placement picture
+  // The node names of the last filter and their indices (kube-scheduler asks about the same
+  // list, in the same order, pod after pod): comparing a name is cheaper than hashing it.
+  std::vector<std::string> last_names;
+  std::vector<int> last_indices;
+  uint64_t last_names_epoch = 0;
+  // The index of names[i] (-1: unknown), through the cache above.
+  int IndexOf(std::span<const std::string> names, size_t i) {
+    if (last_names_epoch != epoch || last_names.size() != names.size()) {
+      last_names.assign(names.size(), std::string());
+      last_indices.assign(names.size(), -2);
+      last_names_epoch = epoch;
+    }
+    if (last_indices[i] != -2 && last_names[i] == names[i]) return last_indices[i];
+    auto it = index_of.find(names[i]);
+    last_names[i] = names[i];
+    last_indices[i] = it == index_of.end() ? -1 : it->second;
+    return last_indices[i];
+  }
+  // The last filter's answer, reused by the prioritize that follows it when nothing changed in
+  // between and it asks about exactly the nodes that passed (kube-scheduler's usual sequence).
+  struct LastFilter {
+    std::string uid;
+    uint64_t changes = 0;
+    uint64_t names_hash = 0;
+    size_t count = 0;
+    std::vector<int64_t> scores;  // per fitting node, in the order answered
+  } last_filter;
   uint64_t rebuilds = 0;
   uint64_t expired = 0;
   uint64_t conflicts = 0;
@@ -342,6 +380,7 @@ struct ClusterState::Impl {
   void EnsureBuilt() {
     if (!dirty && cluster) return;
     dirty = false;
+    ++changes;
     ++epoch;
     ++rebuilds;
     pl::ModelTable models;
@@ -395,6 +434,7 @@ struct ClusterState::Impl {
         learned_at = now;
         pods_changed = false;
         policies.clear();
+        ++changes;
       }
     }
     if (!policies.empty()) return;
@@ -450,6 +490,7 @@ struct ClusterState::Impl {
   }
 
   void Apply(Hold& h) {
+    ++changes;
     h.applied.clear();
     h.conflict.clear();
     h.epoch = epoch;
@@ -479,6 +520,7 @@ struct ClusterState::Impl {
   }
 
   void Unapply(Hold& h) {
+    ++changes;
     if (h.epoch == epoch && cluster) {
       for (auto it = h.applied.rbegin(); it != h.applied.rend(); ++it) {
         (void)cluster->Remove(it->first, it->second);
@@ -661,22 +703,23 @@ struct ClusterState::Impl {
   // The engine's choice among `candidates` (sorted node indices that fit every request); with
   // `scores`, the 0..10 extender score of each candidate.
   std::optional<Choice> Choose(const PodRequests& p, const std::vector<int>& candidates,
-                               std::unordered_map<int, int64_t>* scores) {
+                               std::vector<int64_t>* scores) {
     std::map<k8s::PlacementPolicy, std::vector<int>> groups;
     for (int n : candidates) groups[by_index[static_cast<size_t>(n)]->policy].push_back(n);
     const pl::Request& primary = p.requests[p.primary];
     std::optional<pl::Assignment> best;
-    std::vector<pl::NodeScore> ranked;
     std::vector<std::pair<pl::Assignment, std::vector<pl::NodeScore>>> per_group;
     for (auto& [policy, members] : groups) {
+      std::vector<pl::NodeScore> ranked;
       auto a = policies.at(policy)->SelectAmong(*cluster, primary, members,
                                                 scores != nullptr ? &ranked : nullptr);
       if (!a) continue;
       if (!best || a->node < best->node) best = a;
-      if (scores != nullptr) per_group.emplace_back(*a, ranked);
+      if (scores != nullptr) per_group.emplace_back(*a, std::move(ranked));
     }
     if (!best) return std::nullopt;
     if (scores != nullptr) {
+      scores->assign(static_cast<size_t>(cluster->node_count()), 0);
       for (const auto& [choice, group] : per_group) {
         double lo = 0, hi = 0;
         bool first = true;
@@ -690,7 +733,7 @@ struct ClusterState::Impl {
           if (hi > lo) {
             score = std::min<int64_t>(9, static_cast<int64_t>(std::floor(9 * (s.primary - lo) / (hi - lo))));
           }
-          (*scores)[s.node] = s.node == best->node ? 10 : score;
+          (*scores)[static_cast<size_t>(s.node)] = s.node == best->node ? 10 : score;
         }
       }
     }
@@ -1014,29 +1057,43 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std:
       pod_error = "pod " + rec->key + ": " + r.error();
     }
   }
-  std::vector<int> candidates;
-  for (const std::string& name : names) {
+  std::vector<int> candidates;  // node indices of out.fits, in the same order
+  out.fits.reserve(names.size());
+  candidates.reserve(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
     if (!pod_error.empty()) {
       out.failed.push_back({name, "tessera: " + pod_error, true, "pod-invalid"});
       continue;
     }
-    auto it = s.index_of.find(name);
-    if (it == s.index_of.end()) {
+    const int n = s.IndexOf(names, i);
+    if (n < 0) {
       out.failed.push_back(
           {name, "tessera: node " + name + " is not known to the extender", true, "node-unknown"});
       continue;
     }
-    if (auto why = s.WhyNot(*rec, *reqs, it->second)) {
+    if (auto why = s.WhyNot(*rec, *reqs, n)) {
       out.failed.push_back(std::move(*why));
       continue;
     }
     out.fits.push_back(name);
-    candidates.push_back(it->second);
+    candidates.push_back(n);
   }
-  std::sort(candidates.begin(), candidates.end());
-  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-  if (!candidates.empty()) {
-    if (auto choice = s.Choose(*reqs, candidates, nullptr)) s.Reserve(*rec, *reqs, *choice);
+  std::vector<int> sorted = candidates;
+  if (!std::is_sorted(sorted.begin(), sorted.end())) std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::vector<int64_t> scores;
+  if (!sorted.empty()) {
+    if (auto choice = s.Choose(*reqs, sorted, &scores)) s.Reserve(*rec, *reqs, *choice);
+  }
+  Impl::LastFilter& last = s.last_filter;
+  last.uid = rec->uid;
+  last.changes = s.changes;
+  last.names_hash = HashNames(out.fits);
+  last.count = out.fits.size();
+  last.scores.clear();
+  for (int n : candidates) {
+    last.scores.push_back(scores.empty() ? 0 : scores[static_cast<size_t>(n)]);
   }
   return out;
 }
@@ -1046,11 +1103,22 @@ Result<std::vector<NodePriority>> ClusterState::Prioritize(const Json& pod,
   std::lock_guard lock(impl_->mu);
   Impl& s = *impl_;
   s.Prepare();
-  auto rec = s.TakeAsked(pod);
-  if (!rec.ok()) return rec.status();
   std::vector<NodePriority> out;
   out.reserve(names.size());
   for (const std::string& name : names) out.push_back({name, 0});
+  // Asked about exactly what the last filter let through, with nothing changed since: its
+  // decision and reservation stand.
+  const Impl::LastFilter& last = s.last_filter;
+  if (last.changes == s.changes && last.count == names.size() && !last.uid.empty()) {
+    auto quick = ReadPodRec(pod);
+    if (quick.ok() && quick->uid == last.uid && HashNames(names) == last.names_hash) {
+      for (size_t i = 0; i < out.size(); ++i) out[i].score = last.scores[i];
+      s.asked[quick->uid] = std::move(*quick);
+      return out;
+    }
+  }
+  auto rec = s.TakeAsked(pod);
+  if (!rec.ok()) return rec.status();
   if (!rec->demand.demand_error.empty()) return out;
   auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
   if (!reqs.ok()) return out;
@@ -1063,12 +1131,12 @@ Result<std::vector<NodePriority>> ClusterState::Prioritize(const Json& pod,
   }
   std::sort(candidates.begin(), candidates.end());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-  std::unordered_map<int, int64_t> scores;
+  std::vector<int64_t> scores;
   if (auto choice = s.Choose(*reqs, candidates, &scores)) s.Reserve(*rec, *reqs, *choice);
+  if (scores.empty()) return out;
   for (NodePriority& p : out) {
     auto it = s.index_of.find(p.node);
-    if (it == s.index_of.end()) continue;
-    if (auto sc = scores.find(it->second); sc != scores.end()) p.score = sc->second;
+    if (it != s.index_of.end()) p.score = scores[static_cast<size_t>(it->second)];
   }
   return out;
 }

@@ -191,9 +191,11 @@ int Run(const Options& o) {
     arrived = after;
     const std::string name = "p-" + std::to_string(i);
     Json pod = api.CreatePod(PodObject(name, r));
+    // Bodies are built before the clock starts: they are kube-scheduler's work, not ours.
+    const std::string filter_body =
+        Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", all_names}}.dump();
     const auto t0 = Clock::now();
-    auto fr = http.Post("/filter", Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", all_names}}.dump(),
-                        "application/json");
+    auto fr = http.Post("/filter", filter_body, "application/json");
     const double f_us = Since(t0);
     if (!fr || fr->status != 200) {
       ++errors;
@@ -205,10 +207,10 @@ int Run(const Options& o) {
       filter.Add(f_us);
       continue;
     }
+    const std::string prioritize_body =
+        Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", fj["NodeNames"]}}.dump();
     const auto t1 = Clock::now();
-    auto pr = http.Post("/prioritize",
-                        Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", fj["NodeNames"]}}.dump(),
-                        "application/json");
+    auto pr = http.Post("/prioritize", prioritize_body, "application/json");
     const double p_us = Since(t1);
     if (!pr || pr->status != 200) {
       ++errors;
@@ -222,11 +224,11 @@ int Run(const Options& o) {
         best = h["Host"].get<std::string>();
       }
     }
+    const std::string bind_body = Json{{"PodName", name}, {"PodNamespace", "default"},
+                                       {"PodUID", pod["metadata"]["uid"]}, {"Node", best}}
+                                      .dump();
     const auto t2 = Clock::now();
-    auto br = http.Post("/bind",
-                        Json{{"PodName", name}, {"PodNamespace", "default"},
-                             {"PodUID", pod["metadata"]["uid"]}, {"Node", best}}.dump(),
-                        "application/json");
+    auto br = http.Post("/bind", bind_body, "application/json");
     const double b_us = Since(t2);
     if (!br || br->status != 200 || !Json::parse(br->body)["Error"].get<std::string>().empty()) {
       ++errors;

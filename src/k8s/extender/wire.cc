@@ -45,65 +45,232 @@ Result<std::string> StringMember(const Json& j, std::string_view key, std::strin
 
 }  // namespace
 
+namespace {
+
+// Reads ExtenderArgs in one pass: the Pod (and a Nodes list) become JSON objects, NodeNames goes
+// straight into a vector of strings (a DOM of thousands of names costs more than the decision).
+// Unknown top-level keys are skipped; keys match ignoring case.
+class ArgsReader : public nlohmann::json_sax<Json> {
+ public:
+  enum class Slot { kNone, kPod, kNodes, kNames };
+
+  bool null() override { return Value(Json(nullptr)); }
+  bool boolean(bool v) override { return Value(Json(v)); }
+  bool number_integer(number_integer_t v) override { return Value(Json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return Value(Json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return Value(Json(v)); }
+  bool binary(binary_t&) override { return Value(Json(nullptr)); }
+  bool string(string_t& v) override {
+    if (slot_ == Slot::kNames && depth_ == 2) {
+      names.push_back(std::move(v));
+      return true;
+    }
+    return Value(Json(std::move(v)));
+  }
+  bool start_object(std::size_t) override {
+    ++depth_;
+    if (depth_ == 1) {
+      top_ = true;
+      return true;
+    }
+    if (slot_ == Slot::kNames && depth_ >= 2) {
+      return Fail("NodeNames holds an object; expected node names (strings)");
+    }
+    return Open(Json::object());
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1) {
+      slot_ = EqualsIgnoreCase(k, "Pod")         ? Slot::kPod
+              : EqualsIgnoreCase(k, "NodeNames") ? Slot::kNames
+              : EqualsIgnoreCase(k, "Nodes")     ? Slot::kNodes
+                                                 : Slot::kNone;
+      if (slot_ != Slot::kNone) seen[static_cast<int>(slot_)] = true;
+      return true;
+    }
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override {
+    ++depth_;
+    if (slot_ == Slot::kNames && depth_ == 2) {
+      names_array = true;
+      return true;
+    }
+    if (slot_ == Slot::kNames && depth_ > 2) return Fail("NodeNames holds an array; expected node names (strings)");
+    return Open(Json::array());
+  }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return Fail("the body is not valid JSON");
+  }
+
+  Json pod;
+  Json nodes;
+  std::vector<std::string> names;
+  bool names_array = false;
+  bool top_ = false;
+  bool seen[4] = {false, false, false, false};
+  std::string error;
+
+ private:
+  bool Fail(std::string message) {
+    if (error.empty()) error = std::move(message);
+    return false;
+  }
+  Json* Target() { return slot_ == Slot::kPod ? &pod : slot_ == Slot::kNodes ? &nodes : nullptr; }
+  // A scalar value at the current position.
+  bool Value(Json v) {
+    if (depth_ == 0) return Fail("the body is a JSON " + std::string(v.type_name()) + "; expected an object");
+    if (slot_ == Slot::kNames) {
+      if (depth_ == 1) {
+        if (v.is_null()) return true;
+        return Fail("NodeNames is " + std::string(v.type_name()) + "; expected an array of node names");
+      }
+      return Fail("NodeNames holds a " + std::string(v.type_name()) + "; expected node names (strings)");
+    }
+    Json* root = Target();
+    if (root == nullptr) return true;  // a key we skip
+    if (stack_.empty()) {
+      *root = std::move(v);
+      return true;
+    }
+    Insert(std::move(v));
+    return true;
+  }
+  Json* Insert(Json v) {
+    Json* parent = stack_.back();
+    if (parent->is_object()) {
+      Json& slot = (*parent)[key_];
+      slot = std::move(v);
+      return &slot;
+    }
+    parent->push_back(std::move(v));
+    return &parent->back();
+  }
+  bool Open(Json container) {
+    if (depth_ == 1) return Fail("the body is a JSON array; expected an object");
+    Json* root = Target();
+    if (root == nullptr) {
+      ++skipped_;
+      return true;
+    }
+    if (stack_.empty()) {
+      *root = std::move(container);
+      stack_.push_back(root);
+    } else {
+      stack_.push_back(Insert(std::move(container)));
+    }
+    return true;
+  }
+  bool Close() {
+    --depth_;
+    if (depth_ == 0) return true;
+    if (slot_ == Slot::kNames && depth_ == 1) return true;
+    if (Target() == nullptr) {
+      if (skipped_ > 0) --skipped_;
+      return true;
+    }
+    if (!stack_.empty()) stack_.pop_back();
+    return true;
+  }
+
+  int depth_ = 0;
+  int skipped_ = 0;
+  Slot slot_ = Slot::kNone;
+  std::string key_;
+  std::vector<Json*> stack_;
+};
+
+}  // namespace
+
 Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
   constexpr std::string_view kWhat = "ExtenderArgs";
-  auto j = ParseObject(body, kWhat);
-  if (!j.ok()) return j.status();
-  ExtenderArgs out;
-  Json* pod = Member(*j, "Pod");
-  if (pod == nullptr || !pod->is_object()) {
-    return Result<ExtenderArgs>::Error(std::string(kWhat) + ": Pod is " +
-                                       (pod == nullptr ? "missing" : pod->type_name()) +
-                                       "; expected a v1.Pod object");
+  auto fail = [&](const std::string& message) {
+    return Result<ExtenderArgs>::Error(std::string(kWhat) + ": " + message);
+  };
+  ArgsReader reader;
+  const bool parsed = Json::sax_parse(body, &reader);
+  if (!parsed || !reader.error.empty()) {
+    return fail(reader.error.empty() ? "the body is not valid JSON" : reader.error);
   }
-  out.pod = std::move(*pod);
-  const Json* names = Member(*j, "NodeNames");
-  Json* nodes = Member(*j, "Nodes");
-  if (names != nullptr && !names->is_null()) {
-    if (!names->is_array()) {
-      return Result<ExtenderArgs>::Error(std::string(kWhat) + ": NodeNames is " +
-                                         names->type_name() + "; expected an array of node names");
-    }
-    out.nodes.reserve(names->size());
-    for (const Json& n : *names) {
-      if (!n.is_string()) {
-        return Result<ExtenderArgs>::Error(std::string(kWhat) + ": NodeNames holds a " +
-                                           n.type_name() + "; expected node names (strings)");
-      }
-      out.nodes.push_back(n.get<std::string>());
-    }
+  if (!reader.top_) return fail("the body is not a JSON object");
+  ExtenderArgs out;
+  if (!reader.pod.is_object()) {
+    return fail(std::string("Pod is ") + (reader.seen[1] ? reader.pod.type_name() : "missing") +
+                "; expected a v1.Pod object");
+  }
+  out.pod = std::move(reader.pod);
+  if (reader.names_array) {
+    out.nodes = std::move(reader.names);
     return out;
   }
-  if (nodes != nullptr && !nodes->is_null()) {
-    const Json* items = nodes->is_object() ? Member(*nodes, "items") : nullptr;
+  if (reader.seen[2] && !reader.nodes.is_null()) {
+    const Json* items = reader.nodes.is_object() ? Member(reader.nodes, "items") : nullptr;
     if (items == nullptr || !items->is_array()) {
-      return Result<ExtenderArgs>::Error(std::string(kWhat) +
-                                         ": Nodes has no items array; expected a v1.NodeList");
+      return fail("Nodes has no items array; expected a v1.NodeList");
     }
     for (const Json& n : *items) {
       const Json* meta = n.is_object() ? Member(n, "metadata") : nullptr;
       const Json* name = meta != nullptr && meta->is_object() ? Member(*meta, "name") : nullptr;
       if (name == nullptr || !name->is_string()) {
-        return Result<ExtenderArgs>::Error(std::string(kWhat) +
-                                           ": a node in Nodes.items has no metadata.name");
+        return fail("a node in Nodes.items has no metadata.name");
       }
       out.nodes.push_back(name->get<std::string>());
     }
     out.node_objects = true;
-    out.node_list = std::move(*nodes);
+    out.node_list = std::move(reader.nodes);
     return out;
   }
-  return Result<ExtenderArgs>::Error(std::string(kWhat) +
-                                     ": neither NodeNames nor Nodes is set; expected one");
+  return fail("neither NodeNames nor Nodes is set; expected one");
 }
 
+namespace {
+
+// `text` as a JSON string literal (quotes included); bytes >= 0x80 pass through.
+void AppendString(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20) {
+      out += "\\u00";
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 15]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+// {"node":"reason",...} of the failures with the given unresolvability.
+void AppendFailures(std::string& out, const FilterOutcome& outcome, bool unresolvable) {
+  out.push_back('{');
+  bool first = true;
+  for (const NodeFailure& f : outcome.failed) {
+    if (f.unresolvable != unresolvable) continue;
+    if (!first) out.push_back(',');
+    first = false;
+    AppendString(out, f.node);
+    out.push_back(':');
+    AppendString(out, f.reason);
+  }
+  out.push_back('}');
+}
+
+}  // namespace
+
 std::string WriteFilterResult(const ExtenderArgs& args, const FilterOutcome& outcome) {
-  Json failed = Json::object();
-  Json unresolvable = Json::object();
-  for (const NodeFailure& f : outcome.failed) (f.unresolvable ? unresolvable : failed)[f.node] = f.reason;
-  Json out = {{"FailedNodes", std::move(failed)},
-              {"FailedAndUnresolvableNodes", std::move(unresolvable)},
-              {"Error", ""}};
+  std::string out;
+  size_t size = 128;
+  for (const std::string& n : outcome.fits) size += n.size() + 3;
+  for (const NodeFailure& f : outcome.failed) size += f.node.size() + f.reason.size() + 6;
+  out.reserve(size);
+  out += "{\"Nodes\":";
   if (args.node_objects) {
     Json list = args.node_list;
     Json items = Json::array();
@@ -115,28 +282,47 @@ std::string WriteFilterResult(const ExtenderArgs& args, const FilterOutcome& out
       }
     }
     list["items"] = std::move(items);
-    out["Nodes"] = std::move(list);
-    out["NodeNames"] = nullptr;
+    out += list.dump(-1, ' ', false, Json::error_handler_t::replace);
+    out += ",\"NodeNames\":null";
   } else {
-    out["Nodes"] = nullptr;
-    out["NodeNames"] = outcome.fits;
+    out += "null,\"NodeNames\":[";
+    for (size_t i = 0; i < outcome.fits.size(); ++i) {
+      if (i > 0) out.push_back(',');
+      AppendString(out, outcome.fits[i]);
+    }
+    out.push_back(']');
   }
-  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+  out += ",\"FailedNodes\":";
+  AppendFailures(out, outcome, false);
+  out += ",\"FailedAndUnresolvableNodes\":";
+  AppendFailures(out, outcome, true);
+  out += ",\"Error\":\"\"}";
+  return out;
 }
 
 std::string WriteFilterError(std::string_view error) {
-  Json out = {{"Nodes", nullptr},
-              {"NodeNames", nullptr},
-              {"FailedNodes", Json::object()},
-              {"FailedAndUnresolvableNodes", Json::object()},
-              {"Error", std::string(error)}};
-  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out =
+      "{\"Nodes\":null,\"NodeNames\":null,\"FailedNodes\":{},\"FailedAndUnresolvableNodes\":{},"
+      "\"Error\":";
+  AppendString(out, error);
+  out.push_back('}');
+  return out;
 }
 
 std::string WritePriorities(const std::vector<NodePriority>& priorities) {
-  Json out = Json::array();
-  for (const NodePriority& p : priorities) out.push_back({{"Host", p.node}, {"Score", p.score}});
-  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out;
+  out.reserve(priorities.size() * 40 + 2);
+  out.push_back('[');
+  for (size_t i = 0; i < priorities.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out += "{\"Host\":";
+    AppendString(out, priorities[i].node);
+    out += ",\"Score\":";
+    out += std::to_string(priorities[i].score);
+    out.push_back('}');
+  }
+  out.push_back(']');
+  return out;
 }
 
 Result<BindingArgs> ParseBindingArgs(std::string_view body) {
@@ -155,7 +341,10 @@ Result<BindingArgs> ParseBindingArgs(std::string_view body) {
 }
 
 std::string WriteBindingResult(std::string_view error) {
-  return Json{{"Error", std::string(error)}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out = "{\"Error\":";
+  AppendString(out, error);
+  out.push_back('}');
+  return out;
 }
 
 }  // namespace tessera::extender
