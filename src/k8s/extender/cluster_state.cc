@@ -333,6 +333,7 @@ struct ClusterState::Impl {
   std::unordered_map<std::string, PodRec> asked;   // by uid, from the latest filter/prioritize
   std::unordered_map<std::string, Hold> holds;     // by uid
   std::set<std::string> reserved;                  // uids with a reserved hold
+  std::set<std::string> conflicted;                // uids whose hold did not all fit
 
   bool dirty = true;
   uint64_t epoch = 0;
@@ -423,7 +424,11 @@ struct ClusterState::Impl {
       if (a->seq != b->seq) return a->seq < b->seq;
       return a->pod < b->pod;
     });
+    conflicted.clear();
     for (Hold* h : order) Apply(*h);
+    for (auto& [uid, h] : holds) {
+      if (!h.conflict.empty()) conflicted.insert(uid);
+    }
   }
 
   void EnsurePolicies() {
@@ -532,17 +537,56 @@ struct ClusterState::Impl {
   void Drop(const std::string& uid) {
     auto it = holds.find(uid);
     if (it == holds.end()) return;
+    const std::string node = it->second.node;
+    const bool applied = !it->second.applied.empty();
     Unapply(it->second);
     holds.erase(it);
     reserved.erase(uid);
+    conflicted.erase(uid);
+    if (applied) Retry(node);
+  }
+
+  // Applies again the holds on `node` that did not fit when they came (room may have been made).
+  void Retry(const std::string& node) {
+    if (dirty || !cluster) return;
+    std::vector<std::string> again;
+    for (const std::string& uid : conflicted) {
+      auto it = holds.find(uid);
+      if (it != holds.end() && it->second.node == node) again.push_back(uid);
+    }
+    for (const std::string& uid : again) {
+      Hold& h = holds.at(uid);
+      Unapply(h);
+      Apply(h);
+      if (h.conflict.empty()) conflicted.erase(uid);
+    }
   }
 
   // Replaces `uid`'s hold by `h` (a new one is applied unless the cluster is about to be rebuilt).
+  // What the API server reports outranks this extender's reservations: an observed hold that does
+  // not fit takes the room of reservations on its node (those pods decide again at their bind).
   void Put(const std::string& uid, Hold h) {
     Drop(uid);
     if (h.kind == HoldKind::kReserved) reserved.insert(uid);
     Hold& placed = holds.emplace(uid, std::move(h)).first->second;
-    if (!dirty && cluster) Apply(placed);
+    if (dirty || !cluster) return;
+    Apply(placed);
+    if (placed.kind == HoldKind::kObserved && !placed.conflict.empty()) {
+      std::vector<std::string> yield;
+      for (const std::string& r : reserved) {
+        if (holds.at(r).node == placed.node) yield.push_back(r);
+      }
+      for (const std::string& r : yield) {
+        Unapply(holds.at(r));
+        holds.erase(r);
+        reserved.erase(r);
+      }
+      if (!yield.empty()) {
+        Unapply(placed);
+        Apply(placed);
+      }
+    }
+    if (!placed.conflict.empty()) conflicted.insert(uid);
   }
 
   // What a pod the API server reported holds, if anything.
@@ -594,21 +638,20 @@ struct ClusterState::Impl {
 
   void SweepReservations() {
     const SteadyTime now = options.clock();
+    std::vector<std::string> lapsed;
     for (auto it = reserved.begin(); it != reserved.end();) {
       auto h = holds.find(*it);
       if (h == holds.end() || h->second.kind != HoldKind::kReserved) {
         it = reserved.erase(it);
         continue;
       }
-      if (h->second.deadline <= now) {
-        ++expired;
-        Unapply(h->second);
-        holds.erase(h);
-        asked.erase(*it);
-        it = reserved.erase(it);
-        continue;
-      }
+      if (h->second.deadline <= now) lapsed.push_back(*it);
       ++it;
+    }
+    for (const std::string& uid : lapsed) {
+      ++expired;
+      Drop(uid);
+      asked.erase(uid);
     }
   }
 
@@ -1030,6 +1073,7 @@ void ClusterState::ReplacePods(const std::vector<Json>& pods) {
   for (auto it = s.holds.begin(); it != s.holds.end();) {
     if (it->second.kind == HoldKind::kObserved && listed.count(it->first) == 0) {
       s.Unapply(it->second);
+      s.conflicted.erase(it->first);
       it = s.holds.erase(it);
     } else {
       ++it;
@@ -1157,6 +1201,15 @@ Result<BindPlan> ClusterState::PrepareBind(const std::string& ns, const std::str
     return Result<BindPlan>::Error("pod uid " + uid + " is " + rec->key + ", not " + key);
   }
   if (!rec->demand.demand_error.empty()) return Result<BindPlan>::Error(rec->demand.demand_error);
+  if (auto seen = s.pods.find(uid); seen != s.pods.end() && !seen->second.node_name.empty()) {
+    s.asked.erase(uid);
+    if (auto h = s.holds.find(uid); h != s.holds.end() && h->second.kind != HoldKind::kObserved) {
+      s.Drop(uid);
+      s.Observe(seen->second);
+    }
+    return Result<BindPlan>::Error("pod " + key + " is bound to " + seen->second.node_name +
+                                   " already");
+  }
   auto node_it = s.index_of.find(node);
   if (node_it == s.index_of.end()) {
     return Result<BindPlan>::Error("node " + node + ": not known to the extender");

@@ -429,5 +429,48 @@ TEST(ClusterStateTest, InspectShowsWhoHoldsWhat) {
   EXPECT_EQ((*s->Inspect(std::nullopt))["nodes"].size(), 1u);
 }
 
+// A pod the API server reports with an assignment, bound to `node`.
+k8s::Json Assigned(const std::string& name, const std::string& node, int core, uint64_t gib,
+                   int gpu = 0) {
+  k8s::Json pod = Bound(Pod(name, {{"tessera.io/gpu-core", std::to_string(core)}}), node);
+  k8s::Assignment a;
+  a.node = node;
+  a.seq = 100;
+  a.containers.push_back({"app", {{GpuUuid(node, gpu), Bytes(gib << 30), *Percent::FromInt(core)}}});
+  pod["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
+  pod["metadata"]["annotations"][k8s::kPhaseAnnotation] = "allocated";
+  return pod;
+}
+
+TEST(ClusterStateTest, WhatTheApiServerSaysOutranksReservations) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
+  ASSERT_EQ(s->Filter(Pod("r", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size(), 1u);
+  // Another scheduler's pod turns up on the GPU: it counts, the reservation yields.
+  ASSERT_TRUE(s->UpsertPod(Assigned("x", "n", 100, 16)).ok());
+  EXPECT_EQ(s->Stats().holds_reserved, 0u);
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 1000);
+  auto plan = s->PrepareBind("default", "r", "uid-r", "n");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("no longer fits"), std::string::npos) << plan.error();
+}
+
+TEST(ClusterStateTest, SharesThatDidNotFitCountOnceThereIsRoom) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
+  // Two bound pods whose assignments over-commit the GPU (written by hand): the second does not
+  // fit the books; when the first goes, it is counted.
+  ASSERT_TRUE(s->UpsertPod(Assigned("x", "n", 60, 8)).ok());
+  ASSERT_TRUE(s->UpsertPod(Assigned("y", "n", 60, 8)).ok());
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 600);
+  EXPECT_GE(s->Stats().accounting_conflicts, 1u);
+  s->RemovePod("uid-x");
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 600);  // y's share, now in the books
+  auto j = s->Inspect(std::string("n"));
+  ASSERT_EQ((*j)["gpus"][0]["holders"].size(), 1u);
+  EXPECT_EQ((*j)["gpus"][0]["holders"][0]["pod"], "default/y");
+  EXPECT_FALSE((*j)["pods"][0].contains("conflict"));
+}
+
 }  // namespace
 }  // namespace tessera::extender

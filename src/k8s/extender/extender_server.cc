@@ -162,7 +162,7 @@ std::string ExtenderServer::Bind(std::string_view body, int* status) {
   auto fail = [&](const std::string& kind, const std::string& message) {
     metrics_.PodRefused("bind", kind);
     metrics_.Request("bind", SecondsSince(start), false);
-    std::fprintf(stderr, "tessera-extender: bind: %s\n", message.c_str());
+    std::fprintf(stderr, "tessera-extender: %s\n", message.c_str());
     return WriteBindingResult(message);
   };
   if (!ready_) {

@@ -99,13 +99,13 @@ int main(int argc, char** argv) {
 
   extender::ExtenderApp extender(config);
   if (Status s = extender.Start(); !s.ok()) return Fail(s.message());
-  std::printf("tessera-extender: listening on port %d; API server %s\n", extender.port(),
-              config.api.server.c_str());
+  // key=value lines, for people and for tests that start the program.
+  std::printf("port=%d\napiserver=%s\n", extender.port(), config.api.server.c_str());
   std::fflush(stdout);
   bool announced = false;
   while (g_stop == 0) {
     if (!announced && extender.WaitReady(std::chrono::milliseconds(200))) {
-      std::printf("tessera-extender: ready\n");
+      std::printf("ready=1\n");
       std::fflush(stdout);
       announced = true;
     } else if (announced) {
