@@ -306,13 +306,30 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const ControlTree& tree,
   auto fail = [&](const std::string& reason) {
     return R::Error("control-tree mount \"" + requested + "\": " + reason);
   };
+  // A FUSE mount whose daemon died (a tesserad killed with SIGKILL) answers every call with
+  // ENOTCONN until it is unmounted: detach it and mount afresh (crash-only restart).
+  struct stat st;
+  if (!requested.empty() && stat(requested.c_str(), &st) != 0 && errno == ENOTCONN) {
+    if (umount2(requested.c_str(), MNT_DETACH) != 0) {
+      return fail("a dead mount is left there (transport endpoint is not connected) and cannot be "
+                  "detached (" + ErrnoText(errno) + "); run `umount -l " + requested + "`");
+    }
+    if (options.log) options.log("detached the dead mount a previous daemon left at " + requested);
+  }
   char resolved[PATH_MAX];
   if (requested.empty() || realpath(requested.c_str(), resolved) == nullptr) {
     return fail("no such directory (" + ErrnoText(errno) + ")");
   }
-  struct stat st;
-  if (stat(resolved, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return fail("not a directory");
+  if (stat(resolved, &st) != 0) return fail("cannot stat it (" + ErrnoText(errno) + ")");
+  if (!S_ISDIR(st.st_mode)) {
+    const char* found = S_ISREG(st.st_mode)    ? "a regular file"
+                        : S_ISSOCK(st.st_mode) ? "a socket"
+                        : S_ISFIFO(st.st_mode) ? "a FIFO"
+                        : S_ISCHR(st.st_mode)  ? "a character device"
+                        : S_ISBLK(st.st_mode)  ? "a block device"
+                                               : "something else";
+    return fail(std::string("not a directory: ") + resolved + " is " + found +
+                "; expected a directory to mount the control tree on (or a path to create)");
   }
   options.mount_point = resolved;
 

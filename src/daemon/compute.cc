@@ -46,17 +46,19 @@ bool Ending(const ledger::ProcessSlot& ps, int d, uint64_t now, uint64_t* wake) 
 
 }  // namespace
 
-Result<std::unique_ptr<ComputeService>> ComputeService::Create(ledger::LedgerLayout* layout,
-                                                               int devices,
+Result<std::unique_ptr<ComputeService>> ComputeService::Create(const ledger::MemoryLedger& ledger,
                                                                const ComputeOptions& options) {
   if (Status s = arbiter::ValidateArbiterConfig(options.defaults); !s.ok()) return s;
-  std::unique_ptr<ComputeService> service(new ComputeService(layout, devices, options));
+  std::unique_ptr<ComputeService> service(new ComputeService(ledger, options));
   return service;
 }
 
-ComputeService::ComputeService(ledger::LedgerLayout* layout, int devices,
-                               const ComputeOptions& options)
-    : layout_(layout), options_(options), devices_(static_cast<size_t>(devices)) {
+ComputeService::ComputeService(const ledger::MemoryLedger& ledger, const ComputeOptions& options)
+    : layout_(ledger.layout()),
+      book_(&ledger.book()),
+      options_(options),
+      devices_(static_cast<size_t>(ledger.device_count())) {
+  const int devices = ledger.device_count();
   for (Device& d : devices_) {
     Result<arbiter::Arbiter> a = arbiter::Arbiter::Create(&clock_, options.defaults);
     d.arbiter.emplace(std::move(a).value());  // validated in Create
@@ -68,7 +70,7 @@ ComputeService::ComputeService(ledger::LedgerLayout* layout, int devices,
   // started are not this window's usage.
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::ProcessSlot& ps = layout_->processes[p];
-    process_generation_[p] = ps.generation.load();
+    process_generation_[p] = book_->processes[p].generation.load();
     for (int d = 0; d < ledger::kMaxDevices; ++d) {
       process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices + d] = ps.gpu_ns[d].load();
     }
@@ -97,6 +99,11 @@ void ComputeService::Stop() {
   layout_->gate.demand_seq.fetch_add(1);
   ipc::FutexWakeAll(&layout_->gate.demand_seq);
   thread_.join();
+}
+
+void ComputeService::RunOnce() {
+  std::lock_guard<std::mutex> lock(mu_);
+  (void)Step(MonotonicNs());
 }
 
 arbiter::ArbiterConfig ComputeService::Config(int device) const {
@@ -212,7 +219,7 @@ void ComputeService::Loop() {
 
 void ComputeService::SyncContainers() {
   for (int c = 0; c < ledger::kMaxContainers; ++c) {
-    const ledger::ContainerSlot& slot = layout_->containers[c];
+    const ledger::LedgerBook::Container& slot = book_->containers[c];
     const bool live = slot.state.load() == ledger::kLive && slot.process_count.load() > 0;
     const uint32_t generation = slot.generation.load();
     Member& m = members_[c];
@@ -263,8 +270,9 @@ bool ComputeService::Draining(const std::bitset<ledger::kMaxContainers>& contain
   if (containers.none()) return false;
   bool draining = false;
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+    const ledger::LedgerBook::Process& entry = book_->processes[p];
+    if (entry.state.load() != ledger::kLive || !containers.test(entry.container.load())) continue;
     const ledger::ProcessSlot& ps = layout_->processes[p];
-    if (ps.state.load() != ledger::kLive || !containers.test(ps.container.load() % 256)) continue;
     const uint64_t beat = ps.beat_ns.load();
     if ((ps.busy_mask.load() & (1u << d)) != 0 && beat + kBeatFreshNs > now &&
         !Ending(ps, d, now, wake)) {
@@ -291,8 +299,9 @@ uint64_t ComputeService::Step(uint64_t now) {
     // live holds a new process, whose counters started from zero (AddProcess zeroes them before
     // it marks the slot live). The generation is noted only while live, so a slot first seen
     // free (reclaimed) and then live again is still recognised as new.
-    const bool live = ps.state.load() == ledger::kLive;
-    const uint32_t generation = ps.generation.load();
+    const ledger::LedgerBook::Process& entry = book_->processes[p];
+    const bool live = entry.state.load() == ledger::kLive;
+    const uint32_t generation = entry.generation.load();
     uint64_t* seen = &process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices];
     if (live && generation != process_generation_[p]) {
       process_generation_[p] = generation;
@@ -301,7 +310,7 @@ uint64_t ComputeService::Step(uint64_t now) {
     // The process last seen live here, just reclaimed: its last report is still charged below.
     const bool just_reclaimed = !live && generation == process_generation_[p] + 1;
     if (!live && !just_reclaimed) continue;
-    const uint32_t c = ps.container.load() % ledger::kMaxContainers;
+    const uint32_t c = entry.container.load();
     const uint64_t beat = ps.beat_ns.load();
     const bool fresh = beat + kBeatFreshNs > now;
     const uint32_t busy = ps.busy_mask.load();
@@ -352,6 +361,17 @@ uint64_t ComputeService::Step(uint64_t now) {
     bool high_priority_present = false;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
       if (!dev.present.test(c)) continue;
+      // Device time reconciliation found beyond what the container's gates measured.
+      auto& [generation, charged] =
+          unseen_gpu_charged_[static_cast<size_t>(c) * ledger::kMaxDevices + d];
+      const ledger::LedgerBook::Container& slot = book_->containers[c];
+      const uint64_t unseen = slot.unseen_gpu_ns[d].load();
+      if (generation != slot.generation.load()) {
+        generation = slot.generation.load();
+        charged = 0;
+      }
+      if (unseen > charged) charge[d][c] += unseen - charged;
+      charged = std::max(charged, unseen);
       if (charge[d][c] > 0) (void)a.Charge(c, Nanos(charge[d][c]));
       if (trace_ && d == 0) {
         trace_charged_[static_cast<size_t>(c)] += charge[d][c];

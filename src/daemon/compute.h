@@ -33,7 +33,7 @@
 #include "arbiter/arbiter.h"
 #include "arbiter/clock.h"
 #include "core/result.h"
-#include "ledger/ledger_layout.h"
+#include "ledger/memory_ledger.h"
 
 namespace tessera::daemon {
 
@@ -65,7 +65,9 @@ struct DeviceShares {
 class ComputeService {
  public:
   // Validates the options; the thread starts with Start().
-  static Result<std::unique_ptr<ComputeService>> Create(ledger::LedgerLayout* layout, int devices,
+  // `ledger` is the daemon's (CreateOrOpen): the service keeps its segment and book, which stay
+  // where they are when the ledger object itself is moved (into the Registry).
+  static Result<std::unique_ptr<ComputeService>> Create(const ledger::MemoryLedger& ledger,
                                                         const ComputeOptions& options);
   ~ComputeService();
   ComputeService(const ComputeService&) = delete;
@@ -73,6 +75,8 @@ class ComputeService {
 
   void Start();
   void Stop();
+  // One arbiter pass now, on the caller's thread (the ledger fuzzer; the thread runs the same).
+  void RunOnce();
 
   int device_count() const { return static_cast<int>(devices_.size()); }
   arbiter::ArbiterConfig Config(int device) const;
@@ -103,7 +107,7 @@ class ComputeService {
     bool refused_logged = false;
   };
 
-  ComputeService(ledger::LedgerLayout* layout, int devices, const ComputeOptions& options);
+  ComputeService(const ledger::MemoryLedger& ledger, const ComputeOptions& options);
   void Loop();
   // One pass: sync containers, charge, decide, publish. Returns when to run again.
   uint64_t Step(uint64_t now);
@@ -119,11 +123,18 @@ class ComputeService {
                 uint64_t* wake) const;
 
   ledger::LedgerLayout* layout_;
+  // Who is live, in which container, with which settings: the daemon's book, never the segment
+  // (a tenant can write anything there; ledger/memory_ledger.h).
+  const ledger::LedgerBook* book_;
   ComputeOptions options_;
   arbiter::MonotonicClock clock_;
   mutable std::mutex mu_;
   std::vector<Device> devices_;
   std::vector<Member> members_ = std::vector<Member>(ledger::kMaxContainers);
+  // Per container slot and GPU: the book's unseen_gpu_ns already charged (reconciliation's charge
+  // for device time the gates did not measure), with the container generation it belongs to.
+  std::vector<std::pair<uint32_t, uint64_t>> unseen_gpu_charged_ =
+      std::vector<std::pair<uint32_t, uint64_t>>(ledger::kMaxContainers * ledger::kMaxDevices);
   std::vector<uint32_t> process_generation_ = std::vector<uint32_t>(ledger::kMaxProcesses);
   std::vector<uint64_t> process_seen_ns_ =
       std::vector<uint64_t>(ledger::kMaxProcesses * ledger::kMaxDevices);

@@ -45,7 +45,7 @@ class ComputeServiceTest : public ::testing::Test {
     ComputeOptions options;
     options.defaults.policy = ArbiterPolicy::kPreemptive;
     options.defaults.quota_max = quota_max;
-    auto compute = ComputeService::Create(ledger_->layout(), 1, options);
+    auto compute = ComputeService::Create(*ledger_, options);
     ASSERT_TRUE(compute.ok()) << compute.error();
     compute_ = std::move(*compute);
     compute_->Start();
@@ -57,7 +57,7 @@ class ComputeServiceTest : public ::testing::Test {
   }
   uint32_t AddHighPriorityContainer(const std::string& id) {
     const uint32_t c = AddContainer(id);
-    ledger_->layout()->containers[c].high_priority.store(1);
+    ledger_->SetCompute(c, 100, 1, 1);
     return c;
   }
   uint32_t AddProcess(uint32_t c) {

@@ -198,7 +198,9 @@ http::Response HandleHttp(const http::Request& request, const ctl::ControlTree& 
 std::string RenderMetrics(const Registry& registry, const ComputeService& compute,
                           const std::string& version) {
   return registry.WithLedger([&](const ledger::MemoryLedger& ledger) {
+    // Who exists and their settings: the daemon's book; counters: the segment (tenants' claims).
     const ledger::LedgerLayout* l = ledger.layout();
+    const ledger::LedgerBook& book = ledger.book();
     const int devices = ledger.device_count();
     std::vector<DeviceShares> shares;
     for (int d = 0; d < devices; ++d) shares.push_back(compute.Shares(d));
@@ -208,17 +210,15 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
     };
     std::vector<Live> live;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
-      const ledger::ContainerSlot& slot = l->containers[c];
-      if (slot.state.load() == ledger::kLive) {
-        live.push_back({c, std::string(slot.id, strnlen(slot.id, sizeof(slot.id)))});
-      }
+      const ledger::LedgerBook::Container& slot = book.containers[c];
+      if (slot.state.load() == ledger::kLive) live.push_back({c, slot.id});
     }
     std::vector<int> process_count(ledger::kMaxContainers, 0);
     int live_processes = 0;
     for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-      const ledger::ProcessSlot& ps = l->processes[p];
+      const ledger::LedgerBook::Process& ps = book.processes[p];
       if (ps.state.load() != ledger::kLive) continue;
-      ++process_count[ps.container.load() % ledger::kMaxContainers];
+      ++process_count[ps.container.load()];
       ++live_processes;
     }
     // Every name and label here is fixed or a validated container id, so the writer refuses
@@ -234,8 +234,8 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
     (void)w.AddSample({{"version", version}}, 1);
     family("tessera_gpu_memory_total_bytes", "Physical memory of the GPU");
     for (int d = 0; d < devices; ++d) {
-      (void)w.AddSample({{"gpu", std::to_string(d)}, {"uuid", l->devices[d].uuid}},
-                        l->devices[d].total_bytes);
+      (void)w.AddSample({{"gpu", std::to_string(d)}, {"uuid", book.devices[d].uuid}},
+                        book.devices[d].total_bytes);
     }
     family("tessera_gpu_memory_used_bytes", "Memory every container holds on the GPU");
     for (int d = 0; d < devices; ++d) {
@@ -266,7 +266,7 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
            "The container's memory limit on the GPU (no sample: unlimited)");
     for (const Live& c : live) {
       for (int d = 0; d < devices; ++d) {
-        const uint64_t limit = l->containers[c.slot].limit[d].load();
+        const uint64_t limit = book.containers[c.slot].limit[d].load();
         if (limit == ledger::kUnlimited) continue;
         (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}}, limit);
       }
@@ -297,11 +297,11 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
     }
     family("tessera_container_weight", "The container's scheduling weight (every GPU)");
     for (const Live& c : live) {
-      (void)w.AddSample({{"container", c.id}}, l->containers[c.slot].weight.load());
+      (void)w.AddSample({{"container", c.id}}, book.containers[c.slot].weight.load());
     }
     family("tessera_container_high_priority", "1 when the container is high priority");
     for (const Live& c : live) {
-      (void)w.AddSample({{"container", c.id}}, l->containers[c.slot].high_priority.load());
+      (void)w.AddSample({{"container", c.id}}, book.containers[c.slot].high_priority.load());
     }
     family("tessera_container_processes", "Processes registered in the container");
     for (const Live& c : live) {
@@ -312,13 +312,13 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
     for (const Live& c : live) {
       for (int d = 0; d < devices; ++d) {
         (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}},
-                          l->containers[c.slot].unseen[d].load());
+                          book.containers[c.slot].unseen[d].load());
       }
     }
     family("tessera_container_blocked",
            "1 while every new reservation of the container is refused (over its limit, block)");
     for (const Live& c : live) {
-      const bool blocked = (l->containers[c.slot].flags.load() & ledger::kContainerBlocked) != 0;
+      const bool blocked = (book.containers[c.slot].flags.load() & ledger::kContainerBlocked) != 0;
       (void)w.AddSample({{"container", c.id}}, blocked ? 1 : 0);
     }
     family("tessera_container_oom_refusals_total",

@@ -517,10 +517,10 @@ TEST_F(DoorsTest, AContainerSocketSeesAndRegistersOnlyItsContainer) {
   AddWebWithTenant();
   auto batch = tessera::ipc::Call(socket_, "CONTAINER id=batch mem=1073741824", nullptr, 3000ms);
   ASSERT_TRUE(batch.ok() && batch->rfind("OK", 0) == 0) << (batch.ok() ? *batch : batch.error());
-  const std::string web_sock = dir + "/web.sock";
+  const std::string web_sock = dir + "/web/tessera.sock";
   struct stat st {};
   ASSERT_EQ(stat(web_sock.c_str(), &st), 0) << web_sock << " was not created at registration";
-  ASSERT_EQ(stat((dir + "/batch.sock").c_str(), &st), 0);
+  ASSERT_EQ(stat((dir + "/batch/tessera.sock").c_str(), &st), 0);
   auto in_web = [&](const std::string& args) {
     return Shell("TESSERA_SOCKET=" + Quote(web_sock) + " " + Quote(BuildDir() + "/bin/tessera") +
                  " ctl " + args);
@@ -551,10 +551,19 @@ TEST_F(DoorsTest, AContainerSocketSeesAndRegistersOnlyItsContainer) {
   EXPECT_TRUE(impostor.WaitForKey("init_error", 20s).has_value())
       << "a HELLO for batch was accepted on web's socket";
   EXPECT_EQ(Ctl("get 0/batch/meminfo").output.find("PID:"), std::string::npos);
+  // CONTAINER remove=1: batch (no process) goes at once with its socket and folder; web's
+  // socket closes while its tenant still runs.
+  auto removed = tessera::ipc::Call(socket_, "CONTAINER id=batch remove=1", nullptr, 3000ms);
+  ASSERT_TRUE(removed.ok() && removed->rfind("OK processes=0", 0) == 0)
+      << (removed.ok() ? *removed : removed.error());
+  EXPECT_NE(stat((dir + "/batch").c_str(), &st), 0) << "batch's folder outlived batch";
   daemon_->Kill(SIGTERM);
   EXPECT_EQ(daemon_->Wait(10s), 0);
   daemon_.reset();
   EXPECT_NE(stat(web_sock.c_str(), &st), 0) << "tesserad left web's socket behind";
+  EXPECT_EQ(stat((dir + "/web").c_str(), &st), 0)
+      << "web's folder must outlive the daemon (pods mount it)";
+  rmdir((dir + "/web").c_str());
   rmdir(dir.c_str());
 }
 

@@ -188,6 +188,63 @@ tessera::Result<gid_t> LookUpGroup(const std::string& name, const std::string& i
 
 }  // namespace
 
+// The device's own per-process busy time for the reconciler's GPU-time check: NVML's process
+// utilisation since the newest sample of the previous call (per GPU). A process's samples' mean
+// SM utilisation times the interval between the two calls is the GPU time the device saw it use.
+// The first call per GPU only sets the mark (no interval yet).
+tessera::daemon::BusyLister NvmlBusyLister() {
+  using tessera::Result;
+  using List = std::vector<tessera::daemon::DeviceProcess>;
+  if (tesserad_nvml_library == nullptr) {
+    return [](int) { return Result<List>::Error("NVML is not loaded"); };
+  }
+  auto util = tesserad_nvml_library->Resolve<decltype(&nvmlDeviceGetProcessUtilization)>(
+      "nvmlDeviceGetProcessUtilization");
+  auto handle = tesserad_nvml_library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
+      "nvmlDeviceGetHandleByIndex_v2");
+  if (!util.ok() || !handle.ok()) {
+    return [](int) { return Result<List>::Error("NVML has no nvmlDeviceGetProcessUtilization"); };
+  }
+  auto marks = std::make_shared<std::map<int, unsigned long long>>();  // per GPU, newest sample
+  return [util = *util, handle = *handle, marks](int device) -> Result<List> {
+    nvmlDevice_t dev = nullptr;
+    if (nvmlReturn_t r = handle(static_cast<unsigned int>(device), &dev); r != NVML_SUCCESS) {
+      return Result<List>::Error("nvmlDeviceGetHandleByIndex_v2 failed with " + std::to_string(r));
+    }
+    const unsigned long long since = (*marks)[device];
+    std::vector<nvmlProcessUtilizationSample_t> samples(64);
+    unsigned int count = 0;
+    nvmlReturn_t r = NVML_ERROR_INSUFFICIENT_SIZE;
+    for (int attempt = 0; attempt < 4 && r == NVML_ERROR_INSUFFICIENT_SIZE; ++attempt) {
+      count = static_cast<unsigned int>(samples.size());
+      r = util(dev, samples.data(), &count, since);
+      if (r == NVML_ERROR_INSUFFICIENT_SIZE) samples.resize(static_cast<size_t>(count) + 16);
+    }
+    if (r == NVML_ERROR_NOT_FOUND) count = 0;  // no sample since the mark: nobody ran
+    else if (r != NVML_SUCCESS) {
+      return Result<List>::Error("nvmlDeviceGetProcessUtilization failed with " +
+                                 std::to_string(r));
+    }
+    unsigned long long newest = since;
+    std::map<int32_t, std::pair<double, int>> mean;  // pid -> (sum of smUtil, samples)
+    for (unsigned int i = 0; i < count; ++i) {
+      newest = std::max(newest, samples[i].timeStamp);
+      auto& [sum, n] = mean[static_cast<int32_t>(samples[i].pid)];
+      sum += std::min(samples[i].smUtil, 100u);
+      ++n;
+    }
+    (*marks)[device] = newest;
+    List out;
+    if (since == 0 || newest <= since) return out;  // the first call only sets the mark
+    const double interval_ns = static_cast<double>(newest - since) * 1000.0;
+    for (const auto& [pid, sum_n] : mean) {
+      const double percent = sum_n.first / sum_n.second;
+      out.push_back({pid, static_cast<uint64_t>(percent / 100.0 * interval_ns)});
+    }
+    return out;
+  };
+}
+
 // The device's own per-process memory view for the reconciler: NVML's compute-process list
 // (_v3, else _v2), growing the buffer while processes come and go.
 tessera::daemon::ProcessLister NvmlProcessLister() {
@@ -469,8 +526,7 @@ int main(int argc, char** argv) {
     if (!parsed.ok()) return Usage(parsed.error() + " (or measure)");
     context_bytes = parsed->count();
   }
-  auto compute = tessera::daemon::ComputeService::Create(ledger->layout(), ledger->device_count(),
-                                                         compute_options);
+  auto compute = tessera::daemon::ComputeService::Create(*ledger, compute_options);
   if (!compute.ok()) return Usage(compute.error());
   tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes},
                                      compute->get());
@@ -567,6 +623,10 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   (*compute)->Start();
   tessera::daemon::ReconcilerOptions reconcile;
+  reconcile.busy = NvmlBusyLister();
+  reconcile.measured = [&compute](int device) {
+    return (*compute)->Config(device).policy != tessera::ArbiterPolicy::kNative;
+  };
   reconcile.interval = reconcile_interval;
   reconcile.action = over_limit_action;
   reconcile.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

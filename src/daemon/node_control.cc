@@ -11,11 +11,8 @@ namespace {
 // The live container slot named `id`, or -1. The ledger's FindContainer compares the same way.
 int FindLive(const ledger::MemoryLedger& ledger, std::string_view id) {
   for (int c = 0; c < ledger::kMaxContainers; ++c) {
-    const ledger::ContainerSlot& slot = ledger.layout()->containers[c];
-    if (slot.state.load() == ledger::kLive &&
-        std::string_view(slot.id, strnlen(slot.id, sizeof(slot.id))) == id) {
-      return c;
-    }
+    const ledger::LedgerBook::Container& slot = ledger.book().containers[c];
+    if (slot.state.load() == ledger::kLive && std::string_view(slot.id) == id) return c;
   }
   return -1;
 }
@@ -38,7 +35,7 @@ Status NoContainer(int gpu, std::string_view container, const char* file,
 int WeightSum(const ledger::MemoryLedger& ledger) {
   int sum = 0;
   for (int c = 0; c < ledger::kMaxContainers; ++c) {
-    const ledger::ContainerSlot& slot = ledger.layout()->containers[c];
+    const ledger::LedgerBook::Container& slot = ledger.book().containers[c];
     if (slot.state.load() == ledger::kLive) {
       sum += static_cast<int>(std::clamp<uint32_t>(slot.weight.load(), 1, 256));
     }
@@ -55,6 +52,7 @@ DaemonNodeControl::DaemonNodeControl(Registry* registry, ComputeService* compute
 ctl::NodeSnapshot DaemonNodeControl::Snapshot() const {
   return registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
     const ledger::LedgerLayout* l = ledger.layout();
+    const ledger::LedgerBook& book = ledger.book();
     ctl::NodeSnapshot out;
     out.version = version_;
     if (const uint64_t d = registry_->default_limit(); d != ledger::kUnlimited) {
@@ -71,28 +69,29 @@ ctl::NodeSnapshot DaemonNodeControl::Snapshot() const {
       gpu.free_weight = shares.free_weight;
       uint64_t used_total = 0;
       for (int c = 0; c < ledger::kMaxContainers; ++c) {
-        const ledger::ContainerSlot& slot = l->containers[c];
+        // Who exists and their settings: the daemon's book; bytes in use: the segment's counters.
+        const ledger::LedgerBook::Container& slot = book.containers[c];
         if (slot.state.load() != ledger::kLive) continue;
         ctl::ContainerState state;
-        state.id.assign(slot.id, strnlen(slot.id, sizeof(slot.id)));
+        state.id = slot.id;
         state.weight = static_cast<int>(std::clamp<uint32_t>(slot.weight.load(), 1, 256));
         state.high_priority = slot.high_priority.load() != 0;
         if (const uint64_t limit = slot.limit[d].load(); limit != ledger::kUnlimited) {
           state.memsize = Bytes(limit);
         }
-        const uint64_t used = slot.used[d].load();
+        const uint64_t used = l->containers[c].used[d].load();
         state.used = Bytes(used);
         used_total += used;
         for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-          const ledger::ProcessSlot& ps = l->processes[p];
+          const ledger::LedgerBook::Process& ps = book.processes[p];
           if (ps.state.load() != ledger::kLive || ps.container.load() != static_cast<uint32_t>(c)) {
             continue;
           }
-          state.processes.push_back({ps.local_pid.load(), Bytes(ps.used[d].load())});
+          state.processes.push_back({ps.local_pid.load(), Bytes(l->processes[p].used[d].load())});
         }
         gpu.containers.push_back(std::move(state));
       }
-      const uint64_t total = l->devices[d].total_bytes;
+      const uint64_t total = book.devices[d].total_bytes;
       gpu.memory_free = Bytes(total > used_total ? total - used_total : 0);
       out.gpus.push_back(std::move(gpu));
     }
@@ -167,7 +166,7 @@ Status DaemonNodeControl::SetPrioRatio(int gpu, Percent prio_ratio) {
 Status DaemonNodeControl::SetWeight(int gpu, std::string_view container, int weight) {
   const std::string path = Path(gpu, container, "weight");
   const std::string value = std::to_string(weight);
-  return registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
+  return registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
     if (Status s = CheckGpu(ledger, gpu, path); !s.ok()) return s;
     const int c = FindLive(ledger, container);
     if (c < 0) return NoContainer(gpu, container, "weight", value);
@@ -195,7 +194,9 @@ Status DaemonNodeControl::SetWeight(int gpu, std::string_view container, int wei
                           std::to_string(shares.free_weight + held));
       }
     }
-    ledger.layout()->containers[c].weight.store(static_cast<uint32_t>(weight));
+    const ledger::LedgerBook::Container& entry = ledger.book().containers[c];
+    ledger.SetCompute(static_cast<uint32_t>(c), entry.core_percent.load(),
+                      static_cast<uint32_t>(weight), entry.high_priority.load());
     return Status::Ok();
   });
 }
@@ -204,32 +205,33 @@ Status DaemonNodeControl::SetMemsize(int gpu, std::string_view container, Bytes 
                                      bool force) {
   const std::string path = Path(gpu, container, "memsize");
   const std::string value = std::to_string(memsize.count());
-  return registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
+  return registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
     if (Status s = CheckGpu(ledger, gpu, path); !s.ok()) return s;
     const int c = FindLive(ledger, container);
     if (c < 0) return NoContainer(gpu, container, "memsize", value);
-    ledger::ContainerSlot& slot = ledger.layout()->containers[c];
     if (memsize.count() == 0 || memsize.count() == ledger::kUnlimited) {
       return Refuse(path, value, "not a limit; expected a size of at least one byte");
     }
-    const uint64_t used = slot.used[gpu].load();
+    const uint64_t used = ledger.Used(static_cast<uint32_t>(c), gpu);
     if (memsize.count() < used && !force) {
       return Refuse(path, value,
                     "below what the container uses now (" + std::to_string(used) +
                         " bytes); expected at least that, or force");
     }
-    slot.limit[gpu].store(memsize.count());
+    ledger.SetLimit(static_cast<uint32_t>(c), gpu, memsize.count());
     return Status::Ok();
   });
 }
 
 Status DaemonNodeControl::SetHighPriority(int gpu, std::string_view container, bool high_priority) {
   const std::string path = Path(gpu, container, "highprio");
-  return registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
+  return registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
     if (Status s = CheckGpu(ledger, gpu, path); !s.ok()) return s;
     const int c = FindLive(ledger, container);
     if (c < 0) return NoContainer(gpu, container, "highprio", high_priority ? "1" : "0");
-    ledger.layout()->containers[c].high_priority.store(high_priority ? 1 : 0);
+    const ledger::LedgerBook::Container& entry = ledger.book().containers[c];
+    ledger.SetCompute(static_cast<uint32_t>(c), entry.core_percent.load(), entry.weight.load(),
+                      high_priority ? 1 : 0);
     return Status::Ok();
   });
 }

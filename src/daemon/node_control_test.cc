@@ -28,7 +28,7 @@ class NodeControlTest : public ::testing::Test {
                 {"GPU-bbbbbbbb-0000-4000-8000-000000000000", "B", 4 * kGiB}});
     ASSERT_TRUE(ledger.ok()) << ledger.error();
     layout_ = ledger->layout();
-    auto compute = ComputeService::Create(layout_, 2, ComputeOptions{});
+    auto compute = ComputeService::Create(*ledger, ComputeOptions{});
     ASSERT_TRUE(compute.ok());
     compute_ = std::move(*compute);
     registry_ =

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <random>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "daemon/compute.h"
 #include "daemon/protocol.h"
 #include "daemon/reconciler.h"
+#include "ipc/futex.h"
 #include "ipc/unix_socket.h"
 #include "ledger/memory_ledger.h"
 #include "process/child_process.h"
@@ -46,7 +48,7 @@ class ReconcilerTest : public ::testing::Test {
         name_, {{"GPU-aaaaaaaa-0000-4000-8000-000000000000", "A", 8 * kGiB}});
     ASSERT_TRUE(ledger.ok()) << ledger.error();
     layout_ = ledger->layout();
-    auto compute = ComputeService::Create(layout_, 1, ComputeOptions{});
+    auto compute = ComputeService::Create(*ledger, ComputeOptions{});
     ASSERT_TRUE(compute.ok());
     compute_ = std::move(*compute);
     registry_ =
@@ -79,9 +81,12 @@ class ReconcilerTest : public ::testing::Test {
       return 0;
     };
     options.log = [this](const std::string& line) { log_.push_back(line); };
+    options.busy = [this](int) { return Result(busy_); };
     return Reconciler(
         registry_.get(), 1, [this](int) { return Result(device_); }, options);
   }
+  // Process `pid`'s gate measured `ns` more GPU time (its counter in the ledger).
+  void Gate(int32_t pid, uint64_t ns) { layout_->processes[process_of_[pid]].gpu_ns[0] += ns; }
   static int Count(const std::vector<ReconcileEvent>& events, Kind kind) {
     int n = 0;
     for (const ReconcileEvent& e : events) n += e.kind == kind ? 1 : 0;
@@ -94,6 +99,7 @@ class ReconcilerTest : public ::testing::Test {
   std::unique_ptr<Registry> registry_;
   std::map<int32_t, uint32_t> process_of_;
   std::vector<DeviceProcess> device_;  // what "NVML" reports
+  std::vector<DeviceProcess> busy_;    // its busy time per process since the last pass (ns)
   std::vector<std::pair<pid_t, int>> signalled_;
   std::vector<std::string> log_;
 };
@@ -181,6 +187,61 @@ TEST_F(ReconcilerTest, AFailingProcessListIsSaidOnceAndChangesNothing) {
   ASSERT_EQ(log_.size(), 1u);
   EXPECT_NE(log_[0].find("GPU 0: NVML said 999"), std::string::npos) << log_[0];
   EXPECT_EQ(layout_->containers[web].unseen[0].load(), 0u);
+}
+
+// GPU time the gates did not measure (issue 17): the device saw web's process run 300 ms a pass
+// while its gate measured 50; batch's gate measured what the device saw.
+TEST_F(ReconcilerTest, DeviceTimeBeyondTheGatesIsChargedAndActedOnWithinTwoPasses) {
+  const uint32_t web = Container("web", 101, 0);
+  Container("batch", 202, 0);
+  device_ = {{101, 0}, {202, 0}};
+  Reconciler r = Make(OverLimitAction::kBlock);
+  r.RunOnce();  // the first pass only notes the counters
+  std::vector<ReconcileEvent> events;
+  for (int pass = 0; pass < 2 && Count(events, Kind::kGpuTimeUnseen) == 0; ++pass) {
+    Gate(101, 50'000'000);
+    Gate(202, 400'000'000);
+    busy_ = {{101, 300'000'000}, {202, 400'000'000}};
+    events = r.RunOnce();
+  }
+  ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
+  EXPECT_EQ(events[0].container, "web");
+  EXPECT_EQ(events[0].unseen, 300'000'000u);
+  EXPECT_EQ(events[0].reserved, 50'000'000u);
+  EXPECT_EQ(registry_->ledger().book().containers[web].unseen_gpu_ns[0].load(), 250'000'000u)
+      << "the pass's difference is charged to its share";
+  EXPECT_NE(layout_->containers[web].flags.load() & ledger::kContainerBlocked, 0u);
+  EXPECT_NE(log_.back().find("ran on GPU 0 for 300 ms where its gates measured 50 ms"),
+            std::string::npos)
+      << log_.back();
+  // In line again: the balance decays under the slack, the block goes.
+  for (int pass = 0; pass < 4; ++pass) {
+    Gate(101, 300'000'000);
+    busy_ = {{101, 300'000'000}, {202, 0}};
+    events = r.RunOnce();
+    if (Count(events, Kind::kGpuTimeBackInLine) == 1) break;
+  }
+  EXPECT_EQ(Count(events, Kind::kGpuTimeBackInLine), 1);
+  EXPECT_EQ(layout_->containers[web].flags.load() & ledger::kContainerBlocked, 0u);
+}
+
+// Sampling noise (the device's counters against the gates', ±60 ms a pass around the truth) never
+// adds up to a detection: the balance halves every pass.
+TEST_F(ReconcilerTest, NoiseInTheDevicesCountersIsNeverACheat) {
+  Container("web", 101, 0);
+  device_ = {{101, 0}};
+  Reconciler r = Make(OverLimitAction::kKill);
+  r.RunOnce();
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> noise(-60'000'000, 60'000'000);
+  for (int pass = 0; pass < 500; ++pass) {
+    Gate(101, 200'000'000);
+    busy_ = {{101, static_cast<uint64_t>(200'000'000 + noise(rng))}};
+    for (const ReconcileEvent& e : r.RunOnce()) {
+      ASSERT_NE(e.kind, Kind::kGpuTimeUnseen) << "pass " << pass << ": " << log_.back();
+    }
+  }
+  EXPECT_TRUE(signalled_.empty());
 }
 
 // ---- End to end
@@ -278,6 +339,118 @@ TEST_P(BypassTest, AContainerOverItsLimitBehindTheShimsBackIsHandledWithinTwoSec
 }
 
 INSTANTIATE_TEST_SUITE_P(Actions, BypassTest, ::testing::Values("log", "block", "kill"));
+
+// GPU time taken around the gate (issue 17), end to end: a real tesserad under policy 3 on simgpu,
+// an honest tenant at 70 % spinning 1 ms kernels through the shim, and a tenant at 30 % that
+// cheats (`around`: kernels through the real driver loaded by path; `lie`: through the shim, but
+// it keeps zeroing its own GPU-time counters). The cheat must be found within two reconcile
+// intervals of its start and the action taken; the honest tenant must never be accused.
+class GpuTimeCheatTest : public ::testing::Test {
+ protected:
+  static constexpr auto kInterval = 500ms;
+  void StartDaemon(const std::string& action) {
+    signal(SIGPIPE, SIG_IGN);
+    state_ = process::UniqueName("cheat");
+    socket_ = "/tmp/" + state_ + ".sock";
+    log_ = "/tmp/" + state_ + ".err";
+    const std::string cmd = "exec '" + process::BuildDir() + "/bin/tesserad' --sim --socket '" +
+                            socket_ + "' --ephemeral --policy 3 --reconcile-interval 500ms " +
+                            "--over-limit-action " + action + " 2>'" + log_ + "'";
+    daemon_ = std::make_unique<process::ChildProcess>(
+        std::vector<std::string>{"/bin/sh", "-c", cmd}, Env());
+    ASSERT_TRUE(daemon_->started());
+    ASSERT_TRUE(ipc::WaitUntilListening(socket_, 10s));
+  }
+  void TearDown() override {
+    tenants_.clear();
+    if (daemon_) {
+      daemon_->Kill(SIGTERM);
+      daemon_->Wait(10s);
+    }
+    shm_unlink(("/tessera-sim-" + state_).c_str());
+    unlink(log_.c_str());
+  }
+  std::vector<std::string> Env() const {
+    return {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80"};
+  }
+  process::ChildProcess* Tenant(const std::string& container, int core,
+                                std::vector<std::string> args) {
+    std::vector<std::string> env = Env();
+    env.push_back("TESSERA_SOCKET=" + socket_);
+    env.push_back("TESSERA_REAL_LIBCUDA=" + process::BuildDir() + "/lib/libtessera-simgpu.so");
+    env.push_back("TESSERA_CONTAINER=" + container);
+    env.push_back("TESSERA_CORE_LIMIT=" + std::to_string(core));
+    args.insert(args.begin(), process::BuildDir() + "/tests/shim_tenant");
+    tenants_.push_back(std::make_unique<process::ChildProcess>(args, env));
+    return tenants_.back().get();
+  }
+  process::ChildProcess* Honest(int seconds) {
+    return Tenant("fair", 70,
+                  {"spin", "1000", std::to_string(seconds), std::to_string(ipc::MonotonicNs())});
+  }
+  std::string DaemonLog() const {
+    std::ifstream in(log_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  std::optional<std::chrono::milliseconds> LogShows(const std::string& text,
+                                                    std::chrono::milliseconds timeout) const {
+    const auto start = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - start < timeout) {
+      if (DaemonLog().find(text) != std::string::npos) {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - start);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return std::nullopt;
+  }
+  std::string state_, socket_, log_;
+  std::unique_ptr<process::ChildProcess> daemon_;
+  std::vector<std::unique_ptr<process::ChildProcess>> tenants_;
+};
+
+TEST_F(GpuTimeCheatTest, KernelsLaunchedAroundTheGateAreFoundAndTheCheaterKilled) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("kill"));
+  process::ChildProcess* honest = Honest(6);
+  ASSERT_EQ(honest->WaitForKey("ready", 30s), "1");
+  process::ChildProcess* cheat = Tenant("sly", 30, {"cheat", "around", "1000", "6"});
+  ASSERT_EQ(cheat->WaitForKey("ready", 30s), "1");
+  // Two intervals, plus the pass that first notes the new process and a little scheduling slack.
+  const auto found = LogShows("container sly ran on GPU 0 for", 3 * kInterval + 500ms);
+  ASSERT_TRUE(found.has_value()) << "not found; daemon log:\n" << DaemonLog();
+  std::printf("found_after_ms=%lld\n", static_cast<long long>(found->count()));
+  EXPECT_EQ(cheat->Wait(2s), 128 + SIGKILL) << DaemonLog();
+  EXPECT_TRUE(LogShows("of container sly (it ran on GPU 0 around its gate)", 1s)) << DaemonLog();
+  EXPECT_EQ(honest->Wait(20s), 0);
+  EXPECT_EQ(DaemonLog().find("container fair ran on"), std::string::npos) << DaemonLog();
+}
+
+TEST_F(GpuTimeCheatTest, AProcessZeroingItsOwnCountersIsFoundAndBlocked) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("block"));
+  process::ChildProcess* honest = Honest(6);
+  ASSERT_EQ(honest->WaitForKey("ready", 30s), "1");
+  process::ChildProcess* cheat = Tenant("sly", 30, {"cheat", "lie", "1000", "6"});
+  ASSERT_EQ(cheat->WaitForKey("ready", 30s), "1");
+  const auto found = LogShows("container sly ran on GPU 0 for", 3 * kInterval + 500ms);
+  ASSERT_TRUE(found.has_value()) << "not found; daemon log:\n" << DaemonLog();
+  std::printf("found_after_ms=%lld\n", static_cast<long long>(found->count()));
+  EXPECT_TRUE(cheat->WaitForValue("shim_alloc", "2", 1s))
+      << "its allocations are not refused; daemon log:\n" << DaemonLog();
+  EXPECT_EQ(honest->Wait(20s), 0);
+  EXPECT_EQ(DaemonLog().find("container fair ran on"), std::string::npos) << DaemonLog();
+}
+
+TEST_F(GpuTimeCheatTest, HonestTenantsAreNeverAccused) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("kill"));
+  process::ChildProcess* a = Honest(6);
+  process::ChildProcess* b =
+      Tenant("other", 30, {"spin", "1000", "6", std::to_string(ipc::MonotonicNs())});
+  EXPECT_EQ(a->Wait(30s), 0);
+  EXPECT_EQ(b->Wait(30s), 0);
+  EXPECT_EQ(DaemonLog().find(" ran on GPU"), std::string::npos) << DaemonLog();
+}
 
 }  // namespace
 }  // namespace tessera::daemon

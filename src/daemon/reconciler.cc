@@ -8,6 +8,8 @@
 #include <map>
 #include <utility>
 
+#include <optional>
+
 #include "core/bytes.h"
 #include "ledger/ledger_layout.h"
 
@@ -16,9 +18,14 @@ namespace {
 
 std::string Human(uint64_t bytes) { return FormatBytes(Bytes(bytes)); }
 
-std::string ContainerId(const ledger::ContainerSlot& slot) {
-  return std::string(slot.id, strnlen(slot.id, sizeof(slot.id)));
+std::string Millis(uint64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.0f ms", static_cast<double>(ns) / 1e6);
+  return buf;
 }
+
+// a + b, or the largest count when that overflows (the processes' counters are their claims).
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return b > ~uint64_t{0} - a ? ~uint64_t{0} : a + b; }
 
 }  // namespace
 
@@ -86,7 +93,29 @@ void Reconciler::Log(const ReconcileEvent& e) {
       break;
     case ReconcileEvent::Kind::kKilled:
       options_.log("tesserad: reconcile: killed pid " + std::to_string(e.pid) + " of container " +
-                   e.container + " (over its limit on " + gpu + ")");
+                   e.container + (e.gpu_time ? " (it ran on " + gpu + " around its gate)"
+                                             : " (over its limit on " + gpu + ")"));
+      break;
+    case ReconcileEvent::Kind::kGpuTimeUnseen: {
+      std::string what = "tesserad: reconcile: container " + e.container + " ran on " + gpu +
+                         " for " + Millis(e.unseen) + " where its gates measured " +
+                         Millis(e.reserved) +
+                         ": a process goes around the shim (the driver loaded by path) or rewrites "
+                         "its own counters; " + Millis(e.limit) +
+                         " charged to its share; action " + action;
+      if (options_.action == config::OverLimitAction::kBlock) {
+        what += ": its allocations are refused until its device time is back in line";
+      }
+      if (options_.action == config::OverLimitAction::kKill) {
+        what += ": its processes on " + gpu + " are killed";
+      }
+      options_.log(what);
+      break;
+    }
+    case ReconcileEvent::Kind::kGpuTimeBackInLine:
+      options_.log("tesserad: reconcile: container " + e.container + " is back in line on " + gpu +
+                   " (the device saw " + Millis(e.unseen) + ", its gates measured " +
+                   Millis(e.reserved) + ")");
       break;
     case ReconcileEvent::Kind::kUnregistered:
       options_.log("tesserad: reconcile: pid " + std::to_string(e.pid) + " holds " +
@@ -109,14 +138,21 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
       continue;
     }
     list_error_reported_.erase(d);
-    std::vector<std::pair<int32_t, std::string>> to_kill;
+    std::vector<ReconcileEvent> to_kill;  // kKilled events, for the processes still to kill
     const int32_t self_pid = static_cast<int32_t>(getpid());
+    // The device's busy time per process, where it reports one and the GPU's policy measures.
+    std::optional<std::vector<DeviceProcess>> busy;
+    if (options_.busy && (!options_.measured || options_.measured(d))) {
+      if (auto b = options_.busy(d); b.ok()) busy = std::move(*b);
+    }
     std::set<int32_t> unregistered_now;
-    registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
-      ledger::LedgerLayout* l = ledger.layout();
+    registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
+      // Who is who comes from the daemon's book; what a process holds, from its counters.
+      const ledger::LedgerLayout* l = ledger.layout();
+      const ledger::LedgerBook& book = ledger.book();
       std::map<int32_t, int> slot_of_pid;
       for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-        const ledger::ProcessSlot& ps = l->processes[p];
+        const ledger::LedgerBook::Process& ps = book.processes[p];
         if (ps.state.load() == ledger::kLive) slot_of_pid[ps.host_pid.load()] = p;
       }
       std::vector<uint64_t> unseen(ledger::kMaxContainers, 0);
@@ -133,24 +169,24 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
           }
           continue;
         }
-        const ledger::ProcessSlot& ps = l->processes[found->second];
-        const uint32_t c = ps.container.load() % ledger::kMaxContainers;
-        const uint64_t reserved = ps.used[d].load();
-        if (dp.bytes > reserved) unseen[c] += dp.bytes - reserved;
+        const uint32_t c = book.processes[found->second].container.load();
+        const uint64_t reserved = l->processes[found->second].used[d].load();
+        if (dp.bytes > reserved) unseen[c] = SaturatingAdd(unseen[c], dp.bytes - reserved);
         pids[c].push_back(dp.pid);
       }
       for (int c = 0; c < ledger::kMaxContainers; ++c) {
-        ledger::ContainerSlot& slot = l->containers[c];
+        const ledger::LedgerBook::Container& slot = book.containers[c];
         if (slot.state.load() != ledger::kLive) continue;
-        slot.unseen[d].store(unseen[c]);
-        const uint64_t reserved = slot.used[d].load();
+        const uint32_t cu = static_cast<uint32_t>(c);
+        ledger.SetUnseen(cu, d, unseen[c]);
+        const uint64_t reserved = ledger.Used(cu, d);
         const uint64_t limit = slot.limit[d].load();
-        const bool over =
-            limit != ledger::kUnlimited && unseen[c] > 0 && reserved + unseen[c] > limit;
+        const bool over = limit != ledger::kUnlimited && unseen[c] > 0 &&
+                          SaturatingAdd(reserved, unseen[c]) > limit;
         const auto key = std::make_tuple(d, c, slot.generation.load());
         const bool was = over_.count(key) != 0;
-        ReconcileEvent e{
-            ReconcileEvent::Kind::kOverLimit, d, ContainerId(slot), 0, reserved, unseen[c], limit};
+        ReconcileEvent e{ReconcileEvent::Kind::kOverLimit, d, std::string(slot.id), 0, reserved,
+                         unseen[c], limit};
         if (over && !was) {
           over_.insert(key);
           events.push_back(e);
@@ -159,21 +195,17 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
           e.kind = ReconcileEvent::Kind::kBackUnder;
           events.push_back(e);
         }
-        // The flag follows the state every pass, so a restarted daemon (or one whose action
-        // changed) never leaves a container blocked that is not over its limit.
-        if (over && options_.action == config::OverLimitAction::kBlock) {
-          slot.flags.fetch_or(ledger::kContainerBlocked);
-        } else {
-          slot.flags.fetch_and(~ledger::kContainerBlocked);
-        }
         if (over && options_.action == config::OverLimitAction::kKill) {
-          for (int32_t pid : pids[c]) to_kill.emplace_back(pid, e.container);
+          for (int32_t pid : pids[c]) {
+            to_kill.push_back({ReconcileEvent::Kind::kKilled, d, e.container, pid, 0, 0, 0});
+          }
         }
       }
+      if (busy) CheckGpuTime(ledger, d, *busy, &events, &to_kill);
       // Forget containers that went away while over their limit.
       for (auto it = over_.begin(); it != over_.end();) {
         const auto [dev, c, generation] = *it;
-        const ledger::ContainerSlot& slot = l->containers[c];
+        const ledger::LedgerBook::Container& slot = book.containers[c];
         const bool gone =
             slot.state.load() != ledger::kLive || slot.generation.load() != generation;
         it = dev == d && gone ? over_.erase(it) : std::next(it);
@@ -183,15 +215,112 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
       const bool stale = it->first == d && unregistered_now.count(it->second) == 0;
       it = stale ? unregistered_reported_.erase(it) : std::next(it);
     }
-    for (const auto& [pid, container] : to_kill) {
-      if (pid <= 0) continue;
-      if (options_.signal(pid, SIGKILL) == 0) {
-        events.push_back(ReconcileEvent{ReconcileEvent::Kind::kKilled, d, container, pid, 0, 0, 0});
-      }
+    for (const ReconcileEvent& kill : to_kill) {
+      if (kill.pid > 0 && options_.signal(kill.pid, SIGKILL) == 0) events.push_back(kill);
     }
   }
+  // The block flag follows the state every pass, over every GPU (a container over on one GPU stays
+  // blocked while another GPU's pass finds it under), so a restarted daemon (or one whose action
+  // changed) never leaves a container blocked that is over nowhere.
+  registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
+    std::set<std::pair<int, uint32_t>> over;  // (container slot, generation)
+    if (options_.action == config::OverLimitAction::kBlock) {
+      for (const auto& [d, c, generation] : over_) over.insert({c, generation});
+      for (const auto& [d, c, generation] : gpu_time_over_) over.insert({c, generation});
+    }
+    for (int c = 0; c < ledger::kMaxContainers; ++c) {
+      const ledger::LedgerBook::Container& slot = ledger.book().containers[c];
+      if (slot.state.load() != ledger::kLive) continue;
+      const bool block = over.count({c, slot.generation.load()}) != 0;
+      ledger.SetFlags(static_cast<uint32_t>(c), block ? ledger::kContainerBlocked : 0,
+                      block ? 0 : ledger::kContainerBlocked);
+    }
+  });
   for (const ReconcileEvent& e : events) Log(e);
   return events;
+}
+
+void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
+                              const std::vector<DeviceProcess>& busy,
+                              std::vector<ReconcileEvent>* events,
+                              std::vector<ReconcileEvent>* to_kill) {
+  const ledger::LedgerLayout* l = ledger.layout();
+  const ledger::LedgerBook& book = ledger.book();
+  std::map<int32_t, uint64_t> device_ns;  // per host pid
+  for (const DeviceProcess& dp : busy) device_ns[dp.pid] = SaturatingAdd(device_ns[dp.pid], dp.bytes);
+  std::vector<uint64_t> seen_by_device(ledger::kMaxContainers, 0);
+  std::vector<uint64_t> measured_by_gate(ledger::kMaxContainers, 0);
+  std::vector<std::vector<int32_t>> pids(ledger::kMaxContainers);
+  for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+    const ledger::LedgerBook::Process& entry = book.processes[p];
+    Seen& seen = seen_gpu_ns_[static_cast<size_t>(p) * ledger::kMaxDevices + d];
+    if (entry.state.load() != ledger::kLive) {
+      seen.known = false;
+      continue;
+    }
+    const uint32_t c = entry.container.load();
+    const uint64_t now = l->processes[p].gpu_ns[d].load();
+    const uint32_t generation = entry.generation.load();
+    // A process first seen this pass has no interval yet: its time counts from the next one.
+    uint64_t delta = 0;
+    if (seen.known && seen.generation == generation) {
+      delta = now > seen.gpu_ns ? now - seen.gpu_ns : 0;
+      auto found = device_ns.find(entry.host_pid.load());
+      if (found != device_ns.end()) {
+        seen_by_device[c] = SaturatingAdd(seen_by_device[c], found->second);
+      }
+    }
+    measured_by_gate[c] = SaturatingAdd(measured_by_gate[c], delta);
+    seen = {generation, now, true};
+    pids[c].push_back(entry.host_pid.load());
+  }
+  const double slack = static_cast<double>(options_.gpu_time_slack.count());
+  for (int c = 0; c < ledger::kMaxContainers; ++c) {
+    const ledger::LedgerBook::Container& slot = book.containers[c];
+    if (slot.state.load() != ledger::kLive) continue;
+    const auto key = std::make_tuple(d, c, slot.generation.load());
+    const double difference =
+        static_cast<double>(seen_by_device[c]) - static_cast<double>(measured_by_gate[c]);
+    double& balance = gpu_time_balance_[key];
+    balance = balance / 2 + difference;
+    const bool over = balance > slack;
+    const bool was = gpu_time_over_.count(key) != 0;
+    ReconcileEvent e{ReconcileEvent::Kind::kGpuTimeUnseen, d, std::string(slot.id), 0,
+                     measured_by_gate[c], seen_by_device[c], 0};
+    if (over) {
+      // Charged while over: the share pays for the time the gate did not grant.
+      const uint64_t charge = difference > 0 ? static_cast<uint64_t>(difference) : 0;
+      ledger.AddUnseenGpuTime(static_cast<uint32_t>(c), d, charge);
+      e.limit = charge;
+      if (!was) {
+        gpu_time_over_.insert(key);
+        events->push_back(e);
+      }
+      if (options_.action == config::OverLimitAction::kKill) {
+        for (int32_t pid : pids[c]) {
+          ReconcileEvent kill{ReconcileEvent::Kind::kKilled, d, e.container, pid, 0, 0, 0};
+          kill.gpu_time = true;
+          to_kill->push_back(kill);
+        }
+      }
+    } else if (was) {
+      gpu_time_over_.erase(key);
+      e.kind = ReconcileEvent::Kind::kGpuTimeBackInLine;
+      events->push_back(e);
+    }
+  }
+  // Forget containers that went away.
+  for (auto it = gpu_time_balance_.begin(); it != gpu_time_balance_.end();) {
+    const auto [dev, c, generation] = it->first;
+    const ledger::LedgerBook::Container& slot = book.containers[c];
+    const bool gone = slot.state.load() != ledger::kLive || slot.generation.load() != generation;
+    if (dev == d && gone) {
+      gpu_time_over_.erase(it->first);
+      it = gpu_time_balance_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 }  // namespace tessera::daemon

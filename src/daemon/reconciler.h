@@ -11,6 +11,16 @@
 // Processes NVML lists that no container registered are reported once each (they escape every
 // limit; nothing can be charged to a container for them).
 //
+// GPU time the gate did not see (issue 17): where the device reports per-process busy time (NVML's
+// process utilisation), each pass compares, per container, what the device saw its processes run
+// with what their gates measured (the GPU-time counters they charge the arbiter with). More device
+// time than gate time means a process launched around the shim (the real driver loaded by path)
+// or rewrote its own counters. The difference is kept in a leaky balance (halved every pass, so
+// sampling noise does not add up); when it passes the slack the container is over: the pass's
+// difference is charged to it in the arbiter (GpuTimeCharger) so its share pays for it, and the
+// over-limit action applies (log; block: its allocations are refused; kill). GPUs under policy 5
+// (no GPU-time control, so no gate measures) are skipped.
+//
 // Thread-safety: RunOnce() reads and writes the ledger under the registry's mutex; Start() runs it
 // every interval on a thread of its own. What it must not do: change reservations (`used`) —
 // those belong to the shim — or touch the compute gate.
@@ -24,6 +34,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -45,6 +56,9 @@ struct DeviceProcess {
 
 // The device's process list for a GPU (NVML in tesserad; a fake in tests).
 using ProcessLister = std::function<Result<std::vector<DeviceProcess>>(int device)>;
+// GPU time the device saw each process (host pid) busy on a GPU since the previous call for that
+// GPU (NVML's process utilisation in tesserad; a fake in tests). An error: not available.
+using BusyLister = std::function<Result<std::vector<DeviceProcess>>(int device)>;
 
 struct ReconcilerOptions {
   std::chrono::nanoseconds interval = std::chrono::seconds(1);
@@ -53,18 +67,28 @@ struct ReconcilerOptions {
   std::function<int(pid_t, int)> signal = [](pid_t pid, int sig) { return ::kill(pid, sig); };
   // Receives each log line (stderr in tesserad).
   std::function<void(const std::string&)> log;
+  // GPU time (see the file comment): where per-process busy time comes from (unset: not checked),
+  // whether a GPU's policy measures GPU time (unset: every GPU does), and the balance a container
+  // may run ahead of its gates before it is over (sampling noise of the device's counters).
+  BusyLister busy;
+  std::function<bool(int device)> measured;
+  std::chrono::nanoseconds gpu_time_slack = std::chrono::milliseconds(100);
 };
 
 // What one pass found and did, per GPU and container, for tests and the log.
 struct ReconcileEvent {
-  enum class Kind { kOverLimit, kBackUnder, kKilled, kUnregistered };
+  // kGpuTimeUnseen / kGpuTimeBackInLine: a container's processes ran on the device for more time
+  // than their gates measured (see the file comment), and then no longer.
+  enum class Kind { kOverLimit, kBackUnder, kKilled, kUnregistered, kGpuTimeUnseen,
+                    kGpuTimeBackInLine };
   Kind kind;
   int device = 0;
   std::string container;  // empty for kUnregistered
   int32_t pid = 0;        // kKilled, kUnregistered
-  uint64_t reserved = 0;  // bytes reserved through the shim
-  uint64_t unseen = 0;    // bytes the device reports beyond them
-  uint64_t limit = 0;
+  uint64_t reserved = 0;  // bytes reserved through the shim; kGpuTime*: ns the gates measured
+  uint64_t unseen = 0;    // bytes the device reports beyond them; kGpuTime*: ns the device saw
+  uint64_t limit = 0;     // kGpuTimeUnseen: ns charged to the container for the difference
+  bool gpu_time = false;  // kKilled: for GPU time around its gate (else: over its memory limit)
 };
 
 class Reconciler {
@@ -82,6 +106,9 @@ class Reconciler {
  private:
   void Loop();
   void Log(const ReconcileEvent& e);
+  // The GPU-time comparison of one GPU (under the registry's lock, from RunOnce).
+  void CheckGpuTime(ledger::MemoryLedger& ledger, int d, const std::vector<DeviceProcess>& busy,
+                    std::vector<ReconcileEvent>* events, std::vector<ReconcileEvent>* to_kill);
 
   Registry* registry_;
   int devices_;
@@ -91,6 +118,16 @@ class Reconciler {
   std::set<std::tuple<int, int, uint32_t>> over_;
   std::set<std::pair<int, int32_t>> unregistered_reported_;
   std::set<int> list_error_reported_;  // GPUs whose process list failed (said once)
+  // GPU-time check: each process slot's counter at the last pass (with its generation, so a new
+  // process starts from its own zero), and per (GPU, container slot, generation) the balance.
+  struct Seen {
+    uint32_t generation = 0;
+    uint64_t gpu_ns = 0;
+    bool known = false;
+  };
+  std::vector<Seen> seen_gpu_ns_ = std::vector<Seen>(ledger::kMaxProcesses * ledger::kMaxDevices);
+  std::map<std::tuple<int, int, uint32_t>, double> gpu_time_balance_;
+  std::set<std::tuple<int, int, uint32_t>> gpu_time_over_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;

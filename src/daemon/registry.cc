@@ -59,7 +59,21 @@ Status CheckContainerId(const std::string& id, const char* key) {
 }  // namespace
 
 Registry::Registry(ledger::MemoryLedger ledger, RegistryOptions options, ComputeService* compute)
-    : ledger_(std::move(ledger)), options_(options), compute_(compute) {}
+    : ledger_(std::move(ledger)), options_(options), compute_(compute) {
+  for (const std::string& line : ledger_.open_report()) {
+    std::fprintf(stderr, "tesserad: %s\n", line.c_str());
+  }
+  // A self-declared container whose processes all went while no daemon ran (or were dropped as
+  // corrupt) has nobody left to remove it.
+  for (uint32_t c = 0; c < ledger::kMaxContainers; ++c) RemoveIfUnused(c);
+}
+
+int Registry::Repair() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::vector<std::string> lines = ledger_.Repair();
+  for (const std::string& line : lines) std::fprintf(stderr, "tesserad: %s\n", line.c_str());
+  return static_cast<int>(lines.size());
+}
 
 Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
                                                        const char* verb) const {
@@ -91,15 +105,12 @@ Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
 Status Registry::ApplyCompute(const Message& request, uint32_t c, const char* verb) {
   auto fields = ParseCompute(request, verb);
   if (!fields.ok()) return fields.status();
-  ledger::ContainerSlot& slot = ledger_.layout()->containers[c];
-  slot.core_percent.store(fields->core);
-  slot.weight.store(fields->weight);
-  slot.high_priority.store(fields->high_priority);
+  ledger_.SetCompute(c, fields->core, fields->weight, fields->high_priority);
   return Status::Ok();
 }
 
 void Registry::RemoveIfUnused(uint32_t c) {
-  ledger::ContainerSlot& slot = ledger_.layout()->containers[c];
+  const ledger::LedgerBook::Container& slot = ledger_.book().containers[c];
   if (slot.state.load() == ledger::kLive && slot.process_count.load() == 0 &&
       (slot.flags.load() & ledger::kContainerRegistered) == 0) {
     (void)ledger_.RemoveContainer(c);
@@ -151,7 +162,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   std::vector<int> visible;
   std::vector<std::string> uuids;
   for (int d = 0; d < ledger_.device_count(); ++d)
-    uuids.push_back(ledger_.layout()->devices[d].uuid);
+    uuids.push_back(ledger_.book().devices[d].uuid);
   if (request.Has("visible")) {
     auto selector = ParseDeviceSelector(request.Get("visible"), "TESSERA_VISIBLE_DEVICES");
     if (!selector.ok()) return selector.status();
@@ -190,7 +201,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     auto added = ledger_.UpsertContainer(id, limits);
     if (!added.ok()) return added.status();
     c = static_cast<int>(*added);
-    ledger_.layout()->containers[c].flags.store(0);
+    ledger_.SetFlags(static_cast<uint32_t>(c), 0, ~0u);
     (void)ApplyCompute(request, static_cast<uint32_t>(c), "HELLO");  // validated above
   }
   Message reply = Welcome(static_cast<uint32_t>(c), pid);
@@ -220,7 +231,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   *process_slot = *p;
   attached_.set(*p);
   reply.fields["process"] = std::to_string(*p);
-  reply.fields["generation"] = std::to_string(ledger_.layout()->processes[*p].generation.load());
+  reply.fields["generation"] = std::to_string(ledger_.book().processes[*p].generation.load());
   return reply;
 }
 
@@ -244,7 +255,7 @@ Result<Message> Registry::ResumeLocked(const Message& request, pid_t pid, uint32
                                   ": expected a process slot below " +
                                   std::to_string(ledger::kMaxProcesses) + " and its generation");
   }
-  const ledger::ProcessSlot& slot = ledger_.layout()->processes[p];
+  const ledger::LedgerBook::Process& slot = ledger_.book().processes[p];
   if (slot.state.load() != ledger::kLive || slot.host_pid.load() != pid ||
       slot.generation.load() != g) {
     return Result<Message>::Error("HELLO resume=" + slot_text + " generation=" + generation_text +
@@ -262,10 +273,32 @@ Result<Message> Registry::ResumeLocked(const Message& request, pid_t pid, uint32
   return reply;
 }
 
+Result<Message> Registry::UnregisterLocked(const Message& request) {
+  const std::string id = request.Get("id");
+  for (const auto& [key, value] : request.fields) {
+    if (key != "id" && key != "remove") {
+      return Result<Message>::Error("CONTAINER remove=1 " + key + "=" + value +
+                                    ": a removal takes only id=");
+    }
+  }
+  const int c = ledger_.FindContainer(id);
+  if (c < 0) return Result<Message>::Error("CONTAINER id=" + id + " remove=1: no such container");
+  ledger_.SetFlags(static_cast<uint32_t>(c), 0, ledger::kContainerRegistered);
+  const uint32_t remaining = ledger_.book().containers[c].process_count.load();
+  RemoveIfUnused(static_cast<uint32_t>(c));
+  return Message{"OK", {{"processes", std::to_string(remaining)}}};
+}
+
 Result<Message> Registry::SetContainer(const Message& request) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = request.Get("id");
   if (Status valid = CheckContainerId(id, "id"); !valid.ok()) return valid;
+  if (request.Has("remove")) {
+    if (request.Get("remove") != "1") {
+      return Result<Message>::Error("CONTAINER remove=" + request.Get("remove") + ": expected 1");
+    }
+    return UnregisterLocked(request);
+  }
   auto limits = ParseLimits(request.Get("mem", "none"), ledger_.device_count());
   if (!limits.ok()) return limits.status();
   auto compute = ParseCompute(request, "CONTAINER");
@@ -279,7 +312,7 @@ Result<Message> Registry::SetContainer(const Message& request) {
   }
   auto c = ledger_.UpsertContainer(id, *limits);
   if (!c.ok()) return c.status();
-  ledger_.layout()->containers[*c].flags.fetch_or(ledger::kContainerRegistered);
+  ledger_.SetFlags(*c, ledger::kContainerRegistered, 0);
   (void)ApplyCompute(request, *c, "CONTAINER");
   return Message{"OK", {{"container", std::to_string(*c)}}};
 }
@@ -287,7 +320,7 @@ Result<Message> Registry::SetContainer(const Message& request) {
 void Registry::Disconnected(uint32_t process_slot, uint32_t generation) {
   std::lock_guard<std::mutex> lock(mu_);
   if (process_slot == kNoProcess || process_slot >= ledger::kMaxProcesses) return;
-  const ledger::ProcessSlot& slot = ledger_.layout()->processes[process_slot];
+  const ledger::LedgerBook::Process& slot = ledger_.book().processes[process_slot];
   if (slot.generation.load() != generation) return;  // reclaimed already (and maybe reused)
   attached_.reset(process_slot);
   const uint32_t c = slot.container.load();
@@ -299,7 +332,7 @@ int Registry::ReclaimDeadProcesses() {
   std::lock_guard<std::mutex> lock(mu_);
   int reclaimed = 0;
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-    const ledger::ProcessSlot& slot = ledger_.layout()->processes[p];
+    const ledger::LedgerBook::Process& slot = ledger_.book().processes[p];
     if (slot.state.load() == ledger::kLive && !PidAlive(slot.host_pid.load())) {
       const uint32_t c = slot.container.load();
       ledger_.ReclaimProcess(static_cast<uint32_t>(p));
@@ -313,7 +346,10 @@ int Registry::ReclaimDeadProcesses() {
 
 std::string Registry::StatusJson() const {
   std::lock_guard<std::mutex> lock(mu_);
+  // Who exists and their settings come from the daemon's book; bytes in use are what the
+  // processes' counters in the segment say.
   const ledger::LedgerLayout* l = ledger_.layout();
+  const ledger::LedgerBook& book = ledger_.book();
   const int devices = ledger_.device_count();
   std::vector<DeviceShares> shares;
   if (compute_ != nullptr) {
@@ -327,8 +363,8 @@ std::string Registry::StatusJson() const {
   std::string out = "{\"devices\":[";
   for (int d = 0; d < devices; ++d) {
     out += (d ? "," : "") + std::string("{\"index\":") + std::to_string(d) +
-           ",\"uuid\":" + Json(l->devices[d].uuid) + ",\"name\":" + Json(l->devices[d].name) +
-           ",\"total_bytes\":" + std::to_string(l->devices[d].total_bytes);
+           ",\"uuid\":" + Json(book.devices[d].uuid) + ",\"name\":" + Json(book.devices[d].name) +
+           ",\"total_bytes\":" + std::to_string(book.devices[d].total_bytes);
     if (!shares.empty()) {
       const arbiter::ArbiterConfig& config = shares[d].config;
       out += ",\"policy\":" + std::to_string(static_cast<int>(config.policy)) +
@@ -342,7 +378,7 @@ std::string Registry::StatusJson() const {
   out += "],\"containers\":[";
   bool first = true;
   for (int c = 0; c < ledger::kMaxContainers; ++c) {
-    const ledger::ContainerSlot& slot = l->containers[c];
+    const ledger::LedgerBook::Container& slot = book.containers[c];
     if (slot.state.load() != ledger::kLive) continue;
     out += (first ? "" : ",") + std::string("{\"id\":") + Json(slot.id) +
            ",\"slot\":" + std::to_string(c) + ",\"limit_bytes\":[";
@@ -351,7 +387,9 @@ std::string Registry::StatusJson() const {
       out += (d ? "," : "") + (limit == ledger::kUnlimited ? "null" : std::to_string(limit));
     }
     out += "],\"used_bytes\":[";
-    for (int d = 0; d < devices; ++d) out += (d ? "," : "") + std::to_string(slot.used[d].load());
+    for (int d = 0; d < devices; ++d) {
+      out += (d ? "," : "") + std::to_string(l->containers[c].used[d].load());
+    }
     out += "],\"core_percent\":" + std::to_string(slot.core_percent.load()) +
            ",\"weight\":" + std::to_string(slot.weight.load()) +
            ",\"high_priority\":" + (slot.high_priority.load() ? "true" : "false") +
@@ -370,14 +408,16 @@ std::string Registry::StatusJson() const {
     out += "],\"processes\":[";
     bool first_p = true;
     for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-      const ledger::ProcessSlot& ps = l->processes[p];
+      const ledger::LedgerBook::Process& ps = book.processes[p];
       if (ps.state.load() != ledger::kLive || ps.container.load() != static_cast<uint32_t>(c)) {
         continue;
       }
       out += (first_p ? "" : ",") + std::string("{\"pid\":") + std::to_string(ps.host_pid.load()) +
              ",\"attached\":" + (attached_.test(static_cast<size_t>(p)) ? "true" : "false") +
              ",\"used_bytes\":[";
-      for (int d = 0; d < devices; ++d) out += (d ? "," : "") + std::to_string(ps.used[d].load());
+      for (int d = 0; d < devices; ++d) {
+        out += (d ? "," : "") + std::to_string(l->processes[p].used[d].load());
+      }
       out += "]}";
       first_p = false;
     }

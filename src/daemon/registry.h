@@ -45,7 +45,10 @@ class Registry {
   // resume=SLOT generation=G it re-attaches a process of an earlier daemon instead (see
   // ResumeLocked).
   Result<Message> Hello(const Message& request, pid_t pid, uint32_t* process_slot);
-  // CONTAINER: creates or updates a container's limits.
+  // CONTAINER: creates or updates a container's limits. With remove=1 (and no other field but id)
+  // it unregisters the container instead: it goes at once when no process of it is left, else
+  // when its last process exits (until then its processes keep what they hold); the reply says
+  // how many processes remain (`processes=N`). Its container socket closes either way.
   Result<Message> SetContainer(const Message& request);
   // The connection of a registered process closed: everything it held goes back. `generation` is
   // the slot's generation its HELLO reply carried: a slot the sweep (ReclaimDeadProcesses) already
@@ -53,6 +56,9 @@ class Registry {
   void Disconnected(uint32_t process_slot, uint32_t generation);
   // Reclaims slots of processes that died while no daemon was watching (after a restart).
   int ReclaimDeadProcesses();
+  // Puts back every daemon-owned ledger field a tenant rewrote (MemoryLedger::Repair), logging one
+  // line per slot; returns how many slots were repaired. The server calls it once a second.
+  int Repair();
   std::string StatusJson() const;
 
   // The limit (bytes, on every device) given to a container declared by its first process's HELLO
@@ -64,6 +70,12 @@ class Registry {
   // must not call back into the registry.
   template <typename F>
   auto WithLedger(F&& f) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return f(ledger_);
+  }
+  // The same, for code that changes daemon-owned fields through the ledger's setters.
+  template <typename F>
+  auto WithLedger(F&& f) {
     std::lock_guard<std::mutex> lock(mu_);
     return f(ledger_);
   }
@@ -89,8 +101,10 @@ class Registry {
     uint32_t high_priority = 0;
   };
   Result<ComputeFields> ParseCompute(const Message& request, const char* verb) const;
-  // Frees container `c` if it was self-declared and has no process left.
+  // Frees container `c` if it was self-declared (or unregistered) and has no process left.
   void RemoveIfUnused(uint32_t c);
+  // CONTAINER id=X remove=1, under the lock.
+  Result<Message> UnregisterLocked(const Message& request);
   // Parses a "mem" field: comma list of byte counts or "none", one per device of `devices` (a
   // shorter list repeats its last entry).
   Result<std::vector<uint64_t>> ParseLimits(const std::string& text, int devices) const;

@@ -176,3 +176,61 @@ TEST_F(RegistryTest, StatusIsValidJsonOfContainersAndProcesses) {
 
 }  // namespace
 }  // namespace tessera::daemon
+
+namespace tessera::daemon {
+namespace {
+
+class RegistryRemovalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = "/tessera-registry-rm-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    shm_unlink(name_.c_str());
+  }
+  void TearDown() override { shm_unlink(name_.c_str()); }
+  std::string name_;
+};
+
+// CONTAINER remove=1 (the device plugin's release): a container without processes goes at once; one
+// with processes keeps them and goes with its last one; bad removals change nothing.
+TEST_F(RegistryRemovalTest, RemoveUnregistersAndFreesWhenNoProcessIsLeft) {
+  auto ledger = ledger::MemoryLedger::CreateOrOpen(
+      name_, {{"GPU-aaaaaaaa-0000-4000-8000-000000000000", "A", 8ull << 30}});
+  ASSERT_TRUE(ledger.ok());
+  Registry r(std::move(*ledger), {true, 0});
+  auto parse = [](const std::string& line) { return *ParseMessage(line); };
+  ASSERT_TRUE(r.SetContainer(parse("CONTAINER id=idle mem=1073741824")).ok());
+  ASSERT_TRUE(r.SetContainer(parse("CONTAINER id=busy mem=1073741824")).ok());
+  uint32_t slot = 0;
+  auto hello = r.Hello(parse("HELLO version=1 container=busy"), 42, &slot);
+  ASSERT_TRUE(hello.ok()) << hello.error();
+
+  auto idle = r.SetContainer(parse("CONTAINER id=idle remove=1"));
+  ASSERT_TRUE(idle.ok()) << idle.error();
+  EXPECT_EQ(idle->Get("processes"), "0");
+  EXPECT_LT(r.ledger().FindContainer("idle"), 0);
+
+  auto busy = r.SetContainer(parse("CONTAINER id=busy remove=1"));
+  ASSERT_TRUE(busy.ok()) << busy.error();
+  EXPECT_EQ(busy->Get("processes"), "1");
+  const int c = r.ledger().FindContainer("busy");
+  ASSERT_GE(c, 0) << "a container goes only with its last process";
+  EXPECT_EQ(r.ledger().book().containers[c].flags.load() & ledger::kContainerRegistered, 0u);
+  r.Disconnected(slot, static_cast<uint32_t>(std::stoul(hello->Get("generation"))));
+  EXPECT_LT(r.ledger().FindContainer("busy"), 0);
+
+  auto unknown = r.SetContainer(parse("CONTAINER id=ghost remove=1"));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.error(), HasSubstr("CONTAINER id=ghost remove=1: no such container"));
+  ASSERT_TRUE(r.SetContainer(parse("CONTAINER id=kept mem=1073741824")).ok());
+  auto extra = r.SetContainer(parse("CONTAINER id=kept remove=1 mem=5"));
+  ASSERT_FALSE(extra.ok());
+  EXPECT_THAT(extra.error(), HasSubstr("a removal takes only id="));
+  auto bad = r.SetContainer(parse("CONTAINER id=kept remove=yes"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.error(), HasSubstr("remove=yes: expected 1"));
+  EXPECT_GE(r.ledger().FindContainer("kept"), 0);
+}
+
+}  // namespace
+}  // namespace tessera::daemon

@@ -11,10 +11,9 @@
 //   steady tenant's single launch waits longer than the bound derived from the daemon's flags, and
 //   at the end the ledger counts no byte and holds no slot for a dead process.
 //
-// The ledger is read by mapping its segment read-only (ledger_layout.h is the one definition).
+// The ledger is read by mapping its segment read-only (ledger/ledger_view.h).
 // Every daemon gets its own socket, ledger and sim state (parallel-safe); all are removed at the
 // end.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -35,7 +34,7 @@
 #include <vector>
 
 #include "ipc/unix_socket.h"
-#include "ledger/ledger_layout.h"
+#include "ledger/ledger_view.h"
 #include "process/child_process.h"
 
 namespace {
@@ -62,9 +61,7 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-// What the test expects the ledger to hold: per container id, the live processes (host pid) and
-// the bytes each says it holds on device 0.
-using Expected = std::map<std::string, std::map<pid_t, uint64_t>>;
+using Expected = ledger::ExpectedHoldings;
 
 class ResilienceTest : public ::testing::Test {
  protected:
@@ -79,7 +76,7 @@ class ResilienceTest : public ::testing::Test {
       daemon_->Kill(SIGTERM);
       daemon_->Wait(10s);
     }
-    if (view_ != nullptr) munmap(view_, sizeof(ledger::LedgerLayout));
+    view_.reset();
     shm_unlink(ledger_name_.c_str());
     shm_unlink(("/tessera-sim-" + state_).c_str());
     unlink(socket_.c_str());
@@ -125,62 +122,11 @@ class ResilienceTest : public ::testing::Test {
   }
 
   // The ledger, mapped read-only (what an operator's tool would do).
-  const ledger::LedgerLayout* View() {
-    if (view_ == nullptr) {
-      const int fd = shm_open(ledger_name_.c_str(), O_RDONLY, 0);
-      if (fd < 0) return nullptr;
-      void* mem = mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ, MAP_SHARED, fd, 0);
-      close(fd);
-      if (mem == MAP_FAILED) return nullptr;
-      view_ = static_cast<ledger::LedgerLayout*>(mem);
-    }
-    return view_;
+  const ledger::LedgerView& View() {
+    if (!view_ || !view_->ok()) view_ = std::make_unique<ledger::LedgerView>(ledger_name_);
+    return *view_;
   }
-
-  // Differences between the ledger and `expected` (empty when they agree): every live container
-  // uses exactly the sum of its live processes' holdings, every live process slot is one of the
-  // expected processes and holds what it says, and no container outside `expected` uses memory.
-  std::string Compare(const Expected& expected) {
-    const ledger::LedgerLayout* l = View();
-    if (l == nullptr) return "cannot map " + ledger_name_;
-    std::ostringstream diff;
-    std::set<pid_t> seen;
-    for (int c = 0; c < ledger::kMaxContainers; ++c) {
-      const ledger::ContainerSlot& slot = l->containers[c];
-      if (slot.state.load() != ledger::kLive) continue;
-      const std::string id = slot.id;
-      const uint64_t used = slot.used[0].load();
-      auto it = expected.find(id);
-      uint64_t want = 0;
-      if (it != expected.end()) {
-        for (const auto& [pid, bytes] : it->second) want += bytes;
-      }
-      if (used != want)
-        diff << "container " << id << " uses " << used << ", expected " << want << "; ";
-      for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-        const ledger::ProcessSlot& ps = l->processes[p];
-        if (ps.state.load() != ledger::kLive || ps.container.load() != static_cast<uint32_t>(c)) {
-          continue;
-        }
-        const pid_t pid = ps.host_pid.load();
-        seen.insert(pid);
-        const uint64_t held = ps.used[0].load();
-        if (it == expected.end() || it->second.count(pid) == 0) {
-          diff << "slot " << p << " of " << id << " is live for pid " << pid
-               << " (not a live tenant) holding " << held << "; ";
-        } else if (held != it->second.at(pid)) {
-          diff << "pid " << pid << " of " << id << " holds " << held << " in the ledger, says "
-               << it->second.at(pid) << "; ";
-        }
-      }
-    }
-    for (const auto& [id, processes] : expected) {
-      for (const auto& [pid, bytes] : processes) {
-        if (seen.count(pid) == 0) diff << "pid " << pid << " of " << id << " has no live slot; ";
-      }
-    }
-    return diff.str();
-  }
+  std::string Compare(const Expected& expected) { return View().Compare(expected); }
   // Compare, retried until it agrees or `within` has passed (a closed connection is reclaimed by
   // the daemon's event loop, a death after a restart by its once-a-second sweep).
   std::string Settle(const Expected& expected, std::chrono::milliseconds within) {
@@ -216,7 +162,7 @@ class ResilienceTest : public ::testing::Test {
   std::vector<std::unique_ptr<ChildProcess>> tenants_;
   std::map<ChildProcess*, std::string> stderr_of_;
   std::vector<std::string> files_;
-  ledger::LedgerLayout* view_ = nullptr;
+  std::unique_ptr<ledger::LedgerView> view_;
 };
 
 TEST_F(ResilienceTest, DaemonRestartKeepsTheBooksExact) {
@@ -406,15 +352,9 @@ TEST_F(ResilienceTest, ChaosKeepsLaunchesBoundedAndFreesTheDead) {
   for (Member& m : pool) expected[m.container][m.process->pid()] = Value(*m.process, "held_bytes");
   // No byte and no slot for a dead process; every container is the sum of its live processes.
   EXPECT_EQ(Settle(expected, 5s), "") << "seed " << seed;
-  const ledger::LedgerLayout* l = View();
-  ASSERT_NE(l, nullptr);
-  for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-    const ledger::ProcessSlot& ps = l->processes[p];
-    for (pid_t d : dead) {
-      EXPECT_FALSE(ps.state.load() == ledger::kLive && ps.host_pid.load() == d)
-          << "slot " << p << " still live for killed pid " << d;
-    }
-  }
+  ASSERT_TRUE(View().ok());
+  EXPECT_TRUE(View().LiveSlotsOf(dead).empty())
+      << "slots still live for killed pids: " << ::testing::PrintToString(View().LiveSlotsOf(dead));
   for (ChildProcess* c : steady) c->CloseStdin();
   for (Member& m : pool) m.process->CloseStdin();
   for (ChildProcess* c : steady) EXPECT_EQ(c->Wait(30s), 0) << ReadFile(stderr_of_[c]);

@@ -33,6 +33,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     // their deaths are found by a sweep once a second instead of by a close.
     if (std::chrono::steady_clock::now() >= next_sweep) {
       registry_->ReclaimDeadProcesses();
+      registry_->Repair();
       SyncContainerSockets(ep);
       next_sweep = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
@@ -60,13 +61,16 @@ Status Server::Run(const std::atomic<bool>& stop) {
       }
     }
   }
-  for (auto it = connections_.begin(); it != connections_.end();) {
-    const int fd = it->first;
-    ++it;
-    Close(ep, fd);
+  // Stopping is not the processes' death: they keep running with their memory, and re-attach
+  // to the next daemon (HELLO resume) or are found by its sweep. Their connections close without
+  // reclaiming anything (a SIGTERM used to hand every live tenant's bytes back).
+  for (auto& [fd, conn] : connections_) {
+    epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
   }
+  connections_.clear();
   while (!container_listeners_.empty())
-    CloseContainerSocket(ep, container_listeners_.begin()->first);
+    CloseContainerSocket(ep, container_listeners_.begin()->first, /*container_gone=*/false);
   close(ep);
   return Status::Ok();
 }
@@ -90,10 +94,10 @@ void Server::SyncContainerSockets(int ep) {
   const std::set<std::string> wanted = registry_->WithLedger([](const ledger::MemoryLedger& l) {
     std::set<std::string> ids;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
-      const ledger::ContainerSlot& slot = l.layout()->containers[c];
+      const ledger::LedgerBook::Container& slot = l.book().containers[c];
       if (slot.state.load() == ledger::kLive &&
           (slot.flags.load() & ledger::kContainerRegistered) != 0) {
-        ids.insert(std::string(slot.id, strnlen(slot.id, sizeof(slot.id))));
+        ids.insert(slot.id);
       }
     }
     return ids;
@@ -104,11 +108,16 @@ void Server::SyncContainerSockets(int ep) {
     const bool gone = wanted.count(it->second) == 0;
     if (!gone) have.insert(it->second);
     ++it;
-    if (gone) CloseContainerSocket(ep, fd);
+    if (gone) CloseContainerSocket(ep, fd, /*container_gone=*/true);
   }
   for (const std::string& id : wanted) {
     if (have.count(id) != 0) continue;
-    const std::string path = container_socket_dir_ + "/" + id + ".sock";
+    // A folder per container, kept across daemon restarts, so a pod's bind mount of the folder
+    // sees the socket a restarted daemon opens anew (a mount of the socket file would keep the
+    // old, unlinked one).
+    const std::string folder = container_socket_dir_ + "/" + id;
+    mkdir(folder.c_str(), 0755);
+    const std::string path = folder + "/" + kContainerSocketName;
     auto fd = ipc::Listen(path);
     if (!fd.ok()) {
       std::fprintf(stderr, "tesserad: container %s: cannot open its socket: %s\n", id.c_str(),
@@ -126,10 +135,12 @@ void Server::SyncContainerSockets(int ep) {
   }
 }
 
-void Server::CloseContainerSocket(int ep, int listen_fd) {
+void Server::CloseContainerSocket(int ep, int listen_fd, bool container_gone) {
   auto it = container_listeners_.find(listen_fd);
   if (it == container_listeners_.end()) return;
-  unlink((container_socket_dir_ + "/" + it->second + ".sock").c_str());
+  const std::string folder = container_socket_dir_ + "/" + it->second;
+  unlink((folder + "/" + kContainerSocketName).c_str());
+  if (container_gone) rmdir(folder.c_str());
   epoll_ctl(ep, EPOLL_CTL_DEL, listen_fd, nullptr);
   close(listen_fd);
   container_listeners_.erase(it);

@@ -7,12 +7,15 @@
 // allowed when the peer (SO_PEERCRED) is root or in the writer group.
 //
 // Container sockets (`tesserad --container-sockets DIR`): for every container an operator
-// registered (CONTAINER), the server also listens on DIR/<id>.sock, the socket to mount into that
-// container's pods as TESSERA_SOCKET. A connection accepted there belongs to that container: HELLO
+// registered (CONTAINER), the server also listens on a socket for that container's pods to use as
+// TESSERA_SOCKET: DIR/<id>/tessera.sock, in a folder of its own that a pod
+// mounts (the folder outlives a daemon restart; the socket in it is opened anew). A connection
+// accepted there belongs to that container: HELLO
 // registers into it only (a HELLO naming another container is refused), CTL sees the
 // container-scoped, read-only view of the tree (ControlTree::ScopedTo), and CONTAINER and STATUS
 // (node-wide) are refused. The sockets follow the containers: created within a second of a
-// registration (at once for one made on this server), removed when the container goes.
+// registration (at once for one made on this server), removed when the container goes (with its
+// folder; at the daemon's exit only the socket goes).
 #pragma once
 
 #include <atomic>
@@ -26,6 +29,9 @@
 #include "daemon/registry.h"
 
 namespace tessera::daemon {
+
+// The file name of a container's socket in its folder under --container-sockets.
+inline constexpr char kContainerSocketName[] = "tessera.sock";
 
 class Server {
  public:
@@ -53,7 +59,8 @@ class Server {
   void Accept(int epoll_fd, int listen_fd, const std::optional<std::string>& scope);
   // Opens sockets for new operator-registered containers and closes those of containers gone.
   void SyncContainerSockets(int epoll_fd);
-  void CloseContainerSocket(int epoll_fd, int listen_fd);
+  // Closes and unlinks a container's socket; removes its folder too when the container is gone.
+  void CloseContainerSocket(int epoll_fd, int listen_fd, bool container_gone);
   // Returns false when the connection must be closed.
   bool Readable(int epoll_fd, int fd, Connection& conn);
   void Close(int epoll_fd, int fd);

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -86,7 +87,21 @@ Result<int> Listen(const std::string& path) {
     close(*probe);
     return Result<int>::Error("another daemon is already listening on " + path);
   }
-  unlink(path.c_str());  // stale socket file from a dead daemon
+  // A socket file nobody listens on is a dead daemon's: replace it. Anything else at the path is
+  // somebody's file, never removed here.
+  struct stat st {};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      const char* found = S_ISDIR(st.st_mode)   ? "a directory"
+                          : S_ISREG(st.st_mode) ? "a regular file"
+                          : S_ISLNK(st.st_mode) ? "a symbolic link"
+                                                : "something other than a socket";
+      return Result<int>::Error("cannot listen on " + path + ": " + found +
+                                " is there; expected a socket path (nothing there, or a socket a "
+                                "dead daemon left)");
+    }
+    unlink(path.c_str());
+  }
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Result<int>::Error(Errno("socket"));
   if (bind(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0 ||

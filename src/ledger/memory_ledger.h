@@ -8,9 +8,21 @@
 // Ordering note: Reserve charges the container before the process, so a process killed between the
 // two instructions leaves at most that one reservation counted (a leak the daemon's reconciliation
 // repairs), never an undercount that would let a neighbour overshoot.
+//
+// Shared memory is untrusted input (issue 17). Every tenant maps the segment writable, so any field
+// in it may hold anything. The daemon therefore keeps its own record of every field only it writes
+// (the LedgerBook below: slot states and generations, a process's container and pids, a
+// container's id, limits, settings and flags, the device table) and reads those from the book,
+// never back from the segment. The book is built once, when the daemon opens the segment, by
+// validating what it finds there (a slot that is not what the daemon could have written is dropped
+// and reported, and the counters of the containers it touched are rebuilt from their processes);
+// Repair() later puts back whatever a tenant rewrote. Counters a tenant legitimately writes (bytes
+// used, GPU time, waits) are still read from the segment; their readers treat them as claims.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,11 +37,46 @@ struct DeviceInfo {
   uint64_t total_bytes = 0;
 };
 
+
+// The daemon's record of what only it writes (see the file comment). Fields are atomics because
+// the daemon's threads (event loop, arbiter, reconciler, doors) read them concurrently; only
+// MemoryLedger's slow-path functions write them, under the caller's lock.
+struct LedgerBook {
+  struct Process {
+    std::atomic<uint32_t> state{kFree};
+    std::atomic<uint32_t> generation{0};
+    std::atomic<uint32_t> container{0};  // always < kMaxContainers
+    std::atomic<int32_t> host_pid{0};
+    std::atomic<int32_t> local_pid{0};
+  };
+  struct Container {
+    std::atomic<uint32_t> state{kFree};
+    std::atomic<uint32_t> generation{0};
+    char id[sizeof(ContainerSlot::id)] = {};  // NUL-terminated, valid whenever state is kLive
+    std::atomic<uint64_t> limit[kMaxDevices] = {};
+    std::atomic<uint64_t> unseen[kMaxDevices] = {};
+    // GPU time the device saw the container's processes use beyond what their gates measured, as
+    // charged by reconciliation (cumulative ns; the arbiter charges its increase). Daemon memory
+    // only: not in the segment, and zero again after a restart.
+    std::atomic<uint64_t> unseen_gpu_ns[kMaxDevices] = {};
+    std::atomic<uint32_t> core_percent{100};
+    std::atomic<uint32_t> weight{1};
+    std::atomic<uint32_t> high_priority{0};
+    std::atomic<uint32_t> process_count{0};
+    std::atomic<uint32_t> flags{0};
+  };
+  uint32_t device_count = 0;
+  LedgerDevice devices[kMaxDevices] = {};  // written once, before the daemon's threads start
+  Process processes[kMaxProcesses];
+  Container containers[kMaxContainers];
+};
+
 class MemoryLedger {
  public:
   // Daemon: creates the named POSIX shared-memory segment, or reopens it (a restarted daemon keeps
-  // every container's and process's accounting). Devices are (re)written; a reopened ledger whose
-  // devices differ in number is refused.
+  // every container's and process's accounting). Devices are (re)written. A reopened segment is
+  // validated slot by slot into the book (open_report() says what was dropped or repaired); one
+  // of another layout version, or recorded for other GPUs (other UUIDs), is refused.
   static Result<MemoryLedger> CreateOrOpen(const std::string& shm_name,
                                            const std::vector<DeviceInfo>& devices);
   // Process: maps a ledger from a descriptor received from the daemon (the descriptor is not kept).
@@ -42,7 +89,12 @@ class MemoryLedger {
   ~MemoryLedger();
 
   LedgerLayout* layout() const { return layout_; }
-  int device_count() const { return static_cast<int>(layout_->device_count.load()); }
+  // The daemon's count (its book) when it has one, else the segment's, bounded by kMaxDevices.
+  int device_count() const {
+    if (book_) return static_cast<int>(book_->device_count);
+    const uint32_t n = layout_->device_count.load();
+    return static_cast<int>(n < static_cast<uint32_t>(kMaxDevices) ? n : kMaxDevices);
+  }
   // The descriptor of the segment (daemon side; -1 in processes).
   int fd() const { return fd_; }
 
@@ -93,10 +145,36 @@ class MemoryLedger {
   // Takes back everything process `p` holds and frees its slot. Idempotent per generation.
   void ReclaimProcess(uint32_t p);
 
+  // ---- The daemon's book (tesserad only: these need CreateOrOpen's ledger) ----
+  const LedgerBook& book() const { return *book_; }
+  // A live container's id (empty for a free slot).
+  std::string ContainerId(uint32_t c) const;
+  // Setters of daemon-owned container fields: each writes the book and the segment.
+  void SetLimit(uint32_t c, int device, uint64_t bytes);
+  void SetCompute(uint32_t c, uint32_t core_percent, uint32_t weight, uint32_t high_priority);
+  void SetFlags(uint32_t c, uint32_t set, uint32_t clear);
+  void SetUnseen(uint32_t c, int device, uint64_t bytes);
+  // Charges `ns` of GPU time the container's gates did not measure (LedgerBook::unseen_gpu_ns).
+  void AddUnseenGpuTime(uint32_t c, int device, uint64_t ns);
+  // Puts back, in the segment, every daemon-owned field that differs from the book (a tenant
+  // rewrote it). Returns one line per repaired slot, naming it and what was found; empty when
+  // nothing was touched. Call it under the same lock as the other slow-path functions.
+  std::vector<std::string> Repair();
+  // What validating a reopened segment dropped or repaired (one line each; empty when clean).
+  const std::vector<std::string>& open_report() const { return open_report_; }
+
  private:
   MemoryLedger(LedgerLayout* layout, int fd) : layout_(layout), fd_(fd) {}
+  // Builds the book from a segment a previous daemon (and its tenants) left (ledger_audit.cc).
+  void AdoptSegment(bool fresh);
+  // Writes a container's book entry into its segment slot (every daemon-owned field).
+  void PublishContainer(uint32_t c);
+  void PublishProcess(uint32_t p);
+
   LedgerLayout* layout_ = nullptr;
   int fd_ = -1;
+  std::unique_ptr<LedgerBook> book_;  // daemon only
+  std::vector<std::string> open_report_;
 };
 
 }  // namespace tessera::ledger

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -115,6 +116,98 @@ TEST_F(MemoryLedgerTest, ReopenedLedgerKeepsAccountingAndChecksDevices) {
   auto fewer = MemoryLedger::CreateOrOpen(name_, {Devices()[0]});
   ASSERT_FALSE(fewer.ok());
   EXPECT_NE(fewer.error().find("created for 2 devices"), std::string::npos) << fewer.error();
+}
+
+// Shared memory is untrusted input (issue 17): what a tenant writes into daemon-owned fields is
+// never read back by the daemon, and Repair() puts it back.
+TEST_F(MemoryLedgerTest, RepairRestoresWhatATenantRewroteAndTheBookIgnoresIt) {
+  auto daemon = MemoryLedger::CreateOrOpen(name_, Devices());
+  const uint32_t a = *daemon->UpsertContainer("alpha", {kGiB, kGiB});
+  const uint32_t b = *daemon->UpsertContainer("beta", {2 * kGiB, 2 * kGiB});
+  const uint32_t pa = *daemon->AddProcess(a, 11);
+  ASSERT_TRUE(daemon->Reserve(a, pa, 0, 64 * kMiB));
+  auto tenant = MemoryLedger::MapFd(daemon->fd());  // the tenant's own writable mapping
+  LedgerLayout* l = tenant->layout();
+  l->processes[pa].container.store(0x7fffffff);
+  l->processes[pa].host_pid.store(1);
+  l->containers[a].limit[0].store(kUnlimited);
+  std::memset(l->containers[b].id, 'z', sizeof(l->containers[b].id));
+  l->containers[b].weight.store(9999);
+  l->device_count.store(16);
+
+  // The daemon's view is untouched.
+  EXPECT_EQ(daemon->book().processes[pa].container.load(), a);
+  EXPECT_EQ(daemon->book().processes[pa].host_pid.load(), 11);
+  EXPECT_EQ(daemon->book().containers[a].limit[0].load(), kGiB);
+  EXPECT_EQ(daemon->ContainerId(b), "beta");
+  EXPECT_EQ(daemon->device_count(), 2);
+  EXPECT_EQ(daemon->FindContainer("beta"), static_cast<int>(b));
+
+  const std::vector<std::string> lines = daemon->Repair();
+  ASSERT_EQ(lines.size(), 4u) << ::testing::PrintToString(lines);
+  EXPECT_NE(lines[0].find("process slot " + std::to_string(pa)), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("container 2147483647"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find("(alpha)"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("(beta)"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("weight 9999"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[3].find("device table"), std::string::npos) << lines[3];
+  EXPECT_EQ(l->processes[pa].container.load(), a);
+  EXPECT_EQ(l->containers[a].limit[0].load(), kGiB);
+  EXPECT_STREQ(l->containers[b].id, "beta");
+  EXPECT_EQ(l->device_count.load(), 2u);
+  EXPECT_TRUE(daemon->Repair().empty()) << "a repaired segment agrees with the book";
+
+  // A rewritten container index cannot misdirect the reclaim: the bytes leave alpha.
+  l->processes[pa].container.store(b);
+  daemon->ReclaimProcess(pa);
+  EXPECT_EQ(daemon->Used(a, 0), 0u);
+  EXPECT_EQ(daemon->Used(b, 0), 0u);
+}
+
+TEST_F(MemoryLedgerTest, AReopenedSegmentIsValidatedSlotBySlot) {
+  uint32_t a, b, pa, pb, pc;
+  {
+    auto daemon = MemoryLedger::CreateOrOpen(name_, Devices());
+    a = *daemon->UpsertContainer("alpha", {kGiB, kGiB});
+    b = *daemon->UpsertContainer("beta", {kGiB, kGiB});
+    pa = *daemon->AddProcess(a, 11);
+    pb = *daemon->AddProcess(b, 12);
+    pc = *daemon->AddProcess(b, 13);
+    ASSERT_TRUE(daemon->Reserve(a, pa, 0, 100 * kMiB));
+    ASSERT_TRUE(daemon->Reserve(b, pb, 0, 200 * kMiB));
+    ASSERT_TRUE(daemon->Reserve(b, pc, 0, 300 * kMiB));
+    LedgerLayout* l = daemon->layout();  // what tenants wrote while no daemon ran
+    l->processes[pb].container.store(0xdeadbeef);  // out of range: dropped
+    std::memset(l->containers[b].id, '/', 8);      // not an id, but pc still holds it
+    l->containers[a].core_percent.store(0);        // out of range: set to 100
+    ContainerSlot& junk = l->containers[kMaxContainers - 1];
+    junk.state.store(kLive);  // a live slot nobody made, with no id and no process
+  }
+  auto again = MemoryLedger::CreateOrOpen(name_, Devices());
+  ASSERT_TRUE(again.ok()) << again.error();
+  const std::vector<std::string>& report = again->open_report();
+  std::string all;
+  for (const std::string& line : report) all += line + "\n";
+  EXPECT_NE(all.find("process slot " + std::to_string(pb) + ": container index 0xdeadbeef is out "
+                     "of range; dropped"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("keep it as recovered-" + std::to_string(b)), std::string::npos) << all;
+  EXPECT_NE(all.find("core_percent 0 is outside 1-100; set to 100"), std::string::npos) << all;
+  EXPECT_NE(all.find("container slot 255: id \"\" is not a container id and no process holds it"),
+            std::string::npos)
+      << all;
+  // What remains true: alpha untouched; beta rebuilt from its one valid process.
+  EXPECT_EQ(again->Used(a, 0), 100 * kMiB);
+  EXPECT_EQ(again->Used(b, 0), 300 * kMiB);
+  EXPECT_EQ(again->ContainerId(b), "recovered-" + std::to_string(b));
+  EXPECT_EQ(again->book().containers[b].process_count.load(), 1u);
+  EXPECT_EQ(again->book().processes[pb].state.load(), kFree);
+  EXPECT_EQ(again->book().containers[kMaxContainers - 1].state.load(), kFree);
+  EXPECT_EQ(again->book().containers[a].core_percent.load(), 100u);
+  EXPECT_TRUE(again->Repair().empty()) << "the reopened segment is published from the book";
+  auto clean = MemoryLedger::CreateOrOpen(name_, Devices());
+  EXPECT_TRUE(clean->open_report().empty()) << clean->open_report().front();
 }
 
 TEST_F(MemoryLedgerTest, ProcessesMapTheDaemonsDescriptor) {

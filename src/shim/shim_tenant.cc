@@ -24,6 +24,15 @@
 //                                           spin kernels back to back for SECONDS through HOW
 //                                           (legacy, ptsz, stream, ex or graph); prints
 //                                           kernels=N and the longest single launch call
+//   shim_tenant cheat HOW KERNEL_US SECONDS  a tenant that takes GPU time its gate does not grant,
+//                                           HOW: `around` launches spin kernels through the real
+//                                           driver's own cuLaunchKernel (dlsym on
+//                                           TESSERA_REAL_LIBCUDA: the gate never sees them);
+//                                           `lie` launches through the shim but keeps zeroing its
+//                                           own GPU-time counters in the ledger it maps. Prints
+//                                           ready=1, then probes a 1 MiB allocation through the
+//                                           shim every 50 ms (shim_alloc=RESULT on change) until
+//                                           SECONDS pass; prints kernels=N and exits 0
 //   shim_tenant churn LIMIT_MIB END_NS SEED KERNEL_US [shared]
 //                                           until CLOCK_MONOTONIC END_NS, allocate and free
 //                                           random multiples of 2 MiB (cuMemAlloc_v2) while a
@@ -34,7 +43,11 @@
 //                                           has other processes: any OOM is taken as clean);
 //                                           prints held_bytes, allocs, ooms, kernels,
 //                                           longest_launch_ms and done=1, holds until stdin EOF,
-//                                           frees everything and exits 0 (1 on any other error)
+//                                           frees everything and exits 0 (1 on any other error);
+//                                           with `paths` (after `shared` or `alone`), each
+//                                           allocation takes a random path of those charged
+//                                           exactly: cuMemAlloc_v2, cuMemAllocPitch_v2,
+//                                           cuMemAllocManaged or cuMemCreate (VMM)
 #include <dlfcn.h>
 #include <poll.h>
 #include <sys/wait.h>
@@ -52,6 +65,7 @@
 #include <vector>
 
 #include "driver/cuda_api.h"
+#include "ledger/ledger_layout.h"
 
 namespace {
 
@@ -75,6 +89,31 @@ void WaitForStdinEof() {
   char buf[64];
   while (read(0, buf, sizeof(buf)) > 0) {
   }
+}
+
+// This process's slot in the ledger the shim mapped (found through /proc/self/maps, as any
+// process could), or nullptr.
+tessera::ledger::ProcessSlot* OwnLedgerSlot() {
+  std::FILE* maps = std::fopen("/proc/self/maps", "re");
+  if (maps == nullptr) return nullptr;
+  char line[512];
+  tessera::ledger::ProcessSlot* found = nullptr;
+  while (found == nullptr && std::fgets(line, sizeof(line), maps) != nullptr) {
+    if (std::strstr(line, "/dev/shm/tessera-ledger") == nullptr ||
+        std::strstr(line, "rw-s") == nullptr) {
+      continue;
+    }
+    auto* layout =
+        reinterpret_cast<tessera::ledger::LedgerLayout*>(std::strtoull(line, nullptr, 16));
+    if (layout->magic != tessera::ledger::kLedgerMagic) continue;
+    for (auto& slot : layout->processes) {
+      if (slot.state.load() == tessera::ledger::kLive && slot.host_pid.load() == getpid()) {
+        found = &slot;
+      }
+    }
+  }
+  std::fclose(maps);
+  return found;
 }
 
 size_t FreeBytes() {
@@ -363,10 +402,79 @@ int main(int argc, char** argv) {
                 static_cast<double>(longest) / 1e6);
     return 0;
   }
+  if (mode == "cheat") {
+    const std::string how = argc > 2 ? argv[2] : "";
+    uint64_t kernel_ns = arg(3) * 1000;
+    const uint64_t end = NowNs() + arg(4) * 1000000000ull;
+    CUmodule mod = nullptr;
+    CUfunction spin = nullptr;
+    CHECK(cuModuleLoadData(&mod, "simgpu"));
+    CHECK(cuModuleGetFunction(&spin, mod, "spin"));
+    using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                  unsigned, unsigned, CUstream, void**, void**);
+    using SyncFn = CUresult (*)();
+    LaunchFn launch = &cuLaunchKernel;
+    SyncFn sync = &cuCtxSynchronize;
+    tessera::ledger::ProcessSlot* slot = nullptr;
+    if (how == "around") {
+      const char* real = std::getenv("TESSERA_REAL_LIBCUDA");
+      void* lib = real != nullptr ? dlopen(real, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+      launch = lib != nullptr ? reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel")) : nullptr;
+      sync = lib != nullptr ? reinterpret_cast<SyncFn>(dlsym(lib, "cuCtxSynchronize")) : nullptr;
+      if (launch == nullptr || sync == nullptr || launch == &cuLaunchKernel) {
+        std::printf("error=no direct driver entry point\n");
+        return 4;
+      }
+    } else if (how == "lie") {
+      slot = OwnLedgerSlot();
+      if (slot == nullptr) {
+        std::printf("error=no ledger slot of this process in /proc/self/maps\n");
+        return 4;
+      }
+    } else {
+      std::printf("error=cheat HOW must be around or lie\n");
+      return 2;
+    }
+    std::atomic<uint64_t> kernels{0};
+    std::atomic<int> failure{0};
+    std::thread launcher([&] {
+      void* params[] = {&kernel_ns};
+      if (cuCtxSetCurrent(ctx) != CUDA_SUCCESS) failure.store(-1);
+      while (NowNs() < end && failure.load() == 0) {
+        CUresult r = launch(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+        if (r == CUDA_SUCCESS) r = sync();
+        if (r != CUDA_SUCCESS) failure.store(static_cast<int>(r));
+        kernels.fetch_add(1);
+        if (slot != nullptr) {
+          for (auto& ns : slot->gpu_ns) ns.store(0);  // the lie: it never ran
+        }
+      }
+    });
+    std::printf("ready=1\n");
+    std::fflush(stdout);
+    int last = -1;
+    while (NowNs() < end) {
+      CUdeviceptr probe = 0;
+      const int r = static_cast<int>(cuMemAlloc_v2(&probe, 1 << 20));
+      if (r == CUDA_SUCCESS) cuMemFree_v2(probe);
+      if (r != last) {
+        std::printf("shim_alloc=%d\n", r);
+        std::fflush(stdout);
+        last = r;
+      }
+      timespec ts{0, 50'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    launcher.join();
+    std::printf("kernels=%llu\nlaunch_error=%d\n", static_cast<unsigned long long>(kernels.load()),
+                failure.load());
+    return failure.load() == 0 ? 0 : 1;
+  }
   if (mode == "churn") {
     constexpr uint64_t kUnit = 2ull << 20;  // the driver's granularity: charged exactly
     const uint64_t limit = arg(2) << 20, end = arg(3), kernel_ns = arg(5) * 1000;
     const bool shared = argc > 6 && std::string(argv[6]) == "shared";
+    const bool every_path = argc > 7 && std::string(argv[7]) == "paths";
     std::mt19937_64 rng(arg(4));
     std::atomic<bool> stop{false};
     std::atomic<int> launch_error{0};
@@ -394,9 +502,38 @@ int main(int argc, char** argv) {
       r = cuStreamSynchronize(stream);
       if (r != CUDA_SUCCESS) fail(r);
     });
+    enum class Path { kAlloc, kPitch, kManaged, kCreate };
     struct Block {
       CUdeviceptr ptr;
       uint64_t bytes;
+      Path path;
+      CUmemGenericAllocationHandle handle;
+    };
+    // One allocation through `path`; every one of these is charged exactly `bytes` (a multiple of
+    // 2 MiB; the pitch is 1 MiB wide, a multiple of any pitch alignment).
+    auto allocate = [](Path path, uint64_t bytes, Block* b) {
+      *b = {0, bytes, path, 0};
+      switch (path) {
+        case Path::kAlloc:
+          return cuMemAlloc_v2(&b->ptr, bytes);
+        case Path::kPitch: {
+          size_t pitch = 0;
+          return cuMemAllocPitch_v2(&b->ptr, &pitch, 1 << 20, bytes >> 20, 4);
+        }
+        case Path::kManaged:
+          return cuMemAllocManaged(&b->ptr, bytes, CU_MEM_ATTACH_GLOBAL);
+        case Path::kCreate: {
+          CUmemAllocationProp prop{};
+          prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+          prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+          prop.location.id = 0;
+          return cuMemCreate(&b->handle, bytes, &prop, 0);
+        }
+      }
+      return CUDA_ERROR_INVALID_VALUE;
+    };
+    auto release = [](const Block& b) {
+      return b.path == Path::kCreate ? cuMemRelease(b.handle) : cuMemFree_v2(b.ptr);
     };
     std::vector<Block> held;
     uint64_t held_bytes = 0, allocs = 0, ooms = 0;
@@ -405,10 +542,11 @@ int main(int argc, char** argv) {
       // Mostly allocations (so the limit is reached), sizes up to a quarter of the limit.
       if (held.empty() || rng() % 3 != 0) {
         const uint64_t bytes = (1 + rng() % std::max<uint64_t>(limit / kUnit / 4, 1)) * kUnit;
-        CUdeviceptr p = 0;
-        const CUresult r = cuMemAlloc_v2(&p, bytes);
+        const Path path = every_path ? static_cast<Path>(rng() % 4) : Path::kAlloc;
+        Block b{};
+        const CUresult r = allocate(path, bytes, &b);
         if (r == CUDA_SUCCESS) {
-          held.push_back({p, bytes});
+          held.push_back(b);
           held_bytes += bytes;
           ++allocs;
         } else if (r == CUDA_ERROR_OUT_OF_MEMORY && (shared || held_bytes + bytes > limit)) {
@@ -421,7 +559,7 @@ int main(int argc, char** argv) {
         }
       } else {
         const size_t i = rng() % held.size();
-        const CUresult r = cuMemFree_v2(held[i].ptr);
+        const CUresult r = release(held[i]);
         if (r != CUDA_SUCCESS) {
           std::printf("bad_free=%d\n", static_cast<int>(r));
           bad = r;
@@ -443,7 +581,7 @@ int main(int argc, char** argv) {
         static_cast<double>(longest.load()) / 1e6, launch_error.load());
     std::fflush(stdout);
     WaitForStdinEof();
-    for (const Block& b : held) CHECK(cuMemFree_v2(b.ptr));
+    for (const Block& b : held) CHECK(release(b));
     return bad == CUDA_SUCCESS && launch_error.load() == 0 ? 0 : 1;
   }
   if (mode == "fork-hold") {

@@ -52,10 +52,15 @@ double BusyFraction(const BusyBucket* ring, int ring_size, uint64_t bucket_ns, u
     const BusyBucket& b = ring[epoch % static_cast<uint64_t>(ring_size)];
     if (b.epoch.load(std::memory_order_acquire) != epoch) continue;
     uint64_t ns = b.busy_ns.load(std::memory_order_relaxed);
-    // Buckets at the window's edges are only partly inside it; count them pro rata.
+    // Buckets at the window's edges are only partly inside it; count them pro rata (capping at the
+    // part inside instead overcounted a busy bucket split between two windows: consecutive
+    // readings then summed to more than the device ran, which reconciliation reads as GPU time
+    // the gates did not measure).
     const uint64_t b_start = epoch * bucket_ns, b_end = b_start + bucket_ns;
     const uint64_t inside = std::min(b_end, now) - std::max(b_start, from);
-    ns = std::min(ns, inside);
+    if (inside < bucket_ns) {
+      ns = static_cast<uint64_t>(static_cast<double>(std::min(ns, bucket_ns)) * inside / bucket_ns);
+    }
     busy += ns;
   }
   return window_ns == 0 ? 0.0 : std::min(1.0, static_cast<double>(busy) / window_ns);

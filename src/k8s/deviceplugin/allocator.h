@@ -1,0 +1,169 @@
+// Allocator: the device plugin's decisions, apart from gRPC and the API server's transport.
+//
+// Finding the pod. kubelet's Allocate carries device IDs only, never the pod. kubelet admits one
+// pod at a time, in the order its pod source delivers them (the order the pods were bound to the
+// node; a batch of several by creation time), and calls Allocate for the pod's containers in order
+// (init containers first), each container once per resource it asks for. So the call for resource
+// R with n devices belongs to the first pod, in that order, whose next container asking for R
+// (the first whose R is not allocated yet) asks for n: a pod already under way comes first, then the
+// others by bind order (the plugin's own watch of pods on the node sees bindings in the order
+// kubelet's does). The choice is exact whenever only one waiting pod matches, which is the case
+// unless pods with identical requests were bound together; then kubelet's order decides, the
+// record keeps the others' names, and the reconciler checks the choice against the cgroups of the
+// container's processes (docs/kubernetes.md, "Finding the pod"). Nothing is ever guessed from a
+// size alone: a call that matches no waiting pod fails with a message listing what is waiting.
+//
+// What a container gets comes only from its pod's tessera.io/assignment (checked against the
+// node's GPUs, the container's request and the node's mode); a pod without one fails, never runs
+// on an unisolated GPU. In core_mem and mem modes the container is registered with tesserad
+// (memory cap per GPU, 0 on the node's other GPUs, core percent, weight, priority) and gets its
+// socket folder, the shims, /etc/ld.so.preload and TESSERA_* environment; in share and exclusive
+// modes only its GPUs (NVIDIA_VISIBLE_DEVICES); with CDI, the same as CDI devices.
+//
+// Thread-safety: one mutex; Allocate, Prefer, PreStart and the reconciler's calls serialise.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/result.h"
+#include "k8s/deviceplugin/cdi.h"
+#include "k8s/deviceplugin/checkpoint.h"
+#include "k8s/deviceplugin/node_devices.h"
+#include "k8s/deviceplugin/tesserad_client.h"
+#include "k8s/objects.h"
+
+namespace tessera::k8s {
+
+// Paths inside a container (fixed; documented in docs/kubernetes.md).
+inline constexpr char kContainerShimDir[] = "/usr/local/tessera/lib";
+inline constexpr char kContainerSimDir[] = "/usr/local/tessera/sim";
+inline constexpr char kContainerSocketDir[] = "/run/tessera";
+inline constexpr char kContainerPreload[] = "/etc/ld.so.preload";
+// tesserad container ids of the plugin's containers start with this.
+inline constexpr char kContainerIdPrefix[] = "k8s.";
+
+// A pod bound to this node, as the plugin's cache knows it, and its place in kubelet's order.
+struct NodePod {
+  PodView view;
+  uint64_t order = 0;
+};
+
+// The pods bound to this node (the device plugin's cache; tests give their own).
+class PodSource {
+ public:
+  virtual ~PodSource() = default;
+  virtual std::vector<NodePod> Pods() const = 0;
+  // Lists the pods again now (a pod kubelet admits may not have reached the cache yet).
+  virtual Status Refresh() = 0;
+};
+
+// Where the plugin reports what users must see (Events on the pod).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void PodEvent(const PodView& pod, const std::string& reason, const std::string& message,
+                        bool warning) = 0;
+};
+
+struct AllocatorConfig {
+  std::string node;
+  std::string checkpoint_path;
+  std::string container_socket_dir;  // tesserad's --container-sockets (a host path)
+  std::string shim_dir;              // host folder with libcuda.so.1 and libnvidia-ml.so.1
+  std::string preload_file;          // host file listing the shims, mounted as /etc/ld.so.preload
+  bool cdi = false;
+  std::string cdi_dir = "/var/run/cdi";
+  // A simulated node (tests): simgpu's library on the host and the environment that names the
+  // node's simulated GPUs, handed to every container; "" on a real node.
+  std::string sim_library;
+  std::vector<std::pair<std::string, std::string>> sim_env;
+};
+
+// What kubelet passes on to the runtime for one container (ContainerAllocateResponse).
+struct ContainerResponse {
+  std::map<std::string, std::string> envs;
+  struct Mount {
+    std::string container_path, host_path;
+    bool read_only = true;
+  };
+  std::vector<Mount> mounts;
+  std::vector<std::string> cdi_devices;
+};
+
+class Allocator {
+ public:
+  Allocator(AllocatorConfig config, const TesseradClient* tesserad, PodSource* pods,
+            EventSink* events);
+
+  // Reads the checkpoint (a restarted plugin carries on where it stopped).
+  Status Load();
+  void SetMode(NodeMode mode, ResourceNames names);
+  NodeMode mode() const;
+
+  // kubelet's Allocate of `ids` of `resource` for one container.
+  Result<ContainerResponse> Allocate(const std::string& resource,
+                                     const std::vector<std::string>& ids);
+  // GetPreferredAllocation: devices on the GPUs the waiting container's assignment names first.
+  std::vector<std::string> Prefer(const std::string& resource,
+                                   const std::vector<std::string>& available,
+                                   const std::vector<std::string>& must_include, size_t size);
+  // PreStartContainer: the container's registration is there (again, after a tesserad restart)
+  // and tesserad is reachable, or the container does not start.
+  Status PreStart(const std::string& resource, const std::vector<std::string>& ids);
+
+  // For the reconciler.
+  Checkpoint Snapshot() const;
+  // Pods bound here whose every container's every resource has been allocated.
+  std::set<std::string> CompletePods(const std::vector<NodePod>& pods) const;
+  // Removes the records of `gone` pods: unregisters their containers from tesserad (their memory
+  // goes back as their processes exit, at once if none is left) and deletes their CDI specs.
+  // Returns a line per container released.
+  std::vector<std::string> Release(const std::set<std::string>& gone_pod_uids);
+  // Registers again every recorded container that tesserad lacks (a restarted tesserad with a
+  // fresh ledger) and unregisters containers of ours that no record names. Lines of what it did.
+  std::vector<std::string> Resync(const TesseradStatus& status);
+  // Forgets refusals of pods no longer on the node.
+  void ForgetRejected(const std::set<std::string>& live_pod_uids);
+
+  // The tesserad container id of a pod's container: readable and unique.
+  static std::string ContainerId(const PodView& pod, const std::string& container);
+
+ private:
+  struct Match {
+    const NodePod* pod = nullptr;
+    int container = -1;  // index into pod->view.containers
+    std::vector<std::string> also;
+  };
+  // The requested quantity of each served resource of `c` (unparseable ones left out).
+  std::map<std::string, uint64_t> Steps(const ContainerView& c) const;
+  std::optional<Match> Attribute(const std::string& resource, size_t n,
+                                 const std::vector<NodePod>& pods) const;
+  std::string Waiting(const std::vector<NodePod>& pods) const;
+  Result<AllocationRecord> Plan(const PodView& pod, const ContainerView& container,
+                                const TesseradStatus& status) const;
+  // The environment and mounts a registered container needs (the answer's, or its CDI spec's).
+  CdiEdits Edits(const AllocationRecord& record) const;
+  ContainerResponse Response(const AllocationRecord& record) const;
+  // Registers the container with tesserad: its caps on its GPUs, 0 bytes on the node's others.
+  Status Register(AllocationRecord* record) const;
+  Status Save() const;
+
+  AllocatorConfig config_;
+  const TesseradClient* tesserad_;
+  PodSource* pods_;
+  EventSink* events_;
+  mutable std::mutex mu_;
+  NodeMode mode_ = NodeMode::kCoreMem;
+  std::set<std::string> served_;
+  Checkpoint checkpoint_;
+  std::set<std::string> release_failing_;  // ids whose release failed (reported once)
+};
+
+}  // namespace tessera::k8s

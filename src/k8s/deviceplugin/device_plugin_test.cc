@@ -1,0 +1,631 @@
+// tessera-device-plugin end to end, with real peers where they can run here and stand-ins, named
+// as such, where they cannot: the real plugin program; a real tesserad on simulated GPUs; the
+// stand-in kubelet (TestKubelet: registration, ListAndWatch, GetPreferredAllocation, Allocate per
+// container in container order, PreStartContainer, restarts); the stand-in API server
+// (TestApiServer); the stand-in container runtime (k8s_container_run: a real process in a new mount
+// namespace with the allocation's bind mounts done for real), in which real tenants allocate
+// through the real shim, captured by /etc/ld.so.preload alone. Pods are placed as the extender
+// would place them: its decision written in tessera.io/assignment, then a Binding.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include "k8s/api_client.h"
+#include "k8s/deviceplugin/allocator.h"
+#include "k8s/deviceplugin/test_kubelet.h"
+#include "k8s/deviceplugin/test_support.h"
+#include "k8s/test_apiserver.h"
+#include "process/child_process.h"
+
+namespace tessera::k8s {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using process::BuildDir;
+using process::ChildProcess;
+using testing::AssignmentJson;
+using testing::ContainerSpec;
+using testing::GpuShare;
+using testing::kGiB;
+using testing::PodJson;
+using testing::SimNode;
+using testing::WaitUntil;
+
+constexpr char kNode[] = "gpu-node-1";
+
+uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+class DevicePluginTest : public ::testing::Test {
+ protected:
+  explicit DevicePluginTest(const std::string& gpus = "SimA:16GiB:80,SimA:16GiB:80",
+                            std::vector<std::string> daemon_args = {"--policy", "3"})
+      : node_(gpus, std::move(daemon_args)) {}
+
+  void SetUp() override {
+    ASSERT_TRUE(node_.Start());
+    ASSERT_TRUE(api_.Start().ok());
+    ClientConfig c;
+    c.server = api_.url();
+    client_ = std::make_unique<ApiClient>(c);
+    api_.CreateNode({{"metadata", {{"name", kNode}, {"labels", labels_}}}});
+    kubeconfig_ = node_.Scratch("kube") + "/config";
+    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                                  "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
+                                  "clusters: [{name: c, cluster: {server: \""
+                               << api_.url() << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
+    plugin_dir_ = node_.Scratch("device-plugins");
+    state_dir_ = node_.Scratch("state");
+    kubelet_ = std::make_unique<TestKubelet>(plugin_dir_);
+    ASSERT_TRUE(kubelet_->Start().ok());
+  }
+  void TearDown() override {
+    containers_.clear();
+    StopPlugin(SIGTERM);
+    kubelet_.reset();
+    client_->Stop();
+    api_.Stop();
+    for (const std::string& cg : cgroups_) {
+      rmdir(cg.c_str());
+      rmdir(cg.substr(0, cg.rfind('/')).c_str());  // the pod's group
+    }
+  }
+
+  void StartPlugin(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {BuildDir() + "/bin/tessera-device-plugin",
+                                     "--node-name", kNode,
+                                     "--kubeconfig", kubeconfig_,
+                                     "--device-plugin-dir", plugin_dir_,
+                                     "--tesserad-socket", node_.socket(),
+                                     "--container-sockets", node_.container_sockets(),
+                                     "--state-dir", state_dir_,
+                                     "--sim",
+                                     "--reconcile-interval", "200ms"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    plugin_ = std::make_unique<ChildProcess>(argv, node_.SimEnv());
+    ASSERT_TRUE(plugin_->started());
+  }
+  void StopPlugin(int signal) {
+    if (!plugin_) return;
+    plugin_->Kill(signal);
+    plugin_->Wait(20s);
+    plugin_.reset();
+  }
+  // Waits for the plugin's `registrations`-th registration of each of Tessera's resources.
+  void WaitServing(int registrations = 1) {
+    for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count"}) {
+      ASSERT_TRUE(kubelet_->WaitForResource(r, 30s, registrations))
+          << r << " was not registered " << registrations << " time(s)";
+    }
+  }
+
+  // The extender's part: write the decision into the pod, then bind it.
+  Json Place(Json pod, const std::map<std::string, std::vector<GpuShare>>& assignment) {
+    pod["metadata"]["annotations"][kAssignmentAnnotation] = AssignmentJson(kNode, ++seq_, assignment);
+    pod["metadata"]["annotations"][kPhaseAnnotation] = "assumed";
+    return Bind(pod);
+  }
+  Json Bind(const Json& pod) {
+    const Json created = api_.CreatePod(pod);
+    const std::string ns = created["metadata"]["namespace"], name = created["metadata"]["name"];
+    EXPECT_TRUE(client_->BindPod(ns, name, created["metadata"]["uid"], kNode).ok());
+    return *api_.GetPod(ns, name);
+  }
+  // kubelet's admission of the pod as the API server has it now.
+  Result<std::vector<TestKubelet::ContainerAllocation>> Admit(const Json& pod) {
+    return kubelet_->Admit(*api_.GetPod(pod["metadata"]["namespace"], pod["metadata"]["name"]));
+  }
+  // Starts `argv` as container `a` of `pod` (PreStartContainer first, as kubelet does).
+  ChildProcess* Run(const Json& pod, const TestKubelet::ContainerAllocation& a,
+                    std::vector<std::string> argv, const std::string& cgroup = "") {
+    const std::string uid = pod["metadata"]["uid"];
+    Status pre = kubelet_->PreStart(uid, a.name);
+    EXPECT_TRUE(pre.ok()) << pre.message();
+    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
+                                    node_.Scratch("ctr" + std::to_string(containers_.size()))};
+    for (const auto& m : a.mounts) {
+      cmd.insert(cmd.end(), {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
+    }
+    for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
+    for (const std::string& d : a.cdi_devices) cmd.insert(cmd.end(), {"--cdi", d});
+    if (!cdi_dir_.empty()) cmd.insert(cmd.end(), {"--cdi-dir", cdi_dir_});
+    if (!cgroup.empty()) {
+      cmd.insert(cmd.end(), {"--cgroup", cgroup});
+      cgroups_.push_back(cgroup);
+    }
+    cmd.push_back("--");
+    cmd.insert(cmd.end(), argv.begin(), argv.end());
+    // The image's own environment: nothing of the test's Tessera settings.
+    containers_.push_back(std::make_unique<ChildProcess>(
+        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}));
+    api_.SetPodPhase(pod["metadata"]["namespace"], pod["metadata"]["name"], "Running");
+    return containers_.back().get();
+  }
+  std::string Tenant(const std::string& name) { return BuildDir() + "/tests/" + name; }
+
+  const TesseradContainer* InTesserad(const std::string& id) {
+    status_ = node_.Status();
+    return status_.Find(id);
+  }
+  std::string IdOf(const Json& pod, const std::string& container) {
+    return Allocator::ContainerId(*PodFromJson(pod), container);
+  }
+  bool PodAllocated(const Json& pod) {
+    auto p = api_.GetPod(pod["metadata"]["namespace"], pod["metadata"]["name"]);
+    return p && (*p)["metadata"]["annotations"].value(kPhaseAnnotation, "") == "allocated";
+  }
+  std::vector<std::string> EventsOf(const std::string& ns, const std::string& name) {
+    std::vector<std::string> out;
+    for (const Json& e : api_.Events(ns)) {
+      if (e["involvedObject"]["name"] == name) {
+        out.push_back(e["reason"].get<std::string>() + ": " + e["message"].get<std::string>());
+      }
+    }
+    return out;
+  }
+
+  Json labels_ = Json::object();
+  SimNode node_;
+  TestApiServer api_;
+  std::unique_ptr<ApiClient> client_;
+  std::unique_ptr<TestKubelet> kubelet_;
+  std::unique_ptr<ChildProcess> plugin_;
+  std::vector<std::unique_ptr<ChildProcess>> containers_;
+  std::vector<std::string> cgroups_;
+  std::string kubeconfig_, plugin_dir_, state_dir_, cdi_dir_;
+  TesseradStatus status_;
+  uint64_t seq_ = 0;
+};
+
+TEST_F(DevicePluginTest, RegistersEachResourceOnItsOwnSocketAndPublishesTheInventory) {
+  StartPlugin({"--resource-names", "both", "--unhealthy-after", "1s"});
+  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
+                        "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu-count"}) {
+    ASSERT_TRUE(kubelet_->WaitForState(r, 30s, [](const TestKubelet::PluginState& s) { return s.connected; })) << r;
+  }
+  auto mem = kubelet_->Resource("tessera.io/gpu-mem");
+  EXPECT_EQ(mem->endpoint, "tessera-gpu-mem.sock");
+  EXPECT_TRUE(mem->pre_start_required);
+  EXPECT_TRUE(mem->preferred_allocation);
+  EXPECT_EQ(mem->devices.size(), 32u) << "one per GiB of two 16 GiB GPUs";
+  for (const auto& [id, health] : mem->devices) {
+    EXPECT_LE(id.size(), 63u);
+    EXPECT_EQ(health, "Healthy");
+  }
+  EXPECT_EQ(kubelet_->Resource("tessera.io/gpu-core")->devices.size(), 200u);
+  EXPECT_EQ(kubelet_->Resource("aliyun.com/gpu-core.percentage")->endpoint, "aliyun-gpu-core.percentage.sock");
+  ASSERT_TRUE(WaitUntil([&] {
+    auto n = api_.GetNode(kNode);
+    return n && (*n)["metadata"].contains("annotations") &&
+           (*n)["metadata"]["annotations"].contains(kInventoryAnnotation);
+  }, 10s));
+  auto inv = ParseGpuInventory((*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+  ASSERT_TRUE(inv.ok()) << inv.error();
+  EXPECT_EQ(inv->mode, NodeMode::kCoreMem);
+  ASSERT_EQ(inv->gpus.size(), 2u);
+  EXPECT_EQ(inv->gpus[1].uuid, node_.Uuid(1));
+  EXPECT_EQ(inv->gpus[1].memory, Bytes(16 * kGiB));
+  EXPECT_EQ(inv->gpus[1].model, "SimA");
+  // tesserad gone: the GPUs turn unhealthy (after its grace), and healthy again when it is back.
+  node_.Stop();
+  EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-mem", 30s, [](const TestKubelet::PluginState& s) {
+    return !s.devices.empty() && s.devices[0].second == "Unhealthy";
+  }));
+  ASSERT_TRUE(node_.Start());
+  EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-mem", 30s, [](const TestKubelet::PluginState& s) {
+    return !s.devices.empty() && s.devices[0].second == "Healthy";
+  }));
+}
+
+// The issue's first acceptance criterion, with Tessera's names and with ACK's.
+TEST_F(DevicePluginTest, APodSeesItsCapStopsThereExactlyAndNvmlAgrees) {
+  StartPlugin({"--resource-names", "both"});
+  WaitServing();
+  ASSERT_TRUE(kubelet_->WaitForResource("aliyun.com/gpu-core.percentage", 30s));
+  ASSERT_TRUE(kubelet_->WaitForResource("aliyun.com/gpu-mem", 30s));
+  // GPU 0: simgpu's NVML lists every simulated GPU (there are no device nodes to hide), and NVML
+  // is never renumbered, so nvml_tenant's index 0 must be the pod's GPU. The node's other GPU
+  // shows 0 bytes there: the container's limit on it.
+  const std::string gpu1 = node_.Uuid(0);
+  struct Names {
+    const char* mem;
+    const char* core;
+  };
+  int round = 0;
+  for (const Names& n : {Names{"tessera.io/gpu-mem", "tessera.io/gpu-core"},
+                         Names{"aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"}}) {
+    const Json pod = Place(PodJson("team", "infer-" + std::to_string(round++), {{"app", {{n.mem, "2"}, {n.core, "30"}}}}),
+                           {{"app", {{gpu1, 2 * kGiB, 30}}}});
+    auto admitted = Admit(pod);
+    ASSERT_TRUE(admitted.ok()) << admitted.error();
+    ASSERT_EQ(admitted->size(), 1u);
+    const TestKubelet::ContainerAllocation& a = (*admitted)[0];
+    EXPECT_EQ(a.envs.at("NVIDIA_VISIBLE_DEVICES"), gpu1);
+    for (const std::string& id : a.device_ids.at(n.mem)) {
+      EXPECT_EQ(GpuOfDevice(id), gpu1) << "GetPreferredAllocation steered kubelet to the assigned GPU";
+    }
+    // The process sees a 2 GiB GPU...
+    ChildProcess* meminfo = Run(pod, a, {Tenant("shim_tenant"), "meminfo"});
+    auto total = meminfo->WaitForKey("total", 30s);
+    ASSERT_TRUE(total.has_value()) << "the tenant did not start";
+    EXPECT_EQ(*total, std::to_string(2 * kGiB));
+    EXPECT_EQ(meminfo->Wait(20s), 0);
+    // ...a program that links no libcuda, captured by /etc/ld.so.preload alone, stops at exactly
+    // 2 GiB with CUDA_ERROR_OUT_OF_MEMORY (2)...
+    ChildProcess* oom = Run(pod, a, {Tenant("preload_tenant")});
+    auto allocated = oom->WaitForKey("allocated", 30s);
+    ASSERT_TRUE(allocated.has_value());
+    EXPECT_EQ(*allocated, std::to_string(2 * kGiB));
+    EXPECT_EQ(oom->values().at("failure"), "2");
+    EXPECT_THAT(oom->values().at("cuMemAlloc_v2_from"), HasSubstr("/usr/local/tessera/lib/libcuda.so.1"));
+    EXPECT_EQ(oom->Wait(20s), 0);
+    // ...and NVML (what nvidia-smi reads) shows 2 GiB.
+    ChildProcess* nvml = Run(pod, a, {Tenant("nvml_tenant")});
+    auto nvml_total = nvml->WaitForKey("total", 30s);
+    ASSERT_TRUE(nvml_total.has_value());
+    EXPECT_EQ(*nvml_total, std::to_string(2 * kGiB));
+    EXPECT_EQ(nvml->Wait(20s), 0);
+    const TesseradContainer* c = InTesserad(IdOf(pod, "app"));
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->core_percent, 30u);
+    EXPECT_EQ(c->limits[0], Bytes(2 * kGiB));
+    EXPECT_EQ(c->limits[1], Bytes(0));
+    EXPECT_TRUE(WaitUntil([&] { return PodAllocated(pod); }, 10s));
+  }
+}
+
+TEST_F(DevicePluginTest, ATwoContainerPodGetsEachContainersOwnCaps) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
+  // An init container too: kubelet hands its devices on to the containers after it.
+  const Json pod = Place(PodJson("ns", "pair",
+                                 {{"setup", {{"tessera.io/gpu-mem", "1"}}, true},
+                                  {"small", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "20"}}},
+                                  {"large", {{"tessera.io/gpu-mem", "3"}, {"tessera.io/gpu-core", "50"}}}}),
+                         {{"setup", {{gpu1, 1 * kGiB, 100}}},
+                          {"small", {{gpu0, 1 * kGiB, 20}}},
+                          {"large", {{gpu1, 3 * kGiB, 50}}}});
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  ASSERT_EQ(admitted->size(), 3u);
+  EXPECT_EQ((*admitted)[0].device_ids.at("tessera.io/gpu-mem"), (*admitted)[1].device_ids.at("tessera.io/gpu-mem"))
+      << "the stand-in kubelet reuses the init container's device";
+  ChildProcess* setup = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "meminfo"});
+  EXPECT_EQ(setup->WaitForKey("total", 30s), std::to_string(1 * kGiB));
+  EXPECT_EQ(setup->Wait(20s), 0);
+  EXPECT_EQ((*admitted)[0].envs.at("TESSERA_VISIBLE_DEVICES"), gpu1);
+  ChildProcess* small = Run(pod, (*admitted)[1], {Tenant("shim_tenant"), "meminfo"});
+  ChildProcess* large = Run(pod, (*admitted)[2], {Tenant("shim_tenant"), "meminfo"});
+  EXPECT_EQ(small->WaitForKey("total", 30s), std::to_string(1 * kGiB));
+  EXPECT_EQ(large->WaitForKey("total", 30s), std::to_string(3 * kGiB));
+  const TesseradContainer* s = InTesserad(IdOf(pod, "small"));
+  const TesseradContainer* l = status_.Find(IdOf(pod, "large"));
+  ASSERT_NE(s, nullptr);
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(s->core_percent, 20u);
+  EXPECT_EQ(l->core_percent, 50u);
+  EXPECT_EQ(s->limits[0], Bytes(kGiB));
+  EXPECT_EQ(l->limits[1], Bytes(3 * kGiB));
+  EXPECT_TRUE(WaitUntil([&] { return PodAllocated(pod); }, 10s));
+}
+
+// Two pods with identical requests, bound at the same moment, each gets its own assignment; a
+// kubelet that admits them against their binding order is caught by the cgroup check.
+TEST_F(DevicePluginTest, TwoPodsWithTheSameRequestAllocatedAtOnce) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
+  const Json a = Place(PodJson("ns", "twin-a", {{"c", {{"tessera.io/gpu-mem", "2"}}}}), {{"c", {{gpu0, 2 * kGiB, 100}}}});
+  const Json b = Place(PodJson("ns", "twin-b", {{"c", {{"tessera.io/gpu-mem", "2"}}}}), {{"c", {{gpu1, 2 * kGiB, 100}}}});
+  // Both bound before kubelet admits either; kubelet admits them in the order they were bound.
+  auto admitted_a = Admit(a);
+  auto admitted_b = Admit(b);
+  ASSERT_TRUE(admitted_a.ok()) << admitted_a.error();
+  ASSERT_TRUE(admitted_b.ok()) << admitted_b.error();
+  EXPECT_EQ((*admitted_a)[0].envs.at("TESSERA_VISIBLE_DEVICES"), gpu0);
+  EXPECT_EQ((*admitted_b)[0].envs.at("TESSERA_VISIBLE_DEVICES"), gpu1);
+  // Each container in a kubelet-style cgroup of its pod, as a runtime puts it.
+  const std::string root = testing::WritableCgroupRoot();
+  auto cgroup = [&](const Json& pod) {
+    return root.empty() ? std::string()
+                        : root + "/kubepods/pod" + pod["metadata"]["uid"].get<std::string>() + "/c" +
+                              std::to_string(cgroups_.size());
+  };
+  ChildProcess* ha = Run(a, (*admitted_a)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)}, cgroup(a));
+  ChildProcess* hb = Run(b, (*admitted_b)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)}, cgroup(b));
+  ASSERT_TRUE(ha->WaitForKey("ready", 30s).has_value());
+  ASSERT_TRUE(hb->WaitForKey("ready", 30s).has_value());
+  const TesseradContainer* ca = InTesserad(IdOf(a, "c"));
+  const TesseradContainer* cb = status_.Find(IdOf(b, "c"));
+  ASSERT_NE(ca, nullptr);
+  ASSERT_NE(cb, nullptr);
+  EXPECT_EQ(ca->used[0], Bytes(kGiB)) << "twin-a's memory is on the GPU its assignment names";
+  EXPECT_EQ(cb->used[1], Bytes(kGiB));
+  EXPECT_TRUE(WaitUntil([&] { return PodAllocated(a) && PodAllocated(b); }, 10s));
+  // The plugin checked its choice against the processes' cgroups: twin-a's runs in twin-a.
+  EXPECT_TRUE(WaitUntil([&] {
+    for (const Json& e : api_.Events("ns")) {
+      if (e["reason"] == "TesseraAdmissionOrder") return true;
+    }
+    return false;
+  }, 2s) == false) << "a correct choice was reported as wrong";
+
+  if (root.empty()) GTEST_SKIP() << "no cgroup hierarchy this test may write: the cgroup check is not tried";
+  // Two more, which this kubelet admits against their binding order: the plugin follows binding
+  // order, so their GPUs are swapped, and the cgroup check says so on the pod.
+  const Json c = Place(PodJson("ns", "twin-c", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, 1 * kGiB, 100}}}});
+  const Json d = Place(PodJson("ns", "twin-d", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu1, 1 * kGiB, 100}}}});
+  auto admitted_d = Admit(d);
+  ASSERT_TRUE(admitted_d.ok()) << admitted_d.error();
+  ChildProcess* hd = Run(d, (*admitted_d)[0], {Tenant("shim_tenant"), "hold", std::to_string(256 << 20)}, cgroup(d));
+  ASSERT_TRUE(hd->WaitForKey("ready", 30s).has_value());
+  EXPECT_TRUE(WaitUntil([&] {
+    for (const std::string& e : EventsOf("ns", "twin-c")) {
+      if (e.find("TesseraAdmissionOrder") == 0 && e.find("runs in pod " + d["metadata"]["uid"].get<std::string>()) != std::string::npos) return true;
+    }
+    return false;
+  }, 10s)) << "the swap was not reported";
+}
+
+TEST_F(DevicePluginTest, ADeletedPodsMemoryIsBackInTesseradWithinFiveSeconds) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0);
+  const Json pod = Place(PodJson("ns", "doomed", {{"c", {{"tessera.io/gpu-mem", "4"}}}}), {{"c", {{gpu0, 4 * kGiB, 100}}}});
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  ChildProcess* holder = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(3 * kGiB)});
+  ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
+  const std::string id = IdOf(pod, "c");
+  ASSERT_NE(InTesserad(id), nullptr);
+  EXPECT_EQ(status_.Find(id)->used[0], Bytes(3 * kGiB));
+  // Deleted: kubelet kills the container and forgets its devices; the plugin unregisters it.
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client_->Delete("/api/v1/namespaces/ns/pods/doomed").ok());
+  holder->Kill(SIGKILL);
+  holder->Wait(10s);
+  kubelet_->RemovePod(pod["metadata"]["uid"]);
+  ASSERT_TRUE(WaitUntil([&] { return InTesserad(id) == nullptr; }, 5s))
+      << "tesserad still has the deleted pod's container";
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ released ] %s gone from tesserad %.2f s after the pod's deletion\n", id.c_str(), seconds);
+  struct stat st {};
+  EXPECT_NE(stat((node_.container_sockets() + "/" + id).c_str(), &st), 0);
+  uint64_t used = 0;
+  for (const TesseradContainer& c : node_.Status().containers) used += c.used[0].count();
+  EXPECT_EQ(used, 0u);
+
+  // A pod that finished, and one deleted while tesserad was down: released all the same.
+  const Json done = Place(PodJson("ns", "batch", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  const Json gone = Place(PodJson("ns", "away", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  ASSERT_TRUE(Admit(done).ok());
+  ASSERT_TRUE(Admit(gone).ok());
+  ASSERT_NE(InTesserad(IdOf(done, "c")), nullptr);
+  ASSERT_NE(status_.Find(IdOf(gone, "c")), nullptr);
+  api_.SetPodPhase("ns", "batch", "Succeeded");
+  EXPECT_TRUE(WaitUntil([&] { return InTesserad(IdOf(done, "c")) == nullptr; }, 5s));
+  node_.Stop();
+  ASSERT_TRUE(api_.DeletePod("ns", "away"));
+  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(node_.Start());  // the same ledger: the container is still registered
+  EXPECT_TRUE(WaitUntil([&] { return InTesserad(IdOf(gone, "c")) == nullptr; }, 5s));
+}
+
+TEST_F(DevicePluginTest, AKubeletRestartReRegistersAndLeavesRunningContainersAlone) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0);
+  const Json pod = Place(PodJson("ns", "steady", {{"c", {{"tessera.io/gpu-mem", "2"}}}}), {{"c", {{gpu0, 2 * kGiB, 100}}}});
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  ChildProcess* holder = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)});
+  ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
+  ASSERT_TRUE(kubelet_->Restart().ok());  // deletes every plugin socket, re-creates kubelet.sock
+  WaitServing(2);
+  const TesseradContainer* c = InTesserad(IdOf(pod, "c"));
+  ASSERT_NE(c, nullptr) << "the running container lost its registration";
+  EXPECT_EQ(c->used[0], Bytes(kGiB));
+  EXPECT_EQ(c->pids.size(), 1u);
+  EXPECT_EQ(node_.Status().containers.size(), 1u);
+  // The container goes on: another process in it registers through its socket and sees its cap.
+  ChildProcess* more = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "meminfo"});
+  EXPECT_EQ(more->WaitForKey("free", 30s), std::to_string(kGiB));
+  // And pods admitted after the restart are served.
+  const Json next = Place(PodJson("ns", "after", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  auto again = Admit(next);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_NE(InTesserad(IdOf(next, "c")), nullptr);
+}
+
+TEST_F(DevicePluginTest, APluginRestartRebuildsItsStateAndCountsNothingTwice) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
+  const Json keep = Place(PodJson("ns", "keep", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "40"}}}}),
+                          {{"c", {{gpu1, 2 * kGiB, 40}}}});
+  const Json lose = Place(PodJson("ns", "lose", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  auto admitted = Admit(keep);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  ASSERT_TRUE(Admit(lose).ok());
+  ChildProcess* holder = Run(keep, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)});
+  ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
+  ASSERT_TRUE(WaitUntil([&] { return PodAllocated(keep) && PodAllocated(lose); }, 10s));
+  const TesseradStatus before = node_.Status();
+  const std::string keep_rv = (*api_.GetPod("ns", "keep"))["metadata"]["resourceVersion"];
+
+  StopPlugin(SIGKILL);
+  ASSERT_TRUE(api_.DeletePod("ns", "lose"));  // while no plugin runs
+  StartPlugin();
+  WaitServing(2);
+  ASSERT_TRUE(WaitUntil([&] { return InTesserad(IdOf(lose, "c")) == nullptr; }, 5s))
+      << "the pod deleted while the plugin was down was not released";
+  const TesseradStatus after = node_.Status();
+  ASSERT_EQ(after.containers.size(), 1u);
+  const TesseradContainer* was = before.Find(IdOf(keep, "c"));
+  const TesseradContainer* is = after.Find(IdOf(keep, "c"));
+  ASSERT_NE(was, nullptr);
+  ASSERT_NE(is, nullptr);
+  EXPECT_EQ(is->limits, was->limits);
+  EXPECT_EQ(is->used, was->used);
+  EXPECT_EQ(is->pids, was->pids) << "the running container was disturbed";
+  EXPECT_EQ(is->core_percent, 40u);
+  std::this_thread::sleep_for(1s);  // several reconciles
+  EXPECT_EQ((*api_.GetPod("ns", "keep"))["metadata"]["resourceVersion"], keep_rv)
+      << "the restarted plugin wrote the pod again";
+  // The pod's record was kept: its allocation still answers PreStartContainer.
+  EXPECT_TRUE(kubelet_->PreStart(keep["metadata"]["uid"], "c").ok());
+  const Json next = Place(PodJson("ns", "new", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  auto again = Admit(next);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_EQ(node_.Status().containers.size(), 2u);
+}
+
+TEST_F(DevicePluginTest, BadInputsFailTheContainerByNameAndChangeNothingElse) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0);
+  struct Case {
+    std::string name;
+    std::map<std::string, std::string> limits;
+    std::optional<std::string> assignment;  // nullopt: none (no extender)
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"unplaced", {{"tessera.io/gpu-mem", "2"}}, std::nullopt, "has no tessera.io/assignment annotation"},
+      {"garbled", {{"tessera.io/gpu-mem", "2"}}, std::string("{\"version\":1,\"node\":"), "tessera.io/assignment: \"{\"version\":1,\"node\":\" is not valid JSON"},
+      {"stranger", {{"tessera.io/gpu-mem", "2"}}, AssignmentJson(kNode, 1, {{"c", {{"GPU-11111111-2222-4333-8444-555555555555", 2 * kGiB, 100}}}}),
+       "names GPU GPU-11111111-2222-4333-8444-555555555555, which node gpu-node-1 does not have"},
+      {"greedy", {{"tessera.io/gpu-mem", "20"}}, AssignmentJson(kNode, 1, {{"c", {{gpu0, 20 * kGiB, 100}}}}),
+       "asks tessera.io/gpu-mem=20 over 1 GPU(s), more per GPU than the largest GPU of node gpu-node-1 has (16GiB)"},
+  };
+  for (const Case& c : cases) {
+    Json pod = PodJson("bad", c.name, {{"c", c.limits}});
+    if (c.assignment) pod["metadata"]["annotations"][kAssignmentAnnotation] = *c.assignment;
+    const Json bound = Bind(pod);
+    auto admitted = Admit(bound);
+    ASSERT_FALSE(admitted.ok()) << c.name;
+    EXPECT_THAT(admitted.error(), HasSubstr("UnexpectedAdmissionError"));
+    EXPECT_THAT(admitted.error(), HasSubstr(c.message)) << c.name;
+    bool evented = false;
+    for (const std::string& e : EventsOf("bad", c.name)) evented |= e.find("TesseraAllocateFailed: ") == 0 && e.find(c.message) != std::string::npos;
+    EXPECT_TRUE(evented) << c.name << ": no event on the pod";
+    kubelet_->RemovePod(bound["metadata"]["uid"]);
+    EXPECT_TRUE(node_.Status().containers.empty()) << c.name;
+  }
+  // A label value the plugin does not know: said on the Node; the node keeps its mode and serves on.
+  ASSERT_TRUE(api_.SetNodeLabel(kNode, kScheduleLabel, std::string("turbo")));
+  ASSERT_TRUE(WaitUntil([&] {
+    for (const Json& e : api_.Events("default")) {
+      if (e["reason"] == "TesseraBadLabel" &&
+          e["message"].get<std::string>().find("node label tessera.io/gpu.schedule=\"turbo\": unknown GPU sharing mode; expected core_mem, mem, share, exclusive, mig or mps; the node stays in mode core_mem") != std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  }, 10s));
+  std::this_thread::sleep_for(600ms);
+  auto inv = ParseGpuInventory((*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+  ASSERT_TRUE(inv.ok());
+  EXPECT_EQ(inv->mode, NodeMode::kCoreMem);
+  const Json fine = Place(PodJson("bad", "fine", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  auto ok = Admit(fine);
+  ASSERT_TRUE(ok.ok()) << ok.error();
+  EXPECT_EQ(node_.Status().containers.size(), 1u);
+  // A known value changes the mode: exclusive serves whole GPUs (gpu-count) only.
+  ASSERT_TRUE(api_.SetNodeLabel(kNode, kScheduleLabel, std::string("exclusive")));
+  EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-count", 30s, [](const TestKubelet::PluginState& s) {
+    return s.connected && s.devices.size() == 2;
+  }));
+}
+
+TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
+  cdi_dir_ = node_.Scratch("cdi");
+  StartPlugin({"--cdi", "--cdi-dir", cdi_dir_});
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0);
+  const Json pod = Place(PodJson("ns", "cdi", {{"c", {{"tessera.io/gpu-mem", "3"}}}}), {{"c", {{gpu0, 3 * kGiB, 100}}}});
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  const TestKubelet::ContainerAllocation& a = (*admitted)[0];
+  EXPECT_EQ(a.cdi_devices, std::vector<std::string>{"tessera.io/container=" + IdOf(pod, "c")});
+  EXPECT_TRUE(a.mounts.empty());
+  ChildProcess* oom = Run(pod, a, {Tenant("shim_tenant"), "alloc-until-oom", "64"});
+  auto allocated = oom->WaitForKey("allocated", 30s);
+  ASSERT_TRUE(allocated.has_value());
+  EXPECT_EQ(*allocated, std::to_string(3 * kGiB));
+  EXPECT_EQ(oom->values().at("failure"), "2");
+  oom->CloseStdin();
+  EXPECT_EQ(oom->Wait(20s), 0);
+  ASSERT_TRUE(api_.DeletePod("ns", "cdi"));
+  struct stat st {};
+  EXPECT_TRUE(WaitUntil([&] {
+    return stat((cdi_dir_ + "/tessera.io-container-" + IdOf(pod, "c") + ".json").c_str(), &st) != 0;
+  }, 5s)) << "the CDI spec outlived the pod";
+}
+
+// 30 % beside 70 % of one GPU, measured by the tenants' own kernels over 10 s (label timing).
+TEST_F(DevicePluginTest, ThirtyPercentBesideSeventyOverTenSeconds) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0);
+  const Json low = Place(PodJson("ns", "thirty", {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "30"}}}}),
+                         {{"c", {{gpu0, kGiB, 30}}}});
+  const Json high = Place(PodJson("ns", "seventy", {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "70"}}}}),
+                          {{"c", {{gpu0, kGiB, 70}}}});
+  auto a = Admit(low);
+  auto b = Admit(high);
+  ASSERT_TRUE(a.ok()) << a.error();
+  ASSERT_TRUE(b.ok()) << b.error();
+  const uint64_t start = MonotonicNs() + 2'000'000'000ull;
+  const int seconds = 10;
+  auto spin = [&](const Json& pod, const TestKubelet::ContainerAllocation& alloc) {
+    return Run(pod, alloc, {Tenant("shim_tenant"), "spin", "1000", std::to_string(seconds), std::to_string(start), "stream"});
+  };
+  ChildProcess* t30 = spin(low, (*a)[0]);
+  ChildProcess* t70 = spin(high, (*b)[0]);
+  auto k30 = t30->WaitForKey("kernels", 60s);
+  auto k70 = t70->WaitForKey("kernels", 60s);
+  ASSERT_TRUE(k30 && k70);
+  // 1 ms kernels: each kernel is a millisecond of the GPU's time.
+  const double s30 = std::stod(*k30) / (seconds * 10.0), s70 = std::stod(*k70) / (seconds * 10.0);
+  std::printf("[ shares   ] thirty %.1f %%  seventy %.1f %% of %d s (late %s / %s ms)\n", s30, s70, seconds,
+              t30->values().count("late_ms") ? t30->values().at("late_ms").c_str() : "?",
+              t70->values().count("late_ms") ? t70->values().at("late_ms").c_str() : "?");
+  EXPECT_NEAR(s30, 30.0, 2.0);
+  EXPECT_NEAR(s70, 70.0, 2.0);
+}
+
+// An 8-GPU node of 141 GiB GPUs advertises each resource in one ListAndWatch message < 1 MiB.
+class LargeNodeTest : public DevicePluginTest {
+ protected:
+  LargeNodeTest()
+      : DevicePluginTest("SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,"
+                         "SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132",
+                         {}) {}
+};
+
+TEST_F(LargeNodeTest, EightH200sFitInOneListAndWatchMessageUnderOneMiB) {
+  StartPlugin({"--resource-names", "both"});
+  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count", "aliyun.com/gpu-mem"}) {
+    ASSERT_TRUE(kubelet_->WaitForState(r, 30s, [](const TestKubelet::PluginState& s) { return s.connected && !s.devices.empty(); })) << r;
+    const auto st = *kubelet_->Resource(r);
+    std::printf("[ message  ] %s: %zu devices in %zu bytes\n", r, st.devices.size(), st.last_message_bytes);
+    EXPECT_LT(st.last_message_bytes, 1u << 20) << r;
+  }
+  EXPECT_EQ(kubelet_->Resource("tessera.io/gpu-mem")->devices.size(), 8u * 141u);
+  EXPECT_EQ(kubelet_->Resource("tessera.io/gpu-core")->devices.size(), 800u);
+}
+
+}  // namespace
+}  // namespace tessera::k8s

@@ -1,0 +1,176 @@
+// tessera-device-plugin: the kubelet device plugin of a Tessera GPU node (DESIGN §8; runs beside
+// tesserad, one per node). A thin door: flags, the state folder (the shims and /etc/ld.so.preload
+// that pods mount, and the checkpoint), then DevicePluginServer until SIGTERM. docs/kubernetes.md
+// says how to deploy it.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "core/duration.h"
+#include "core/path.h"
+#include "k8s/api_client.h"
+#include "k8s/deviceplugin/plugin.h"
+#include "process/child_process.h"
+
+namespace {
+
+using namespace tessera;
+using namespace tessera::k8s;
+
+volatile sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "tessera-device-plugin: %s\n", message.c_str());
+  return 2;
+}
+
+// Copies `from` to `to` through a temporary file renamed over it: a process that has the old one
+// mapped keeps it intact.
+Status CopyFile(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) return Status::Error(from + ": cannot be read");
+  const std::string tmp = to + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << in.rdbuf();
+    if (!out) return Status::Error(tmp + ": cannot be written");
+  }
+  chmod(tmp.c_str(), 0755);
+  if (rename(tmp.c_str(), to.c_str()) != 0) return Status::Error(to + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+std::string Env(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessera-device-plugin: kubelet device plugin for Tessera GPU nodes"};
+  std::string node = Env("NODE_NAME", "");
+  std::string kubeconfig, context;
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string tesserad_socket = Env("TESSERA_SOCKET", "/run/tessera/tessera.sock");
+  std::string container_sockets = "/run/tessera/containers";
+  std::string state_dir = "/var/lib/tessera/device-plugin";
+  std::string shim_dir = process::ExecutableDir() + "/../lib/tessera";
+  std::string names_text = "tessera";
+  std::string cdi_dir = "/var/run/cdi";
+  std::string interval_text = "1s";
+  std::string grace_text = "10s";
+  std::string proc_root = "/proc";
+  bool cdi = false, sim = false;
+  app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
+  app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: the pod's service account)");
+  app.add_option("--context", context, "kubeconfig context (default: its current-context)");
+  app.add_option("--device-plugin-dir", plugin_dir, "kubelet's device-plugin folder");
+  app.add_option("--tesserad-socket", tesserad_socket, "tesserad's socket (default: $TESSERA_SOCKET or /run/tessera/tessera.sock)");
+  app.add_option("--container-sockets", container_sockets, "tesserad's --container-sockets folder");
+  app.add_option("--state-dir", state_dir, "host folder for the shims pods mount and the checkpoint");
+  app.add_option("--shim-dir", shim_dir, "folder with Tessera's libcuda.so.1 and libnvidia-ml.so.1");
+  app.add_option("--resource-names", names_text, "tessera, aliyun (ACK's names) or both");
+  app.add_flag("--cdi", cdi, "answer with CDI devices and write their specs");
+  app.add_option("--cdi-dir", cdi_dir, "where CDI specs go");
+  app.add_flag("--sim", sim, "a simulated node: hand pods simgpu and $TESSERA_SIM_STATE/$TESSERA_SIM_GPUS");
+  app.add_option("--reconcile-interval", interval_text, "how often to reconcile (100ms to 1m)");
+  app.add_option("--proc-root", proc_root, "the host's /proc (to read processes' cgroups)");
+  app.add_option("--unhealthy-after", grace_text,
+                 "tesserad unreachable this long marks the GPUs unhealthy (1s to 10m)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (node.empty()) return Fail("--node-name is not set and neither is NODE_NAME; expected this node's name");
+  auto names = ParseResourceNames(names_text);
+  if (!names.ok()) return Fail(names.error());
+  auto interval = ParseDuration(interval_text, "--reconcile-interval", std::chrono::milliseconds(100),
+                                std::chrono::minutes(1));
+  if (!interval.ok()) return Fail(interval.error());
+  auto grace = ParseDuration(grace_text, "--unhealthy-after", std::chrono::seconds(1), std::chrono::minutes(10));
+  if (!grace.ok()) return Fail(grace.error());
+  for (auto [flag, value] : {std::pair<const char*, std::string*>{"--device-plugin-dir", &plugin_dir},
+                             {"--container-sockets", &container_sockets},
+                             {"--state-dir", &state_dir},
+                             {"--cdi-dir", &cdi_dir},
+                             {"--proc-root", &proc_root}}) {
+    auto p = ParseDirectoryPath(*value, flag);
+    if (!p.ok()) return Fail(p.error());
+  }
+  if (auto p = ParseSocketPath(tesserad_socket, "--tesserad-socket"); !p.ok()) return Fail(p.error());
+
+  // The state folder: the shims and the preload list pods mount (host paths kubelet can bind).
+  PluginOptions options;
+  options.node = node;
+  options.plugin_dir = plugin_dir;
+  options.tesserad_socket = tesserad_socket;
+  options.names = *names;
+  options.reconcile_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*interval);
+  options.proc_root = proc_root;
+  options.unhealthy_after = std::chrono::duration_cast<std::chrono::seconds>(*grace);
+  AllocatorConfig& a = options.allocator;
+  a.node = node;
+  a.checkpoint_path = state_dir + "/checkpoint.json";
+  a.container_socket_dir = container_sockets;
+  a.shim_dir = state_dir + "/lib";
+  a.preload_file = state_dir + "/ld.so.preload";
+  a.cdi = cdi;
+  a.cdi_dir = cdi_dir;
+  mkdir(state_dir.c_str(), 0755);
+  mkdir(a.shim_dir.c_str(), 0755);
+  for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
+    if (Status s = CopyFile(shim_dir + "/" + lib, a.shim_dir + "/" + lib); !s.ok()) {
+      return Fail("--shim-dir=\"" + shim_dir + "\": " + s.message() +
+                  "; expected the folder of Tessera's shims (build/lib/tessera)");
+    }
+  }
+  {
+    std::ofstream preload(a.preload_file + ".tmp", std::ios::trunc);
+    preload << kContainerShimDir << "/libcuda.so.1\n" << kContainerShimDir << "/libnvidia-ml.so.1\n";
+  }
+  rename((a.preload_file + ".tmp").c_str(), a.preload_file.c_str());
+  if (sim) {
+    const std::string sim_dir = state_dir + "/sim";
+    mkdir(sim_dir.c_str(), 0755);
+    a.sim_library = sim_dir + "/libtessera-simgpu.so";
+    if (Status s = CopyFile(process::ExecutableDir() + "/../lib/libtessera-simgpu.so", a.sim_library); !s.ok()) {
+      return Fail("--sim: " + s.message());
+    }
+    for (const char* var : {"TESSERA_SIM_STATE", "TESSERA_SIM_GPUS"}) {
+      if (const char* v = std::getenv(var)) a.sim_env.emplace_back(var, v);
+    }
+  }
+
+  auto config = kubeconfig.empty() ? InClusterConfig() : KubeconfigConfig(kubeconfig, context);
+  if (!config.ok()) return Fail(config.error());
+  config->user_agent = "tessera-device-plugin/" + node;
+  ApiClient api(*config);
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  DevicePluginServer server(options, &api);
+  if (Status s = server.Start(); !s.ok()) {
+    std::fprintf(stderr, "tessera-device-plugin: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "tessera-device-plugin: node %s, plugin folder %s, tesserad %s, state %s\n",
+               node.c_str(), plugin_dir.c_str(), tesserad_socket.c_str(), state_dir.c_str());
+  while (g_stop == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  server.Stop();
+  api.Stop();
+  return 0;
+}

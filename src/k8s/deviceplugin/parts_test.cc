@@ -1,0 +1,172 @@
+// The device plugin's small parts: what each mode advertises and the devices' IDs, pod UIDs from
+// cgroup paths (and from a real process in a kubelet-style cgroup), the checkpoint's round trip
+// and refusal, CDI specs, tesserad's STATUS parsing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "k8s/deviceplugin/cdi.h"
+#include "k8s/deviceplugin/checkpoint.h"
+#include "k8s/deviceplugin/node_devices.h"
+#include "k8s/deviceplugin/pod_cgroup.h"
+#include "k8s/objects.h"
+#include "k8s/deviceplugin/tesserad_client.h"
+#include "k8s/deviceplugin/test_support.h"
+#include "process/child_process.h"
+
+namespace tessera::k8s {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kUuid[] = "GPU-2e1fc313-a110-49be-8c5d-7c0bff8a19b5";
+
+TEST(NodeDevices, EachModeServesItsResourcesInTheSpellingsAsked) {
+  EXPECT_EQ(ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera),
+            (std::vector<std::string>{"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count"}));
+  EXPECT_EQ(ServedResources(NodeMode::kExclusive, ResourceNames::kBoth),
+            (std::vector<std::string>{"tessera.io/gpu-count", "aliyun.com/gpu-count"}));
+  EXPECT_EQ(ServedResources(NodeMode::kMem, ResourceNames::kAliyun),
+            (std::vector<std::string>{"aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu-count"}));
+  EXPECT_TRUE(ServedResources(NodeMode::kMig, ResourceNames::kBoth).empty());
+  EXPECT_TRUE(ServedResources(NodeMode::kMps, ResourceNames::kTessera).empty());
+  EXPECT_TRUE(ModeIsolates(NodeMode::kMem));
+  EXPECT_FALSE(ModeIsolates(NodeMode::kShare));
+  EXPECT_EQ(ParseResourceNames("both").value(), ResourceNames::kBoth);
+  EXPECT_EQ(ParseResourceNames("ack").error(), "--resource-names=\"ack\": expected tessera, aliyun or both");
+}
+
+TEST(NodeDevices, OneDevicePerUnitWithTheGpuInItsId) {
+  const std::vector<NodeGpu> gpus = {{0, kUuid, "H200", Bytes(151397597184), 16, true},
+                                     {1, "GPU-00000000-0000-4000-8000-000000000001", "H200", Bytes(151397597184), 16, false}};
+  const std::vector<Device> mem = DevicesOf("tessera.io/gpu-mem", NodeMode::kCoreMem, gpus);
+  ASSERT_EQ(mem.size(), 2u * 141u) << "whole GiB only";
+  EXPECT_EQ(mem[0].id, std::string(kUuid) + "-m0");
+  EXPECT_TRUE(mem[0].healthy);
+  EXPECT_FALSE(mem.back().healthy);
+  for (const Device& d : mem) EXPECT_LE(d.id.size(), 63u);
+  EXPECT_EQ(DevicesOf("aliyun.com/gpu-core.percentage", NodeMode::kCoreMem, gpus).size(), 200u);
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kShare, gpus).size(), 32u) << "max_inst per GPU";
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kExclusive, gpus).size(), 2u);
+  EXPECT_TRUE(DevicesOf("nvidia.com/gpu", NodeMode::kCoreMem, gpus).empty());
+  EXPECT_EQ(GpuOfDevice(std::string(kUuid) + "-c99"), kUuid);
+  EXPECT_EQ(GpuOfDevice(std::string(kUuid) + "-n0"), kUuid);
+  EXPECT_FALSE(GpuOfDevice(kUuid).has_value());
+  EXPECT_FALSE(GpuOfDevice(std::string(kUuid) + "-x1").has_value());
+  EXPECT_FALSE(GpuOfDevice(std::string(kUuid) + "-m").has_value());
+  const GpuInventory inv = InventoryOf(NodeMode::kMem, gpus);
+  EXPECT_EQ(inv.mode, NodeMode::kMem);
+  EXPECT_FALSE(inv.gpus[1].healthy);
+  EXPECT_EQ(inv.gpus[0].memory, Bytes(151397597184));
+}
+
+TEST(PodCgroup, FindsThePodInEveryDriversLayout) {
+  const std::string uid = "0c4f8a5e-6b0d-4f7e-9c3a-2d1b6e8f7a90";
+  EXPECT_EQ(PodUidFromCgroup("0::/kubepods/burstable/pod" + uid + "/8d2c1f\n"), uid);
+  EXPECT_EQ(PodUidFromCgroup("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0c4f8a5e_6b0d_4f7e_9c3a_2d1b6e8f7a90.slice/cri-containerd-ab.scope\n"),
+            uid);
+  EXPECT_EQ(PodUidFromCgroup("8:pids:/kubepods/pod" + uid + "/c0\n4:memory:/x\n"), uid);
+  EXPECT_FALSE(PodUidFromCgroup("0::/system.slice/tesserad.service\n").has_value());
+  EXPECT_FALSE(PodUidFromCgroup("0::/user.slice/podman-pod" + uid.substr(0, 10) + "\n").has_value());
+  EXPECT_FALSE(PodUidFromCgroup("0::/kubepods/podnot-a-uid/x\n").has_value());
+}
+
+TEST(PodCgroup, AProcessInAPodsCgroupNamesThatPod) {
+  const std::string root = testing::WritableCgroupRoot();
+  if (root.empty()) GTEST_SKIP() << "no cgroup hierarchy this test may write (needs root)";
+  const std::string uid = "11111111-2222-4333-8444-555555555555";
+  const std::string dir = root + "/kubepods/pod" + uid + "/c" + std::to_string(getpid());
+  std::system(("mkdir -p " + dir).c_str());
+  process::ChildProcess child({"/bin/sh", "-c", "echo $$ > " + dir + "/cgroup.procs && echo in=1 && cat >/dev/null"}, {});
+  ASSERT_TRUE(child.WaitForKey("in", std::chrono::seconds(10)).has_value());
+  EXPECT_EQ(PodUidOfProcess("/proc", child.pid()), uid);
+  EXPECT_FALSE(PodUidOfProcess("/proc", getpid()).has_value());
+  child.CloseStdin();
+  child.Wait(std::chrono::seconds(10));
+  rmdir(dir.c_str());
+  rmdir((root + "/kubepods/pod" + uid).c_str());
+}
+
+TEST(Checkpoint, RoundTripsAndRefusesWhatItCannotRead) {
+  const std::string path = "/tmp/" + process::UniqueName("checkpoint") + ".json";
+  auto empty = LoadCheckpoint(path);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->records.empty());
+  Checkpoint c;
+  AllocationRecord r;
+  r.id = "k8s.web.app-123abc";
+  r.pod_uid = "u";
+  r.ns = "ns";
+  r.pod = "web";
+  r.container = "app";
+  r.init = true;
+  r.devices = {{"tessera.io/gpu-mem", {"a", "b"}}};
+  r.gpus = {{kUuid, 1, Bytes(2147483648), *Percent::FromInt(30)}};
+  r.core = Percent::FromInt(30);
+  r.weight = 2;
+  r.high_priority = true;
+  r.registered = true;
+  r.cdi_file = "/var/run/cdi/x.json";
+  r.also_waiting = {"ns/other"};
+  c.records.push_back(r);
+  c.rejected["v"] = "why";
+  ASSERT_TRUE(SaveCheckpoint(path, c).ok());
+  auto back = LoadCheckpoint(path);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(*back, c);
+  EXPECT_NE(back->FindId("k8s.web.app-123abc"), nullptr);
+  EXPECT_NE(back->Find("u", "app"), nullptr);
+  std::ofstream(path) << "{\"version\": 9, \"records\": [], \"rejected\": {}}";
+  auto newer = LoadCheckpoint(path);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_THAT(newer.error(), HasSubstr("version 9; this plugin reads version 1"));
+  std::ofstream(path) << "{";
+  auto broken = LoadCheckpoint(path);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(broken.error(), HasSubstr(path + " does not parse"));
+  EXPECT_THAT(broken.error(), HasSubstr("move it away to start afresh"));
+  unlink(path.c_str());
+}
+
+TEST(Cdi, WritesAVersionZeroFiveSpecAtomically) {
+  const std::string dir = "/tmp/" + process::UniqueName("cdi");
+  CdiEdits e;
+  e.env = {{"TESSERA_MEM_LIMIT", "2GiB"}};
+  e.mounts = {{"/var/lib/tessera/lib", "/usr/local/tessera/lib", true}, {"/a", "/b", false}};
+  auto path = WriteCdiSpec(dir, "k8s.web.app-123abc", e);
+  ASSERT_TRUE(path.ok()) << path.error();
+  EXPECT_EQ(*path, dir + "/tessera.io-container-k8s.web.app-123abc.json");
+  std::ifstream in(*path);
+  const Json spec = Json::parse(in);
+  EXPECT_EQ(spec["cdiVersion"], "0.5.0");
+  EXPECT_EQ(spec["kind"], "tessera.io/container");
+  const Json& edits = spec["devices"][0]["containerEdits"];
+  EXPECT_EQ(edits["env"][0], "TESSERA_MEM_LIMIT=2GiB");
+  EXPECT_EQ(edits["mounts"][0]["options"], Json::array({"bind", "nosuid", "nodev", "ro"}));
+  EXPECT_EQ(edits["mounts"][1]["options"], Json::array({"bind", "nosuid", "nodev"}));
+  EXPECT_FALSE(spec.contains("annotations")) << "0.5.0 has no annotations";
+  EXPECT_EQ(CdiQualifiedName("x"), "tessera.io/container=x");
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(TesseradStatus, ParsesWhatTesseradWrites) {
+  auto s = ParseTesseradStatus(
+      R"({"devices":[{"index":0,"uuid":"GPU-a","name":"SimA","total_bytes":17179869184,"policy":3,"max_inst":16}],
+          "containers":[{"id":"k8s.x","slot":0,"limit_bytes":[null],"used_bytes":[5],"core_percent":30,
+                         "weight":2,"high_priority":true,"compute":[],"processes":[{"pid":42,"attached":true,"used_bytes":[5]}]}]})");
+  ASSERT_TRUE(s.ok()) << s.error();
+  EXPECT_EQ(s->gpus[0].max_inst, 16u);
+  EXPECT_EQ(s->Gpu("GPU-a")->total, Bytes(17179869184));
+  const TesseradContainer* c = s->Find("k8s.x");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->limits[0].has_value());
+  EXPECT_EQ(c->pids, std::vector<pid_t>{42});
+  EXPECT_TRUE(c->high_priority);
+  EXPECT_FALSE(ParseTesseradStatus("{\"devices\":3}").ok());
+}
+
+}  // namespace
+}  // namespace tessera::k8s

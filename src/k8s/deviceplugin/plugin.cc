@@ -1,0 +1,658 @@
+// DevicePluginServer: gRPC servers per resource, kubelet registration and restarts, the API
+// server's watches, and the reconciler (see the header).
+#include "k8s/deviceplugin/plugin.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "k8s/deviceplugin/pod_cgroup.h"
+#include "k8s/deviceplugin/v1beta1/api.grpc.pb.h"
+
+namespace tessera::k8s {
+
+namespace pb = ::v1beta1;
+using namespace std::chrono_literals;
+
+namespace {
+
+void Log(const std::string& line) {
+  std::fprintf(stderr, "tessera-device-plugin: %s\n", line.c_str());
+}
+
+}  // namespace
+
+std::string SocketNameOf(const std::string& resource) {
+  std::string name = resource;
+  const size_t slash = name.find('/');
+  std::string vendor = name.substr(0, slash);
+  vendor = vendor.substr(0, vendor.find('.'));  // tessera.io -> tessera, aliyun.com -> aliyun
+  return vendor + "-" + name.substr(slash + 1) + ".sock";
+}
+
+// The pods bound to this node: a Reflector's cache, in kubelet's admission order.
+class DevicePluginServer::NodePods : public PodSource {
+ public:
+  NodePods(ApiClient* api, const std::string& node, std::function<void()> changed)
+      : api_(api), selector_("spec.nodeName=" + node), changed_(std::move(changed)) {
+    ListOptions o;
+    o.field_selector = selector_;
+    reflector_ = std::make_unique<Reflector>(
+        api, "/api/v1/pods", o,
+        Reflector::Handlers{[this](const std::vector<Json>& items) { Replace(items); },
+                            [this](const WatchEvent& e) { OnEvent(e); }});
+  }
+  void Start() { reflector_->Start(); }
+  void Stop() { reflector_->Stop(); }
+  bool WaitSynced(std::chrono::milliseconds t) { return reflector_->WaitSynced(t); }
+  bool Synced() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return synced_;
+  }
+
+  std::vector<NodePod> Pods() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<NodePod> out;
+    for (const auto& [uid, p] : by_uid_) out.push_back(p);
+    std::sort(out.begin(), out.end(), [](const NodePod& a, const NodePod& b) { return a.order < b.order; });
+    return out;
+  }
+
+  Status Refresh() override {
+    ListOptions o;
+    o.field_selector = selector_;
+    auto list = api_->ListPods("", o);
+    if (!list.ok()) return list.status();
+    std::vector<Json> items;
+    for (const Json& p : (*list)["items"]) items.push_back(p);
+    Replace(items);
+    return Status::Ok();
+  }
+
+ private:
+  // A (re)list: pods already known keep their place; new ones follow, by creation time, which is
+  // how kubelet orders a batch of pods it receives together.
+  void Replace(const std::vector<Json>& items) {
+    std::vector<PodView> fresh;
+    std::map<std::string, NodePod> next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const Json& item : items) {
+        auto view = PodFromJson(item);
+        if (!view.ok()) continue;
+        auto known = by_uid_.find(view->uid);
+        if (known != by_uid_.end()) {
+          next[view->uid] = {*view, known->second.order};
+        } else {
+          fresh.push_back(*view);
+        }
+      }
+      std::sort(fresh.begin(), fresh.end(), [](const PodView& a, const PodView& b) {
+        if (a.creation_timestamp != b.creation_timestamp) return a.creation_timestamp < b.creation_timestamp;
+        return a.Key() < b.Key();
+      });
+      for (PodView& v : fresh) next[v.uid] = {v, next_order_++};
+      by_uid_.swap(next);
+      synced_ = true;
+    }
+    changed_();
+  }
+  void OnEvent(const WatchEvent& e) {
+    auto view = PodFromJson(e.object);
+    if (!view.ok()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (e.type == "DELETED") {
+        by_uid_.erase(view->uid);
+      } else {
+        auto it = by_uid_.find(view->uid);
+        if (it == by_uid_.end()) {
+          by_uid_[view->uid] = {*view, next_order_++};  // bound here just now
+        } else {
+          it->second.view = *view;
+        }
+      }
+    }
+    changed_();
+  }
+
+  ApiClient* api_;
+  std::string selector_;
+  std::function<void()> changed_;
+  std::unique_ptr<Reflector> reflector_;
+  mutable std::mutex mu_;
+  std::map<std::string, NodePod> by_uid_;
+  uint64_t next_order_ = 1;
+  bool synced_ = false;
+};
+
+// Events on pods and on the node, shown by kubectl describe.
+class DevicePluginServer::ApiEvents : public EventSink {
+ public:
+  ApiEvents(ApiClient* api, std::string node) : api_(api), node_(std::move(node)) {}
+  void PodEvent(const PodView& pod, const std::string& reason, const std::string& message,
+                bool warning) override {
+    EventSpec e;
+    e.kind = "Pod";
+    e.ns = pod.ns;
+    e.name = pod.name;
+    e.uid = pod.uid;
+    e.reason = reason;
+    e.message = message;
+    e.warning = warning;
+    e.component = "tessera-device-plugin";
+    e.host = node_;
+    if (auto r = api_->CreateEvent(e); !r.ok()) Log("event on pod " + pod.Key() + ": " + r.error().message);
+  }
+  void NodeEvent(const std::string& uid, const std::string& reason, const std::string& message) {
+    EventSpec e;
+    e.kind = "Node";
+    e.name = node_;
+    e.uid = uid;
+    e.reason = reason;
+    e.message = message;
+    e.component = "tessera-device-plugin";
+    e.host = node_;
+    if (auto r = api_->CreateEvent(e); !r.ok()) Log("event on node " + node_ + ": " + r.error().message);
+  }
+
+ private:
+  ApiClient* api_;
+  std::string node_;
+};
+
+// One extended resource's gRPC server on its own socket.
+class DevicePluginServer::ResourceServer final : public pb::DevicePlugin::Service {
+ public:
+  ResourceServer(DevicePluginServer* owner, std::string resource, std::string socket)
+      : owner_(owner), resource_(std::move(resource)), socket_(std::move(socket)) {}
+  ~ResourceServer() override { Stop(); }
+
+  Status Start() {
+    unlink(socket_.c_str());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + socket_, grpc::InsecureServerCredentials());
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    if (!server_) return Status::Error("cannot serve " + resource_ + " on " + socket_);
+    return Status::Ok();
+  }
+  void Stop() {
+    if (!server_) return;
+    stopping_.store(true);
+    owner_->wake_.notify_all();
+    server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    server_->Wait();
+    server_.reset();
+    unlink(socket_.c_str());
+  }
+  bool SocketExists() const {
+    struct stat st {};
+    return stat(socket_.c_str(), &st) == 0;
+  }
+
+  grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const pb::Empty*,
+                                      pb::DevicePluginOptions* out) override {
+    out->set_pre_start_required(true);
+    out->set_get_preferred_allocation_available(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListAndWatch(grpc::ServerContext* ctx, const pb::Empty*,
+                            grpc::ServerWriter<pb::ListAndWatchResponse>* writer) override {
+    uint64_t sent = 0;
+    while (!ctx->IsCancelled() && !stopping_.load() && !owner_->stop_.load()) {
+      uint64_t version = 0;
+      std::vector<Device> devices;
+      {
+        std::unique_lock<std::mutex> lock(owner_->mu_);
+        owner_->wake_.wait_for(lock, 1s, [&] {
+          return owner_->devices_version_ != sent || stopping_.load() || owner_->stop_.load();
+        });
+        if (stopping_.load() || owner_->stop_.load()) break;
+        if (owner_->devices_version_ == sent) continue;
+      }
+      devices = owner_->DevicesFor(resource_, &version);
+      pb::ListAndWatchResponse response;
+      for (const Device& d : devices) {
+        pb::Device* out = response.add_devices();
+        out->set_id(d.id);
+        out->set_health(d.healthy ? "Healthy" : "Unhealthy");
+      }
+      if (!writer->Write(response)) break;
+      sent = version;
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetPreferredAllocation(grpc::ServerContext*, const pb::PreferredAllocationRequest* req,
+                                      pb::PreferredAllocationResponse* out) override {
+    for (const pb::ContainerPreferredAllocationRequest& c : req->container_requests()) {
+      const std::vector<std::string> available(c.available_deviceids().begin(), c.available_deviceids().end());
+      const std::vector<std::string> must(c.must_include_deviceids().begin(), c.must_include_deviceids().end());
+      const size_t size = static_cast<size_t>(std::max(c.allocation_size(), 0));
+      auto* r = out->add_container_responses();
+      for (const std::string& id : owner_->allocator_->Prefer(resource_, available, must, size)) {
+        r->add_deviceids(id);
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Allocate(grpc::ServerContext*, const pb::AllocateRequest* req,
+                        pb::AllocateResponse* out) override {
+    for (const pb::ContainerAllocateRequest& c : req->container_requests()) {
+      const std::vector<std::string> ids(c.devices_ids().begin(), c.devices_ids().end());
+      auto answer = owner_->allocator_->Allocate(resource_, ids);
+      if (!answer.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, answer.error());
+      pb::ContainerAllocateResponse* r = out->add_container_responses();
+      for (const auto& [k, v] : answer->envs) (*r->mutable_envs())[k] = v;
+      for (const ContainerResponse::Mount& m : answer->mounts) {
+        pb::Mount* mount = r->add_mounts();
+        mount->set_container_path(m.container_path);
+        mount->set_host_path(m.host_path);
+        mount->set_read_only(m.read_only);
+      }
+      for (const std::string& name : answer->cdi_devices) r->add_cdi_devices()->set_name(name);
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PreStartContainer(grpc::ServerContext*, const pb::PreStartContainerRequest* req,
+                                 pb::PreStartContainerResponse*) override {
+    const std::vector<std::string> ids(req->devices_ids().begin(), req->devices_ids().end());
+    Status s = owner_->allocator_->PreStart(resource_, ids);
+    if (!s.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, s.message());
+    return grpc::Status::OK;
+  }
+
+ private:
+  DevicePluginServer* owner_;
+  std::string resource_;
+  std::string socket_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> stopping_{false};
+};
+
+DevicePluginServer::DevicePluginServer(PluginOptions options, ApiClient* api)
+    : options_(std::move(options)), api_(api), tesserad_(options_.tesserad_socket) {}
+
+DevicePluginServer::~DevicePluginServer() { Stop(); }
+
+Status DevicePluginServer::Start() {
+  pods_ = std::make_unique<NodePods>(api_, options_.node, [this] {
+    reconcile_now_.store(true);
+    wake_.notify_all();
+  });
+  events_ = std::make_unique<ApiEvents>(api_, options_.node);
+  allocator_ = std::make_unique<Allocator>(options_.allocator, &tesserad_, pods_.get(), events_.get());
+  if (Status s = allocator_->Load(); !s.ok()) return s;
+  auto node = api_->GetNode(options_.node);
+  if (!node.ok()) {
+    return Status::Error("node " + options_.node + ": " + node.error().message +
+                         " (is --node-name, or NODE_NAME from the downward API, right?)");
+  }
+  ApplyNode(*node);
+  ListOptions o;
+  o.field_selector = "metadata.name=" + options_.node;
+  node_watch_ = std::make_unique<Reflector>(
+      api_, "/api/v1/nodes", o,
+      Reflector::Handlers{[this](const std::vector<Json>& items) {
+                            if (!items.empty()) ApplyNode(items[0]);
+                          },
+                          [this](const WatchEvent& e) {
+                            if (e.type != "DELETED") ApplyNode(e.object);
+                          }});
+  node_watch_->Start();
+  pods_->Start();
+  pods_->WaitSynced(10s);
+  Reconcile();
+  reconciler_ = std::thread([this] { ReconcileLoop(); });
+  kubelet_watcher_ = std::thread([this] { KubeletLoop(); });
+  return Status::Ok();
+}
+
+void DevicePluginServer::Stop() {
+  if (stop_.exchange(true)) return;
+  wake_.notify_all();
+  if (reconciler_.joinable()) reconciler_.join();
+  if (kubelet_watcher_.joinable()) kubelet_watcher_.join();
+  {
+    std::lock_guard<std::mutex> lock(serve_mu_);
+    servers_.clear();  // each stops and removes its socket
+  }
+  if (node_watch_) node_watch_->Stop();
+  if (pods_) pods_->Stop();
+}
+
+std::vector<std::string> DevicePluginServer::ServedResources() const {
+  std::lock_guard<std::mutex> lock(serve_mu_);
+  std::vector<std::string> out;
+  for (const auto& [r, s] : servers_) out.push_back(r);
+  return out;
+}
+
+std::optional<NodeMode> DevicePluginServer::mode() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mode_;
+}
+
+void DevicePluginServer::ApplyNode(const Json& node) {
+  auto view = NodeFromJson(node);
+  if (!view.ok()) return;
+  auto mode = NodeModeFromLabels(view->labels);
+  bool changed = false;
+  std::optional<NodeMode> now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    node_ = node;
+    if (!mode.ok()) {
+      if (mode.error() != bad_label_) {
+        bad_label_ = mode.error();
+        Log(mode.error() + (mode_ ? "; the node stays in mode " + std::string(NodeModeName(*mode_))
+                                  : std::string("; no GPU resource is served until it is fixed")));
+      } else {
+        return;
+      }
+    } else {
+      bad_label_.clear();
+      changed = !mode_ || *mode_ != *mode;
+      mode_ = *mode;
+      if (changed) ++devices_version_;
+    }
+    now = mode_;
+  }
+  if (!mode.ok()) {
+    events_->NodeEvent(view->uid, "TesseraBadLabel",
+                       mode.error() + (now ? "; the node stays in mode " + std::string(NodeModeName(*now))
+                                           : std::string("; no GPU resource is served until it is fixed")));
+    return;
+  }
+  if (changed) {
+    Log("node " + options_.node + " is in mode " + std::string(NodeModeName(*mode)));
+    allocator_->SetMode(*mode, options_.names);
+    wake_.notify_all();  // the kubelet loop serves the mode's resources at its next turn
+  }
+}
+
+void DevicePluginServer::SetGpus(std::vector<NodeGpu> gpus) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gpus == gpus_) return;
+    gpus_ = std::move(gpus);
+    ++devices_version_;
+  }
+  wake_.notify_all();
+}
+
+std::vector<Device> DevicePluginServer::DevicesFor(const std::string& resource, uint64_t* version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *version = devices_version_;
+  if (!mode_) return {};
+  return DevicesOf(resource, *mode_, gpus_);
+}
+
+Status DevicePluginServer::RegisterWithKubelet(const std::string& resource) {
+  auto channel = grpc::CreateChannel("unix:" + options_.plugin_dir + "/kubelet.sock",
+                                     grpc::InsecureChannelCredentials());
+  auto stub = pb::Registration::NewStub(channel);
+  pb::RegisterRequest req;
+  req.set_version("v1beta1");
+  req.set_endpoint(SocketNameOf(resource));
+  req.set_resource_name(resource);
+  req.mutable_options()->set_pre_start_required(true);
+  req.mutable_options()->set_get_preferred_allocation_available(true);
+  pb::Empty empty;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+  grpc::Status s = stub->Register(&ctx, req, &empty);
+  if (!s.ok()) return Status::Error("registering " + resource + " with kubelet: " + s.error_message());
+  registrations_.fetch_add(1);
+  return Status::Ok();
+}
+
+void DevicePluginServer::Serve(const std::vector<std::string>& resources, bool restart) {
+  std::lock_guard<std::mutex> lock(serve_mu_);
+  for (auto it = servers_.begin(); it != servers_.end();) {
+    if (std::find(resources.begin(), resources.end(), it->first) == resources.end()) {
+      Log("no longer serving " + it->first);
+      unregistered_.erase(it->first);
+      it = servers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const std::string& r : resources) {
+    auto it = servers_.find(r);
+    if (it != servers_.end() && !restart) continue;
+    if (it != servers_.end()) servers_.erase(it);
+    auto server = std::make_unique<ResourceServer>(this, r, options_.plugin_dir + "/" + SocketNameOf(r));
+    if (Status s = server->Start(); !s.ok()) {
+      Log(s.message());
+      continue;
+    }
+    servers_[r] = std::move(server);
+    if (Status s = RegisterWithKubelet(r); !s.ok()) {
+      Log(s.message() + "; retrying");
+      unregistered_.insert(r);
+    } else {
+      unregistered_.erase(r);
+      Log("serving " + r + " on " + options_.plugin_dir + "/" + SocketNameOf(r) + ", registered with kubelet");
+    }
+  }
+}
+
+void DevicePluginServer::KubeletLoop() {
+  const std::string kubelet = options_.plugin_dir + "/kubelet.sock";
+  // The identity of the kubelet.sock seen last (inode and change time); 0: none yet.
+  ino_t seen_ino = 0;
+  int64_t seen_ctime = 0;
+  auto last_retry = std::chrono::steady_clock::now();
+  while (!stop_.load()) {
+    struct stat st {};
+    const bool present = stat(kubelet.c_str(), &st) == 0;
+    const int64_t ctime = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+    std::vector<std::string> resources;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (mode_) resources = tessera::k8s::ServedResources(*mode_, options_.names);
+    }
+    if (present && (st.st_ino != seen_ino || ctime != seen_ctime)) {
+      // kubelet (re)started: it removed every plugin socket; serve anew and register again.
+      if (seen_ino != 0) Log("kubelet.sock was re-created: kubelet restarted; registering again");
+      seen_ino = st.st_ino;
+      seen_ctime = ctime;
+      Serve(resources, true);
+    } else if (present) {
+      std::vector<std::string> lost, retry;
+      {
+        std::lock_guard<std::mutex> lock(serve_mu_);
+        for (const auto& [r, s] : servers_) {
+          if (!s->SocketExists()) lost.push_back(r);
+        }
+        retry.assign(unregistered_.begin(), unregistered_.end());
+      }
+      if (!lost.empty()) {
+        Log("a plugin socket was removed; serving it anew");
+        Serve(resources, true);
+      } else if (!retry.empty() && std::chrono::steady_clock::now() - last_retry > 1s) {
+        last_retry = std::chrono::steady_clock::now();
+        for (const std::string& r : retry) {
+          if (RegisterWithKubelet(r).ok()) {
+            std::lock_guard<std::mutex> lock(serve_mu_);
+            unregistered_.erase(r);
+            Log("registered " + r + " with kubelet");
+          }
+        }
+      } else {
+        Serve(resources, false);  // a mode change: start what is new, stop what is gone
+      }
+    } else {
+      seen_ino = 0;
+    }
+    std::this_thread::sleep_for(250ms);
+  }
+}
+
+void DevicePluginServer::ReconcileLoop() {
+  while (!stop_.load()) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, options_.reconcile_interval,
+                     [&] { return stop_.load() || reconcile_now_.load(); });
+    }
+    if (stop_.load()) break;
+    reconcile_now_.store(false);
+    Reconcile();
+  }
+}
+
+void DevicePluginServer::Reconcile() {
+  // tesserad: the GPUs and their health, and the registrations it may have lost.
+  auto status = tesserad_.Status();
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<NodeGpu> gpus;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gpus = gpus_;
+  }
+  if (status.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!tesserad_seen_ && !gpus_.empty()) Log("tesserad is back at " + options_.tesserad_socket);
+      tesserad_seen_ = now;
+    }
+    gpus.clear();
+    for (const TesseradGpu& g : status->gpus) gpus.push_back({g.index, g.uuid, g.name, g.total, g.max_inst, true});
+    SetGpus(gpus);
+    for (const std::string& line : allocator_->Resync(*status)) Log(line);
+  } else {
+    bool report = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!tesserad_seen_ || now - *tesserad_seen_ > options_.unhealthy_after) {
+        report = std::any_of(gpus.begin(), gpus.end(), [](const NodeGpu& g) { return g.healthy; });
+        for (NodeGpu& g : gpus) g.healthy = false;
+        tesserad_seen_.reset();
+      }
+    }
+    if (report) Log(status.error() + "; the node's GPUs are unhealthy until it answers");
+    SetGpus(gpus);
+  }
+
+  // Pods: release what belongs to pods gone, finished or failed; mark pods allocated.
+  if (pods_->Synced()) {
+    const std::vector<NodePod> pods = pods_->Pods();
+    std::map<std::string, const PodView*> by_uid;
+    std::set<std::string> uids;
+    for (const NodePod& p : pods) {
+      by_uid[p.view.uid] = &p.view;
+      uids.insert(p.view.uid);
+    }
+    const Checkpoint cp = allocator_->Snapshot();
+    std::set<std::string> gone;
+    for (const AllocationRecord& r : cp.records) {
+      if (gone.count(r.pod_uid) != 0) continue;
+      auto it = by_uid.find(r.pod_uid);
+      if (it != by_uid.end()) {
+        if (it->second->Terminal() || it->second->deleting) gone.insert(r.pod_uid);
+        continue;
+      }
+      // Not in the cache: confirm with the API server before taking anything away.
+      auto pod = api_->GetPod(r.ns, r.pod);
+      if (!pod.ok() && pod.kind() == ApiErrorKind::kNotFound) {
+        gone.insert(r.pod_uid);
+      } else if (pod.ok()) {
+        auto v = PodFromJson(*pod);
+        if (v.ok() && (v->uid != r.pod_uid || v->Terminal() || v->deleting || v->node_name != options_.node)) {
+          gone.insert(r.pod_uid);
+        }
+      }
+    }
+    for (const std::string& line : allocator_->Release(gone)) Log(line);
+    allocator_->ForgetRejected(uids);
+    const std::set<std::string> complete = allocator_->CompletePods(pods);
+    for (const NodePod& p : pods) {
+      if (complete.count(p.view.uid) == 0 || p.view.Terminal() || p.view.deleting) continue;
+      const std::string* phase = p.view.Annotation(kPhaseAnnotation);
+      if (phase != nullptr && *phase == PhaseName(Phase::kAllocated)) continue;
+      auto patched = api_->PatchPodAnnotations(
+          p.view.ns, p.view.name, {{kPhaseAnnotation, std::string(PhaseName(Phase::kAllocated))}},
+          p.view.resource_version);
+      if (!patched.ok() && patched.kind() != ApiErrorKind::kConflict) {
+        Log("marking pod " + p.view.Key() + " allocated: " + patched.error().message);
+      }
+    }
+  }
+
+  // The node's inventory, for the extender.
+  std::optional<NodeMode> mode;
+  Json node;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mode = mode_;
+    node = node_;
+    gpus = gpus_;
+  }
+  if (mode && !gpus.empty()) {
+    const GpuInventory inventory = InventoryOf(*mode, gpus);
+    auto view = NodeFromJson(node);
+    bool same = false;
+    if (view.ok()) {
+      auto it = view->annotations.find(kInventoryAnnotation);
+      if (it != view->annotations.end()) {
+        auto current = ParseGpuInventory(it->second);
+        same = current.ok() && *current == inventory;
+      }
+    }
+    if (!same) {
+      auto patched = api_->PatchNodeAnnotations(options_.node, {{kInventoryAnnotation, WriteGpuInventory(inventory)}});
+      if (!patched.ok()) {
+        Log("publishing the GPU inventory on node " + options_.node + ": " + patched.error().message);
+      } else {
+        std::lock_guard<std::mutex> lock(mu_);
+        node_ = *patched;
+      }
+    }
+  }
+
+  // A container chosen among pods with identical requests: does it run in the pod it was given?
+  if (status.ok()) {
+    for (const AllocationRecord& r : allocator_->Snapshot().records) {
+      if (r.also_waiting.empty() || verified_.count(r.id) != 0) continue;
+      const TesseradContainer* c = status->Find(r.id);
+      if (c == nullptr) continue;
+      for (pid_t pid : c->pids) {
+        auto uid = PodUidOfProcess(options_.proc_root, pid);
+        if (!uid) continue;
+        verified_.insert(r.id);
+        if (*uid != r.pod_uid) {
+          const std::string why =
+              "container " + r.container + " was set up for pod " + r.ns + "/" + r.pod +
+              " (kubelet's admission order among pods with the same request: " +
+              [&] {
+                std::string s;
+                for (const std::string& a : r.also_waiting) s += (s.empty() ? "" : ", ") + a;
+                return s;
+              }() +
+              "), but its process " + std::to_string(pid) + " runs in pod " + *uid +
+              ": kubelet admitted them in another order; their GPUs are swapped";
+          Log(why);
+          PodView v;
+          v.ns = r.ns;
+          v.name = r.pod;
+          v.uid = r.pod_uid;
+          events_->PodEvent(v, "TesseraAdmissionOrder", why, true);
+        } else {
+          Log("checked: " + r.id + " runs in pod " + r.ns + "/" + r.pod + " as chosen");
+        }
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace tessera::k8s

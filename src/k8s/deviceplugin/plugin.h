@@ -1,0 +1,112 @@
+// DevicePluginServer: build/bin/tessera-device-plugin's machinery. For each extended resource the
+// node's mode serves (node_devices.h) it runs a kubelet device-plugin v1beta1 gRPC server on its
+// own socket in the plugin directory and registers it with kubelet; ListAndWatch streams the
+// resource's devices (healthy while tesserad answers; unhealthy after 10 s without it), Allocate,
+// GetPreferredAllocation and PreStartContainer go to the Allocator. It watches:
+//  - kubelet: kubelet.sock re-created (a kubelet restart deletes every plugin socket) or one of
+//    its own sockets gone makes it serve anew and register again; running containers are not
+//    touched (they live in tesserad and the checkpoint, not in the gRPC servers);
+//  - the API server: the node (labels: the mode; a value it does not know is reported on the Node
+//    and changes nothing) and the pods bound to it (Reflectors);
+// and reconciles once a second (and at every pod change): containers of pods deleted, finished or
+// failed are unregistered from tesserad (confirmed with a GET first), containers tesserad lost are
+// registered again, pods fully allocated get tessera.io/phase=allocated, the node's
+// tessera.io/gpu-inventory follows tesserad's GPUs, and a container chosen among pods with the
+// same request is checked against its processes' cgroups.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/result.h"
+#include "k8s/api_client.h"
+#include "k8s/deviceplugin/allocator.h"
+#include "k8s/deviceplugin/node_devices.h"
+#include "k8s/deviceplugin/tesserad_client.h"
+
+namespace tessera::k8s {
+
+struct PluginOptions {
+  std::string node;
+  std::string plugin_dir = "/var/lib/kubelet/device-plugins";
+  std::string tesserad_socket = "/run/tessera/tessera.sock";
+  ResourceNames names = ResourceNames::kTessera;
+  AllocatorConfig allocator;
+  std::chrono::milliseconds reconcile_interval{1000};
+  std::chrono::seconds unhealthy_after{10};  // tesserad unreachable this long: GPUs unhealthy
+  std::string proc_root = "/proc";
+};
+
+// The socket file name of `resource` in the plugin directory ("tessera-gpu-mem.sock").
+std::string SocketNameOf(const std::string& resource);
+
+class DevicePluginServer {
+ public:
+  DevicePluginServer(PluginOptions options, ApiClient* api);
+  ~DevicePluginServer();
+  DevicePluginServer(const DevicePluginServer&) = delete;
+  DevicePluginServer& operator=(const DevicePluginServer&) = delete;
+
+  // Loads the checkpoint, starts the watches, serves and registers. Errors: a checkpoint that
+  // does not parse, a node the API server does not know.
+  Status Start();
+  void Stop();
+
+  // For tests and logs.
+  std::vector<std::string> ServedResources() const;
+  std::optional<NodeMode> mode() const;
+  int registrations() const { return registrations_.load(); }
+
+ private:
+  class NodePods;
+  class ApiEvents;
+  class ResourceServer;
+
+  void Reconcile();
+  void ReconcileLoop();
+  void KubeletLoop();
+  // Serves exactly `resources` (stopping the others); `restart` serves anew those already served.
+  void Serve(const std::vector<std::string>& resources, bool restart);
+  Status RegisterWithKubelet(const std::string& resource);
+  void ApplyNode(const Json& node);
+  void SetGpus(std::vector<NodeGpu> gpus);
+  std::vector<Device> DevicesFor(const std::string& resource, uint64_t* version) const;
+
+  PluginOptions options_;
+  ApiClient* api_;
+  TesseradClient tesserad_;
+  std::unique_ptr<NodePods> pods_;
+  std::unique_ptr<ApiEvents> events_;
+  std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<Reflector> node_watch_;
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::optional<NodeMode> mode_;
+  std::string bad_label_;  // the last label value refused (reported once)
+  std::vector<NodeGpu> gpus_;
+  uint64_t devices_version_ = 1;
+  std::optional<std::chrono::steady_clock::time_point> tesserad_seen_;
+  Json node_;
+  std::map<std::string, std::unique_ptr<ResourceServer>> servers_;  // under serve_mu_
+  mutable std::mutex serve_mu_;
+  std::set<std::string> unregistered_;  // resources whose Register failed; retried
+  std::set<std::string> verified_;      // records whose cgroup check is done
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> reconcile_now_{false};
+  std::atomic<int> registrations_{0};
+  std::thread reconciler_;
+  std::thread kubelet_watcher_;
+};
+
+}  // namespace tessera::k8s

@@ -1,0 +1,124 @@
+// Test support: a real tesserad on simgpu, pods as the extender places them.
+#include "k8s/deviceplugin/test_support.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "ipc/unix_socket.h"
+
+namespace tessera::k8s::testing {
+
+using namespace std::chrono_literals;
+
+SimNode::SimNode(const std::string& gpus, std::vector<std::string> daemon_args)
+    : name_(process::UniqueName("k8snode")), gpus_(gpus), daemon_args_(std::move(daemon_args)) {
+  socket_ = "/tmp/" + name_ + ".sock";
+  container_sockets_ = "/tmp/" + name_ + "-containers";
+  ledger_ = "tessera-ledger-" + name_;
+  client_ = std::make_unique<TesseradClient>(socket_);
+}
+
+SimNode::~SimNode() {
+  Stop();
+  shm_unlink(("/" + ledger_).c_str());
+  shm_unlink(("/tessera-sim-" + name_).c_str());
+  std::system(("rm -rf '" + container_sockets_ + "' /tmp/" + name_ + "-scratch-*").c_str());
+}
+
+std::vector<std::string> SimNode::SimEnv() const {
+  return {"TESSERA_SIM_STATE=" + name_, "TESSERA_SIM_GPUS=" + gpus_};
+}
+
+bool SimNode::Start() {
+  std::vector<std::string> argv = {process::BuildDir() + "/bin/tesserad", "--sim", "--socket",
+                                   socket_, "--ledger", ledger_, "--container-sockets",
+                                   container_sockets_};
+  argv.insert(argv.end(), daemon_args_.begin(), daemon_args_.end());
+  daemon_ = std::make_unique<process::ChildProcess>(argv, SimEnv());
+  return daemon_->started() && ipc::WaitUntilListening(socket_, 10s);
+}
+
+void SimNode::Stop() {
+  if (!daemon_) return;
+  daemon_->Kill(SIGTERM);
+  daemon_->Wait(10s);
+  daemon_.reset();
+}
+
+TesseradStatus SimNode::Status() {
+  auto s = client_->Status();
+  EXPECT_TRUE(s.ok()) << s.error();
+  return s.ok() ? *s : TesseradStatus{};
+}
+
+std::string SimNode::Uuid(int gpu) {
+  const TesseradStatus s = Status();
+  return static_cast<size_t>(gpu) < s.gpus.size() ? s.gpus[static_cast<size_t>(gpu)].uuid : "";
+}
+
+std::string SimNode::Scratch(const std::string& leaf) {
+  const std::string dir = "/tmp/" + name_ + "-scratch-" + leaf;
+  std::system(("mkdir -p '" + dir + "'").c_str());
+  return dir;
+}
+
+Json PodJson(const std::string& ns, const std::string& name, const std::vector<ContainerSpec>& containers,
+             const std::map<std::string, std::string>& annotations) {
+  Json init = Json::array(), app = Json::array();
+  for (const ContainerSpec& c : containers) {
+    Json limits = Json::object();
+    for (const auto& [k, v] : c.limits) limits[k] = v;
+    Json ctr = {{"name", c.name}, {"image", "cuda-app"}, {"resources", {{"limits", limits}}}};
+    (c.init ? init : app).push_back(ctr);
+  }
+  Json meta = {{"name", name}, {"namespace", ns}};
+  if (!annotations.empty()) meta["annotations"] = annotations;
+  Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta},
+              {"spec", {{"containers", app}, {"schedulerName", "tessera"}}}};
+  if (!init.empty()) pod["spec"]["initContainers"] = init;
+  return pod;
+}
+
+std::string AssignmentJson(const std::string& node, uint64_t seq,
+                           const std::map<std::string, std::vector<GpuShare>>& containers) {
+  Assignment a;
+  a.node = node;
+  a.seq = seq;
+  for (const auto& [name, gpus] : containers) {
+    ContainerAssignment c;
+    c.name = name;
+    for (const GpuShare& g : gpus) {
+      c.gpus.push_back({g.uuid, Bytes(g.mem_bytes), *Percent::FromInt(g.core_percent)});
+    }
+    a.containers.push_back(c);
+  }
+  return WriteAssignment(a);
+}
+
+std::string WritableCgroupRoot() {
+  for (const char* root : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"}) {
+    const std::string probe = std::string(root) + "/tessera-probe-" + std::to_string(getpid());
+    if (mkdir(probe.c_str(), 0755) != 0) continue;
+    struct stat st {};
+    const bool cgroup = stat((probe + "/cgroup.procs").c_str(), &st) == 0;
+    rmdir(probe.c_str());
+    if (cgroup) return root;
+  }
+  return "";
+}
+
+bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return done();
+}
+
+}  // namespace tessera::k8s::testing
