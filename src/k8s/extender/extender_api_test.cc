@@ -6,8 +6,12 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include <atomic>
 #include <chrono>
+#include <cstring>
+#include <regex>
 #include <map>
 #include <set>
 #include <thread>
@@ -233,6 +237,32 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   EXPECT_NE(metrics.find("tessera_extender_pods_refused_total{verb=\"filter\",reason=\"pod-invalid\"} 1"),
             std::string::npos);
   EXPECT_NE(metrics.find("tessera_extender_request_duration_seconds_bucket{verb=\"bind\""), std::string::npos);
+  // Every metric the Grafana dashboard of deploy/kubernetes/monitoring.yaml queries is served.
+  std::string dashboard;
+  for (const YAML::Node& doc :
+       YAML::LoadAllFromFile(std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/monitoring.yaml")) {
+    if (doc["data"] && doc["data"]["tessera-scheduler.json"]) dashboard = doc["data"]["tessera-scheduler.json"].as<std::string>();
+  }
+  ASSERT_FALSE(dashboard.empty());
+  std::set<std::string> queried;
+  const k8s::Json parsed = k8s::Json::parse(dashboard);
+  for (const auto& panel : parsed["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      const std::regex name(R"(tessera_extender_[a-z_]+)");
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name); it != std::sregex_iterator(); ++it) {
+        std::string metric = it->str();
+        for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+          if (metric.size() > strlen(suffix) && metric.ends_with(suffix)) metric.resize(metric.size() - strlen(suffix));
+        }
+        queried.insert(metric);
+      }
+    }
+  }
+  EXPECT_GE(queried.size(), 8u);
+  for (const std::string& metric : queried) {
+    EXPECT_NE(metrics.find("# TYPE " + metric + " "), std::string::npos) << metric << " is not served";
+  }
 }
 
 TEST_F(ExtenderApiTest, TwoReplicasNeverGiveOneShareTwice) {
@@ -327,6 +357,7 @@ TEST(ExtenderRestartTest, KilledDuringABurstOfBinds) {
   ASSERT_TRUE(extender->WaitForKey("ready", kWait).has_value());
   std::atomic<int> current_port{std::stoi(*port)};
   std::atomic<int> done{0};
+  std::atomic<int> failed_calls{0};  // verbs that got no answer: the extender was down
   std::atomic<bool> stop{false};
   std::set<int> pending;
   for (int i = 0; i < 40; ++i) pending.insert(i);
@@ -348,6 +379,8 @@ TEST(ExtenderRestartTest, KilledDuringABurstOfBinds) {
           std::lock_guard lock(mu);
           pending.erase(i);
           ++done;
+        } else if (r.error.find("HTTP 0") != std::string::npos) {
+          ++failed_calls;
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -387,6 +420,7 @@ TEST(ExtenderRestartTest, KilledDuringABurstOfBinds) {
     EXPECT_EQ(k8s::ParseAssignment(*a)->node, view->node_name);
   }
   EXPECT_EQ(bound, 24);  // 3 per GPU: nothing lost to the crash
+  EXPECT_GT(failed_calls.load(), 0) << "the kill did not land during the burst";
   again->Kill(SIGTERM);
   again->Wait(kWait);
   api.CloseStdin();
