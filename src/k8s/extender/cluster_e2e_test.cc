@@ -261,6 +261,24 @@ class ClusterE2ETest : public ::testing::Test {
     EXPECT_EQ(p.process->values().at("failure"), "2") << p.name << ": not CUDA_ERROR_OUT_OF_MEMORY";
   }
 
+  // Places every pod in turn, starts each bound one's process, then checks that `expected_bound`
+  // were bound and that each process stopped at its cap.
+  void PlaceRunAndCheck(std::vector<TestPod>& pods, int expected_bound) {
+    int bound = 0;
+    for (TestPod& p : pods) {
+      ASSERT_NO_FATAL_FAILURE(Place(p));
+      if (p.node.empty()) continue;
+      ++bound;
+      ASSERT_NO_FATAL_FAILURE(Run(p));
+    }
+    EXPECT_EQ(bound, expected_bound);
+    for (TestPod& p : pods) {
+      if (!p.node.empty()) {
+        ASSERT_NO_FATAL_FAILURE(ExpectStoppedAtCap(p));
+      }
+    }
+  }
+
   void Delete(TestPod& p) {
     if (p.process != nullptr) {
       p.process->CloseStdin();  // the container stops
@@ -306,19 +324,7 @@ TEST_F(ClusterE2ETest, ThirtyPodsLandAsTheEngineDecidesAndStopAtTheirCaps) {
   }
   ASSERT_EQ(pods.size(), 30u);
   StartEngineAndExtender(pods);
-  int bound = 0;
-  for (TestPod& p : pods) {
-    ASSERT_NO_FATAL_FAILURE(Place(p));
-    if (p.node.empty()) continue;
-    ++bound;
-    ASSERT_NO_FATAL_FAILURE(Run(p));
-  }
-  EXPECT_EQ(bound, 30);
-  for (TestPod& p : pods) {
-    if (!p.node.empty()) {
-      ASSERT_NO_FATAL_FAILURE(ExpectStoppedAtCap(p));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(PlaceRunAndCheck(pods, 30));
   for (TestPod& p : pods) {
     if (p.name.rfind("simb-", 0) == 0) {
       EXPECT_EQ(p.node, "gpu-c") << p.name << " left its model";
@@ -361,19 +367,7 @@ TEST_F(ClusterE2ETest, ThirtyPodsLandAsTheEngineDecidesAndStopAtTheirCaps) {
     next.process = nullptr;
     wave.push_back(std::move(next));
   }
-  int wave_bound = 0;
-  for (TestPod& p : wave) {
-    ASSERT_NO_FATAL_FAILURE(Place(p));
-    if (p.node.empty()) continue;
-    ++wave_bound;
-    ASSERT_NO_FATAL_FAILURE(Run(p));
-  }
-  EXPECT_EQ(wave_bound, 15);
-  for (TestPod& p : wave) {
-    if (!p.node.empty()) {
-      ASSERT_NO_FATAL_FAILURE(ExpectStoppedAtCap(p));
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(PlaceRunAndCheck(wave, 15));
   // The pod that was too big is still Pending, for the same reason.
   const testing::ScheduleResult still = driver_->Schedule(big.created, names_);
   EXPECT_FALSE(still.bound);
