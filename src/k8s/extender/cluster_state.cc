@@ -23,18 +23,6 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 
 int64_t CeilMib(int64_t bytes) { return (bytes + kMiB - 1) / kMiB; }
 
-std::string_view PolicyName(k8s::PlacementPolicy p) {
-  switch (p) {
-    case k8s::PlacementPolicy::kBinpack:
-      return "binpack";
-    case k8s::PlacementPolicy::kSpread:
-      return "spread";
-    case k8s::PlacementPolicy::kTessera:
-      break;
-  }
-  return "tessera";
-}
-
 // A hash of a list of node names, to recognise the same list again.
 uint64_t HashNames(std::span<const std::string> names) {
   uint64_t h = 1469598103934665603ULL;
@@ -313,6 +301,7 @@ struct ClusterState::Impl {
   struct PodRequests {
     std::vector<pl::Request> requests;
     std::vector<std::string> names;  // container per request ("" for the CPU-only one)
+    std::vector<int64_t> mem_mib;    // the memory each asked per GPU (0: none), even when whole
     size_t primary = 0;
   };
   // The engine's choice: a node and, per request, its GPUs.
@@ -447,7 +436,7 @@ struct ClusterState::Impl {
                    k8s::PlacementPolicy::kSpread}) {
       pl::PolicyOptions po;
       po.workload = workload.get();
-      auto made = pl::MakePolicy(PolicyName(p), po);
+      auto made = pl::MakePolicy(k8s::PlacementPolicyName(p), po);
       if (made.ok()) policies[p] = std::move(made.value());
     }
   }
@@ -695,6 +684,7 @@ struct ClusterState::Impl {
       if (!r.ok()) return Result<PodRequests>::Error("container " + a.name + ": " + r.error());
       out.requests.push_back(*r);
       out.names.push_back(a.name);
+      out.mem_mib.push_back(a.mem_mib);
     }
     return out;
   }
@@ -809,8 +799,13 @@ struct ClusterState::Impl {
         GpuPart gp;
         gp.uuid = gpu.uuid;
         if (r.whole_gpus()) {
+          // A whole GPU; its memory cap is what the container asked, if it did (not on a `mem`
+          // node, where only the full size says "whole" when the annotation is read back).
           gp.core_percent = 100;
           gp.mem_bytes = static_cast<int64_t>(gpu.memory.count());
+          if (i < p.mem_mib.size() && p.mem_mib[i] > 0 && node.mode != k8s::NodeMode::kMem) {
+            gp.mem_bytes = std::min(gp.mem_bytes, p.mem_mib[i] * kMiB);
+          }
         } else {
           gp.core_percent = r.memory_only() ? 100 : r.gpu_milli / 10;
           gp.mem_bytes = r.MemoryOn(cluster->gpu_memory_mib(c.node)) * kMiB;
@@ -1356,7 +1351,7 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
     for (size_t i = 0; i < rec.gpus.size(); ++i) add_gpu(rec.gpus[i], static_cast<int>(i));
     for (const auto& g : rec.unhealthy) add_gpu(g, -1);
     Json j = {{"name", name},
-              {"policy", std::string(PolicyName(rec.policy))},
+              {"policy", std::string(k8s::PlacementPolicyName(rec.policy))},
               {"mode", rec.has_inventory ? std::string(k8s::NodeModeName(rec.mode)) : "none"},
               {"seq", rec.log.seq},
               {"cpu_milli", {{"allocatable", rec.cpu_milli}, {"free", s.cluster->cpu_free(n)}}},

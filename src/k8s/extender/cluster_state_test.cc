@@ -472,5 +472,24 @@ TEST(ClusterStateTest, SharesThatDidNotFitCountOnceThereIsRoom) {
   EXPECT_FALSE((*j)["pods"][0].contains("conflict"));
 }
 
+TEST(ClusterStateTest, AWholeGpuKeepsTheMemoryCapItAskedFor) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(2))).ok());
+  std::string chosen;
+  auto plan = FilterAndBind(*s, Pod("w", {{"tessera.io/gpu-core", "100"}, {"tessera.io/gpu-mem", "4"}}), {"n"},
+                            &chosen);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  EXPECT_EQ(plan->assignment.containers[0].gpus[0].core.value(), 100);
+  EXPECT_EQ(plan->assignment.containers[0].gpus[0].mem.count(), uint64_t{4} << 30);
+  s->FinishBind("uid-w", *plan, true);
+  // The GPU is the pod's alone all the same.
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 1000);
+  auto other = s->Filter(Pod("x", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"n"});
+  ASSERT_EQ(other->fits.size(), 1u);
+  auto x = s->PrepareBind("default", "x", "uid-x", "n");
+  ASSERT_TRUE(x.ok());
+  EXPECT_NE(x->assignment.containers[0].gpus[0].uuid, plan->assignment.containers[0].gpus[0].uuid);
+}
+
 }  // namespace
 }  // namespace tessera::extender
