@@ -163,6 +163,32 @@ TEST_F(ReconcilerTest, KillTargetsOnlyTheOverLimitContainersProcesses) {
   EXPECT_EQ(signalled_[0], std::make_pair(pid_t{101}, SIGKILL));
 }
 
+// A free between the device's reading and the ledger's (the driver frees first, the shim uncharges
+// after) is not memory the shim did not see: the device saw bytes that were still reserved.
+TEST_F(ReconcilerTest, AFreeWhileTheDeviceIsReadIsNotUnseenMemory) {
+  const uint32_t web = Container("web", 101, 900 * kMiB);
+  ReconcilerOptions options;
+  options.action = OverLimitAction::kKill;
+  options.signal = [this](pid_t pid, int sig) {
+    signalled_.push_back({pid, sig});
+    return 0;
+  };
+  Reconciler r(
+      registry_.get(), 1,
+      [&](int) {
+        // The device lists the process with its 900 MiB; then it frees 600 MiB of them.
+        std::vector<DeviceProcess> listed = {{101, 900 * kMiB}};
+        registry_->WithLedger([&](ledger::MemoryLedger& l) {
+          l.Release(web, process_of_[101], 0, 600 * kMiB);
+        });
+        return Result(listed);
+      },
+      options);
+  EXPECT_TRUE(r.RunOnce().empty());
+  EXPECT_EQ(layout_->containers[web].unseen[0].load(), 0u);
+  EXPECT_TRUE(signalled_.empty());
+}
+
 TEST_F(ReconcilerTest, AnUnregisteredProcessIsReportedOnceAndChargedToNobody) {
   const uint32_t web = Container("web", 101, 100 * kMiB);
   device_ = {{101, 100 * kMiB}, {999, 3 * kGiB}};

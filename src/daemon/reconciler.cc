@@ -129,6 +129,17 @@ void Reconciler::Log(const ReconcileEvent& e) {
 std::vector<ReconcileEvent> Reconciler::RunOnce() {
   std::vector<ReconcileEvent> events;
   for (int d = 0; d < devices_; ++d) {
+    // Each process's reservations just before the device is asked: the device's list is read
+    // outside the lock, and a free in between (the driver's first, then the shim's uncharge) would
+    // otherwise show as bytes the shim did not see. A reservation always precedes the device's
+    // bytes and outlives them, so the larger of this and the reading after the list covers them.
+    std::vector<std::pair<uint32_t, uint64_t>> reserved_before(ledger::kMaxProcesses);
+    registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
+      for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+        reserved_before[static_cast<size_t>(p)] = {ledger.book().processes[p].generation.load(),
+                                                   ledger.layout()->processes[p].used[d].load()};
+      }
+    });
     Result<std::vector<DeviceProcess>> listed = lister_(d);
     if (!listed.ok()) {
       if (list_error_reported_.insert(d).second && options_.log) {
@@ -170,7 +181,11 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
           continue;
         }
         const uint32_t c = book.processes[found->second].container.load();
-        const uint64_t reserved = l->processes[found->second].used[d].load();
+        const auto& [generation, before] = reserved_before[static_cast<size_t>(found->second)];
+        uint64_t reserved = l->processes[found->second].used[d].load();
+        if (generation == book.processes[found->second].generation.load()) {
+          reserved = std::max(reserved, before);
+        }
         if (dp.bytes > reserved) unseen[c] = SaturatingAdd(unseen[c], dp.bytes - reserved);
         pids[c].push_back(dp.pid);
       }

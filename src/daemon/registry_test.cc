@@ -174,31 +174,11 @@ TEST_F(RegistryTest, StatusIsValidJsonOfContainersAndProcesses) {
   EXPECT_THAT(json, HasSubstr("\"name\":\"B\""));
 }
 
-}  // namespace
-}  // namespace tessera::daemon
-
-namespace tessera::daemon {
-namespace {
-
-class RegistryRemovalTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    name_ = "/tessera-registry-rm-" + std::to_string(getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    shm_unlink(name_.c_str());
-  }
-  void TearDown() override { shm_unlink(name_.c_str()); }
-  std::string name_;
-};
-
 // CONTAINER remove=1 (the device plugin's release): a container without processes goes at once; one
 // with processes keeps them and goes with its last one; bad removals change nothing.
-TEST_F(RegistryRemovalTest, RemoveUnregistersAndFreesWhenNoProcessIsLeft) {
-  auto ledger = ledger::MemoryLedger::CreateOrOpen(
-      name_, {{"GPU-aaaaaaaa-0000-4000-8000-000000000000", "A", 8ull << 30}});
-  ASSERT_TRUE(ledger.ok());
-  Registry r(std::move(*ledger), {true, 0});
-  auto parse = [](const std::string& line) { return *ParseMessage(line); };
+TEST_F(RegistryTest, RemoveUnregistersAndFreesWhenNoProcessIsLeft) {
+  Registry r = Make();
+  const auto parse = Parse;
   ASSERT_TRUE(r.SetContainer(parse("CONTAINER id=idle mem=1073741824")).ok());
   ASSERT_TRUE(r.SetContainer(parse("CONTAINER id=busy mem=1073741824")).ok());
   uint32_t slot = 0;

@@ -80,15 +80,6 @@ ApiError ErrorFrom(const std::string& method, const std::string& path, int statu
   return e;
 }
 
-std::string NowRfc3339() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string PodPath(const std::string& ns, const std::string& name) {
   return "/api/v1/namespaces/" + ns + "/pods/" + name;
 }
@@ -105,6 +96,15 @@ Json AnnotationPatch(const ApiClient::AnnotationChanges& changes, const std::str
 }
 
 }  // namespace
+
+std::string Rfc3339Now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
 
 std::string UrlEncode(const std::string& value) {
   static const char* kHex = "0123456789ABCDEF";
@@ -398,7 +398,7 @@ ApiResult<Json> ApiClient::BindPod(const std::string& ns, const std::string& nam
 
 ApiResult<Json> ApiClient::CreateEvent(const EventSpec& e) {
   const std::string ns = e.ns.empty() ? "default" : e.ns;
-  const std::string now = NowRfc3339();
+  const std::string now = Rfc3339Now();
   Json involved = {{"apiVersion", "v1"}, {"kind", e.kind}, {"name", e.name}};
   if (!e.ns.empty()) involved["namespace"] = e.ns;
   if (!e.uid.empty()) involved["uid"] = e.uid;

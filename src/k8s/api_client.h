@@ -177,6 +177,8 @@ class ApiClient {
 std::string WithQuery(const std::string& path, const std::vector<std::pair<std::string, std::string>>& query);
 // Percent-encodes a query value.
 std::string UrlEncode(const std::string& value);
+// The current time as the API server writes timestamps ("2026-11-25T12:00:00Z").
+std::string Rfc3339Now();
 
 // List-then-watch of one collection into callbacks, relisting when the watch falls too far behind
 // (410 Gone) and re-watching after errors (with a 1 s pause). on_replace gets every item of a

@@ -1,6 +1,8 @@
 // TestApiServer: the stand-in kube-apiserver (see the header for what it is and is not).
 #include "k8s/test_apiserver.h"
 
+#include "k8s/api_client.h"
+
 #include <httplib.h>
 
 #include <algorithm>
@@ -23,15 +25,6 @@ std::string NewUid() {
                 static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
                 static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
                 static_cast<unsigned long long>(b & 0xffffffffffffull));
-  return buf;
-}
-
-std::string NowRfc3339() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
 
@@ -254,7 +247,7 @@ Json TestApiServer::Insert(const std::string& kind, const std::string& key, Json
   ++rv_;
   Json& meta = object["metadata"];
   meta["uid"] = NewUid();
-  meta["creationTimestamp"] = NowRfc3339();
+  meta["creationTimestamp"] = Rfc3339Now();
   meta["resourceVersion"] = std::to_string(rv_);
   (*Objects(kind))[key] = object;
   if (kind == "Event") event_order_.push_back(key);
@@ -352,7 +345,7 @@ bool TestApiServer::MarkPodDeleting(const std::string& ns, const std::string& na
   auto it = pods_.find(ns + "/" + name);
   if (it == pods_.end()) return false;
   Json pod = it->second;
-  pod["metadata"]["deletionTimestamp"] = NowRfc3339();
+  pod["metadata"]["deletionTimestamp"] = Rfc3339Now();
   Modify("Pod", ns + "/" + name, pod);
   return true;
 }
@@ -394,8 +387,11 @@ int TestApiServer::conflicts() const {
 
 void TestApiServer::Route() {
   httplib::Server& s = *server_;
-  auto collection_get = [this](Collection c) {
-    return [this, c](const httplib::Request& req, httplib::Response& res) {
+  // A collection's GET: a list, or a watch with ?watch=true; namespaced ones take the namespace
+  // from the path's first group.
+  auto collection_get = [this](const std::string& kind, bool namespaced) {
+    return [this, kind, namespaced](const httplib::Request& req, httplib::Response& res) {
+      const Collection c{kind, namespaced ? std::string(req.matches[1]) : std::string()};
       if (req.get_param_value("watch") == "true" || req.get_param_value("watch") == "1") {
         HandleWatch(c, req, res);
       } else {
@@ -403,25 +399,11 @@ void TestApiServer::Route() {
       }
     };
   };
-  s.Get("/api/v1/nodes", collection_get({"Node", ""}));
-  s.Get("/api/v1/pods", collection_get({"Pod", ""}));
-  s.Get("/api/v1/events", collection_get({"Event", ""}));
-  s.Get(R"(/api/v1/namespaces/([^/]+)/pods)", [this](const httplib::Request& req, httplib::Response& res) {
-    const Collection c{"Pod", req.matches[1]};
-    if (req.get_param_value("watch") == "true") {
-      HandleWatch(c, req, res);
-    } else {
-      HandleList(c, req, res);
-    }
-  });
-  s.Get(R"(/api/v1/namespaces/([^/]+)/events)", [this](const httplib::Request& req, httplib::Response& res) {
-    const Collection c{"Event", req.matches[1]};
-    if (req.get_param_value("watch") == "true") {
-      HandleWatch(c, req, res);
-    } else {
-      HandleList(c, req, res);
-    }
-  });
+  s.Get("/api/v1/nodes", collection_get("Node", false));
+  s.Get("/api/v1/pods", collection_get("Pod", false));
+  s.Get("/api/v1/events", collection_get("Event", false));
+  s.Get(R"(/api/v1/namespaces/([^/]+)/pods)", collection_get("Pod", true));
+  s.Get(R"(/api/v1/namespaces/([^/]+)/events)", collection_get("Event", true));
   s.Post("/api/v1/nodes", [this](const httplib::Request& req, httplib::Response& res) {
     HandleCreate({"Node", ""}, req, res);
   });
@@ -621,16 +603,19 @@ void TestApiServer::HandleCreate(const Collection& c, const httplib::Request& re
   Reply(res, 201, Insert(c.kind, key, obj));
 }
 
+Json* TestApiServer::FindOr404(const std::string& kind, const std::string& key,
+                               httplib::Response& res) {
+  auto* objects = Objects(kind);
+  auto it = objects->find(key);
+  if (it != objects->end()) return &it->second;
+  Fail(res, 404, "NotFound", Plural(kind) + " \"" + key.substr(key.find('/') + 1) + "\" not found");
+  return nullptr;
+}
+
 void TestApiServer::HandleGet(const std::string& kind, const std::string& key,
                               httplib::Response& res) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto* objects = Objects(kind);
-  auto it = objects->find(key);
-  if (it == objects->end()) {
-    return Fail(res, 404, "NotFound",
-                Plural(kind) + " \"" + key.substr(key.find('/') + 1) + "\" not found");
-  }
-  Reply(res, 200, it->second);
+  if (const Json* obj = FindOr404(kind, key, res)) Reply(res, 200, *obj);
 }
 
 void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
@@ -647,13 +632,9 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
                 "application/strategic-merge-patch+json or application/json-patch+json, not " + type);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto* objects = Objects(kind);
-  auto it = objects->find(key);
-  if (it == objects->end()) {
-    return Fail(res, 404, "NotFound",
-                Plural(kind) + " \"" + key.substr(key.find('/') + 1) + "\" not found");
-  }
-  const Json& current = it->second;
+  const Json* found = FindOr404(kind, key, res);
+  if (found == nullptr) return;
+  const Json& current = *found;
   const std::string current_rv = current["metadata"].value("resourceVersion", "");
   Json updated = current;
   auto conflict = [&](const std::string& asked) {
@@ -694,19 +675,15 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
     }
   }
   Modify(kind, key, result);
-  Reply(res, 200, (*objects)[key]);
+  Reply(res, 200, (*Objects(kind))[key]);
 }
 
 void TestApiServer::HandleDelete(const std::string& kind, const std::string& key,
                                  httplib::Response& res) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto* objects = Objects(kind);
-  auto it = objects->find(key);
-  if (it == objects->end()) {
-    return Fail(res, 404, "NotFound",
-                Plural(kind) + " \"" + key.substr(key.find('/') + 1) + "\" not found");
-  }
-  Json last = it->second;
+  const Json* found = FindOr404(kind, key, res);
+  if (found == nullptr) return;
+  Json last = *found;
   Remove(kind, key);
   Reply(res, 200, last);
 }

@@ -105,6 +105,8 @@ class TestApiServer {
 
   // Under mu_:
   std::map<std::string, Json>* Objects(const std::string& kind);
+  // The object, or nullptr after answering 404 with a Status naming it.
+  Json* FindOr404(const std::string& kind, const std::string& key, httplib::Response& res);
   Json Insert(const std::string& kind, const std::string& key, Json object);
   void Modify(const std::string& kind, const std::string& key, Json object);
   void Remove(const std::string& kind, const std::string& key);

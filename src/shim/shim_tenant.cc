@@ -478,7 +478,7 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(arg(4));
     std::atomic<bool> stop{false};
     std::atomic<int> launch_error{0};
-    std::atomic<uint64_t> kernels{0}, longest{0};
+    std::atomic<uint64_t> kernels{0}, longest{0}, longest_start{0};
     std::thread launcher([&] {
       // Launches from a thread of its own, so the gate's waits never hold up the allocations.
       auto fail = [&](CUresult r) { launch_error.store(static_cast<int>(r)); };
@@ -496,7 +496,16 @@ int main(int argc, char** argv) {
         const uint64_t before = NowNs();
         r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
         if (r != CUDA_SUCCESS) return fail(r);
-        longest.store(std::max(longest.load(), NowNs() - before));
+        const uint64_t took = NowNs() - before;
+        if (took > longest.load()) {
+          longest.store(took);
+          longest_start.store(before);
+        }
+        if (took > 500'000'000) {  // for the soak's diagnosis: when the slowest launches began
+          std::printf("slow_launch_ms=%.1f\nslow_launch_start_ns=%llu\n",
+                      static_cast<double>(took) / 1e6, static_cast<unsigned long long>(before));
+          std::fflush(stdout);
+        }
         kernels.fetch_add(1);
       }
       r = cuStreamSynchronize(stream);
@@ -575,10 +584,11 @@ int main(int argc, char** argv) {
     launcher.join();
     std::printf(
         "held_bytes=%llu\nallocs=%llu\nooms=%llu\nkernels=%llu\n"
-        "longest_launch_ms=%.3f\nlaunch_error=%d\ndone=1\n",
+        "longest_launch_ms=%.3f\nlongest_launch_start_ns=%llu\nlaunch_error=%d\ndone=1\n",
         static_cast<unsigned long long>(held_bytes), static_cast<unsigned long long>(allocs),
         static_cast<unsigned long long>(ooms), static_cast<unsigned long long>(kernels.load()),
-        static_cast<double>(longest.load()) / 1e6, launch_error.load());
+        static_cast<double>(longest.load()) / 1e6,
+        static_cast<unsigned long long>(longest_start.load()), launch_error.load());
     std::fflush(stdout);
     WaitForStdinEof();
     for (const Block& b : held) CHECK(release(b));

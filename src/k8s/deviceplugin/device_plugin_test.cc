@@ -16,6 +16,7 @@
 #include <fstream>
 #include <thread>
 
+#include "ipc/futex.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/allocator.h"
 #include "k8s/deviceplugin/test_kubelet.h"
@@ -39,12 +40,6 @@ using testing::SimNode;
 using testing::WaitUntil;
 
 constexpr char kNode[] = "gpu-node-1";
-
-uint64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 class DevicePluginTest : public ::testing::Test {
  protected:
@@ -77,7 +72,9 @@ class DevicePluginTest : public ::testing::Test {
     api_.Stop();
     for (const std::string& cg : cgroups_) {
       rmdir(cg.c_str());
-      rmdir(cg.substr(0, cg.rfind('/')).c_str());  // the pod's group
+      const std::string pod = cg.substr(0, cg.rfind('/'));
+      rmdir(pod.c_str());
+      rmdir(pod.substr(0, pod.rfind('/')).c_str());  // kubepods, unless another test uses it
     }
   }
 
@@ -98,7 +95,11 @@ class DevicePluginTest : public ::testing::Test {
   void StopPlugin(int signal) {
     if (!plugin_) return;
     plugin_->Kill(signal);
-    plugin_->Wait(20s);
+    const std::optional<int> status = plugin_->Wait(20s);
+    // A SIGTERM is a clean stop: exit 0 (a sanitizer's report would make it fail).
+    if (signal == SIGTERM) {
+      EXPECT_EQ(status, 0) << "tessera-device-plugin did not stop cleanly";
+    }
     plugin_.reset();
   }
   // Waits for the plugin's `registrations`-th registration of each of Tessera's resources.
@@ -587,7 +588,7 @@ TEST_F(DevicePluginTest, ThirtyPercentBesideSeventyOverTenSeconds) {
   auto b = Admit(high);
   ASSERT_TRUE(a.ok()) << a.error();
   ASSERT_TRUE(b.ok()) << b.error();
-  const uint64_t start = MonotonicNs() + 2'000'000'000ull;
+  const uint64_t start = ipc::MonotonicNs() + 2'000'000'000ull;
   const int seconds = 10;
   auto spin = [&](const Json& pod, const TestKubelet::ContainerAllocation& alloc) {
     return Run(pod, alloc, {Tenant("shim_tenant"), "spin", "1000", std::to_string(seconds), std::to_string(start), "stream"});
