@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -525,8 +526,12 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
           done = true;
           return;
         }
-        for (const Change& ch : history_) {
-          if (ch.rv <= st->last || ch.kind != st->c.kind) continue;
+        // The history is in resourceVersion order: start after the last change sent.
+        auto first = std::upper_bound(history_.begin(), history_.end(), st->last,
+                                      [](uint64_t rv, const Change& ch) { return rv < ch.rv; });
+        for (auto it = first; it != history_.end(); ++it) {
+          const Change& ch = *it;
+          if (ch.kind != st->c.kind) continue;
           const bool now_in = in_scope(ch.object);
           if (ch.type == "MODIFIED") {
             const bool was_in = in_scope(ch.previous);

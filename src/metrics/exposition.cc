@@ -147,12 +147,67 @@ Status ExpositionWriter::BeginFamily(std::string_view name, MetricType type,
   families_.insert(family_);
   label_sets_.clear();
   text_ += "# HELP " + family_ + " " + EscapeHelp(help) + "\n";
-  text_ += "# TYPE " + family_ + (type == MetricType::kCounter ? " counter\n" : " gauge\n");
+  text_ += "# TYPE " + family_ +
+           (type == MetricType::kCounter     ? " counter\n"
+            : type == MetricType::kHistogram ? " histogram\n"
+                                             : " gauge\n");
   return Status::Ok();
 }
 
 Status ExpositionWriter::AddSample(const Labels& labels, double value) {
+  if (type_ == MetricType::kHistogram) {
+    return Status::Error("metric " + family_ + ": a histogram takes AddHistogram, not AddSample");
+  }
   return AddFormatted(labels, value < 0, std::isnan(value), FormatValue(value));
+}
+
+Status ExpositionWriter::AddHistogram(const Labels& labels, std::span<const double> bounds,
+                                      std::span<const uint64_t> cumulative, double sum,
+                                      uint64_t count) {
+  const std::string where = "metric " + family_;
+  if (family_.empty() || type_ != MetricType::kHistogram) {
+    return Status::Error(where + ": AddHistogram needs a histogram family begun first");
+  }
+  if (bounds.size() != cumulative.size()) {
+    return Status::Error(where + ": " + std::to_string(bounds.size()) + " bounds but " +
+                         std::to_string(cumulative.size()) + " bucket counts");
+  }
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (!std::isfinite(bounds[i]) || (i > 0 && !(bounds[i] > bounds[i - 1]))) {
+      return Status::Error(where + ": bucket bounds must be finite and ascending");
+    }
+    if ((i > 0 && cumulative[i] < cumulative[i - 1]) || cumulative[i] > count) {
+      return Status::Error(where + ": bucket counts must be cumulative and at most the count");
+    }
+  }
+  for (const auto& [name, value] : labels) {
+    if (name == "le") return Status::Error(where + ": label le is the histogram's own");
+  }
+  // Validate everything first so a refusal leaves the text unchanged.
+  const std::string before = text_;
+  const auto before_sets = label_sets_;
+  auto undo = [&](Status s) {
+    text_ = before;
+    label_sets_ = before_sets;
+    return s;
+  };
+  for (size_t i = 0; i <= bounds.size(); ++i) {
+    Labels with_le = labels;
+    const bool inf = i == bounds.size();
+    with_le.emplace_back("le", inf ? "+Inf" : FormatValue(bounds[i]));
+    const uint64_t n = inf ? count : cumulative[i];
+    if (Status s = AddFormatted(with_le, false, false, std::to_string(n), "_bucket"); !s.ok()) {
+      return undo(s);
+    }
+  }
+  if (Status s = AddFormatted(labels, sum < 0, std::isnan(sum), FormatValue(sum), "_sum");
+      !s.ok()) {
+    return undo(s);
+  }
+  if (Status s = AddFormatted(labels, false, false, std::to_string(count), "_count"); !s.ok()) {
+    return undo(s);
+  }
+  return Status::Ok();
 }
 
 Status ExpositionWriter::AddInteger(const Labels& labels, bool negative, uint64_t magnitude) {
@@ -164,12 +219,12 @@ Status ExpositionWriter::AddInteger(const Labels& labels, bool negative, uint64_
 }
 
 Status ExpositionWriter::AddFormatted(const Labels& labels, bool negative, bool nan,
-                                      const std::string& value) {
+                                      const std::string& value, std::string_view suffix) {
   if (family_.empty()) {
     return Status::Error("metric sample: no family begun; call BeginFamily first");
   }
   const std::string where = "metric " + family_;
-  if (type_ == MetricType::kCounter && (negative || nan)) {
+  if ((type_ == MetricType::kCounter || type_ == MetricType::kHistogram) && (negative || nan)) {
     return Status::Error(where + ": counter value " + value +
                          " is not allowed; a counter is a number >= 0");
   }
@@ -201,15 +256,18 @@ Status ExpositionWriter::AddFormatted(const Labels& labels, bool negative, bool 
   // The same labels in another order are the same series: compare them sorted by name.
   Labels sorted = labels;
   std::sort(sorted.begin(), sorted.end());
-  std::string key;
+  std::string key(suffix);
+  key += '|';
   for (const auto& [name, label_value] : sorted) {
     key += name + "=\"" + EscapeLabelValue(label_value) + "\",";
   }
   if (!label_sets_.insert(key).second) {
-    return Status::Error(where + ": the series " + family_ + series +
+    return Status::Error(where + ": the series " + family_ + std::string(suffix) + series +
                          " was already written in this exposition");
   }
-  text_ += family_ + series + " " + value + "\n";
+  text_ += family_;
+  text_ += suffix;
+  text_ += series + " " + value + "\n";
   return Status::Ok();
 }
 

@@ -19,6 +19,7 @@
 
 #include <concepts>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -32,7 +33,7 @@ namespace tessera::metrics {
 // The Content-Type of a text exposition.
 inline constexpr std::string_view kContentType = "text/plain; version=0.0.4; charset=utf-8";
 
-enum class MetricType { kGauge, kCounter };
+enum class MetricType { kGauge, kCounter, kHistogram };
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
@@ -68,12 +69,20 @@ class ExpositionWriter {
     }
   }
 
+  // Adds one histogram series to the current (histogram) family: `family_bucket{labels,le}` for
+  // each upper bound of `bounds` (ascending, finite) with the cumulative count of observations
+  // at or below it, then le="+Inf" with `count`, `family_sum` and `family_count`.
+  // `cumulative` has one entry per bound and never decreases; `count` is at least its last.
+  Status AddHistogram(const Labels& labels, std::span<const double> bounds,
+                      std::span<const uint64_t> cumulative, double sum, uint64_t count);
+
   // The exposition so far.
   const std::string& text() const { return text_; }
 
  private:
   Status AddInteger(const Labels& labels, bool negative, uint64_t magnitude);
-  Status AddFormatted(const Labels& labels, bool negative, bool nan, const std::string& value);
+  Status AddFormatted(const Labels& labels, bool negative, bool nan, const std::string& value,
+                      std::string_view suffix = {});
 
   std::string text_;
   std::string family_;  // the current family; empty before the first

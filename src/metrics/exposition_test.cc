@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 namespace tessera::metrics {
 namespace {
@@ -135,6 +136,31 @@ TEST(ExpositionWriter, RefusesNegativeAndNaNCounters) {
   ExpectRefused(w, [&] { return w.AddSample({}, -5); }, "counter value -5");
   ExpectRefused(w, [&] { return w.AddSample({}, std::nan("")); }, "counter value NaN");
   EXPECT_TRUE(w.AddSample({}, std::numeric_limits<double>::infinity()).ok());
+}
+
+TEST(ExpositionWriter, WritesHistogramsAsBucketsSumAndCount) {
+  ExpositionWriter w;
+  ASSERT_TRUE(w.BeginFamily("req_seconds", MetricType::kHistogram, "Latency.").ok());
+  const std::vector<double> bounds = {0.001, 0.01};
+  const std::vector<uint64_t> cumulative = {3, 5};
+  ASSERT_TRUE(w.AddHistogram({{"verb", "filter"}}, bounds, cumulative, 0.0125, 6).ok());
+  EXPECT_EQ(w.text(),
+            "# HELP req_seconds Latency.\n"
+            "# TYPE req_seconds histogram\n"
+            "req_seconds_bucket{verb=\"filter\",le=\"0.001\"} 3\n"
+            "req_seconds_bucket{verb=\"filter\",le=\"0.01\"} 5\n"
+            "req_seconds_bucket{verb=\"filter\",le=\"+Inf\"} 6\n"
+            "req_seconds_sum{verb=\"filter\"} 0.0125\n"
+            "req_seconds_count{verb=\"filter\"} 6\n");
+  const std::string before = w.text();
+  const std::vector<uint64_t> decreasing = {5, 3};
+  EXPECT_FALSE(w.AddHistogram({{"verb", "bind"}}, bounds, decreasing, 1, 6).ok());
+  EXPECT_FALSE(w.AddHistogram({{"verb", "filter"}}, bounds, cumulative, 1, 6).ok());  // again
+  EXPECT_FALSE(w.AddHistogram({{"le", "x"}}, bounds, cumulative, 1, 6).ok());
+  EXPECT_FALSE(w.AddSample({{"verb", "x"}}, 1.0).ok());
+  EXPECT_EQ(w.text(), before);
+  ASSERT_TRUE(w.BeginFamily("g", MetricType::kGauge, "h").ok());
+  EXPECT_FALSE(w.AddHistogram({}, bounds, cumulative, 1, 6).ok());
 }
 
 }  // namespace

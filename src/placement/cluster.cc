@@ -102,7 +102,8 @@ FitResult Cluster::Fits(int node, const Request& r) const {
   if (r.gpu_count == 0) return FitResult::kFits;
   const NodeSpec& s = specs_[n];
   if (s.gpu_count == 0 || !r.allowed.Contains(s.model)) return FitResult::kModel;
-  if (!r.whole_gpus() && r.memory_only() != (s.mode == NodeMode::kMemoryOnly)) {
+  if (!r.whole_gpus() && (s.mode == NodeMode::kWholeGpus ||
+                          r.memory_only() != (s.mode == NodeMode::kMemoryOnly))) {
     return FitResult::kMode;
   }
   if (s.gpu_count < r.gpu_count) return FitResult::kGpuCount;

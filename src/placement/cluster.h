@@ -5,7 +5,7 @@
 // Fit rules, all of which must hold for a request on a node:
 //   CPU and host memory fit what is free; the node's GPU model is allowed; the request's form
 //   matches the node's mode (fractional compute shares need memory+compute, memory-only shares
-//   need memory-only; whole GPUs fit both); at least `gpu_count` distinct GPUs each have the
+//   need memory-only; whole GPUs fit every mode, and are all a whole-GPU node takes); at least `gpu_count` distinct GPUs each have the
 //   per-GPU compute share and memory free, and for whole-GPU requests those GPUs are entirely free.
 //
 // Not thread-safe; one writer. Holds no policy and no I/O.

@@ -7,7 +7,15 @@
 namespace tessera::placement {
 
 std::string_view NodeModeName(NodeMode mode) {
-  return mode == NodeMode::kMemoryOnly ? "memory-only" : "memory+compute";
+  switch (mode) {
+    case NodeMode::kMemoryOnly:
+      return "memory-only";
+    case NodeMode::kWholeGpus:
+      return "whole-gpu";
+    case NodeMode::kMemoryAndCompute:
+      break;
+  }
+  return "memory+compute";
 }
 
 int64_t KnownModelMemoryMib(std::string_view name) {
@@ -84,6 +92,29 @@ Status ValidateRequest(const Request& r, std::string_view what) {
   return Status::Ok();
 }
 
+Result<Request> RequestFromShares(int64_t cpu_milli, int64_t memory_mib, int gpu_count,
+                                  int64_t gpu_mem_mib, int gpu_core_percent, ModelSet allowed) {
+  if (gpu_core_percent < 0 || gpu_core_percent > 100) {
+    return Result<Request>::Error("gpu-core=" + std::to_string(gpu_core_percent) +
+                                  ": expected a percent of one GPU from 0 to 100");
+  }
+  if (gpu_mem_mib < 0 || gpu_mem_mib > int64_t{1} << 30) {
+    return Result<Request>::Error("gpu-mem=" + std::to_string(gpu_mem_mib) +
+                                  " MiB: expected MiB from 0 to 1073741824");
+  }
+  Request r;
+  r.cpu_milli = cpu_milli;
+  r.memory_mib = memory_mib;
+  r.gpu_count = gpu_count;
+  r.gpu_milli = gpu_core_percent * 10;
+  // No memory given with a compute share: the same fraction of the GPU's memory.
+  r.gpu_mem_mib = gpu_mem_mib == 0 && gpu_core_percent > 0 ? kProportionalMemory : gpu_mem_mib;
+  r.allowed = allowed;
+  Status valid = ValidateRequest(r, "gpu-mem/gpu-core request");
+  if (!valid.ok()) return valid;
+  return r;
+}
+
 Result<Request> RequestFromShareForm(int64_t cpu_milli, int64_t memory_mib, int gpu_count,
                                      int64_t gpu_mem_gib, int gpu_core_percent, ModelSet allowed) {
   if (gpu_core_percent < 0 || gpu_core_percent > 100 || gpu_core_percent % 5 != 0) {
@@ -94,18 +125,8 @@ Result<Request> RequestFromShareForm(int64_t cpu_milli, int64_t memory_mib, int 
     return Result<Request>::Error("gpu-mem=" + std::to_string(gpu_mem_gib) +
                                   ": expected GiB from 0 to 1048576");
   }
-  Request r;
-  r.cpu_milli = cpu_milli;
-  r.memory_mib = memory_mib;
-  r.gpu_count = gpu_count;
-  r.gpu_milli = gpu_core_percent * 10;
-  // No memory given with a compute share: the same fraction of the GPU's memory.
-  r.gpu_mem_mib =
-      gpu_mem_gib == 0 && gpu_core_percent > 0 ? kProportionalMemory : gpu_mem_gib * 1024;
-  r.allowed = allowed;
-  Status valid = ValidateRequest(r, "gpu-mem/gpu-core request");
-  if (!valid.ok()) return valid;
-  return r;
+  return RequestFromShares(cpu_milli, memory_mib, gpu_count, gpu_mem_gib * 1024, gpu_core_percent,
+                           allowed);
 }
 
 }  // namespace tessera::placement

@@ -5,7 +5,7 @@
 // A node has CPU (milli-cores), host memory (MiB) and 0..kMaxGpusPerNode GPUs of one model. Every
 // GPU has a compute capacity of 1000 milli and its model's memory. A node runs in one sharing mode,
 // never mixed (as ACK requires): memory-only (tenants share a GPU by memory; compute is not
-// divided) or memory+compute (both are divided).
+// divided), memory+compute (both are divided) or whole GPUs (nothing is shared).
 //
 // A request asks for CPU, host memory and `gpu_count` distinct GPUs, each with the same per-GPU
 // share: `gpu_milli` of compute (1000 = a whole GPU, which only a completely free GPU can give;
@@ -30,11 +30,12 @@ inline constexpr int kMaxGpusPerNode = 32;  // GPUs of one node are addressed by
 inline constexpr int kMaxModels = 64;       // Model sets are 64-bit masks.
 inline constexpr int64_t kProportionalMemory = -1;
 
-// How tenants share the GPUs of one node. Whole-GPU requests fit either mode; a fractional request
+// How tenants share the GPUs of one node. Whole-GPU requests fit every mode; a fractional request
 // fits only the mode of its form (compute share > 0: memory+compute; compute share 0: memory-only).
 enum class NodeMode : uint8_t {
   kMemoryAndCompute,  // the trace's nodes: a GPU is divided by compute milli and memory
   kMemoryOnly,        // a GPU is divided by memory only; compute is shared, not reserved
+  kWholeGpus,         // GPUs are not shared: only whole-GPU requests fit (DESIGN §8 `exclusive`)
 };
 
 std::string_view NodeModeName(NodeMode mode);
@@ -109,9 +110,17 @@ struct Request {
 // request in the message.
 Status ValidateRequest(const Request& request, std::string_view what);
 
-// Our own request form (DESIGN §8): `gpu_mem_gib` GiB of GPU memory and `gpu_core_percent` % of
-// one GPU's compute (0 = memory-only, 100 = whole GPUs; multiples of 5) on each of `gpu_count`
-// GPUs. CPU and host memory are given as for any request.
+// Our own request form (DESIGN §8): `gpu_mem_mib` MiB of GPU memory and `gpu_core_percent` % of
+// one GPU's compute (0 = memory-only, 100 = whole GPUs) on each of `gpu_count` GPUs; no memory
+// with a compute share means the same fraction of the GPU's memory. CPU and host memory are given
+// as for any request. The extender's requests and the trace's (RequestFromShareForm) are built
+// here.
+Result<Request> RequestFromShares(int64_t cpu_milli, int64_t memory_mib, int gpu_count,
+                                  int64_t gpu_mem_mib, int gpu_core_percent,
+                                  ModelSet allowed = ModelSet::Any());
+
+// The trace's share form: `gpu_mem_gib` GiB per GPU and a core percent in multiples of 5 (as ACK
+// requires); otherwise RequestFromShares.
 Result<Request> RequestFromShareForm(int64_t cpu_milli, int64_t memory_mib, int gpu_count,
                                      int64_t gpu_mem_gib, int gpu_core_percent,
                                      ModelSet allowed = ModelSet::Any());

@@ -63,7 +63,8 @@ size_t ScoredNodePolicy::ShapeHash::operator()(const ShapeKey& k) const {
   return static_cast<size_t>(h);
 }
 
-std::optional<Assignment> ScoredNodePolicy::Select(const Cluster& c, const Request& r) {
+std::vector<ScoredNodePolicy::Entry>* ScoredNodePolicy::EntriesFor(const Cluster& c,
+                                                                    const Request& r) {
   if (c.id() != cluster_id_) {
     cache_.clear();
     cluster_id_ = c.id();
@@ -71,26 +72,53 @@ std::optional<Assignment> ScoredNodePolicy::Select(const Cluster& c, const Reque
   }
   const ShapeKey key{r.cpu_milli, r.memory_mib, r.gpu_mem_mib,
                      r.gpu_count, r.gpu_milli,  r.allowed.bits()};
-  std::vector<Entry>* entries = nullptr;
-  if (auto it = cache_.find(key); it != cache_.end()) {
-    entries = &it->second;
-  } else if (cache_.size() < kMaxCachedShapes) {
-    entries =
-        &cache_.emplace(key, std::vector<Entry>(static_cast<size_t>(c.node_count()))).first->second;
-  }
+  if (auto it = cache_.find(key); it != cache_.end()) return &it->second;
+  if (cache_.size() >= kMaxCachedShapes) return nullptr;
+  return &cache_.emplace(key, std::vector<Entry>(static_cast<size_t>(c.node_count())))
+              .first->second;
+}
+
+void ScoredNodePolicy::Refresh(const Cluster& c, int n, const Request& r, Entry& e) {
+  e.version = c.version(n);
+  e.fits = c.Fits(n, r) == FitResult::kFits;
+  if (e.fits) e.score = ScoreNode(c, n, r);
+}
+
+std::optional<Assignment> ScoredNodePolicy::Select(const Cluster& c, const Request& r) {
+  return Scan(c, r, nullptr, c.node_count(), nullptr);
+}
+
+std::optional<Assignment> ScoredNodePolicy::SelectAmong(const Cluster& c, const Request& r,
+                                                        std::span<const int> candidates,
+                                                        std::vector<NodeScore>* scores) {
+  if (scores != nullptr) scores->clear();
+  return Scan(c, r, candidates.data(), static_cast<int>(candidates.size()), scores);
+}
+
+uint32_t ScoredNodePolicy::GpusOn(const Cluster& c, int node, const Request& r) {
+  std::vector<Entry>* entries = EntriesFor(c, r);
+  Entry uncached;
+  Entry& e = entries != nullptr ? (*entries)[static_cast<size_t>(node)] : uncached;
+  if (entries == nullptr || e.version != c.version(node)) Refresh(c, node, r, e);
+  if (!e.fits) return 0;
+  return FinalGpus(c, node, r, e.score.gpus);
+}
+
+std::optional<Assignment> ScoredNodePolicy::Scan(const Cluster& c, const Request& r,
+                                                 const int* candidates, int count,
+                                                 std::vector<NodeScore>* scores) {
+  std::vector<Entry>* entries = EntriesFor(c, r);
   int best = -1;
   Score best_score;
   uint64_t ties = 0;
   Entry uncached;
-  for (int n = 0; n < c.node_count(); ++n) {
+  for (int i = 0; i < count; ++i) {
+    const int n = candidates != nullptr ? candidates[i] : i;
     Entry* e = entries != nullptr ? &(*entries)[static_cast<size_t>(n)] : &uncached;
-    if (entries == nullptr || e->version != c.version(n)) {
-      e->version = c.version(n);
-      e->fits = c.Fits(n, r) == FitResult::kFits;
-      if (e->fits) e->score = ScoreNode(c, n, r);
-    }
+    if (entries == nullptr || e->version != c.version(n)) Refresh(c, n, r, *e);
     if (!e->fits) continue;
     const Score& s = e->score;
+    if (scores != nullptr) scores->push_back(NodeScore{n, s.primary, s.secondary, s.gpus});
     if (best < 0 || s.primary > best_score.primary ||
         (s.primary == best_score.primary && s.secondary > best_score.secondary)) {
       best = n;

@@ -27,6 +27,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "core/result.h"
 #include "placement/cluster.h"
@@ -42,6 +43,15 @@ struct PolicyOptions {
   const TargetWorkload* workload = nullptr;
 };
 
+// A node's standing for one request under a policy: higher `primary`, then higher `secondary`, is
+// better; `gpus` is where on the node the request would go. Scores compare only within one policy.
+struct NodeScore {
+  int node = -1;
+  double primary = 0;
+  double secondary = 0;
+  uint32_t gpus = 0;
+};
+
 class Policy {
  public:
   virtual ~Policy() = default;
@@ -49,6 +59,16 @@ class Policy {
   // Where `request` should go: a node it fits and exactly request.gpu_count of that node's GPUs
   // that each fit it. nullopt when it fits no node. Does not change the cluster.
   virtual std::optional<Assignment> Select(const Cluster& cluster, const Request& request) = 0;
+  // Select over a subset of the nodes: the choice Select would make if the cluster had only the
+  // nodes in `candidates` (node indices in increasing order; equal scores still go to the lowest
+  // index). Select is this over every node. When `scores` is not null it receives the score of
+  // every candidate the request fits, in candidate order (cleared first).
+  virtual std::optional<Assignment> SelectAmong(const Cluster& cluster, const Request& request,
+                                                std::span<const int> candidates,
+                                                std::vector<NodeScore>* scores) = 0;
+  // The GPUs this policy gives `request` on `node`, which the request must fit: those Select
+  // returns whenever it chooses that node. Does not change the cluster.
+  virtual uint32_t GpusOn(const Cluster& cluster, int node, const Request& request) = 0;
   // Called after the caller applied `a` for `request` (or took it back).
   virtual void OnPlaced(const Cluster& cluster, const Request& request, const Assignment& a) {}
   virtual void OnRemoved(const Cluster& cluster, const Request& request, const Assignment& a) {}

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -45,6 +46,10 @@ class ScoredNodePolicy : public Policy {
  public:
   ScoredNodePolicy(const PolicyOptions& options, TieRule tie) : rng_(options.seed), tie_(tie) {}
   std::optional<Assignment> Select(const Cluster& cluster, const Request& request) final;
+  std::optional<Assignment> SelectAmong(const Cluster& cluster, const Request& request,
+                                        std::span<const int> candidates,
+                                        std::vector<NodeScore>* scores) final;
+  uint32_t GpusOn(const Cluster& cluster, int node, const Request& request) final;
 
  protected:
   struct Score {
@@ -80,6 +85,16 @@ class ScoredNodePolicy : public Policy {
     size_t operator()(const ShapeKey& k) const;
   };
   static constexpr size_t kMaxCachedShapes = 256;
+
+  // The node loop behind Select and SelectAmong: every node when `candidates` is null, else the
+  // `count` nodes listed there.
+  std::optional<Assignment> Scan(const Cluster& cluster, const Request& request,
+                                 const int* candidates, int count, std::vector<NodeScore>* scores);
+  // The cached entries of `request`'s shape (nullptr when the cache is full), after resetting the
+  // cache for a new cluster object.
+  std::vector<Entry>* EntriesFor(const Cluster& cluster, const Request& request);
+  // `e` brought up to date for `node`.
+  void Refresh(const Cluster& cluster, int node, const Request& request, Entry& e);
 
   TieRule tie_;
   uint64_t cluster_id_ = 0;

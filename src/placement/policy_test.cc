@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 
@@ -248,6 +249,69 @@ TEST(PolicyTest, ModelConstraintsAreHonoured) {
     ASSERT_TRUE(a.has_value()) << name;
     EXPECT_EQ(a->node, 1) << name;
   }
+}
+
+TEST(PolicyTest, SelectAmongIsSelectOverTheCandidates) {
+  // Every deterministic policy, on a cluster part-filled by its own choices: SelectAmong over all
+  // nodes is Select; over the nodes without Select's choice it is Select on a copy where that node
+  // can take nothing; GpusOn of the chosen node gives Select's GPUs; the reported scores are the
+  // fitting candidates' and the chosen node's is the best of them.
+  const TargetWorkload w = TraceLike();
+  const std::vector<Request> mix = {Pod(1000, 1, 11000), Pod(500, 1, 6000),   Pod(250, 1, 3000),
+                                    Pod(0, 0, 16000),    Pod(1000, 2, 20000), Pod(320, 1, 4000)};
+  for (std::string_view name : PolicyNames()) {
+    if (name == "random") continue;
+    SCOPED_TRACE(std::string(name));
+    Cluster c = Nodes({{96000, 8, "G2"}, {104000, 2, "T4"}, {96000, 8, "G2"}, {64000, 4, "T4"}});
+    auto policy = Make(name, &w);
+    std::vector<int> all(static_cast<size_t>(c.node_count()));
+    for (int n = 0; n < c.node_count(); ++n) all[static_cast<size_t>(n)] = n;
+    for (int i = 0; i < 40; ++i) {
+      const Request& r = mix[static_cast<size_t>(i) % mix.size()];
+      const auto chosen = policy->Select(c, r);
+      std::vector<NodeScore> scores;
+      const auto among = policy->SelectAmong(c, r, all, &scores);
+      ASSERT_EQ(chosen.has_value(), among.has_value()) << "request " << i;
+      if (!chosen) break;
+      EXPECT_EQ(*among, *chosen) << "request " << i;
+      EXPECT_EQ(policy->GpusOn(c, chosen->node, r), chosen->gpus) << "request " << i;
+      size_t fitting = 0;
+      for (int n = 0; n < c.node_count(); ++n) fitting += c.Fits(n, r) == FitResult::kFits;
+      ASSERT_EQ(scores.size(), fitting);
+      for (const NodeScore& s : scores) {
+        EXPECT_EQ(c.Fits(s.node, r), FitResult::kFits);
+        if (s.node == chosen->node) continue;
+        const NodeScore& best = *std::find_if(scores.begin(), scores.end(),
+                                              [&](const NodeScore& x) { return x.node == chosen->node; });
+        EXPECT_TRUE(s.primary < best.primary ||
+                    (s.primary == best.primary && s.secondary <= best.secondary));
+      }
+      std::vector<int> rest;
+      for (int n : all) {
+        if (n != chosen->node) rest.push_back(n);
+      }
+      Cluster without = c;
+      ASSERT_TRUE(without.Place(Pod(0, 0, without.cpu_free(chosen->node)), {chosen->node, 0}).ok());
+      const auto among_rest = policy->SelectAmong(c, r, rest, nullptr);
+      EXPECT_EQ(among_rest, policy->Select(without, r)) << "request " << i;
+      ASSERT_TRUE(c.Place(r, *chosen).ok());
+      policy->OnPlaced(c, r, *chosen);
+    }
+  }
+}
+
+TEST(PolicyTest, WholeGpuNodesTakeOnlyWholeGpus) {
+  ModelTable models;
+  const int t4 = *models.Intern("T4");
+  Cluster c = *Cluster::Create(models, {{"x", 64000, 1 << 20, 2, t4, NodeMode::kWholeGpus}});
+  EXPECT_EQ(c.Fits(0, Pod(500)), FitResult::kMode);
+  Request mem_only = Pod(0);
+  mem_only.gpu_mem_mib = 1024;
+  EXPECT_EQ(c.Fits(0, mem_only), FitResult::kMode);
+  EXPECT_EQ(c.Fits(0, Pod(1000, 2)), FitResult::kFits);
+  const TargetWorkload w = TraceLike();
+  EXPECT_FALSE(Make("tessera", &w)->Select(c, Pod(500)).has_value());
+  EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(1000))->gpus, 1u);
 }
 
 }  // namespace

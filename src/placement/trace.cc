@@ -210,9 +210,11 @@ Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name)
     if (c_mode >= 0 && !csv.Field(c_mode).empty()) {
       if (csv.Field(c_mode) == "memory-only") {
         node.mode = NodeMode::kMemoryOnly;
+      } else if (csv.Field(c_mode) == "whole-gpu") {
+        node.mode = NodeMode::kWholeGpus;
       } else if (csv.Field(c_mode) != "memory+compute") {
-        return Status::Error(
-            csv.ColumnError(c_mode, "is not a sharing mode", "memory+compute or memory-only"));
+        return Status::Error(csv.ColumnError(c_mode, "is not a sharing mode",
+                                             "memory+compute, memory-only or whole-gpu"));
       }
     }
     int64_t gpu_mem = 0;

@@ -2,8 +2,8 @@
 // extensions of them, as CSV with a header row.
 //
 // Node list columns (any order, extra columns ignored): sn, cpu_milli, memory_mib, gpu, model;
-// optional: mode ("memory+compute", the default, or "memory-only") and gpu_memory_mib (per GPU;
-// default: the model's known size).
+// optional: mode ("memory+compute", the default, "memory-only" or "whole-gpu") and gpu_memory_mib
+// (per GPU; default: the model's known size).
 // Pod list columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec (models separated by
 // '|', empty for any); optional: gpu_mem_mib (per GPU; empty or absent: the same fraction of the
 // GPU's memory as gpu_milli). Other columns (qos, times, ...) are ignored. Instead of gpu_milli,

@@ -35,15 +35,18 @@ TEST(NodeCsvTest, OptionalModeAndGpuMemoryColumns) {
   auto list = ParseNodeCsv(
       "model,gpu,sn,cpu_milli,memory_mib,mode,gpu_memory_mib\n"
       "H100,8,h0,128000,1048576,memory-only,81920\n"
-      "T4,2,t0,32000,65536,,\n",
+      "T4,2,t0,32000,65536,,\n"
+      "T4,2,t1,32000,65536,whole-gpu,\n",
       "n.csv");
   ASSERT_TRUE(list.ok()) << list.error();
   EXPECT_EQ(list->nodes[0].mode, NodeMode::kMemoryOnly);
   EXPECT_EQ(list->models.model(list->nodes[0].model).memory_mib, 81920);
   EXPECT_EQ(list->nodes[1].mode, NodeMode::kMemoryAndCompute);
+  EXPECT_EQ(list->nodes[2].mode, NodeMode::kWholeGpus);
   auto bad = ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model,mode\nx,1,1,1,T4,shared\n", "n.csv");
   ASSERT_FALSE(bad.ok());
-  ExpectError(bad.error(), "n.csv:2: column 6 (mode): \"shared\"", "memory+compute or memory-only");
+  ExpectError(bad.error(), "n.csv:2: column 6 (mode): \"shared\"",
+              "memory+compute, memory-only or whole-gpu");
 }
 
 TEST(NodeCsvTest, RejectsMalformedRowsWithFileLineAndColumn) {

@@ -1,0 +1,378 @@
+// A whole cluster in one test (issue 15, item 6): the stand-in API server; tessera-extender (in
+// process, on its real HTTP verbs, driven as kube-scheduler drives an extender); three simulated
+// GPU nodes, each with its own simgpu state, a real tesserad and the real tessera-device-plugin;
+// a stand-in kubelet per node that admits pods as kubelet does (Allocate per container) and a
+// stand-in container runtime that starts each container's process in its own mount namespace with
+// the returned mounts and environment. Pods are created as a user creates them. The test checks
+// that each pod lands where the placement engine decides (the same engine run beside it on the
+// same cluster), that each process stops exactly at its cap, that a pod that cannot fit stays
+// Pending with a reason naming the resource, and that deleting half the pods makes room for the
+// next wave.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <bit>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "k8s/annotations.h"
+#include "k8s/deviceplugin/test_kubelet.h"
+#include "k8s/deviceplugin/test_support.h"
+#include "k8s/extender/extender_app.h"
+#include "k8s/extender/scheduler_driver.h"
+#include "k8s/extender/test_objects.h"
+#include "k8s/test_apiserver.h"
+#include "placement/policy.h"
+#include "process/child_process.h"
+
+namespace tessera::extender {
+namespace {
+
+using namespace std::chrono_literals;
+using k8s::Json;
+using process::BuildDir;
+using process::ChildProcess;
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+// One simulated GPU node: tesserad on its own simgpu state, the device plugin, a kubelet.
+struct GpuNode {
+  std::string name;
+  std::string sim_gpus;  // TESSERA_SIM_GPUS
+  std::string model;
+  uint64_t gpu_gib = 0;
+  std::unique_ptr<k8s::testing::SimNode> sim;
+  std::unique_ptr<k8s::TestKubelet> kubelet;
+  std::unique_ptr<ChildProcess> plugin;
+  std::vector<std::string> uuids;  // from the inventory the plugin published
+};
+
+// One pod of the test, as the user asked for it and as the engine beside the test decides it.
+struct TestPod {
+  std::string name;
+  std::map<std::string, std::string> limits;
+  std::map<std::string, std::string> annotations;
+  placement::Request request;  // what the engine is asked
+  uint64_t cap_bytes = 0;      // the memory cap on each of its GPUs
+  Json created;                // as the API server returned it
+  std::optional<placement::Assignment> expected;
+  std::string node;
+  std::set<std::string> gpus;
+  ChildProcess* process = nullptr;
+};
+
+class ClusterE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(api_.Start(0).ok());
+    for (const auto& [name, gpus, model, gib] :
+         {std::tuple{"gpu-a", "SimA:16GiB:80,SimA:16GiB:80", "SimA", 16},
+          std::tuple{"gpu-b", "SimA:16GiB:80,SimA:16GiB:80", "SimA", 16},
+          std::tuple{"gpu-c", "SimB:24GiB:80,SimB:24GiB:80", "SimB", 24}}) {
+      GpuNode n;
+      n.name = name;
+      n.sim_gpus = gpus;
+      n.model = model;
+      n.gpu_gib = static_cast<uint64_t>(gib);
+      nodes_.push_back(std::move(n));
+    }
+    for (GpuNode& n : nodes_) {
+      n.sim = std::make_unique<k8s::testing::SimNode>(n.sim_gpus, std::vector<std::string>{"--policy", "3"});
+      ASSERT_TRUE(n.sim->Start()) << n.name;
+      api_.CreateNode({{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", "core_mem"}}}}},
+                       {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
+      const std::string dir = n.sim->Scratch("device-plugins");
+      n.kubelet = std::make_unique<k8s::TestKubelet>(dir);
+      ASSERT_TRUE(n.kubelet->Start().ok());
+      const std::string kubeconfig = n.sim->Scratch("kube") + "/config";
+      std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                                   "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
+                                   "clusters: [{name: c, cluster: {server: \""
+                                << api_.url() << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
+      n.plugin = std::make_unique<ChildProcess>(
+          std::vector<std::string>{BuildDir() + "/bin/tessera-device-plugin", "--node-name", n.name,
+                                   "--kubeconfig", kubeconfig, "--device-plugin-dir", dir,
+                                   "--tesserad-socket", n.sim->socket(), "--container-sockets",
+                                   n.sim->container_sockets(), "--state-dir", n.sim->Scratch("state"),
+                                   "--sim", "--reconcile-interval", "200ms", "--resource-names", "both"},
+          n.sim->SimEnv());
+      ASSERT_TRUE(n.plugin->started());
+    }
+    for (GpuNode& n : nodes_) {
+      for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
+                            "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"}) {
+        ASSERT_TRUE(n.kubelet->WaitForResource(r, 30s)) << n.name << " " << r;
+      }
+      ASSERT_TRUE(k8s::testing::WaitUntil([&] {
+        auto node = api_.GetNode(n.name);
+        return node && (*node)["metadata"].contains("annotations") &&
+               (*node)["metadata"]["annotations"].contains(k8s::kInventoryAnnotation);
+      }, 10s)) << n.name << " published no inventory";
+      auto inv = k8s::ParseGpuInventory(
+          (*api_.GetNode(n.name))["metadata"]["annotations"][k8s::kInventoryAnnotation].get<std::string>());
+      ASSERT_TRUE(inv.ok()) << inv.error();
+      for (const auto& g : inv->gpus) n.uuids.push_back(g.uuid);
+      names_.push_back(n.name);
+    }
+  }
+
+  void TearDown() override {
+    for (auto& p : containers_) {
+      p->CloseStdin();
+      p->Wait(10s);
+    }
+    containers_.clear();
+    extender_.reset();
+    for (GpuNode& n : nodes_) {
+      if (n.plugin) {
+        n.plugin->Kill(SIGTERM);
+        n.plugin->Wait(20s);
+      }
+      n.kubelet.reset();
+      n.sim.reset();
+    }
+    api_.Stop();
+  }
+
+  // The engine beside the test: the same nodes (sorted by name), the same target workload.
+  void StartEngineAndExtender(const std::vector<TestPod>& pods) {
+    placement::ModelTable models;
+    std::vector<placement::NodeSpec> specs;
+    for (const GpuNode& n : nodes_) {
+      const int64_t mib = static_cast<int64_t>(n.gpu_gib) * 1024;
+      const int model = *models.Intern(n.model + "/" + std::to_string(mib), mib);
+      specs.push_back({n.name, 16000, 65536, 2, model, placement::NodeMode::kMemoryAndCompute});
+    }
+    engine_cluster_ = std::make_unique<placement::Cluster>(models, specs);
+    std::vector<placement::Request> shapes;
+    for (const TestPod& p : pods) shapes.push_back(p.request);
+    workload_ = std::make_shared<placement::TargetWorkload>(placement::TargetWorkload::FromRequests(shapes));
+    placement::PolicyOptions po;
+    po.workload = workload_.get();
+    engine_ = std::move(placement::MakePolicy("tessera", po).value());
+    AppConfig c;
+    c.api.server = api_.url();
+    c.listen_host = "127.0.0.1";
+    c.listen_port = 0;
+    c.state.workload = workload_;
+    c.quiet = true;
+    extender_ = std::make_unique<ExtenderApp>(c);
+    ASSERT_TRUE(extender_->Start().ok());
+    ASSERT_TRUE(extender_->WaitReady(10s));
+    // The extender has read every node's inventory.
+    ASSERT_TRUE(k8s::testing::WaitUntil(
+        [&] { return extender_->state().Stats().gpu_milli_capacity == 6000; }, 10s));
+    driver_ = std::make_unique<testing::SchedulerDriver>(extender_->port());
+  }
+
+  // A pod as a user writes it (one container, "app").
+  TestPod MakePod(const std::string& name, std::map<std::string, std::string> limits,
+                  std::map<std::string, std::string> annotations = {}) {
+    TestPod p;
+    p.name = name;
+    p.limits = std::move(limits);
+    p.annotations = std::move(annotations);
+    auto value = [&](const char* a, const char* b) -> int {
+      if (auto it = p.limits.find(a); it != p.limits.end()) return std::stoi(it->second);
+      if (auto it = p.limits.find(b); it != p.limits.end()) return std::stoi(it->second);
+      return 0;
+    };
+    const int count = std::max(1, value("tessera.io/gpu-count", "aliyun.com/gpu-count"));
+    const int core = value("tessera.io/gpu-core", "aliyun.com/gpu-core.percentage");
+    const int mem_gib = value("tessera.io/gpu-mem", "aliyun.com/gpu-mem");
+    const bool whole = core == 0 && mem_gib == 0;
+    placement::ModelSet allowed = placement::ModelSet::Any();
+    if (p.annotations.count("tessera.io/gpu-model") != 0) {
+      allowed = placement::ModelSet::Of(engine_model(p.annotations["tessera.io/gpu-model"]));
+    }
+    p.request = *placement::RequestFromShares(500, 512, count, whole ? 0 : int64_t{mem_gib} * 1024 / count,
+                                              whole ? 100 : core, allowed);
+    p.cap_bytes = whole ? 0 : uint64_t(mem_gib) * kGiB / uint64_t(count);
+    return p;
+  }
+  // Model ids as the engine beside the test interns them (nodes in name order).
+  static int engine_model(const std::string& model) { return model == "SimB" ? 1 : 0; }
+
+  // Creates the pod, schedules it through the extender as kube-scheduler would, and checks the
+  // decision against the engine's.
+  void Place(TestPod& p) {
+    testing::TestContainer c;
+    c.limits = p.limits;
+    c.cpu = "500m";
+    c.memory = "512Mi";
+    Json pod = testing::Pod(p.name, std::vector<testing::TestContainer>{c}, p.annotations);
+    pod["metadata"].erase("uid");
+    pod["metadata"].erase("resourceVersion");
+    p.created = api_.CreatePod(pod);
+    p.expected = engine_->Select(*engine_cluster_, p.request);
+    const testing::ScheduleResult r = driver_->Schedule(p.created, names_);
+    ASSERT_TRUE(r.error.empty()) << p.name << ": " << r.error;
+    ASSERT_EQ(r.bound, p.expected.has_value()) << p.name;
+    if (!r.bound) return;
+    ASSERT_TRUE(engine_cluster_->Place(p.request, *p.expected).ok());
+    const GpuNode& node = nodes_[static_cast<size_t>(p.expected->node)];
+    EXPECT_EQ(r.node, node.name) << p.name << " landed elsewhere than the engine decided";
+    p.node = r.node;
+    auto a = k8s::ParseAssignment((*api_.GetPod("default", p.name))["metadata"]["annotations"]
+                                  [k8s::kAssignmentAnnotation].get<std::string>());
+    ASSERT_TRUE(a.ok()) << a.error();
+    for (const auto& g : a->containers.at(0).gpus) p.gpus.insert(g.uuid);
+    std::set<std::string> expected_gpus;
+    for (int g = 0; g < 2; ++g) {
+      if ((p.expected->gpus >> g) & 1) expected_gpus.insert(node.uuids[static_cast<size_t>(g)]);
+    }
+    EXPECT_EQ(p.gpus, expected_gpus) << p.name << " got other GPUs than the engine decided";
+    if (p.cap_bytes == 0) p.cap_bytes = node.gpu_gib * kGiB;  // a whole GPU
+  }
+
+  // kubelet on the pod's node admits it (Allocate) and the runtime starts its process: a tenant
+  // that allocates 64 MiB at a time until refused, then holds what it got.
+  void Run(TestPod& p) {
+    GpuNode& node = *std::find_if(nodes_.begin(), nodes_.end(), [&](const GpuNode& n) { return n.name == p.node; });
+    auto admitted = node.kubelet->Admit(*api_.GetPod("default", p.name));
+    ASSERT_TRUE(admitted.ok()) << p.name << ": " << admitted.error();
+    ASSERT_EQ(admitted->size(), 1u);
+    const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
+    ASSERT_TRUE(node.kubelet->PreStart(p.created["metadata"]["uid"], a.name).ok());
+    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
+                                    node.sim->Scratch("ctr-" + p.name)};
+    for (const auto& m : a.mounts) {
+      cmd.insert(cmd.end(), {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
+    }
+    for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
+    cmd.insert(cmd.end(), {"--", BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "64"});
+    containers_.push_back(std::make_unique<ChildProcess>(
+        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}));
+    p.process = containers_.back().get();
+    api_.SetPodPhase("default", p.name, "Running");
+  }
+
+  void ExpectStoppedAtCap(TestPod& p) {
+    auto allocated = p.process->WaitForKey("allocated", 60s);
+    ASSERT_TRUE(allocated.has_value()) << p.name << ": the process did not report";
+    EXPECT_EQ(*allocated, std::to_string(p.cap_bytes)) << p.name;
+    EXPECT_EQ(p.process->values().at("failure"), "2") << p.name << ": not CUDA_ERROR_OUT_OF_MEMORY";
+  }
+
+  // Places every pod in turn, starts each bound one's process, then checks that `expected_bound`
+  // were bound and that each process stopped at its cap.
+  void PlaceRunAndCheck(std::vector<TestPod>& pods, int expected_bound) {
+    int bound = 0;
+    for (TestPod& p : pods) {
+      ASSERT_NO_FATAL_FAILURE(Place(p));
+      if (p.node.empty()) continue;
+      ++bound;
+      ASSERT_NO_FATAL_FAILURE(Run(p));
+    }
+    EXPECT_EQ(bound, expected_bound);
+    for (TestPod& p : pods) {
+      if (!p.node.empty()) {
+        ASSERT_NO_FATAL_FAILURE(ExpectStoppedAtCap(p));
+      }
+    }
+  }
+
+  void Delete(TestPod& p) {
+    if (p.process != nullptr) {
+      p.process->CloseStdin();  // the container stops
+      p.process->Wait(10s);
+    }
+    ASSERT_TRUE(api_.DeletePod("default", p.name));
+    GpuNode& node = *std::find_if(nodes_.begin(), nodes_.end(), [&](const GpuNode& n) { return n.name == p.node; });
+    node.kubelet->RemovePod(p.created["metadata"]["uid"]);
+    ASSERT_TRUE(engine_cluster_->Remove(p.request, *p.expected).ok());
+  }
+
+  k8s::TestApiServer api_;
+  std::vector<GpuNode> nodes_;
+  std::vector<std::string> names_;
+  std::unique_ptr<placement::Cluster> engine_cluster_;
+  std::shared_ptr<placement::TargetWorkload> workload_;
+  std::unique_ptr<placement::Policy> engine_;
+  std::unique_ptr<ExtenderApp> extender_;
+  std::unique_ptr<testing::SchedulerDriver> driver_;
+  std::vector<std::unique_ptr<ChildProcess>> containers_;
+};
+
+TEST_F(ClusterE2ETest, ThirtyPodsLandAsTheEngineDecidesAndStopAtTheirCaps) {
+  std::vector<TestPod> pods;
+  pods.push_back(MakePod("whole-0", {{"tessera.io/gpu-count", "1"}}));
+  for (int i = 0; i < 10; ++i) {
+    pods.push_back(MakePod("frac-" + std::to_string(i), {{"tessera.io/gpu-core", "20"}, {"tessera.io/gpu-mem", "2"}}));
+  }
+  for (int i = 0; i < 3; ++i) {
+    pods.push_back(MakePod("multi-" + std::to_string(i),
+                           {{"tessera.io/gpu-count", "2"}, {"tessera.io/gpu-core", "10"}, {"tessera.io/gpu-mem", "2"}}));
+  }
+  for (int i = 0; i < 4; ++i) {
+    pods.push_back(MakePod("simb-" + std::to_string(i), {{"tessera.io/gpu-core", "15"}, {"tessera.io/gpu-mem", "3"}},
+                           {{"tessera.io/gpu-model", "SimB"}}));
+  }
+  for (int i = 0; i < 6; ++i) {
+    pods.push_back(MakePod("ack-" + std::to_string(i),
+                           {{"aliyun.com/gpu-core.percentage", "10"}, {"aliyun.com/gpu-mem", "1"}}));
+  }
+  for (int i = 0; i < 6; ++i) {
+    pods.push_back(MakePod("small-" + std::to_string(i), {{"tessera.io/gpu-core", "5"}, {"tessera.io/gpu-mem", "1"}}));
+  }
+  ASSERT_EQ(pods.size(), 30u);
+  StartEngineAndExtender(pods);
+  ASSERT_NO_FATAL_FAILURE(PlaceRunAndCheck(pods, 30));
+  for (TestPod& p : pods) {
+    if (p.name.rfind("simb-", 0) == 0) {
+      EXPECT_EQ(p.node, "gpu-c") << p.name << " left its model";
+    }
+  }
+
+  // Pods that cannot fit stay Pending, and the reason names the resource.
+  TestPod three = MakePod("three-gpus", {{"tessera.io/gpu-count", "3"}});
+  ASSERT_NO_FATAL_FAILURE(Place(three));
+  const testing::ScheduleResult r3 = driver_->Schedule(three.created, names_);
+  ASSERT_FALSE(r3.bound);
+  ASSERT_EQ(r3.failures.size(), names_.size());
+  for (const std::string& n : names_) {
+    EXPECT_NE(r3.failures.at(n).find("tessera.io/gpu-count=3"), std::string::npos) << r3.failures.at(n);
+  }
+  TestPod big = MakePod("too-big", {{"tessera.io/gpu-core", "5"}, {"tessera.io/gpu-mem", "30"}});
+  ASSERT_NO_FATAL_FAILURE(Place(big));
+  const testing::ScheduleResult rb = driver_->Schedule(big.created, names_);
+  ASSERT_FALSE(rb.bound);
+  ASSERT_EQ(rb.failures.size(), names_.size());
+  for (const std::string& n : names_) {
+    // No GPU has 30 GiB; a node whose GPUs have no 5 % left says that first.
+    EXPECT_TRUE(rb.failures.at(n) == "tessera: Insufficient tessera.io/gpu-mem" ||
+                rb.failures.at(n) == "tessera: Insufficient tessera.io/gpu-core")
+        << n << ": " << rb.failures.at(n);
+  }
+  EXPECT_EQ((*api_.GetPod("default", "too-big"))["spec"].value("nodeName", ""), "");
+
+  // Half of them are deleted; the next wave fits where they were, as the engine decides.
+  for (size_t i = 0; i < pods.size(); i += 2) ASSERT_NO_FATAL_FAILURE(Delete(pods[i]));
+  ASSERT_TRUE(k8s::testing::WaitUntil([&] {
+    return extender_->state().Stats().gpu_milli_allocated == engine_cluster_->gpu_milli_allocated();
+  }, 10s)) << "the extender did not release the deleted pods' shares";
+  std::vector<TestPod> wave;
+  for (size_t i = 0; i < pods.size(); i += 2) {
+    TestPod next = pods[i];
+    next.name = "next-" + pods[i].name;
+    next.node.clear();
+    next.gpus.clear();
+    next.process = nullptr;
+    wave.push_back(std::move(next));
+  }
+  ASSERT_NO_FATAL_FAILURE(PlaceRunAndCheck(wave, 15));
+  // The pod that was too big is still Pending, for the same reason.
+  const testing::ScheduleResult still = driver_->Schedule(big.created, names_);
+  EXPECT_FALSE(still.bound);
+  EXPECT_EQ(still.failures.size(), names_.size());
+}
+
+}  // namespace
+}  // namespace tessera::extender

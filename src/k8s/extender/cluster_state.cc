@@ -1,0 +1,1401 @@
+// The extender's cluster picture, its holds and its decisions (see cluster_state.h). No I/O.
+#include "k8s/extender/cluster_state.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "core/bytes.h"
+#include "core/text.h"
+#include "k8s/extender/quantity.h"
+
+namespace tessera::extender {
+
+namespace pl = tessera::placement;
+using k8s::Json;
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+int64_t CeilMib(int64_t bytes) { return (bytes + kMiB - 1) / kMiB; }
+
+// A hash of a list of node names, to recognise the same list again.
+uint64_t HashNames(std::span<const std::string> names) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const std::string& n : names) {
+    for (const char c : n) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL;
+  }
+  return h;
+}
+
+// Whether user pattern `pattern` (tessera.io/gpu-model) names model `model`: equal or contained,
+// ignoring ASCII case ("A100" names "NVIDIA A100-SXM4-80GB").
+bool ModelMatches(std::string_view model, std::string_view pattern) {
+  if (pattern.size() > model.size()) return false;
+  for (size_t i = 0; i + pattern.size() <= model.size(); ++i) {
+    if (EqualsIgnoreCase(model.substr(i, pattern.size()), pattern)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Records
+
+namespace {
+
+// What the extender keeps of a Node: the placement inputs and the commit's condition.
+struct NodeRec {
+  std::string name;
+  std::string resource_version;
+  CommitLog log;              // kCommitLogAnnotation
+  bool log_readable = true;   // false: the annotation is there but unreadable
+  uint64_t verified_seq = 0;  // see NodeCommitView
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  k8s::PlacementPolicy policy = k8s::PlacementPolicy::kTessera;
+  bool has_inventory = false;
+  k8s::NodeMode mode = k8s::NodeMode::kCoreMem;
+  std::vector<k8s::InventoryGpu> gpus;       // healthy, in index order: placement GPU i
+  std::vector<k8s::InventoryGpu> unhealthy;  // out of placement; their holders keep them
+  std::string problem;  // why no GPU pod can go here (bad inventory or label); empty when fine
+
+  bool SamePlacement(const NodeRec& o) const {
+    return cpu_milli == o.cpu_milli && memory_mib == o.memory_mib && policy == o.policy &&
+           has_inventory == o.has_inventory && mode == o.mode && gpus == o.gpus &&
+           unhealthy == o.unhealthy && problem == o.problem;
+  }
+  int GpuIndex(std::string_view uuid) const {
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      if (gpus[i].uuid == uuid) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  bool KnowsGpu(std::string_view uuid) const {
+    if (GpuIndex(uuid) >= 0) return true;
+    for (const auto& g : unhealthy) {
+      if (g.uuid == uuid) return true;
+    }
+    return false;
+  }
+};
+
+// One GPU of a container's hold, as the assignment annotation states it.
+struct GpuPart {
+  std::string uuid;
+  int core_percent = 0;
+  int64_t mem_bytes = 0;
+};
+struct ContainerPart {
+  std::string name;
+  std::vector<GpuPart> gpus;
+};
+
+enum class HoldKind { kObserved, kReserved, kBinding };
+
+std::string_view HoldKindName(HoldKind k, bool bound) {
+  switch (k) {
+    case HoldKind::kObserved:
+      return bound ? "bound" : "assumed";
+    case HoldKind::kReserved:
+      return "reserved";
+    case HoldKind::kBinding:
+      return "binding";
+  }
+  return "?";
+}
+
+struct Hold {
+  HoldKind kind = HoldKind::kObserved;
+  std::string pod;  // ns/name
+  std::string node;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  std::vector<ContainerPart> containers;
+  uint64_t seq = 0;
+  bool bound = false;  // observed on a bound pod (else assumed)
+  SteadyTime deadline{};
+  // What was placed on the cluster of build `epoch` (nothing when the node is unknown there).
+  uint64_t epoch = 0;
+  std::vector<std::pair<pl::Request, pl::Assignment>> applied;
+  std::string conflict;  // why some of it could not be placed; empty when all was
+
+  bool SameShares(const Hold& o) const {
+    if (node != o.node || cpu_milli != o.cpu_milli || memory_mib != o.memory_mib ||
+        containers.size() != o.containers.size()) {
+      return false;
+    }
+    for (size_t i = 0; i < containers.size(); ++i) {
+      const auto& a = containers[i].gpus;
+      const auto& b = o.containers[i].gpus;
+      if (a.size() != b.size()) return false;
+      for (size_t j = 0; j < a.size(); ++j) {
+        if (a[j].uuid != b[j].uuid || a[j].core_percent != b[j].core_percent ||
+            a[j].mem_bytes != b[j].mem_bytes) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+};
+
+// What the extender keeps of a Pod.
+struct PodRec {
+  std::string uid;
+  std::string key;  // ns/name
+  std::string resource_version;
+  std::string node_name;
+  bool terminal = false;
+  PodDemand demand;
+  std::optional<k8s::Assignment> assignment;
+  std::string assignment_error;
+  bool assumed = false;  // tessera.io/phase=assumed
+};
+
+// A resourceVersion as a number, or nullopt (they are opaque strings; every server we know counts).
+std::optional<uint64_t> VersionNumber(const std::string& rv) {
+  uint64_t v = 0;
+  if (ParseDigits(rv, &v) != DigitsError::kNone) return std::nullopt;
+  return v;
+}
+
+// True when `incoming` is older than `held` (a watch event that lags a direct read).
+bool Older(const std::string& incoming, const std::string& held) {
+  const auto a = VersionNumber(incoming);
+  const auto b = VersionNumber(held);
+  return a && b && *a < *b;
+}
+
+Result<PodRec> ReadPodRec(const Json& pod) {
+  auto view = k8s::PodFromJson(pod);
+  if (!view.ok()) return view.status();
+  if (view->uid.empty()) {
+    return Result<PodRec>::Error("pod " + view->Key() + ": has no metadata.uid");
+  }
+  PodRec rec;
+  rec.uid = view->uid;
+  rec.key = view->Key();
+  rec.resource_version = view->resource_version;
+  rec.node_name = view->node_name;
+  rec.terminal = view->Terminal();
+  rec.demand = ReadPodDemand(*view, pod);
+  if (const std::string* text = view->Annotation(k8s::kAssignmentAnnotation)) {
+    auto a = k8s::ParseAssignment(*text);
+    if (a.ok()) {
+      rec.assignment = std::move(*a);
+    } else {
+      rec.assignment_error = "pod " + rec.key + ": " + a.error();
+    }
+  }
+  if (const std::string* phase = view->Annotation(k8s::kPhaseAnnotation)) {
+    rec.assumed = *phase == k8s::PhaseName(k8s::Phase::kAssumed);
+  }
+  return rec;
+}
+
+Result<NodeRec> ReadNodeRec(const Json& node) {
+  auto view = k8s::NodeFromJson(node);
+  if (!view.ok()) return view.status();
+  NodeRec rec;
+  rec.name = view->name;
+  rec.resource_version = view->resource_version;
+  const std::string who = "node " + rec.name;
+  auto note = [&rec](std::string message) {
+    if (rec.problem.empty()) rec.problem = std::move(message);
+  };
+  if (auto it = view->annotations.find(kCommitLogAnnotation); it != view->annotations.end()) {
+    auto log = ParseCommitLog(it->second);
+    if (log.ok()) {
+      rec.log = std::move(*log);
+    } else {
+      rec.log_readable = false;  // the next commit there lists every pod first
+    }
+  }
+  for (const auto& [resource, scale, target] :
+       {std::tuple{"cpu", 3, &rec.cpu_milli}, std::tuple{"memory", 0, &rec.memory_mib}}) {
+    auto it = view->allocatable.find(resource);
+    if (it == view->allocatable.end()) continue;  // 0: nothing fits that asks for any
+    const std::string input = who + " status.allocatable " + resource;
+    auto q = k8s::Quantity::Parse(it->second, input);
+    auto v = q.ok() ? q->Scaled(scale, input) : Result<int64_t>(q.status());
+    if (!v.ok()) {
+      note(v.error());
+      continue;
+    }
+    *target = *v;
+  }
+  rec.memory_mib /= kMiB;
+  auto policy = k8s::PlacementPolicyFromLabels(view->labels);
+  if (policy.ok()) {
+    rec.policy = *policy;
+  } else {
+    note(who + ": " + policy.error());
+  }
+  if (auto it = view->annotations.find(k8s::kInventoryAnnotation); it != view->annotations.end()) {
+    auto inv = k8s::ParseGpuInventory(it->second);
+    if (!inv.ok()) {
+      note(who + ": " + inv.error());
+    } else {
+      rec.has_inventory = true;
+      rec.mode = inv->mode;
+      for (const k8s::InventoryGpu& g : inv->gpus) {
+        (g.healthy ? rec.gpus : rec.unhealthy).push_back(g);
+      }
+      if (rec.mode == k8s::NodeMode::kMig) {
+        note(who + ": runs MIG (tessera.io/gpu.schedule=mig), whose instances the extender does "
+                   "not place yet");
+      }
+      for (const auto& g : rec.gpus) {
+        if (g.model != rec.gpus.front().model || g.memory != rec.gpus.front().memory) {
+          note(who + ": " + k8s::kInventoryAnnotation + " lists GPUs of different models or "
+                     "sizes (\"" + rec.gpus.front().model + "\" and \"" + g.model +
+               "\"); expected one model per node");
+          break;
+        }
+      }
+      if (static_cast<int>(rec.gpus.size()) > pl::kMaxGpusPerNode) {
+        note(who + ": " + std::to_string(rec.gpus.size()) + " healthy GPUs; the extender places " +
+             "on nodes of at most " + std::to_string(pl::kMaxGpusPerNode));
+      }
+    }
+  }
+  if (!rec.problem.empty()) rec.gpus.clear();
+  return rec;
+}
+
+pl::NodeMode PlacementMode(k8s::NodeMode mode) {
+  switch (mode) {
+    case k8s::NodeMode::kMem:
+      return pl::NodeMode::kMemoryOnly;
+    case k8s::NodeMode::kExclusive:
+      return pl::NodeMode::kWholeGpus;
+    case k8s::NodeMode::kCoreMem:
+    case k8s::NodeMode::kShare:
+    case k8s::NodeMode::kMps:
+    case k8s::NodeMode::kMig:
+      break;
+  }
+  return pl::NodeMode::kMemoryAndCompute;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Impl
+
+struct ClusterState::Impl {
+  explicit Impl(StateOptions o) : options(std::move(o)) {
+    if (!options.clock) options.clock = [] { return std::chrono::steady_clock::now(); };
+    workload = options.workload ? options.workload : std::make_shared<pl::TargetWorkload>();
+  }
+
+  // The requests of one pod, in ask order (a CPU-only request when it asks for no GPU), and the
+  // index of the one that carries its CPU and memory (the engine's choice is made for it).
+  struct PodRequests {
+    std::vector<pl::Request> requests;
+    std::vector<std::string> names;  // container per request ("" for the CPU-only one)
+    std::vector<int64_t> mem_mib;    // the memory each asked per GPU (0: none), even when whole
+    size_t primary = 0;
+  };
+  // The engine's choice: a node and, per request, its GPUs.
+  struct Choice {
+    int node = -1;
+    std::vector<uint32_t> masks;
+  };
+
+  StateOptions options;
+  std::shared_ptr<const pl::TargetWorkload> workload;
+  SteadyTime learned_at{};
+  bool pods_changed = true;
+  bool pods_listed = false;  // a pod list has come in
+
+  mutable std::mutex mu;
+  std::map<std::string, NodeRec> nodes;            // by name: the placement order
+  std::unordered_map<std::string, PodRec> pods;    // by uid, from the API server
+  std::unordered_map<std::string, PodRec> asked;   // by uid, from the latest filter/prioritize
+  std::unordered_map<std::string, Hold> holds;     // by uid
+  std::set<std::string> reserved;                  // uids with a reserved hold
+  std::set<std::string> conflicted;                // uids whose hold did not all fit
+
+  bool dirty = true;
+  uint64_t epoch = 0;
+  std::unique_ptr<pl::Cluster> cluster;
+  std::vector<const NodeRec*> by_index;
+  std::unordered_map<std::string, int> index_of;
+  std::vector<std::string> model_names;  // placement model id -> the GPU's NVML name
+  std::map<k8s::PlacementPolicy, std::unique_ptr<pl::Policy>> policies;
+
+  uint64_t next_seq = 1;
+  uint64_t changes = 0;  // bumped by every change of the placement picture
+  // The node names of the last filter and their indices (kube-scheduler asks about the same
+  // list, in the same order, pod after pod): comparing a name is cheaper than hashing it.
+  std::vector<std::string> last_names;
+  std::vector<int> last_indices;
+  uint64_t last_names_epoch = 0;
+  // The index of names[i] (-1: unknown), through the cache above.
+  int IndexOf(std::span<const std::string> names, size_t i) {
+    if (last_names_epoch != epoch || last_names.size() != names.size()) {
+      last_names.assign(names.size(), std::string());
+      last_indices.assign(names.size(), -2);
+      last_names_epoch = epoch;
+    }
+    if (last_indices[i] != -2 && last_names[i] == names[i]) return last_indices[i];
+    auto it = index_of.find(names[i]);
+    last_names[i] = names[i];
+    last_indices[i] = it == index_of.end() ? -1 : it->second;
+    return last_indices[i];
+  }
+  // The last filter's answer, reused by the prioritize that follows it when nothing changed in
+  // between and it asks about exactly the nodes that passed (kube-scheduler's usual sequence).
+  struct LastFilter {
+    std::string uid;
+    uint64_t changes = 0;
+    uint64_t names_hash = 0;
+    size_t count = 0;
+    std::vector<int64_t> scores;  // per fitting node, in the order answered
+  } last_filter;
+  uint64_t rebuilds = 0;
+  uint64_t expired = 0;
+  uint64_t conflicts = 0;
+
+  // -- building ---------------------------------------------------------------------------------
+
+  void EnsureBuilt() {
+    if (!dirty && cluster) return;
+    dirty = false;
+    ++changes;
+    ++epoch;
+    ++rebuilds;
+    pl::ModelTable models;
+    model_names.clear();
+    std::vector<pl::NodeSpec> specs;
+    specs.reserve(nodes.size());
+    by_index.clear();
+    index_of.clear();
+    for (auto& [name, rec] : nodes) {
+      pl::NodeSpec s;
+      s.name = name;
+      s.cpu_milli = rec.cpu_milli;
+      s.memory_mib = rec.memory_mib;
+      s.mode = PlacementMode(rec.mode);
+      if (!rec.gpus.empty()) {
+        const int64_t mib = static_cast<int64_t>(rec.gpus.front().memory.count()) / kMiB;
+        const std::string key = rec.gpus.front().model + "/" + std::to_string(mib);
+        auto id = models.Intern(key, std::max<int64_t>(mib, 1));
+        if (id.ok()) {
+          if (*id == static_cast<int>(model_names.size())) model_names.push_back(rec.gpus.front().model);
+          s.model = *id;
+          s.gpu_count = static_cast<int>(rec.gpus.size());
+        } else {
+          rec.problem = "node " + name + ": " + id.error();
+          rec.gpus.clear();
+        }
+      }
+      index_of[name] = static_cast<int>(specs.size());
+      by_index.push_back(&rec);
+      specs.push_back(std::move(s));
+    }
+    cluster = std::make_unique<pl::Cluster>(std::move(models), std::move(specs));
+    // Observed holds first, oldest decision first, so that if the books are over-committed the
+    // newest decision is the one that does not fit; then ours.
+    std::vector<Hold*> order;
+    for (auto& [uid, h] : holds) order.push_back(&h);
+    std::stable_sort(order.begin(), order.end(), [](const Hold* a, const Hold* b) {
+      auto rank = [](const Hold* h) { return h->kind == HoldKind::kObserved ? (h->bound ? 0 : 1) : 2; };
+      if (rank(a) != rank(b)) return rank(a) < rank(b);
+      if (a->seq != b->seq) return a->seq < b->seq;
+      return a->pod < b->pod;
+    });
+    conflicted.clear();
+    for (Hold* h : order) Apply(*h);
+    for (auto& [uid, h] : holds) {
+      if (!h.conflict.empty()) conflicted.insert(uid);
+    }
+  }
+
+  void EnsurePolicies() {
+    if (!options.workload && (pods_changed || learned_at == SteadyTime{})) {
+      const SteadyTime now = options.clock();
+      if (learned_at == SteadyTime{} || now - learned_at >= options.relearn_interval) {
+        Learn();
+        learned_at = now;
+        pods_changed = false;
+        policies.clear();
+        ++changes;
+      }
+    }
+    if (!policies.empty()) return;
+    for (auto p : {k8s::PlacementPolicy::kTessera, k8s::PlacementPolicy::kBinpack,
+                   k8s::PlacementPolicy::kSpread}) {
+      pl::PolicyOptions po;
+      po.workload = workload.get();
+      auto made = pl::MakePolicy(k8s::PlacementPolicyName(p), po);
+      if (made.ok()) policies[p] = std::move(made.value());
+    }
+  }
+
+  // The target workload from the pods seen: each pod's request as the engine would place it.
+  void Learn() {
+    std::vector<pl::Request> requests;
+    for (const auto& [uid, rec] : pods) {
+      if (rec.terminal || !rec.demand.demand_error.empty()) continue;
+      auto reqs = Requests(rec.demand, pl::ModelSet::Any());
+      if (reqs.ok()) requests.push_back(reqs->requests[reqs->primary]);
+    }
+    workload = std::make_shared<pl::TargetWorkload>(pl::TargetWorkload::FromRequests(requests));
+  }
+
+  // -- holds ------------------------------------------------------------------------------------
+
+  // The placement share of one GPU part on `rec`'s GPU: whole, memory-only or compute+memory.
+  static pl::Request PartRequest(const NodeRec& rec, const GpuPart& part) {
+    pl::Request r;
+    r.gpu_count = 1;
+    const int64_t cap = static_cast<int64_t>(rec.gpus.front().memory.count());
+    const bool whole = (part.core_percent >= 100 && rec.mode != k8s::NodeMode::kMem) ||
+                       part.mem_bytes >= cap;
+    if (whole) {
+      r.gpu_milli = pl::kMilliPerGpu;
+    } else if (rec.mode == k8s::NodeMode::kMem) {
+      r.gpu_milli = 0;
+      r.gpu_mem_mib = CeilMib(part.mem_bytes);
+    } else {
+      r.gpu_milli = part.core_percent * 10;
+      r.gpu_mem_mib = CeilMib(part.mem_bytes);
+    }
+    return r;
+  }
+
+  void Place(Hold& h, const pl::Request& r, const pl::Assignment& a, const std::string& what) {
+    Status s = cluster->Place(r, a);
+    if (s.ok()) {
+      h.applied.emplace_back(r, a);
+      return;
+    }
+    ++conflicts;
+    if (h.conflict.empty()) h.conflict = what + ": " + s.message();
+  }
+
+  void Apply(Hold& h) {
+    ++changes;
+    h.applied.clear();
+    h.conflict.clear();
+    h.epoch = epoch;
+    auto it = index_of.find(h.node);
+    if (it == index_of.end()) return;  // the node is gone: nothing to hold there
+    const int n = it->second;
+    const NodeRec& rec = *by_index[static_cast<size_t>(n)];
+    if (h.cpu_milli > 0 || h.memory_mib > 0) {
+      pl::Request cpu;
+      cpu.cpu_milli = h.cpu_milli;
+      cpu.memory_mib = h.memory_mib;
+      Place(h, cpu, {n, 0}, "CPU and memory");
+    }
+    for (const ContainerPart& c : h.containers) {
+      for (const GpuPart& part : c.gpus) {
+        const int g = rec.GpuIndex(part.uuid);
+        if (g < 0) {
+          if (!rec.KnowsGpu(part.uuid) && h.conflict.empty()) {
+            h.conflict = "container " + c.name + ": GPU " + part.uuid + " is not on node " + h.node;
+          }
+          continue;  // an unhealthy GPU is out of placement anyway
+        }
+        Place(h, PartRequest(rec, part), {n, uint32_t{1} << g},
+              "container " + c.name + " on GPU " + part.uuid);
+      }
+    }
+  }
+
+  void Unapply(Hold& h) {
+    ++changes;
+    if (h.epoch == epoch && cluster) {
+      for (auto it = h.applied.rbegin(); it != h.applied.rend(); ++it) {
+        (void)cluster->Remove(it->first, it->second);
+      }
+    }
+    h.applied.clear();
+  }
+
+  void Drop(const std::string& uid) {
+    auto it = holds.find(uid);
+    if (it == holds.end()) return;
+    const std::string node = it->second.node;
+    const bool applied = !it->second.applied.empty();
+    Unapply(it->second);
+    holds.erase(it);
+    reserved.erase(uid);
+    conflicted.erase(uid);
+    if (applied) Retry(node);
+  }
+
+  // Applies again the holds on `node` that did not fit when they came (room may have been made).
+  void Retry(const std::string& node) {
+    if (dirty || !cluster) return;
+    std::vector<std::string> again;
+    for (const std::string& uid : conflicted) {
+      auto it = holds.find(uid);
+      if (it != holds.end() && it->second.node == node) again.push_back(uid);
+    }
+    for (const std::string& uid : again) {
+      Hold& h = holds.at(uid);
+      Unapply(h);
+      Apply(h);
+      if (h.conflict.empty()) conflicted.erase(uid);
+    }
+  }
+
+  // Replaces `uid`'s hold by `h` (a new one is applied unless the cluster is about to be rebuilt).
+  // What the API server reports outranks this extender's reservations: an observed hold that does
+  // not fit takes the room of reservations on its node (those pods decide again at their bind).
+  void Put(const std::string& uid, Hold h) {
+    Drop(uid);
+    if (h.kind == HoldKind::kReserved) reserved.insert(uid);
+    Hold& placed = holds.emplace(uid, std::move(h)).first->second;
+    if (dirty || !cluster) return;
+    Apply(placed);
+    if (placed.kind == HoldKind::kObserved && !placed.conflict.empty()) {
+      std::vector<std::string> yield;
+      for (const std::string& r : reserved) {
+        if (holds.at(r).node == placed.node) yield.push_back(r);
+      }
+      for (const std::string& r : yield) {
+        Unapply(holds.at(r));
+        holds.erase(r);
+        reserved.erase(r);
+      }
+      if (!yield.empty()) {
+        Unapply(placed);
+        Apply(placed);
+      }
+    }
+    if (!placed.conflict.empty()) conflicted.insert(uid);
+  }
+
+  // What a pod the API server reported holds, if anything.
+  std::optional<Hold> Observed(const PodRec& rec) const {
+    if (rec.terminal) return std::nullopt;
+    Hold h;
+    h.kind = HoldKind::kObserved;
+    h.pod = rec.key;
+    h.bound = !rec.node_name.empty();
+    h.node = rec.node_name;
+    if (!h.bound) {
+      if (!rec.assignment || !rec.assumed) return std::nullopt;
+      h.node = rec.assignment->node;
+    }
+    h.cpu_milli = rec.demand.cpu_milli;
+    h.memory_mib = CeilMib(rec.demand.memory_bytes);
+    if (rec.assignment && rec.assignment->node == h.node) {
+      h.seq = rec.assignment->seq;
+      for (const k8s::ContainerAssignment& c : rec.assignment->containers) {
+        ContainerPart part{c.name, {}};
+        for (const k8s::AssignedGpu& g : c.gpus) {
+          part.gpus.push_back(
+              {g.uuid, g.core.value(), static_cast<int64_t>(g.mem.count())});
+        }
+        h.containers.push_back(std::move(part));
+      }
+    }
+    return h;
+  }
+
+  void Observe(const PodRec& rec) {
+    auto current = holds.find(rec.uid);
+    std::optional<Hold> seen = Observed(rec);
+    if (current != holds.end() && current->second.kind != HoldKind::kObserved) {
+      // Ours is in flight; the API server's word wins once the pod is bound (or gone).
+      if (rec.node_name.empty() && !rec.terminal) return;
+    }
+    if (!seen) {
+      Drop(rec.uid);
+      return;
+    }
+    if (current != holds.end() && current->second.kind == HoldKind::kObserved &&
+        current->second.bound == seen->bound && current->second.SameShares(*seen)) {
+      current->second.seq = seen->seq;
+      return;
+    }
+    Put(rec.uid, std::move(*seen));
+  }
+
+  void SweepReservations() {
+    const SteadyTime now = options.clock();
+    std::vector<std::string> lapsed;
+    for (auto it = reserved.begin(); it != reserved.end();) {
+      auto h = holds.find(*it);
+      if (h == holds.end() || h->second.kind != HoldKind::kReserved) {
+        it = reserved.erase(it);
+        continue;
+      }
+      if (h->second.deadline <= now) lapsed.push_back(*it);
+      ++it;
+    }
+    for (const std::string& uid : lapsed) {
+      ++expired;
+      Drop(uid);
+      asked.erase(uid);
+    }
+  }
+
+  // -- decisions --------------------------------------------------------------------------------
+
+  pl::ModelSet Allowed(const PodDemand& d) const {
+    if (d.allowed_models.empty()) return pl::ModelSet::Any();
+    pl::ModelSet set = pl::ModelSet::None();
+    for (size_t id = 0; id < model_names.size(); ++id) {
+      for (const std::string& pattern : d.allowed_models) {
+        if (ModelMatches(model_names[id], pattern)) set = set.With(static_cast<int>(id));
+      }
+    }
+    return set;
+  }
+
+  static Result<PodRequests> Requests(const PodDemand& d, pl::ModelSet allowed) {
+    PodRequests out;
+    const int64_t memory_mib = CeilMib(d.memory_bytes);
+    if (d.asks.empty()) {
+      pl::Request r;
+      r.cpu_milli = d.cpu_milli;
+      r.memory_mib = memory_mib;
+      out.requests.push_back(r);
+      out.names.emplace_back();
+      return out;
+    }
+    out.primary = 0;
+    for (size_t i = 0; i < d.asks.size(); ++i) {
+      if (!d.asks[i].init) {
+        out.primary = i;
+        break;
+      }
+    }
+    for (size_t i = 0; i < d.asks.size(); ++i) {
+      const ContainerAsk& a = d.asks[i];
+      const bool primary = i == out.primary;
+      auto r = pl::RequestFromShares(primary ? d.cpu_milli : 0, primary ? memory_mib : 0,
+                                     a.gpu_count, a.whole() ? 0 : a.mem_mib,
+                                     a.whole() ? 100 : a.core_percent, allowed);
+      if (!r.ok()) return Result<PodRequests>::Error("container " + a.name + ": " + r.error());
+      out.requests.push_back(*r);
+      out.names.push_back(a.name);
+      out.mem_mib.push_back(a.mem_mib);
+    }
+    return out;
+  }
+
+  pl::Policy& PolicyOf(int node) {
+    return *policies.at(by_index[static_cast<size_t>(node)]->policy);
+  }
+
+  // Places every request on `node` in turn (the primary's GPUs given or chosen by the node's
+  // policy), fills `masks`, and takes it all back. The first rule that fails, or kFits.
+  pl::FitResult TryAll(const PodRequests& p, int node, std::optional<uint32_t> primary_gpus,
+                       std::vector<uint32_t>* masks) {
+    std::vector<std::pair<pl::Request, pl::Assignment>> placed;
+    pl::FitResult result = pl::FitResult::kFits;
+    std::vector<uint32_t> out(p.requests.size(), 0);
+    std::vector<size_t> order{p.primary};
+    for (size_t i = 0; i < p.requests.size(); ++i) {
+      if (i != p.primary) order.push_back(i);
+    }
+    for (size_t i : order) {
+      const pl::Request& r = p.requests[i];
+      const pl::FitResult fit = cluster->Fits(node, r);
+      if (fit != pl::FitResult::kFits) {
+        result = fit;
+        break;
+      }
+      const uint32_t gpus = i == p.primary && primary_gpus ? *primary_gpus
+                                                           : PolicyOf(node).GpusOn(*cluster, node, r);
+      const pl::Assignment a{node, gpus};
+      if (!cluster->Place(r, a).ok()) {
+        result = pl::FitResult::kGpuCompute;
+        break;
+      }
+      placed.emplace_back(r, a);
+      out[i] = gpus;
+    }
+    for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
+      (void)cluster->Remove(it->first, it->second);
+    }
+    if (masks != nullptr) *masks = std::move(out);
+    return result;
+  }
+
+  pl::FitResult FitsAll(const PodRequests& p, int node) {
+    if (p.requests.size() == 1) return cluster->Fits(node, p.requests[0]);
+    return TryAll(p, node, std::nullopt, nullptr);
+  }
+
+  // The engine's choice among `candidates` (sorted node indices that fit every request); with
+  // `scores`, the 0..10 extender score of each candidate.
+  std::optional<Choice> Choose(const PodRequests& p, const std::vector<int>& candidates,
+                               std::vector<int64_t>* scores) {
+    std::map<k8s::PlacementPolicy, std::vector<int>> groups;
+    for (int n : candidates) groups[by_index[static_cast<size_t>(n)]->policy].push_back(n);
+    const pl::Request& primary = p.requests[p.primary];
+    std::optional<pl::Assignment> best;
+    std::vector<std::pair<pl::Assignment, std::vector<pl::NodeScore>>> per_group;
+    for (auto& [policy, members] : groups) {
+      std::vector<pl::NodeScore> ranked;
+      auto a = policies.at(policy)->SelectAmong(*cluster, primary, members,
+                                                scores != nullptr ? &ranked : nullptr);
+      if (!a) continue;
+      if (!best || a->node < best->node) best = a;
+      if (scores != nullptr) per_group.emplace_back(*a, std::move(ranked));
+    }
+    if (!best) return std::nullopt;
+    if (scores != nullptr) {
+      scores->assign(static_cast<size_t>(cluster->node_count()), 0);
+      for (const auto& [choice, group] : per_group) {
+        double lo = 0, hi = 0;
+        bool first = true;
+        for (const pl::NodeScore& s : group) {
+          lo = first ? s.primary : std::min(lo, s.primary);
+          hi = first ? s.primary : std::max(hi, s.primary);
+          first = false;
+        }
+        for (const pl::NodeScore& s : group) {
+          int64_t score = 9;
+          if (hi > lo) {
+            score = std::min<int64_t>(9, static_cast<int64_t>(std::floor(9 * (s.primary - lo) / (hi - lo))));
+          }
+          (*scores)[static_cast<size_t>(s.node)] = s.node == best->node ? 10 : score;
+        }
+      }
+    }
+    Choice c;
+    c.node = best->node;
+    if (p.requests.size() == 1) {
+      c.masks = {best->gpus};
+    } else {
+      (void)TryAll(p, best->node, best->gpus, &c.masks);
+    }
+    return c;
+  }
+
+  // The hold of `rec`'s pod for choice `c`, as the assignment annotation will state it.
+  Hold MakeHold(const PodRec& rec, const PodRequests& p, const Choice& c, HoldKind kind) const {
+    const NodeRec& node = *by_index[static_cast<size_t>(c.node)];
+    Hold h;
+    h.kind = kind;
+    h.pod = rec.key;
+    h.node = node.name;
+    h.cpu_milli = rec.demand.cpu_milli;
+    h.memory_mib = CeilMib(rec.demand.memory_bytes);
+    for (size_t i = 0; i < p.requests.size(); ++i) {
+      if (p.names[i].empty() && rec.demand.asks.empty()) continue;  // the CPU-only request
+      const pl::Request& r = p.requests[i];
+      ContainerPart part{p.names[i], {}};
+      for (int g = 0; g < pl::kMaxGpusPerNode; ++g) {
+        if (((c.masks[i] >> g) & 1) == 0) continue;
+        const k8s::InventoryGpu& gpu = node.gpus[static_cast<size_t>(g)];
+        GpuPart gp;
+        gp.uuid = gpu.uuid;
+        if (r.whole_gpus()) {
+          // A whole GPU; its memory cap is what the container asked, if it did (not on a `mem`
+          // node, where only the full size says "whole" when the annotation is read back).
+          gp.core_percent = 100;
+          gp.mem_bytes = static_cast<int64_t>(gpu.memory.count());
+          if (i < p.mem_mib.size() && p.mem_mib[i] > 0 && node.mode != k8s::NodeMode::kMem) {
+            gp.mem_bytes = std::min(gp.mem_bytes, p.mem_mib[i] * kMiB);
+          }
+        } else {
+          gp.core_percent = r.memory_only() ? 100 : r.gpu_milli / 10;
+          gp.mem_bytes = r.MemoryOn(cluster->gpu_memory_mib(c.node)) * kMiB;
+        }
+        part.gpus.push_back(std::move(gp));
+      }
+      h.containers.push_back(std::move(part));
+    }
+    return h;
+  }
+
+  // The reason a pod cannot go to node `n` (nullopt: it fits every request).
+  std::optional<NodeFailure> WhyNot(const PodRec& rec, const PodRequests& p, int n) {
+    const NodeRec& node = *by_index[static_cast<size_t>(n)];
+    if (rec.demand.wants_gpu()) {
+      if (!node.problem.empty()) {
+        return NodeFailure{node.name, "tessera: " + node.problem, true, "node-invalid"};
+      }
+      if (!node.has_inventory) {
+        return NodeFailure{node.name,
+                           "tessera: node has no Tessera GPUs (no tessera.io/gpu-inventory; is "
+                           "the device plugin running there?)",
+                           true, "no-gpus"};
+      }
+    }
+    const pl::FitResult fit = FitsAll(p, n);
+    if (fit == pl::FitResult::kFits) return std::nullopt;
+    return NodeFailure{node.name, Reason(rec, node, fit), Unresolvable(fit), FitKind(fit)};
+  }
+
+  static std::string FitKind(pl::FitResult fit) {
+    switch (fit) {
+      case pl::FitResult::kCpu:
+        return "cpu";
+      case pl::FitResult::kMemory:
+        return "memory";
+      case pl::FitResult::kModel:
+        return "gpu-model";
+      case pl::FitResult::kMode:
+        return "mode";
+      case pl::FitResult::kGpuCount:
+        return "gpu-count";
+      case pl::FitResult::kGpuCompute:
+        return "gpu-core";
+      case pl::FitResult::kGpuMemory:
+        return "gpu-mem";
+      case pl::FitResult::kFits:
+        break;
+    }
+    return "fits";
+  }
+
+  static bool Unresolvable(pl::FitResult fit) {
+    return fit == pl::FitResult::kModel || fit == pl::FitResult::kMode ||
+           fit == pl::FitResult::kGpuCount;
+  }
+
+  static std::string Reason(const PodRec& rec, const NodeRec& node, pl::FitResult fit) {
+    const PodDemand& d = rec.demand;
+    int most_gpus = 0;
+    bool memory_only = false, whole = false, compute = false;
+    for (const ContainerAsk& a : d.asks) {
+      most_gpus = std::max(most_gpus, a.gpu_count);
+      memory_only |= !a.whole() && a.core_percent == 0;
+      whole |= a.whole();
+      compute |= !a.whole() && a.core_percent > 0;
+    }
+    switch (fit) {
+      case pl::FitResult::kFits:
+        return "fits";
+      case pl::FitResult::kCpu:
+        return "tessera: Insufficient cpu";
+      case pl::FitResult::kMemory:
+        return "tessera: Insufficient memory";
+      case pl::FitResult::kModel:
+        if (node.gpus.empty()) return "tessera: node has no healthy Tessera GPUs";
+        return "tessera: GPU model \"" + node.gpus.front().model +
+               "\" is not allowed by tessera.io/gpu-model";
+      case pl::FitResult::kMode: {
+        const std::string mode(k8s::NodeModeName(node.mode));
+        if (node.mode == k8s::NodeMode::kExclusive) {
+          return "tessera: node mode exclusive (tessera.io/gpu.schedule) takes whole GPUs only; "
+                 "the pod asks for a share";
+        }
+        if (memory_only && node.mode != k8s::NodeMode::kMem) {
+          return "tessera: node mode " + mode +
+                 " does not take a memory-only share (tessera.io/gpu-mem without "
+                 "tessera.io/gpu-core); mode mem does";
+        }
+        if (compute && node.mode == k8s::NodeMode::kMem) {
+          return "tessera: node mode mem does not reserve GPU time (tessera.io/gpu-core); modes "
+                 "core_mem, share and mps do";
+        }
+        return "tessera: the pod's share does not match node mode " + mode;
+      }
+      case pl::FitResult::kGpuCount:
+        return "tessera: node has fewer GPUs than tessera.io/gpu-count=" +
+               std::to_string(most_gpus);
+      case pl::FitResult::kGpuCompute:
+        if (whole && !compute && !memory_only) {
+          return "tessera: Insufficient tessera.io/gpu-count (too few entirely free GPUs)";
+        }
+        return "tessera: Insufficient tessera.io/gpu-core";
+      case pl::FitResult::kGpuMemory:
+        return "tessera: Insufficient tessera.io/gpu-mem";
+    }
+    return "tessera: does not fit";
+  }
+
+  // The pod as asked at a verb: read it, release its own reservation (or the stale assumed
+  // decision of an unbound pod being placed again), and remember it for the bind.
+  Result<PodRec> TakeAsked(const Json& pod) {
+    auto rec = ReadPodRec(pod);
+    if (!rec.ok()) return rec.status();
+    if (auto h = holds.find(rec->uid); h != holds.end()) {
+      if (h->second.kind == HoldKind::kReserved ||
+          (h->second.kind == HoldKind::kObserved && !h->second.bound)) {
+        Drop(rec->uid);
+      }
+    }
+    asked[rec->uid] = *rec;
+    return rec;
+  }
+
+  void Reserve(const PodRec& rec, const PodRequests& p, const Choice& c) {
+    Hold h = MakeHold(rec, p, c, HoldKind::kReserved);
+    h.deadline = options.clock() + options.reservation_ttl;
+    Put(rec.uid, std::move(h));
+  }
+
+  void Prepare() {
+    EnsureBuilt();
+    EnsurePolicies();
+    SweepReservations();
+  }
+
+  void SeedSeq(uint64_t seen) { next_seq = std::max(next_seq, seen + 1); }
+
+  // The pod as last asked about at a verb, else as the API server reported it.
+  const PodRec* Asked(const std::string& uid) const {
+    if (auto it = asked.find(uid); it != asked.end()) return &it->second;
+    if (auto it = pods.find(uid); it != pods.end()) return &it->second;
+    return nullptr;
+  }
+
+  // The bind plan of binding hold `h`, with a seq above every commit on its node.
+  BindPlan Plan(const PodRec& rec, Hold& h) {
+    const NodeRec& node = nodes.at(h.node);
+    BindPlan plan;
+    plan.pod_resource_version = rec.resource_version;
+    plan.assignment.node = h.node;
+    plan.assignment.seq = std::max(next_seq, node.log.seq + 1);
+    next_seq = plan.assignment.seq + 1;
+    h.seq = plan.assignment.seq;
+    for (const ContainerPart& c : h.containers) {
+      k8s::ContainerAssignment ca;
+      ca.name = c.name;
+      for (const GpuPart& g : c.gpus) {
+        ca.gpus.push_back({g.uuid, Bytes(static_cast<uint64_t>(g.mem_bytes)),
+                           *Percent::FromInt(g.core_percent)});
+      }
+      plan.assignment.containers.push_back(std::move(ca));
+    }
+    return plan;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+
+ClusterState::ClusterState(StateOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+ClusterState::~ClusterState() = default;
+
+Status ClusterState::UpsertNode(const Json& node) {
+  auto rec = ReadNodeRec(node);
+  if (!rec.ok()) return rec.status();
+  std::lock_guard lock(impl_->mu);
+  impl_->SeedSeq(rec->log.seq);
+  auto it = impl_->nodes.find(rec->name);
+  if (it == impl_->nodes.end()) {
+    impl_->nodes.emplace(rec->name, std::move(*rec));  // verified_seq 0: its log is read first
+    impl_->dirty = true;
+    return Status::Ok();
+  }
+  if (Older(rec->resource_version, it->second.resource_version)) return Status::Ok();
+  if (!it->second.SamePlacement(*rec)) impl_->dirty = true;
+  rec->verified_seq = it->second.verified_seq;
+  it->second = std::move(*rec);
+  return Status::Ok();
+}
+
+void ClusterState::RemoveNode(const std::string& name) {
+  std::lock_guard lock(impl_->mu);
+  if (impl_->nodes.erase(name) > 0) impl_->dirty = true;
+}
+
+Status ClusterState::UpsertPod(const Json& pod) {
+  auto rec = ReadPodRec(pod);
+  if (!rec.ok()) return rec.status();
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  if (auto held = s.pods.find(rec->uid);
+      held != s.pods.end() && Older(rec->resource_version, held->second.resource_version)) {
+    return Status::Ok();
+  }
+  if (rec->assignment) s.SeedSeq(rec->assignment->seq);
+  s.pods_changed = true;
+  s.EnsureBuilt();
+  s.Observe(*rec);
+  if (rec->terminal || !rec->node_name.empty()) s.asked.erase(rec->uid);
+  s.pods[rec->uid] = std::move(*rec);
+  return Status::Ok();
+}
+
+void ClusterState::RemovePod(const std::string& uid) {
+  std::lock_guard lock(impl_->mu);
+  impl_->pods_changed = true;
+  impl_->Drop(uid);
+  impl_->pods.erase(uid);
+  impl_->asked.erase(uid);
+}
+
+void ClusterState::ReplaceNodes(const std::vector<Json>& nodes) {
+  std::map<std::string, NodeRec> recs;
+  for (const Json& n : nodes) {
+    auto rec = ReadNodeRec(n);
+    if (rec.ok()) recs.emplace(rec->name, std::move(*rec));
+  }
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  for (auto& [name, rec] : recs) {
+    s.SeedSeq(rec.log.seq);
+    if (auto old = s.nodes.find(name); old != s.nodes.end()) {
+      rec.verified_seq = old->second.verified_seq;
+    } else if (!s.pods_listed) {
+      rec.verified_seq = rec.log.seq;  // the pod list to come is newer than this node list
+    }
+  }
+  s.nodes = std::move(recs);
+  s.dirty = true;
+  s.EnsureBuilt();
+}
+
+void ClusterState::ReplacePods(const std::vector<Json>& pods) {
+  std::vector<PodRec> recs;
+  for (const Json& p : pods) {
+    auto rec = ReadPodRec(p);
+    if (rec.ok()) recs.push_back(std::move(*rec));
+  }
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  s.pods_listed = true;
+  s.pods_changed = true;
+  std::unordered_map<std::string, PodRec> listed;
+  for (PodRec& r : recs) {
+    if (r.assignment) s.SeedSeq(r.assignment->seq);
+    listed.emplace(r.uid, std::move(r));
+  }
+  // Observed holds of pods no longer listed go; the others are brought up to date below.
+  for (auto it = s.holds.begin(); it != s.holds.end();) {
+    if (it->second.kind == HoldKind::kObserved && listed.count(it->first) == 0) {
+      s.Unapply(it->second);
+      s.conflicted.erase(it->first);
+      it = s.holds.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  s.pods = std::move(listed);
+  s.EnsureBuilt();
+  for (const auto& [uid, rec] : s.pods) s.Observe(rec);
+}
+
+Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std::string> names) {
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  s.Prepare();
+  auto rec = s.TakeAsked(pod);
+  if (!rec.ok()) return rec.status();
+  FilterOutcome out;
+  std::string pod_error = rec->demand.demand_error;
+  std::optional<Impl::PodRequests> reqs;
+  if (pod_error.empty()) {
+    auto r = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+    if (r.ok()) {
+      reqs = std::move(*r);
+    } else {
+      pod_error = "pod " + rec->key + ": " + r.error();
+    }
+  }
+  std::vector<int> candidates;  // node indices of out.fits, in the same order
+  out.fits.reserve(names.size());
+  candidates.reserve(names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
+    if (!pod_error.empty()) {
+      out.failed.push_back({name, "tessera: " + pod_error, true, "pod-invalid"});
+      continue;
+    }
+    const int n = s.IndexOf(names, i);
+    if (n < 0) {
+      out.failed.push_back(
+          {name, "tessera: node " + name + " is not known to the extender", true, "node-unknown"});
+      continue;
+    }
+    if (auto why = s.WhyNot(*rec, *reqs, n)) {
+      out.failed.push_back(std::move(*why));
+      continue;
+    }
+    out.fits.push_back(name);
+    candidates.push_back(n);
+  }
+  std::vector<int> sorted = candidates;
+  if (!std::is_sorted(sorted.begin(), sorted.end())) std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::vector<int64_t> scores;
+  if (!sorted.empty()) {
+    if (auto choice = s.Choose(*reqs, sorted, &scores)) s.Reserve(*rec, *reqs, *choice);
+  }
+  Impl::LastFilter& last = s.last_filter;
+  last.uid = rec->uid;
+  last.changes = s.changes;
+  last.names_hash = HashNames(out.fits);
+  last.count = out.fits.size();
+  last.scores.clear();
+  for (int n : candidates) {
+    last.scores.push_back(scores.empty() ? 0 : scores[static_cast<size_t>(n)]);
+  }
+  return out;
+}
+
+Result<std::vector<NodePriority>> ClusterState::Prioritize(const Json& pod,
+                                                           std::span<const std::string> names) {
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  s.Prepare();
+  std::vector<NodePriority> out;
+  out.reserve(names.size());
+  for (const std::string& name : names) out.push_back({name, 0});
+  // Asked about exactly what the last filter let through, with nothing changed since: its
+  // decision and reservation stand.
+  const Impl::LastFilter& last = s.last_filter;
+  if (last.changes == s.changes && last.count == names.size() && !last.uid.empty()) {
+    auto quick = ReadPodRec(pod);
+    if (quick.ok() && quick->uid == last.uid && HashNames(names) == last.names_hash) {
+      for (size_t i = 0; i < out.size(); ++i) out[i].score = last.scores[i];
+      s.asked[quick->uid] = std::move(*quick);
+      return out;
+    }
+  }
+  auto rec = s.TakeAsked(pod);
+  if (!rec.ok()) return rec.status();
+  if (!rec->demand.demand_error.empty()) return out;
+  auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+  if (!reqs.ok()) return out;
+  std::vector<int> candidates;
+  for (const std::string& name : names) {
+    auto it = s.index_of.find(name);
+    if (it != s.index_of.end() && !s.WhyNot(*rec, *reqs, it->second)) {
+      candidates.push_back(it->second);
+    }
+  }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::vector<int64_t> scores;
+  if (auto choice = s.Choose(*reqs, candidates, &scores)) s.Reserve(*rec, *reqs, *choice);
+  if (scores.empty()) return out;
+  for (NodePriority& p : out) {
+    auto it = s.index_of.find(p.node);
+    if (it != s.index_of.end()) p.score = scores[static_cast<size_t>(it->second)];
+  }
+  return out;
+}
+
+Result<BindPlan> ClusterState::PrepareBind(const std::string& ns, const std::string& name,
+                                           const std::string& uid, const std::string& node) {
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  s.Prepare();
+  const std::string key = ns + "/" + name;
+  const PodRec* rec = s.Asked(uid);
+  if (rec == nullptr) {
+    return Result<BindPlan>::Error("pod " + key + " (uid " + uid +
+                                   "): not known to the extender (neither filtered here nor seen "
+                                   "on the API server)");
+  }
+  if (rec->key != key) {
+    return Result<BindPlan>::Error("pod uid " + uid + " is " + rec->key + ", not " + key);
+  }
+  if (!rec->demand.demand_error.empty()) return Result<BindPlan>::Error(rec->demand.demand_error);
+  if (auto seen = s.pods.find(uid); seen != s.pods.end() && !seen->second.node_name.empty()) {
+    s.asked.erase(uid);
+    if (auto h = s.holds.find(uid); h != s.holds.end() && h->second.kind != HoldKind::kObserved) {
+      s.Drop(uid);
+      s.Observe(seen->second);
+    }
+    return Result<BindPlan>::Error("pod " + key + " is bound to " + seen->second.node_name +
+                                   " already");
+  }
+  auto node_it = s.index_of.find(node);
+  if (node_it == s.index_of.end()) {
+    return Result<BindPlan>::Error("node " + node + ": not known to the extender");
+  }
+  const int n = node_it->second;
+  auto held = s.holds.find(uid);
+  const bool reserved_here = held != s.holds.end() &&
+                             held->second.kind == HoldKind::kReserved && held->second.node == node;
+  if (reserved_here) {
+    held->second.kind = HoldKind::kBinding;
+    s.reserved.erase(uid);
+  } else {
+    if (held != s.holds.end() && held->second.kind != HoldKind::kObserved) s.Drop(uid);
+    if (held = s.holds.find(uid); held != s.holds.end() && !held->second.bound) s.Drop(uid);
+    auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+    if (!reqs.ok()) return Result<BindPlan>::Error("pod " + key + ": " + reqs.error());
+    if (auto why = s.WhyNot(*rec, *reqs, n)) {
+      return Result<BindPlan>::Error("pod " + key + " no longer fits node " + node + ": " +
+                                     why->reason);
+    }
+    auto choice = s.Choose(*reqs, {n}, nullptr);
+    if (!choice) return Result<BindPlan>::Error("pod " + key + " no longer fits node " + node);
+    Hold h = s.MakeHold(*rec, *reqs, *choice, HoldKind::kBinding);
+    s.Put(uid, std::move(h));
+    held = s.holds.find(uid);
+  }
+  return s.Plan(*rec, held->second);
+}
+
+void ClusterState::FinishBind(const std::string& uid, const BindPlan& plan, bool committed) {
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  s.asked.erase(uid);
+  if (committed) return;
+  auto it = s.holds.find(uid);
+  if (it != s.holds.end() && it->second.kind == HoldKind::kBinding) s.Drop(uid);
+  // The pod may still hold what the API server says it holds (e.g. an earlier assignment).
+  if (auto p = s.pods.find(uid); p != s.pods.end()) s.Observe(p->second);
+}
+
+NodeCommitView ClusterState::CommitView(const std::string& node) const {
+  std::lock_guard lock(impl_->mu);
+  NodeCommitView v;
+  auto it = impl_->nodes.find(node);
+  if (it == impl_->nodes.end()) return v;
+  v.known = true;
+  v.resource_version = it->second.resource_version;
+  v.log = it->second.log;
+  v.log_readable = it->second.log_readable;
+  v.verified_seq = it->second.verified_seq;
+  return v;
+}
+
+void ClusterState::MarkVerified(const std::string& node, uint64_t seq) {
+  std::lock_guard lock(impl_->mu);
+  if (auto it = impl_->nodes.find(node); it != impl_->nodes.end()) {
+    it->second.verified_seq = std::max(it->second.verified_seq, seq);
+  }
+}
+
+Result<BindPlan> ClusterState::Redecide(const std::string& uid, const std::string& node) {
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  // Rebuild so that every observed hold is placed before ours; then take ours out and decide
+  // again on `node` alone.
+  s.dirty = true;
+  s.Prepare();
+  const PodRec* rec = s.Asked(uid);
+  auto held = s.holds.find(uid);
+  if (rec == nullptr || held == s.holds.end() || held->second.kind != HoldKind::kBinding) {
+    return Result<BindPlan>::Error("pod uid " + uid + ": no bind in progress");
+  }
+  s.Drop(uid);
+  auto it = s.index_of.find(node);
+  if (it == s.index_of.end()) return Result<BindPlan>::Error("node " + node + ": gone");
+  auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+  if (!reqs.ok()) return reqs.status();
+  if (auto why = s.WhyNot(*rec, *reqs, it->second)) {
+    return Result<BindPlan>::Error("pod " + rec->key + " no longer fits node " + node +
+                                   " after another scheduler's commits there: " + why->reason);
+  }
+  auto choice = s.Choose(*reqs, {it->second}, nullptr);
+  if (!choice) return Result<BindPlan>::Error("pod " + rec->key + " no longer fits node " + node);
+  s.Put(uid, s.MakeHold(*rec, *reqs, *choice, HoldKind::kBinding));
+  return s.Plan(*rec, s.holds.at(uid));
+}
+
+void ClusterState::NoteCommit(const std::string& node, const std::string& resource_version,
+                              const CommitLog& log) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->nodes.find(node);
+  if (it == impl_->nodes.end()) return;
+  // Our own commit: everything before it was verified, so it is too.
+  if (it->second.verified_seq >= it->second.log.seq) it->second.verified_seq = log.seq;
+  if (!Older(resource_version, it->second.resource_version)) {
+    it->second.resource_version = resource_version;
+    it->second.log = log;
+    it->second.log_readable = true;
+  }
+  impl_->SeedSeq(log.seq);
+}
+
+std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const {
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  s.EnsureBuilt();
+  // Holders per GPU UUID, and per node for CPU-only holds.
+  std::unordered_map<std::string, Json> gpu_holders;
+  std::unordered_map<std::string, Json> node_holders;
+  for (const auto& [uid, h] : s.holds) {
+    const std::string state(HoldKindName(h.kind, h.bound));
+    Json pod_entry = {{"pod", h.pod}, {"uid", uid}, {"state", state},
+                      {"cpu_milli", h.cpu_milli}, {"memory_mib", h.memory_mib}};
+    if (h.seq != 0) pod_entry["seq"] = h.seq;
+    if (!h.conflict.empty()) pod_entry["conflict"] = h.conflict;
+    node_holders[h.node].push_back(pod_entry);
+    for (const ContainerPart& c : h.containers) {
+      for (const GpuPart& g : c.gpus) {
+        gpu_holders[g.uuid].push_back({{"pod", h.pod},
+                                       {"container", c.name},
+                                       {"state", state},
+                                       {"core_percent", g.core_percent},
+                                       {"mem_bytes", g.mem_bytes}});
+      }
+    }
+  }
+  Json nodes = Json::array();
+  for (const auto& [name, rec] : s.nodes) {
+    if (only && *only != name) continue;
+    const int n = s.index_of.at(name);
+    Json gpus = Json::array();
+    auto add_gpu = [&](const k8s::InventoryGpu& g, int placement_index) {
+      Json j = {{"index", g.index},     {"uuid", g.uuid},
+                {"model", g.model},     {"memory_bytes", g.memory.count()},
+                {"healthy", g.healthy}, {"holders", Json::array()}};
+      if (placement_index >= 0) {
+        const auto i = static_cast<size_t>(placement_index);
+        j["core_free_percent"] = s.cluster->gpu_milli_free(n)[i] / 10.0;
+        j["memory_free_bytes"] = s.cluster->gpu_memory_free(n)[i] * kMiB;
+      }
+      if (auto h = gpu_holders.find(g.uuid); h != gpu_holders.end()) j["holders"] = h->second;
+      gpus.push_back(std::move(j));
+    };
+    for (size_t i = 0; i < rec.gpus.size(); ++i) add_gpu(rec.gpus[i], static_cast<int>(i));
+    for (const auto& g : rec.unhealthy) add_gpu(g, -1);
+    Json j = {{"name", name},
+              {"policy", std::string(k8s::PlacementPolicyName(rec.policy))},
+              {"mode", rec.has_inventory ? std::string(k8s::NodeModeName(rec.mode)) : "none"},
+              {"seq", rec.log.seq},
+              {"cpu_milli", {{"allocatable", rec.cpu_milli}, {"free", s.cluster->cpu_free(n)}}},
+              {"memory_mib", {{"allocatable", rec.memory_mib}, {"free", s.cluster->memory_free(n)}}},
+              {"gpus", std::move(gpus)},
+              {"pods", Json::array()}};
+    if (!rec.problem.empty()) j["problem"] = rec.problem;
+    if (auto h = node_holders.find(name); h != node_holders.end()) j["pods"] = h->second;
+    nodes.push_back(std::move(j));
+  }
+  if (only) {
+    if (nodes.empty()) return std::nullopt;
+    return nodes[0];
+  }
+  return Json{{"nodes", std::move(nodes)}};
+}
+
+StateStats ClusterState::Stats() const {
+  std::lock_guard lock(impl_->mu);
+  const Impl& s = *impl_;
+  StateStats out;
+  out.nodes = s.nodes.size();
+  out.pods = s.pods.size();
+  for (const auto& [uid, h] : s.holds) {
+    switch (h.kind) {
+      case HoldKind::kObserved:
+        ++out.holds_observed;
+        break;
+      case HoldKind::kReserved:
+        ++out.holds_reserved;
+        break;
+      case HoldKind::kBinding:
+        ++out.holds_binding;
+        break;
+    }
+  }
+  out.rebuilds = s.rebuilds;
+  out.reservations_expired = s.expired;
+  out.accounting_conflicts = s.conflicts;
+  if (s.cluster) {
+    out.gpu_milli_capacity = s.cluster->gpu_milli_capacity();
+    out.gpu_milli_allocated = s.cluster->gpu_milli_allocated();
+  }
+  return out;
+}
+
+}  // namespace tessera::extender

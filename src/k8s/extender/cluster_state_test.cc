@@ -1,0 +1,495 @@
+// Tests of ClusterState: filter reasons per node, decisions equal to the placement engine's,
+// reservations and their release, holds rebuilt from annotations, binds prepared and finished.
+#include "k8s/extender/cluster_state.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <set>
+
+#include "k8s/extender/test_objects.h"
+#include "placement/policy.h"
+
+namespace tessera::extender {
+namespace {
+
+using testing::Bound;
+using testing::GpuUuid;
+using testing::Node;
+using testing::Pod;
+using testing::TestContainer;
+using testing::TestGpu;
+
+std::vector<TestGpu> Gpus(int n, uint64_t gib = 16, std::string model = "SimGPU") {
+  return std::vector<TestGpu>(static_cast<size_t>(n), TestGpu{std::move(model), gib, true});
+}
+
+const NodeFailure* FailureOf(const FilterOutcome& out, const std::string& node) {
+  for (const NodeFailure& f : out.failed) {
+    if (f.node == node) return &f;
+  }
+  return nullptr;
+}
+
+// The GPUs a plan gives container `c`.
+std::set<std::string> PlanGpus(const BindPlan& plan, size_t c = 0) {
+  std::set<std::string> out;
+  for (const auto& g : plan.assignment.containers.at(c).gpus) out.insert(g.uuid);
+  return out;
+}
+
+// A state with a fixed, empty target workload (first-fit among equal scores) unless given one.
+std::unique_ptr<ClusterState> MakeState(
+    std::shared_ptr<const placement::TargetWorkload> w = nullptr) {
+  StateOptions o;
+  o.workload = w ? w : std::make_shared<placement::TargetWorkload>();
+  return std::make_unique<ClusterState>(o);
+}
+
+Result<BindPlan> FilterAndBind(ClusterState& s, const k8s::Json& pod,
+                               const std::vector<std::string>& nodes, std::string* chosen) {
+  auto out = s.Filter(pod, nodes);
+  if (!out.ok()) return out.status();
+  auto prio = s.Prioritize(pod, out->fits);
+  if (!prio.ok()) return prio.status();
+  std::string best;
+  int64_t top = -1;
+  for (const NodePriority& p : *prio) {
+    if (p.score > top) {
+      top = p.score;
+      best = p.node;
+    }
+  }
+  if (best.empty()) return Result<BindPlan>::Error("no node fits");
+  *chosen = best;
+  const std::string name = pod["metadata"]["name"];
+  return s.PrepareBind("default", name, "uid-" + name, best);
+}
+
+TEST(ClusterStateTest, FilterAnswersEveryNodeWithAReason) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("a-fits", Gpus(2))).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("b-mem", Gpus(2), "mem")).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("c-exclusive", Gpus(2), "exclusive")).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("d-no-inventory", {}, "none")).ok());
+  k8s::Json bad = Node("e-bad-inventory", Gpus(1));
+  bad["metadata"]["annotations"][k8s::kInventoryAnnotation] = "{\"version\":1,\"mode\":\"fast\"}";
+  ASSERT_TRUE(s->UpsertNode(bad).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("f-small-cpu", Gpus(2), "core_mem", "500m")).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("g-one-gpu", Gpus(1))).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("h-t4", Gpus(2, 16, "Tesla T4"))).ok());
+  const std::vector<std::string> names = {"a-fits",      "b-mem",     "c-exclusive",
+                                          "d-no-inventory", "e-bad-inventory", "f-small-cpu",
+                                          "g-one-gpu",   "h-t4",      "zz-unknown"};
+  auto out = s->Filter(Pod("p", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-count", "2"}},
+                           {{"tessera.io/gpu-model", "simgpu"}}),
+                       names);
+  ASSERT_TRUE(out.ok()) << out.error();
+  EXPECT_EQ(out->fits, std::vector<std::string>{"a-fits"});
+  ASSERT_EQ(out->failed.size(), names.size() - 1);
+  auto expect = [&](const std::string& node, const std::string& kind, const std::string& text,
+                    bool unresolvable) {
+    const NodeFailure* f = FailureOf(*out, node);
+    ASSERT_NE(f, nullptr) << node;
+    EXPECT_EQ(f->kind, kind) << node;
+    EXPECT_NE(f->reason.find(text), std::string::npos) << node << ": " << f->reason;
+    EXPECT_EQ(f->unresolvable, unresolvable) << node;
+  };
+  expect("b-mem", "mode", "node mode mem does not reserve GPU time (tessera.io/gpu-core)", true);
+  expect("c-exclusive", "mode", "takes whole GPUs only", true);
+  expect("d-no-inventory", "no-gpus", "no tessera.io/gpu-inventory", true);
+  expect("e-bad-inventory", "node-invalid", "tessera.io/gpu-inventory", true);
+  expect("f-small-cpu", "cpu", "Insufficient cpu", false);
+  expect("g-one-gpu", "gpu-count", "fewer GPUs than tessera.io/gpu-count=2", true);
+  expect("h-t4", "gpu-model", "\"Tesla T4\" is not allowed by tessera.io/gpu-model", true);
+  expect("zz-unknown", "node-unknown", "not known to the extender", true);
+}
+
+TEST(ClusterStateTest, CapacityReasonsNameTheResource) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("m", Gpus(1), "mem")).ok());
+  std::string chosen;
+  ASSERT_TRUE(FilterAndBind(*s, Pod("a", {{"tessera.io/gpu-core", "80"}}), {"n"}, &chosen).ok());
+  auto core = s->Filter(Pod("b", {{"tessera.io/gpu-core", "30"}}), std::vector<std::string>{"n"});
+  EXPECT_EQ(FailureOf(*core, "n")->reason, "tessera: Insufficient tessera.io/gpu-core");
+  auto whole = s->Filter(Pod("c", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"});
+  EXPECT_EQ(FailureOf(*whole, "n")->kind, "gpu-core");
+  EXPECT_NE(FailureOf(*whole, "n")->reason.find("Insufficient tessera.io/gpu-count"),
+            std::string::npos);
+  // 10 % of compute but 8 of 16 GiB: memory is what is short.
+  auto mem = s->Filter(Pod("d", {{"tessera.io/gpu-core", "10"}, {"tessera.io/gpu-mem", "8"}}),
+                       std::vector<std::string>{"n"});
+  EXPECT_EQ(FailureOf(*mem, "n")->reason, "tessera: Insufficient tessera.io/gpu-mem");
+  EXPECT_FALSE(FailureOf(*mem, "n")->unresolvable);
+  // A memory-only share needs a mem node.
+  auto mem_only = s->Filter(Pod("e", {{"tessera.io/gpu-mem", "4"}}), std::vector<std::string>{"n", "m"});
+  EXPECT_NE(FailureOf(*mem_only, "n")->reason.find("memory-only share"), std::string::npos);
+  EXPECT_EQ(mem_only->fits, std::vector<std::string>{"m"});
+}
+
+TEST(ClusterStateTest, DecisionsAreThePlacementEnginesOwn) {
+  // The same nodes and requests through ClusterState and straight through src/placement with the
+  // same workload: every decision (node and GPUs) agrees.
+  std::vector<placement::Request> trace;
+  for (int core : {30, 30, 50, 50, 50, 100, 25, 70, 20, 100}) {
+    auto r = placement::RequestFromShares(1000, 1024, 1, 0, core);
+    trace.push_back(*r);
+  }
+  auto workload =
+      std::make_shared<placement::TargetWorkload>(placement::TargetWorkload::FromRequests(trace));
+  auto s = MakeState(workload);
+  placement::ModelTable models;
+  const int sim = *models.Intern("SimGPU/16384", 16384);
+  std::vector<placement::NodeSpec> specs;
+  const std::vector<int> gpu_counts = {4, 2, 8, 1, 4};
+  for (size_t i = 0; i < gpu_counts.size(); ++i) {
+    const std::string name = "node-" + std::to_string(i);
+    ASSERT_TRUE(s->UpsertNode(Node(name, Gpus(gpu_counts[i]), "core_mem", "16", "64Gi")).ok());
+    specs.push_back({name, 16000, 65536, gpu_counts[i], sim, placement::NodeMode::kMemoryAndCompute});
+  }
+  placement::Cluster direct(models, specs);
+  placement::PolicyOptions po;
+  po.workload = workload.get();
+  auto policy = std::move(placement::MakePolicy("tessera", po).value());
+  std::vector<std::string> names;
+  for (const auto& spec : specs) names.push_back(spec.name);
+  for (int i = 0; i < 40; ++i) {
+    const int core = std::vector<int>{30, 50, 25, 70, 20, 100}[static_cast<size_t>(i) % 6];
+    const placement::Request r = *placement::RequestFromShares(1000, 1024, 1, 0, core);
+    const auto expected = policy->Select(direct, r);
+    std::string chosen;
+    auto plan = FilterAndBind(
+        *s, Pod("p" + std::to_string(i), {{"tessera.io/gpu-core", std::to_string(core)}}), names,
+        &chosen);
+    ASSERT_EQ(plan.ok(), expected.has_value()) << "pod " << i;
+    if (!expected) continue;
+    EXPECT_EQ(chosen, specs[static_cast<size_t>(expected->node)].name) << "pod " << i;
+    const std::string gpu = GpuUuid(chosen, std::countr_zero(expected->gpus));
+    EXPECT_EQ(PlanGpus(*plan), std::set<std::string>{gpu}) << "pod " << i;
+    ASSERT_TRUE(direct.Place(r, *expected).ok());
+    s->FinishBind("uid-p" + std::to_string(i), *plan, true);
+  }
+}
+
+TEST(ClusterStateTest, ReservationsKeepTheNextDecisionFromTakingTheSameShare) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n1", Gpus(1))).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("n2", Gpus(1))).ok());
+  const std::vector<std::string> names = {"n1", "n2"};
+  // a is filtered and prioritized; its bind has not come yet when b is filtered.
+  auto a = s->Filter(Pod("a", {{"tessera.io/gpu-core", "60"}}), names);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->fits, names);
+  auto b = s->Filter(Pod("b", {{"tessera.io/gpu-core", "60"}}), names);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->fits, std::vector<std::string>{"n2"});  // n1's GPU is a's
+  auto c = s->Filter(Pod("c", {{"tessera.io/gpu-core", "60"}}), names);
+  EXPECT_TRUE(c->fits.empty());
+  EXPECT_EQ(s->Stats().holds_reserved, 2u);
+  // a filtered again (a retry) replaces its own reservation instead of adding one.
+  auto again = s->Filter(Pod("a", {{"tessera.io/gpu-core", "60"}}), names);
+  EXPECT_EQ(again->fits, std::vector<std::string>{"n1"});
+  EXPECT_EQ(s->Stats().holds_reserved, 2u);
+}
+
+TEST(ClusterStateTest, ReservationsLapseWithoutABind) {
+  auto now = std::chrono::steady_clock::now();
+  StateOptions o;
+  o.workload = std::make_shared<placement::TargetWorkload>();
+  o.reservation_ttl = std::chrono::seconds(30);
+  o.clock = [&now] { return now; };
+  ClusterState s(o);
+  ASSERT_TRUE(s.UpsertNode(Node("n", Gpus(1))).ok());
+  ASSERT_TRUE(s.Filter(Pod("a", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size() == 1);
+  EXPECT_TRUE(s.Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.empty());
+  now += std::chrono::seconds(31);
+  EXPECT_EQ(s.Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size(), 1u);
+  EXPECT_EQ(s.Stats().reservations_expired, 1u);
+}
+
+TEST(ClusterStateTest, BindPlansStateTheAssignmentAndFailuresReleaseIt) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(2, 16))).ok());
+  std::string chosen;
+  auto plan = FilterAndBind(*s, Pod("a", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-mem", "6"}, {"tessera.io/gpu-count", "2"}}),
+                            {"n"}, &chosen);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  EXPECT_EQ(plan->assignment.node, "n");
+  EXPECT_GE(plan->assignment.seq, 1u);
+  ASSERT_EQ(plan->assignment.containers.size(), 1u);
+  EXPECT_EQ(plan->assignment.containers[0].name, "app");
+  ASSERT_EQ(plan->assignment.containers[0].gpus.size(), 2u);
+  for (const auto& g : plan->assignment.containers[0].gpus) {
+    EXPECT_EQ(g.core.value(), 30);
+    EXPECT_EQ(g.mem.count(), uint64_t{3} << 30);  // 6 GiB over 2 GPUs
+  }
+  EXPECT_EQ(s->Stats().holds_binding, 1u);
+  s->FinishBind("uid-a", *plan, false);
+  EXPECT_EQ(s->Stats().holds_binding, 0u);
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 0);
+  // Bound for real: the hold stays until the API server reports the pod; a second decision's seq
+  // is larger.
+  auto again = FilterAndBind(*s, Pod("a", {{"tessera.io/gpu-core", "30"}}), {"n"}, &chosen);
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(again->assignment.seq, plan->assignment.seq);
+  s->FinishBind("uid-a", *again, true);
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 300);
+}
+
+TEST(ClusterStateTest, BindOnAnotherNodeThanReservedDecidesThere) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n1", Gpus(1))).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("n2", Gpus(1))).ok());
+  ASSERT_TRUE(s->Filter(Pod("a", {{"tessera.io/gpu-core", "50"}}), std::vector<std::string>{"n1", "n2"}).ok());
+  auto plan = s->PrepareBind("default", "a", "uid-a", "n2");  // kube-scheduler picked n2
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  EXPECT_EQ(PlanGpus(*plan), std::set<std::string>{GpuUuid("n2", 0)});
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 500);  // n1's reservation is gone
+  auto unknown = s->PrepareBind("default", "ghost", "uid-ghost", "n1");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().find("not known to the extender"), std::string::npos);
+}
+
+TEST(ClusterStateTest, HoldsAreRebuiltFromAnnotationsAndReleasedWhenPodsEnd) {
+  auto s = MakeState();
+  std::string chosen;
+  // First life: decide three pods and keep their plans as a crash would find them written.
+  k8s::Json running, assumed, finished;
+  {
+    auto first = MakeState();
+    ASSERT_TRUE(first->UpsertNode(Node("n", Gpus(1))).ok());
+    for (const auto& [name, slot] : {std::pair{"run", &running}, {"assumed", &assumed}, {"done", &finished}}) {
+      k8s::Json pod = Pod(name, {{"tessera.io/gpu-core", "30"}});
+      auto plan = FilterAndBind(*first, pod, {"n"}, &chosen);
+      ASSERT_TRUE(plan.ok()) << plan.error();
+      pod["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(plan->assignment);
+      pod["metadata"]["annotations"][k8s::kPhaseAnnotation] = "assumed";
+      *slot = pod;
+      first->FinishBind(std::string("uid-") + name, *plan, true);
+    }
+  }
+  running = Bound(running, "n");
+  finished = Bound(finished, "n", "Succeeded");
+  // Second life: rebuilt from the list. The running pod and the assumed (unbound) one hold; the
+  // finished one does not.
+  s->ReplaceNodes({Node("n", Gpus(1))});
+  s->ReplacePods({running, assumed, finished});
+  EXPECT_EQ(s->Stats().holds_observed, 2u);
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 600);
+  auto big = s->Filter(Pod("big", {{"tessera.io/gpu-core", "50"}}), std::vector<std::string>{"n"});
+  EXPECT_TRUE(big->fits.empty());
+  // The assumed pod is placed again by the scheduler: its old decision no longer counts.
+  auto retry = s->Filter(assumed, std::vector<std::string>{"n"});
+  EXPECT_EQ(retry->fits.size(), 1u);
+  // The running pod is deleted: its share is back at once.
+  s->RemovePod("uid-run");
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 300);  // the assumed pod's new reservation
+  // A Failed pod releases too.
+  ASSERT_TRUE(s->UpsertPod(Bound(Pod("x", {{"tessera.io/gpu-core", "10"}}), "n", "Failed")).ok());
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 300);
+}
+
+TEST(ClusterStateTest, BoundPodsWithoutTesseraResourcesHoldTheirCpu) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1), "core_mem", "4")).ok());
+  TestContainer plain;
+  plain.cpu = "3500m";
+  ASSERT_TRUE(s->UpsertPod(Bound(Pod("web", std::vector<TestContainer>{plain}), "n")).ok());
+  auto out = s->Filter(Pod("g", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"n"});
+  EXPECT_EQ(FailureOf(*out, "n")->kind, "cpu");
+}
+
+TEST(ClusterStateTest, UnhealthyGpusAreOutOfPlacement) {
+  auto s = MakeState();
+  std::vector<TestGpu> gpus = Gpus(2);
+  gpus[0].healthy = false;
+  ASSERT_TRUE(s->UpsertNode(Node("n", gpus)).ok());
+  std::string chosen;
+  auto plan = FilterAndBind(*s, Pod("a", {{"tessera.io/gpu-count", "1"}}), {"n"}, &chosen);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(PlanGpus(*plan), std::set<std::string>{GpuUuid("n", 1)});
+  auto none = s->Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"});
+  EXPECT_TRUE(none->fits.empty());
+}
+
+TEST(ClusterStateTest, MultiContainerPodsGetOneEntryPerContainer) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(2))).ok());
+  TestContainer a{"trainer", {{"tessera.io/gpu-core", "60"}}};
+  TestContainer b{"sidecar", {{"tessera.io/gpu-core", "60"}}};
+  TestContainer none{"log", {}};
+  TestContainer init{"warm", {{"tessera.io/gpu-core", "20"}}, "1", "1Gi", true};
+  std::string chosen;
+  auto plan = FilterAndBind(*s, Pod("m", {init, a, b, none}), {"n"}, &chosen);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  ASSERT_EQ(plan->assignment.containers.size(), 3u);
+  EXPECT_EQ(plan->assignment.containers[0].name, "warm");
+  EXPECT_EQ(plan->assignment.containers[1].name, "trainer");
+  EXPECT_EQ(plan->assignment.containers[2].name, "sidecar");
+  EXPECT_NE(PlanGpus(*plan, 1), PlanGpus(*plan, 2));  // 60 + 60 do not fit one GPU
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 1400);
+  // A third 60 % container fits no GPU: the pod fits nowhere, the reason names the core share.
+  TestContainer c{"third", {{"tessera.io/gpu-core", "60"}}};
+  auto out = s->Filter(Pod("m2", std::vector<TestContainer>{c, c}), std::vector<std::string>{"n"});
+  EXPECT_TRUE(out->fits.empty());
+}
+
+TEST(ClusterStateTest, InvalidPodsAreRefusedAndEverythingElseServed) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
+  auto weight = s->Filter(Pod("w", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/weight", "lots"}}),
+                          std::vector<std::string>{"n"});
+  ASSERT_TRUE(weight.ok());
+  EXPECT_TRUE(weight->fits.empty());
+  EXPECT_EQ(FailureOf(*weight, "n")->kind, "pod-invalid");
+  EXPECT_NE(FailureOf(*weight, "n")->reason.find("tessera.io/weight=\"lots\""), std::string::npos);
+  auto core = s->Filter(Pod("c", {{"tessera.io/gpu-core", "150"}}), std::vector<std::string>{"n"});
+  EXPECT_NE(FailureOf(*core, "n")->reason.find("from 1 to 100"), std::string::npos);
+  auto ack = s->Filter(Pod("k", {{"aliyun.com/gpu-core.percentage", "33"}}), std::vector<std::string>{"n"});
+  EXPECT_NE(FailureOf(*ack, "n")->reason.find("multiple of 5"), std::string::npos);
+  auto cpu = s->Filter(Pod("q", std::vector<TestContainer>{{"app", {{"tessera.io/gpu-core", "10"}}, "lots"}}),
+                       std::vector<std::string>{"n"});
+  ASSERT_TRUE(cpu.ok());  // a CPU quantity it cannot read counts as 0; the pod is still served
+  EXPECT_FALSE(s->Filter(k8s::Json::array(), std::vector<std::string>{"n"}).ok());
+  // And the next pod is placed as if nothing happened.
+  EXPECT_EQ(s->Filter(Pod("ok", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"n"})->fits.size(), 1u);
+}
+
+TEST(ClusterStateTest, AckNamesModelsAndPolicies) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("a100", Gpus(2, 40, "NVIDIA A100-SXM4-40GB"), "core_mem", "32",
+                                 "128Gi", {{"tessera.io/gpu.placement", "spread"}})).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("t4", Gpus(2, 16, "Tesla T4"), "core_mem", "32", "128Gi",
+                                 {{"ack.node.gpu.placement", "binpack"}})).ok());
+  const std::vector<std::string> names = {"a100", "t4"};
+  std::string chosen;
+  auto ack = FilterAndBind(*s, Pod("ack", {{"aliyun.com/gpu-core.percentage", "25"}, {"aliyun.com/gpu-mem", "4"}},
+                                   {{"tessera.io/gpu-model", "a100"}}),
+                           names, &chosen);
+  ASSERT_TRUE(ack.ok()) << ack.error();
+  EXPECT_EQ(chosen, "a100");
+  EXPECT_EQ(ack->assignment.containers[0].gpus[0].mem.count(), uint64_t{4} << 30);
+  // spread: the next share on the A100 node goes to its other GPU.
+  s->FinishBind("uid-ack", *ack, true);
+  auto second = FilterAndBind(*s, Pod("s2", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "A100"}}),
+                              names, &chosen);
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(PlanGpus(*second), PlanGpus(*ack));
+  // binpack on the T4 node: two shares share a GPU.
+  auto t1 = FilterAndBind(*s, Pod("t1", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "T4"}}), names, &chosen);
+  ASSERT_TRUE(t1.ok());
+  s->FinishBind("uid-t1", *t1, true);
+  auto t2 = FilterAndBind(*s, Pod("t2", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "T4"}}), names, &chosen);
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(PlanGpus(*t2), PlanGpus(*t1));
+  // A bad placement label makes the node refuse GPU pods, naming the label.
+  ASSERT_TRUE(s->UpsertNode(Node("odd", Gpus(1), "core_mem", "32", "128Gi",
+                                 {{"tessera.io/gpu.placement", "tetris"}})).ok());
+  auto odd = s->Filter(Pod("o", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"odd"});
+  EXPECT_NE(FailureOf(*odd, "odd")->reason.find("tessera.io/gpu.placement"), std::string::npos);
+}
+
+TEST(ClusterStateTest, PrioritizeGivesTheEnginesChoiceTheTopScore) {
+  auto s = MakeState();
+  for (const char* n : {"n0", "n1", "n2"}) ASSERT_TRUE(s->UpsertNode(Node(n, Gpus(2))).ok());
+  std::string chosen;
+  // n1 gets a 50 % share first; tessera with an empty workload first-fits, so a second 50 %
+  // share is scored on every node and the top score is unique.
+  ASSERT_TRUE(FilterAndBind(*s, Pod("a", {{"tessera.io/gpu-core", "50"}}), {"n1"}, &chosen).ok());
+  auto prio = s->Prioritize(Pod("b", {{"tessera.io/gpu-core", "50"}}),
+                            std::vector<std::string>{"n0", "n1", "n2", "nx"});
+  ASSERT_TRUE(prio.ok());
+  ASSERT_EQ(prio->size(), 4u);
+  int tens = 0;
+  for (const NodePriority& p : *prio) {
+    EXPECT_GE(p.score, 0);
+    EXPECT_LE(p.score, 10);
+    tens += p.score == 10;
+  }
+  EXPECT_EQ(tens, 1);
+  EXPECT_EQ((*prio)[3].score, 0);  // unknown node
+}
+
+TEST(ClusterStateTest, InspectShowsWhoHoldsWhat) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
+  std::string chosen;
+  auto plan = FilterAndBind(*s, Pod("a", {{"tessera.io/gpu-core", "40"}}), {"n"}, &chosen);
+  ASSERT_TRUE(plan.ok());
+  auto j = s->Inspect(std::string("n"));
+  ASSERT_TRUE(j.has_value());
+  const auto& gpu = (*j)["gpus"][0];
+  EXPECT_EQ(gpu["uuid"], GpuUuid("n", 0));
+  EXPECT_DOUBLE_EQ(gpu["core_free_percent"].get<double>(), 60.0);
+  ASSERT_EQ(gpu["holders"].size(), 1u);
+  EXPECT_EQ(gpu["holders"][0]["pod"], "default/a");
+  EXPECT_EQ(gpu["holders"][0]["state"], "binding");
+  EXPECT_FALSE(s->Inspect(std::string("nope")).has_value());
+  EXPECT_EQ((*s->Inspect(std::nullopt))["nodes"].size(), 1u);
+}
+
+// A pod the API server reports with an assignment, bound to `node`.
+k8s::Json Assigned(const std::string& name, const std::string& node, int core, uint64_t gib,
+                   int gpu = 0) {
+  k8s::Json pod = Bound(Pod(name, {{"tessera.io/gpu-core", std::to_string(core)}}), node);
+  k8s::Assignment a;
+  a.node = node;
+  a.seq = 100;
+  a.containers.push_back({"app", {{GpuUuid(node, gpu), Bytes(gib << 30), *Percent::FromInt(core)}}});
+  pod["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
+  pod["metadata"]["annotations"][k8s::kPhaseAnnotation] = "allocated";
+  return pod;
+}
+
+TEST(ClusterStateTest, WhatTheApiServerSaysOutranksReservations) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
+  ASSERT_EQ(s->Filter(Pod("r", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size(), 1u);
+  // Another scheduler's pod turns up on the GPU: it counts, the reservation yields.
+  ASSERT_TRUE(s->UpsertPod(Assigned("x", "n", 100, 16)).ok());
+  EXPECT_EQ(s->Stats().holds_reserved, 0u);
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 1000);
+  auto plan = s->PrepareBind("default", "r", "uid-r", "n");
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().find("no longer fits"), std::string::npos) << plan.error();
+}
+
+TEST(ClusterStateTest, SharesThatDidNotFitCountOnceThereIsRoom) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
+  // Two bound pods whose assignments over-commit the GPU (written by hand): the second does not
+  // fit the books; when the first goes, it is counted.
+  ASSERT_TRUE(s->UpsertPod(Assigned("x", "n", 60, 8)).ok());
+  ASSERT_TRUE(s->UpsertPod(Assigned("y", "n", 60, 8)).ok());
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 600);
+  EXPECT_GE(s->Stats().accounting_conflicts, 1u);
+  s->RemovePod("uid-x");
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 600);  // y's share, now in the books
+  auto j = s->Inspect(std::string("n"));
+  ASSERT_EQ((*j)["gpus"][0]["holders"].size(), 1u);
+  EXPECT_EQ((*j)["gpus"][0]["holders"][0]["pod"], "default/y");
+  EXPECT_FALSE((*j)["pods"][0].contains("conflict"));
+}
+
+TEST(ClusterStateTest, AWholeGpuKeepsTheMemoryCapItAskedFor) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(2))).ok());
+  std::string chosen;
+  auto plan = FilterAndBind(*s, Pod("w", {{"tessera.io/gpu-core", "100"}, {"tessera.io/gpu-mem", "4"}}), {"n"},
+                            &chosen);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  EXPECT_EQ(plan->assignment.containers[0].gpus[0].core.value(), 100);
+  EXPECT_EQ(plan->assignment.containers[0].gpus[0].mem.count(), uint64_t{4} << 30);
+  s->FinishBind("uid-w", *plan, true);
+  // The GPU is the pod's alone all the same.
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 1000);
+  auto other = s->Filter(Pod("x", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"n"});
+  ASSERT_EQ(other->fits.size(), 1u);
+  auto x = s->PrepareBind("default", "x", "uid-x", "n");
+  ASSERT_TRUE(x.ok());
+  EXPECT_NE(x->assignment.containers[0].gpus[0].uuid, plan->assignment.containers[0].gpus[0].uuid);
+}
+
+}  // namespace
+}  // namespace tessera::extender

@@ -1,0 +1,431 @@
+// Tests of tessera-extender through its HTTP verbs against the stand-in API server: what a bind
+// writes, shares released when pods end or binds fail, malformed input refused while everything
+// else is served, two replicas that never give one GPU's share twice, and (with real processes)
+// an extender killed in the middle of a burst of binds and started again.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <yaml-cpp/yaml.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <regex>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "k8s/annotations.h"
+#include "k8s/api_client.h"
+#include "k8s/extender/commit_log.h"
+#include "k8s/extender/extender_app.h"
+#include "k8s/extender/scheduler_driver.h"
+#include "k8s/extender/test_objects.h"
+#include "k8s/test_apiserver.h"
+#include "process/child_process.h"
+
+namespace tessera::extender {
+namespace {
+
+using testing::GpuUuid;
+using testing::Node;
+using testing::Pod;
+using testing::SchedulerDriver;
+using testing::TestGpu;
+
+constexpr auto kWait = std::chrono::seconds(10);
+
+std::vector<TestGpu> Gpus(int n) { return std::vector<TestGpu>(static_cast<size_t>(n)); }
+
+k8s::Json Created(k8s::Json object) {
+  object["metadata"].erase("uid");
+  object["metadata"].erase("resourceVersion");
+  return object;
+}
+
+std::unique_ptr<ExtenderApp> StartExtender(const std::string& api_url) {
+  AppConfig c;
+  c.api.server = api_url;
+  c.listen_host = "127.0.0.1";
+  c.listen_port = 0;
+  c.state.workload = std::make_shared<placement::TargetWorkload>();
+  c.quiet = true;
+  auto app = std::make_unique<ExtenderApp>(c);
+  EXPECT_TRUE(app->Start().ok());
+  EXPECT_TRUE(app->WaitReady(kWait));
+  return app;
+}
+
+// Per GPU UUID, what the bound pods' assignments give away: core percent and bytes. Fails the
+// test when a bound pod's assignment names another node.
+struct Given {
+  int core = 0;
+  uint64_t mem = 0;
+  int holders = 0;
+  bool whole = false;
+};
+std::map<std::string, Given> GivenAway(const std::vector<k8s::Json>& pods) {
+  std::map<std::string, Given> out;
+  for (const k8s::Json& p : pods) {
+    auto view = k8s::PodFromJson(p);
+    if (!view.ok() || view->node_name.empty() || view->Terminal()) continue;
+    const std::string* text = view->Annotation(k8s::kAssignmentAnnotation);
+    if (text == nullptr) continue;
+    auto a = k8s::ParseAssignment(*text);
+    EXPECT_TRUE(a.ok()) << a.error();
+    if (!a.ok()) continue;
+    EXPECT_EQ(a->node, view->node_name) << view->Key();
+    for (const auto& c : a->containers) {
+      for (const auto& g : c.gpus) {
+        Given& given = out[g.uuid];
+        given.core += g.core.value();
+        given.mem += g.mem.count();
+        given.whole |= g.mem.count() == uint64_t{16} << 30;
+        ++given.holders;
+      }
+    }
+  }
+  return out;
+}
+
+void ExpectNoGpuGivenTwice(const std::vector<k8s::Json>& pods) {
+  for (const auto& [uuid, g] : GivenAway(pods)) {
+    EXPECT_LE(g.core, 100) << uuid;
+    EXPECT_LE(g.mem, uint64_t{16} << 30) << uuid;
+    if (g.whole) {
+      EXPECT_EQ(g.holders, 1) << uuid;
+    }
+  }
+}
+
+// Schedules `pod` until it binds or `deadline` (the scheduler retries what failed).
+testing::ScheduleResult ScheduleUntilBound(SchedulerDriver& driver, const k8s::Json& pod,
+                                           const std::vector<std::string>& nodes,
+                                           std::chrono::milliseconds deadline) {
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  testing::ScheduleResult r;
+  while (true) {
+    r = driver.Schedule(pod, nodes);
+    if (r.bound || std::chrono::steady_clock::now() >= end) return r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+class ExtenderApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(api_.Start(0).ok()); }
+  void TearDown() override { api_.Stop(); }
+  k8s::Json CreatePod(const k8s::Json& pod) { return api_.CreatePod(Created(pod)); }
+  k8s::TestApiServer api_;
+};
+
+TEST_F(ExtenderApiTest, BindWritesTheDecisionAndEndedPodsFreeTheirShare) {
+  api_.CreateNode(Created(Node("n1", Gpus(2))));
+  auto app = StartExtender(api_.url());
+  SchedulerDriver driver(app->port());
+  const std::vector<std::string> nodes = {"n1"};
+  const k8s::Json a = CreatePod(Pod("a", {{"tessera.io/gpu-core", "60"}}));
+  auto ra = driver.Schedule(a, nodes);
+  ASSERT_TRUE(ra.bound) << ra.error;
+  // On the API server: bound, with the assignment and phase; the node's log names the commit.
+  auto pa = *api_.GetPod("default", "a");
+  EXPECT_EQ(pa["spec"]["nodeName"], "n1");
+  auto assignment = k8s::ParseAssignment(pa["metadata"]["annotations"][k8s::kAssignmentAnnotation].get<std::string>());
+  ASSERT_TRUE(assignment.ok()) << assignment.error();
+  EXPECT_EQ(assignment->node, "n1");
+  ASSERT_EQ(assignment->containers.size(), 1u);
+  EXPECT_EQ(assignment->containers[0].name, "app");
+  ASSERT_EQ(assignment->containers[0].gpus.size(), 1u);
+  EXPECT_EQ(assignment->containers[0].gpus[0].uuid, GpuUuid("n1", 0));
+  EXPECT_EQ(assignment->containers[0].gpus[0].core.value(), 60);
+  EXPECT_EQ(assignment->containers[0].gpus[0].mem.count(), uint64_t{9830} << 20);  // 60 % of 16 GiB
+  EXPECT_EQ(pa["metadata"]["annotations"][k8s::kPhaseAnnotation], "assumed");
+  auto log = ParseCommitLog((*api_.GetNode("n1"))["metadata"]["annotations"][kCommitLogAnnotation].get<std::string>());
+  ASSERT_TRUE(log.ok()) << log.error();
+  EXPECT_EQ(log->seq, assignment->seq);
+  ASSERT_EQ(log->recent.size(), 1u);
+  EXPECT_EQ(log->recent[0].uid, pa["metadata"]["uid"]);
+
+  auto rb = driver.Schedule(CreatePod(Pod("b", {{"tessera.io/gpu-core", "60"}})), nodes);
+  ASSERT_TRUE(rb.bound) << rb.error;
+  const k8s::Json c = CreatePod(Pod("c", {{"tessera.io/gpu-core", "60"}}));
+  auto rc = driver.Schedule(c, nodes);
+  EXPECT_FALSE(rc.bound);
+  EXPECT_EQ(rc.failures["n1"], "tessera: Insufficient tessera.io/gpu-core");
+  // a is deleted: c fits at once (within the watch's delay).
+  ASSERT_TRUE(api_.DeletePod("default", "a"));
+  rc = ScheduleUntilBound(driver, c, nodes, kWait);
+  ASSERT_TRUE(rc.bound) << rc.error;
+  auto pc = k8s::ParseAssignment((*api_.GetPod("default", "c"))["metadata"]["annotations"][k8s::kAssignmentAnnotation].get<std::string>());
+  EXPECT_EQ(pc->containers[0].gpus[0].uuid, GpuUuid("n1", 0));
+  // b finishes (Succeeded): its share is back too.
+  ASSERT_TRUE(api_.SetPodPhase("default", "b", "Succeeded"));
+  auto rd = ScheduleUntilBound(driver, CreatePod(Pod("d", {{"tessera.io/gpu-core", "60"}})), nodes, kWait);
+  ASSERT_TRUE(rd.bound) << rd.error;
+  ExpectNoGpuGivenTwice(api_.Pods());
+}
+
+TEST_F(ExtenderApiTest, AFailedBindReleasesItsShareAtOnce) {
+  api_.CreateNode(Created(Node("n1", Gpus(1))));
+  auto app = StartExtender(api_.url());
+  SchedulerDriver driver(app->port());
+  k8s::ClientConfig config;
+  config.server = api_.url();
+  k8s::ApiClient client(config);
+  std::string body;
+  auto bind = [&](const k8s::Json& pod) {
+    driver.Post("/bind",
+                k8s::Json{{"PodName", pod["metadata"]["name"]}, {"PodNamespace", "default"},
+                          {"PodUID", pod["metadata"]["uid"]}, {"Node", "n1"}}.dump(),
+                &body);
+    return k8s::Json::parse(body)["Error"].get<std::string>();
+  };
+  // a is filtered (its share reserved), then bound by someone else before our bind: the bind
+  // fails and says so, and the reservation is gone at once.
+  const k8s::Json a = CreatePod(Pod("a", {{"tessera.io/gpu-count", "1"}}));
+  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", a}, {"NodeNames", {"n1"}}}.dump(), &body), 200);
+  EXPECT_EQ(k8s::Json::parse(body)["NodeNames"], k8s::Json::array({"n1"}));
+  ASSERT_TRUE(client.BindPod("default", "a", a["metadata"]["uid"], "n1").ok());
+  EXPECT_NE(bind(a).find("already"), std::string::npos) << body;
+  EXPECT_EQ((*api_.GetPod("default", "a"))["metadata"]["annotations"].count(k8s::kAssignmentAnnotation), 0u);
+  auto rb = driver.Schedule(CreatePod(Pod("b", {{"tessera.io/gpu-count", "1"}})), {"n1"});
+  EXPECT_TRUE(rb.bound) << rb.error;
+  // c is filtered, then deleted before its bind: the bind fails, nothing stays held.
+  ASSERT_TRUE(api_.DeletePod("default", "b"));
+  const k8s::Json c = CreatePod(Pod("c", {{"tessera.io/gpu-count", "1"}}));
+  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", c}, {"NodeNames", {"n1"}}}.dump(), &body), 200);
+  ASSERT_TRUE(api_.DeletePod("default", "c"));
+  EXPECT_FALSE(bind(c).empty());
+  auto rd = ScheduleUntilBound(driver, CreatePod(Pod("d", {{"tessera.io/gpu-count", "1"}})), {"n1"}, kWait);
+  EXPECT_TRUE(rd.bound) << rd.error;
+}
+
+TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
+  k8s::Json bad = Created(Node("bad", Gpus(1)));
+  bad["metadata"]["annotations"][k8s::kInventoryAnnotation] = "{\"version\":1,\"gpus\":[]}";
+  api_.CreateNode(bad);
+  api_.CreateNode(Created(Node("good", Gpus(1))));
+  auto app = StartExtender(api_.url());
+  SchedulerDriver driver(app->port());
+  std::string body;
+  EXPECT_EQ(driver.Post("/filter", "{", &body), 400);
+  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(driver.Post("/prioritize", "[]", &body), 400);
+  EXPECT_EQ(driver.Post("/bind", "{}", &body), 400);
+  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("PodName is missing"), std::string::npos);
+  EXPECT_EQ(driver.Post("/bind", R"({"PodName":"x","PodNamespace":"default","PodUID":"u","Node":"good"})", &body), 200);
+  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("not known"), std::string::npos);
+  // A pod with an invalid annotation: every node says why.
+  auto invalid = driver.Schedule(CreatePod(Pod("w", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/weight", "0"}})),
+                                 {"bad", "good"});
+  EXPECT_FALSE(invalid.bound);
+  EXPECT_NE(invalid.failures["good"].find("tessera.io/weight=\"0\""), std::string::npos) << invalid.failures["good"];
+  // A valid pod: the node with the malformed inventory says why, the other takes it.
+  const k8s::Json ok = CreatePod(Pod("ok", {{"tessera.io/gpu-core", "10"}}));
+  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", ok}, {"NodeNames", {"bad", "good"}}}.dump(), &body), 200);
+  const k8s::Json f = k8s::Json::parse(body);
+  EXPECT_EQ(f["NodeNames"], k8s::Json::array({"good"}));
+  EXPECT_NE(f["FailedAndUnresolvableNodes"]["bad"].get<std::string>().find("tessera.io/gpu-inventory"),
+            std::string::npos);
+  EXPECT_TRUE(driver.Schedule(ok, {"bad", "good"}).bound);
+  httplib::Client http("127.0.0.1", app->port());
+  EXPECT_EQ(http.Get("/healthz")->status, 200);
+  EXPECT_EQ(http.Get("/inspect/nope")->status, 404);
+  const std::string metrics = http.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("tessera_extender_requests_total{verb=\"filter\",result=\"error\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("tessera_extender_pods_refused_total{verb=\"filter\",reason=\"pod-invalid\"} 1"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("tessera_extender_request_duration_seconds_bucket{verb=\"bind\""), std::string::npos);
+  // Every metric the Grafana dashboard of deploy/kubernetes/monitoring.yaml queries is served.
+  std::string dashboard;
+  for (const YAML::Node& doc :
+       YAML::LoadAllFromFile(std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/monitoring.yaml")) {
+    if (doc["data"] && doc["data"]["tessera-scheduler.json"]) dashboard = doc["data"]["tessera-scheduler.json"].as<std::string>();
+  }
+  ASSERT_FALSE(dashboard.empty());
+  std::set<std::string> queried;
+  const k8s::Json parsed = k8s::Json::parse(dashboard);
+  for (const auto& panel : parsed["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      const std::regex name(R"(tessera_extender_[a-z_]+)");
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name); it != std::sregex_iterator(); ++it) {
+        std::string metric = it->str();
+        for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+          if (metric.size() > strlen(suffix) && metric.ends_with(suffix)) metric.resize(metric.size() - strlen(suffix));
+        }
+        queried.insert(metric);
+      }
+    }
+  }
+  EXPECT_GE(queried.size(), 8u);
+  for (const std::string& metric : queried) {
+    EXPECT_NE(metrics.find("# TYPE " + metric + " "), std::string::npos) << metric << " is not served";
+  }
+}
+
+TEST_F(ExtenderApiTest, TwoReplicasNeverGiveOneShareTwice) {
+  api_.CreateNode(Created(Node("solo", Gpus(1))));
+  auto a = StartExtender(api_.url());
+  auto b = StartExtender(api_.url());
+  SchedulerDriver da(a->port()), db(b->port());
+  // Each replica decides on the same empty GPU before either binds.
+  const k8s::Json pa = CreatePod(Pod("pa", {{"tessera.io/gpu-count", "1"}}));
+  const k8s::Json pb = CreatePod(Pod("pb", {{"tessera.io/gpu-count", "1"}}));
+  std::string body;
+  ASSERT_EQ(da.Post("/filter", k8s::Json{{"Pod", pa}, {"NodeNames", {"solo"}}}.dump(), &body), 200);
+  ASSERT_EQ(k8s::Json::parse(body)["NodeNames"].size(), 1u);
+  ASSERT_EQ(db.Post("/filter", k8s::Json{{"Pod", pb}, {"NodeNames", {"solo"}}}.dump(), &body), 200);
+  ASSERT_EQ(k8s::Json::parse(body)["NodeNames"].size(), 1u);
+  auto bind = [&](SchedulerDriver& d, const k8s::Json& pod) {
+    std::string out;
+    d.Post("/bind", k8s::Json{{"PodName", pod["metadata"]["name"]}, {"PodNamespace", "default"},
+                              {"PodUID", pod["metadata"]["uid"]}, {"Node", "solo"}}.dump(),
+           &out);
+    return k8s::Json::parse(out)["Error"].get<std::string>();
+  };
+  const std::string ea = bind(da, pa);
+  const std::string eb = bind(db, pb);
+  EXPECT_EQ(ea.empty() + eb.empty(), 1) << "a: " << ea << "\nb: " << eb;
+  ExpectNoGpuGivenTwice(api_.Pods());
+
+  // A burst: both replicas schedule their own half of 24 half-GPU pods at once on 6 GPUs.
+  for (const char* n : {"x1", "x2", "x3"}) api_.CreateNode(Created(Node(n, Gpus(2))));
+  ASSERT_TRUE(api_.DeletePod("default", ea.empty() ? "pa" : "pb"));
+  const std::vector<std::string> nodes = {"x1", "x2", "x3", "solo"};
+  std::atomic<int> bound{0};
+  auto burst = [&](int port, int first) {
+    SchedulerDriver d(port);
+    for (int i = first; i < 24; i += 2) {
+      const k8s::Json pod = CreatePod(Pod("burst-" + std::to_string(i), {{"tessera.io/gpu-core", "50"}}));
+      for (int attempt = 0; attempt < 20; ++attempt) {
+        auto r = d.Schedule(pod, nodes);
+        if (r.bound) {
+          ++bound;
+          break;
+        }
+        if (r.error.empty() && !r.failures.empty()) break;  // nothing fits: stays Pending
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  };
+  std::thread ta(burst, a->port(), 0), tb(burst, b->port(), 1);
+  ta.join();
+  tb.join();
+  const auto pods = api_.Pods();
+  ExpectNoGpuGivenTwice(pods);
+  int shares = 0;
+  for (const auto& [uuid, g] : GivenAway(pods)) shares += g.core;
+  EXPECT_LE(shares, 700);
+  EXPECT_GE(bound.load(), 10);  // all 6 GPUs can be filled; conflicts cost retries, not capacity
+}
+
+// The extender as a process, killed with SIGKILL in the middle of a burst of binds and started
+// again: afterwards no GPU is given twice and every pod is bound with an assignment or Pending.
+TEST(ExtenderRestartTest, KilledDuringABurstOfBinds) {
+  const std::string build = process::BuildDir();
+  process::ChildProcess api({build + "/tests/test_apiserver", "--port", "0"}, {});
+  auto url = api.WaitForKey("url", kWait);
+  ASSERT_TRUE(url.has_value());
+  k8s::ClientConfig config;
+  config.server = *url;
+  k8s::ApiClient client(config);
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back("r" + std::to_string(i));
+    ASSERT_TRUE(client.Create("/api/v1/nodes", Created(Node(nodes.back(), Gpus(2)))).ok());
+  }
+  // 40 pods of 30 %: 24 fit on the 8 GPUs (3 per GPU), the rest stay Pending.
+  std::vector<k8s::Json> pods;
+  for (int i = 0; i < 40; ++i) {
+    auto created = client.Create("/api/v1/namespaces/default/pods",
+                                 Created(Pod("r-" + std::to_string(i), {{"tessera.io/gpu-core", "30"}})));
+    ASSERT_TRUE(created.ok());
+    pods.push_back(*created);
+  }
+  auto start = [&]() {
+    auto p = std::make_unique<process::ChildProcess>(
+        std::vector<std::string>{build + "/bin/tessera-extender", "--apiserver", *url, "--listen",
+                                 "127.0.0.1:0"},
+        std::vector<std::string>{});
+    return p;
+  };
+  auto extender = start();
+  auto port = extender->WaitForKey("port", kWait);
+  ASSERT_TRUE(port.has_value());
+  ASSERT_TRUE(extender->WaitForKey("ready", kWait).has_value());
+  std::atomic<int> current_port{std::stoi(*port)};
+  std::atomic<int> done{0};
+  std::atomic<int> failed_calls{0};  // verbs that got no answer: the extender was down
+  std::atomic<bool> stop{false};
+  std::set<int> pending;
+  for (int i = 0; i < 40; ++i) pending.insert(i);
+  std::mutex mu;
+  // The scheduler: round after round over the pending pods, as its queue retries them.
+  std::thread scheduler([&] {
+    while (!stop) {
+      std::vector<int> round;
+      {
+        std::lock_guard lock(mu);
+        round.assign(pending.begin(), pending.end());
+      }
+      if (round.empty()) break;
+      SchedulerDriver d(current_port.load());
+      for (int i : round) {
+        if (stop) break;
+        auto r = d.Schedule(pods[static_cast<size_t>(i)], nodes);
+        if (r.bound) {
+          std::lock_guard lock(mu);
+          pending.erase(i);
+          ++done;
+        } else if (r.error.find("HTTP 0") != std::string::npos) {
+          ++failed_calls;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  // Kill it in the middle of the burst.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (done < 8 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  extender->Kill(SIGKILL);
+  extender->Wait(kWait);
+  auto again = start();
+  auto port2 = again->WaitForKey("port", kWait);
+  ASSERT_TRUE(port2.has_value());
+  ASSERT_TRUE(again->WaitForKey("ready", kWait).has_value());
+  current_port = std::stoi(*port2);
+  // Let the scheduler place what fits; then stop it.
+  const auto settle = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (done < 24 && std::chrono::steady_clock::now() < settle) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  stop = true;
+  scheduler.join();
+  auto list = client.ListPods("default");
+  ASSERT_TRUE(list.ok());
+  std::vector<k8s::Json> items((*list)["items"].begin(), (*list)["items"].end());
+  ExpectNoGpuGivenTwice(items);
+  int bound = 0;
+  for (const k8s::Json& p : items) {
+    auto view = k8s::PodFromJson(p);
+    ASSERT_TRUE(view.ok());
+    if (view->node_name.empty()) continue;  // Pending
+    ++bound;
+    const std::string* a = view->Annotation(k8s::kAssignmentAnnotation);
+    ASSERT_NE(a, nullptr) << view->Key() << " is bound without an assignment";
+    EXPECT_EQ(k8s::ParseAssignment(*a)->node, view->node_name);
+  }
+  EXPECT_EQ(bound, 24);  // 3 per GPU: nothing lost to the crash
+  EXPECT_GT(failed_calls.load(), 0) << "the kill did not land during the burst";
+  again->Kill(SIGTERM);
+  again->Wait(kWait);
+  api.CloseStdin();
+  api.Wait(kWait);
+}
+
+}  // namespace
+}  // namespace tessera::extender

@@ -1,0 +1,96 @@
+// Wiring a tessera-extender together: client, informers, state, binder, server. No decisions.
+#include "k8s/extender/extender_app.h"
+
+#include <cstdio>
+
+namespace tessera::extender {
+
+namespace {
+
+std::string NameOf(const k8s::Json& object) {
+  auto meta = object.find("metadata");
+  if (meta == object.end() || !meta->is_object()) return {};
+  return meta->value("name", "");
+}
+
+std::string UidOf(const k8s::Json& object) {
+  auto meta = object.find("metadata");
+  if (meta == object.end() || !meta->is_object()) return {};
+  return meta->value("uid", "");
+}
+
+}  // namespace
+
+ExtenderApp::ExtenderApp(AppConfig config) : config_(std::move(config)) {
+  client_ = std::make_unique<k8s::ApiClient>(config_.api);
+  state_ = std::make_unique<ClusterState>(config_.state);
+  binder_ = std::make_unique<ApiBinder>(*client_, *state_);
+  server_ = std::make_unique<ExtenderServer>(*state_, binder_.get());
+}
+
+ExtenderApp::~ExtenderApp() { Stop(); }
+
+Status ExtenderApp::Start() {
+  if (Status s = server_->Listen(config_.listen_host, config_.listen_port); !s.ok()) return s;
+  serve_ = std::thread([this] { server_->Serve(); });
+  const bool quiet = config_.quiet;
+  auto report = [quiet](const char* what, const Status& s) {
+    if (!s.ok() && !quiet) std::fprintf(stderr, "tessera-extender: %s: %s\n", what, s.message().c_str());
+  };
+  k8s::Reflector::Handlers node_handlers;
+  node_handlers.on_replace = [this](const std::vector<k8s::Json>& items) { state_->ReplaceNodes(items); };
+  node_handlers.on_event = [this, report](const k8s::WatchEvent& e) {
+    if (e.type == "DELETED") {
+      state_->RemoveNode(NameOf(e.object));
+    } else if (e.type == "ADDED" || e.type == "MODIFIED") {
+      report("node", state_->UpsertNode(e.object));
+    }
+  };
+  k8s::Reflector::Handlers pod_handlers;
+  pod_handlers.on_replace = [this](const std::vector<k8s::Json>& items) { state_->ReplacePods(items); };
+  pod_handlers.on_event = [this, report](const k8s::WatchEvent& e) {
+    if (e.type == "DELETED") {
+      state_->RemovePod(UidOf(e.object));
+    } else if (e.type == "ADDED" || e.type == "MODIFIED") {
+      report("pod", state_->UpsertPod(e.object));
+    }
+  };
+  nodes_ = std::make_unique<k8s::Reflector>(client_.get(), "/api/v1/nodes", k8s::ListOptions{},
+                                            node_handlers);
+  pods_ = std::make_unique<k8s::Reflector>(client_.get(), "/api/v1/pods", k8s::ListOptions{},
+                                           pod_handlers);
+  // Nodes first, then pods (ClusterState::ReplaceNodes says why); ready after both.
+  nodes_->Start();
+  sync_ = std::thread([this] { Sync(); });
+  return Status::Ok();
+}
+
+void ExtenderApp::Sync() {
+  while (!stop_ && !nodes_->WaitSynced(std::chrono::milliseconds(200))) {
+  }
+  if (stop_) return;
+  pods_->Start();
+  while (!stop_ && !pods_->WaitSynced(std::chrono::milliseconds(200))) {
+  }
+  if (!stop_) server_->SetReady(true);
+}
+
+bool ExtenderApp::WaitReady(std::chrono::milliseconds timeout) const {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (!server_->ready()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+void ExtenderApp::Stop() {
+  stop_ = true;
+  if (sync_.joinable()) sync_.join();
+  if (pods_) pods_->Stop();
+  if (nodes_) nodes_->Stop();
+  server_->Stop();
+  if (serve_.joinable()) serve_.join();
+}
+
+}  // namespace tessera::extender

@@ -1,0 +1,350 @@
+// extender_bench: the openb trace replayed through tessera-extender's HTTP verbs, as
+// kube-scheduler would drive them, against the stand-in API server (k8s/test_apiserver.h).
+//
+// For each sampled pod (FGD's protocol, the same sequence `tessera sim` draws for the seed): the
+// pod is created on the API server, then POST /filter with every node's name, POST /prioritize
+// with the nodes that passed, the highest score picked (kube-scheduler's selectHost), and POST
+// /bind, which writes the assignment, commits on the node and creates the Binding. It reports:
+//   - the GPU allocation ratio at 90/95/100 % arrived, next to `tessera sim`'s on the same seed
+//     (placement::Simulate, run in the same process): the acceptance asks for the same ratio;
+//   - latency of filter, prioritize, bind and of the three together (p50, p99, max) and pods/s;
+//   - the baseline, measured in the same run: the same engine's decision in process (Simulate's
+//     decision_us p50/p99), and the ratio of the HTTP round to it.
+// Larger clusters (--nodes N > 1213) repeat the trace's node list; they measure latency only.
+// Writes JSON (default build/bench/extender_bench.json). A benchmark, not a test: nothing here
+// asserts a speed. Test tooling: the in-process API server is a stand-in.
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/number.h"
+#include "k8s/extender/extender_app.h"
+#include "k8s/extender/test_objects.h"
+#include "k8s/test_apiserver.h"
+#include "placement/simulator.h"
+#include "placement/trace.h"
+
+namespace {
+
+namespace pl = tessera::placement;
+using tessera::k8s::Json;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string dir;  // openb trace
+  int nodes = 1213;
+  int max_pods = 0;  // 0: the whole sampled sequence
+  uint64_t seed = 42;
+  std::string json = "build/bench/extender_bench.json";
+};
+
+struct Series {
+  std::vector<double> us;
+  void Add(double v) { us.push_back(v); }
+  double Pct(double q) {
+    if (us.empty()) return 0;
+    std::vector<double> s = us;
+    const size_t k = std::min(s.size() - 1, static_cast<size_t>(q * static_cast<double>(s.size())));
+    std::nth_element(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k), s.end());
+    return s[k];
+  }
+  double Max() const { return us.empty() ? 0 : *std::max_element(us.begin(), us.end()); }
+  double Sum() const {
+    double t = 0;
+    for (double v : us) t += v;
+    return t;
+  }
+  Json ToJson() {
+    return {{"p50_us", Pct(0.5)}, {"p99_us", Pct(0.99)}, {"max_us", Max()}, {"count", us.size()}};
+  }
+};
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+}
+
+// The node list, repeated (names suffixed) up to `count` nodes.
+std::vector<pl::NodeSpec> Nodes(const pl::NodeList& list, int count) {
+  std::vector<pl::NodeSpec> out;
+  for (int i = 0; static_cast<int>(out.size()) < count; ++i) {
+    pl::NodeSpec s = list.nodes[static_cast<size_t>(i) % list.nodes.size()];
+    const int round = i / static_cast<int>(list.nodes.size());
+    if (round > 0) s.name += "-r" + std::to_string(round);
+    out.push_back(s);
+  }
+  return out;
+}
+
+Json NodeObject(const pl::NodeSpec& s, const pl::ModelTable& models) {
+  std::vector<tessera::extender::testing::TestGpu> gpus;
+  for (int g = 0; g < s.gpu_count; ++g) {
+    const auto& m = models.model(s.model);
+    gpus.push_back({m.name, static_cast<uint64_t>(m.memory_mib) / 1024, true});
+  }
+  Json node = tessera::extender::testing::Node(s.name, gpus, s.gpu_count > 0 ? "core_mem" : "none",
+                                                std::to_string(s.cpu_milli) + "m",
+                                                std::to_string(s.memory_mib) + "Mi");
+  // Memory sizes that are not whole GiB: write the exact bytes.
+  if (s.gpu_count > 0) {
+    auto inv = tessera::k8s::ParseGpuInventory(
+        node["metadata"]["annotations"][tessera::k8s::kInventoryAnnotation].get<std::string>());
+    for (auto& g : inv->gpus) g.memory = tessera::Bytes(static_cast<uint64_t>(models.model(s.model).memory_mib) << 20);
+    node["metadata"]["annotations"][tessera::k8s::kInventoryAnnotation] = tessera::k8s::WriteGpuInventory(*inv);
+  }
+  node["metadata"].erase("uid");
+  node["metadata"].erase("resourceVersion");
+  return node;
+}
+
+Json PodObject(const std::string& name, const pl::Request& r) {
+  std::map<std::string, std::string> limits;
+  if (r.gpu_count > 0) {
+    limits["tessera.io/gpu-count"] = std::to_string(r.gpu_count);
+    if (!r.whole_gpus()) limits["tessera.io/gpu-core"] = std::to_string(r.gpu_milli / 10);
+  }
+  tessera::extender::testing::TestContainer c;
+  c.limits = limits;
+  c.cpu = std::to_string(r.cpu_milli) + "m";
+  c.memory = std::to_string(r.memory_mib) + "Mi";
+  Json pod = tessera::extender::testing::Pod(name, std::vector{c});
+  pod["metadata"].erase("uid");
+  pod["metadata"].erase("resourceVersion");
+  return pod;
+}
+
+int Run(const Options& o) {
+  auto list = pl::LoadNodeCsv(o.dir + "/openb_node_list_gpu_node.csv");
+  if (!list.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", list.error().c_str());
+    return 1;
+  }
+  auto pods = pl::LoadPodCsv(o.dir + "/openb_pod_list_default.csv", list->models);
+  if (!pods.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", pods.error().c_str());
+    return 1;
+  }
+  const std::vector<pl::NodeSpec> specs = Nodes(*list, o.nodes);
+  pl::Cluster cluster(list->models, specs);
+  auto workload =
+      std::make_shared<pl::TargetWorkload>(pl::TargetWorkload::FromRequests(pods->requests));
+  // The baseline: the same engine in process, the simulator's protocol, same seed.
+  pl::SimOptions so;
+  so.seed = o.seed;
+  auto sim = pl::Simulate(cluster, pods->requests, *workload, "tessera", so);
+  if (!sim.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", sim.error().c_str());
+    return 1;
+  }
+  auto order = pl::SampleWorkload(pods->requests, cluster.gpu_milli_capacity(), 1.3, o.seed);
+  const size_t count = o.max_pods > 0 ? std::min<size_t>(order->size(), static_cast<size_t>(o.max_pods))
+                                      : order->size();
+
+  tessera::k8s::TestApiServer api;
+  if (auto s = api.Start(0); !s.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", s.message().c_str());
+    return 1;
+  }
+  std::vector<std::string> names;
+  for (const auto& s : specs) {
+    api.CreateNode(NodeObject(s, list->models));
+    names.push_back(s.name);
+  }
+  tessera::extender::AppConfig config;
+  config.api.server = api.url();
+  config.listen_host = "127.0.0.1";
+  config.listen_port = 0;
+  config.state.workload = workload;
+  config.state.reservation_ttl = std::chrono::minutes(10);
+  tessera::extender::ExtenderApp app(config);
+  if (auto s = app.Start(); !s.ok() || !app.WaitReady(std::chrono::seconds(60))) {
+    std::fprintf(stderr, "extender_bench: the extender did not start: %s\n", s.message().c_str());
+    return 1;
+  }
+  httplib::Client http("127.0.0.1", app.port());
+  http.set_keep_alive(true);
+  http.set_tcp_nodelay(true);  // as Go's net/http client, which kube-scheduler uses
+  http.set_read_timeout(30, 0);
+
+  Series filter, prioritize, bind, total;
+  const double capacity = static_cast<double>(cluster.gpu_milli_capacity());
+  double arrived = 0, allocated = 0;
+  std::map<int, double> ratio;  // arrived percent -> allocation ratio, recorded as the sim does
+  int64_t bound = 0, failed = 0, errors = 0;
+  const Json all_names = names;
+  const auto start = Clock::now();
+  for (size_t i = 0; i < count; ++i) {
+    const pl::Request& r = pods->requests[static_cast<size_t>((*order)[i])];
+    const double after = arrived + static_cast<double>(r.total_gpu_milli());
+    for (int point : {90, 95, 100}) {
+      if (ratio.count(point) == 0 && point * capacity / 100 < after - 1e-9) {
+        ratio[point] = 100 * allocated / capacity;
+      }
+    }
+    arrived = after;
+    const std::string name = "p-" + std::to_string(i);
+    Json pod = api.CreatePod(PodObject(name, r));
+    // Bodies are built before the clock starts: they are kube-scheduler's work, not ours.
+    const std::string filter_body =
+        Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", all_names}}.dump();
+    const auto t0 = Clock::now();
+    auto fr = http.Post("/filter", filter_body, "application/json");
+    const double f_us = Since(t0);
+    if (!fr || fr->status != 200) {
+      ++errors;
+      continue;
+    }
+    const Json fj = Json::parse(fr->body);
+    if (fj["NodeNames"].empty()) {
+      ++failed;
+      filter.Add(f_us);
+      continue;
+    }
+    const std::string prioritize_body =
+        Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", fj["NodeNames"]}}.dump();
+    const auto t1 = Clock::now();
+    auto pr = http.Post("/prioritize", prioritize_body, "application/json");
+    const double p_us = Since(t1);
+    if (!pr || pr->status != 200) {
+      ++errors;
+      continue;
+    }
+    std::string best;
+    int64_t top = -1;
+    for (const Json& h : Json::parse(pr->body)) {
+      if (h["Score"].get<int64_t>() > top) {
+        top = h["Score"].get<int64_t>();
+        best = h["Host"].get<std::string>();
+      }
+    }
+    const std::string bind_body = Json{{"PodName", name}, {"PodNamespace", "default"},
+                                       {"PodUID", pod["metadata"]["uid"]}, {"Node", best}}
+                                      .dump();
+    const auto t2 = Clock::now();
+    auto br = http.Post("/bind", bind_body, "application/json");
+    const double b_us = Since(t2);
+    if (!br || br->status != 200 || !Json::parse(br->body)["Error"].get<std::string>().empty()) {
+      ++errors;
+      if (br) std::fprintf(stderr, "extender_bench: bind: %s\n", br->body.c_str());
+      continue;
+    }
+    filter.Add(f_us);
+    prioritize.Add(p_us);
+    bind.Add(b_us);
+    total.Add(f_us + p_us + b_us);
+    allocated += static_cast<double>(r.total_gpu_milli());
+    ++bound;
+    if ((i + 1) % 2000 == 0) {
+      std::fprintf(stderr, "extender_bench: %zu/%zu pods, %.1f s\n", i + 1, count,
+                   std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  for (int point : {90, 95, 100}) {
+    if (ratio.count(point) == 0) ratio[point] = 100 * allocated / capacity;
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  app.Stop();
+  api.Stop();
+
+  const bool full = count == order->size() && o.nodes == static_cast<int>(list->nodes.size());
+  Json out = {{"benchmark", "extender_bench"},
+              {"nodes", o.nodes},
+              {"gpus", cluster.total_gpus()},
+              {"seed", o.seed},
+              {"pods", count},
+              {"bound", bound},
+              {"unschedulable", failed},
+              {"errors", errors},
+              {"filter", filter.ToJson()},
+              {"prioritize", prioritize.ToJson()},
+              {"bind", bind.ToJson()},
+              {"filter_prioritize_bind", total.ToJson()},
+              {"pods_per_second", total.Sum() > 0 ? 1e6 * static_cast<double>(total.us.size()) / total.Sum() : 0},
+              {"wall_seconds", wall},
+              {"baseline_engine_decision_us", {{"p50", sim->decision_us_p50}, {"p99", sim->decision_us_p99}}},
+              {"ratio_p50_vs_engine", sim->decision_us_p50 > 0 ? total.Pct(0.5) / sim->decision_us_p50 : 0}};
+  if (full) {
+    Json ar = Json::object();
+    for (int point : {90, 95, 100}) {
+      ar[std::to_string(point)] = {{"extender", ratio[point]},
+                                   {"tessera_sim", sim->allocation_ratio[static_cast<size_t>(point)]},
+                                   {"difference", ratio[point] - sim->allocation_ratio[static_cast<size_t>(point)]}};
+    }
+    out["allocation_ratio"] = ar;
+  }
+  std::printf("extender_bench: %d nodes, %zu pods (%lld bound, %lld unschedulable, %lld errors)\n",
+              o.nodes, count, static_cast<long long>(bound), static_cast<long long>(failed),
+              static_cast<long long>(errors));
+  std::printf("  filter+prioritize+bind  p50 %.0f us  p99 %.0f us  max %.0f us  %.0f pods/s\n",
+              total.Pct(0.5), total.Pct(0.99), total.Max(), out["pods_per_second"].get<double>());
+  std::printf("  filter p50/p99 %.0f/%.0f us, prioritize %.0f/%.0f us, bind %.0f/%.0f us\n",
+              filter.Pct(0.5), filter.Pct(0.99), prioritize.Pct(0.5), prioritize.Pct(0.99),
+              bind.Pct(0.5), bind.Pct(0.99));
+  std::printf("  baseline: the engine in process p50 %.1f us p99 %.1f us; HTTP round / engine "
+              "p50 = %.0fx\n",
+              sim->decision_us_p50, sim->decision_us_p99, out["ratio_p50_vs_engine"].get<double>());
+  if (full) {
+    for (int point : {90, 95, 100}) {
+      std::printf("  allocation at %d %% arrived: extender %.2f %%, tessera sim %.2f %% (%+.2f)\n",
+                  point, ratio[point], sim->allocation_ratio[static_cast<size_t>(point)],
+                  ratio[point] - sim->allocation_ratio[static_cast<size_t>(point)]);
+    }
+  }
+  std::filesystem::create_directories(std::filesystem::path(o.json).parent_path());
+  std::ofstream(o.json) << out.dump(2) << "\n";
+  std::printf("  JSON: %s\n", o.json.c_str());
+  return errors == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (const char* env = std::getenv("TESSERA_OPENB_DIR"); env != nullptr && *env != '\0') {
+    o.dir = env;
+  } else {
+    o.dir = TESSERA_OPENB_DIR;
+  }
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "extender_bench: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto number = [&](const char* flag, uint64_t min, uint64_t max) {
+      auto v = tessera::ParseUnsigned(value(flag), flag, min, max);
+      if (!v.ok()) {
+        std::fprintf(stderr, "extender_bench: %s\n", v.error().c_str());
+        std::exit(2);
+      }
+      return *v;
+    };
+    if (a == "--nodes") {
+      o.nodes = static_cast<int>(number("--nodes", 1, 100000));
+    } else if (a == "--pods") {
+      o.max_pods = static_cast<int>(number("--pods", 1, 10000000));
+    } else if (a == "--seed") {
+      o.seed = number("--seed", 0, UINT64_MAX);
+    } else if (a == "--json") {
+      o.json = value("--json");
+    } else if (a == "--openb") {
+      o.dir = value("--openb");
+    } else {
+      std::fprintf(stderr,
+                   "usage: extender_bench [--nodes N] [--pods N] [--seed S] [--json PATH] "
+                   "[--openb DIR]\n");
+      return 2;
+    }
+  }
+  return Run(o);
+}

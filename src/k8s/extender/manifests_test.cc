@@ -1,0 +1,389 @@
+// The deployment manifests (deploy/kubernetes/*.yaml) checked as CI can without a cluster: every
+// document parses and has what its kind requires; names and ports agree across files (a Service's
+// selector and target ports, ServiceAccounts, ConfigMaps and Roles referred to, the scheduler
+// configuration's extender address against the extender's container, the Prometheus jobs against
+// the Service and the DaemonSet, the Grafana dashboard against deploy/grafana-dashboard.json);
+// RBAC lists its verbs and covers what each program does. Reads files only.
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::extender {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kDir = std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes";
+
+struct Object {
+  std::string file;
+  std::string kind;
+  std::string ns;
+  std::string name;
+  YAML::Node doc;
+  std::string where() const { return file + ": " + kind + " " + (ns.empty() ? "" : ns + "/") + name; }
+};
+
+// Kinds without a namespace.
+bool ClusterScoped(const std::string& kind) {
+  return kind == "Namespace" || kind == "ClusterRole" || kind == "ClusterRoleBinding" ||
+         kind == "PriorityClass";
+}
+
+std::string Str(const YAML::Node& n) { return n && n.IsScalar() ? n.as<std::string>() : std::string(); }
+
+// n[k1][k2]..., or an undefined node when a key on the way is missing (yaml-cpp throws when a
+// missing key's node is indexed again).
+YAML::Node At(const YAML::Node& root, std::initializer_list<const char*> keys) {
+  YAML::Node n;
+  n.reset(root);  // Node's operator= would write into the node; reset() rebinds
+  for (const char* k : keys) {
+    if (!n || !n.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node next = static_cast<const YAML::Node&>(n)[k];
+    if (!next) return YAML::Node(YAML::NodeType::Undefined);
+    n.reset(next);
+  }
+  return n;
+}
+
+std::set<std::string> Strings(const YAML::Node& n) {
+  std::set<std::string> out;
+  if (n && n.IsSequence()) {
+    for (const auto& v : n) out.insert(Str(v));
+  }
+  return out;
+}
+
+std::map<std::string, std::string> Labels(const YAML::Node& n) {
+  std::map<std::string, std::string> out;
+  if (n && n.IsMap()) {
+    for (const auto& kv : n) out[kv.first.as<std::string>()] = Str(kv.second);
+  }
+  return out;
+}
+
+bool Subset(const std::map<std::string, std::string>& a, const std::map<std::string, std::string>& b) {
+  for (const auto& [k, v] : a) {
+    auto it = b.find(k);
+    if (it == b.end() || it->second != v) return false;
+  }
+  return !a.empty();
+}
+
+class ManifestsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::is_directory(kDir)) << kDir;
+    for (const auto& entry : fs::directory_iterator(kDir)) {
+      if (entry.path().extension() != ".yaml") continue;
+      const std::string file = entry.path().filename().string();
+      std::vector<YAML::Node> docs;
+      try {
+        docs = YAML::LoadAllFromFile(entry.path().string());
+      } catch (const YAML::Exception& e) {
+        ADD_FAILURE() << file << ": does not parse: " << e.what();
+        continue;
+      }
+      for (const YAML::Node& d : docs) {
+        if (!d || d.IsNull()) continue;
+        Object o;
+        o.file = file;
+        o.doc = d;
+        o.kind = Str(d["kind"]);
+        o.name = Str(At(d, {"metadata", "name"}));
+        o.ns = Str(At(d, {"metadata", "namespace"}));
+        EXPECT_FALSE(Str(d["apiVersion"]).empty()) << file << ": a document without apiVersion";
+        EXPECT_FALSE(o.kind.empty()) << file << ": a document without kind";
+        EXPECT_FALSE(o.name.empty()) << file << ": a " << o.kind << " without metadata.name";
+        if (ClusterScoped(o.kind)) {
+          EXPECT_TRUE(o.ns.empty()) << o.where() << ": cluster-scoped, yet has a namespace";
+        } else {
+          EXPECT_FALSE(o.ns.empty()) << o.where() << ": needs metadata.namespace";
+        }
+        objects_.push_back(o);
+      }
+    }
+    ASSERT_FALSE(objects_.empty());
+  }
+
+  const Object* Find(const std::string& kind, const std::string& ns, const std::string& name) const {
+    for (const Object& o : objects_) {
+      if (o.kind == kind && o.ns == ns && o.name == name) return &o;
+    }
+    return nullptr;
+  }
+  std::vector<const Object*> OfKind(const std::string& kind) const {
+    std::vector<const Object*> out;
+    for (const Object& o : objects_) {
+      if (o.kind == kind) out.push_back(&o);
+    }
+    return out;
+  }
+  std::vector<const Object*> Workloads() const {
+    auto out = OfKind("Deployment");
+    auto ds = OfKind("DaemonSet");
+    out.insert(out.end(), ds.begin(), ds.end());
+    return out;
+  }
+  // The verbs the roles bound to ServiceAccount ns/sa grant on `resource` (cluster-wide ones).
+  std::set<std::string> Granted(const std::string& ns, const std::string& sa, const std::string& resource) const {
+    std::set<std::string> verbs;
+    for (const Object* b : OfKind("ClusterRoleBinding")) {
+      bool ours = false;
+      for (const auto& s : b->doc["subjects"]) {
+        ours |= Str(s["kind"]) == "ServiceAccount" && Str(s["name"]) == sa && Str(s["namespace"]) == ns;
+      }
+      if (!ours) continue;
+      const Object* role = Find("ClusterRole", "", Str(b->doc["roleRef"]["name"]));
+      if (role == nullptr) continue;
+      for (const auto& rule : role->doc["rules"]) {
+        if (Strings(rule["resources"]).count(resource) == 0) continue;
+        for (const std::string& v : Strings(rule["verbs"])) verbs.insert(v);
+      }
+    }
+    return verbs;
+  }
+
+  std::vector<Object> objects_;
+};
+
+TEST_F(ManifestsTest, NamesAreUniqueAndNamespacesExist) {
+  std::set<std::string> seen;
+  for (const Object& o : objects_) {
+    EXPECT_TRUE(seen.insert(o.kind + "/" + o.ns + "/" + o.name).second) << o.where() << ": twice";
+    if (!o.ns.empty() && o.ns != "kube-system") {
+      EXPECT_NE(Find("Namespace", "", o.ns), nullptr) << o.where() << ": namespace " << o.ns << " is not in the manifests";
+    }
+  }
+}
+
+TEST_F(ManifestsTest, WorkloadsReferToWhatExists) {
+  ASSERT_FALSE(Workloads().empty());
+  for (const Object* w : Workloads()) {
+    const YAML::Node spec = w->doc["spec"];
+    const YAML::Node pod = spec["template"]["spec"];
+    EXPECT_TRUE(Subset(Labels(spec["selector"]["matchLabels"]), Labels(spec["template"]["metadata"]["labels"])))
+        << w->where() << ": the selector does not match the pod template's labels";
+    const std::string sa = Str(pod["serviceAccountName"]);
+    EXPECT_NE(Find("ServiceAccount", w->ns, sa), nullptr) << w->where() << ": ServiceAccount " << sa;
+    std::set<std::string> volumes;
+    for (const auto& v : pod["volumes"]) {
+      volumes.insert(Str(v["name"]));
+      if (const YAML::Node cm = At(v, {"configMap", "name"})) {
+        EXPECT_NE(Find("ConfigMap", w->ns, Str(cm)), nullptr) << w->where() << ": ConfigMap " << Str(cm);
+      }
+    }
+    ASSERT_TRUE(pod["containers"].IsSequence()) << w->where();
+    for (const auto& c : pod["containers"]) {
+      const std::string who = w->where() + " container " + Str(c["name"]);
+      EXPECT_FALSE(Str(c["name"]).empty()) << who;
+      EXPECT_FALSE(Str(c["image"]).empty()) << who;
+      EXPECT_TRUE(c["command"].IsSequence() && c["command"].size() > 0) << who << ": no command";
+      std::set<std::string> ports;
+      for (const auto& p : c["ports"]) ports.insert(Str(p["name"]));
+      for (const auto& m : c["volumeMounts"]) {
+        EXPECT_EQ(volumes.count(Str(m["name"])), 1u) << who << ": mounts unknown volume " << Str(m["name"]);
+      }
+      for (const char* probe : {"readinessProbe", "livenessProbe"}) {
+        for (const char* how : {"httpGet", "tcpSocket"}) {
+          const YAML::Node port = At(c, {probe, how, "port"});
+          if (!port || !port.IsScalar()) continue;
+          const std::string p = port.as<std::string>();
+          if (!std::all_of(p.begin(), p.end(), ::isdigit)) {
+            EXPECT_EQ(ports.count(p), 1u) << who << ": " << probe << " names port " << p;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ManifestsTest, ServicesSelectAWorkloadAndItsPorts) {
+  ASSERT_FALSE(OfKind("Service").empty());
+  for (const Object* s : OfKind("Service")) {
+    const auto selector = Labels(s->doc["spec"]["selector"]);
+    const Object* target = nullptr;
+    for (const Object* w : Workloads()) {
+      if (w->ns == s->ns && Subset(selector, Labels(w->doc["spec"]["template"]["metadata"]["labels"]))) target = w;
+    }
+    ASSERT_NE(target, nullptr) << s->where() << ": selects no workload";
+    std::set<std::string> names, numbers;
+    for (const auto& c : target->doc["spec"]["template"]["spec"]["containers"]) {
+      for (const auto& p : c["ports"]) {
+        names.insert(Str(p["name"]));
+        numbers.insert(Str(p["containerPort"]));
+      }
+    }
+    for (const auto& p : s->doc["spec"]["ports"]) {
+      const std::string t = Str(p["targetPort"]);
+      EXPECT_TRUE(names.count(t) || numbers.count(t)) << s->where() << ": targetPort " << t << " is not a port of " << target->where();
+    }
+  }
+}
+
+TEST_F(ManifestsTest, RbacListsItsVerbsAndBindsWhatExists) {
+  const std::set<std::string> builtin_cluster_roles = {"system:kube-scheduler", "system:volume-scheduler"};
+  const std::set<std::string> builtin_roles = {"extension-apiserver-authentication-reader"};
+  for (const char* kind : {"Role", "ClusterRole"}) {
+    for (const Object* r : OfKind(kind)) {
+      ASSERT_TRUE(r->doc["rules"].IsSequence()) << r->where();
+      for (const auto& rule : r->doc["rules"]) {
+        const auto verbs = Strings(rule["verbs"]);
+        EXPECT_FALSE(verbs.empty()) << r->where() << ": a rule without verbs";
+        EXPECT_EQ(verbs.count("*"), 0u) << r->where() << ": verbs must be listed, not *";
+        EXPECT_EQ(Strings(rule["resources"]).count("*"), 0u) << r->where() << ": resources must be listed";
+      }
+    }
+  }
+  for (const char* kind : {"RoleBinding", "ClusterRoleBinding"}) {
+    for (const Object* b : OfKind(kind)) {
+      const std::string role_kind = Str(b->doc["roleRef"]["kind"]);
+      const std::string role = Str(b->doc["roleRef"]["name"]);
+      if (role_kind == "ClusterRole") {
+        EXPECT_TRUE(Find("ClusterRole", "", role) || builtin_cluster_roles.count(role)) << b->where() << ": " << role;
+      } else {
+        EXPECT_TRUE(Find("Role", b->ns, role) || builtin_roles.count(role)) << b->where() << ": " << role;
+      }
+      for (const auto& s : b->doc["subjects"]) {
+        EXPECT_NE(Find("ServiceAccount", Str(s["namespace"]), Str(s["name"])), nullptr)
+            << b->where() << ": subject " << Str(s["namespace"]) << "/" << Str(s["name"]);
+      }
+    }
+  }
+  // What each program does on the API server, and nothing beyond it for the extender.
+  const std::set<std::string> read_patch = {"get", "list", "watch", "patch"};
+  EXPECT_EQ(Granted("tessera-system", "tessera-scheduler", "pods"), read_patch);
+  EXPECT_EQ(Granted("tessera-system", "tessera-scheduler", "nodes"), read_patch);
+  EXPECT_EQ(Granted("tessera-system", "tessera-scheduler", "pods/binding"), std::set<std::string>{"create"});
+  EXPECT_EQ(Granted("kube-system", "tessera-device-plugin", "pods"), read_patch);
+  EXPECT_EQ(Granted("kube-system", "tessera-device-plugin", "nodes"), read_patch);
+  EXPECT_EQ(Granted("kube-system", "tessera-device-plugin", "events"), std::set<std::string>{"create"});
+}
+
+TEST_F(ManifestsTest, TheSchedulerConfigurationCallsTheExtenderWhereItListens) {
+  const Object* cm = Find("ConfigMap", "tessera-system", "tessera-scheduler-config");
+  ASSERT_NE(cm, nullptr);
+  const YAML::Node config = YAML::Load(Str(cm->doc["data"]["scheduler-config.yaml"]));
+  EXPECT_EQ(Str(config["apiVersion"]), "kubescheduler.config.k8s.io/v1");
+  EXPECT_EQ(Str(config["kind"]), "KubeSchedulerConfiguration");
+  EXPECT_EQ(Str(config["profiles"][0]["schedulerName"]), "tessera-scheduler");
+  EXPECT_EQ(Str(config["leaderElection"]["resourceNamespace"]), cm->ns);
+  const Object* leader = Find("Role", cm->ns, "tessera-scheduler-leader");
+  ASSERT_NE(leader, nullptr);
+  bool lease_named = false;
+  for (const auto& rule : leader->doc["rules"]) {
+    lease_named |= Strings(rule["resourceNames"]).count(Str(config["leaderElection"]["resourceName"])) == 1;
+  }
+  EXPECT_TRUE(lease_named) << "the leader Role does not name the scheduler's Lease";
+  ASSERT_EQ(config["extenders"].size(), 1u);
+  const YAML::Node ext = config["extenders"][0];
+  EXPECT_EQ(Str(ext["filterVerb"]), "filter");
+  EXPECT_EQ(Str(ext["prioritizeVerb"]), "prioritize");
+  EXPECT_EQ(Str(ext["bindVerb"]), "bind");
+  EXPECT_TRUE(ext["nodeCacheCapable"].as<bool>());
+  const std::set<std::string> resources = {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
+                                           "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu-count"};
+  std::set<std::string> managed;
+  for (const auto& r : ext["managedResources"]) managed.insert(Str(r["name"]));
+  EXPECT_EQ(managed, resources);
+  std::smatch m;
+  const std::string url = Str(ext["urlPrefix"]);
+  ASSERT_TRUE(std::regex_match(url, m, std::regex(R"(http://127\.0\.0\.1:(\d+))"))) << url;
+  const std::string port = m[1];
+  // The Deployment that mounts this ConfigMap: its extender listens there, its kube-scheduler
+  // reads the file where the ConfigMap is mounted.
+  const Object* deployment = nullptr;
+  for (const Object* w : OfKind("Deployment")) {
+    for (const auto& v : w->doc["spec"]["template"]["spec"]["volumes"]) {
+      if (Str(At(v, {"configMap", "name"})) == cm->name) deployment = w;
+    }
+  }
+  ASSERT_NE(deployment, nullptr);
+  bool extender = false, scheduler = false;
+  for (const auto& c : deployment->doc["spec"]["template"]["spec"]["containers"]) {
+    std::vector<std::string> cmd;
+    for (const auto& a : c["command"]) cmd.push_back(Str(a));
+    if (cmd[0].find("tessera-extender") != std::string::npos) {
+      extender = true;
+      auto listen = std::find(cmd.begin(), cmd.end(), "--listen");
+      ASSERT_NE(listen, cmd.end());
+      ASSERT_NE(listen + 1, cmd.end());
+      EXPECT_EQ(listen[1].substr(listen[1].rfind(':') + 1), port);
+      bool exposed = false;
+      for (const auto& p : c["ports"]) exposed |= Str(p["containerPort"]) == port;
+      EXPECT_TRUE(exposed) << "the extender's containerPort is not " << port;
+    }
+    if (cmd[0] == "kube-scheduler") {
+      scheduler = true;
+      std::string path;
+      for (const std::string& a : cmd) {
+        if (a.rfind("--config=", 0) == 0) path = a.substr(9);
+      }
+      ASSERT_FALSE(path.empty());
+      bool mounted = false;
+      for (const auto& mount : c["volumeMounts"]) {
+        mounted |= path == Str(mount["mountPath"]) + "/scheduler-config.yaml";
+      }
+      EXPECT_TRUE(mounted) << path << " is not where the ConfigMap is mounted";
+    }
+  }
+  EXPECT_TRUE(extender && scheduler);
+}
+
+TEST_F(ManifestsTest, PrometheusJobsFindTheServiceAndTheDaemonSet) {
+  const Object* cm = Find("ConfigMap", "tessera-system", "tessera-prometheus");
+  ASSERT_NE(cm, nullptr);
+  const YAML::Node prom = YAML::Load(Str(cm->doc["data"]["prometheus.yml"]));
+  std::map<std::string, std::string> keep;  // job -> its keep regex
+  for (const auto& job : prom["scrape_configs"]) {
+    for (const auto& r : job["relabel_configs"]) {
+      if (Str(r["action"]) == "keep") keep[Str(job["job_name"])] = Str(r["regex"]);
+    }
+  }
+  const Object* service = Find("Service", "tessera-system", "tessera-extender");
+  ASSERT_NE(service, nullptr);
+  EXPECT_EQ(keep["tessera-extender"], service->name + ";" + Str(service->doc["spec"]["ports"][0]["name"]));
+  const Object* node = Find("DaemonSet", "kube-system", "tessera-node");
+  ASSERT_NE(node, nullptr);
+  std::string metrics_port, http_flag;
+  for (const auto& c : node->doc["spec"]["template"]["spec"]["containers"]) {
+    if (Str(c["name"]) != "tesserad") continue;
+    for (const auto& p : c["ports"]) {
+      if (Str(p["name"]) == "metrics") metrics_port = Str(p["containerPort"]);
+    }
+    for (size_t i = 0; i + 1 < c["command"].size(); ++i) {
+      if (Str(c["command"][i]) == "--http") http_flag = Str(c["command"][i + 1]);
+    }
+  }
+  EXPECT_EQ(keep["tesserad"], Str(node->doc["spec"]["template"]["metadata"]["labels"]["app"]) + ";metrics");
+  EXPECT_FALSE(metrics_port.empty());
+  EXPECT_EQ(http_flag.substr(http_flag.rfind(':') + 1), metrics_port) << "tesserad --http and its metrics port";
+}
+
+TEST_F(ManifestsTest, GrafanaDashboardsAreTheProjectsOwn) {
+  const Object* cm = Find("ConfigMap", "tessera-system", "tessera-grafana-dashboards");
+  ASSERT_NE(cm, nullptr);
+  std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/deploy/grafana-dashboard.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(nlohmann::json::parse(Str(cm->doc["data"]["tesserad.json"])), nlohmann::json::parse(text.str()))
+      << "the ConfigMap's tesserad.json differs from deploy/grafana-dashboard.json";
+  const auto scheduler = nlohmann::json::parse(Str(cm->doc["data"]["tessera-scheduler.json"]), nullptr, false);
+  ASSERT_FALSE(scheduler.is_discarded());
+  ASSERT_FALSE(scheduler["panels"].empty());
+  for (const auto& p : scheduler["panels"]) EXPECT_FALSE(p["targets"].empty()) << p["title"];
+}
+
+}  // namespace
+}  // namespace tessera::extender

@@ -1,0 +1,144 @@
+// Parsing Kubernetes resource quantities and converting them exactly. Pure functions; no I/O.
+#include "k8s/extender/quantity.h"
+
+#include <array>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "core/text.h"
+
+namespace tessera::k8s {
+
+namespace {
+
+constexpr std::string_view kGrammar =
+    "a Kubernetes quantity such as 500m, 2, 1.5, 4Gi or 1e3 (digits with at most one '.', then "
+    "Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent e<N>)";
+constexpr int kMaxDigits = 18;
+
+struct Suffix {
+  std::string_view text;
+  int exp10;
+  int exp2;
+};
+
+constexpr std::array<Suffix, 15> kSuffixes = {{
+    {"Ki", 0, 10},
+    {"Mi", 0, 20},
+    {"Gi", 0, 30},
+    {"Ti", 0, 40},
+    {"Pi", 0, 50},
+    {"Ei", 0, 60},
+    {"n", -9, 0},
+    {"u", -6, 0},
+    {"m", -3, 0},
+    {"", 0, 0},
+    {"k", 3, 0},
+    {"M", 6, 0},
+    {"G", 9, 0},
+    {"T", 12, 0},
+    {"P", 15, 0},
+}};
+
+std::string RangeError(std::string_view input_name, std::string_view text) {
+  return InputError(input_name, text, "does not fit in a 64-bit count of the unit", "");
+}
+
+}  // namespace
+
+Result<Quantity> Quantity::Parse(std::string_view text, std::string_view input_name) {
+  auto fail = [&](std::string_view reason) {
+    return Result<Quantity>::Error(InputError(input_name, text, reason, kGrammar));
+  };
+  std::string_view rest = text;
+  if (rest.empty()) return fail("is empty");
+  if (rest.front() == '-') return fail("is negative");
+  if (rest.front() == '+') rest.remove_prefix(1);
+  uint64_t digits = 0;
+  int significant = 0;
+  int exp10 = 0;
+  bool any_digit = false;
+  bool seen_point = false;
+  while (!rest.empty() && ((rest.front() >= '0' && rest.front() <= '9') || rest.front() == '.')) {
+    const char ch = rest.front();
+    rest.remove_prefix(1);
+    if (ch == '.') {
+      if (seen_point) return fail("has more than one '.'");
+      seen_point = true;
+      continue;
+    }
+    any_digit = true;
+    if (digits == 0 && ch == '0') {  // leading zeros carry no precision
+      if (seen_point) --exp10;
+      continue;
+    }
+    if (significant == kMaxDigits) {
+      if (!seen_point) ++exp10;  // a whole digit past the precision: keep its magnitude
+      if (ch != '0') return fail("has more than 18 significant digits");
+      continue;
+    }
+    digits = digits * 10 + static_cast<uint64_t>(ch - '0');
+    ++significant;
+    if (seen_point) --exp10;
+  }
+  if (!any_digit) return fail("does not start with a number");
+  for (const Suffix& s : kSuffixes) {
+    if (rest == s.text) return Quantity(digits, exp10 + s.exp10, s.exp2, text);
+  }
+  if (rest == "E") return Quantity(digits, exp10 + 18, 0, text);  // exa
+  if (rest.size() > 1 && (rest.front() == 'e' || rest.front() == 'E')) {
+    std::string_view e = rest.substr(1);
+    bool negative = false;
+    if (e.front() == '+' || e.front() == '-') {
+      negative = e.front() == '-';
+      e.remove_prefix(1);
+    }
+    uint64_t n = 0;
+    if (ParseDigits(e, &n) != DigitsError::kNone || n > 400) {
+      return fail("has an exponent that is not a whole number from -400 to 400");
+    }
+    return Quantity(digits, exp10 + (negative ? -static_cast<int>(n) : static_cast<int>(n)), 0,
+                    text);
+  }
+  return fail("has an unknown suffix \"" + std::string(rest) + "\"");
+}
+
+Result<int64_t> Quantity::Scaled(int scale, std::string_view input_name) const {
+  constexpr unsigned __int128 kMax = std::numeric_limits<int64_t>::max();
+  if (digits_ == 0) return int64_t{0};
+  unsigned __int128 v = digits_;
+  int e = exp10_ + scale;
+  // Exact in 128 bits: digits < 2^60 and at most 2^60 from the suffix; each multiplication by 10
+  // is checked against the int64 bound before the next. Division rounds up.
+  v <<= exp2_;
+  for (; e > 0; --e) {
+    v *= 10;
+    if (v > kMax) return Result<int64_t>::Error(RangeError(input_name, text_));
+  }
+  for (; e < 0; ++e) {
+    if (v == 1) break;  // anything above zero rounds up to 1
+    v = (v + 9) / 10;
+  }
+  if (v > kMax) return Result<int64_t>::Error(RangeError(input_name, text_));
+  return static_cast<int64_t>(v);
+}
+
+Result<int64_t> Quantity::Whole(std::string_view input_name) const {
+  auto up = Scaled(0, input_name);
+  if (!up.ok()) return up;
+  // Whole when rounding up changed nothing: value x 10^k is still a multiple of 10^k.
+  if (exp10_ < 0) {
+    unsigned __int128 v = static_cast<unsigned __int128>(digits_) << exp2_;
+    for (int e = exp10_; e < 0; ++e) {
+      if (v % 10 != 0) {
+        return Result<int64_t>::Error(
+            InputError(input_name, text_, "has a fraction", "a whole number"));
+      }
+      v /= 10;
+    }
+  }
+  return up;
+}
+
+}  // namespace tessera::k8s

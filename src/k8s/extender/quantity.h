@@ -1,0 +1,46 @@
+// Quantity: a Kubernetes resource quantity as it appears in a pod's requests and limits or a node's
+// allocatable ("500m", "2", "1.5", "4Gi", "128974848", "129e6", "1E3").
+//
+// Grammar (k8s.io/apimachinery resource.Quantity): an optional sign, decimal digits with at most
+// one '.', then one suffix: binary (Ki Mi Gi Ti Pi Ei), decimal (n u m k M G T P E, or none) or a
+// decimal exponent (e or E and a signed whole number). The value is kept exactly as
+// digits x 10^e x 2^b, so bytes and milli-cores come out exact; like Kubernetes, conversions round
+// up (a "0.5m" CPU request is 1 milli-core).
+//
+// Pure values; no JSON, no I/O. Errors name the input (e.g. `limits cpu`), the value and the
+// grammar.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "core/result.h"
+
+namespace tessera::k8s {
+
+class Quantity {
+ public:
+  // Parses `text`; `input_name` names it in errors. Negative quantities are refused (no resource
+  // request may be negative), as are more than 18 significant digits.
+  static Result<Quantity> Parse(std::string_view text, std::string_view input_name);
+
+  // The value x 10^scale, rounded up: scale 0 gives whole units (bytes), 3 milli-units (CPU).
+  // Fails, naming `input_name` and the value, when that does not fit in an int64_t.
+  Result<int64_t> Scaled(int scale, std::string_view input_name) const;
+  // The value as a whole number; fails when it has a fraction or does not fit in an int64_t.
+  Result<int64_t> Whole(std::string_view input_name) const;
+
+  bool is_zero() const { return digits_ == 0; }
+
+ private:
+  Quantity(uint64_t digits, int exp10, int exp2, std::string_view text)
+      : digits_(digits), exp10_(exp10), exp2_(exp2), text_(text) {}
+
+  uint64_t digits_ = 0;  // significant digits, at most 18
+  int exp10_ = 0;        // value = digits_ x 10^exp10_ x 2^exp2_
+  int exp2_ = 0;
+  std::string text_;  // the input as given, for error messages
+};
+
+}  // namespace tessera::k8s

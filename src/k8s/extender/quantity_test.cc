@@ -1,0 +1,82 @@
+// Tests of Quantity: the forms kubectl and the API server write, exact conversion with rounding
+// up, and every refusal naming the input and the value.
+#include "k8s/extender/quantity.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::k8s {
+namespace {
+
+int64_t Scaled(std::string_view text, int scale) {
+  auto q = Quantity::Parse(text, "cpu");
+  EXPECT_TRUE(q.ok()) << q.error();
+  if (!q.ok()) return -1;
+  auto v = q->Scaled(scale, "cpu");
+  EXPECT_TRUE(v.ok()) << v.error();
+  return v.ok() ? *v : -1;
+}
+
+TEST(QuantityTest, CpuInMilli) {
+  EXPECT_EQ(Scaled("500m", 3), 500);
+  EXPECT_EQ(Scaled("2", 3), 2000);
+  EXPECT_EQ(Scaled("1.5", 3), 1500);
+  EXPECT_EQ(Scaled("0.1", 3), 100);
+  EXPECT_EQ(Scaled("+3", 3), 3000);
+  EXPECT_EQ(Scaled("100u", 3), 1);  // 0.1 milli rounds up
+  EXPECT_EQ(Scaled("0.0005", 3), 1);
+  EXPECT_EQ(Scaled("1e3", 3), 1000000);
+  EXPECT_EQ(Scaled("12E-1", 3), 1200);
+  EXPECT_EQ(Scaled("0", 3), 0);
+  EXPECT_EQ(Scaled("0.000", 3), 0);
+}
+
+TEST(QuantityTest, MemoryInBytes) {
+  EXPECT_EQ(Scaled("4Gi", 0), int64_t{4} << 30);
+  EXPECT_EQ(Scaled("512Mi", 0), int64_t{512} << 20);
+  EXPECT_EQ(Scaled("1.5Gi", 0), int64_t{3} << 29);
+  EXPECT_EQ(Scaled("1G", 0), 1000000000);
+  EXPECT_EQ(Scaled("129e6", 0), 129000000);
+  EXPECT_EQ(Scaled("128974848", 0), 128974848);
+  EXPECT_EQ(Scaled("1Ki", 0), 1024);
+  EXPECT_EQ(Scaled("1k", 0), 1000);
+  EXPECT_EQ(Scaled("7Ei", 0), int64_t{7} << 60);
+  EXPECT_EQ(Scaled("2E", 0), 2000000000000000000);
+  EXPECT_EQ(Scaled("0.3", 0), 1);  // a fraction of a byte rounds up
+  EXPECT_EQ(Scaled("1000000000000000000000m", 0), 1000000000000000000);  // zeros past 18 digits
+}
+
+TEST(QuantityTest, WholeRefusesFractions) {
+  EXPECT_EQ(*Quantity::Parse("3", "x")->Whole("x"), 3);
+  EXPECT_EQ(*Quantity::Parse("3000m", "x")->Whole("x"), 3);
+  EXPECT_EQ(*Quantity::Parse("2.0", "x")->Whole("x"), 2);
+  EXPECT_EQ(*Quantity::Parse("1Ki", "x")->Whole("x"), 1024);
+  auto half = Quantity::Parse("1500m", "limits tessera.io/gpu-count")
+                  ->Whole("limits tessera.io/gpu-count");
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.error(), "limits tessera.io/gpu-count=\"1500m\": has a fraction; expected a whole number");
+}
+
+TEST(QuantityTest, RefusesMalformedQuantities) {
+  for (std::string_view bad : {"", "-1", "abc", "1..2", "1.2.3", "1Gb", "1 Gi", "1e", "1e3.5",
+                               "1ee3", "Gi", ".", "1e999", "1234567890123456789"}) {
+    auto q = Quantity::Parse(bad, "requests cpu");
+    EXPECT_FALSE(q.ok()) << bad;
+    if (!q.ok()) {
+      EXPECT_EQ(q.error().rfind("requests cpu=\"", 0), 0u) << q.error();
+      EXPECT_NE(q.error().find("expected a Kubernetes quantity"), std::string::npos) << q.error();
+    }
+  }
+}
+
+TEST(QuantityTest, RefusesValuesPastInt64) {
+  auto q = Quantity::Parse("16Ei", "memory");
+  ASSERT_TRUE(q.ok());
+  auto v = q->Scaled(0, "memory");
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().find("memory=\"16Ei\""), std::string::npos);
+  EXPECT_FALSE(Quantity::Parse("10E", "cpu")->Scaled(3, "cpu").ok());
+  EXPECT_TRUE(Quantity::Parse("9E", "memory")->Scaled(0, "memory").ok());
+}
+
+}  // namespace
+}  // namespace tessera::k8s

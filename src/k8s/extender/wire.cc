@@ -1,0 +1,350 @@
+// Reading and writing the extender protocol's JSON. No decisions, no HTTP.
+#include "k8s/extender/wire.h"
+
+#include <utility>
+
+#include "core/text.h"
+
+namespace tessera::extender {
+
+namespace {
+
+using k8s::Json;
+
+// The member of object `j` named `key` ignoring ASCII case (as Go's decoder matches), or null.
+template <typename J>
+J* Member(J& j, std::string_view key) {
+  if (auto it = j.find(key); it != j.end()) return &*it;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (EqualsIgnoreCase(it.key(), key)) return &*it;
+  }
+  return nullptr;
+}
+
+Result<Json> ParseObject(std::string_view body, std::string_view what) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return Result<Json>::Error(std::string(what) + ": the body is not valid JSON");
+  }
+  if (!j.is_object()) {
+    return Result<Json>::Error(std::string(what) + ": the body is a JSON " + j.type_name() +
+                               "; expected an object");
+  }
+  return j;
+}
+
+Result<std::string> StringMember(const Json& j, std::string_view key, std::string_view what) {
+  const Json* v = Member(j, key);
+  if (v == nullptr || !v->is_string() || v->get_ref<const std::string&>().empty()) {
+    return Result<std::string>::Error(std::string(what) + ": " + std::string(key) + " is " +
+                                      (v == nullptr ? "missing" : v->is_string() ? "empty" : v->type_name()) +
+                                      "; expected a non-empty string");
+  }
+  return v->get<std::string>();
+}
+
+}  // namespace
+
+namespace {
+
+// Reads ExtenderArgs in one pass: the Pod (and a Nodes list) become JSON objects, NodeNames goes
+// straight into a vector of strings (a DOM of thousands of names costs more than the decision).
+// Unknown top-level keys are skipped; keys match ignoring case.
+class ArgsReader : public nlohmann::json_sax<Json> {
+ public:
+  enum class Slot { kNone, kPod, kNodes, kNames };
+
+  bool null() override { return Value(Json(nullptr)); }
+  bool boolean(bool v) override { return Value(Json(v)); }
+  bool number_integer(number_integer_t v) override { return Value(Json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return Value(Json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return Value(Json(v)); }
+  bool binary(binary_t&) override { return Value(Json(nullptr)); }
+  bool string(string_t& v) override {
+    if (slot_ == Slot::kNames && depth_ == 2) {
+      names.push_back(std::move(v));
+      return true;
+    }
+    return Value(Json(std::move(v)));
+  }
+  bool start_object(std::size_t) override {
+    ++depth_;
+    if (depth_ == 1) {
+      top_ = true;
+      return true;
+    }
+    if (slot_ == Slot::kNames && depth_ >= 2) {
+      return Fail("NodeNames holds an object; expected node names (strings)");
+    }
+    return Open(Json::object());
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1) {
+      slot_ = EqualsIgnoreCase(k, "Pod")         ? Slot::kPod
+              : EqualsIgnoreCase(k, "NodeNames") ? Slot::kNames
+              : EqualsIgnoreCase(k, "Nodes")     ? Slot::kNodes
+                                                 : Slot::kNone;
+      if (slot_ != Slot::kNone) seen[static_cast<int>(slot_)] = true;
+      return true;
+    }
+    key_ = std::move(k);
+    return true;
+  }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override {
+    ++depth_;
+    if (slot_ == Slot::kNames && depth_ == 2) {
+      names_array = true;
+      return true;
+    }
+    if (slot_ == Slot::kNames && depth_ > 2) return Fail("NodeNames holds an array; expected node names (strings)");
+    return Open(Json::array());
+  }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return Fail("the body is not valid JSON");
+  }
+
+  Json pod;
+  Json nodes;
+  std::vector<std::string> names;
+  bool names_array = false;
+  bool top_ = false;
+  bool seen[4] = {false, false, false, false};
+  std::string error;
+
+ private:
+  bool Fail(std::string message) {
+    if (error.empty()) error = std::move(message);
+    return false;
+  }
+  Json* Target() { return slot_ == Slot::kPod ? &pod : slot_ == Slot::kNodes ? &nodes : nullptr; }
+  // A scalar value at the current position.
+  bool Value(Json v) {
+    if (depth_ == 0) return Fail("the body is a JSON " + std::string(v.type_name()) + "; expected an object");
+    if (slot_ == Slot::kNames) {
+      if (depth_ == 1) {
+        if (v.is_null()) return true;
+        return Fail("NodeNames is " + std::string(v.type_name()) + "; expected an array of node names");
+      }
+      return Fail("NodeNames holds a " + std::string(v.type_name()) + "; expected node names (strings)");
+    }
+    Json* root = Target();
+    if (root == nullptr) return true;  // a key we skip
+    if (stack_.empty()) {
+      *root = std::move(v);
+      return true;
+    }
+    Insert(std::move(v));
+    return true;
+  }
+  Json* Insert(Json v) {
+    Json* parent = stack_.back();
+    if (parent->is_object()) {
+      Json& slot = (*parent)[key_];
+      slot = std::move(v);
+      return &slot;
+    }
+    parent->push_back(std::move(v));
+    return &parent->back();
+  }
+  bool Open(Json container) {
+    if (depth_ == 1) return Fail("the body is a JSON array; expected an object");
+    Json* root = Target();
+    if (root == nullptr) {
+      ++skipped_;
+      return true;
+    }
+    if (stack_.empty()) {
+      *root = std::move(container);
+      stack_.push_back(root);
+    } else {
+      stack_.push_back(Insert(std::move(container)));
+    }
+    return true;
+  }
+  bool Close() {
+    --depth_;
+    if (depth_ == 0) return true;
+    if (slot_ == Slot::kNames && depth_ == 1) return true;
+    if (Target() == nullptr) {
+      if (skipped_ > 0) --skipped_;
+      return true;
+    }
+    if (!stack_.empty()) stack_.pop_back();
+    return true;
+  }
+
+  int depth_ = 0;
+  int skipped_ = 0;
+  Slot slot_ = Slot::kNone;
+  std::string key_;
+  std::vector<Json*> stack_;
+};
+
+}  // namespace
+
+Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
+  constexpr std::string_view kWhat = "ExtenderArgs";
+  auto fail = [&](const std::string& message) {
+    return Result<ExtenderArgs>::Error(std::string(kWhat) + ": " + message);
+  };
+  ArgsReader reader;
+  const bool parsed = Json::sax_parse(body, &reader);
+  if (!parsed || !reader.error.empty()) {
+    return fail(reader.error.empty() ? "the body is not valid JSON" : reader.error);
+  }
+  if (!reader.top_) return fail("the body is not a JSON object");
+  ExtenderArgs out;
+  if (!reader.pod.is_object()) {
+    return fail(std::string("Pod is ") + (reader.seen[1] ? reader.pod.type_name() : "missing") +
+                "; expected a v1.Pod object");
+  }
+  out.pod = std::move(reader.pod);
+  if (reader.names_array) {
+    out.nodes = std::move(reader.names);
+    return out;
+  }
+  if (reader.seen[2] && !reader.nodes.is_null()) {
+    const Json* items = reader.nodes.is_object() ? Member(reader.nodes, "items") : nullptr;
+    if (items == nullptr || !items->is_array()) {
+      return fail("Nodes has no items array; expected a v1.NodeList");
+    }
+    for (const Json& n : *items) {
+      const Json* meta = n.is_object() ? Member(n, "metadata") : nullptr;
+      const Json* name = meta != nullptr && meta->is_object() ? Member(*meta, "name") : nullptr;
+      if (name == nullptr || !name->is_string()) {
+        return fail("a node in Nodes.items has no metadata.name");
+      }
+      out.nodes.push_back(name->get<std::string>());
+    }
+    out.node_objects = true;
+    out.node_list = std::move(reader.nodes);
+    return out;
+  }
+  return fail("neither NodeNames nor Nodes is set; expected one");
+}
+
+namespace {
+
+// `text` as a JSON string literal (quotes included); bytes >= 0x80 pass through.
+void AppendString(std::string& out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out.push_back('"');
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (u < 0x20) {
+      out += "\\u00";
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 15]);
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+// {"node":"reason",...} of the failures with the given unresolvability.
+void AppendFailures(std::string& out, const FilterOutcome& outcome, bool unresolvable) {
+  out.push_back('{');
+  bool first = true;
+  for (const NodeFailure& f : outcome.failed) {
+    if (f.unresolvable != unresolvable) continue;
+    if (!first) out.push_back(',');
+    first = false;
+    AppendString(out, f.node);
+    out.push_back(':');
+    AppendString(out, f.reason);
+  }
+  out.push_back('}');
+}
+
+}  // namespace
+
+std::string WriteFilterResult(const ExtenderArgs& args, const FilterOutcome& outcome) {
+  std::string out;
+  size_t size = 128;
+  for (const std::string& n : outcome.fits) size += n.size() + 3;
+  for (const NodeFailure& f : outcome.failed) size += f.node.size() + f.reason.size() + 6;
+  out.reserve(size);
+  out += "{\"Nodes\":";
+  if (args.node_objects) {
+    Json list = args.node_list;
+    Json items = Json::array();
+    size_t next = 0;  // fits is in request order
+    for (const Json& n : args.node_list["items"]) {
+      if (next < outcome.fits.size() && n["metadata"]["name"] == outcome.fits[next]) {
+        items.push_back(n);
+        ++next;
+      }
+    }
+    list["items"] = std::move(items);
+    out += list.dump(-1, ' ', false, Json::error_handler_t::replace);
+    out += ",\"NodeNames\":null";
+  } else {
+    out += "null,\"NodeNames\":[";
+    for (size_t i = 0; i < outcome.fits.size(); ++i) {
+      if (i > 0) out.push_back(',');
+      AppendString(out, outcome.fits[i]);
+    }
+    out.push_back(']');
+  }
+  out += ",\"FailedNodes\":";
+  AppendFailures(out, outcome, false);
+  out += ",\"FailedAndUnresolvableNodes\":";
+  AppendFailures(out, outcome, true);
+  out += ",\"Error\":\"\"}";
+  return out;
+}
+
+std::string WriteFilterError(std::string_view error) {
+  std::string out =
+      "{\"Nodes\":null,\"NodeNames\":null,\"FailedNodes\":{},\"FailedAndUnresolvableNodes\":{},"
+      "\"Error\":";
+  AppendString(out, error);
+  out.push_back('}');
+  return out;
+}
+
+std::string WritePriorities(const std::vector<NodePriority>& priorities) {
+  std::string out;
+  out.reserve(priorities.size() * 40 + 2);
+  out.push_back('[');
+  for (size_t i = 0; i < priorities.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out += "{\"Host\":";
+    AppendString(out, priorities[i].node);
+    out += ",\"Score\":";
+    out += std::to_string(priorities[i].score);
+    out.push_back('}');
+  }
+  out.push_back(']');
+  return out;
+}
+
+Result<BindingArgs> ParseBindingArgs(std::string_view body) {
+  constexpr std::string_view kWhat = "ExtenderBindingArgs";
+  auto j = ParseObject(body, kWhat);
+  if (!j.ok()) return j.status();
+  BindingArgs out;
+  for (const auto& [key, slot] : {std::pair{"PodName", &out.pod_name},
+                                  std::pair{"PodNamespace", &out.pod_namespace},
+                                  std::pair{"PodUID", &out.pod_uid}, std::pair{"Node", &out.node}}) {
+    auto v = StringMember(*j, key, kWhat);
+    if (!v.ok()) return v.status();
+    *slot = std::move(*v);
+  }
+  return out;
+}
+
+std::string WriteBindingResult(std::string_view error) {
+  std::string out = "{\"Error\":";
+  AppendString(out, error);
+  out.push_back('}');
+  return out;
+}
+
+}  // namespace tessera::extender

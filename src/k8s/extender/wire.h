@@ -1,0 +1,51 @@
+// The kube-scheduler HTTP extender protocol (k8s.io/kube-scheduler/extender/v1): what the
+// scheduler POSTs to the filter, prioritize and bind verbs and what it expects back.
+//
+// The Go structs carry no json tags, so the keys are the Go field names: ExtenderArgs {Pod, Nodes,
+// NodeNames}, ExtenderFilterResult {Nodes, NodeNames, FailedNodes, FailedAndUnresolvableNodes,
+// Error}, HostPriorityList [{Host, Score}], ExtenderBindingArgs {PodName, PodNamespace, PodUID,
+// Node}, ExtenderBindingResult {Error}. kube-scheduler sends them capitalised; Go's decoder
+// matches keys ignoring case, so the readers here do too. NodeNames is set when the extender is
+// nodeCacheCapable, else Nodes (a v1.NodeList); a filter answer uses the same form as its request.
+//
+// Parsing and writing only: no decisions, no HTTP. Every malformed body is refused with the key,
+// the value's kind and what was expected.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "k8s/extender/cluster_state.h"
+#include "k8s/objects.h"
+
+namespace tessera::extender {
+
+struct ExtenderArgs {
+  k8s::Json pod;                   // the v1.Pod
+  std::vector<std::string> nodes;  // names, from NodeNames or Nodes.items[].metadata.name
+  bool node_objects = false;       // the request carried Nodes (answer with Nodes)
+  k8s::Json node_list;             // the Nodes list when node_objects
+};
+Result<ExtenderArgs> ParseExtenderArgs(std::string_view body);
+
+// ExtenderFilterResult for `outcome`; with `args.node_objects`, Nodes holds the fitting items.
+std::string WriteFilterResult(const ExtenderArgs& args, const FilterOutcome& outcome);
+// ExtenderFilterResult carrying only Error.
+std::string WriteFilterError(std::string_view error);
+// HostPriorityList.
+std::string WritePriorities(const std::vector<NodePriority>& priorities);
+
+struct BindingArgs {
+  std::string pod_name;
+  std::string pod_namespace;
+  std::string pod_uid;
+  std::string node;
+};
+Result<BindingArgs> ParseBindingArgs(std::string_view body);
+// ExtenderBindingResult; an empty error means bound.
+std::string WriteBindingResult(std::string_view error);
+
+}  // namespace tessera::extender

@@ -1,0 +1,76 @@
+// Tests of the extender protocol's JSON: the Go field names kube-scheduler sends and expects,
+// both node forms (NodeNames and Nodes), and refusals of malformed bodies.
+#include "k8s/extender/wire.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::extender {
+namespace {
+
+using k8s::Json;
+
+TEST(WireTest, ExtenderArgsWithNodeNames) {
+  auto args = ParseExtenderArgs(
+      R"({"Pod":{"metadata":{"name":"p","namespace":"default","uid":"u"}},"Nodes":null,"NodeNames":["a","b"]})");
+  ASSERT_TRUE(args.ok()) << args.error();
+  EXPECT_EQ(args->pod["metadata"]["name"], "p");
+  EXPECT_EQ(args->nodes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(args->node_objects);
+  FilterOutcome out;
+  out.fits = {"a"};
+  out.failed = {{"b", "tessera: Insufficient cpu", false, "cpu"}, {"c", "tessera: x", true, "mode"}};
+  const Json j = Json::parse(WriteFilterResult(*args, out));
+  EXPECT_EQ(j["NodeNames"], Json::array({"a"}));
+  EXPECT_TRUE(j["Nodes"].is_null());
+  EXPECT_EQ(j["FailedNodes"]["b"], "tessera: Insufficient cpu");
+  EXPECT_EQ(j["FailedAndUnresolvableNodes"]["c"], "tessera: x");
+  EXPECT_EQ(j["Error"], "");
+}
+
+TEST(WireTest, ExtenderArgsWithNodeObjectsAnswersWithNodeObjects) {
+  auto args = ParseExtenderArgs(
+      R"({"pod":{"metadata":{"name":"p"}},"nodes":{"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}})");
+  ASSERT_TRUE(args.ok()) << args.error();  // keys match ignoring case, as Go's decoder does
+  EXPECT_TRUE(args->node_objects);
+  EXPECT_EQ(args->nodes, (std::vector<std::string>{"a", "b"}));
+  FilterOutcome out;
+  out.fits = {"b"};
+  const Json j = Json::parse(WriteFilterResult(*args, out));
+  ASSERT_EQ(j["Nodes"]["items"].size(), 1u);
+  EXPECT_EQ(j["Nodes"]["items"][0]["metadata"]["name"], "b");
+}
+
+TEST(WireTest, MalformedArgsAreRefusedWithTheKey) {
+  auto expect = [](std::string_view body, std::string_view text) {
+    auto args = ParseExtenderArgs(body);
+    ASSERT_FALSE(args.ok()) << body;
+    EXPECT_NE(args.error().find(text), std::string::npos) << args.error();
+  };
+  expect("{", "not valid JSON");
+  expect("[]", "JSON array; expected an object");
+  expect(R"({"NodeNames":["a"]})", "Pod is missing");
+  expect(R"({"Pod":"x","NodeNames":["a"]})", "Pod is string");
+  expect(R"({"Pod":{}})", "neither NodeNames nor Nodes");
+  expect(R"({"Pod":{},"NodeNames":"a"})", "NodeNames is string");
+  expect(R"({"Pod":{},"NodeNames":[1]})", "NodeNames holds a number");
+  expect(R"({"Pod":{},"Nodes":{"items":[{}]}})", "no metadata.name");
+}
+
+TEST(WireTest, PrioritiesAndBinding) {
+  const Json p = Json::parse(WritePriorities({{"a", 10}, {"b", 3}}));
+  EXPECT_EQ(p, Json::parse(R"([{"Host":"a","Score":10},{"Host":"b","Score":3}])"));
+  auto b = ParseBindingArgs(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n"})");
+  ASSERT_TRUE(b.ok()) << b.error();
+  EXPECT_EQ(b->pod_name, "p");
+  EXPECT_EQ(b->pod_namespace, "ns");
+  EXPECT_EQ(b->pod_uid, "u");
+  EXPECT_EQ(b->node, "n");
+  auto missing = ParseBindingArgs(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u"})");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().find("Node is missing"), std::string::npos);
+  EXPECT_EQ(Json::parse(WriteBindingResult("")), Json::parse(R"({"Error":""})"));
+  EXPECT_EQ(Json::parse(WriteFilterError("boom"))["Error"], "boom");
+}
+
+}  // namespace
+}  // namespace tessera::extender
