@@ -7,7 +7,7 @@
 // timing. "Cold" decisions score every node afresh (a request shape the policy has not seen since
 // the nodes changed), the worst case.
 //
-// Uses ../shared/data/openb when present, else src/placement/testdata (a small synthetic trace).
+// Uses the openb trace in data/openb, else src/placement/testdata (a small synthetic trace).
 // Writes build/bench/placement_bench.json (override with --json PATH).
 #include <benchmark/benchmark.h>
 

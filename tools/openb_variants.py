@@ -141,8 +141,9 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(here)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=os.path.join(repo, "..", "shared", "data", "openb"),
-                    help="directory of the openb trace (default ../shared/data/openb)")
+    ap.add_argument("--data", default=os.environ.get("TESSERA_OPENB_DIR",
+                                                     os.path.join(repo, "data", "openb")),
+                    help="directory of the openb trace (default $TESSERA_OPENB_DIR, else data/openb)")
     ap.add_argument("--out", default=os.path.join(repo, "build", "openb-variants"),
                     help="output directory (default build/openb-variants)")
     ap.add_argument("--seed", type=int, default=2023, help="resampling seed (default 2023)")

@@ -5,11 +5,11 @@
 #
 # usage: tools/placement_eval.sh [--policies P1,P2..] [--seeds A-B] [--variants "v1 v2 .."]
 #   defaults: --policies tessera,fgd,bestfit  --seeds 42-51  --variants: all of openb_variants.py
-# Needs build/bin/tessera (scripts/dev demo, or any build) and ../shared/data/openb.
+# Needs build/bin/tessera (scripts/dev demo, or any build); the trace is data/openb.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 tessera=${TESSERA:-$repo/build/bin/tessera}
-data=${TESSERA_OPENB_DIR:-$repo/../shared/data/openb}
+data=${TESSERA_OPENB_DIR:-$repo/data/openb}
 out=${OUT:-$repo/build/openb-variants}
 policies=tessera,fgd,bestfit
 seeds=42-51

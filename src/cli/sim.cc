@@ -35,9 +35,9 @@ constexpr const char* kUsage =
     "\n"
     "  --nodes CSV      node list (sn,cpu_milli,memory_mib,gpu,model); default: the openb trace "
     "in\n"
-    "                   $TESSERA_OPENB_DIR, else ../shared/data/openb next to the repository\n"
-    "  --pods CSV       pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec); default:\n"
-    "                   openb_pod_list_default.csv in the same directory\n"
+    "                   $TESSERA_OPENB_DIR, else the repository's data/openb\n"
+    "  --pods CSV       pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]);\n"
+    "                   default: openb_pod_list_default.csv in the same directory\n"
     "  --policy NAME    one of %s; \"all\" or a comma list for several (default tessera)\n"
     "  --seed S         sampling seed (default 42)\n"
     "  --seeds A-B      several seeds, a range or a comma list (e.g. 42-51)\n"
@@ -107,8 +107,11 @@ std::string DefaultTraceDir() {
   if (const char* env = std::getenv("TESSERA_OPENB_DIR"); env != nullptr && *env != '\0') {
     return env;
   }
-  // build/bin/tessera -> <repo>/../shared/data/openb
-  return ExecutableDir() + "/../../../shared/data/openb";
+  // build/bin/tessera -> <repo>/data/openb, which ships the default trace; else the source tree
+  // this binary was built from (a build directory elsewhere).
+  const std::string beside = ExecutableDir() + "/../../data/openb";
+  if (std::filesystem::exists(beside + "/openb_node_list_gpu_node.csv")) return beside;
+  return TESSERA_OPENB_DATA_DIR;
 }
 
 double Mean(const std::vector<double>& v) {
