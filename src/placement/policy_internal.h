@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -92,6 +94,32 @@ class ScoredNodePolicy : public Policy {
 // a = `arrivals_per_gap`, none ever comes, and all of f is left. A shape's share counts once per
 // GPU (whole GPUs as 1000); CPU-only and memory-only shapes are not fillers. tessera's R_n term.
 std::vector<double> ExpectedResidual(const TargetWorkload& workload, double arrivals_per_gap);
+// The same over explicit (share, weight) fillers: tessera's per-class tables.
+std::vector<double> ExpectedResidual(std::span<const std::pair<int, double>> fillers,
+                                     double arrivals_per_gap);
+
+// The node classes (frag.h's NodeClass) of a cluster: for each class present, its GPUs and its
+// first node, whose model and mode stand for the class; in order of first appearance.
+struct ClassInfo {
+  int node_class = -1;
+  int first_node = -1;
+  int64_t gpus = 0;
+};
+std::vector<ClassInfo> ClusterClasses(const Cluster& cluster);
+
+// The target workload as a node of class `node_class` sees it: per shape of `workload`, its
+// weight there. A GPU shape that may use the class weighs p_m x (cluster GPUs / GPUs of the
+// classes it may use), its arrivals per GPU it can go to; a GPU shape that may not weighs 0;
+// CPU-only shapes keep p_m. Normalised to sum 1. Without placement constraints: the p_m.
+std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                      int node_class, const TargetWorkload& workload);
+
+// Per class of `classes`: the part of its GPUs (0..1) that the GPU demand which may use only some
+// classes (TargetWorkload::demands) will need once the arrived workload equals the cluster's GPUs.
+// Each such demand is spread over the classes it may use in proportion to their GPUs; demand that
+// may go anywhere loads no class. tessera's rho_k.
+std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                  const TargetWorkload& workload);
 
 std::unique_ptr<Policy> MakeRandom(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeBinpack(const PolicyOptions& options);
