@@ -77,17 +77,19 @@ bool MayUse(const Request& r, const NodeSpec& spec) {
 
 class TesseraPolicy final : public ScoredNodePolicy {
  public:
-  explicit TesseraPolicy(const PolicyOptions& o)
-      : ScoredNodePolicy(o, TieRule::kFirstNode), workload_(o.workload) {}
+  TesseraPolicy(const PolicyOptions& o, bool memo)
+      : ScoredNodePolicy(o, TieRule::kFirstNode), workload_(o.workload), memo_on_(memo) {}
   std::string_view name() const override { return "tessera"; }
 
  protected:
   void Attach(const Cluster& c) override {
+    memo_.Clear();
     eval_ = std::make_unique<FragEvaluator>(c, *workload_);
     const std::vector<ClassInfo> classes = ClusterClasses(c);
     const std::vector<double> pressure = ClassPressure(c, classes, *workload_);
     class_of_.assign(kNodeClasses, -1);
     tables_.clear();
+    fillers_.clear();
     for (size_t i = 0; i < classes.size(); ++i) {
       class_of_[static_cast<size_t>(classes[i].node_class)] = static_cast<int>(i);
       const std::vector<double> weights =
@@ -95,13 +97,31 @@ class TesseraPolicy final : public ScoredNodePolicy {
       ClassTable t;
       t.first_node = classes[i].first_node;
       t.cpu_per_gpu = CpuPerGpu(*workload_, weights);
-      t.residual = ExpectedResidual(Fillers(*workload_, weights), kArrivalsPerGap);
+      // Classes that see the same fillers (all of them, without constraints) share one table.
+      std::vector<std::pair<int, double>> fillers = Fillers(*workload_, weights);
+      for (size_t j = 0; j < i && t.residual.empty(); ++j) {
+        if (fillers_[j] == fillers) t.residual = tables_[j].residual;
+      }
+      if (t.residual.empty()) t.residual = ExpectedResidual(fillers, kArrivalsPerGap);
+      fillers_.push_back(std::move(fillers));
       t.pressure = pressure[i];
       tables_.push_back(std::move(t));
     }
   }
 
   Score ScoreNode(const Cluster& c, int n, const Request& r) override {
+    if (!memo_on_) return Compute(c, n, r);
+    // A node's score depends only on its class, free CPU and GPUs and the request: nodes in the
+    // same state (idle nodes of one kind, above all) are scored once.
+    if (const Score* known = memo_.Find(c, n, r)) return *known;
+    const Score s = Compute(c, n, r);
+    memo_.Store(s);
+    return s;
+  }
+
+ private:
+  // The score itself (the file's comment).
+  Score Compute(const Cluster& c, int n, const Request& r) {
     const ClassTable* t = TableOf(c, n);
     const double before = eval_->Frag(n);
     const double cpu_per_gpu = t != nullptr ? t->cpu_per_gpu : 0;  // no GPUs: none stranded
@@ -143,7 +163,6 @@ class TesseraPolicy final : public ScoredNodePolicy {
     return {std::floor((before - after + gain + residual_gain) / kStepMilli), 0, gpus};
   }
 
- private:
   // What tessera knows of one node class of the attached cluster.
   struct ClassTable {
     int first_node = -1;           // stands for the class's model and mode
@@ -182,9 +201,12 @@ class TesseraPolicy final : public ScoredNodePolicy {
   }
 
   const TargetWorkload* workload_;
+  const bool memo_on_;
+  NodeStateMemo<Score> memo_;
   std::unique_ptr<FragEvaluator> eval_;
   std::vector<int> class_of_;  // NodeClass -> index into tables_
   std::vector<ClassTable> tables_;
+  std::vector<std::vector<std::pair<int, double>>> fillers_;  // per class, W_k's fillers
 };
 
 }  // namespace
@@ -294,7 +316,11 @@ std::vector<double> ExpectedResidual(const TargetWorkload& w, double arrivals_pe
 }
 
 std::unique_ptr<Policy> MakeTessera(const PolicyOptions& o) {
-  return std::make_unique<TesseraPolicy>(o);
+  return std::make_unique<TesseraPolicy>(o, /*memo=*/true);
+}
+
+std::unique_ptr<Policy> MakeTesseraUnmemoised(const PolicyOptions& o) {
+  return std::make_unique<TesseraPolicy>(o, /*memo=*/false);
 }
 
 }  // namespace tessera::placement::internal

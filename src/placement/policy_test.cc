@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "placement/policy_internal.h"
+#include "placement/rng.h"
 
 namespace tessera::placement {
 namespace {
@@ -250,6 +251,61 @@ TEST(PolicyTest, TesseraLeavesScarceModelsToRequestsThatNeedThem) {
   // A request limited to T4 pays nothing, nor one on a cluster of T4 nodes alone.
   const Cluster t4s = Nodes({{104000, 2, "T4"}, {104000, 2, "T4"}});
   EXPECT_EQ(Make("tessera", &w)->Select(t4s, any)->node, 0);
+}
+
+TEST(PolicyTest, TesseraMemoChangesNoDecision) {
+  // tessera remembers scores of node states (NodeStateMemo); the unmemoised policy scores every
+  // node afresh. On random clusters with many identical nodes, random requests (some limited to
+  // a model) and departures, every decision must be the same.
+  Rng rng(2024);
+  int decisions = 0, placements = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<std::tuple<int64_t, int, std::string>> kinds = {
+        {96000, 8, "G2"}, {104000, 2, "T4"}, {64000, 2, "P100"}, {32000, 4, "V100M16"}};
+    std::vector<std::tuple<int64_t, int, std::string>> specs;
+    const int nodes = 10 + static_cast<int>(rng.Below(50));
+    for (int i = 0; i < nodes; ++i) specs.push_back(kinds[rng.Below(kinds.size())]);
+    Cluster c = Nodes(specs);
+    std::vector<Request> pool;
+    for (int i = 0; i < 12; ++i) {
+      const int count = rng.Below(6) == 0 ? 1 + static_cast<int>(rng.Below(4)) : 1;
+      const int milli = count > 1 || rng.Below(2) == 0 ? 1000 : 50 * (1 + static_cast<int>(rng.Below(19)));
+      Request r = Pod(milli, rng.Below(10) == 0 ? 0 : count, 1000 * (1 + static_cast<int64_t>(rng.Below(24))));
+      if (r.gpu_count == 0) r.gpu_milli = 0;
+      if (r.gpu_count > 0 && rng.Below(3) == 0) {
+        r.allowed = ModelSet::Of(static_cast<int>(rng.Below(static_cast<uint64_t>(c.models().size()))));
+      }
+      pool.push_back(r);
+    }
+    const TargetWorkload w = TargetWorkload::FromRequests(pool);
+    auto memo = Make("tessera", &w);
+    auto reference = internal::MakeTesseraUnmemoised(PolicyOptions{1, &w});
+    std::vector<std::pair<Request, Assignment>> running;
+    for (int step = 0; step < 300; ++step) {
+      if (!running.empty() && rng.Below(4) == 0) {
+        const size_t k = rng.Below(running.size());
+        ASSERT_TRUE(c.Remove(running[k].first, running[k].second).ok());
+        memo->OnRemoved(c, running[k].first, running[k].second);
+        reference->OnRemoved(c, running[k].first, running[k].second);
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      const Request& r = pool[rng.Below(pool.size())];
+      const auto a = memo->Select(c, r);
+      const auto b = reference->Select(c, r);
+      ASSERT_EQ(a.has_value(), b.has_value()) << "trial " << trial << " step " << step;
+      ++decisions;
+      if (!a) continue;
+      ASSERT_EQ(*a, *b) << "trial " << trial << " step " << step;
+      ASSERT_TRUE(c.Place(r, *a).ok());
+      memo->OnPlaced(c, r, *a);
+      reference->OnPlaced(c, r, *a);
+      running.emplace_back(r, *a);
+      ++placements;
+    }
+  }
+  EXPECT_GT(placements, 3000);
+  EXPECT_GT(decisions, placements);  // some requests found no room
 }
 
 TEST(PolicyTest, PackingPrefersSharedGpusAndBinpackAndSpreadDisagree) {
