@@ -25,36 +25,46 @@ double RunTime(const PodTimes& t) {
   return t.deleted < 0 ? kNever : static_cast<double>(t.deleted - t.created);
 }
 
-// The GPU demand over time when the pods of `order` arrive at creation / speedup and run their
-// run times, with no capacity limit: its highest value, and when it first reaches `threshold`
-// (kNever if it does not), in GPU milli and seconds.
+// The GPU demand changes when the pods of `order` arrive at creation / speedup and leave after
+// their run times, with no capacity limit, in time order (departures first at equal times: a pod
+// that leaves as another arrives does not overlap it). `draw` is the pod's place in `order`.
+struct DemandEvent {
+  double at;
+  double milli;  // > 0 arrival, < 0 departure
+  uint32_t draw;
+};
+std::vector<DemandEvent> DemandEvents(std::span<const Request> pods,
+                                      std::span<const PodTimes> times, std::span<const int> order,
+                                      double speedup) {
+  std::vector<DemandEvent> events;
+  events.reserve(order.size() * 2);
+  for (size_t d = 0; d < order.size(); ++d) {
+    const auto u = static_cast<size_t>(order[d]);
+    const double milli = static_cast<double>(pods[u].total_gpu_milli());
+    if (milli == 0) continue;
+    const double at = static_cast<double>(times[u].created) / speedup;
+    events.push_back({at, milli, static_cast<uint32_t>(d)});
+    if (const double run = RunTime(times[u]); run != kNever) {
+      events.push_back({at + run, -milli, static_cast<uint32_t>(d)});
+    }
+  }
+  std::sort(events.begin(), events.end(), [](const DemandEvent& a, const DemandEvent& b) {
+    return a.at != b.at ? a.at < b.at : a.milli < b.milli;
+  });
+  return events;
+}
+
+// The highest demand (GPU milli) of the first `draws` pods of the events' order, and when the
+// demand first reaches `threshold` (kNever if it does not).
 struct DemandProfile {
   double peak = 0;
   double reaches_threshold_at = kNever;
 };
-DemandProfile Demand(std::span<const Request> pods, std::span<const PodTimes> times,
-                     std::span<const int> order, double speedup, double threshold) {
-  struct Event {
-    double at;
-    double milli;  // > 0 arrival, < 0 departure
-  };
-  std::vector<Event> events;
-  events.reserve(order.size() * 2);
-  for (int i : order) {
-    const auto u = static_cast<size_t>(i);
-    const double milli = static_cast<double>(pods[u].total_gpu_milli());
-    if (milli == 0) continue;
-    const double at = static_cast<double>(times[u].created) / speedup;
-    events.push_back({at, milli});
-    if (const double run = RunTime(times[u]); run != kNever) events.push_back({at + run, -milli});
-  }
-  // Departures first at equal times: a pod that leaves as another arrives does not overlap it.
-  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    return a.at != b.at ? a.at < b.at : a.milli < b.milli;
-  });
+DemandProfile Profile(const std::vector<DemandEvent>& events, size_t draws, double threshold) {
   DemandProfile profile;
   double now = 0;
-  for (const Event& e : events) {
+  for (const DemandEvent& e : events) {
+    if (e.draw >= draws) continue;
     now += e.milli;
     profile.peak = std::max(profile.peak, now);
     if (now >= threshold && profile.reaches_threshold_at == kNever) {
@@ -88,9 +98,12 @@ Result<std::vector<int>> SampleForLoad(std::span<const Request> pods,
   std::vector<int> draws;
   auto peak_of_first = [&](size_t n) {
     while (draws.size() < n) draws.push_back(static_cast<int>(rng.Below(pods.size())));
-    return Demand(pods, times, std::span<const int>(draws.data(), n), speedup, kNever).peak;
+    return Profile(DemandEvents(pods, times, std::span<const int>(draws.data(), n), speedup), n,
+                   kNever)
+        .peak;
   };
-  // The peak only grows with more pods: double until it is reached, then bisect.
+  // The peak only grows with more pods: double until it is reached, then bisect on the events
+  // of the largest prefix, leaving out the later draws.
   size_t high = 1024;
   while (peak_of_first(high) < target) {
     if (high >= kMostPods) {
@@ -101,10 +114,12 @@ Result<std::vector<int>> SampleForLoad(std::span<const Request> pods,
     }
     high = std::min(high * 2, kMostPods);
   }
-  size_t low = 0;  // peak_of_first(low) < target <= peak_of_first(high)
+  const std::vector<DemandEvent> events =
+      DemandEvents(pods, times, std::span<const int>(draws.data(), high), speedup);
+  size_t low = 0;  // peak of the first `low` < target <= peak of the first `high`
   while (high - low > 1) {
     const size_t mid = low + (high - low) / 2;
-    (peak_of_first(mid) >= target ? high : low) = mid;
+    (Profile(events, mid, kNever).peak >= target ? high : low) = mid;
   }
   draws.resize(high);
   return draws;
@@ -164,7 +179,8 @@ Result<ReplayResult> Replay(const Cluster& initial, std::span<const Request> pod
   res.total_gpus = cluster.total_gpus();
   res.speedup = options.speedup;
   const double capacity = static_cast<double>(cluster.gpu_milli_capacity());
-  const DemandProfile demand = Demand(pods, times, order, res.speedup, 0.1 * capacity);
+  const DemandProfile demand = Profile(DemandEvents(pods, times, order, res.speedup),
+                                       order.size(), 0.1 * capacity);
   res.peak_demand_gpus = demand.peak / kMilliPerGpu;
 
   std::vector<Arrival> arrivals;
@@ -229,8 +245,9 @@ Result<ReplayResult> Replay(const Cluster& initial, std::span<const Request> pod
     if (!running.empty()) t = std::min(t, running.top().first);
     if (t == kNever) break;  // pods wait that nothing will ever make room for
     record_until(t);
-    // Means over the timeline's window, from timeline_start_s on.
-    const double dt = std::max(0.0, t - std::max(now, res.timeline_start_s));
+    // Means over the timeline's window, the same for every policy.
+    const double dt = std::max(
+        0.0, std::min(t, res.last_arrival_s) - std::max(now, res.timeline_start_s));
     const double alloc = 100.0 * static_cast<double>(cluster.gpu_milli_allocated()) / capacity;
     alloc_integral += alloc * dt;
     if (waiting_gpu_pods > 0) {
@@ -315,7 +332,7 @@ Result<ReplayResult> Replay(const Cluster& initial, std::span<const Request> pod
     ++res.waited;
     waits.push_back(res.end_s - arrivals[w].at);
   }
-  if (const double window = res.end_s - res.timeline_start_s; window > 0) {
+  if (const double window = res.last_arrival_s - res.timeline_start_s; window > 0) {
     res.allocation_mean = alloc_integral / window;
     res.waiting_time_share = waiting_time / window;
   }

@@ -57,9 +57,9 @@ struct ReplayResult {
   std::vector<double> allocation_ratio;  // %
   std::vector<double> waiting_pods;
   std::vector<double> waiting_gpus;  // GPUs the waiting pods ask
-  // Means over [timeline_start_s, end_s] weighted by time: the allocation ratio, and the
-  // allocation ratio while at least one GPU pod waits (0 when none ever does) with the share of
-  // that time.
+  // Means over the timeline's window [timeline_start_s, last_arrival_s], the same for every
+  // policy, weighted by time: the allocation ratio, and the allocation ratio while at least one
+  // GPU pod waits (0 when none ever does) with the share of the window that is.
   double allocation_mean = 0;
   double allocation_while_waiting = 0;
   double waiting_time_share = 0;

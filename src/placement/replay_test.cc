@@ -66,13 +66,11 @@ TEST(ReplayTest, HandComputedWaitsAndTimeline) {
     EXPECT_EQ(r->peak_demand_gpus, 5);  // at 56 s: p0, p1, p4 and p5, were none to wait
     EXPECT_EQ(r->end_s, 100);
     EXPECT_EQ(r->peak_waiting_pods, 2);
-    // Allocation: 50 % on [0,20), 100 % on [20,50), 75 % on [50,60), 100 % on [60,70) (p4
-    // runs 10 s from 60), 50 % on [70,100). A GPU pod waits on [10,100).
-    EXPECT_DOUBLE_EQ(r->allocation_mean,
-                     (50 * 20 + 100 * 30 + 75 * 10 + 100 * 10 + 50 * 30) / 100.0);
-    EXPECT_DOUBLE_EQ(r->allocation_while_waiting,
-                     (50 * 10 + 100 * 30 + 75 * 10 + 100 * 10 + 50 * 30) / 90.0);
-    EXPECT_DOUBLE_EQ(r->waiting_time_share, 0.9);
+    // Allocation over the window [0, 56]: 50 % on [0,20), 100 % on [20,50), 75 % on [50,56]. A
+    // GPU pod waits from 10 on.
+    EXPECT_DOUBLE_EQ(r->allocation_mean, (50 * 20 + 100 * 30 + 75 * 6) / 56.0);
+    EXPECT_DOUBLE_EQ(r->allocation_while_waiting, (50 * 10 + 100 * 30 + 75 * 6) / 46.0);
+    EXPECT_DOUBLE_EQ(r->waiting_time_share, 46.0 / 56);
     // The timeline: the state after the events at or before each instant 0, 5.09, ..., 56.
     ASSERT_EQ(r->allocation_ratio.size(), 12u);
     const double at = 56.0 / 11;  // instants i x at
