@@ -125,6 +125,12 @@ std::string DefaultTraceDir() {
   return TESSERA_OPENB_DATA_DIR;
 }
 
+// One JSON Lines record, flushed so that a reader sees each run as it ends.
+void PrintJsonLine(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
 bool ParseNumber(const std::string& value, double min, double max, double* out) {
   char* end = nullptr;
   *out = std::strtod(value.c_str(), &end);
@@ -180,10 +186,7 @@ int RunReplays(const pl::Cluster& cluster, const pl::PodList& pods,
         return 1;
       }
       const pl::ReplayResult& r = *result;
-      if (json) {
-        std::printf("%s\n", pl::ReplayResultJson(r).c_str());
-        std::fflush(stdout);
-      }
+      if (json) PrintJsonLine(pl::ReplayResultJson(r));
       count.push_back(static_cast<double>(r.pods));
       alloc.push_back(r.allocation_mean);
       alloc_waiting.push_back(r.allocation_while_waiting);
@@ -377,10 +380,7 @@ int RunSim(const std::vector<std::string>& args) {
         return 1;
       }
       const pl::SimResult& r = *result;
-      if (json) {
-        std::printf("%s\n", pl::SimResultJson(r).c_str());
-        std::fflush(stdout);
-      }
+      if (json) PrintJsonLine(pl::SimResultJson(r));
       const size_t at100 = std::min<size_t>(100, r.allocation_ratio.size() - 1);
       const size_t at90 = std::min<size_t>(90, r.allocation_ratio.size() - 1);
       a90.push_back(r.allocation_ratio[at90]);

@@ -299,12 +299,9 @@ Result<ReplayResult> Replay(const Cluster& initial, std::span<const Request> pod
         waiting[kept++] = w;
         continue;
       }
-      Status placed = cluster.Place(r, *chosen);
-      if (!placed.ok()) {
-        return Result<ReplayResult>::Error("policy " + res.policy +
-                                           " chose an invalid placement: " + placed.message());
+      if (Status placed = internal::PlaceChosen(cluster, *policy, r, *chosen); !placed.ok()) {
+        return placed;
       }
-      policy->OnPlaced(cluster, r, *chosen);
       a.where = *chosen;
       ++res.placed;
       waits.push_back(t - a.at);

@@ -100,12 +100,9 @@ Result<SimResult> Simulate(const Cluster& initial, std::span<const Request> pods
       ++res.failed;
       continue;
     }
-    Status placed = cluster.Place(r, *a);
-    if (!placed.ok()) {
-      return Result<SimResult>::Error("policy " + res.policy +
-                                      " chose an invalid placement: " + placed.message());
+    if (Status placed = internal::PlaceChosen(cluster, *policy, r, *a); !placed.ok()) {
+      return placed;
     }
-    policy->OnPlaced(cluster, r, *a);
     ++res.scheduled;
   }
   while (next_point < points) {
