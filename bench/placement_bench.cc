@@ -80,8 +80,7 @@ std::unique_ptr<pl::Policy> MakeNamed(const std::string& name) {
 
 // One decision + placement per iteration on the protocol's workload, from the point where the
 // cluster is `start_fill` (0..1) allocated on.
-void Decide(benchmark::State& state, const std::string& policy_name, bool cold,
-            double start_fill) {
+void Decide(benchmark::State& state, const std::string& policy_name, bool cold, double start_fill) {
   const int count = static_cast<int>(state.range(0));
   pl::Cluster start = ClusterOf(count);
   const std::vector<int> order =

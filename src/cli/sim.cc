@@ -254,9 +254,9 @@ int RunSim(const std::vector<std::string>& args) {
       (flag == "--json" ? json : replay) = true;
       continue;
     }
-    static const std::vector<std::string> kValued = {
-        "--nodes", "--pods", "--policy", "--seed", "--seeds", "--inflation", "--out", "--load",
-        "--speedup"};
+    static const std::vector<std::string> kValued = {"--nodes", "--pods",  "--policy",
+                                                     "--seed",  "--seeds", "--inflation",
+                                                     "--out",   "--load",  "--speedup"};
     bool known = false;
     for (const std::string& k : kValued) known = known || k == flag;
     if (!known) return Usage("unknown argument \"" + args[i] + "\"");
@@ -321,8 +321,9 @@ int RunSim(const std::vector<std::string>& args) {
   if (seed_given && seeds_given) return Usage("--seed and --seeds: give one or the other");
   if (!replay && !replay_only.empty()) return Usage(replay_only + " needs --replay");
   if (replay && inflation_given) {
-    return Usage("--inflation is the no-departure protocol's; with --replay, --load sets how "
-                 "many pods are sampled");
+    return Usage(
+        "--inflation is the no-departure protocol's; with --replay, --load sets how "
+        "many pods are sampled");
   }
 
   if (nodes_path.empty() || pods_path.empty()) {

@@ -9,8 +9,8 @@
 #include <memory>
 #include <optional>
 #include <span>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "placement/cluster.h"
@@ -202,7 +202,7 @@ class NodeStateMemo {
   }
 
   std::vector<Request> shapes_;  // the request shapes seen; values are kept per shape
-  int shape_ = -1;                // the last Find's, index into shapes_
+  int shape_ = -1;               // the last Find's, index into shapes_
   // The state of the last Find (shape, class, then the free CPU and GPUs, or an idle node's
   // kind) and its hash.
   std::array<int64_t, 3 + 2 * kMaxGpusPerNode> state_{};

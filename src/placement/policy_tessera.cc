@@ -173,8 +173,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
 
   const ClassTable* TableOf(const Cluster& c, int n) const {
     const int k = NodeClass(c.spec(n));
-    return k < 0 ? nullptr
-                 : &tables_[static_cast<size_t>(class_of_[static_cast<size_t>(k)])];
+    return k < 0 ? nullptr : &tables_[static_cast<size_t>(class_of_[static_cast<size_t>(k)])];
   }
 
   // GPU share (milli) of a node with this much free CPU and share that its CPU cannot serve.

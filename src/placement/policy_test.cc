@@ -171,12 +171,16 @@ TEST(PolicyTest, TesseraLeavesGapsThatFrequentSharesFill) {
 }
 
 // Two G2 nodes of 8 GPUs and two T4 nodes of 2 GPUs (20 GPUs), T4 first in list order.
-Cluster T4FirstThenG2() { return Nodes({{104000, 2, "T4"}, {104000, 2, "T4"}, {96000, 8, "G2"},
-                                        {96000, 8, "G2"}}); }
+Cluster T4FirstThenG2() {
+  return Nodes({{104000, 2, "T4"}, {104000, 2, "T4"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+}
 
 TEST(PolicyTest, ClassPressureIsTheConstrainedDemandPerGpuOfAClass) {
-  const Cluster c = Nodes({{104000, 2, "T4"}, {104000, 2, "T4"}, {96000, 8, "G2"},
-                           {96000, 8, "G2"}, {64000, 2, "P100"}});
+  const Cluster c = Nodes({{104000, 2, "T4"},
+                           {104000, 2, "T4"},
+                           {96000, 8, "G2"},
+                           {96000, 8, "G2"},
+                           {64000, 2, "P100"}});
   const int t4 = c.models().Find("T4"), g2 = c.models().Find("G2");
   // Demand, as parts of all GPU milli: 10 % T4 only, 30 % T4 or G2, the rest anywhere.
   TargetShape t4_only{1000, 1, 1000, kProportionalMemory, ModelSet::Of(t4), 0.10};
@@ -269,11 +273,14 @@ TEST(PolicyTest, TesseraMemoChangesNoDecision) {
     std::vector<Request> pool;
     for (int i = 0; i < 12; ++i) {
       const int count = rng.Below(6) == 0 ? 1 + static_cast<int>(rng.Below(4)) : 1;
-      const int milli = count > 1 || rng.Below(2) == 0 ? 1000 : 50 * (1 + static_cast<int>(rng.Below(19)));
-      Request r = Pod(milli, rng.Below(10) == 0 ? 0 : count, 1000 * (1 + static_cast<int64_t>(rng.Below(24))));
+      const int milli =
+          count > 1 || rng.Below(2) == 0 ? 1000 : 50 * (1 + static_cast<int>(rng.Below(19)));
+      Request r = Pod(milli, rng.Below(10) == 0 ? 0 : count,
+                      1000 * (1 + static_cast<int64_t>(rng.Below(24))));
       if (r.gpu_count == 0) r.gpu_milli = 0;
       if (r.gpu_count > 0 && rng.Below(3) == 0) {
-        r.allowed = ModelSet::Of(static_cast<int>(rng.Below(static_cast<uint64_t>(c.models().size()))));
+        r.allowed =
+            ModelSet::Of(static_cast<int>(rng.Below(static_cast<uint64_t>(c.models().size()))));
       }
       pool.push_back(r);
     }

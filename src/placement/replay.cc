@@ -179,8 +179,8 @@ Result<ReplayResult> Replay(const Cluster& initial, std::span<const Request> pod
   res.total_gpus = cluster.total_gpus();
   res.speedup = options.speedup;
   const double capacity = static_cast<double>(cluster.gpu_milli_capacity());
-  const DemandProfile demand = Profile(DemandEvents(pods, times, order, res.speedup),
-                                       order.size(), 0.1 * capacity);
+  const DemandProfile demand =
+      Profile(DemandEvents(pods, times, order, res.speedup), order.size(), 0.1 * capacity);
   res.peak_demand_gpus = demand.peak / kMilliPerGpu;
 
   std::vector<Arrival> arrivals;
@@ -246,8 +246,8 @@ Result<ReplayResult> Replay(const Cluster& initial, std::span<const Request> pod
     if (t == kNever) break;  // pods wait that nothing will ever make room for
     record_until(t);
     // Means over the timeline's window, the same for every policy.
-    const double dt = std::max(
-        0.0, std::min(t, res.last_arrival_s) - std::max(now, res.timeline_start_s));
+    const double dt =
+        std::max(0.0, std::min(t, res.last_arrival_s) - std::max(now, res.timeline_start_s));
     const double alloc = 100.0 * static_cast<double>(cluster.gpu_milli_allocated()) / capacity;
     alloc_integral += alloc * dt;
     if (waiting_gpu_pods > 0) {
@@ -289,9 +289,9 @@ Result<ReplayResult> Replay(const Cluster& initial, std::span<const Request> pod
       if (may_fit) {
         const auto t0 = std::chrono::steady_clock::now();
         chosen = policy->Select(cluster, r);
-        decision_us.push_back(std::chrono::duration<float, std::micro>(
-                                  std::chrono::steady_clock::now() - t0)
-                                  .count());
+        decision_us.push_back(
+            std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
         a.tried = true;
         if (!chosen) failed_in_pass[static_cast<size_t>(a.pod)] = pass;
       }

@@ -24,12 +24,12 @@ Cluster OneNode() {
 PodList HandTrace(const Cluster& c) {
   auto pods = ParsePodCsv(
       "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
-      "p0,1000,1024,1,1000,0,100\n"     // one GPU, 0..100
-      "p1,1000,1024,2,1000,10,60\n"     // both GPUs for 50 s: waits for p0 to leave
-      "p2,1000,1024,1,1000,20,50\n"     // the other GPU, at once
-      "p3,1000,1024,1,500,30,40\n"      // half a GPU for 10 s: waits for p2
-      "p4,1000,1024,1,1000,55,65\n"     // a GPU for 10 s: overtakes p1, which still cannot fit
-      "p5,99000,1024,1,1000,56,60\n",   // more CPU than the node has: refused on arrival
+      "p0,1000,1024,1,1000,0,100\n"    // one GPU, 0..100
+      "p1,1000,1024,2,1000,10,60\n"    // both GPUs for 50 s: waits for p0 to leave
+      "p2,1000,1024,1,1000,20,50\n"    // the other GPU, at once
+      "p3,1000,1024,1,500,30,40\n"     // half a GPU for 10 s: waits for p2
+      "p4,1000,1024,1,1000,55,65\n"    // a GPU for 10 s: overtakes p1, which still cannot fit
+      "p5,99000,1024,1,1000,56,60\n",  // more CPU than the node has: refused on arrival
       "hand.csv", c.models());
   EXPECT_TRUE(pods.ok()) << pods.error();
   return *pods;
@@ -151,8 +151,8 @@ TEST(ReplayTest, RejectsWhatItCannotReplay) {
 TEST(ReplayTest, DefaultTraceWithDepartures) {
   auto nodes = LoadNodeCsv(std::string(TESSERA_OPENB_DIR) + "/openb_node_list_gpu_node.csv");
   ASSERT_TRUE(nodes.ok()) << nodes.error();
-  auto pods = LoadPodCsv(std::string(TESSERA_OPENB_DIR) + "/openb_pod_list_default.csv",
-                         nodes->models);
+  auto pods =
+      LoadPodCsv(std::string(TESSERA_OPENB_DIR) + "/openb_pod_list_default.csv", nodes->models);
   ASSERT_TRUE(pods.ok()) << pods.error();
   const Cluster c = *Cluster::Create(nodes->models, nodes->nodes);
   const TargetWorkload w = TargetWorkload::FromRequests(pods->requests);

@@ -155,13 +155,14 @@ std::string Svg(const std::vector<MeanCurve>& means, const PlotStyle& style) {
       << "<text x=\"" << X(x) << "\" y=\"" << Y(0) + 18 << "\" text-anchor=\"middle\">" << x
       << "</text>\n";
   }
-  s << "<text x=\"" << (X(0) + X(x_max)) / 2 << "\" y=\"" << h - 10
-    << "\" text-anchor=\"middle\">" << style.x_label << "</text>\n"
+  s << "<text x=\"" << (X(0) + X(x_max)) / 2 << "\" y=\"" << h - 10 << "\" text-anchor=\"middle\">"
+    << style.x_label << "</text>\n"
     << "<text transform=\"translate(16," << (Y(0) + Y(y_max)) / 2
     << ") rotate(-90)\" text-anchor=\"middle\">" << style.y_label << "</text>\n";
   if (style.diagonal) {
     s << "<line x1=\"" << X(0) << "\" y1=\"" << Y(0) << "\" x2=\"" << X(std::min(y_max, x_max))
-      << "\" y2=\"" << Y(std::min(y_max, x_max)) << "\" stroke=\"#999\" stroke-dasharray=\"4 4\"/>\n";
+      << "\" y2=\"" << Y(std::min(y_max, x_max))
+      << "\" stroke=\"#999\" stroke-dasharray=\"4 4\"/>\n";
   }
   for (size_t p = 0; p < means.size(); ++p) {
     const char* color = kColors[p % (sizeof(kColors) / sizeof(kColors[0]))];
@@ -238,9 +239,9 @@ Status WriteReports(const std::vector<SimResult>& results, const std::string& di
   const auto means = MeanCurves(results, &SimResult::allocation_ratio);
   Status s = WriteFile(base / "allocation_ratio_mean.csv", MeansCsv(means));
   if (!s.ok()) return s;
-  return WriteFile(base / "allocation_ratio.svg",
-                   Svg(means, {"arrived workload (% of cluster GPUs)", "GPU allocation ratio (%)",
-                               100, true}));
+  return WriteFile(
+      base / "allocation_ratio.svg",
+      Svg(means, {"arrived workload (% of cluster GPUs)", "GPU allocation ratio (%)", 100, true}));
 }
 
 }  // namespace tessera::placement
@@ -309,9 +310,9 @@ Status WriteReplayReports(const std::vector<ReplayResult>& results, const std::s
       !s.ok()) {
     return s;
   }
-  return WriteFile(base / "replay_waiting.svg",
-                   Svg(MeanCurves(results, &ReplayResult::waiting_pods),
-                       {x_label, "pods waiting", 0, false}));
+  return WriteFile(
+      base / "replay_waiting.svg",
+      Svg(MeanCurves(results, &ReplayResult::waiting_pods), {x_label, "pods waiting", 0, false}));
 }
 
 }  // namespace tessera::placement
