@@ -29,7 +29,7 @@ namespace pl = tessera::placement;
 constexpr const char* kUsage =
     "usage: tessera sim [--nodes CSV] [--pods CSV] [--policy NAME|all|NAME,NAME..]\n"
     "                   [--seed S | --seeds A-B|S,S..] [--inflation F] [--out DIR] [--json]\n"
-    "                   [--replay [--load L | --speedup K]]\n"
+    "                   [--replay [--load L] [--speedup K]]\n"
     "\n"
     "Replays the pod list through a placement policy with the FGD paper's protocol: pods are\n"
     "sampled with replacement (seed S) until they ask for F x the cluster's GPUs, then placed one\n"

@@ -20,7 +20,7 @@ namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
 
-// How long pod `i` runs, in seconds (kNever when the trace has no deletion time).
+// How long a pod runs, in seconds (kNever when the trace has no deletion time).
 double RunTime(const PodTimes& t) {
   return t.deleted < 0 ? kNever : static_cast<double>(t.deleted - t.created);
 }
@@ -87,7 +87,7 @@ struct Arrival {
 Result<std::vector<int>> SampleForLoad(std::span<const Request> pods,
                                        std::span<const PodTimes> times, uint64_t seed,
                                        double speedup, int64_t gpu_milli_capacity, double load) {
-  constexpr size_t kMostPods = 20'000'000;
+  constexpr size_t kMostPods = 4'000'000;  // ~200 MB of demand events at most
   const double target = load * static_cast<double>(gpu_milli_capacity);
   bool any_gpu = false;
   for (const Request& r : pods) any_gpu = any_gpu || r.total_gpu_milli() > 0;

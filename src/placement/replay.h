@@ -84,7 +84,7 @@ Result<ReplayResult> Replay(const Cluster& cluster, std::span<const Request> pod
 // The pods of a resampled replay: the first n draws of the FGD protocol's sampler for `seed`
 // (SampleWorkload draws the same pods first), n the fewest that make the GPU demand at the
 // busiest instant reach `load` x `gpu_milli_capacity` when creation times are divided by
-// `speedup`. Fails when even 20 million pods do not (the list asks no GPU, or runs too short).
+// `speedup`. Fails when even 4 million pods do not (the list asks no GPU, or runs too short).
 Result<std::vector<int>> SampleForLoad(std::span<const Request> pods,
                                        std::span<const PodTimes> times, uint64_t seed,
                                        double speedup, int64_t gpu_milli_capacity, double load);
