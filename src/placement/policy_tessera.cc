@@ -69,10 +69,12 @@ std::vector<std::pair<int, double>> Fillers(const TargetWorkload& w,
   return fillers;
 }
 
-// Whether a request may use the GPUs of nodes like `spec` (model and mode; not counting GPUs).
+// Whether a request may use the GPUs of nodes like `spec` (model and mode, as Cluster::Fits; not
+// counting GPUs): whole GPUs any mode, a compute share memory+compute, a memory share memory-only.
 bool MayUse(const Request& r, const NodeSpec& spec) {
   if (spec.gpu_count == 0 || !r.allowed.Contains(spec.model)) return false;
-  return r.whole_gpus() || r.memory_only() == (spec.mode == NodeMode::kMemoryOnly);
+  if (r.whole_gpus()) return true;
+  return spec.mode == (r.memory_only() ? NodeMode::kMemoryOnly : NodeMode::kMemoryAndCompute);
 }
 
 class TesseraPolicy final : public ScoredNodePolicy {
