@@ -33,10 +33,10 @@ Status WriteReports(const std::vector<SimResult>& results, const std::string& di
 // wait_s_p99, wait_s_max, wait_s_mean, decision_us_p50, decision_us_p99, seconds.
 std::string ReplayResultJson(const ReplayResult& result);
 
-// Writes into `dir` (created if missing): replay_allocation.csv, replay_waiting_pods.csv (one row
-// per run: policy, seed, speedup, then one column per timeline instant), replay_waits.csv (per
-// run: the summary numbers), and replay_allocation.svg and replay_waiting.svg (per policy, the
-// mean over its runs against the instant's index).
+// Writes into `dir` (created if missing): replay_allocation.csv, replay_waiting_pods.csv and
+// replay_waiting_gpus.csv (one row per run: policy, seed, speedup, then one column per timeline
+// instant), replay_waits.csv (per run: the summary numbers), and replay_allocation.svg and
+// replay_waiting.svg (per policy, the mean over its runs against the instant's index).
 Status WriteReplayReports(const std::vector<ReplayResult>& results, const std::string& dir);
 
 }  // namespace tessera::placement
