@@ -4,10 +4,13 @@
 // rules for the request, the floor any policy pays. Each iteration is one decision plus applying
 // it (CPU time per decision; wall time is in the JSON too), on the FGD protocol's workload (sampled
 // with replacement, no departures); when the workload is used up the cluster is reset outside the
-// timing. "Cold" decisions score every node afresh (a request shape the policy has not seen since
-// the nodes changed), the worst case.
+// timing. "Cold" decisions are a fresh policy's first (a request shape it has not seen since the
+// nodes changed: it scores every node), the worst case: BM_DecideCold from an empty cluster on,
+// BM_DecideColdBusy from a cluster 85 % allocated on. tessera-unmemoised is tessera scoring every
+// node afresh, as it did before its NodeStateMemo; the JSON gives the ratio of the two
+// ("cold_speedup", measured in the same run) and the decisions are the same (policy_test).
 //
-// Uses ../shared/data/openb when present, else src/placement/testdata (a small synthetic trace).
+// Uses the openb trace in data/openb, else src/placement/testdata (a small synthetic trace).
 // Writes build/bench/placement_bench.json (override with --json PATH).
 #include <benchmark/benchmark.h>
 
@@ -23,6 +26,7 @@
 #include "placement/cluster.h"
 #include "placement/frag.h"
 #include "placement/policy.h"
+#include "placement/policy_internal.h"
 #include "placement/simulator.h"
 #include "placement/trace.h"
 
@@ -68,28 +72,43 @@ pl::Cluster ClusterOf(int count) {
   return pl::Cluster(g_trace->nodes.models, std::move(nodes));
 }
 
-// One decision + placement per iteration on the protocol's workload.
-void Decide(benchmark::State& state, const char* policy_name, bool cold) {
+std::unique_ptr<pl::Policy> MakeNamed(const std::string& name) {
+  const pl::PolicyOptions options{42, &g_trace->workload};
+  if (name == "tessera-unmemoised") return pl::internal::MakeTesseraUnmemoised(options);
+  return std::move(pl::MakePolicy(name, options).value());
+}
+
+// One decision + placement per iteration on the protocol's workload, from the point where the
+// cluster is `start_fill` (0..1) allocated on.
+void Decide(benchmark::State& state, const std::string& policy_name, bool cold, double start_fill) {
   const int count = static_cast<int>(state.range(0));
-  const pl::Cluster empty = ClusterOf(count);
+  pl::Cluster start = ClusterOf(count);
   const std::vector<int> order =
-      *pl::SampleWorkload(g_trace->pods, empty.gpu_milli_capacity(), 1.3, 42);
-  auto fresh_policy = [&] {
-    return std::move(
-        pl::MakePolicy(policy_name, pl::PolicyOptions{42, &g_trace->workload}).value());
-  };
-  pl::Cluster cluster = empty;
-  std::unique_ptr<pl::Policy> policy = fresh_policy();
-  size_t next = 0;
+      *pl::SampleWorkload(g_trace->pods, start.gpu_milli_capacity(), 1.3, 42);
+  size_t first = 0;
+  if (start_fill > 0) {  // fill with tessera (warm) up to the start, untimed
+    auto filler = MakeNamed("tessera");
+    while (first < order.size() &&
+           static_cast<double>(start.gpu_milli_allocated()) <
+               start_fill * static_cast<double>(start.gpu_milli_capacity())) {
+      const pl::Request& r = g_trace->pods[static_cast<size_t>(order[first++])];
+      if (const auto a = filler->Select(start, r); a && start.Place(r, *a).ok()) {
+        filler->OnPlaced(start, r, *a);
+      }
+    }
+  }
+  pl::Cluster cluster = start;
+  std::unique_ptr<pl::Policy> policy = MakeNamed(policy_name);
+  size_t next = first;
   int64_t placed = 0;
   for (auto _ : state) {
     if (next == order.size() || cold) {
       state.PauseTiming();
       if (next == order.size()) {
-        cluster = empty;
-        next = 0;
+        cluster = start;
+        next = first;
       }
-      policy = fresh_policy();
+      policy = MakeNamed(policy_name);
       state.ResumeTiming();
     }
     const pl::Request& r = g_trace->pods[static_cast<size_t>(order[next++])];
@@ -125,12 +144,21 @@ void Register() {
   sizes(benchmark::RegisterBenchmark("BM_Baseline_FitScan", BM_Baseline_FitScan));
   for (const char* p : {"tessera", "fgd", "bestfit"}) {
     sizes(benchmark::RegisterBenchmark((std::string("BM_Decide/") + p).c_str(),
-                                       [p](benchmark::State& s) { Decide(s, p, false); }));
+                                       [p](benchmark::State& s) { Decide(s, p, false, 0); }));
   }
-  for (const char* p : {"tessera", "fgd"}) {
+  for (const char* p : {"tessera", "tessera-unmemoised", "fgd"}) {
     sizes(benchmark::RegisterBenchmark((std::string("BM_DecideCold/") + p).c_str(),
-                                       [p](benchmark::State& s) { Decide(s, p, true); }));
+                                       [p](benchmark::State& s) { Decide(s, p, true, 0); }));
+    sizes(benchmark::RegisterBenchmark((std::string("BM_DecideColdBusy/") + p).c_str(),
+                                       [p](benchmark::State& s) { Decide(s, p, true, 0.85); }));
   }
+}
+
+// "BM_DecideCold/tessera/10000" -> "BM_DecideCold/tessera-unmemoised/10000".
+std::string UnmemoisedOf(const std::string& name) {
+  const size_t at = name.find("/tessera/");
+  if (at == std::string::npos) return "";
+  return name.substr(0, at) + "/tessera-unmemoised/" + name.substr(at + 9);
 }
 
 std::string SizeOf(const std::string& name) { return name.substr(name.rfind('/') + 1); }
@@ -164,22 +192,36 @@ int main(int argc, char** argv) {
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
   std::ofstream out(json);
+  std::map<std::string, double> cpu_us;
+  for (const auto& r : reporter.results) cpu_us[r.name] = r.cpu_ns / 1000;
   out << "{\n  \"benchmark\": \"placement_bench\",\n  \"trace\": \"" << trace.source
-      << "\",\n  \"baseline\": \"BM_Baseline_FitScan (same cluster size)\",\n  \"results\": [\n";
+      << "\",\n  \"baseline\": \"BM_Baseline_FitScan (same cluster size)\",\n"
+      << "  \"cold_speedup\": \"tessera-unmemoised / tessera, CPU time, same run\",\n"
+      << "  \"results\": [\n";
   for (size_t i = 0; i < reporter.results.size(); ++i) {
     const auto& r = reporter.results[i];
     const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;
     out << "    {\"name\": \"" << r.name << "\", \"nodes\": " << SizeOf(r.name)
         << ", \"us_per_decision\": " << (r.cpu_ns / 1000) << ", \"wall_us\": " << (r.real_ns / 1000)
-        << ", \"ratio_to_baseline\": " << (base > 0 ? (r.cpu_ns / 1000) / base : 0) << "}"
-        << (i + 1 < reporter.results.size() ? "," : "") << "\n";
+        << ", \"ratio_to_baseline\": " << (base > 0 ? (r.cpu_ns / 1000) / base : 0);
+    if (const std::string before = UnmemoisedOf(r.name);
+        !before.empty() && cpu_us.count(before) != 0 && r.cpu_ns > 0) {
+      out << ", \"unmemoised_us\": " << cpu_us[before]
+          << ", \"cold_speedup\": " << cpu_us[before] / (r.cpu_ns / 1000);
+    }
+    out << "}" << (i + 1 < reporter.results.size() ? "," : "") << "\n";
   }
   out << "  ]\n}\n";
   std::printf("\nwrote %s\n", json.c_str());
   for (const auto& r : reporter.results) {
     const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;
-    std::printf("  %-32s %10.1f us/decision  %8.1fx baseline\n", r.name.c_str(), (r.cpu_ns / 1000),
+    std::printf("  %-43s %10.1f us/decision  %8.1fx baseline", r.name.c_str(), (r.cpu_ns / 1000),
                 base > 0 ? (r.cpu_ns / 1000) / base : 0);
+    if (const std::string before = UnmemoisedOf(r.name);
+        !before.empty() && cpu_us.count(before) != 0 && r.cpu_ns > 0) {
+      std::printf("  %.1fx faster than unmemoised", cpu_us[before] / (r.cpu_ns / 1000));
+    }
+    std::printf("\n");
   }
   return out.good() ? 0 : 1;
 }

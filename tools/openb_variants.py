@@ -1,20 +1,31 @@
 #!/usr/bin/env python3
 """Generates variants of the openb default pod list by resampling, for `tessera sim`.
 
-Each variant keeps the default trace's pods (shapes, CPU, memory) and changes one property of
-the mix, as the FGD paper's trace variants do (Weng et al., ATC'23, section 6):
+Each variant keeps the default trace's pods (shapes, CPU, memory, times) and changes one property
+of the mix, as the FGD paper's trace variants do (Weng et al., ATC'23, section 6), at the levels
+the paper's release has:
 
-  gpushareNN  NN % of the GPU demand comes from sharing (fractional single-GPU) pods
-  multigpuNN  NN % of the GPU demand comes from multi-GPU pods
-  cpuNNN      CPU-only pods are NNN/10 % of the pods (050 -> 5 %, 250 -> 25 %)
-  gpuspecNN   NN % of the GPU pods allow only some GPU models (one model, or two, drawn in
-              proportion to the cluster's GPUs of each model)
+  gpushareNN    NN % of the GPU demand comes from sharing (fractional single-GPU) pods (20-100)
+  multigpuNN    NN % of the GPU demand comes from multi-GPU pods (20-50)
+  cpuNNN        CPU-only pods are NNN/10 % of the pods (037 -> 3.7 %, 300 -> 30 %)
+  gpuspecNN     NN % of the GPU pods may run only on some GPU models (05-33), with a skew:
+    gpuspecNN         proportional: one model, or two (half the time), each drawn in proportion
+                      to the cluster's GPUs of that model
+    gpuspecNN-scarce  toward the models a constraint hurts most: half of the constrained pods
+                      T4 only, the rest G2, P100 or G3 only, or V100M16|V100M32, in equal parts
+                      (the mix of the production cluster's constraints that the proportional
+                      draw missed: T4 has 14 % of the GPUs and gets half the constrained demand)
+    gpuspecNN-inverse one model, or two, each drawn in inverse proportion to the cluster's GPUs
+                      of that model (models with at least 2 % of the GPUs), so the smallest
+                      models get most of the constrained demand
+    gpuspecNN-whole   proportional, but only pods of whole GPUs are constrained (NN % of them),
+                      so sharing pods may go anywhere and whole-GPU pods compete for models
 
 Pods are drawn with replacement from the matching classes of the default list with a fixed seed,
 so a variant is the same file on every run. The output holds the trace's columns that `tessera
-sim` reads (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec). The trace's terms allow
-research and study use; the variants are derived data, so write them outside the repository
-(the default is build/openb-variants).
+sim` reads (name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, creation_time,
+deletion_time). The trace's terms allow research and study use; the variants are derived data,
+so write them outside the repository (the default is build/openb-variants).
 
 usage: tools/openb_variants.py [--data DIR] [--out DIR] [--seed S] [--pods N] [NAME ...]
        NAME defaults to every variant listed by --list.
@@ -26,23 +37,23 @@ import os
 import random
 import sys
 
-VARIANTS = {
-    "gpushare40": ("gpushare", 0.40),
-    "gpushare60": ("gpushare", 0.60),
-    "gpushare80": ("gpushare", 0.80),
-    "gpushare100": ("gpushare", 1.00),
-    "multigpu20": ("multigpu", 0.20),
-    "multigpu50": ("multigpu", 0.50),
-    "cpu050": ("cpu", 0.05),
-    "cpu100": ("cpu", 0.10),
-    "cpu200": ("cpu", 0.20),
-    "cpu250": ("cpu", 0.25),
-    "gpuspec10": ("gpuspec", 0.10),
-    "gpuspec25": ("gpuspec", 0.25),
-    "gpuspec33": ("gpuspec", 0.33),
-}
+VARIANTS = {}
+for _nn in (20, 40, 60, 80, 100):
+    VARIANTS["gpushare%d" % _nn] = ("gpushare", _nn / 100, None)
+for _nn in (20, 30, 40, 50):
+    VARIANTS["multigpu%d" % _nn] = ("multigpu", _nn / 100, None)
+for _nnn in (37, 50, 72, 100, 200, 235, 250, 300):
+    VARIANTS["cpu%03d" % _nnn] = ("cpu", _nnn / 1000, None)
+for _skew in ("", "-scarce", "-inverse", "-whole"):
+    for _nn in (5, 10, 20, 25, 33):
+        VARIANTS["gpuspec%02d%s" % (_nn, _skew)] = ("gpuspec", _nn / 100, _skew[1:] or "prop")
 
-COLUMNS = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"]
+# gpuspecNN-scarce: (allowed models, share of the constrained pods).
+SCARCE_MIX = [("T4", 0.5), ("G2", 0.125), ("P100", 0.125), ("G3", 0.125),
+              ("V100M16|V100M32", 0.125)]
+
+COLUMNS = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "creation_time",
+           "deletion_time"]
 
 
 def die(message):
@@ -93,8 +104,41 @@ def draw_by_demand(rng, classes, targets, count):
     return drawn
 
 
+def constrain(rng, pods, fraction, skew, nodes):
+    """Gives `fraction` of the GPU pods (of the whole-GPU pods for skew "whole") a gpu_spec."""
+    gpus_by_model = {}
+    for n in nodes:
+        if n["model"]:
+            gpus_by_model[n["model"]] = gpus_by_model.get(n["model"], 0) + int(n["gpu"])
+    total = sum(gpus_by_model.values())
+    models = sorted(gpus_by_model)
+    if skew == "inverse":
+        models = [m for m in models if gpus_by_model[m] >= 0.02 * total]
+        weights = [1 / gpus_by_model[m] for m in models]
+    else:
+        weights = [gpus_by_model[m] for m in models]
+    if skew == "scarce":
+        for spec, _ in SCARCE_MIX:
+            for m in spec.split("|"):
+                if m not in gpus_by_model:
+                    die("gpuspec -scarce: the node list has no %s GPUs" % m)
+    for p in pods:
+        if int(p["num_gpu"]) == 0 or (skew == "whole" and kind(p) == "share"):
+            continue
+        if rng.random() >= fraction:
+            continue
+        if skew == "scarce":
+            spec = rng.choices([m for m, _ in SCARCE_MIX], [w for _, w in SCARCE_MIX])[0]
+            p["gpu_spec"] = spec
+            continue
+        chosen = {rng.choices(models, weights)[0]}
+        if rng.random() < 0.5:
+            chosen.add(rng.choices(models, weights)[0])
+        p["gpu_spec"] = "|".join(sorted(chosen))
+
+
 def make(name, pods, nodes, rng, count):
-    family, value = VARIANTS[name]
+    family, value, skew = VARIANTS[name]
     classes = {"cpu": [], "share": [], "whole": [], "multi": []}
     for p in pods:
         classes[kind(p)].append(p)
@@ -119,18 +163,7 @@ def make(name, pods, nodes, rng, count):
         out += [rng.choice(gpu_pods) for _ in range(n_gpu)]
     out = [dict(p) for p in out]
     if family == "gpuspec":
-        gpus_by_model = {}
-        for n in nodes:
-            gpus_by_model[n["model"]] = gpus_by_model.get(n["model"], 0) + int(n["gpu"])
-        models = sorted(m for m in gpus_by_model if m)
-        weights = [gpus_by_model[m] for m in models]
-        for p in out:
-            if int(p["num_gpu"]) > 0 and rng.random() < value:
-                first = rng.choices(models, weights)[0]
-                spec = {first}
-                if rng.random() < 0.5:
-                    spec.add(rng.choices(models, weights)[0])
-                p["gpu_spec"] = "|".join(sorted(spec))
+        constrain(rng, out, value, skew, nodes)
     rng.shuffle(out)
     for i, p in enumerate(out):
         p["name"] = "%s-pod-%05d" % (name, i)
@@ -141,8 +174,9 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(here)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default=os.path.join(repo, "..", "shared", "data", "openb"),
-                    help="directory of the openb trace (default ../shared/data/openb)")
+    ap.add_argument("--data", default=os.environ.get("TESSERA_OPENB_DIR",
+                                                     os.path.join(repo, "data", "openb")),
+                    help="directory of the openb trace (default $TESSERA_OPENB_DIR, else data/openb)")
     ap.add_argument("--out", default=os.path.join(repo, "build", "openb-variants"),
                     help="output directory (default build/openb-variants)")
     ap.add_argument("--seed", type=int, default=2023, help="resampling seed (default 2023)")

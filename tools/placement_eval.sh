@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Reproduces the placement numbers of docs/placement.md: the GPU allocation ratio at 100 %
-# arrived workload, mean over seeds 42-51, of each policy on the default openb trace and on the
-# resampled variants (tools/openb_variants.py), as a Markdown table.
+# Reproduces the placement tables of docs/placement.md: the GPU allocation ratio at 100 % arrived
+# workload, mean over seeds 42-51, of each policy on the default openb trace and on the resampled
+# variants (tools/openb_variants.py), as a Markdown table. With two or more policies, the last
+# column is the smallest per-seed margin of the first policy over the second (positive: the first
+# allocates more on every seed).
 #
 # usage: tools/placement_eval.sh [--policies P1,P2..] [--seeds A-B] [--variants "v1 v2 .."]
-#   defaults: --policies tessera,fgd,bestfit  --seeds 42-51  --variants: all of openb_variants.py
-# Needs build/bin/tessera (scripts/dev demo, or any build) and ../shared/data/openb.
+#   defaults: --policies tessera,fgd  --seeds 42-51  --variants: all of openb_variants.py
+# Needs build/bin/tessera (scripts/dev demo, or any build); the trace is data/openb
+# ($TESSERA_OPENB_DIR for another copy). The variants are written to build/openb-variants.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 tessera=${TESSERA:-$repo/build/bin/tessera}
-data=${TESSERA_OPENB_DIR:-$repo/../shared/data/openb}
+data=${TESSERA_OPENB_DIR:-$repo/data/openb}
 out=${OUT:-$repo/build/openb-variants}
-policies=tessera,fgd,bestfit
+policies=tessera,fgd
 seeds=42-51
 variants=""
 while [ $# -gt 0 ]; do
@@ -27,29 +30,34 @@ done
 # shellcheck disable=SC2086
 python3 "$repo/tools/openb_variants.py" --data "$data" --out "$out" $variants >/dev/null
 
-mean_at_100() {  # JSON Lines on stdin -> "policy mean" per policy, in input order
+row_of() {  # JSON Lines on stdin -> " mean | mean | ... | smallest margin |"
   python3 -c '
 import json, sys
 runs = {}
 for line in sys.stdin:
     r = json.loads(line)
-    runs.setdefault(r["policy"], []).append(r["allocation_ratio"]["100"])
-for p, v in runs.items():
-    print(p, "%.2f" % (sum(v) / len(v)))
+    runs.setdefault(r["policy"], {})[r["seed"]] = r["allocation_ratio"]["100"]
+policies = list(runs)
+cells = ["%.2f" % (sum(v.values()) / len(v)) for v in runs.values()]
+if len(policies) >= 2:
+    a, b = runs[policies[0]], runs[policies[1]]
+    cells.append("%+.2f" % min(a[s] - b[s] for s in a))
+print(" " + " | ".join(cells) + " |")
 '
 }
 
 header="| trace |"
 rule="|---|"
 for p in ${policies//,/ }; do header="$header $p |"; rule="$rule---:|"; done
+if [[ "$policies" == *,* ]]; then
+  header="$header ${policies%%,*} − $(echo "$policies" | cut -d, -f2), smallest per seed |"
+  rule="$rule---:|"
+fi
 echo "$header"
 echo "$rule"
 for v in default $variants; do
   pods=$data/openb_pod_list_default.csv
   [ "$v" = default ] || pods=$out/openb_pod_list_$v.csv
-  row="| $v |"
-  while read -r _ mean; do row="$row $mean |"; done < <(
-    "$tessera" sim --nodes "$data/openb_node_list_gpu_node.csv" --pods "$pods" \
-      --policy "$policies" --seeds "$seeds" --json | mean_at_100)
-  echo "$row"
+  echo "| $v |$("$tessera" sim --nodes "$data/openb_node_list_gpu_node.csv" --pods "$pods" \
+      --policy "$policies" --seeds "$seeds" --json | row_of)"
 done

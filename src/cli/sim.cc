@@ -1,7 +1,8 @@
 // `tessera sim`: replays a cluster trace through the placement engine (src/placement) with the
-// FGD paper's protocol and reports allocation and fragmentation. A thin door: it parses and
-// validates flags, loads the CSVs, runs Simulate for each policy and seed, and prints; no policy
-// or metric logic lives here.
+// FGD paper's protocol and reports allocation and fragmentation, or (--replay) with the trace's
+// arrivals and departures and reports allocation over time and waits. A thin door: it parses and
+// validates flags, loads the CSVs, runs Simulate or Replay for each policy and seed, and prints;
+// no policy or metric logic lives here.
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "placement/policy.h"
+#include "placement/replay.h"
 #include "placement/report.h"
 #include "placement/simulator.h"
 #include "placement/trace.h"
@@ -27,6 +29,7 @@ namespace pl = tessera::placement;
 constexpr const char* kUsage =
     "usage: tessera sim [--nodes CSV] [--pods CSV] [--policy NAME|all|NAME,NAME..]\n"
     "                   [--seed S | --seeds A-B|S,S..] [--inflation F] [--out DIR] [--json]\n"
+    "                   [--replay [--load L] [--speedup K]]\n"
     "\n"
     "Replays the pod list through a placement policy with the FGD paper's protocol: pods are\n"
     "sampled with replacement (seed S) until they ask for F x the cluster's GPUs, then placed one\n"
@@ -35,15 +38,23 @@ constexpr const char* kUsage =
     "\n"
     "  --nodes CSV      node list (sn,cpu_milli,memory_mib,gpu,model); default: the openb trace "
     "in\n"
-    "                   $TESSERA_OPENB_DIR, else ../shared/data/openb next to the repository\n"
-    "  --pods CSV       pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec); default:\n"
-    "                   openb_pod_list_default.csv in the same directory\n"
+    "                   $TESSERA_OPENB_DIR, else the repository's data/openb\n"
+    "  --pods CSV       pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]);\n"
+    "                   default: openb_pod_list_default.csv in the same directory\n"
     "  --policy NAME    one of %s; \"all\" or a comma list for several (default tessera)\n"
     "  --seed S         sampling seed (default 42)\n"
     "  --seeds A-B      several seeds, a range or a comma list (e.g. 42-51)\n"
     "  --inflation F    workload as a multiple of the cluster's GPUs, 0.01 to 10 (default 1.3)\n"
     "  --out DIR        also write CSV curves and allocation_ratio.svg into DIR\n"
-    "  --json           JSON Lines instead of the table\n";
+    "  --json           JSON Lines instead of the table\n"
+    "  --replay         with departures: pods arrive at their creation times and leave after\n"
+    "                   their run times (deletion - creation); a pod that does not fit waits\n"
+    "                   and is retried, first come first served, as capacity frees. Reports GPU\n"
+    "                   allocation over time, pods waiting and each pod's wait\n"
+    "  --load L         replay: pods are sampled until the GPU demand at the busiest instant is\n"
+    "                   L x the cluster's GPUs, 0.01 to 100 (default 1.2)\n"
+    "  --speedup K      replay: creation times are divided by K, 1e-6 to 1e12 (default 100; run\n"
+    "                   times are not scaled)\n";
 
 std::string PolicyList() {
   std::string names;
@@ -107,8 +118,23 @@ std::string DefaultTraceDir() {
   if (const char* env = std::getenv("TESSERA_OPENB_DIR"); env != nullptr && *env != '\0') {
     return env;
   }
-  // build/bin/tessera -> <repo>/../shared/data/openb
-  return ExecutableDir() + "/../../../shared/data/openb";
+  // build/bin/tessera -> <repo>/data/openb, which ships the default trace; else the source tree
+  // this binary was built from (a build directory elsewhere).
+  const std::string beside = ExecutableDir() + "/../../data/openb";
+  if (std::filesystem::exists(beside + "/openb_node_list_gpu_node.csv")) return beside;
+  return TESSERA_OPENB_DATA_DIR;
+}
+
+// One JSON Lines record, flushed so that a reader sees each run as it ends.
+void PrintJsonLine(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+bool ParseNumber(const std::string& value, double min, double max, double* out) {
+  char* end = nullptr;
+  *out = std::strtod(value.c_str(), &end);
+  return !value.empty() && *end == '\0' && *out >= min && *out <= max;
 }
 
 double Mean(const std::vector<double>& v) {
@@ -125,14 +151,90 @@ double Stddev(const std::vector<double>& v) {
   return std::sqrt(s / static_cast<double>(v.size() - 1));
 }
 
+// --replay: each policy and seed through pl::Replay; a table of means, or JSON Lines.
+int RunReplays(const pl::Cluster& cluster, const pl::PodList& pods,
+               const pl::TargetWorkload& workload, const std::vector<std::string>& policies,
+               const std::vector<uint64_t>& seeds, pl::ReplayOptions options, bool json,
+               const std::string& out_dir, const std::string& pods_path) {
+  for (const pl::PodTimes& t : pods.times) {
+    if (t.created < 0) {
+      std::fprintf(stderr,
+                   "tessera sim: --replay: %s has no creation_time column; the replay needs the "
+                   "trace's creation_time and deletion_time\n",
+                   pods_path.c_str());
+      return 1;
+    }
+  }
+  if (!json) {
+    std::printf(
+        "tessera sim --replay: %d nodes, %d GPUs; %zu pods in the list; peak load %.2f; "
+        "speed-up %g; %zu seed(s)\n",
+        cluster.node_count(), cluster.total_gpus(), pods.requests.size(), options.load,
+        options.speedup, seeds.size());
+    std::printf("%-11s %5s %7s %9s %8s %7s %8s %9s %9s %9s %7s\n", "policy", "runs", "pods",
+                "alloc", "alloc|w", "waited", "peak w", "wait p50", "wait p99", "wait max",
+                "s/run");
+  }
+  std::vector<pl::ReplayResult> all;
+  for (const std::string& policy : policies) {
+    std::vector<double> count, alloc, alloc_waiting, waited, peak, p50, p99, max, secs;
+    for (uint64_t seed : seeds) {
+      options.seed = seed;
+      auto result = pl::Replay(cluster, pods.requests, pods.times, workload, policy, options);
+      if (!result.ok()) {
+        std::fprintf(stderr, "tessera sim: %s\n", result.error().c_str());
+        return 1;
+      }
+      const pl::ReplayResult& r = *result;
+      if (json) PrintJsonLine(pl::ReplayResultJson(r));
+      count.push_back(static_cast<double>(r.pods));
+      alloc.push_back(r.allocation_mean);
+      alloc_waiting.push_back(r.allocation_while_waiting);
+      waited.push_back(100.0 * static_cast<double>(r.waited) / static_cast<double>(r.pods));
+      peak.push_back(static_cast<double>(r.peak_waiting_pods));
+      p50.push_back(r.wait_s_p50);
+      p99.push_back(r.wait_s_p99);
+      max.push_back(r.wait_s_max);
+      secs.push_back(r.seconds);
+      if (!out_dir.empty()) all.push_back(r);
+    }
+    if (!json) {
+      std::printf("%-11s %5zu %7.0f %8.2f%% %7.2f%% %6.2f%% %8.0f %8.0fs %8.0fs %8.0fs %7.2f\n",
+                  policy.c_str(), seeds.size(), Mean(count), Mean(alloc), Mean(alloc_waiting),
+                  Mean(waited), Mean(peak), Mean(p50), Mean(p99), Mean(max), Mean(secs));
+    }
+  }
+  if (!json) {
+    std::printf(
+        "pods: sampled per run; alloc: GPU allocation averaged over time once the cluster is "
+        "busy; alloc|w: while some GPU pod waits;\nwaited: pods that waited; peak w: most pods "
+        "waiting at once; waits in the trace's seconds\n");
+  }
+  if (!out_dir.empty()) {
+    Status written = pl::WriteReplayReports(all, out_dir);
+    if (!written.ok()) {
+      std::fprintf(stderr, "tessera sim: %s\n", written.message().c_str());
+      return 1;
+    }
+    if (!json) {
+      std::printf("wrote CSV curves, replay_allocation.svg and replay_waiting.svg to %s\n",
+                  out_dir.c_str());
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunSim(const std::vector<std::string>& args) {
   std::string nodes_path, pods_path, out_dir;
   std::vector<std::string> policies{std::string(pl::kDefaultPolicy)};
   std::vector<uint64_t> seeds{42};
-  bool seed_given = false, seeds_given = false, json = false;
+  bool seed_given = false, seeds_given = false, json = false, replay = false;
+  bool inflation_given = false;
+  std::string replay_only;  // a flag given that only --replay takes
   double inflation = 1.3;
+  pl::ReplayOptions replay_options;
 
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
@@ -147,13 +249,14 @@ int RunSim(const std::vector<std::string>& args) {
       std::printf(kUsage, PolicyList().c_str());
       return 0;
     }
-    if (flag == "--json") {
-      if (has_value) return Usage("--json takes no value");
-      json = true;
+    if (flag == "--json" || flag == "--replay") {
+      if (has_value) return Usage(flag + " takes no value");
+      (flag == "--json" ? json : replay) = true;
       continue;
     }
-    static const std::vector<std::string> kValued = {"--nodes", "--pods",      "--policy", "--seed",
-                                                     "--seeds", "--inflation", "--out"};
+    static const std::vector<std::string> kValued = {"--nodes", "--pods",  "--policy",
+                                                     "--seed",  "--seeds", "--inflation",
+                                                     "--out",   "--load",  "--speedup"};
     bool known = false;
     for (const std::string& k : kValued) known = known || k == flag;
     if (!known) return Usage("unknown argument \"" + args[i] + "\"");
@@ -199,14 +302,29 @@ int RunSim(const std::vector<std::string>& args) {
       }
       seeds_given = true;
     } else if (flag == "--inflation") {
-      char* end = nullptr;
-      inflation = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !(inflation >= 0.01 && inflation <= 10)) {
+      if (!ParseNumber(value, 0.01, 10, &inflation)) {
         return Usage(FlagError(flag, value, "a factor from 0.01 to 10, e.g. 1.3"));
       }
+    } else if (flag == "--load") {
+      if (!ParseNumber(value, 0.01, 100, &replay_options.load)) {
+        return Usage(FlagError(flag, value, "a multiple of the cluster's GPUs from 0.01 to 100"));
+      }
+      replay_only = flag;
+    } else if (flag == "--speedup") {
+      if (!ParseNumber(value, 1e-6, 1e12, &replay_options.speedup)) {
+        return Usage(FlagError(flag, value, "a factor from 1e-6 to 1e12"));
+      }
+      replay_only = flag;
     }
+    if (flag == "--inflation") inflation_given = true;
   }
   if (seed_given && seeds_given) return Usage("--seed and --seeds: give one or the other");
+  if (!replay && !replay_only.empty()) return Usage(replay_only + " needs --replay");
+  if (replay && inflation_given) {
+    return Usage(
+        "--inflation is the no-departure protocol's; with --replay, --load sets how "
+        "many pods are sampled");
+  }
 
   if (nodes_path.empty() || pods_path.empty()) {
     const std::string dir = DefaultTraceDir();
@@ -237,6 +355,10 @@ int RunSim(const std::vector<std::string>& args) {
     return 1;
   }
   const pl::TargetWorkload workload = pl::TargetWorkload::FromRequests(pods->requests);
+  if (replay) {
+    return RunReplays(*cluster, *pods, workload, policies, seeds, replay_options, json, out_dir,
+                      pods_path);
+  }
 
   if (!json) {
     std::printf(
@@ -259,10 +381,7 @@ int RunSim(const std::vector<std::string>& args) {
         return 1;
       }
       const pl::SimResult& r = *result;
-      if (json) {
-        std::printf("%s\n", pl::SimResultJson(r).c_str());
-        std::fflush(stdout);
-      }
+      if (json) PrintJsonLine(pl::SimResultJson(r));
       const size_t at100 = std::min<size_t>(100, r.allocation_ratio.size() - 1);
       const size_t at90 = std::min<size_t>(90, r.allocation_ratio.size() - 1);
       a90.push_back(r.allocation_ratio[at90]);

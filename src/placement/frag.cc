@@ -14,7 +14,41 @@ int CeilShare(int64_t mem_mib, int64_t cap_mib) {
   return static_cast<int>((mem_mib * kMilliPerGpu + cap_mib - 1) / cap_mib);
 }
 
+// Adds `milli` of GPU demand with these constraints to `demands` (TargetWorkload::demands).
+void AddDemand(std::vector<TargetShape>& demands, ModelSet allowed, bool whole, double milli) {
+  if (milli <= 0) return;
+  for (TargetShape& d : demands) {
+    if (d.allowed == allowed && (d.gpu_milli == kMilliPerGpu) == whole) {
+      d.weight += milli;
+      return;
+    }
+  }
+  TargetShape d;
+  d.gpu_count = 1;
+  d.gpu_milli = whole ? kMilliPerGpu : 1;
+  d.allowed = allowed;
+  d.weight = milli;
+  demands.push_back(d);
+}
+
+void NormaliseWeights(std::vector<TargetShape>& shapes) {
+  double total = 0;
+  for (const TargetShape& s : shapes) total += s.weight;
+  if (total > 0) {
+    for (TargetShape& s : shapes) s.weight /= total;
+  }
+}
+
 }  // namespace
+
+TargetWorkload::TargetWorkload(std::vector<TargetShape> shapes) : shapes_(std::move(shapes)) {
+  for (const TargetShape& s : shapes_) {
+    if (s.gpu_count == 0 || s.gpu_milli == 0) continue;
+    AddDemand(demands_, s.allowed, s.gpu_milli >= kMilliPerGpu,
+              s.weight * s.gpu_count * std::min(s.gpu_milli, kMilliPerGpu));
+  }
+  NormaliseWeights(demands_);
+}
 
 TargetWorkload TargetWorkload::FromRequests(std::span<const Request> requests, double coverage) {
   using Key = std::tuple<int64_t, int, int, int64_t, uint64_t>;
@@ -48,7 +82,14 @@ TargetWorkload TargetWorkload::FromRequests(std::span<const Request> requests, d
     covered += count;
   }
   for (TargetShape& s : shapes) s.weight /= static_cast<double>(covered);
-  return TargetWorkload(std::move(shapes));
+  TargetWorkload workload;
+  workload.shapes_ = std::move(shapes);
+  for (const Request& r : requests) {
+    AddDemand(workload.demands_, r.allowed, r.whole_gpus(),
+              static_cast<double>(r.total_gpu_milli()));
+  }
+  NormaliseWeights(workload.demands_);
+  return workload;
 }
 
 int ShapeNeed(const Cluster& cluster, int node, const TargetShape& shape) {
@@ -109,14 +150,13 @@ FragEvaluator::FragEvaluator(const Cluster& cluster, const TargetWorkload& workl
       workload_(workload),
       cache_(static_cast<size_t>(cluster.node_count())),
       stride_(std::max<size_t>(workload.shapes().size(), 1)),
-      classes_(2 * kMaxModels) {
+      classes_(kNodeClasses) {
   count_.assign(static_cast<size_t>(cluster.node_count()) * stride_, 0);
   low_.assign(static_cast<size_t>(cluster.node_count()) * stride_, 0);
 }
 
 const FragEvaluator::ClassShapes& FragEvaluator::ShapesFor(int node) {
-  const NodeSpec& spec = cluster_.spec(node);
-  ClassShapes& c = classes_[static_cast<size_t>(spec.model * 2 + static_cast<int>(spec.mode))];
+  ClassShapes& c = classes_[static_cast<size_t>(NodeClass(cluster_.spec(node)))];
   if (!c.built) {
     const auto& shapes = workload_.shapes();
     for (size_t j = 0; j < shapes.size(); ++j) {

@@ -37,19 +37,35 @@ struct TargetShape {
 class TargetWorkload {
  public:
   TargetWorkload() = default;
-  explicit TargetWorkload(std::vector<TargetShape> shapes) : shapes_(std::move(shapes)) {}
-  // The typical shapes of `requests` covering `coverage` (0..1] of them, weights normalised.
+  // Shapes as given; the demand by placement constraint (demands()) is derived from them.
+  explicit TargetWorkload(std::vector<TargetShape> shapes);
+  // The typical shapes of `requests` covering `coverage` (0..1] of them, weights normalised; the
+  // demand by placement constraint counts every request.
   static TargetWorkload FromRequests(std::span<const Request> requests, double coverage = 0.95);
 
   const std::vector<TargetShape>& shapes() const { return shapes_; }
+  // Where the GPU demand may go: one entry per (allowed models, whole GPUs or a compute share),
+  // as a shape of one GPU (gpu_milli 1000 for whole GPUs, 1 for any compute share) whose weight
+  // is its part of all the GPU milli asked. Memory-only shares ask no compute and are left out.
+  // Constraints too rare to be among the typical shapes still count here.
+  const std::vector<TargetShape>& demands() const { return demands_; }
 
  private:
   std::vector<TargetShape> shapes_;
+  std::vector<TargetShape> demands_;
 };
 
 // The free share (milli) one GPU of `node` must have for `shape`, or -1 when the shape can never
 // use the node's GPUs (model not allowed, form does not match the mode, no GPUs, CPU-only shape).
 int ShapeNeed(const Cluster& cluster, int node, const TargetShape& shape);
+
+// Nodes of one GPU model and one mode form a class: a shape may use all of its nodes' GPUs or
+// none. Index for per-class tables, 0..kNodeClasses-1; nodes without GPUs have no class (-1).
+inline constexpr int kModeSlots = 4;  // room for every NodeMode
+inline constexpr int kNodeClasses = kMaxModels * kModeSlots;
+inline int NodeClass(const NodeSpec& spec) {
+  return spec.gpu_count == 0 ? -1 : spec.model * kModeSlots + static_cast<int>(spec.mode);
+}
 
 // F_n(M) straight from the definition, in GPU milli.
 double NodeFragMilli(const Cluster& cluster, int node, const TargetWorkload& workload);

@@ -7,7 +7,9 @@
 //
 // Policies (see docs/placement.md for each rule and where it comes from):
 //   tessera     ours, the default: FGD's fragmentation plus the GPU share a placement strands
-//               for lack of CPU, in 30-milli steps, first-fit ties (policy_tessera.cc)
+//               for lack of CPU, plus the expected leftover of GPU shares, plus the protection
+//               of models that constrained requests need, in 30-milli steps, first-fit ties
+//               (policy_tessera.cc)
 //   fgd         fragmentation gradient descent, Weng et al., ATC'23 (policy_fgd.cc)
 //   bestfit     least CPU/GPU left after placement; GPU best-fit
 //   packing     already-shared GPUs first, then partly used nodes, then idle nodes

@@ -3,11 +3,14 @@
 // use policy.h. Reads the cluster only.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "placement/cluster.h"
@@ -101,12 +104,161 @@ class ScoredNodePolicy : public Policy {
   std::unordered_map<ShapeKey, std::vector<Entry>, ShapeHash> cache_;
 };
 
+// Remembers a value computed for a node in some state (its class, free CPU, and every GPU's
+// free compute and memory, in GPU order) for one request shape, so that a node in the same state
+// gets it back instead of computing it again: a policy whose node score depends only on those
+// (tessera) scores the idle nodes of one kind once, not once per node. Exact: a hit compares the
+// whole state, not only its hash; a node never changed since the cluster was built (version 0)
+// is entirely free, so its state is its kind (class, CPU, GPU count). Values are kept per request
+// shape and forgotten on Clear and when 1 << 16 states or 256 shapes are stored.
+template <typename Value>
+class NodeStateMemo {
+ public:
+  void Clear() {
+    entries_.clear();
+    arena_.clear();
+    slots_.assign(slots_.size(), kEmpty);
+    shapes_.clear();
+    shape_ = -1;
+  }
+
+  // The value stored for a node in `node`'s state for `request`, or nullptr. Remembers the state
+  // for Store.
+  const Value* Find(const Cluster& c, int node, const Request& request) {
+    if (shape_ < 0 || !SameShape(request, shapes_[static_cast<size_t>(shape_)])) {
+      FindShape(request);
+    }
+    const NodeSpec& spec = c.spec(node);
+    length_ = 0;
+    state_[length_++] = shape_;
+    state_[length_++] = NodeClass(spec);
+    if (c.version(node) == 0) {  // idle: its kind (-1 where a state has its free CPU, >= 0)
+      state_[length_++] = -1;
+      state_[length_++] = spec.cpu_milli;
+      state_[length_++] = spec.gpu_count;
+    } else {
+      state_[length_++] = c.cpu_free(node);
+      for (int32_t m : c.gpu_milli_free(node)) state_[length_++] = m;
+      for (int64_t m : c.gpu_memory_free(node)) state_[length_++] = m;
+    }
+    uint64_t h = 0;
+    for (size_t i = 0; i < length_; ++i) {
+      h = (h ^ static_cast<uint64_t>(state_[i])) * 0x9e3779b97f4a7c15ULL;
+      h ^= h >> 29;
+    }
+    hash_ = h;
+    if (slots_.empty()) return nullptr;
+    for (size_t i = hash_ & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i] == kEmpty) return nullptr;
+      const Entry& e = entries_[slots_[i]];
+      if (e.hash == hash_ && e.length == length_ &&
+          std::equal(state_.begin(), state_.begin() + static_cast<std::ptrdiff_t>(length_),
+                     arena_.begin() + e.offset)) {
+        return &e.value;
+      }
+    }
+  }
+
+  // Stores `value` for the state the last Find looked up (and did not find).
+  void Store(const Value& value) {
+    if (entries_.size() >= kMostEntries) {  // start again, keeping the shapes
+      entries_.clear();
+      arena_.clear();
+      slots_.assign(slots_.size(), kEmpty);
+    }
+    if (2 * (entries_.size() + 1) > slots_.size()) Grow();
+    entries_.push_back(
+        {hash_, static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(length_), value});
+    arena_.insert(arena_.end(), state_.begin(),
+                  state_.begin() + static_cast<std::ptrdiff_t>(length_));
+    Insert(static_cast<uint32_t>(entries_.size() - 1));
+  }
+
+ private:
+  static constexpr uint32_t kEmpty = ~uint32_t{0};
+  static constexpr size_t kMostEntries = size_t{1} << 16;
+  static constexpr size_t kMostShapes = 256;
+
+  struct Entry {
+    uint64_t hash;
+    uint32_t offset, length;  // of the state in arena_
+    Value value;
+  };
+
+  static bool SameShape(const Request& a, const Request& b) {
+    return a.cpu_milli == b.cpu_milli && a.memory_mib == b.memory_mib &&
+           a.gpu_count == b.gpu_count && a.gpu_milli == b.gpu_milli &&
+           a.gpu_mem_mib == b.gpu_mem_mib && a.allowed == b.allowed;
+  }
+
+  // Points shape_ at `r`'s shape, adding it (after a Clear when there are too many).
+  void FindShape(const Request& r) {
+    for (size_t i = 0; i < shapes_.size(); ++i) {
+      if (SameShape(r, shapes_[i])) {
+        shape_ = static_cast<int>(i);
+        return;
+      }
+    }
+    if (shapes_.size() >= kMostShapes) Clear();
+    shapes_.push_back(r);
+    shape_ = static_cast<int>(shapes_.size() - 1);
+  }
+
+  void Insert(uint32_t entry) {
+    size_t i = entries_[entry].hash & (slots_.size() - 1);
+    while (slots_[i] != kEmpty) i = (i + 1) & (slots_.size() - 1);
+    slots_[i] = entry;
+  }
+
+  void Grow() {
+    slots_.assign(std::max<size_t>(64, slots_.size() * 2), kEmpty);
+    for (uint32_t e = 0; e < entries_.size(); ++e) Insert(e);
+  }
+
+  std::vector<Request> shapes_;  // the request shapes seen; values are kept per shape
+  int shape_ = -1;               // the last Find's, index into shapes_
+  // The state of the last Find (shape, class, then the free CPU and GPUs, or an idle node's
+  // kind) and its hash.
+  std::array<int64_t, 3 + 2 * kMaxGpusPerNode> state_{};
+  size_t length_ = 0;
+  uint64_t hash_ = 0;
+  std::vector<Entry> entries_;
+  std::vector<int64_t> arena_;
+  std::vector<uint32_t> slots_;  // open addressing, a power of two long
+};
+
 // Expected leftover share, in milli, of one GPU with f milli free (index f, 0..1000) once the
 // target workload's GPU shapes have filled it: while some shape fits, the next one that lands
 // there is drawn by weight among those that fit; with probability exp(-a x their total weight),
 // a = `arrivals_per_gap`, none ever comes, and all of f is left. A shape's share counts once per
 // GPU (whole GPUs as 1000); CPU-only and memory-only shapes are not fillers. tessera's R_n term.
 std::vector<double> ExpectedResidual(const TargetWorkload& workload, double arrivals_per_gap);
+// The same over explicit (share, weight) fillers: tessera's per-class tables.
+std::vector<double> ExpectedResidual(std::span<const std::pair<int, double>> fillers,
+                                     double arrivals_per_gap);
+
+// The node classes (frag.h's NodeClass) of a cluster: for each class present, its GPUs and its
+// first node, whose model and mode stand for the class; in order of first appearance.
+struct ClassInfo {
+  int node_class = -1;
+  int first_node = -1;
+  int64_t gpus = 0;
+};
+std::vector<ClassInfo> ClusterClasses(const Cluster& cluster);
+
+// The target workload as a node of class `node_class` sees it: per shape of `workload`, its
+// weight there. A GPU shape that may use the class weighs p_m x (cluster GPUs / GPUs of the
+// classes it may use), its arrivals per GPU it can go to; a GPU shape that may not weighs 0;
+// CPU-only shapes keep p_m. Normalised to sum 1. Without placement constraints: the p_m.
+std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                      int node_class, const TargetWorkload& workload);
+
+// Per class of `classes`: the part of its GPUs (0..1) that the GPU demand which may use only some
+// classes (TargetWorkload::demands) will need once the arrived workload equals the cluster's GPUs.
+// Each such demand is spread over the classes it may use in proportion to their GPUs; demand that
+// may go anywhere loads no class. tessera's rho_k.
+std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                  const TargetWorkload& workload);
 
 std::unique_ptr<Policy> MakeRandom(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeBinpack(const PolicyOptions& options);
@@ -117,5 +269,8 @@ std::unique_ptr<Policy> MakePacking(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeClustering(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeFgd(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeTessera(const PolicyOptions& options);
+// tessera scoring every node afresh (no NodeStateMemo): the reference its memo must agree with,
+// decision for decision (policy_test), and the "before" of placement_bench's cold decisions.
+std::unique_ptr<Policy> MakeTesseraUnmemoised(const PolicyOptions& options);
 
 }  // namespace tessera::placement::internal

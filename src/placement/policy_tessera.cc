@@ -1,14 +1,25 @@
 // tessera: our own placement policy, the default. FGD's fragmentation gradient, plus the GPUs a
-// placement strands for lack of CPU, plus the expected leftover of the GPU shares it leaves,
-// judged in coarse steps with first-fit ties.
+// placement strands for lack of CPU, plus the expected leftover of the GPU shares it leaves, plus
+// the protection of the GPU models that constrained requests need, judged in coarse steps with
+// first-fit ties.
 //
 // A node's score for a request is the decrease, over the placement, of
-//     F_n(M)  +  S_n  +  R_n
-// where F_n(M) is FGD's expected fragmentation (frag.h), S_n the GPU share of the node that its
-// remaining CPU cannot serve: with kappa the CPU the target workload asks per GPU,
-//     S_n = min(free share, max(0, kappa * free share - free CPU) / kappa),
-// and R_n the sum over the node's GPUs of ExpectedResidual(free share) (policy_internal.h): what
-// the target workload's shapes are expected to leave unused on a GPU with that much free.
+//     F_n  +  S_n  +  R_n  +  P_n
+// where, for a node of class k (its GPU model and mode, frag.h's NodeClass):
+//   F_n is FGD's expected fragmentation over the target workload (frag.h);
+//   S_n the GPU share of the node that its remaining CPU cannot serve: with kappa_k the CPU per
+//       GPU that the shapes which may use class k ask for,
+//       S_n = min(free share, max(0, kappa_k * free share - free CPU) / kappa_k);
+//   R_n the sum over the node's GPUs of W_k(free share) (ExpectedResidual): what the shapes that
+//       may use class k are expected to leave unused on a GPU with that much free;
+//   P_n protects scarce models: with rho_k the part of class k's GPUs that demand which may go to
+//       few classes will need (ClassPressure), a request pays (rho_k - rho_min) per milli of GPU
+//       it takes, rho_min being the lowest pressure among the classes it may use. A request that
+//       could go elsewhere leaves scarce models to those that cannot; a request that may use only
+//       one class, or classes under equal pressure, pays nothing.
+// kappa_k and W_k weigh the shapes as class k sees them (ClassShapeWeights: a constrained shape
+// counts only on the classes it may use, by its arrivals per GPU there). Without placement
+// constraints every class sees the whole workload and P is 0.
 // R_n only changes for fractional shares (a whole GPU goes from fresh to full on every node), so
 // it is left out of whole-GPU scores.
 // The decrease is cut into steps of kStepMilli (differences smaller than a step are noise, and
@@ -19,6 +30,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "placement/policy_internal.h"
@@ -31,36 +43,101 @@ constexpr double kStepMilli = 30;
 // Future arrivals a GPU's free share waits for before the cluster fills (ExpectedResidual).
 constexpr double kArrivalsPerGap = 100;
 
-// CPU milli the workload's GPU shapes ask per whole GPU (0 when it has none).
-double CpuPerGpu(const TargetWorkload& w) {
+// CPU milli that shapes ask per whole GPU, with these weights (0 when none asks for a GPU).
+double CpuPerGpu(const TargetWorkload& w, const std::vector<double>& weights) {
   double cpu = 0;
   double gpus = 0;
-  for (const TargetShape& s : w.shapes()) {
+  for (size_t j = 0; j < w.shapes().size(); ++j) {
+    const TargetShape& s = w.shapes()[j];
     if (s.gpu_count == 0 || s.gpu_milli == 0) continue;
-    cpu += s.weight * static_cast<double>(s.cpu_milli);
-    gpus += s.weight * s.gpu_count * std::min(s.gpu_milli, kMilliPerGpu) / 1000.0;
+    cpu += weights[j] * static_cast<double>(s.cpu_milli);
+    gpus += weights[j] * s.gpu_count * std::min(s.gpu_milli, kMilliPerGpu) / 1000.0;
   }
   return gpus > 0 ? cpu / gpus : 0;
 }
 
+// The shares a GPU can be filled with, with these weights: one per GPU shape (whole GPUs as
+// 1000); CPU-only and memory-only shapes are not fillers.
+std::vector<std::pair<int, double>> Fillers(const TargetWorkload& w,
+                                            const std::vector<double>& weights) {
+  std::vector<std::pair<int, double>> fillers;
+  for (size_t j = 0; j < w.shapes().size(); ++j) {
+    const TargetShape& s = w.shapes()[j];
+    if (s.gpu_count == 0 || s.gpu_milli == 0 || weights[j] <= 0) continue;
+    fillers.emplace_back(std::min(s.gpu_milli, kMilliPerGpu), weights[j]);
+  }
+  return fillers;
+}
+
+// Whether a request may use the GPUs of nodes like `spec` (model and mode, as Cluster::Fits; not
+// counting GPUs): whole GPUs any mode, a compute share memory+compute, a memory share memory-only.
+bool MayUse(const Request& r, const NodeSpec& spec) {
+  if (spec.gpu_count == 0 || !r.allowed.Contains(spec.model)) return false;
+  if (r.whole_gpus()) return true;
+  return spec.mode == (r.memory_only() ? NodeMode::kMemoryOnly : NodeMode::kMemoryAndCompute);
+}
+
 class TesseraPolicy final : public ScoredNodePolicy {
  public:
-  explicit TesseraPolicy(const PolicyOptions& o)
-      : ScoredNodePolicy(o, TieRule::kFirstNode),
-        workload_(o.workload),
-        cpu_per_gpu_(CpuPerGpu(*o.workload)),
-        residual_(ExpectedResidual(*o.workload, kArrivalsPerGap)) {}
+  TesseraPolicy(const PolicyOptions& o, bool memo)
+      : ScoredNodePolicy(o, TieRule::kFirstNode), workload_(o.workload), memo_on_(memo) {}
   std::string_view name() const override { return "tessera"; }
 
  protected:
-  void Attach(const Cluster& c) override { eval_ = std::make_unique<FragEvaluator>(c, *workload_); }
+  void Attach(const Cluster& c) override {
+    memo_.Clear();
+    eval_ = std::make_unique<FragEvaluator>(c, *workload_);
+    const std::vector<ClassInfo> classes = ClusterClasses(c);
+    const std::vector<double> pressure = ClassPressure(c, classes, *workload_);
+    class_of_.assign(kNodeClasses, -1);
+    tables_.clear();
+    fillers_.clear();
+    for (size_t i = 0; i < classes.size(); ++i) {
+      class_of_[static_cast<size_t>(classes[i].node_class)] = static_cast<int>(i);
+      const std::vector<double> weights =
+          ClassShapeWeights(c, classes, classes[i].node_class, *workload_);
+      ClassTable t;
+      t.first_node = classes[i].first_node;
+      t.cpu_per_gpu = CpuPerGpu(*workload_, weights);
+      // Classes that see the same fillers (all of them, without constraints) share one table.
+      std::vector<std::pair<int, double>> fillers = Fillers(*workload_, weights);
+      for (size_t j = 0; j < i && t.residual.empty(); ++j) {
+        if (fillers_[j] == fillers) t.residual = tables_[j].residual;
+      }
+      if (t.residual.empty()) t.residual = ExpectedResidual(fillers, kArrivalsPerGap);
+      fillers_.push_back(std::move(fillers));
+      t.pressure = pressure[i];
+      tables_.push_back(std::move(t));
+    }
+  }
 
   Score ScoreNode(const Cluster& c, int n, const Request& r) override {
+    if (!memo_on_) return Compute(c, n, r);
+    // A node's score depends only on its class, free CPU and GPUs and the request: nodes in the
+    // same state (idle nodes of one kind, above all) are scored once.
+    if (const Score* known = memo_.Find(c, n, r)) return *known;
+    const Score s = Compute(c, n, r);
+    memo_.Store(s);
+    return s;
+  }
+
+ private:
+  // The score itself (the file's comment).
+  Score Compute(const Cluster& c, int n, const Request& r) {
+    const ClassTable* t = TableOf(c, n);
     const double before = eval_->Frag(n);
+    const double cpu_per_gpu = t != nullptr ? t->cpu_per_gpu : 0;  // no GPUs: none stranded
     const double stranded_gain =
-        Stranded(static_cast<double>(c.cpu_free(n)), static_cast<double>(c.share_free_total(n))) -
-        Stranded(static_cast<double>(c.cpu_free(n) - r.cpu_milli),
+        Stranded(cpu_per_gpu, static_cast<double>(c.cpu_free(n)),
+                 static_cast<double>(c.share_free_total(n))) -
+        Stranded(cpu_per_gpu, static_cast<double>(c.cpu_free(n) - r.cpu_milli),
                  static_cast<double>(c.share_free_total(n) - r.total_gpu_milli()));
+    // P_n's decrease: minus what the request pays for taking a scarcer class than it needs.
+    const double protection =
+        t != nullptr && r.gpu_count > 0
+            ? -(t->pressure - LowestPressure(c, r)) * static_cast<double>(r.total_gpu_milli())
+            : 0;
+    const double gain = stranded_gain + protection;
     if (r.gpu_count == 1 && !r.whole_gpus()) {
       Score best{-1e300, 0, 0};
       for (int g = 0; g < c.spec(n).gpu_count; ++g) {
@@ -70,7 +147,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
         const int32_t to = ShareAfter(c, n, g, r);
         const double after = eval_->FragAfterOneGpu(n, r, from, to);
         const double step =
-            std::floor((before - after + stranded_gain + ResidualGain(from, to)) / kStepMilli);
+            std::floor((before - after + gain + ResidualGain(*t, from, to)) / kStepMilli);
         if (step > best.primary) best = {step, 0, uint32_t{1} << g};
       }
       return best;
@@ -82,42 +159,141 @@ class TesseraPolicy final : public ScoredNodePolicy {
       for (int g = 0; g < c.spec(n).gpu_count; ++g) {
         if (((gpus >> g) & 1) == 0) continue;
         residual_gain +=
-            ResidualGain(c.gpu_share_free(n)[static_cast<size_t>(g)], ShareAfter(c, n, g, r));
+            ResidualGain(*t, c.gpu_share_free(n)[static_cast<size_t>(g)], ShareAfter(c, n, g, r));
       }
     }
-    return {std::floor((before - after + stranded_gain + residual_gain) / kStepMilli), 0, gpus};
+    return {std::floor((before - after + gain + residual_gain) / kStepMilli), 0, gpus};
   }
 
- private:
+  // What tessera knows of one node class of the attached cluster.
+  struct ClassTable {
+    int first_node = -1;           // stands for the class's model and mode
+    double cpu_per_gpu = 0;        // kappa_k
+    std::vector<double> residual;  // W_k, indexed by free share 0..1000
+    double pressure = 0;           // rho_k
+  };
+
+  const ClassTable* TableOf(const Cluster& c, int n) const {
+    const int k = NodeClass(c.spec(n));
+    return k < 0 ? nullptr : &tables_[static_cast<size_t>(class_of_[static_cast<size_t>(k)])];
+  }
+
   // GPU share (milli) of a node with this much free CPU and share that its CPU cannot serve.
-  double Stranded(double cpu_free, double share_free) const {
-    if (cpu_per_gpu_ <= 0) return 0;
-    const double cpu_needed = cpu_per_gpu_ * share_free / kMilliPerGpu;
+  static double Stranded(double cpu_per_gpu, double cpu_free, double share_free) {
+    if (cpu_per_gpu <= 0) return 0;
+    const double cpu_needed = cpu_per_gpu * share_free / kMilliPerGpu;
     if (cpu_needed <= cpu_free) return 0;
-    return std::min(share_free, (cpu_needed - cpu_free) / cpu_per_gpu_ * kMilliPerGpu);
+    return std::min(share_free, (cpu_needed - cpu_free) / cpu_per_gpu * kMilliPerGpu);
   }
 
   // Decrease of the expected leftover when one GPU goes from `from` to `to` milli free.
-  double ResidualGain(int32_t from, int32_t to) const {
-    return residual_[static_cast<size_t>(std::clamp(from, 0, kMilliPerGpu))] -
-           residual_[static_cast<size_t>(std::clamp(to, 0, kMilliPerGpu))];
+  static double ResidualGain(const ClassTable& t, int32_t from, int32_t to) {
+    return t.residual[static_cast<size_t>(std::clamp(from, 0, kMilliPerGpu))] -
+           t.residual[static_cast<size_t>(std::clamp(to, 0, kMilliPerGpu))];
+  }
+
+  // The lowest pressure among the classes `r` may use.
+  double LowestPressure(const Cluster& c, const Request& r) const {
+    double lowest = 1;
+    for (const ClassTable& t : tables_) {
+      if (MayUse(r, c.spec(t.first_node))) lowest = std::min(lowest, t.pressure);
+    }
+    return lowest;
   }
 
   const TargetWorkload* workload_;
-  double cpu_per_gpu_;
-  std::vector<double> residual_;
+  const bool memo_on_;
+  NodeStateMemo<Score> memo_;
   std::unique_ptr<FragEvaluator> eval_;
+  std::vector<int> class_of_;  // NodeClass -> index into tables_
+  std::vector<ClassTable> tables_;
+  std::vector<std::vector<std::pair<int, double>>> fillers_;  // per class, W_k's fillers
 };
 
 }  // namespace
 
-std::vector<double> ExpectedResidual(const TargetWorkload& w, double arrivals_per_gap) {
-  // The shares a GPU can be filled with: one per GPU shape (whole GPUs as 1000), by weight.
-  std::vector<std::pair<int, double>> fillers;
-  for (const TargetShape& s : w.shapes()) {
-    if (s.gpu_count == 0 || s.gpu_milli == 0 || s.weight <= 0) continue;
-    fillers.emplace_back(std::min(s.gpu_milli, kMilliPerGpu), s.weight);
+std::vector<ClassInfo> ClusterClasses(const Cluster& cluster) {
+  std::vector<ClassInfo> classes;
+  std::vector<int> index(kNodeClasses, -1);
+  for (int n = 0; n < cluster.node_count(); ++n) {
+    const int k = NodeClass(cluster.spec(n));
+    if (k < 0) continue;
+    int& i = index[static_cast<size_t>(k)];
+    if (i < 0) {
+      i = static_cast<int>(classes.size());
+      classes.push_back(ClassInfo{k, n, 0});
+    }
+    classes[static_cast<size_t>(i)].gpus += cluster.spec(n).gpu_count;
   }
+  return classes;
+}
+
+namespace {
+
+// GPUs of the classes that `shape` may use.
+int64_t Reach(const Cluster& cluster, std::span<const ClassInfo> classes, const TargetShape& s) {
+  int64_t reach = 0;
+  for (const ClassInfo& k : classes) {
+    if (ShapeNeed(cluster, k.first_node, s) >= 0) reach += k.gpus;
+  }
+  return reach;
+}
+
+int64_t AllGpus(std::span<const ClassInfo> classes) {
+  int64_t gpus = 0;
+  for (const ClassInfo& k : classes) gpus += k.gpus;
+  return gpus;
+}
+
+}  // namespace
+
+std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                      int node_class, const TargetWorkload& workload) {
+  const auto& shapes = workload.shapes();
+  std::vector<double> weights(shapes.size(), 0.0);
+  int representative = -1;
+  for (const ClassInfo& k : classes) {
+    if (k.node_class == node_class) representative = k.first_node;
+  }
+  const double all_gpus = static_cast<double>(AllGpus(classes));
+  double total = 0;
+  for (size_t j = 0; j < shapes.size(); ++j) {
+    const TargetShape& m = shapes[j];
+    if (m.gpu_count == 0) {
+      weights[j] = m.weight;
+    } else if (representative >= 0 && ShapeNeed(cluster, representative, m) >= 0) {
+      weights[j] = m.weight * all_gpus / static_cast<double>(Reach(cluster, classes, m));
+    }
+    total += weights[j];
+  }
+  if (total > 0) {
+    for (double& w : weights) w /= total;
+  }
+  return weights;
+}
+
+std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                  const TargetWorkload& w) {
+  const int64_t all_gpus = AllGpus(classes);
+  std::vector<double> load(classes.size(), 0.0);  // GPUs
+  for (const TargetShape& d : w.demands()) {
+    const int64_t reach = Reach(cluster, classes, d);
+    if (reach == 0 || reach >= all_gpus) continue;  // may go nowhere, or anywhere
+    const double demand = d.weight * static_cast<double>(all_gpus);
+    for (size_t i = 0; i < classes.size(); ++i) {
+      if (ShapeNeed(cluster, classes[i].first_node, d) < 0) continue;
+      load[i] += demand * static_cast<double>(classes[i].gpus) / static_cast<double>(reach);
+    }
+  }
+  std::vector<double> pressure(classes.size(), 0.0);
+  for (size_t i = 0; i < classes.size(); ++i) {
+    pressure[i] = std::min(1.0, load[i] / static_cast<double>(classes[i].gpus));
+  }
+  return pressure;
+}
+
+std::vector<double> ExpectedResidual(std::span<const std::pair<int, double>> fillers,
+                                     double arrivals_per_gap) {
   std::vector<double> residual(static_cast<size_t>(kMilliPerGpu) + 1, 0.0);
   for (int f = 1; f <= kMilliPerGpu; ++f) {
     double fitting = 0;  // weight of the shapes that fit in f
@@ -134,8 +310,18 @@ std::vector<double> ExpectedResidual(const TargetWorkload& w, double arrivals_pe
   return residual;
 }
 
+std::vector<double> ExpectedResidual(const TargetWorkload& w, double arrivals_per_gap) {
+  std::vector<double> weights;
+  for (const TargetShape& s : w.shapes()) weights.push_back(s.weight);
+  return ExpectedResidual(Fillers(w, weights), arrivals_per_gap);
+}
+
 std::unique_ptr<Policy> MakeTessera(const PolicyOptions& o) {
-  return std::make_unique<TesseraPolicy>(o);
+  return std::make_unique<TesseraPolicy>(o, /*memo=*/true);
+}
+
+std::unique_ptr<Policy> MakeTesseraUnmemoised(const PolicyOptions& o) {
+  return std::make_unique<TesseraPolicy>(o, /*memo=*/false);
 }
 
 }  // namespace tessera::placement::internal

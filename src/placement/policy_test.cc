@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "placement/policy_internal.h"
+#include "placement/rng.h"
 
 namespace tessera::placement {
 namespace {
@@ -168,6 +169,151 @@ TEST(PolicyTest, TesseraLeavesGapsThatFrequentSharesFill) {
   EXPECT_EQ(Make("fgd", &w)->Select(c, Pod(230, 1, 4000))->node, 0);
   // The 320 share itself still takes the 350 gap.
   EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(320, 1, 4000))->node, 0);
+}
+
+// Two G2 nodes of 8 GPUs and two T4 nodes of 2 GPUs (20 GPUs), T4 first in list order.
+Cluster T4FirstThenG2() {
+  return Nodes({{104000, 2, "T4"}, {104000, 2, "T4"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+}
+
+TEST(PolicyTest, ClassPressureIsTheConstrainedDemandPerGpuOfAClass) {
+  const Cluster c = Nodes({{104000, 2, "T4"},
+                           {104000, 2, "T4"},
+                           {96000, 8, "G2"},
+                           {96000, 8, "G2"},
+                           {64000, 2, "P100"}});
+  const int t4 = c.models().Find("T4"), g2 = c.models().Find("G2");
+  // Demand, as parts of all GPU milli: 10 % T4 only, 30 % T4 or G2, the rest anywhere.
+  TargetShape t4_only{1000, 1, 1000, kProportionalMemory, ModelSet::Of(t4), 0.10};
+  TargetShape either{1000, 1, 1000, kProportionalMemory, ModelSet::Of(t4).With(g2), 0.30};
+  TargetShape any{1000, 1, 1000, kProportionalMemory, ModelSet::Any(), 0.60};
+  const TargetWorkload w({t4_only, either, any});
+  const auto classes = internal::ClusterClasses(c);
+  ASSERT_EQ(classes.size(), 3u);
+  EXPECT_EQ(classes[0].gpus, 4);  // T4, first in list order
+  EXPECT_EQ(classes[1].gpus, 16);
+  EXPECT_EQ(classes[2].gpus, 2);
+  const std::vector<double> rho = internal::ClassPressure(c, classes, w);
+  // At 22 GPUs of demand: T4 only asks 2.2 GPUs of T4's 4; "either" asks 6.6, spread 4:16 (1.32
+  // on T4, 5.28 on G2); "any" loads no class.
+  EXPECT_NEAR(rho[0], (2.2 + 1.32) / 4, 1e-9);
+  EXPECT_NEAR(rho[1], 5.28 / 16, 1e-9);
+  EXPECT_EQ(rho[2], 0);
+  // Demand that may use every class loads none: on T4 and G2 alone, "either" is unconstrained.
+  const Cluster two = T4FirstThenG2();
+  const auto two_classes = internal::ClusterClasses(two);
+  EXPECT_NEAR(internal::ClassPressure(two, two_classes, w)[0], 2.0 / 4, 1e-9);
+  EXPECT_EQ(internal::ClassPressure(two, two_classes, w)[1], 0);
+  // More T4-only demand than T4 has: all of it is needed.
+  t4_only.weight = 0.5;
+  EXPECT_EQ(internal::ClassPressure(c, classes, TargetWorkload({t4_only, any}))[0], 1.0);
+  // Nothing constrained: no pressure anywhere.
+  for (double p : internal::ClassPressure(c, classes, TargetWorkload({any}))) EXPECT_EQ(p, 0);
+}
+
+TEST(PolicyTest, ClassShapeWeightsCountAShapeWhereItMayGoByItsArrivalsPerGpu) {
+  const Cluster c = T4FirstThenG2();
+  const int t4 = c.models().Find("T4");
+  TargetShape t4_only{1000, 1, 500, kProportionalMemory, ModelSet::Of(t4), 0.2};
+  TargetShape any{1000, 1, 1000, kProportionalMemory, ModelSet::Any(), 0.6};
+  TargetShape cpu{8000, 0, 0, kProportionalMemory, ModelSet::Any(), 0.2};
+  const TargetWorkload w({t4_only, any, cpu});
+  const auto classes = internal::ClusterClasses(c);
+  // On T4 (4 of 20 GPUs) the T4-only shape arrives 5 times as often per GPU: 0.2 x 5 = 1.0,
+  // against 0.6 and 0.2, normalised over 1.8.
+  const auto on_t4 = internal::ClassShapeWeights(c, classes, classes[0].node_class, w);
+  EXPECT_NEAR(on_t4[0], 1.0 / 1.8, 1e-9);
+  EXPECT_NEAR(on_t4[1], 0.6 / 1.8, 1e-9);
+  EXPECT_NEAR(on_t4[2], 0.2 / 1.8, 1e-9);
+  // On G2 it does not count at all.
+  const auto on_g2 = internal::ClassShapeWeights(c, classes, classes[1].node_class, w);
+  EXPECT_EQ(on_g2[0], 0);
+  EXPECT_NEAR(on_g2[1], 0.6 / 0.8, 1e-9);
+  EXPECT_NEAR(on_g2[2], 0.2 / 0.8, 1e-9);
+}
+
+TEST(PolicyTest, TesseraLeavesScarceModelsToRequestsThatNeedThem) {
+  // 40 % of the GPU demand may run only on T4, which has 4 of the 20 GPUs. Those requests are
+  // too varied to be typical shapes, so fragmentation (and FGD) does not see them; only the
+  // demand by constraint does. A whole-GPU request that may go anywhere is placed on G2 although
+  // the T4 nodes come first; without the constrained demand it takes the first node, as first
+  // fit does. A T4-only request itself still goes to T4.
+  const Cluster c = T4FirstThenG2();
+  const int t4 = c.models().Find("T4");
+  const Request any = Pod(1000, 1, 8000);
+  std::vector<Request> requests(6, any);
+  for (int i = 0; i < 4; ++i) {
+    requests.push_back(Pod(1000, 1, 1000 * (i + 1)));
+    requests.back().allowed = ModelSet::Of(t4);
+  }
+  const TargetWorkload w = TargetWorkload::FromRequests(requests, 0.6);
+  ASSERT_EQ(w.shapes().size(), 1u);  // only the unconstrained shape is typical
+  const TargetWorkload free_to_go = TargetWorkload::FromRequests(std::vector<Request>(6, any));
+  EXPECT_EQ(c.models().model(c.spec(Make("tessera", &w)->Select(c, any)->node).model).name, "G2");
+  EXPECT_EQ(Make("tessera", &free_to_go)->Select(c, any)->node, 0);
+  EXPECT_EQ(Make("fgd", &w)->Select(c, any)->node, 0);
+  EXPECT_EQ(Make("tessera", &w)->Select(c, requests.back())->node, 0);
+  // A request limited to T4 pays nothing, nor one on a cluster of T4 nodes alone.
+  const Cluster t4s = Nodes({{104000, 2, "T4"}, {104000, 2, "T4"}});
+  EXPECT_EQ(Make("tessera", &w)->Select(t4s, any)->node, 0);
+}
+
+TEST(PolicyTest, TesseraMemoChangesNoDecision) {
+  // tessera remembers scores of node states (NodeStateMemo); the unmemoised policy scores every
+  // node afresh. On random clusters with many identical nodes, random requests (some limited to
+  // a model) and departures, every decision must be the same.
+  Rng rng(2024);
+  int decisions = 0, placements = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    std::vector<std::tuple<int64_t, int, std::string>> kinds = {
+        {96000, 8, "G2"}, {104000, 2, "T4"}, {64000, 2, "P100"}, {32000, 4, "V100M16"}};
+    std::vector<std::tuple<int64_t, int, std::string>> specs;
+    const int nodes = 10 + static_cast<int>(rng.Below(50));
+    for (int i = 0; i < nodes; ++i) specs.push_back(kinds[rng.Below(kinds.size())]);
+    Cluster c = Nodes(specs);
+    std::vector<Request> pool;
+    for (int i = 0; i < 12; ++i) {
+      const int count = rng.Below(6) == 0 ? 1 + static_cast<int>(rng.Below(4)) : 1;
+      const int milli =
+          count > 1 || rng.Below(2) == 0 ? 1000 : 50 * (1 + static_cast<int>(rng.Below(19)));
+      Request r = Pod(milli, rng.Below(10) == 0 ? 0 : count,
+                      1000 * (1 + static_cast<int64_t>(rng.Below(24))));
+      if (r.gpu_count == 0) r.gpu_milli = 0;
+      if (r.gpu_count > 0 && rng.Below(3) == 0) {
+        r.allowed =
+            ModelSet::Of(static_cast<int>(rng.Below(static_cast<uint64_t>(c.models().size()))));
+      }
+      pool.push_back(r);
+    }
+    const TargetWorkload w = TargetWorkload::FromRequests(pool);
+    auto memo = Make("tessera", &w);
+    auto reference = internal::MakeTesseraUnmemoised(PolicyOptions{1, &w});
+    std::vector<std::pair<Request, Assignment>> running;
+    for (int step = 0; step < 300; ++step) {
+      if (!running.empty() && rng.Below(4) == 0) {
+        const size_t k = rng.Below(running.size());
+        ASSERT_TRUE(c.Remove(running[k].first, running[k].second).ok());
+        memo->OnRemoved(c, running[k].first, running[k].second);
+        reference->OnRemoved(c, running[k].first, running[k].second);
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+        continue;
+      }
+      const Request& r = pool[rng.Below(pool.size())];
+      const auto a = memo->Select(c, r);
+      const auto b = reference->Select(c, r);
+      ASSERT_EQ(a.has_value(), b.has_value()) << "trial " << trial << " step " << step;
+      ++decisions;
+      if (!a) continue;
+      ASSERT_EQ(*a, *b) << "trial " << trial << " step " << step;
+      ASSERT_TRUE(c.Place(r, *a).ok());
+      memo->OnPlaced(c, r, *a);
+      reference->OnPlaced(c, r, *a);
+      running.emplace_back(r, *a);
+      ++placements;
+    }
+  }
+  EXPECT_GT(placements, 3000);
+  EXPECT_GT(decisions, placements);  // some requests found no room
 }
 
 TEST(PolicyTest, PackingPrefersSharedGpusAndBinpackAndSpreadDisagree) {

@@ -8,22 +8,12 @@
 
 #include "placement/policy.h"
 #include "placement/rng.h"
+#include "placement/sim_support.h"
 
 namespace tessera::placement {
 
-namespace {
-
-// Policies break ties from a stream independent of the sampling one.
-constexpr uint64_t kPolicySeedSalt = 0x7465737365726121ULL;
-
-double Percentile(std::vector<float>& v, double q) {
-  if (v.empty()) return 0;
-  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
-  return v[k];
-}
-
-}  // namespace
+using internal::kPolicySeedSalt;
+using internal::Percentile;
 
 Result<std::vector<int>> SampleWorkload(std::span<const Request> pods, int64_t gpu_milli_capacity,
                                         double inflation, uint64_t seed) {
@@ -110,12 +100,9 @@ Result<SimResult> Simulate(const Cluster& initial, std::span<const Request> pods
       ++res.failed;
       continue;
     }
-    Status placed = cluster.Place(r, *a);
-    if (!placed.ok()) {
-      return Result<SimResult>::Error("policy " + res.policy +
-                                      " chose an invalid placement: " + placed.message());
+    if (Status placed = internal::PlaceChosen(cluster, *policy, r, *a); !placed.ok()) {
+      return placed;
     }
-    policy->OnPlaced(cluster, r, *a);
     ++res.scheduled;
   }
   while (next_point < points) {

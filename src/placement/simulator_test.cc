@@ -1,5 +1,5 @@
 // Tests of the simulator protocol on a small synthetic cluster, of the reports, and one run of
-// the default openb trace per key policy (skipped when ../shared/data/openb is absent), which
+// the default openb trace (data/openb) per key policy, which
 // checks the published FGD number and that ours beats it on that seed.
 #include "placement/simulator.h"
 
@@ -157,10 +157,7 @@ TEST(ReportTest, WritesCsvCurvesAndSvg) {
 class OpenbTraceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string dir = TESSERA_OPENB_DIR;
-    if (!std::filesystem::exists(dir + "/openb_pod_list_default.csv")) {
-      GTEST_SKIP() << "no openb trace at " << dir;
-    }
+    const std::string dir = TESSERA_OPENB_DIR;  // data/openb: shipped with the repository
     auto nodes = LoadNodeCsv(dir + "/openb_node_list_gpu_node.csv");
     ASSERT_TRUE(nodes.ok()) << nodes.error();
     auto pods = LoadPodCsv(dir + "/openb_pod_list_default.csv", nodes->models);

@@ -163,6 +163,7 @@ class CsvReader {
 
 constexpr int64_t kMaxCpuMilli = int64_t{1} << 40;
 constexpr int64_t kMaxMemoryMib = int64_t{1} << 40;
+constexpr int64_t kMaxSeconds = int64_t{1} << 40;  // trace times, in seconds
 
 Result<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -248,13 +249,16 @@ Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name)
 Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
                             const ModelTable& models) {
   CsvReader csv(text, file_name);
-  Status header = csv.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_spec"});
+  // gpu_spec is optional (the FGD authors' multi-GPU lists have only the first five columns):
+  // without it every pod may use any model.
+  Status header = csv.ReadHeader({"name", "cpu_milli", "memory_mib", "num_gpu"});
   if (!header.ok()) return header;
   const int c_name = csv.Column("name"), c_cpu = csv.Column("cpu_milli"),
             c_mem = csv.Column("memory_mib"), c_num = csv.Column("num_gpu"),
             c_milli = csv.Column("gpu_milli"), c_spec = csv.Column("gpu_spec"),
             c_gmem = csv.Column("gpu_mem_mib"), c_core = csv.Column("gpu_core_percent"),
-            c_gib = csv.Column("gpu_mem_gib");
+            c_gib = csv.Column("gpu_mem_gib"), c_created = csv.Column("creation_time"),
+            c_deleted = csv.Column("deletion_time");
   // Our own request form (DESIGN §8) instead of the trace's: gpu_core_percent (0..100 in steps
   // of 5) and gpu_mem_gib per GPU.
   const bool share_form = c_milli < 0 && c_core >= 0;
@@ -328,7 +332,7 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
       return Status::Error(csv.ColumnError(c_milli, "gives a GPU pod no share",
                                            "1 to 1000 (or a gpu_mem_mib) when num_gpu > 0"));
     }
-    const std::string_view spec = csv.Field(c_spec);
+    const std::string_view spec = c_spec >= 0 ? csv.Field(c_spec) : std::string_view();
     if (!spec.empty()) {
       ModelSet allowed = ModelSet::None();
       size_t start = 0;
@@ -347,8 +351,25 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
       }
       r.allowed = allowed;
     }
+    PodTimes times;
+    if (c_created >= 0) {
+      auto created = csv.Integer(c_created, 0, kMaxSeconds);
+      if (!created.ok()) return created.status();
+      times.created = *created;
+    }
+    if (c_deleted >= 0 && !csv.Field(c_deleted).empty()) {
+      auto deleted = csv.Integer(c_deleted, 0, kMaxSeconds);
+      if (!deleted.ok()) return deleted.status();
+      if (*deleted < times.created) {
+        return Status::Error(csv.ColumnError(
+            c_deleted, "is before the pod's creation_time " + std::to_string(times.created),
+            "a time at or after it, or empty for a pod that never left"));
+      }
+      times.deleted = *deleted;
+    }
     list.names.emplace_back(csv.Field(c_name));
     list.requests.push_back(r);
+    list.times.push_back(times);
   }
   if (list.requests.empty()) {
     return Status::Error(std::string(file_name) + ": no pods; expected at least one row");

@@ -4,11 +4,14 @@
 // Node list columns (any order, extra columns ignored): sn, cpu_milli, memory_mib, gpu, model;
 // optional: mode ("memory+compute", the default, "memory-only" or "whole-gpu") and gpu_memory_mib
 // (per GPU; default: the model's known size).
-// Pod list columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec (models separated by
-// '|', empty for any); optional: gpu_mem_mib (per GPU; empty or absent: the same fraction of the
-// GPU's memory as gpu_milli). Other columns (qos, times, ...) are ignored. Instead of gpu_milli,
-// a list may use our own request form (DESIGN §8): gpu_core_percent (0..100 in steps of 5; 0 is a
-// memory-only share) and gpu_mem_gib (per GPU; empty or 0 with a core share: proportional).
+// Pod list columns: name, cpu_milli, memory_mib, num_gpu, gpu_milli; optional: gpu_spec (models
+// separated by '|'; empty or absent: any model, as in the FGD authors' five-column lists),
+// gpu_mem_mib (per GPU; empty or absent: the same fraction of the GPU's memory as gpu_milli), and
+// creation_time and deletion_time (whole seconds; what `tessera sim --replay` replays; an empty
+// deletion_time: the pod never leaves). Other columns (qos, pod_phase, ...) are ignored. Instead
+// of gpu_milli, a list may use our own request form (DESIGN §8): gpu_core_percent (0..100 in
+// steps of 5; 0 is a memory-only share) and gpu_mem_gib (per GPU; empty or 0 with a core share:
+// proportional).
 //
 // Every malformed row is rejected with the file, the line, the column number and name, the value
 // and what was allowed, e.g.
@@ -17,6 +20,7 @@
 // skipped. Parsing is pure; the Load* functions read a whole file first.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,9 +35,17 @@ struct NodeList {
   std::vector<NodeSpec> nodes;
 };
 
+// When a pod of the trace arrived and left, in seconds from the trace's start; -1 when the list
+// does not say (no such column, or an empty deletion_time: it never left).
+struct PodTimes {
+  int64_t created = -1;
+  int64_t deleted = -1;
+};
+
 struct PodList {
   std::vector<std::string> names;
   std::vector<Request> requests;
+  std::vector<PodTimes> times;  // one per request
 };
 
 Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name);

@@ -129,9 +129,65 @@ TEST(PodCsvTest, RejectsMalformedRowsWithFileLineAndColumn) {
     ExpectError(r.error(), c.where, c.what);
     EXPECT_NE(r.error().find("pods.csv:3:"), std::string::npos) << r.error();
   }
-  auto missing = ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", "pods.csv", models);
+  // A required column missing from the header is an error naming it; gpu_spec is not required.
+  auto missing = ParsePodCsv("name,cpu_milli,num_gpu,gpu_milli,gpu_spec\n", "pods.csv", models);
   ASSERT_FALSE(missing.ok());
-  ExpectError(missing.error(), "pods.csv:1:", "no column \"gpu_spec\"");
+  ExpectError(missing.error(), "pods.csv:1:", "no column \"memory_mib\"");
+}
+
+TEST(PodCsvTest, FiveColumnListsOfTheFgdAuthorsLoad) {
+  // The multi-GPU lists of the FGD authors have only these five columns: every pod may use any
+  // model, and the rows are checked as strictly as in the full form.
+  ModelTable models;
+  (void)models.Intern("T4");
+  (void)models.Intern("G2");
+  const std::string header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+  auto pods = ParsePodCsv(header +
+                              "openb-pod-0000,88000,327680,8,1000\n"
+                              "openb-pod-0001,6000,12288,1,460\n"
+                              "openb-pod-0002,4000,8192,0,0\n",
+                          "openb_pod_list_multigpu50.csv", models);
+  ASSERT_TRUE(pods.ok()) << pods.error();
+  ASSERT_EQ(pods->requests.size(), 3u);
+  EXPECT_EQ(pods->requests[0].gpu_count, 8);
+  EXPECT_TRUE(pods->requests[0].whole_gpus());
+  EXPECT_EQ(pods->requests[1].gpu_milli, 460);
+  EXPECT_TRUE(pods->requests[2].cpu_only());
+  for (const Request& r : pods->requests) EXPECT_TRUE(r.allowed.IsAny());
+  ASSERT_EQ(pods->times.size(), 3u);
+  EXPECT_EQ(pods->times[0].created, -1);  // no times in this form
+  auto bad = ParsePodCsv(header + "p,1,1,2,1000\np,1,1,2,10OO\n", "multi.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "multi.csv:3: column 5 (gpu_milli): \"10OO\"", "not a whole number");
+  bad = ParsePodCsv(header + "p,1,1,2,1000,T4\n", "multi.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "multi.csv:2: column 6: unexpected extra field \"T4\"", "expected 5");
+}
+
+TEST(PodCsvTest, CreationAndDeletionTimes) {
+  ModelTable models;
+  (void)models.Intern("T4");
+  const std::string header =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,creation_time,deletion_time\n";
+  auto pods = ParsePodCsv(header +
+                              "a,1000,1024,1,500,,10,70\n"
+                              "b,1000,1024,1,500,,20,\n",
+                          "pods.csv", models);
+  ASSERT_TRUE(pods.ok()) << pods.error();
+  EXPECT_EQ(pods->times[0].created, 10);
+  EXPECT_EQ(pods->times[0].deleted, 70);
+  EXPECT_EQ(pods->times[1].created, 20);
+  EXPECT_EQ(pods->times[1].deleted, -1);  // never left
+  auto bad = ParsePodCsv(header + "a,1000,1024,1,500,,80,70\n", "pods.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "pods.csv:2: column 8 (deletion_time): \"70\"",
+              "before the pod's creation_time 80");
+  bad = ParsePodCsv(header + "a,1000,1024,1,500,,,70\n", "pods.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "pods.csv:2: column 7 (creation_time): \"\"", "is empty");
+  bad = ParsePodCsv(header + "a,1000,1024,1,500,,1.5,70\n", "pods.csv", models);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.error(), "column 7 (creation_time): \"1.5\"", "not a whole number");
 }
 
 TEST(PodCsvTest, OptionalGpuMemoryColumn) {

@@ -1,0 +1,92 @@
+// The replay: the trace with departures. Pods arrive at their creation times and leave when they
+// have run as long as the trace says (deletion - creation); a pod that fits nowhere waits, and the
+// waiting pods are retried in arrival order whenever capacity frees (first come, first served,
+// as kube-scheduler's queue: a pod that still does not fit does not hold back those behind it).
+// This is what a running cluster sees and what the FGD protocol (simulator.h: no departures, no
+// retries) leaves out: holes that departures open, and how long pods wait.
+//
+// The trace's pod list is a small sample of its cluster's pods: at its own pace it never asks
+// more than ~86 of the openb cluster's 6212 GPUs at once. So the replay samples pods from the
+// list with replacement (seed S, the FGD protocol's draws continued) until the GPU demand at the
+// busiest instant, were every pod to start on arrival, is `load` x the cluster's GPUs, and plays
+// the creation times `speedup` times as fast (run times unscaled: a pod runs as long as in the
+// trace). Waits are in the trace's seconds.
+//
+// Recorded, at `points` instants evenly spread from the moment the offered demand first reaches
+// a tenth of the cluster's GPUs to the last arrival: the GPU allocation ratio, the pods waiting
+// and the GPUs they ask. Per pod: its wait (placement - arrival). Runs on one thread; no I/O.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "placement/cluster.h"
+#include "placement/frag.h"
+#include "placement/model.h"
+#include "placement/trace.h"
+
+namespace tessera::placement {
+
+struct ReplayOptions {
+  uint64_t seed = 42;
+  double load = 1.2;     // GPU demand at the busiest instant / cluster GPUs, (0, 100]
+  double speedup = 100;  // creation times are divided by this, [1e-6, 1e12]
+  bool resample = true;  // false: every pod of the list once, as listed (load is then unused)
+  int points = 101;      // timeline samples, 2..10000
+};
+
+struct ReplayResult {
+  std::string policy;
+  uint64_t seed = 0;
+  int64_t pods = 0;          // sampled
+  int64_t placed = 0;        // placed at some point
+  int64_t unplaceable = 0;   // fit no node even of the empty cluster; refused on arrival
+  int64_t never_placed = 0;  // still waiting when nothing was left to free (pods that never leave)
+  int64_t waited = 0;        // placed or not, waited longer than 0 s
+  int total_gpus = 0;
+  double speedup = 0;           // creation times were divided by this
+  double peak_demand_gpus = 0;  // GPUs asked at the busiest instant, were none to wait
+  double timeline_start_s = 0;  // when the offered demand first reaches 10 % of the GPUs
+  double last_arrival_s = 0;
+  double end_s = 0;  // the last placement (or the last arrival, if later)
+  // Timeline: index i is the instant start + i / (points - 1) x (last_arrival_s - start).
+  std::vector<double> allocation_ratio;  // %
+  std::vector<double> waiting_pods;
+  std::vector<double> waiting_gpus;  // GPUs the waiting pods ask
+  // Means over the timeline's window [timeline_start_s, last_arrival_s], the same for every
+  // policy, weighted by time: the allocation ratio, and the allocation ratio while at least one
+  // GPU pod waits (0 when none ever does) with the share of the window that is.
+  double allocation_mean = 0;
+  double allocation_while_waiting = 0;
+  double waiting_time_share = 0;
+  int64_t peak_waiting_pods = 0;
+  // Waits of the pods that could be placed (never_placed pods count with their wait until
+  // end_s), in seconds.
+  double wait_s_p50 = 0;
+  double wait_s_p99 = 0;
+  double wait_s_max = 0;
+  double wait_s_mean = 0;
+  double decision_us_p50 = 0;
+  double decision_us_p99 = 0;
+  double seconds = 0;  // wall time of the whole run
+};
+
+// One replay of `policy` (a PolicyNames() name) over `pods` with their `times` (one per pod;
+// every pod needs a creation time; no deletion time: it never leaves). `cluster` is copied.
+Result<ReplayResult> Replay(const Cluster& cluster, std::span<const Request> pods,
+                            std::span<const PodTimes> times, const TargetWorkload& workload,
+                            std::string_view policy, const ReplayOptions& options);
+
+// The pods of a resampled replay: the first n draws of the FGD protocol's sampler for `seed`
+// (SampleWorkload draws the same pods first), n the fewest that make the GPU demand at the
+// busiest instant reach `load` x `gpu_milli_capacity` when creation times are divided by
+// `speedup`. Fails when even 4 million pods do not (the list asks no GPU, or runs too short).
+Result<std::vector<int>> SampleForLoad(std::span<const Request> pods,
+                                       std::span<const PodTimes> times, uint64_t seed,
+                                       double speedup, int64_t gpu_milli_capacity, double load);
+
+}  // namespace tessera::placement
