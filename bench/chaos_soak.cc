@@ -1,14 +1,15 @@
 // chaos_soak: N rounds (default 1000) of chaos against a real tesserad on simgpu, not a CI test
 // (a full run takes minutes; the suite's chaos_test runs 12 rounds). Issue 17, item 5.
 //
-//   chaos_soak [--rounds N] [--round-ms MS] [--restart-percent P] [--seed S] [--json PATH]
+//   chaos_soak [--rounds N] [--round-ms MS] [--restart-percent P] [--restart-gap-ms MS] [--seed S]
+//              [--json PATH]
 //
 // Tenants: two steady ones, never signalled, and a pool of four (two containers of one process,
 // one of two), all `shim_tenant churn ... paths` with a 384 MiB limit: each allocates and frees random sizes through
 // cuMemAlloc_v2, cuMemAllocPitch_v2, cuMemAllocManaged and cuMemCreate while a thread launches
 // spin kernels. Each round does one thing at random: SIGKILL a pool tenant (a new one takes its
 // place), SIGSTOP or SIGCONT one, or (P % of rounds) SIGKILL tesserad and start it again after up
-// to half a second. At the end:
+// to --restart-gap-ms (default 500). At the end:
 //   - every container's bytes in the ledger equal what its live tenants say they hold, no slot is
 //     live for a dead process, and after every tenant exits the ledger holds nothing (leaks);
 //   - no steady tenant's single launch waited past the bound the daemon's flags give (waits);
@@ -77,6 +78,7 @@ struct Options {
   int rounds = 1000;
   int round_ms = 250;
   int restart_percent = 5;
+  int restart_gap_ms = 500;  // the longest a daemon stays away before it is started again
   uint64_t seed = 0;
   std::string json;
 };
@@ -84,7 +86,7 @@ struct Options {
 int Usage(const std::string& why) {
   std::fprintf(stderr,
                "chaos_soak: %s\nusage: chaos_soak [--rounds N] [--round-ms MS] "
-               "[--restart-percent P] [--seed S] [--json PATH]\n",
+               "[--restart-percent P] [--restart-gap-ms MS] [--seed S] [--json PATH]\n",
                why.c_str());
   return 2;
 }
@@ -181,6 +183,8 @@ class Soak {
 int Soak::Run() {
   const auto started = std::chrono::steady_clock::now();
   run_start_ = MonotonicNs();
+  std::printf("chaos_soak: seed %llu, times below are from CLOCK_MONOTONIC %.6f s\n",
+              static_cast<unsigned long long>(o_.seed), static_cast<double>(run_start_) / 1e9);
   int failed_restarts = 0, restarts = 0, kills = 0, stops = 0, conts = 0;
   if (!StartDaemon()) {
     std::fprintf(stderr, "chaos_soak: tesserad did not start\n");
@@ -207,7 +211,7 @@ int Soak::Run() {
       const uint64_t killed = MonotonicNs();
       daemon_->Kill(SIGKILL);
       daemon_->Wait(10s);
-      std::this_thread::sleep_for(std::chrono::milliseconds(rng_() % 500));
+      std::this_thread::sleep_for(std::chrono::milliseconds(rng_() % (o_.restart_gap_ms + 1)));
       ++restarts;
       const bool listening = StartDaemon();
       restart_log_.push_back({killed, MonotonicNs()});
@@ -388,12 +392,14 @@ int main(int argc, char** argv) {
       o.round_ms = static_cast<int>(n);
     } else if (flag == "--restart-percent" && n <= 100) {
       o.restart_percent = static_cast<int>(n);
+    } else if (flag == "--restart-gap-ms" && n <= 60000) {
+      o.restart_gap_ms = static_cast<int>(n);
     } else if (flag == "--seed") {
       o.seed = n;
     } else {
       return Usage(flag + " " + value +
                    ": unknown flag or out of range (--rounds 1-1000000, --round-ms 10-60000, "
-                   "--restart-percent 0-100, --seed N, --json PATH)");
+                   "--restart-percent 0-100, --restart-gap-ms 0-60000, --seed N, --json PATH)");
     }
   }
   signal(SIGPIPE, SIG_IGN);
