@@ -14,8 +14,8 @@
 
 #include "cli/commands.h"
 #include "cli/json.h"
-#include "daemon/protocol.h"
 #include "ipc/unix_socket.h"
+#include "protocol/protocol.h"
 
 namespace tessera::cli {
 namespace {
@@ -30,7 +30,7 @@ int CtlUsage(const std::string& problem) {
   return 2;
 }
 
-// The characters the daemon's line protocol carries in a value (daemon/protocol.h).
+// The characters the daemon's line protocol carries in a value (protocol/protocol.h).
 bool ProtocolSafe(const std::string& text) {
   if (text.empty() || text.size() > 512) return false;
   for (char c : text) {
@@ -78,7 +78,7 @@ int RunCtl(const std::vector<std::string>& args) {
                     "\": the daemon's protocol carries only the characters A-Z a-z 0-9 _ . , : / "
                     "+ - (1-512 of them)");
   }
-  daemon::Message request{"CTL", {{"op", op}, {"path", path}}};
+  protocol::Message request{"CTL", {{"op", op}, {"path", path}}};
   if (op == "set") {
     const std::string& value = positional[2];
     if (!ProtocolSafe(value)) {
@@ -95,7 +95,7 @@ int RunCtl(const std::vector<std::string>& args) {
   const char* env = std::getenv("TESSERA_SOCKET");
   const std::string socket = env != nullptr && *env != '\0' ? env : "/run/tessera/tessera.sock";
   auto reply =
-      ipc::Call(socket, daemon::FormatMessage(request), nullptr, std::chrono::milliseconds(3000));
+      ipc::Call(socket, protocol::FormatMessage(request), nullptr, std::chrono::milliseconds(3000));
   if (!reply.ok()) {
     std::fprintf(stderr,
                  "tessera ctl: no Tessera daemon reachable at %s (%s); start tesserad or set "

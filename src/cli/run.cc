@@ -21,9 +21,9 @@
 #include "core/container_id.h"
 #include "core/device_selector.h"
 #include "core/percent.h"
-#include "daemon/protocol.h"
 #include "ipc/unix_socket.h"
 #include "process/child_process.h"
+#include "protocol/protocol.h"
 
 namespace tessera::cli {
 namespace {
@@ -136,12 +136,13 @@ int RunRun(const std::vector<std::string>& args) {
       return 1;
     }
   }
-  daemon::Message request{"CONTAINER", {{"id", container}}};
+  protocol::Message request{"CONTAINER", {{"id", container}}};
   if (!mem_bytes.empty()) request.fields["mem"] = mem_bytes;
-  if (!core.empty()) request.fields["core"] = std::to_string((*ParsePercent(core, "--core", 1, 100)).value());
+  if (!core.empty())
+    request.fields["core"] = std::to_string((*ParsePercent(core, "--core", 1, 100)).value());
   if (!weight.empty()) request.fields["weight"] = weight;
   if (high_prio) request.fields["high_prio"] = "1";
-  auto reply = ipc::Call(socket, daemon::FormatMessage(request), nullptr, 5s);
+  auto reply = ipc::Call(socket, protocol::FormatMessage(request), nullptr, 5s);
   if (!reply.ok() || reply->rfind("OK", 0) != 0) {
     std::fprintf(stderr, "tessera run: the daemon at %s refused container %s: %s\n", socket.c_str(),
                  container.c_str(), reply.ok() ? reply->c_str() : reply.error().c_str());

@@ -128,7 +128,7 @@ bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_
   return false;
 }
 
-Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& request,
+Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Message& request,
                               bool may_write) {
   using R = Result<std::string>;
   const std::string op = request.Get("op");

@@ -29,10 +29,10 @@
 #include "core/result.h"
 #include "ctl/control_tree.h"
 #include "daemon/compute.h"
-#include "daemon/protocol.h"
 #include "daemon/registry.h"
 #include "http/message.h"
 #include "ipc/unix_socket.h"
+#include "protocol/protocol.h"
 
 namespace tessera::daemon {
 
@@ -46,7 +46,8 @@ std::string EntriesJson(const std::vector<ctl::Entry>& entries);
 bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group);
 
 // The CTL verb: the JSON after "OK ", or the reason after "ERR ".
-Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& request, bool may_write);
+Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Message& request,
+                              bool may_write);
 
 struct HttpDoorOptions {
   bool allow_write = false;  // --http-allow-write: PUT /v1/ctl/ is served (else 403)

@@ -61,7 +61,7 @@ Status CheckContainerId(const std::string& id, const char* key) {
 Registry::Registry(ledger::MemoryLedger ledger, RegistryOptions options, ComputeService* compute)
     : ledger_(std::move(ledger)), options_(options), compute_(compute) {}
 
-Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
+Result<Registry::ComputeFields> Registry::ParseCompute(const protocol::Message& request,
                                                        const char* verb) const {
   ComputeFields out;
   struct Field {
@@ -88,7 +88,7 @@ Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
   return out;
 }
 
-Status Registry::ApplyCompute(const Message& request, uint32_t c, const char* verb) {
+Status Registry::ApplyCompute(const protocol::Message& request, uint32_t c, const char* verb) {
   auto fields = ParseCompute(request, verb);
   if (!fields.ok()) return fields.status();
   ledger::ContainerSlot& slot = ledger_.layout()->containers[c];
@@ -137,12 +137,13 @@ Result<std::vector<uint64_t>> Registry::ParseLimits(const std::string& text, int
   return limits;
 }
 
-Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* process_slot) {
+Result<protocol::Message> Registry::Hello(const protocol::Message& request, pid_t pid,
+                                          uint32_t* process_slot) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (request.Get("version") != std::to_string(kProtocolVersion)) {
-    return Result<Message>::Error("HELLO version=" + request.Get("version", "(missing)") +
-                                  ": this tesserad speaks version " +
-                                  std::to_string(kProtocolVersion));
+  if (request.Get("version") != std::to_string(protocol::kProtocolVersion)) {
+    return Result<protocol::Message>::Error("HELLO version=" + request.Get("version", "(missing)") +
+                                            ": this tesserad speaks version " +
+                                            std::to_string(protocol::kProtocolVersion));
   }
   if (request.Has("resume")) return ResumeLocked(request, pid, process_slot);
   std::string id = request.Get("container", "proc-" + std::to_string(pid));
@@ -164,16 +165,18 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   int c = ledger_.FindContainer(id);
   if (c < 0) {
     if (!options_.allow_self_declared) {
-      return Result<Message>::Error("container " + id +
-                                    " is not registered and this tesserad does not accept "
-                                    "self-declared containers (--allow-self-declared=false); "
-                                    "start the process with `tessera run`");
+      return Result<protocol::Message>::Error(
+          "container " + id +
+          " is not registered and this tesserad does not accept "
+          "self-declared containers (--allow-self-declared=false); "
+          "start the process with `tessera run`");
     }
     auto compute = ParseCompute(request, "HELLO");
     if (!compute.ok()) return compute.status();
     if (compute_ != nullptr) {
       if (Status s = compute_->CanAdmit(visible, static_cast<int>(compute->weight)); !s.ok()) {
-        return Result<Message>::Error("container " + id + " cannot start: " + s.message());
+        return Result<protocol::Message>::Error("container " + id +
+                                                " cannot start: " + s.message());
       }
     }
     // The declared limits are per visible device (ordinal order); the ledger's are physical. A
@@ -193,7 +196,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     ledger_.layout()->containers[c].flags.store(0);
     (void)ApplyCompute(request, static_cast<uint32_t>(c), "HELLO");  // validated above
   }
-  Message reply = Welcome(static_cast<uint32_t>(c), pid);
+  protocol::Message reply = Welcome(static_cast<uint32_t>(c), pid);
   std::string visible_list;
   for (int v : visible) visible_list += (visible_list.empty() ? "" : ",") + std::to_string(v);
   if (!visible_list.empty()) reply.fields["visible"] = visible_list;
@@ -211,7 +214,8 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     char* end = nullptr;
     const long v = std::strtol(text.c_str(), &end, 10);
     if (*end != '\0' || v <= 0 || v > 0x3fffffff) {
-      return Result<Message>::Error("HELLO local_pid=" + text + ": expected a positive process id");
+      return Result<protocol::Message>::Error("HELLO local_pid=" + text +
+                                              ": expected a positive process id");
     }
     local_pid = static_cast<int32_t>(v);
   }
@@ -224,8 +228,8 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   return reply;
 }
 
-Message Registry::Welcome(uint32_t c, pid_t pid) const {
-  Message reply{"OK", {}};
+protocol::Message Registry::Welcome(uint32_t c, pid_t pid) const {
+  protocol::Message reply{"OK", {}};
   reply.fields["container"] = std::to_string(c);
   reply.fields["devices"] = std::to_string(ledger_.device_count());
   reply.fields["pid"] = std::to_string(pid);
@@ -233,36 +237,39 @@ Message Registry::Welcome(uint32_t c, pid_t pid) const {
   return reply;
 }
 
-Result<Message> Registry::ResumeLocked(const Message& request, pid_t pid, uint32_t* process_slot) {
+Result<protocol::Message> Registry::ResumeLocked(const protocol::Message& request, pid_t pid,
+                                                 uint32_t* process_slot) {
   const std::string slot_text = request.Get("resume"), generation_text = request.Get("generation");
   char* end = nullptr;
   const unsigned long p = std::strtoul(slot_text.c_str(), &end, 10);
   const bool slot_ok = !slot_text.empty() && *end == '\0' && p < ledger::kMaxProcesses;
   const unsigned long g = std::strtoul(generation_text.c_str(), &end, 10);
   if (!slot_ok || generation_text.empty() || *end != '\0') {
-    return Result<Message>::Error("HELLO resume=" + slot_text + " generation=" + generation_text +
-                                  ": expected a process slot below " +
-                                  std::to_string(ledger::kMaxProcesses) + " and its generation");
+    return Result<protocol::Message>::Error(
+        "HELLO resume=" + slot_text + " generation=" + generation_text +
+        ": expected a process slot below " + std::to_string(ledger::kMaxProcesses) +
+        " and its generation");
   }
   const ledger::ProcessSlot& slot = ledger_.layout()->processes[p];
   if (slot.state.load() != ledger::kLive || slot.host_pid.load() != pid ||
       slot.generation.load() != g) {
-    return Result<Message>::Error("HELLO resume=" + slot_text + " generation=" + generation_text +
-                                  ": that slot does not hold this process (pid " +
-                                  std::to_string(pid) + ") any more; register anew");
+    return Result<protocol::Message>::Error("HELLO resume=" + slot_text +
+                                            " generation=" + generation_text +
+                                            ": that slot does not hold this process (pid " +
+                                            std::to_string(pid) + ") any more; register anew");
   }
   if (attached_.test(p)) {
-    return Result<Message>::Error("HELLO resume=" + slot_text + ": already attached");
+    return Result<protocol::Message>::Error("HELLO resume=" + slot_text + ": already attached");
   }
   attached_.set(p);
   *process_slot = static_cast<uint32_t>(p);
-  Message reply = Welcome(slot.container.load(), pid);
+  protocol::Message reply = Welcome(slot.container.load(), pid);
   reply.fields["process"] = std::to_string(p);
   reply.fields["generation"] = std::to_string(g);
   return reply;
 }
 
-Result<Message> Registry::SetContainer(const Message& request) {
+Result<protocol::Message> Registry::SetContainer(const protocol::Message& request) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = request.Get("id");
   if (Status valid = CheckContainerId(id, "id"); !valid.ok()) return valid;
@@ -274,14 +281,14 @@ Result<Message> Registry::SetContainer(const Message& request) {
     std::vector<int> all;
     for (int d = 0; d < ledger_.device_count(); ++d) all.push_back(d);
     if (Status s = compute_->CanAdmit(all, static_cast<int>(compute->weight)); !s.ok()) {
-      return Result<Message>::Error("container " + id + ": " + s.message());
+      return Result<protocol::Message>::Error("container " + id + ": " + s.message());
     }
   }
   auto c = ledger_.UpsertContainer(id, *limits);
   if (!c.ok()) return c.status();
   ledger_.layout()->containers[*c].flags.fetch_or(ledger::kContainerRegistered);
   (void)ApplyCompute(request, *c, "CONTAINER");
-  return Message{"OK", {{"container", std::to_string(*c)}}};
+  return protocol::Message{"OK", {{"container", std::to_string(*c)}}};
 }
 
 void Registry::Disconnected(uint32_t process_slot, uint32_t generation) {

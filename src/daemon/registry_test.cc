@@ -28,7 +28,7 @@ class RegistryTest : public ::testing::Test {
     EXPECT_TRUE(ledger.ok());
     return Registry(std::move(*ledger), {self_declared, 0});
   }
-  static Message Parse(const std::string& line) { return *ParseMessage(line); }
+  static protocol::Message Parse(const std::string& line) { return *protocol::ParseMessage(line); }
   std::string name_;
 };
 
