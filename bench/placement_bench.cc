@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -163,18 +164,21 @@ int main(int argc, char** argv) {
   const std::string dir = json.substr(0, json.rfind('/'));
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
-  std::ofstream out(json);
-  out << "{\n  \"benchmark\": \"placement_bench\",\n  \"trace\": \"" << trace.source
-      << "\",\n  \"baseline\": \"BM_Baseline_FitScan (same cluster size)\",\n  \"results\": [\n";
-  for (size_t i = 0; i < reporter.results.size(); ++i) {
-    const auto& r = reporter.results[i];
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
+  for (const auto& r : reporter.results) {
     const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;
-    out << "    {\"name\": \"" << r.name << "\", \"nodes\": " << SizeOf(r.name)
-        << ", \"us_per_decision\": " << (r.cpu_ns / 1000) << ", \"wall_us\": " << (r.real_ns / 1000)
-        << ", \"ratio_to_baseline\": " << (base > 0 ? (r.cpu_ns / 1000) / base : 0) << "}"
-        << (i + 1 < reporter.results.size() ? "," : "") << "\n";
+    results.push_back({{"name", r.name},
+                       {"nodes", std::stoi(SizeOf(r.name))},
+                       {"us_per_decision", r.cpu_ns / 1000},
+                       {"wall_us", r.real_ns / 1000},
+                       {"ratio_to_baseline", base > 0 ? (r.cpu_ns / 1000) / base : 0}});
   }
-  out << "  ]\n}\n";
+  const nlohmann::ordered_json report = {{"benchmark", "placement_bench"},
+                                         {"trace", trace.source},
+                                         {"baseline", "BM_Baseline_FitScan (same cluster size)"},
+                                         {"results", std::move(results)}};
+  std::ofstream out(json);
+  out << report.dump(2) << "\n";
   std::printf("\nwrote %s\n", json.c_str());
   for (const auto& r : reporter.results) {
     const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;

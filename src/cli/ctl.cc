@@ -9,11 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/json.h"
 #include "ipc/unix_socket.h"
 #include "protocol/protocol.h"
 
@@ -111,23 +111,24 @@ int RunCtl(const std::vector<std::string>& args) {
     std::fprintf(stderr, "tessera ctl: unexpected reply from the daemon: %s\n", reply->c_str());
     return 1;
   }
-  auto doc = JsonValue::Parse(reply->substr(3));
-  if (!doc.ok()) {
-    std::fprintf(stderr, "tessera ctl: the daemon's reply is not valid JSON: %s\n",
-                 doc.error().c_str());
-    return 1;
-  }
-  if (op == "get") {
-    std::fputs((*doc)["value"].string().c_str(), stdout);
-  } else if (op == "ls") {
-    for (const JsonValue& e : (*doc)["entries"].array()) {
-      const bool dir = e["dir"].boolean();
-      std::printf("%-3s %s%s\n",
-                  dir                       ? "dir"
-                  : e["writable"].boolean() ? "rw"
-                                            : "ro",
-                  e["name"].string().c_str(), dir ? "/" : "");
+  try {
+    const nlohmann::json doc = nlohmann::json::parse(reply->substr(3));
+    if (op == "get") {
+      std::fputs(doc.at("value").get<std::string>().c_str(), stdout);
+    } else if (op == "ls") {
+      for (const nlohmann::json& e : doc.at("entries")) {
+        const bool dir = e.at("dir").get<bool>();
+        std::printf("%-3s %s%s\n",
+                    dir                            ? "dir"
+                    : e.at("writable").get<bool>() ? "rw"
+                                                   : "ro",
+                    e.at("name").get<std::string>().c_str(), dir ? "/" : "");
+      }
     }
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "tessera ctl: the daemon's reply is not what this tessera reads: %s\n",
+                 e.what());
+    return 1;
   }
   return 0;
 }

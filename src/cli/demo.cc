@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,14 +114,19 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
       std::this_thread::sleep_for(1s);
       auto status = ipc::Call(round.socket, "STATUS", nullptr, 2s);
       if (!status.ok() || status->rfind("OK ", 0) != 0) continue;
+      // Each tenant is a container of its own name; its share on GPU 0.
       std::string line = Fmt("   t=%2.0fs  GPU time over the last second:", second);
-      for (size_t i = 0; i < count; ++i) {
-        const std::string key = std::string("{\"id\":\"") + tenants[i].name + "\"";
-        const size_t at = status->find(key);
-        const size_t got = at == std::string::npos ? at : status->find("\"achieved_percent\":", at);
-        if (got == std::string::npos) continue;
-        line += std::string("  ") + tenants[i].name + " " +
-                Fmt("%5.1f%%", std::strtod(status->c_str() + got + 19, nullptr));
+      try {
+        const nlohmann::json doc = nlohmann::json::parse(status->substr(3));
+        for (size_t i = 0; i < count; ++i) {
+          for (const nlohmann::json& c : doc.at("containers")) {
+            if (c.at("id") != tenants[i].name) continue;
+            line += std::string("  ") + tenants[i].name + " " +
+                    Fmt("%5.1f%%", c.at("compute").at(0).at("achieved_percent").get<double>());
+          }
+        }
+      } catch (const nlohmann::json::exception&) {
+        continue;  // a snapshot without the share yet: the next second's line shows it
       }
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "ipc/futex.h"
@@ -67,47 +68,20 @@ http::Response ServeCtl(const http::Request& request, std::string_view path,
 
 }  // namespace
 
-std::string JsonString(std::string_view text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
+std::string EntriesJson(const std::vector<ctl::Entry>& entries) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ctl::Entry& e : entries) {
+    list.push_back({{"name", e.name}, {"dir", e.is_directory}, {"writable", e.writable}});
   }
-  return out + "\"";
+  return nlohmann::ordered_json{{"entries", std::move(list)}}.dump(
+      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-std::string EntriesJson(const std::vector<ctl::Entry>& entries) {
-  std::string out = "{\"entries\":[";
-  for (size_t i = 0; i < entries.size(); ++i) {
-    out += (i ? "," : "") + std::string("{\"name\":") + JsonString(entries[i].name) +
-           ",\"dir\":" + (entries[i].is_directory ? "true" : "false") +
-           ",\"writable\":" + (entries[i].writable ? "true" : "false") + "}";
-  }
-  return out + "]}";
+std::string ValueJson(std::string_view text) {
+  // A control-tree file's text is whatever was written; bytes that are not UTF-8 become U+FFFD
+  // rather than an exception.
+  return nlohmann::ordered_json{{"value", text}}.dump(
+      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group) {
@@ -147,7 +121,7 @@ Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Mess
   if (op == "get") {
     auto text = tree.Read(path);
     if (!text.ok()) return text.status();
-    return "{\"value\":" + JsonString(*text) + "}";
+    return ValueJson(*text);
   }
   if (op == "set") {
     if (!request.Has("value")) return R::Error("CTL op=set needs value=VALUE");

@@ -36,10 +36,10 @@
 
 namespace tessera::daemon {
 
-// `"text"` with JSON escapes (quotes, backslashes, control characters).
-std::string JsonString(std::string_view text);
 // {"entries":[...]} for a folder's listing.
 std::string EntriesJson(const std::vector<ctl::Entry>& entries);
+// {"value":"..."} for a file's text.
+std::string ValueJson(std::string_view text);
 
 // Whether the peer may write the control tree: root, or a member (primary or supplementary group,
 // the latter read from /proc/PID/status) of `writer_group`.

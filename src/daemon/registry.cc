@@ -4,9 +4,11 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "core/container_id.h"
 #include "core/device_selector.h"
@@ -33,15 +35,6 @@ bool PidAlive(pid_t pid) {
   const char* close = std::strrchr(buf, ')');
   if (close == nullptr || close[1] != ' ') return true;
   return close[2] != 'Z' && close[2] != 'X';
-}
-
-std::string Json(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 // A valid container id that the control tree can also show: not one of its GPU files' names
@@ -326,72 +319,72 @@ std::string Registry::StatusJson() const {
   if (compute_ != nullptr) {
     for (int d = 0; d < devices; ++d) shares.push_back(compute_->Shares(d));
   }
-  auto number = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.1f", v);
-    return std::string(buf);
-  };
-  std::string out = "{\"devices\":[";
+  // Percentages to one decimal: what the arbiter's window can tell apart.
+  auto percent = [](double v) { return std::round(v * 10) / 10; };
+  // ordered_json keeps the members in the order written, as the document has always had them.
+  using Json = nlohmann::ordered_json;
+  Json out = {{"devices", Json::array()}, {"containers", Json::array()}};
   for (int d = 0; d < devices; ++d) {
-    out += (d ? "," : "") + std::string("{\"index\":") + std::to_string(d) +
-           ",\"uuid\":" + Json(l->devices[d].uuid) + ",\"name\":" + Json(l->devices[d].name) +
-           ",\"total_bytes\":" + std::to_string(l->devices[d].total_bytes);
+    const ledger::LedgerDevice& dev = l->devices[d];
+    Json device = {{"index", d},
+                   {"uuid", std::string(dev.uuid, strnlen(dev.uuid, sizeof(dev.uuid)))},
+                   {"name", std::string(dev.name, strnlen(dev.name, sizeof(dev.name)))},
+                   {"total_bytes", dev.total_bytes}};
     if (!shares.empty()) {
       const arbiter::ArbiterConfig& config = shares[d].config;
-      out += ",\"policy\":" + std::to_string(static_cast<int>(config.policy)) +
-             ",\"max_inst\":" + std::to_string(config.max_inst) +
-             ",\"prio_ratio\":" + std::to_string(config.prio_ratio.value()) +
-             ",\"free_weight\":" + std::to_string(shares[d].free_weight) +
-             ",\"holder\":" + std::to_string(l->gate.devices[d].holder.load());
+      device["policy"] = static_cast<int>(config.policy);
+      device["max_inst"] = config.max_inst;
+      device["prio_ratio"] = config.prio_ratio.value();
+      device["free_weight"] = shares[d].free_weight;
+      device["holder"] = l->gate.devices[d].holder.load();
     }
-    out += "}";
+    out["devices"].push_back(std::move(device));
   }
-  out += "],\"containers\":[";
-  bool first = true;
   for (int c = 0; c < ledger::kMaxContainers; ++c) {
     const ledger::ContainerSlot& slot = l->containers[c];
     if (slot.state.load() != ledger::kLive) continue;
-    out += (first ? "" : ",") + std::string("{\"id\":") + Json(slot.id) +
-           ",\"slot\":" + std::to_string(c) + ",\"limit_bytes\":[";
+    Json limits = Json::array(), used = Json::array(), compute = Json::array();
     for (int d = 0; d < devices; ++d) {
       const uint64_t limit = slot.limit[d].load();
-      out += (d ? "," : "") + (limit == ledger::kUnlimited ? "null" : std::to_string(limit));
+      limits.push_back(limit == ledger::kUnlimited ? Json(nullptr) : Json(limit));
+      used.push_back(slot.used[d].load());
     }
-    out += "],\"used_bytes\":[";
-    for (int d = 0; d < devices; ++d) out += (d ? "," : "") + std::to_string(slot.used[d].load());
-    out += "],\"core_percent\":" + std::to_string(slot.core_percent.load()) +
-           ",\"weight\":" + std::to_string(slot.weight.load()) +
-           ",\"high_priority\":" + (slot.high_priority.load() ? "true" : "false") +
-           ",\"compute\":[";
     for (int d = 0; d < static_cast<int>(shares.size()); ++d) {
       const ContainerShare* share = nullptr;
       for (const ContainerShare& cs : shares[d].containers) {
         if (cs.container == c) share = &cs;
       }
-      out += (d ? "," : "") + std::string("{\"device\":") + std::to_string(d) +
-             ",\"target_percent\":" +
-             (share != nullptr && share->target ? number(*share->target) : "null") +
-             ",\"achieved_percent\":" + (share != nullptr ? number(share->achieved) : "0.0") +
-             ",\"holder\":" + (share != nullptr && share->holder ? "true" : "false") + "}";
+      compute.push_back(
+          {{"device", d},
+           {"target_percent",
+            share != nullptr && share->target ? Json(percent(*share->target)) : Json(nullptr)},
+           {"achieved_percent", share != nullptr ? percent(share->achieved) : 0.0},
+           {"holder", share != nullptr && share->holder}});
     }
-    out += "],\"processes\":[";
-    bool first_p = true;
+    Json processes = Json::array();
     for (int p = 0; p < ledger::kMaxProcesses; ++p) {
       const ledger::ProcessSlot& ps = l->processes[p];
       if (ps.state.load() != ledger::kLive || ps.container.load() != static_cast<uint32_t>(c)) {
         continue;
       }
-      out += (first_p ? "" : ",") + std::string("{\"pid\":") + std::to_string(ps.host_pid.load()) +
-             ",\"attached\":" + (attached_.test(static_cast<size_t>(p)) ? "true" : "false") +
-             ",\"used_bytes\":[";
-      for (int d = 0; d < devices; ++d) out += (d ? "," : "") + std::to_string(ps.used[d].load());
-      out += "]}";
-      first_p = false;
+      Json process_used = Json::array();
+      for (int d = 0; d < devices; ++d) process_used.push_back(ps.used[d].load());
+      processes.push_back({{"pid", ps.host_pid.load()},
+                           {"attached", attached_.test(static_cast<size_t>(p))},
+                           {"used_bytes", std::move(process_used)}});
     }
-    out += "]}";
-    first = false;
+    out["containers"].push_back({{"id", std::string(slot.id, strnlen(slot.id, sizeof(slot.id)))},
+                                 {"slot", c},
+                                 {"limit_bytes", std::move(limits)},
+                                 {"used_bytes", std::move(used)},
+                                 {"core_percent", slot.core_percent.load()},
+                                 {"weight", slot.weight.load()},
+                                 {"high_priority", slot.high_priority.load() != 0},
+                                 {"compute", std::move(compute)},
+                                 {"processes", std::move(processes)}});
   }
-  return out + "]}";
+  // Names come from NVML and ids are validated, but a byte that is not UTF-8 must not throw here.
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace tessera::daemon

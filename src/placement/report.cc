@@ -2,10 +2,12 @@
 #include "placement/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace tessera::placement {
@@ -18,34 +20,17 @@ std::string Num(double v, int decimals = 2) {
   return buf;
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
+// `v` rounded to `decimals` places, as the JSON numbers are written (the table's precision).
+double Rounded(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
 }
 
-std::string Curve(const std::vector<double>& v) {
-  std::string out = "{";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) out += ",";
-    out += '"';
-    out += std::to_string(i);
-    out += "\":";
-    out += Num(v[i]);
-  }
-  return out + "}";
+// {"0": v0, "1": v1, ...}: a curve keyed by arrived-workload percent.
+nlohmann::ordered_json Curve(const std::vector<double>& v) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < v.size(); ++i) out[std::to_string(i)] = Rounded(v[i], 2);
+  return out;
 }
 
 Status WriteFile(const std::filesystem::path& path, const std::string& text) {
@@ -147,22 +132,23 @@ std::string Svg(const std::vector<std::pair<std::string, std::vector<double>>>& 
 }  // namespace
 
 std::string SimResultJson(const SimResult& r) {
-  std::string out = "{";
-  out += "\"policy\":" + JsonString(r.policy);
-  out += ",\"seed\":" + std::to_string(r.seed);
-  out += ",\"pods\":" + std::to_string(r.pods);
-  out += ",\"scheduled\":" + std::to_string(r.scheduled);
-  out += ",\"failed\":" + std::to_string(r.failed);
-  out += ",\"total_gpus\":" + std::to_string(r.total_gpus);
-  out += ",\"allocation_ratio\":" + Curve(r.allocation_ratio);
-  out += ",\"frag_ratio\":" + Curve(r.frag_ratio);
-  out += ",\"frag_amount\":" + Curve(r.frag_amount);
-  out += ",\"unallocated_gpus_at_100\":" + Num(r.unallocated_gpus_at_100, 1);
-  out += ",\"decision_us_p50\":" + Num(r.decision_us_p50, 1);
-  out += ",\"decision_us_p99\":" + Num(r.decision_us_p99, 1);
-  out += ",\"decision_us_max\":" + Num(r.decision_us_max, 1);
-  out += ",\"seconds\":" + Num(r.seconds, 3);
-  return out + "}";
+  const nlohmann::ordered_json out = {
+      {"policy", r.policy},
+      {"seed", r.seed},
+      {"pods", r.pods},
+      {"scheduled", r.scheduled},
+      {"failed", r.failed},
+      {"total_gpus", r.total_gpus},
+      {"allocation_ratio", Curve(r.allocation_ratio)},
+      {"frag_ratio", Curve(r.frag_ratio)},
+      {"frag_amount", Curve(r.frag_amount)},
+      {"unallocated_gpus_at_100", Rounded(r.unallocated_gpus_at_100, 1)},
+      {"decision_us_p50", Rounded(r.decision_us_p50, 1)},
+      {"decision_us_p99", Rounded(r.decision_us_p99, 1)},
+      {"decision_us_max", Rounded(r.decision_us_max, 1)},
+      {"seconds", Rounded(r.seconds, 3)}};
+  // Policy names are ours (ASCII); replace rather than throw on anything else all the same.
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 Status WriteReports(const std::vector<SimResult>& results, const std::string& dir) {
