@@ -1,5 +1,5 @@
-// The CTL verb, the HTTP routes and /metrics: translations between requests and the control tree
-// (or the ledger, for metrics), and the write permission check. RenderMetrics only reads: the
+// The CTL verb and /metrics: translations between requests and the control tree (or the ledger,
+// for metrics), and the write permission check. RenderMetrics only reads: the
 // counters it exports are written by the shim (oom_refusals), the gate (token_wait_ns), the
 // arbiter thread (grants, the heartbeat) and the reconciler (unseen, blocked).
 #include "daemon/ctl_door.h"
@@ -8,81 +8,13 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "daemon/http_door.h"
 #include "ipc/futex.h"
 #include "metrics/exposition.h"
 
 namespace tessera::daemon {
-namespace {
-
-constexpr std::string_view kCtlPrefix = "/v1/ctl";
-constexpr std::string_view kJson = "application/json";
-
-http::Response Json(int status, std::string body) {
-  http::Response r;
-  r.status = status;
-  r.content_type = std::string(kJson);
-  r.body = std::move(body) + "\n";
-  return r;
-}
-
-http::Response ServeCtl(const http::Request& request, std::string_view path,
-                        const ctl::ControlTree& tree, const HttpDoorOptions& options) {
-  if (request.method == "GET" || request.method == "HEAD") {
-    auto entry = tree.Stat(path);
-    if (!entry.ok()) return http::Response::Text(404, entry.error());
-    if (entry->is_directory) {
-      auto entries = tree.List(path);
-      if (!entries.ok()) return http::Response::Text(404, entries.error());
-      return Json(200, EntriesJson(*entries));
-    }
-    auto text = tree.Read(path);
-    if (!text.ok()) return http::Response::Text(404, text.error());
-    http::Response r;
-    r.body = *text;
-    return r;
-  }
-  if (request.method == "PUT") {
-    if (!options.allow_write) {
-      return http::Response::Text(
-          403, "writes over HTTP are off; start tesserad with --http-allow-write to allow them");
-    }
-    auto force = request.query.find("force");
-    ctl::WriteOptions write;
-    write.force = force != request.query.end() && force->second == "1";
-    write.writer_may_write = true;  // whoever can reach the address: see --http-allow-write
-    if (Status s = tree.Write(path, request.body, write); !s.ok()) {
-      return http::Response::Text(400, s.message());
-    }
-    http::Response r;
-    r.status = 204;
-    return r;
-  }
-  http::Response r = http::Response::Text(
-      405, request.method + " is not served on " + request.path + "; expected GET or PUT");
-  r.headers.push_back({"Allow", "GET, HEAD, PUT"});
-  return r;
-}
-
-}  // namespace
-
-std::string EntriesJson(const std::vector<ctl::Entry>& entries) {
-  nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const ctl::Entry& e : entries) {
-    list.push_back({{"name", e.name}, {"dir", e.is_directory}, {"writable", e.writable}});
-  }
-  return nlohmann::ordered_json{{"entries", std::move(list)}}.dump(
-      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
-
-std::string ValueJson(std::string_view text) {
-  // A control-tree file's text is whatever was written; bytes that are not UTF-8 become U+FFFD
-  // rather than an exception.
-  return nlohmann::ordered_json{{"value", text}}.dump(
-      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
 
 bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group) {
   if (peer.uid == 0) return true;
@@ -142,31 +74,6 @@ Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Mess
   }
   return R::Error("CTL op=" + (op.empty() ? std::string("(missing)") : op) +
                   ": expected ls, get or set");
-}
-
-http::Response HandleHttp(const http::Request& request, const ctl::ControlTree& tree,
-                          const Registry& registry, const ComputeService& compute,
-                          const HttpDoorOptions& options) {
-  const std::string& path = request.path;
-  if (path == kCtlPrefix || path.rfind(std::string(kCtlPrefix) + "/", 0) == 0) {
-    return ServeCtl(request, std::string_view(path).substr(kCtlPrefix.size()), tree, options);
-  }
-  const bool get = request.method == "GET" || request.method == "HEAD";
-  if (path == "/v1/state" || path == "/metrics") {
-    if (!get) {
-      http::Response r = http::Response::Text(
-          405, request.method + " is not served on " + path + "; expected GET");
-      r.headers.push_back({"Allow", "GET, HEAD"});
-      return r;
-    }
-    if (path == "/v1/state") return Json(200, registry.StatusJson());
-    http::Response r;
-    r.content_type = std::string(metrics::kContentType);
-    r.body = RenderMetrics(registry, compute, options.version);
-    return r;
-  }
-  return http::Response::Text(
-      404, "no route " + path + "; expected /v1/ctl/PATH, /v1/state or /metrics");
 }
 
 std::string RenderMetrics(const Registry& registry, const ComputeService& compute,

@@ -44,6 +44,7 @@
 #include "ctl/fuse_mount.h"
 #include "daemon/compute.h"
 #include "daemon/ctl_door.h"
+#include "daemon/http_door.h"
 #include "daemon/node_control.h"
 #include "daemon/reconciler.h"
 #include "daemon/registry.h"
@@ -535,12 +536,16 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<tessera::http::HttpServer> http;
   if (!http_listen.empty()) {
-    tessera::daemon::HttpDoorOptions door{http_allow_write, version};
+    tessera::daemon::HttpDoor door;
+    door.tree = &tree;
+    door.state = [&registry] { return registry.StatusJson(); };
+    door.metrics = [&registry, compute = compute->get(), version] {
+      return tessera::daemon::RenderMetrics(registry, *compute, version);
+    };
+    door.allow_write = http_allow_write;
     auto created = tessera::http::HttpServer::Create(
         http_listen, http_input,
-        [&tree, &registry, compute = compute->get(), door](const tessera::http::Request& r) {
-          return tessera::daemon::HandleHttp(r, tree, registry, *compute, door);
-        });
+        [door](const tessera::http::Request& r) { return tessera::daemon::HandleHttp(r, door); });
     tessera::Status started = created.ok() ? (*created)->Start() : created.status();
     if (!started.ok()) {
       std::fprintf(stderr, "tesserad: %s\n", started.message().c_str());
