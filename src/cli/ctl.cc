@@ -21,12 +21,7 @@ namespace tessera::cli {
 namespace {
 
 int CtlUsage(const std::string& problem) {
-  std::fprintf(stderr,
-               "tessera ctl: %s\nusage: tessera ctl get PATH | ls [PATH] | set PATH VALUE "
-               "[--force]\n  paths: version, default_memsize, <gpu>/policy, <gpu>/max_inst, "
-               "<gpu>/free_weight, <gpu>/prio_ratio, <gpu>/<container>/{weight,memsize,highprio,"
-               "meminfo,id}\n",
-               problem.c_str());
+  std::fprintf(stderr, "tessera ctl: %s\n(see tessera ctl --help)\n", problem.c_str());
   return 2;
 }
 
@@ -44,35 +39,10 @@ bool ProtocolSafe(const std::string& text) {
 
 }  // namespace
 
-int RunCtl(const std::vector<std::string>& args) {
-  std::vector<std::string> positional;
-  bool force = false;
-  for (const std::string& a : args) {
-    if (a == "--force") {
-      force = true;
-    } else if (a == "-h" || a == "--help") {
-      CtlUsage("reads and writes the node's control tree");
-      return 0;
-    } else if (a.size() > 1 && a[0] == '-' && a[1] == '-') {
-      return CtlUsage("unknown option \"" + a + "\"");
-    } else {
-      positional.push_back(a);
-    }
-  }
-  if (positional.empty()) return CtlUsage("expected get, set or ls");
-  const std::string op = positional[0];
-  std::string path = positional.size() > 1 ? positional[1] : "";
-  if (op == "ls") {
-    if (positional.size() > 2) return CtlUsage("ls takes one PATH");
-    if (path.empty()) path = "/";
-  } else if (op == "get") {
-    if (positional.size() != 2) return CtlUsage("get takes one PATH");
-  } else if (op == "set") {
-    if (positional.size() != 3) return CtlUsage("set takes PATH and VALUE");
-  } else {
-    return CtlUsage("unknown operation \"" + op + "\"; expected get, set or ls");
-  }
-  if (force && op != "set") return CtlUsage("--force goes with set");
+int RunCtl(const CtlArgs& args) {
+  const std::string& op = args.op;
+  const std::string path = op == "ls" && args.path.empty() ? "/" : args.path;
+  const bool force = args.force;
   if (!ProtocolSafe(path)) {
     return CtlUsage("PATH \"" + path +
                     "\": the daemon's protocol carries only the characters A-Z a-z 0-9 _ . , : / "
@@ -80,7 +50,7 @@ int RunCtl(const std::vector<std::string>& args) {
   }
   protocol::Message request{"CTL", {{"op", op}, {"path", path}}};
   if (op == "set") {
-    const std::string& value = positional[2];
+    const std::string& value = args.value;
     if (!ProtocolSafe(value)) {
       std::fprintf(stderr,
                    "tessera ctl: set %s \"%s\": the daemon's protocol carries only the characters "
@@ -90,7 +60,7 @@ int RunCtl(const std::vector<std::string>& args) {
       return 2;
     }
     request.fields["value"] = value;
-    if (force) request.fields["force"] = "1";
+    if (force) request.fields.emplace("force", "1");
   }
   const char* env = std::getenv("TESSERA_SOCKET");
   const std::string socket = env != nullptr && *env != '\0' ? env : "/run/tessera/tessera.sock";

@@ -187,23 +187,16 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
 
 std::string ExecutableDir() { return process::ExecutableDir(); }
 
-int RunDemo(const std::vector<std::string>& args) {
-  std::string simgpu = ExecutableDir() + "/../lib/libtessera-simgpu.so";
+int RunDemo(const DemoArgs& args) {
+  std::string simgpu = args.simgpu.value_or(ExecutableDir() + "/../lib/libtessera-simgpu.so");
   double seconds = 3.0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--simgpu" && i + 1 < args.size()) {
-      simgpu = args[++i];
-    } else if (args[i] == "--seconds" && i + 1 < args.size()) {
-      char* end = nullptr;
-      seconds = std::strtod(args[++i].c_str(), &end);
-      if (*end != '\0' || !(seconds >= 0.5 && seconds <= 600)) {
-        return Fail("--seconds \"" + args[i] + "\": expected a number of seconds from 0.5 to 600");
-      }
-    } else {
+  if (args.seconds) {
+    char* end = nullptr;
+    seconds = std::strtod(args.seconds->c_str(), &end);
+    if (args.seconds->empty() || *end != '\0' || !(seconds >= 0.5 && seconds <= 600)) {
       std::fprintf(stderr,
-                   "tessera demo: unknown argument \"%s\"; usage: tessera demo [--seconds S] "
-                   "[--simgpu PATH]\n",
-                   args[i].c_str());
+                   "tessera demo: --seconds \"%s\": expected a number of seconds from 0.5 to 600\n",
+                   args.seconds->c_str());
       return 2;
     }
   }

@@ -20,6 +20,7 @@
 #include "core/bytes.h"
 #include "core/container_id.h"
 #include "core/device_selector.h"
+#include "core/number.h"
 #include "core/percent.h"
 #include "ipc/unix_socket.h"
 #include "process/child_process.h"
@@ -38,10 +39,7 @@ void Forward(int signal) {
 }
 
 int Usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "tessera run: %s\nusage: tessera run [--mem SIZE[,SIZE..]] [--core PCT] "
-               "[--weight N] [--high-prio] [--devices LIST] [--container ID] [--sim] -- CMD...\n",
-               problem.c_str());
+  std::fprintf(stderr, "tessera run: %s\n(see tessera run --help)\n", problem.c_str());
   return 2;
 }
 
@@ -54,38 +52,15 @@ bool Reachable(const std::string& socket) {
 
 }  // namespace
 
-int RunRun(const std::vector<std::string>& args) {
-  std::string mem, core, weight, devices, container;
-  bool high_prio = false;
-  bool sim = std::getenv("TESSERA_SIM_GPUS") != nullptr;
-  size_t i = 0;
-  for (; i < args.size() && args[i] != "--"; ++i) {
-    const std::string& a = args[i];
-    auto take = [&](std::string* out) {
-      if (i + 1 >= args.size() || args[i + 1] == "--") return false;
-      *out = args[++i];
-      return true;
-    };
-    if (a == "--mem") {
-      if (!take(&mem)) return Usage("--mem needs a size such as 2GiB or 3GiB,4GiB");
-    } else if (a == "--core") {
-      if (!take(&core)) return Usage("--core needs a percentage 1-100");
-    } else if (a == "--weight") {
-      if (!take(&weight)) return Usage("--weight needs a positive integer");
-    } else if (a == "--devices") {
-      if (!take(&devices)) return Usage("--devices needs indices or UUIDs");
-    } else if (a == "--container") {
-      if (!take(&container)) return Usage("--container needs an id");
-    } else if (a == "--high-prio") {
-      high_prio = true;
-    } else if (a == "--sim") {
-      sim = true;
-    } else {
-      return Usage("unknown option \"" + a + "\"");
-    }
-  }
-  if (i + 1 >= args.size()) return Usage("no command given after --");
-  const std::vector<std::string> command(args.begin() + static_cast<long>(i) + 1, args.end());
+int RunRun(const RunArgs& args) {
+  const std::string& mem = args.mem;
+  const std::string& core = args.core;
+  const std::string& weight = args.weight;
+  const std::string& devices = args.devices;
+  std::string container = args.container;
+  const bool high_prio = args.high_prio;
+  const bool sim = args.sim || std::getenv("TESSERA_SIM_GPUS") != nullptr;
+  const std::vector<std::string>& command = args.command;
 
   std::string mem_bytes;
   if (!mem.empty()) {
@@ -100,11 +75,8 @@ int RunRun(const std::vector<std::string>& args) {
     if (!p.ok()) return Usage(p.error());
   }
   if (!weight.empty()) {
-    char* end = nullptr;
-    const unsigned long w = std::strtoul(weight.c_str(), &end, 10);
-    if (*end != '\0' || w < 1 || w > 256 || weight[0] == '-') {
-      return Usage("--weight \"" + weight + "\": expected an integer from 1 to 256");
-    }
+    auto w = ParseUnsigned(weight, "--weight", 1, 256);
+    if (!w.ok()) return Usage(w.error());
   }
   if (!devices.empty()) {
     auto d = ParseDeviceSelector(devices, "--devices");

@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "core/bytes.h"
+#include "core/number.h"
 #include "ipc/unix_socket.h"
 
 namespace tessera::cli {
@@ -115,39 +116,26 @@ int ShowOnce(const std::string& socket, bool json) {
 
 }  // namespace
 
-int RunSmi(const std::vector<std::string>& args) {
-  bool json = false;
+int RunSmi(const SmiArgs& args) {
+  const bool json = args.json;
   double watch = 0;
   long count = -1;
-  const char* usage = "usage: tessera smi [--json] [--watch [SECONDS]] [--count N]";
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--watch") {
-      watch = 1;
-      if (i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-') {
-        char* end = nullptr;
-        watch = std::strtod(args[i + 1].c_str(), &end);
-        if (*end != '\0' || !(watch >= 0.1) || watch > 3600) {
-          std::fprintf(stderr, "tessera smi: --watch \"%s\": expected seconds from 0.1 to 3600\n",
-                       args[i + 1].c_str());
-          return 2;
-        }
-        ++i;
-      }
-    } else if (a == "--count" && i + 1 < args.size()) {
-      char* end = nullptr;
-      count = std::strtol(args[++i].c_str(), &end, 10);
-      if (*end != '\0' || count < 1) {
-        std::fprintf(stderr, "tessera smi: --count \"%s\": expected a positive integer\n",
-                     args[i].c_str());
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "tessera smi: unknown argument \"%s\"; %s\n", a.c_str(), usage);
+  if (args.watch) {
+    char* end = nullptr;
+    watch = std::strtod(args.watch->c_str(), &end);
+    if (args.watch->empty() || *end != '\0' || !(watch >= 0.1) || watch > 3600) {
+      std::fprintf(stderr, "tessera smi: --watch \"%s\": expected seconds from 0.1 to 3600\n",
+                   args.watch->c_str());
       return 2;
     }
+  }
+  if (args.count) {
+    auto n = ParseUnsigned(*args.count, "--count", 1, 1000000000);
+    if (!n.ok()) {
+      std::fprintf(stderr, "tessera smi: %s\n", n.error().c_str());
+      return 2;
+    }
+    count = static_cast<long>(*n);
   }
   const char* env_socket = std::getenv("TESSERA_SOCKET");
   const std::string socket =

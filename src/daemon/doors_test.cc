@@ -654,13 +654,18 @@ TEST(DoorsConfigTest, ConfigFileIsLoadedAndFlagsOverrideIt) {
 }
 
 // The sample config in deploy/ loads (its paths need root and a real node, so only parsing is
-// checked here: tesserad with a bad flag after it exits 2 naming the flag, not the file).
+// checked here: tesserad with a bad flag value after it exits 2 naming the flag, not the file;
+// an unknown flag is refused before any file is read).
 TEST(DoorsConfigTest, DeploySampleLoads) {
-  CommandResult r =
-      Shell(Quote(BuildDir() + "/bin/tesserad") + " --config " +
-            Quote(std::string(TESSERA_SOURCE_DIR) + "/deploy/tesserad.yaml") + " --no-such-flag");
+  const std::string tesserad = Quote(BuildDir() + "/bin/tesserad") + " --config " +
+                               Quote(std::string(TESSERA_SOURCE_DIR) + "/deploy/tesserad.yaml");
+  CommandResult r = Shell(tesserad + " --max-inst=0");
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("loaded config"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--max-inst=\"0\""), std::string::npos) << r.output;
+  r = Shell(tesserad + " --no-such-flag");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output.find("loaded config"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--no-such-flag"), std::string::npos) << r.output;
 }
 

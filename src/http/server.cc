@@ -106,13 +106,18 @@ class Connection : public httplib::Stream {
     write_timeout_ = write_timeout;
     request_bytes_ = 0;
     in_head_ = true;
+    body_ends_at_budget_ = false;
     timed_out_ = over_budget_ = false;
   }
 
-  // The head is in: the body may bring `body_bytes` more.
-  void BeginBody(size_t body_bytes) {
+  // The head is in: the body may bring `body_bytes` more. With `ends_there` the body is exactly
+  // that long and reading past it finds its end (a request without Content-Length or
+  // Transfer-Encoding has no body, RFC 9112 6.3; cpp-httplib 0.11 would read a PUT's or a
+  // POST's until the client closes).
+  void BeginBody(size_t body_bytes, bool ends_there) {
     in_head_ = false;
     budget_ = request_bytes_ + body_bytes;
+    body_ends_at_budget_ = ends_there;
   }
 
   // Waits for the first byte of the next request (or the client's close). False on the
@@ -151,6 +156,7 @@ class Connection : public httplib::Stream {
   bool is_readable() const override { return in_pos_ < in_.size(); }
   bool is_writable() const override { return !broken_; }
   ssize_t read(char* ptr, size_t size) override {
+    if (body_ends_at_budget_ && request_bytes_ == budget_) return 0;  // the end of the body
     if (in_pos_ == in_.size()) {
       if (!Flush() || !Fill()) return -1;
       if (in_.empty()) return 0;  // the client closed its side
@@ -226,6 +232,7 @@ class Connection : public httplib::Stream {
   size_t in_pos_ = 0;
   std::string out_;  // written by the library, not yet sent
   bool in_head_ = true;
+  bool body_ends_at_budget_ = false;
   bool timed_out_ = false;
   bool over_budget_ = false;
   bool broken_ = false;
@@ -389,7 +396,11 @@ class HttpServer::Impl : public httplib::Server {
   // Before the body is read: a refused connection's 503 and a body declared too large.
   HandlerResponse Early(const httplib::Request& request, httplib::Response& response) {
     Connection* connection = t_connection;
-    if (connection != nullptr) connection->BeginBody(options_.max_body_bytes + kChunkAllowance);
+    if (connection != nullptr) {
+      const bool framed =
+          request.has_header("Content-Length") || request.has_header("Transfer-Encoding");
+      connection->BeginBody(framed ? options_.max_body_bytes + kChunkAllowance : 0, !framed);
+    }
     if (connection != nullptr && connection->refusing) {
       return Refuse(response, 503,
                     "too many connections: this server serves " +

@@ -287,6 +287,22 @@ TEST(HttpServer, RejectsAnOversizedHeadWith431) {
   EXPECT_TRUE(client.ClosedWithin(2000ms));
 }
 
+TEST(HttpServer, ARequestWithoutLengthHasNoBody) {
+  auto server = StartServer();
+  ASSERT_TRUE(server);
+  RawClient client(server->port());
+  // Neither Content-Length nor Transfer-Encoding: no body (RFC 9112 6.3), answered at once, and
+  // the connection stays usable.
+  const auto start = Clock::now();
+  ASSERT_TRUE(
+      client.Send("POST /empty HTTP/1.1\r\nHost: t\r\n\r\n"
+                  "PUT /next HTTP/1.1\r\nHost: t\r\n\r\n"));
+  const std::string& both = client.ReadUntil("PUT /next ", 1, 2000ms);
+  EXPECT_NE(both.find("POST /empty q=- body= peer="), std::string::npos) << both;
+  EXPECT_NE(both.find("PUT /next q=- body= peer="), std::string::npos) << both;
+  EXPECT_LT(Clock::now() - start, 1000ms);
+}
+
 TEST(HttpServer, RefusesMalformedRequestsWith400) {
   auto server = StartServer();
   ASSERT_TRUE(server);
