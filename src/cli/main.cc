@@ -5,10 +5,12 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cmdline/cmdline.h"
 
 #ifndef TESSERA_VERSION
 #define TESSERA_VERSION "0.0.0"
@@ -17,17 +19,6 @@
 namespace {
 
 using tessera::cli::CtlArgs;
-
-// "tessera run: MESSAGE" for the innermost subcommand that was named, then where help is.
-std::string FailureMessage(const CLI::App* app, const CLI::Error& e) {
-  std::string name = app->get_name();
-  for (const CLI::App* sub = app; sub != nullptr;) {
-    const auto chosen = sub->get_subcommands();
-    sub = chosen.empty() ? nullptr : chosen.front();
-    if (sub != nullptr) name += " " + sub->get_name();
-  }
-  return name + ": " + e.what() + "\n(see " + name + " --help)\n";
-}
 
 // `tessera ctl get|set|ls`: one subcommand each, filling `args`.
 void AddCtl(CLI::App& app, CtlArgs* args) {
@@ -58,7 +49,6 @@ int main(int argc, char** argv) {
                "tessera"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("tessera ") + TESSERA_VERSION);
-  app.failure_message(FailureMessage);
 
   RunArgs run;
   CLI::App* run_cmd =
@@ -153,13 +143,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {
-    return app.exit(e);  // --help, --version
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
+  if (std::optional<int> exit_status = tessera::cmdline::Parse(app, argc, argv)) {
+    return *exit_status;
   }
   if (*run_cmd) return RunRun(run);
   if (*smi_cmd) return RunSmi(smi);

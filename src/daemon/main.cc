@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "cmdline/cmdline.h"
 #include "config/daemon_config.h"
 #include "core/bool_flag.h"
 #include "core/bytes.h"
@@ -93,9 +94,6 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Flags* flags) {
       "GPU time, serves the control tree (socket, FUSE, HTTP) and /metrics.",
       "tesserad"};
   app.set_version_flag("--version", std::string("tesserad ") + TESSERA_VERSION);
-  app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("tesserad: ") + e.what() + "\n(see tesserad --help)\n";
-  });
   app.footer("Flags given on the command line override --config's keys, whatever their order.");
   auto option = [&app](const char* name, std::optional<std::string>* out, const char* type,
                        const char* help) { app.add_option(name, *out, help)->type_name(type); };
@@ -129,15 +127,7 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Flags* flags) {
          "what to do about a container over its limit (default log)");
   option("--container-sockets", &flags->container_sockets, "DIR",
          "one socket per registered container in DIR");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {
-    return app.exit(e);  // --help, --version
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
-  }
-  return std::nullopt;
+  return tessera::cmdline::Parse(app, argc, argv);
 }
 
 tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::string& nvml_path) {
