@@ -297,6 +297,7 @@ class HttpServer::Impl : public httplib::Server {
     set_socket_options([](socket_t fd) {
       const int one = 1;
       setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      fcntl(fd, F_SETFD, FD_CLOEXEC);
     });
     set_payload_max_length(options_.max_body_bytes);
     set_keep_alive_max_count(kMaxRequestsPerConnection);
@@ -371,6 +372,7 @@ class HttpServer::Impl : public httplib::Server {
     connection.refusing = open > options_.max_connections;
     if (open <= 2 * options_.max_connections) {
       fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
+      fcntl(sock, F_SETFD, FD_CLOEXEC);  // the library accepts without SOCK_CLOEXEC
       const int one = 1;
       setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       t_connection = &connection;
