@@ -110,8 +110,9 @@ class Loader {
         return config_;  // an empty file, or only comments: every default
       }
       if (parser.HandleNextDocument(starts)) {
-        const YAML::Mark& second = starts.marks[1];
-        if (second.pos <= starts.marks[0].pos) {
+        const YAML::Mark second =
+            starts.marks.size() > 1 ? starts.marks[1] : YAML::Mark::null_mark();
+        if (starts.marks.size() < 2 || second.pos <= starts.marks[0].pos) {
           return Fail(PositionOf(second), "not valid YAML: nothing can be read from here");
         }
         return Fail(PositionOf(second),
