@@ -31,6 +31,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -608,53 +609,51 @@ Headline HeadlineOf(const Case& c, const Metrics& ours, const Metrics& native) {
 }
 
 // ---- Output -------------------------------------------------------------------------------------
-std::string Json(double v) {
-  if (std::isnan(v)) return "null";
-  if (std::isinf(v)) return "\"inf\"";
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.6g", v);
-  return buf;
-}
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    out += ch;
-  }
-  return out + "\"";
+using Json = nlohmann::ordered_json;
+
+// A measured number: null when there is none (NaN), "inf" when it is unbounded.
+Json Number(double v) {
+  if (std::isnan(v)) return nullptr;
+  if (std::isinf(v)) return "inf";
+  return v;
 }
 
-std::string MetricsJson(const Case& c, const RoundResult& r, const Metrics& m) {
-  std::ostringstream o;
-  o << "{\"policy\": " << r.policy << ", \"policy_applied\": " << (r.gated ? "true" : "false")
-    << ", \"cpu_steal_pct\": " << Json(r.steal_pct) << ", \"shares_pct\": [";
-  for (size_t i = 0; i < m.share_pct.size(); ++i) o << (i ? ", " : "") << Json(m.share_pct[i]);
-  o << "], \"kernels\": [";
-  for (size_t i = 0; i < r.tenants.size(); ++i) o << (i ? ", " : "") << r.tenants[i].kernels;
+Json MetricsJson(const Case& c, const RoundResult& r, const Metrics& m) {
+  Json shares = Json::array(), kernels = Json::array(), busy = Json::array();
+  for (double share : m.share_pct) shares.push_back(Number(share));
+  for (const auto& t : r.tenants) kernels.push_back(t.kernels);
   // Each tenant's share of the device per 100 ms, for chasing a failing window.
-  o << "], \"busy_pct_per_100ms\": [";
-  for (size_t i = 0; i < r.tenants.size(); ++i) {
-    const std::vector<double>& b = r.tenants[i].busy_ns;
-    o << (i ? ", " : "") << "[";
-    for (size_t k = 0; k + 10 <= b.size(); k += 10) {
+  for (const auto& t : r.tenants) {
+    Json per_100ms = Json::array();
+    for (size_t k = 0; k + 10 <= t.busy_ns.size(); k += 10) {
       double sum = 0;
-      for (size_t j = k; j < k + 10; ++j) sum += b[j];
-      o << (k ? ", " : "") << Fmt("%.1f", 100.0 * sum / (10 * kBucketS * 1e9));
+      for (size_t j = k; j < k + 10; ++j) sum += t.busy_ns[j];
+      per_100ms.push_back(std::round(1000.0 * sum / (10 * kBucketS * 1e9)) / 10);
     }
-    o << "]";
+    busy.push_back(std::move(per_100ms));
   }
-  o << "], \"share_error_1s\": {\"max\": " << Json(m.err_short_max)
-    << ", \"mean\": " << Json(m.err_short_mean)
-    << "}, \"share_error_long\": {\"window_s\": " << Json(m.long_window_s)
-    << ", \"max\": " << Json(m.err_long_max) << ", \"mean\": " << Json(m.err_long_mean)
-    << "}, \"weighted_ratio_error\": " << Json(m.ratio_error)
-    << ", \"busy_pct\": " << Json(m.busy_pct) << ", \"reclaim_ms\": " << Json(m.reclaim_ms)
-    << ", \"hp_admission_ms\": {\"p50\": " << Json(m.hp_p50_ms)
-    << ", \"p99\": " << Json(m.hp_p99_ms) << ", \"samples\": " << m.hp_samples
-    << ", \"longest_queued_be_kernel_ms\": "
-    << Json(c.high_prio ? static_cast<double>(c.kernel_ns) / 1e6 : kNaN)
-    << "}, \"start_late_ms\": " << Json(m.start_late_ms) << "}";
-  return o.str();
+  return {
+      {"policy", r.policy},
+      {"policy_applied", r.gated},
+      {"cpu_steal_pct", Number(r.steal_pct)},
+      {"shares_pct", std::move(shares)},
+      {"kernels", std::move(kernels)},
+      {"busy_pct_per_100ms", std::move(busy)},
+      {"share_error_1s", {{"max", Number(m.err_short_max)}, {"mean", Number(m.err_short_mean)}}},
+      {"share_error_long",
+       {{"window_s", Number(m.long_window_s)},
+        {"max", Number(m.err_long_max)},
+        {"mean", Number(m.err_long_mean)}}},
+      {"weighted_ratio_error", Number(m.ratio_error)},
+      {"busy_pct", Number(m.busy_pct)},
+      {"reclaim_ms", Number(m.reclaim_ms)},
+      {"hp_admission_ms",
+       {{"p50", Number(m.hp_p50_ms)},
+        {"p99", Number(m.hp_p99_ms)},
+        {"samples", m.hp_samples},
+        {"longest_queued_be_kernel_ms",
+         Number(c.high_prio ? static_cast<double>(c.kernel_ns) / 1e6 : kNaN)}}},
+      {"start_late_ms", Number(m.start_late_ms)}};
 }
 
 void PrintRow(const char* run, const Metrics& m) {
@@ -754,7 +753,7 @@ int main(int argc, char** argv) {
       "compute_scenario_bench: %zu cases, %.1f s per round, each under its policy (ours) and "
       "under policy 5 (native, the baseline)\n",
       cases.size(), s.duration_s);
-  std::ostringstream cases_json;
+  Json cases_json = Json::array();
   int failed = 0, broken = 0;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
@@ -805,45 +804,51 @@ int main(int argc, char** argv) {
     }
     if (!pass) ++failed;
 
-    std::ostringstream o;
-    o << "    {\"name\": " << JsonString(c.name) << ", \"family\": " << JsonString(c.family)
-      << ", \"policy\": " << c.policy << ", \"max_inst\": " << c.max_inst
-      << ", \"kernel_ns\": " << c.kernel_ns << ",\n     \"tenants\": [";
+    Json tenants = Json::array(), check_list = Json::array();
     for (size_t i = 0; i < c.tenants.size(); ++i) {
       const TenantPlan& t = c.tenants[i];
-      o << (i ? ", " : "") << "{\"name\": " << JsonString(t.name)
-        << ", \"target_pct\": " << Json(t.judged ? mo.target_pct[i] : kNaN)
-        << ", \"launch\": " << JsonString(t.launch) << ", \"env\": [";
-      for (size_t e = 0; e < t.env.size(); ++e) o << (e ? ", " : "") << JsonString(t.env[e]);
-      o << "]}";
+      tenants.push_back({{"name", t.name},
+                         {"target_pct", Number(t.judged ? mo.target_pct[i] : kNaN)},
+                         {"launch", t.launch},
+                         {"env", t.env}});
     }
-    o << "],\n     \"ours\": " << MetricsJson(c, ours, mo)
-      << ",\n     \"native\": " << MetricsJson(c, native, mn)
-      << ",\n     \"ratio\": {\"metric\": " << JsonString(h.metric)
-      << ", \"ours\": " << Json(h.ours) << ", \"native\": " << Json(h.native)
-      << ", \"ours_over_native\": " << Json(ratio) << "},\n     \"checks\": [";
-    for (size_t i = 0; i < checks.size(); ++i) {
-      o << (i ? ", " : "") << "{\"what\": " << JsonString(checks[i].what)
-        << ", \"value\": " << Json(checks[i].value) << ", \"limit\": " << Json(checks[i].limit)
-        << ", \"pass\": " << (checks[i].pass ? "true" : "false") << "}";
+    for (const Check& k : checks) {
+      check_list.push_back({{"what", k.what},
+                            {"value", Number(k.value)},
+                            {"limit", Number(k.limit)},
+                            {"pass", k.pass}});
     }
-    o << "], \"pass\": " << (pass ? "true" : "false") << "}";
-    cases_json << (cases_json.tellp() > 0 ? ",\n" : "") << o.str();
+    cases_json.push_back({{"name", c.name},
+                          {"family", c.family},
+                          {"policy", c.policy},
+                          {"max_inst", c.max_inst},
+                          {"kernel_ns", c.kernel_ns},
+                          {"tenants", std::move(tenants)},
+                          {"ours", MetricsJson(c, ours, mo)},
+                          {"native", MetricsJson(c, native, mn)},
+                          {"ratio",
+                           {{"metric", h.metric},
+                            {"ours", Number(h.ours)},
+                            {"native", Number(h.native)},
+                            {"ours_over_native", Number(ratio)}}},
+                          {"checks", std::move(check_list)},
+                          {"pass", pass}});
   }
 
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(json).parent_path(), ignored);
+  const Json report = {
+      {"benchmark", "compute_scenario_bench"},
+      {"baseline", "the same tenants under policy 5 (native, no compute control), same run"},
+      {"duration_s", Number(s.duration_s)},
+      {"quick", s.quick},
+      {"gated", s.daemon_flags},
+      {"daemon_refused_policy_flags", s.flags_refused},
+      {"cases", std::move(cases_json)},
+      {"failed", failed},
+      {"broken", broken}};
   std::ofstream out(json);
-  out << "{\n  \"benchmark\": \"compute_scenario_bench\",\n"
-      << "  \"baseline\": \"the same tenants under policy 5 (native, no compute control), same "
-         "run\",\n"
-      << "  \"duration_s\": " << Json(s.duration_s)
-      << ", \"quick\": " << (s.quick ? "true" : "false")
-      << ",\n  \"gated\": " << (s.daemon_flags ? "true" : "false")
-      << ", \"daemon_refused_policy_flags\": " << (s.flags_refused ? "true" : "false")
-      << ",\n  \"cases\": [\n"
-      << cases_json.str() << "\n  ],\n  \"failed\": " << failed << ", \"broken\": " << broken
-      << "\n}\n";
+  out << report.dump(2) << "\n";
   out.close();
   std::printf("\n%zu cases: %zu passed, %d failed, %d broken%s; wrote %s\n", cases.size(),
               cases.size() - static_cast<size_t>(failed + broken), failed, broken,

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -191,27 +192,31 @@ int main(int argc, char** argv) {
   const std::string dir = json.substr(0, json.rfind('/'));
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
-  std::ofstream out(json);
   std::map<std::string, double> cpu_us;
   for (const auto& r : reporter.results) cpu_us[r.name] = r.cpu_ns / 1000;
-  out << "{\n  \"benchmark\": \"placement_bench\",\n  \"trace\": \"" << trace.source
-      << "\",\n  \"baseline\": \"BM_Baseline_FitScan (same cluster size)\",\n"
-      << "  \"cold_speedup\": \"tessera-unmemoised / tessera, CPU time, same run\",\n"
-      << "  \"results\": [\n";
-  for (size_t i = 0; i < reporter.results.size(); ++i) {
-    const auto& r = reporter.results[i];
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
+  for (const auto& r : reporter.results) {
     const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;
-    out << "    {\"name\": \"" << r.name << "\", \"nodes\": " << SizeOf(r.name)
-        << ", \"us_per_decision\": " << (r.cpu_ns / 1000) << ", \"wall_us\": " << (r.real_ns / 1000)
-        << ", \"ratio_to_baseline\": " << (base > 0 ? (r.cpu_ns / 1000) / base : 0);
+    nlohmann::ordered_json entry = {{"name", r.name},
+                                    {"nodes", std::stoi(SizeOf(r.name))},
+                                    {"us_per_decision", r.cpu_ns / 1000},
+                                    {"wall_us", r.real_ns / 1000},
+                                    {"ratio_to_baseline", base > 0 ? (r.cpu_ns / 1000) / base : 0}};
     if (const std::string before = UnmemoisedOf(r.name);
         !before.empty() && cpu_us.count(before) != 0 && r.cpu_ns > 0) {
-      out << ", \"unmemoised_us\": " << cpu_us[before]
-          << ", \"cold_speedup\": " << cpu_us[before] / (r.cpu_ns / 1000);
+      entry["unmemoised_us"] = cpu_us[before];
+      entry["cold_speedup"] = cpu_us[before] / (r.cpu_ns / 1000);
     }
-    out << "}" << (i + 1 < reporter.results.size() ? "," : "") << "\n";
+    results.push_back(std::move(entry));
   }
-  out << "  ]\n}\n";
+  const nlohmann::ordered_json report = {{"benchmark", "placement_bench"},
+                                         {"trace", trace.source},
+                                         {"baseline", "BM_Baseline_FitScan (same cluster size)"},
+                                         {"cold_speedup",
+                                          "tessera-unmemoised / tessera, CPU time, same run"},
+                                         {"results", std::move(results)}};
+  std::ofstream out(json);
+  out << report.dump(2) << "\n";
   std::printf("\nwrote %s\n", json.c_str());
   for (const auto& r : reporter.results) {
     const double base = baseline.count(SizeOf(r.name)) ? baseline[SizeOf(r.name)] : 0;

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,7 +37,7 @@ struct Api {
   decltype(&cuMemGetInfo_v2) info = nullptr;
 };
 Api g_sim, g_shim;
-CUfunction g_noop = nullptr;      // in GPU 0's context (gated)
+CUfunction g_noop = nullptr;       // in GPU 0's context (gated)
 CUfunction g_noop_free = nullptr;  // in GPU 1's context (policy 5)
 CUcontext g_ctx0 = nullptr, g_ctx1 = nullptr;
 decltype(&cuCtxSetCurrent) g_shim_set_current = nullptr;
@@ -129,8 +130,7 @@ int main(int argc, char** argv) {
   auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(simlib, "cuCtxSetCurrent"));
   auto load = reinterpret_cast<decltype(&cuModuleLoadData)>(dlsym(simlib, "cuModuleLoadData"));
   auto get = reinterpret_cast<decltype(&cuModuleGetFunction)>(dlsym(simlib, "cuModuleGetFunction"));
-  g_shim_set_current =
-      reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(shim, "cuCtxSetCurrent"));
+  g_shim_set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(shim, "cuCtxSetCurrent"));
   CUmodule mod = nullptr, mod1 = nullptr;
   if (g_shim_set_current == nullptr || retain(&g_ctx1, 1) != CUDA_SUCCESS ||
       set_current(g_ctx1) != CUDA_SUCCESS || load(&mod1, "bench") != CUDA_SUCCESS ||
@@ -175,19 +175,22 @@ int main(int argc, char** argv) {
   const double launch_free = reporter.RealNs("BM_ShimNoLimit_LaunchNoop");
   std::error_code ignored;
   std::filesystem::create_directories(json.substr(0, json.rfind('/')), ignored);
+  auto pair = [](const char* base_name, double base, const char* shim_name, double shim) {
+    return nlohmann::ordered_json{{base_name, base},
+                                  {shim_name, shim},
+                                  {"added_ns", shim - base},
+                                  {"ratio", base > 0 ? shim / base : 0}};
+  };
+  nlohmann::ordered_json report = {
+      {"benchmark", "shim_bench"},
+      {"baseline", "simgpu called directly"},
+      {"alloc_free_pair", pair("simgpu_ns", alloc_base, "shim_ns", alloc_shim)},
+      {"launch_noop", pair("simgpu_ns", launch_base, "shim_ns", launch_shim)},
+      {"launch_noop_token_held_vs_no_limit",
+       pair("no_limit_shim_ns", launch_free, "token_held_shim_ns", launch_shim)}};
+  report["launch_noop_token_held_vs_no_limit"]["budget_ns"] = 30;
   std::ofstream out(json);
-  out << "{\n  \"benchmark\": \"shim_bench\",\n  \"baseline\": \"simgpu called directly\",\n"
-      << "  \"alloc_free_pair\": {\"simgpu_ns\": " << alloc_base << ", \"shim_ns\": " << alloc_shim
-      << ", \"added_ns\": " << alloc_shim - alloc_base
-      << ", \"ratio\": " << (alloc_base > 0 ? alloc_shim / alloc_base : 0) << "},\n"
-      << "  \"launch_noop\": {\"simgpu_ns\": " << launch_base << ", \"shim_ns\": " << launch_shim
-      << ", \"added_ns\": " << launch_shim - launch_base
-      << ", \"ratio\": " << (launch_base > 0 ? launch_shim / launch_base : 0) << "},\n"
-      << "  \"launch_noop_token_held_vs_no_limit\": {\"no_limit_shim_ns\": " << launch_free
-      << ", \"token_held_shim_ns\": " << launch_shim
-      << ", \"added_ns\": " << launch_shim - launch_free
-      << ", \"ratio\": " << (launch_free > 0 ? launch_shim / launch_free : 0)
-      << ", \"budget_ns\": 30}\n}\n";
+  out << report.dump(2) << "\n";
   std::printf(
       "\nwrote %s\n  cuMemAlloc+cuMemFree: simgpu %.1f ns, shim %.1f ns, added %.1f ns\n"
       "  cuLaunchKernel(noop): simgpu %.1f ns, shim %.1f ns, added %.1f ns\n"

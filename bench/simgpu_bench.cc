@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -122,16 +123,18 @@ int main(int argc, char** argv) {
   const std::string dir = json.substr(0, json.rfind('/'));
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
-  std::ofstream out(json);
-  out << "{\n  \"benchmark\": \"simgpu_bench\",\n  \"baseline\": \"BM_Baseline_IndirectCall\",\n"
-      << "  \"baseline_ns\": " << baseline << ",\n  \"results\": [\n";
-  for (size_t i = 0; i < reporter.results.size(); ++i) {
-    const auto& r = reporter.results[i];
-    out << "    {\"name\": \"" << r.name << "\", \"ns_per_call\": " << r.real_ns
-        << ", \"ratio_to_baseline\": " << (baseline > 0 ? r.real_ns / baseline : 0) << "}"
-        << (i + 1 < reporter.results.size() ? "," : "") << "\n";
+  nlohmann::ordered_json results = nlohmann::ordered_json::array();
+  for (const auto& r : reporter.results) {
+    results.push_back({{"name", r.name},
+                       {"ns_per_call", r.real_ns},
+                       {"ratio_to_baseline", baseline > 0 ? r.real_ns / baseline : 0}});
   }
-  out << "  ]\n}\n";
+  const nlohmann::ordered_json report = {{"benchmark", "simgpu_bench"},
+                                         {"baseline", "BM_Baseline_IndirectCall"},
+                                         {"baseline_ns", baseline},
+                                         {"results", std::move(results)}};
+  std::ofstream out(json);
+  out << report.dump(2) << "\n";
   std::printf("\nwrote %s\n", json.c_str());
   for (const auto& r : reporter.results) {
     std::printf("  %-36s %10.1f ns/call  %8.1fx baseline\n", r.name.c_str(), r.real_ns,

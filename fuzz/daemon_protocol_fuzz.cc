@@ -6,16 +6,16 @@
 #include <cstdlib>
 #include <string>
 
-#include "daemon/protocol.h"
+#include "protocol/protocol.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string line(reinterpret_cast<const char*>(data), size);
-  auto parsed = tessera::daemon::ParseMessage(line);
+  auto parsed = tessera::protocol::ParseMessage(line);
   if (!parsed.ok()) {
     if (parsed.error().find("protocol:") == std::string::npos) std::abort();
     return 0;
   }
-  auto again = tessera::daemon::ParseMessage(tessera::daemon::FormatMessage(*parsed));
+  auto again = tessera::protocol::ParseMessage(tessera::protocol::FormatMessage(*parsed));
   if (!again.ok() || again->verb != parsed->verb || again->fields != parsed->fields) std::abort();
   return 0;
 }

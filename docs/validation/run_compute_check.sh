@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real-GPU validation of compute isolation (issue 4). Run from the repository root on a machine with
-# an NVIDIA GPU, its driver, cmake, ninja and a Python with PyTorch. Builds only what needs no
-# Debian -dev package (the shims, tesserad, the CLI), then runs a PyTorch matmul loop
+# an NVIDIA GPU, its driver, cmake, ninja and a Python with PyTorch (and the Debian packages that
+# fetch_packages.sh downloaded; see setup.sh). Builds the shims, tesserad and the CLI, then runs a
+# PyTorch matmul loop
 # (docs/validation/compute_isolation_check.py, SECONDS_PER_RUN seconds each, default 20):
 #   1. alone without the shim, and alone under `tessera run` (the single-tenant overhead);
 #   2. two at once under policy 3 with --core 30 and --core 70;

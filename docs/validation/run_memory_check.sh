@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real-GPU validation of memory isolation (issue 3). Run from the repository root on a machine with
-# an NVIDIA GPU, its driver, cmake, ninja and a Python with PyTorch. Builds only what needs no
-# Debian -dev package (the shims, tesserad, the CLI), then:
+# an NVIDIA GPU, its driver, cmake, ninja and a Python with PyTorch (and the Debian packages that
+# fetch_packages.sh downloaded; see setup.sh). Builds the shims, tesserad and the CLI, then:
 #   1. the PyTorch check under a 4 GiB cap, for the native allocator, expandable_segments and
 #      cudaMallocAsync;
 #   2. nvidia-smi under the NVML shim inside the container (shows the 4 GiB limit);

@@ -9,28 +9,23 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/json.h"
-#include "daemon/protocol.h"
 #include "ipc/unix_socket.h"
+#include "protocol/protocol.h"
 
 namespace tessera::cli {
 namespace {
 
 int CtlUsage(const std::string& problem) {
-  std::fprintf(stderr,
-               "tessera ctl: %s\nusage: tessera ctl get PATH | ls [PATH] | set PATH VALUE "
-               "[--force]\n  paths: version, default_memsize, <gpu>/policy, <gpu>/max_inst, "
-               "<gpu>/free_weight, <gpu>/prio_ratio, <gpu>/<container>/{weight,memsize,highprio,"
-               "meminfo,id}\n",
-               problem.c_str());
+  std::fprintf(stderr, "tessera ctl: %s\n(see tessera ctl --help)\n", problem.c_str());
   return 2;
 }
 
-// The characters the daemon's line protocol carries in a value (daemon/protocol.h).
+// The characters the daemon's line protocol carries in a value (protocol/protocol.h).
 bool ProtocolSafe(const std::string& text) {
   if (text.empty() || text.size() > 512) return false;
   for (char c : text) {
@@ -44,43 +39,18 @@ bool ProtocolSafe(const std::string& text) {
 
 }  // namespace
 
-int RunCtl(const std::vector<std::string>& args) {
-  std::vector<std::string> positional;
-  bool force = false;
-  for (const std::string& a : args) {
-    if (a == "--force") {
-      force = true;
-    } else if (a == "-h" || a == "--help") {
-      CtlUsage("reads and writes the node's control tree");
-      return 0;
-    } else if (a.size() > 1 && a[0] == '-' && a[1] == '-') {
-      return CtlUsage("unknown option \"" + a + "\"");
-    } else {
-      positional.push_back(a);
-    }
-  }
-  if (positional.empty()) return CtlUsage("expected get, set or ls");
-  const std::string op = positional[0];
-  std::string path = positional.size() > 1 ? positional[1] : "";
-  if (op == "ls") {
-    if (positional.size() > 2) return CtlUsage("ls takes one PATH");
-    if (path.empty()) path = "/";
-  } else if (op == "get") {
-    if (positional.size() != 2) return CtlUsage("get takes one PATH");
-  } else if (op == "set") {
-    if (positional.size() != 3) return CtlUsage("set takes PATH and VALUE");
-  } else {
-    return CtlUsage("unknown operation \"" + op + "\"; expected get, set or ls");
-  }
-  if (force && op != "set") return CtlUsage("--force goes with set");
+int RunCtl(const CtlArgs& args) {
+  const std::string& op = args.op;
+  const std::string path = op == "ls" && args.path.empty() ? "/" : args.path;
+  const bool force = args.force;
   if (!ProtocolSafe(path)) {
     return CtlUsage("PATH \"" + path +
                     "\": the daemon's protocol carries only the characters A-Z a-z 0-9 _ . , : / "
                     "+ - (1-512 of them)");
   }
-  daemon::Message request{"CTL", {{"op", op}, {"path", path}}};
+  protocol::Message request{"CTL", {{"op", op}, {"path", path}}};
   if (op == "set") {
-    const std::string& value = positional[2];
+    const std::string& value = args.value;
     if (!ProtocolSafe(value)) {
       std::fprintf(stderr,
                    "tessera ctl: set %s \"%s\": the daemon's protocol carries only the characters "
@@ -90,12 +60,12 @@ int RunCtl(const std::vector<std::string>& args) {
       return 2;
     }
     request.fields["value"] = value;
-    if (force) request.fields["force"] = "1";
+    if (force) request.fields.emplace("force", "1");
   }
   const char* env = std::getenv("TESSERA_SOCKET");
   const std::string socket = env != nullptr && *env != '\0' ? env : "/run/tessera/tessera.sock";
   auto reply =
-      ipc::Call(socket, daemon::FormatMessage(request), nullptr, std::chrono::milliseconds(3000));
+      ipc::Call(socket, protocol::FormatMessage(request), nullptr, std::chrono::milliseconds(3000));
   if (!reply.ok()) {
     std::fprintf(stderr,
                  "tessera ctl: no Tessera daemon reachable at %s (%s); start tesserad or set "
@@ -111,23 +81,24 @@ int RunCtl(const std::vector<std::string>& args) {
     std::fprintf(stderr, "tessera ctl: unexpected reply from the daemon: %s\n", reply->c_str());
     return 1;
   }
-  auto doc = JsonValue::Parse(reply->substr(3));
-  if (!doc.ok()) {
-    std::fprintf(stderr, "tessera ctl: the daemon's reply is not valid JSON: %s\n",
-                 doc.error().c_str());
-    return 1;
-  }
-  if (op == "get") {
-    std::fputs((*doc)["value"].string().c_str(), stdout);
-  } else if (op == "ls") {
-    for (const JsonValue& e : (*doc)["entries"].array()) {
-      const bool dir = e["dir"].boolean();
-      std::printf("%-3s %s%s\n",
-                  dir                       ? "dir"
-                  : e["writable"].boolean() ? "rw"
-                                            : "ro",
-                  e["name"].string().c_str(), dir ? "/" : "");
+  try {
+    const nlohmann::json doc = nlohmann::json::parse(reply->substr(3));
+    if (op == "get") {
+      std::fputs(doc.at("value").get<std::string>().c_str(), stdout);
+    } else if (op == "ls") {
+      for (const nlohmann::json& e : doc.at("entries")) {
+        const bool dir = e.at("dir").get<bool>();
+        std::printf("%-3s %s%s\n",
+                    dir                            ? "dir"
+                    : e.at("writable").get<bool>() ? "rw"
+                                                   : "ro",
+                    e.at("name").get<std::string>().c_str(), dir ? "/" : "");
+      }
     }
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "tessera ctl: the daemon's reply is not what this tessera reads: %s\n",
+                 e.what());
+    return 1;
   }
   return 0;
 }

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,14 +114,19 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
       std::this_thread::sleep_for(1s);
       auto status = ipc::Call(round.socket, "STATUS", nullptr, 2s);
       if (!status.ok() || status->rfind("OK ", 0) != 0) continue;
+      // Each tenant is a container of its own name; its share on GPU 0.
       std::string line = Fmt("   t=%2.0fs  GPU time over the last second:", second);
-      for (size_t i = 0; i < count; ++i) {
-        const std::string key = std::string("{\"id\":\"") + tenants[i].name + "\"";
-        const size_t at = status->find(key);
-        const size_t got = at == std::string::npos ? at : status->find("\"achieved_percent\":", at);
-        if (got == std::string::npos) continue;
-        line += std::string("  ") + tenants[i].name + " " +
-                Fmt("%5.1f%%", std::strtod(status->c_str() + got + 19, nullptr));
+      try {
+        const nlohmann::json doc = nlohmann::json::parse(status->substr(3));
+        for (size_t i = 0; i < count; ++i) {
+          for (const nlohmann::json& c : doc.at("containers")) {
+            if (c.at("id") != tenants[i].name) continue;
+            line += std::string("  ") + tenants[i].name + " " +
+                    Fmt("%5.1f%%", c.at("compute").at(0).at("achieved_percent").get<double>());
+          }
+        }
+      } catch (const nlohmann::json::exception&) {
+        continue;  // a snapshot without the share yet: the next second's line shows it
       }
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
@@ -181,23 +187,16 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
 
 std::string ExecutableDir() { return process::ExecutableDir(); }
 
-int RunDemo(const std::vector<std::string>& args) {
-  std::string simgpu = ExecutableDir() + "/../lib/libtessera-simgpu.so";
+int RunDemo(const DemoArgs& args) {
+  std::string simgpu = args.simgpu.value_or(ExecutableDir() + "/../lib/libtessera-simgpu.so");
   double seconds = 3.0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--simgpu" && i + 1 < args.size()) {
-      simgpu = args[++i];
-    } else if (args[i] == "--seconds" && i + 1 < args.size()) {
-      char* end = nullptr;
-      seconds = std::strtod(args[++i].c_str(), &end);
-      if (*end != '\0' || !(seconds >= 0.5 && seconds <= 600)) {
-        return Fail("--seconds \"" + args[i] + "\": expected a number of seconds from 0.5 to 600");
-      }
-    } else {
+  if (args.seconds) {
+    char* end = nullptr;
+    seconds = std::strtod(args.seconds->c_str(), &end);
+    if (args.seconds->empty() || *end != '\0' || !(seconds >= 0.5 && seconds <= 600)) {
       std::fprintf(stderr,
-                   "tessera demo: unknown argument \"%s\"; usage: tessera demo [--seconds S] "
-                   "[--simgpu PATH]\n",
-                   args[i].c_str());
+                   "tessera demo: --seconds \"%s\": expected a number of seconds from 0.5 to 600\n",
+                   args.seconds->c_str());
       return 2;
     }
   }

@@ -21,10 +21,11 @@
 #include "core/bytes.h"
 #include "core/container_id.h"
 #include "core/device_selector.h"
+#include "core/number.h"
 #include "core/percent.h"
-#include "daemon/protocol.h"
 #include "ipc/unix_socket.h"
 #include "process/child_process.h"
+#include "protocol/protocol.h"
 
 namespace tessera::cli {
 namespace {
@@ -39,10 +40,7 @@ void Forward(int signal) {
 }
 
 int Usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "tessera run: %s\nusage: tessera run [--mem SIZE[,SIZE..]] [--core PCT] "
-               "[--weight N] [--high-prio] [--devices LIST] [--container ID] [--sim] -- CMD...\n",
-               problem.c_str());
+  std::fprintf(stderr, "tessera run: %s\n(see tessera run --help)\n", problem.c_str());
   return 2;
 }
 
@@ -55,38 +53,15 @@ bool Reachable(const std::string& socket) {
 
 }  // namespace
 
-int RunRun(const std::vector<std::string>& args) {
-  std::string mem, core, weight, devices, container;
-  bool high_prio = false;
-  bool sim = std::getenv("TESSERA_SIM_GPUS") != nullptr;
-  size_t i = 0;
-  for (; i < args.size() && args[i] != "--"; ++i) {
-    const std::string& a = args[i];
-    auto take = [&](std::string* out) {
-      if (i + 1 >= args.size() || args[i + 1] == "--") return false;
-      *out = args[++i];
-      return true;
-    };
-    if (a == "--mem") {
-      if (!take(&mem)) return Usage("--mem needs a size such as 2GiB or 3GiB,4GiB");
-    } else if (a == "--core") {
-      if (!take(&core)) return Usage("--core needs a percentage 1-100");
-    } else if (a == "--weight") {
-      if (!take(&weight)) return Usage("--weight needs a positive integer");
-    } else if (a == "--devices") {
-      if (!take(&devices)) return Usage("--devices needs indices or UUIDs");
-    } else if (a == "--container") {
-      if (!take(&container)) return Usage("--container needs an id");
-    } else if (a == "--high-prio") {
-      high_prio = true;
-    } else if (a == "--sim") {
-      sim = true;
-    } else {
-      return Usage("unknown option \"" + a + "\"");
-    }
-  }
-  if (i + 1 >= args.size()) return Usage("no command given after --");
-  const std::vector<std::string> command(args.begin() + static_cast<long>(i) + 1, args.end());
+int RunRun(const RunArgs& args) {
+  const std::string& mem = args.mem;
+  const std::string& core = args.core;
+  const std::string& weight = args.weight;
+  const std::string& devices = args.devices;
+  std::string container = args.container;
+  const bool high_prio = args.high_prio;
+  const bool sim = args.sim || std::getenv("TESSERA_SIM_GPUS") != nullptr;
+  const std::vector<std::string>& command = args.command;
 
   std::string mem_bytes;
   if (!mem.empty()) {
@@ -101,11 +76,8 @@ int RunRun(const std::vector<std::string>& args) {
     if (!p.ok()) return Usage(p.error());
   }
   if (!weight.empty()) {
-    char* end = nullptr;
-    const unsigned long w = std::strtoul(weight.c_str(), &end, 10);
-    if (*end != '\0' || w < 1 || w > 256 || weight[0] == '-') {
-      return Usage("--weight \"" + weight + "\": expected an integer from 1 to 256");
-    }
+    auto w = ParseUnsigned(weight, "--weight", 1, 256);
+    if (!w.ok()) return Usage(w.error());
   }
   if (!devices.empty()) {
     auto d = ParseDeviceSelector(devices, "--devices");
@@ -137,12 +109,13 @@ int RunRun(const std::vector<std::string>& args) {
       return 1;
     }
   }
-  daemon::Message request{"CONTAINER", {{"id", container}}};
+  protocol::Message request{"CONTAINER", {{"id", container}}};
   if (!mem_bytes.empty()) request.fields["mem"] = mem_bytes;
-  if (!core.empty()) request.fields["core"] = std::to_string((*ParsePercent(core, "--core", 1, 100)).value());
+  if (!core.empty())
+    request.fields["core"] = std::to_string((*ParsePercent(core, "--core", 1, 100)).value());
   if (!weight.empty()) request.fields["weight"] = weight;
   if (high_prio) request.fields["high_prio"] = "1";
-  auto reply = ipc::Call(socket, daemon::FormatMessage(request), nullptr, 5s);
+  auto reply = ipc::Call(socket, protocol::FormatMessage(request), nullptr, 5s);
   if (!reply.ok() || reply->rfind("OK", 0) != 0) {
     std::fprintf(stderr, "tessera run: the daemon at %s refused container %s: %s\n", socket.c_str(),
                  container.c_str(), reply.ok() ? reply->c_str() : reply.error().c_str());
@@ -158,7 +131,7 @@ int RunRun(const std::vector<std::string>& args) {
   if (!weight.empty()) env.push_back("TESSERA_WEIGHT=" + weight);
   if (high_prio) env.push_back("TESSERA_HIGH_PRIO=1");
   if (!devices.empty()) env.push_back("TESSERA_VISIBLE_DEVICES=" + devices);
-  if (auto fields = daemon::ParseMessage(*reply); fields.ok() && fields->Has("mps_root")) {
+  if (auto fields = protocol::ParseMessage(*reply); fields.ok() && fields->Has("mps_root")) {
     auto mps = MpsRunEnvironment(socket, fields->Get("mps_root"), devices, core, mem);
     if (!mps.ok()) return Usage(mps.error());
     env.insert(env.end(), mps->begin(), mps->end());

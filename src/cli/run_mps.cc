@@ -4,7 +4,8 @@
 
 #include <chrono>
 
-#include "cli/json.h"
+#include <nlohmann/json.hpp>
+
 #include "core/bytes.h"
 #include "core/device_selector.h"
 #include "core/percent.h"
@@ -24,10 +25,14 @@ Result<std::vector<std::string>> MpsRunEnvironment(const std::string& socket,
     return Out::Error("the daemon at " + socket +
                       " did not answer STATUS: " + (reply.ok() ? *reply : reply.error()));
   }
-  auto doc = JsonValue::Parse(reply->substr(3));
-  if (!doc.ok()) return Out::Error("the daemon's STATUS is not valid: " + doc.error());
   std::vector<std::string> uuids;
-  for (const JsonValue& d : (*doc)["devices"].array()) uuids.push_back(d["uuid"].string());
+  try {
+    const nlohmann::json status = nlohmann::json::parse(reply->substr(3));
+    for (const auto& d : status.at("devices")) uuids.push_back(d.at("uuid").get<std::string>());
+  } catch (const nlohmann::json::exception& e) {
+    return Out::Error(std::string("the daemon's STATUS is not what this tessera reads: ") +
+                      e.what());
+  }
   int device = 0;
   if (devices.empty()) {
     if (uuids.size() != 1) {

@@ -26,36 +26,6 @@ namespace {
 
 namespace pl = tessera::placement;
 
-constexpr const char* kUsage =
-    "usage: tessera sim [--nodes CSV] [--pods CSV] [--policy NAME|all|NAME,NAME..]\n"
-    "                   [--seed S | --seeds A-B|S,S..] [--inflation F] [--out DIR] [--json]\n"
-    "                   [--replay [--load L] [--speedup K]]\n"
-    "\n"
-    "Replays the pod list through a placement policy with the FGD paper's protocol: pods are\n"
-    "sampled with replacement (seed S) until they ask for F x the cluster's GPUs, then placed one\n"
-    "by one with no departures and no retries. Prints the GPU allocation ratio and fragmentation\n"
-    "against arrived workload; --json prints one JSON object per policy and seed (JSON Lines).\n"
-    "\n"
-    "  --nodes CSV      node list (sn,cpu_milli,memory_mib,gpu,model); default: the openb trace "
-    "in\n"
-    "                   $TESSERA_OPENB_DIR, else the repository's data/openb\n"
-    "  --pods CSV       pod list (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]);\n"
-    "                   default: openb_pod_list_default.csv in the same directory\n"
-    "  --policy NAME    one of %s; \"all\" or a comma list for several (default tessera)\n"
-    "  --seed S         sampling seed (default 42)\n"
-    "  --seeds A-B      several seeds, a range or a comma list (e.g. 42-51)\n"
-    "  --inflation F    workload as a multiple of the cluster's GPUs, 0.01 to 10 (default 1.3)\n"
-    "  --out DIR        also write CSV curves and allocation_ratio.svg into DIR\n"
-    "  --json           JSON Lines instead of the table\n"
-    "  --replay         with departures: pods arrive at their creation times and leave after\n"
-    "                   their run times (deletion - creation); a pod that does not fit waits\n"
-    "                   and is retried, first come first served, as capacity frees. Reports GPU\n"
-    "                   allocation over time, pods waiting and each pod's wait\n"
-    "  --load L         replay: pods are sampled until the GPU demand at the busiest instant is\n"
-    "                   L x the cluster's GPUs, 0.01 to 100 (default 1.2)\n"
-    "  --speedup K      replay: creation times are divided by K, 1e-6 to 1e12 (default 100; run\n"
-    "                   times are not scaled)\n";
-
 std::string PolicyList() {
   std::string names;
   for (std::string_view n : pl::PolicyNames()) {
@@ -226,53 +196,27 @@ int RunReplays(const pl::Cluster& cluster, const pl::PodList& pods,
 
 }  // namespace
 
-int RunSim(const std::vector<std::string>& args) {
-  std::string nodes_path, pods_path, out_dir;
+std::string SimPolicyList() { return PolicyList(); }
+
+int RunSim(const SimArgs& args) {
+  for (const auto& [flag, value] :
+       {std::pair{"--nodes", &args.nodes}, {"--pods", &args.pods}, {"--out", &args.out}}) {
+    if (*value && (*value)->empty()) return Usage(FlagError(flag, "", "a path"));
+  }
+  std::string nodes_path = args.nodes.value_or(""), pods_path = args.pods.value_or("");
+  const std::string out_dir = args.out.value_or("");
+  const bool json = args.json;
   std::vector<std::string> policies{std::string(pl::kDefaultPolicy)};
   std::vector<uint64_t> seeds{42};
-  bool seed_given = false, seeds_given = false, json = false, replay = false;
-  bool inflation_given = false;
-  std::string replay_only;  // a flag given that only --replay takes
   double inflation = 1.3;
   pl::ReplayOptions replay_options;
 
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i];
-    std::string value;
-    bool has_value = false;
-    if (const size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    if (flag == "--help" || flag == "-h") {
-      std::printf(kUsage, PolicyList().c_str());
-      return 0;
-    }
-    if (flag == "--json" || flag == "--replay") {
-      if (has_value) return Usage(flag + " takes no value");
-      (flag == "--json" ? json : replay) = true;
-      continue;
-    }
-    static const std::vector<std::string> kValued = {"--nodes", "--pods",  "--policy",
-                                                     "--seed",  "--seeds", "--inflation",
-                                                     "--out",   "--load",  "--speedup"};
-    bool known = false;
-    for (const std::string& k : kValued) known = known || k == flag;
-    if (!known) return Usage("unknown argument \"" + args[i] + "\"");
-    if (!has_value) {
-      if (i + 1 >= args.size()) return Usage(flag + ": missing value");
-      value = args[++i];
-    }
-    if (flag == "--nodes" || flag == "--pods" || flag == "--out") {
-      if (value.empty()) return Usage(FlagError(flag, value, "a path"));
-      (flag == "--nodes" ? nodes_path : flag == "--pods" ? pods_path : out_dir) = value;
-    } else if (flag == "--policy") {
-      policies.clear();
-      if (value == "all") {
-        for (std::string_view n : pl::PolicyNames()) policies.emplace_back(n);
-        continue;
-      }
+  if (args.policy) {
+    const std::string& value = *args.policy;
+    policies.clear();
+    if (value == "all") {
+      for (std::string_view n : pl::PolicyNames()) policies.emplace_back(n);
+    } else {
       size_t start = 0;
       while (true) {
         const size_t comma = value.find(',', start);
@@ -281,46 +225,42 @@ int RunSim(const std::vector<std::string>& args) {
         bool valid = false;
         for (std::string_view n : pl::PolicyNames()) valid = valid || n == name;
         if (!valid) {
-          return Usage(FlagError(flag, value, "one of " + PolicyList() + ", all, or a comma list"));
+          return Usage(
+              FlagError("--policy", value, "one of " + PolicyList() + ", all, or a comma list"));
         }
         policies.push_back(name);
         if (comma == std::string::npos) break;
         start = comma + 1;
       }
-    } else if (flag == "--seed") {
-      uint64_t s = 0;
-      if (!ParseSeed(value, &s)) {
-        return Usage(FlagError(flag, value, "a whole number from 0 to 18446744073709551615"));
-      }
-      seeds = {s};
-      seed_given = true;
-    } else if (flag == "--seeds") {
-      if (!ParseSeeds(value, &seeds)) {
-        return Usage(FlagError(flag, value,
-                               "a range A-B with A <= B (at most 1000 seeds) or a comma list of "
-                               "whole numbers, e.g. 42-51"));
-      }
-      seeds_given = true;
-    } else if (flag == "--inflation") {
-      if (!ParseNumber(value, 0.01, 10, &inflation)) {
-        return Usage(FlagError(flag, value, "a factor from 0.01 to 10, e.g. 1.3"));
-      }
-    } else if (flag == "--load") {
-      if (!ParseNumber(value, 0.01, 100, &replay_options.load)) {
-        return Usage(FlagError(flag, value, "a multiple of the cluster's GPUs from 0.01 to 100"));
-      }
-      replay_only = flag;
-    } else if (flag == "--speedup") {
-      if (!ParseNumber(value, 1e-6, 1e12, &replay_options.speedup)) {
-        return Usage(FlagError(flag, value, "a factor from 1e-6 to 1e12"));
-      }
-      replay_only = flag;
     }
-    if (flag == "--inflation") inflation_given = true;
   }
-  if (seed_given && seeds_given) return Usage("--seed and --seeds: give one or the other");
-  if (!replay && !replay_only.empty()) return Usage(replay_only + " needs --replay");
-  if (replay && inflation_given) {
+  if (args.seed) {
+    uint64_t s = 0;
+    if (!ParseSeed(*args.seed, &s)) {
+      return Usage(
+          FlagError("--seed", *args.seed, "a whole number from 0 to 18446744073709551615"));
+    }
+    seeds = {s};
+  }
+  if (args.seeds && !ParseSeeds(*args.seeds, &seeds)) {
+    return Usage(FlagError("--seeds", *args.seeds,
+                           "a range A-B with A <= B (at most 1000 seeds) or a comma list of "
+                           "whole numbers, e.g. 42-51"));
+  }
+  if (args.inflation && !ParseNumber(*args.inflation, 0.01, 10, &inflation)) {
+    return Usage(FlagError("--inflation", *args.inflation, "a factor from 0.01 to 10, e.g. 1.3"));
+  }
+  if (args.load && !ParseNumber(*args.load, 0.01, 100, &replay_options.load)) {
+    return Usage(
+        FlagError("--load", *args.load, "a multiple of the cluster's GPUs from 0.01 to 100"));
+  }
+  if (args.speedup && !ParseNumber(*args.speedup, 1e-6, 1e12, &replay_options.speedup)) {
+    return Usage(FlagError("--speedup", *args.speedup, "a factor from 1e-6 to 1e12"));
+  }
+  if (!args.replay && (args.load || args.speedup)) {
+    return Usage(std::string(args.load ? "--load" : "--speedup") + " needs --replay");
+  }
+  if (args.replay && args.inflation) {
     return Usage(
         "--inflation is the no-departure protocol's; with --replay, --load sets how "
         "many pods are sampled");
@@ -355,7 +295,7 @@ int RunSim(const std::vector<std::string>& args) {
     return 1;
   }
   const pl::TargetWorkload workload = pl::TargetWorkload::FromRequests(pods->requests);
-  if (replay) {
+  if (args.replay) {
     return RunReplays(*cluster, *pods, workload, policies, seeds, replay_options, json, out_dir,
                       pods_path);
   }

@@ -9,38 +9,90 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/json.h"
 #include "core/bytes.h"
+#include "core/number.h"
 #include "ipc/unix_socket.h"
 
 namespace tessera::cli {
 namespace {
 
-std::string Size(const JsonValue& v) {
-  if (v.is_null()) return "-";
-  return FormatBytes(Bytes(static_cast<uint64_t>(v.number())));
+using Json = nlohmann::json;
+
+// A byte count, or "-" when the daemon sent none.
+std::string Size(const Json& v) {
+  if (!v.is_number_unsigned()) return "-";
+  return FormatBytes(Bytes(v.get<uint64_t>()));
 }
 
-}  // namespace
-
-namespace {
-
-std::string Percentage(const JsonValue& v) {
-  if (v.is_null()) return "-";
+std::string Percentage(const Json& v) {
+  if (!v.is_number()) return "-";
   char buf[16];
-  std::snprintf(buf, sizeof(buf), "%.1f%%", v.number());
+  std::snprintf(buf, sizeof(buf), "%.1f%%", v.get<double>());
   return buf;
 }
 
 const char* PolicyName(int policy) {
-  static const char* const kNames[] = {"0 fair", "1 preemptive", "2 weighted", "3 fixed",
-                                       "4 weak", "5 native"};
+  static const char* const kNames[] = {"0 fair",  "1 preemptive", "2 weighted",
+                                       "3 fixed", "4 weak",       "5 native"};
   return policy >= 0 && policy <= 5 ? kNames[policy] : "?";
+}
+
+// The element `i` of the array `v`, or null.
+const Json& At(const Json& v, size_t i) {
+  static const Json kNull;
+  return v.is_array() && i < v.size() ? v[i] : kNull;
+}
+
+// The member `key` of the object `v`, or null.
+const Json& Member(const Json& v, const char* key) {
+  static const Json kNull;
+  return v.is_object() && v.contains(key) ? v[key] : kNull;
+}
+
+// Prints the daemon's snapshot as the two tables. Throws nlohmann::json::exception when a member
+// has the wrong type (the caller reports it).
+void PrintTables(const Json& doc) {
+  const Json& devices = doc.at("devices");
+  // Names as wide as the longest (a MIG device's name ends in its profile).
+  int name_width = 12;
+  for (const Json& d : devices) {
+    name_width = std::max(name_width, static_cast<int>(d.at("name").get<std::string>().size()));
+  }
+  std::printf("%-4s %-*s %-42s %10s %-13s %8s\n", "GPU", name_width, "NAME", "UUID", "MEMORY",
+              "POLICY", "MAX_INST");
+  for (const Json& d : devices) {
+    const bool has_policy = d.contains("policy");
+    std::printf("%-4d %-*s %-42s %10s %-13s %8s\n", d.at("index").get<int>(), name_width,
+                d.at("name").get<std::string>().c_str(), d.at("uuid").get<std::string>().c_str(),
+                Size(d.at("total_bytes")).c_str(),
+                has_policy ? PolicyName(d.at("policy").get<int>()) : "-",
+                has_policy ? std::to_string(d.at("max_inst").get<int>()).c_str() : "-");
+  }
+  std::printf("\n%-20s %-4s %10s %10s %8s %8s %-4s %s\n", "CONTAINER", "GPU", "USED", "LIMIT",
+              "TARGET", "GOT", "PRIO", "PROCESSES");
+  for (const Json& c : doc.at("containers")) {
+    for (size_t g = 0; g < devices.size(); ++g) {
+      std::string procs;
+      for (const Json& p : c.at("processes")) {
+        procs += (procs.empty() ? "" : ", ") + std::to_string(p.at("pid").get<long>()) + " (" +
+                 Size(At(p.at("used_bytes"), g)) + ")";
+      }
+      const Json& limit = At(c.at("limit_bytes"), g);
+      const Json& share = At(c.at("compute"), g);
+      std::printf(
+          "%-20s %-4zu %10s %10s %8s %8s %-4s %s\n", c.at("id").get<std::string>().c_str(), g,
+          Size(At(c.at("used_bytes"), g)).c_str(), limit.is_null() ? "none" : Size(limit).c_str(),
+          Percentage(Member(share, "target_percent")).c_str(),
+          Percentage(Member(share, "achieved_percent")).c_str(),
+          c.at("high_priority").get<bool>() ? "high" : "-", procs.empty() ? "-" : procs.c_str());
+    }
+  }
 }
 
 // One snapshot: prints it (as a table or the daemon's JSON). Returns the exit status.
@@ -58,91 +110,38 @@ int ShowOnce(const std::string& socket, bool json) {
     std::printf("%s\n", body.c_str());
     return 0;
   }
-  auto doc = JsonValue::Parse(body);
-  if (!doc.ok()) {
-    std::fprintf(stderr, "tessera smi: the daemon's snapshot is not valid: %s\n",
-                 doc.error().c_str());
+  try {
+    PrintTables(Json::parse(body));
+  } catch (const Json::exception& e) {
+    std::fprintf(stderr, "tessera smi: the daemon's snapshot is not what this tessera reads: %s\n",
+                 e.what());
     return 1;
-  }
-  const auto& devices = (*doc)["devices"].array();
-  // Names as wide as the longest (a MIG device's name ends in its profile).
-  int name_width = 12;
-  for (const JsonValue& d : devices) {
-    name_width = std::max(name_width, static_cast<int>(d["name"].string().size()));
-  }
-  std::printf("%-4s %-*s %-42s %10s %-13s %8s\n", "GPU", name_width, "NAME", "UUID", "MEMORY",
-              "POLICY", "MAX_INST");
-  for (const JsonValue& d : devices) {
-    const bool has_policy = !d["policy"].is_null();
-    std::printf(
-        "%-4d %-*s %-42s %10s %-13s %8s\n", static_cast<int>(d["index"].number()), name_width,
-        d["name"].string().c_str(), d["uuid"].string().c_str(), Size(d["total_bytes"]).c_str(),
-        has_policy ? PolicyName(static_cast<int>(d["policy"].number())) : "-",
-        has_policy ? std::to_string(static_cast<int>(d["max_inst"].number())).c_str() : "-");
-  }
-  std::printf("\n%-20s %-4s %10s %10s %8s %8s %-4s %s\n", "CONTAINER", "GPU", "USED", "LIMIT",
-              "TARGET", "GOT", "PRIO", "PROCESSES");
-  for (const JsonValue& c : (*doc)["containers"].array()) {
-    for (size_t g = 0; g < devices.size(); ++g) {
-      std::string procs;
-      for (const JsonValue& p : c["processes"].array()) {
-        const JsonValue& used =
-            p["used_bytes"].array().size() > g ? p["used_bytes"].array()[g] : JsonValue();
-        procs += (procs.empty() ? "" : ", ") +
-                 std::to_string(static_cast<long>(p["pid"].number())) + " (" + Size(used) + ")";
-      }
-      const auto& limits = c["limit_bytes"].array();
-      const auto& used = c["used_bytes"].array();
-      const auto& compute = c["compute"].array();
-      const JsonValue none;
-      const JsonValue& share = compute.size() > g ? compute[g] : none;
-      std::printf(
-          "%-20s %-4zu %10s %10s %8s %8s %-4s %s\n", c["id"].string().c_str(), g,
-          used.size() > g ? Size(used[g]).c_str() : "-",
-          limits.size() > g ? (limits[g].is_null() ? "none" : Size(limits[g]).c_str()) : "-",
-          Percentage(share["target_percent"]).c_str(),
-          Percentage(share["achieved_percent"]).c_str(),
-          c["high_priority"].boolean() ? "high" : "-", procs.empty() ? "-" : procs.c_str());
-    }
   }
   return 0;
 }
 
 }  // namespace
 
-int RunSmi(const std::vector<std::string>& args) {
-  bool json = false;
+int RunSmi(const SmiArgs& args) {
+  const bool json = args.json;
   double watch = 0;
   long count = -1;
-  const char* usage = "usage: tessera smi [--json] [--watch [SECONDS]] [--count N]";
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--json") {
-      json = true;
-    } else if (a == "--watch") {
-      watch = 1;
-      if (i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-') {
-        char* end = nullptr;
-        watch = std::strtod(args[i + 1].c_str(), &end);
-        if (*end != '\0' || !(watch >= 0.1) || watch > 3600) {
-          std::fprintf(stderr, "tessera smi: --watch \"%s\": expected seconds from 0.1 to 3600\n",
-                       args[i + 1].c_str());
-          return 2;
-        }
-        ++i;
-      }
-    } else if (a == "--count" && i + 1 < args.size()) {
-      char* end = nullptr;
-      count = std::strtol(args[++i].c_str(), &end, 10);
-      if (*end != '\0' || count < 1) {
-        std::fprintf(stderr, "tessera smi: --count \"%s\": expected a positive integer\n",
-                     args[i].c_str());
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "tessera smi: unknown argument \"%s\"; %s\n", a.c_str(), usage);
+  if (args.watch) {
+    char* end = nullptr;
+    watch = std::strtod(args.watch->c_str(), &end);
+    if (args.watch->empty() || *end != '\0' || !(watch >= 0.1) || watch > 3600) {
+      std::fprintf(stderr, "tessera smi: --watch \"%s\": expected seconds from 0.1 to 3600\n",
+                   args.watch->c_str());
       return 2;
     }
+  }
+  if (args.count) {
+    auto n = ParseUnsigned(*args.count, "--count", 1, 1000000000);
+    if (!n.ok()) {
+      std::fprintf(stderr, "tessera smi: %s\n", n.error().c_str());
+      return 2;
+    }
+    count = static_cast<long>(*n);
   }
   const char* env_socket = std::getenv("TESSERA_SOCKET");
   const std::string socket =

@@ -9,11 +9,7 @@
 
 namespace tessera::cli {
 
-int RunVersion(const std::vector<std::string>& args) {
-  if (!args.empty()) {
-    std::fprintf(stderr, "tessera version: takes no arguments\n");
-    return 2;
-  }
+int RunVersion() {
   std::printf("tessera %s (CUDA driver ABI 12.x-13.x, simulated GPU included)\n", TESSERA_VERSION);
   return 0;
 }

@@ -1,14 +1,18 @@
-// Loading DaemonConfig: the YAML tree from config/yaml.h checked key by key with the value parsers
-// of src/core. Reads the one file it is given; applies nothing.
+// Loading DaemonConfig: yaml-cpp's tree of the file checked key by key with the value parsers of
+// src/core. Reads the one file it is given; applies nothing.
 #include "config/daemon_config.h"
+
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
 #include <vector>
 
-#include "config/yaml.h"
 #include "core/bool_flag.h"
 #include "core/duration.h"
 #include "core/host_port.h"
@@ -24,161 +28,281 @@ using std::chrono::nanoseconds;
 constexpr size_t kMaxLedgerNameBytes = 200;
 constexpr size_t kMaxGroupNameBytes = 32;
 
-// Loads one document into a DaemonConfig; stops at the first error.
+// A position in the file for messages, both 1-based (yaml-cpp's marks count from 0).
+struct Position {
+  int line = 1;
+  int column = 1;
+};
+
+Position PositionOf(const YAML::Mark& mark) {
+  if (mark.is_null()) return {};
+  return {mark.line + 1, mark.column + 1};
+}
+
+// yaml-cpp's message with control bytes (it quotes the offending character raw) as \xNN, so the
+// error stays one printable line.
+std::string Printable(const std::string& message) {
+  std::string out;
+  for (unsigned char c : message) {
+    if (c < 0x20 || c == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+// "a mapping", "a sequence", ... for messages.
+std::string KindName(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Scalar:
+      return "a single value";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "an undefined node";
+}
+
+// Where each document of a stream starts; nothing else of the events is kept.
+struct DocumentStarts : YAML::EventHandler {
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+  std::vector<YAML::Mark> marks;
+};
+
+// Loads one document into a DaemonConfig; stops at the first error. yaml-cpp reads the YAML (any
+// style: block or flow, quoted or block scalars, anchors and aliases, tags, comments); this class
+// holds the schema: which keys exist, what each value may be, and where a problem is.
 class Loader {
  public:
   explicit Loader(std::string_view file_name) : file_(file_name) {}
 
-  Result<DaemonConfig> Run(const YamlNode& root) {
-    if (root.kind == YamlNode::Kind::kNull) {
-      return config_;  // an empty file: every default
+  Result<DaemonConfig> Run(std::string_view text) {
+    const std::string input(text);
+    YAML::Node root;
+    try {
+      // How many documents first, by events: YAML::LoadAll never returns on some bad input
+      // (yaml-cpp 0.7 reads a stream starting with ',' as empty documents that consume nothing,
+      // forever), so at most two are asked for.
+      std::istringstream stream(input);
+      YAML::Parser parser(stream);
+      DocumentStarts starts;
+      if (!parser.HandleNextDocument(starts)) {
+        return config_;  // an empty file, or only comments: every default
+      }
+      if (parser.HandleNextDocument(starts)) {
+        const YAML::Mark second =
+            starts.marks.size() > 1 ? starts.marks[1] : YAML::Mark::null_mark();
+        if (starts.marks.size() < 2 || second.pos <= starts.marks[0].pos) {
+          return Fail(PositionOf(second), "not valid YAML: nothing can be read from here");
+        }
+        return Fail(PositionOf(second),
+                    "a second YAML document starts here; a config file holds one");
+      }
+      root = YAML::Load(input);
+    } catch (const YAML::Exception& e) {
+      return Fail(PositionOf(e.mark), "not valid YAML: " + Printable(e.msg));
     }
-    if (root.kind != YamlNode::Kind::kMapping) {
-      return Fail(root.mark, "the file must be a mapping of keys such as \"policy: 2\", not a " +
-                                 std::string(YamlKindName(root.kind)));
+    if (root.IsNull()) {
+      return config_;  // a document with no content ("---" alone): every default
     }
-    for (const YamlEntry& entry : root.entries) {
-      if (Status status = LoadKey(entry); !status.ok()) {
+    if (!root.IsMap()) {
+      return Fail(
+          PositionOf(root.Mark()),
+          "the file must be a mapping of keys such as \"policy: 2\", not " + KindName(root));
+    }
+    std::set<std::string> seen;
+    for (const auto& entry : root) {
+      Result<std::string> key = Key(entry.first, "", &seen);
+      if (!key.ok()) return key.status();
+      if (Status status = LoadKey(*key, PositionOf(entry.first.Mark()), entry.second);
+          !status.ok()) {
         return status;
       }
     }
     if (config_.quota_min > config_.quota_max) {
-      const Mark mark = quota_min_mark_.line != 0 ? quota_min_mark_ : quota_max_mark_;
-      return Fail(mark, "quota_min=\"" + FormatDuration(config_.quota_min) +
-                            "\" is larger than quota_max=\"" + FormatDuration(config_.quota_max) +
-                            "\"" + (quota_max_mark_.line == 0 ? " (its default)" : "") +
-                            "; expected quota_min <= quota_max");
+      const Position at = quota_min_at_ ? *quota_min_at_ : *quota_max_at_;
+      return Fail(at, "quota_min=\"" + FormatDuration(config_.quota_min) +
+                          "\" is larger than quota_max=\"" + FormatDuration(config_.quota_max) +
+                          "\"" + (quota_max_at_ ? "" : " (its default)") +
+                          "; expected quota_min <= quota_max");
     }
     return config_;
   }
 
  private:
-  Status Fail(Mark mark, std::string_view message) const {
-    return Status::Error(std::string(file_) + ":" + std::to_string(mark.line) + ":" +
-                         std::to_string(mark.column) + ": " + std::string(message));
+  Status Fail(Position at, std::string_view message) const {
+    return Status::Error(std::string(file_) + ":" + std::to_string(at.line) + ":" +
+                         std::to_string(at.column) + ": " + std::string(message));
   }
 
-  // The scalar text of `value` for the key `name`, or an error when it is not a scalar.
-  Result<std::string> Scalar(const YamlNode& value, std::string_view name) const {
-    if (value.kind == YamlNode::Kind::kScalar) {
-      return value.scalar;
+  // The text of a mapping key, refused when it is not a single value or appeared before in the
+  // same mapping (`where` names the mapping in messages: "" at the top, "gpus", "gpus.0").
+  Result<std::string> Key(const YAML::Node& key, const std::string& where,
+                          std::set<std::string>* seen) const {
+    const std::string in = where.empty() ? "" : " in " + where;
+    if (!key.IsScalar()) {
+      return Fail(PositionOf(key.Mark()),
+                  "a key" + in + " must be a name such as policy, not " + KindName(key));
     }
-    if (value.kind == YamlNode::Kind::kNull) {
-      return Fail(value.mark, std::string(name) + " has no value; remove the key to keep its "
-                                                  "default");
+    if (!seen->insert(key.Scalar()).second) {
+      return Fail(PositionOf(key.Mark()),
+                  "duplicate key " + QuoteValue(key.Scalar()) + in + "; each key may appear once");
     }
-    return Fail(value.mark, std::string(name) + ": expected a single value, not a " +
-                                std::string(YamlKindName(value.kind)));
+    return key.Scalar();
+  }
+
+  // The text of `value` for the key `name` (at `key_at`), or an error when it is not a single
+  // value. A block scalar's final line break (`key: |`) is not part of the value.
+  Result<std::string> Scalar(const YAML::Node& value, std::string_view name,
+                             Position key_at) const {
+    if (value.IsScalar()) {
+      std::string text = value.Scalar();
+      while (!text.empty() && text.back() == '\n') text.pop_back();
+      return text;
+    }
+    if (value.IsNull()) {
+      return Fail(key_at, std::string(name) + " has no value; remove the key to keep its default");
+    }
+    return Fail(PositionOf(value.Mark()),
+                std::string(name) + ": expected a single value, not " + KindName(value));
   }
 
   // Parses the scalar of `value` with `parse`; a parse error gets the value's position.
   template <typename T, typename Parse>
-  Status Read(const YamlNode& value, std::string_view name, Parse parse, T* out) {
-    Result<std::string> text = Scalar(value, name);
+  Status Read(const YAML::Node& value, std::string_view name, Position key_at, Parse parse,
+              T* out) {
+    Result<std::string> text = Scalar(value, name, key_at);
     if (!text.ok()) {
       return text.status();
     }
     auto parsed = parse(*text, name);
     if (!parsed.ok()) {
-      return Fail(value.mark, parsed.error());
+      return Fail(PositionOf(value.Mark()), parsed.error());
     }
     *out = std::move(parsed).value();
     return Status::Ok();
   }
 
-  Status LoadKey(const YamlEntry& entry) {
-    const std::string& key = entry.key;
-    const YamlNode& v = entry.value;
-    if (key == "socket") return Read(v, key, ParseSocketPath, &config_.socket);
-    if (key == "sim") return Read(v, key, ParseBoolFlag, &config_.sim);
-    if (key == "ledger") return Read(v, key, ParseLedgerName, &config_.ledger);
+  Status LoadKey(const std::string& key, Position at, const YAML::Node& v) {
+    if (key == "socket") return Read(v, key, at, ParseSocketPath, &config_.socket);
+    if (key == "sim") return Read(v, key, at, ParseBoolFlag, &config_.sim);
+    if (key == "ledger") return Read(v, key, at, ParseLedgerName, &config_.ledger);
     if (key == "allow_self_declared") {
-      return Read(v, key, ParseBoolFlag, &config_.allow_self_declared);
+      return Read(v, key, at, ParseBoolFlag, &config_.allow_self_declared);
     }
     if (key == "context_overhead") {
-      return Read(v, key, ParseContextOverhead, &config_.context_overhead);
+      return Read(v, key, at, ParseContextOverhead, &config_.context_overhead);
     }
-    if (key == "policy") return Read(v, key, ParseArbiterPolicy, &config_.policy);
-    if (key == "max_inst") return Read(v, key, ParseMaxInst, &config_.max_inst);
-    if (key == "prio_ratio") return Read(v, key, ParsePrioRatio, &config_.prio_ratio);
+    if (key == "policy") return Read(v, key, at, ParseArbiterPolicy, &config_.policy);
+    if (key == "max_inst") return Read(v, key, at, ParseMaxInst, &config_.max_inst);
+    if (key == "prio_ratio") return Read(v, key, at, ParsePrioRatio, &config_.prio_ratio);
     if (key == "quota_min") {
-      quota_min_mark_ = v.mark;
-      return Read(v, key, ParseQuota, &config_.quota_min);
+      quota_min_at_ = PositionOf(v.Mark());
+      return Read(v, key, at, ParseQuota, &config_.quota_min);
     }
     if (key == "quota_max") {
-      quota_max_mark_ = v.mark;
-      return Read(v, key, ParseQuota, &config_.quota_max);
+      quota_max_at_ = PositionOf(v.Mark());
+      return Read(v, key, at, ParseQuota, &config_.quota_max);
     }
-    if (key == "default_memsize") return Read(v, key, ParseBytes, &config_.default_memsize);
-    if (key == "http") return Read(v, key, ParseHttp, &config_.http);
-    if (key == "ctl_mount") return Read(v, key, ParseDirectoryPath, &config_.ctl_mount);
+    if (key == "default_memsize") return Read(v, key, at, ParseBytes, &config_.default_memsize);
+    if (key == "http") return Read(v, key, at, ParseHttp, &config_.http);
+    if (key == "ctl_mount") return Read(v, key, at, ParseDirectoryPath, &config_.ctl_mount);
     if (key == "container_sockets") {
-      return Read(v, key, ParseDirectoryPath, &config_.container_sockets);
+      return Read(v, key, at, ParseDirectoryPath, &config_.container_sockets);
     }
-    if (key == "ctl_group") return Read(v, key, ParseGroupName, &config_.ctl_group);
+    if (key == "ctl_group") return Read(v, key, at, ParseGroupName, &config_.ctl_group);
     if (key == "reconcile_interval") {
-      return Read(v, key, ParseReconcileInterval, &config_.reconcile_interval);
+      return Read(v, key, at, ParseReconcileInterval, &config_.reconcile_interval);
     }
     if (key == "over_limit_action") {
-      return Read(v, key, ParseOverLimitAction, &config_.over_limit_action);
+      return Read(v, key, at, ParseOverLimitAction, &config_.over_limit_action);
     }
     if (key == "daemon_loss_timeout") {
-      return Read(v, key, ParseDaemonLossTimeout, &config_.daemon_loss_timeout);
+      return Read(v, key, at, ParseDaemonLossTimeout, &config_.daemon_loss_timeout);
     }
     if (key == "gpus") return LoadGpus(v);
-    return Fail(entry.key_mark,
+    return Fail(at,
                 "unknown key " + QuoteValue(key) +
                     "; allowed keys: socket, sim, ledger, allow_self_declared, context_overhead, "
                     "policy, max_inst, prio_ratio, quota_min, quota_max, default_memsize, http, "
-                    "ctl_mount, ctl_group, container_sockets, reconcile_interval, over_limit_action, "
-                    "daemon_loss_timeout, gpus");
+                    "ctl_mount, ctl_group, container_sockets, reconcile_interval, "
+                    "over_limit_action, daemon_loss_timeout, gpus");
   }
 
-  Status LoadGpus(const YamlNode& gpus) {
-    if (gpus.kind == YamlNode::Kind::kNull) {
+  Status LoadGpus(const YAML::Node& gpus) {
+    if (gpus.IsNull()) {
       return Status::Ok();  // "gpus:" with nothing under it: no overrides
     }
-    if (gpus.kind != YamlNode::Kind::kMapping) {
-      return Fail(gpus.mark, "gpus: expected a mapping from GPU index to overrides, such as "
-                             "\"0: {policy: 2}\" written as a block, not a " +
-                                 std::string(YamlKindName(gpus.kind)));
+    if (!gpus.IsMap()) {
+      return Fail(PositionOf(gpus.Mark()),
+                  "gpus: expected a mapping from GPU index to overrides, such as "
+                  "\"gpus: {0: {policy: 2}}\", not " +
+                      KindName(gpus));
     }
-    for (const YamlEntry& gpu : gpus.entries) {
-      auto index = ParseUnsigned(gpu.key, "gpus key", 0, kMaxConfigGpuIndex,
+    std::set<std::string> seen_keys;
+    for (const auto& gpu : gpus) {
+      Result<std::string> key = Key(gpu.first, "gpus", &seen_keys);
+      if (!key.ok()) return key.status();
+      const Position key_at = PositionOf(gpu.first.Mark());
+      auto index = ParseUnsigned(*key, "gpus key", 0, kMaxConfigGpuIndex,
                                  "a GPU index from 0 to " + std::to_string(kMaxConfigGpuIndex));
       if (!index.ok()) {
-        return Fail(gpu.key_mark, index.error());
+        return Fail(key_at, index.error());
       }
       const int i = static_cast<int>(*index);
       if (config_.gpus.count(i) != 0) {
-        return Fail(gpu.key_mark, "gpus: GPU " + std::to_string(i) + " appears twice (as \"" +
-                                      gpu.key + "\" and another spelling of the same index)");
+        return Fail(key_at, "gpus: GPU " + std::to_string(i) + " appears twice (as \"" + *key +
+                                "\" and another spelling of the same index)");
       }
       const std::string prefix = "gpus." + std::to_string(i);
-      if (gpu.value.kind != YamlNode::Kind::kMapping) {
-        return Fail(gpu.value.mark, prefix + ": expected a mapping of policy, max_inst and "
-                                             "prio_ratio, not a " +
-                                        std::string(YamlKindName(gpu.value.kind)));
+      if (!gpu.second.IsMap()) {
+        return Fail(gpu.second.IsNull() ? key_at : PositionOf(gpu.second.Mark()),
+                    prefix + ": expected a mapping of policy, max_inst and prio_ratio, not " +
+                        KindName(gpu.second));
       }
       GpuOverrides overrides;
-      for (const YamlEntry& entry : gpu.value.entries) {
-        const std::string name = prefix + "." + entry.key;
+      std::set<std::string> seen;
+      for (const auto& entry : gpu.second) {
+        Result<std::string> name_key = Key(entry.first, prefix, &seen);
+        if (!name_key.ok()) return name_key.status();
+        const Position at = PositionOf(entry.first.Mark());
+        const std::string name = prefix + "." + *name_key;
         Status status = Status::Ok();
-        if (entry.key == "policy") {
+        if (*name_key == "policy") {
           ArbiterPolicy policy{};
-          status = Read(entry.value, name, ParseArbiterPolicy, &policy);
+          status = Read(entry.second, name, at, ParseArbiterPolicy, &policy);
           overrides.policy = policy;
-        } else if (entry.key == "max_inst") {
+        } else if (*name_key == "max_inst") {
           int max_inst = 0;
-          status = Read(entry.value, name, ParseMaxInst, &max_inst);
+          status = Read(entry.second, name, at, ParseMaxInst, &max_inst);
           overrides.max_inst = max_inst;
-        } else if (entry.key == "prio_ratio") {
+        } else if (*name_key == "prio_ratio") {
           Percent ratio;
-          status = Read(entry.value, name, ParsePrioRatio, &ratio);
+          status = Read(entry.second, name, at, ParsePrioRatio, &ratio);
           overrides.prio_ratio = ratio;
         } else {
-          return Fail(entry.key_mark, "unknown key " + QuoteValue(entry.key) + " in " + prefix +
-                                          "; allowed keys: policy, max_inst, prio_ratio");
+          return Fail(at, "unknown key " + QuoteValue(*name_key) + " in " + prefix +
+                              "; allowed keys: policy, max_inst, prio_ratio");
         }
         if (!status.ok()) {
           return status;
@@ -310,27 +434,26 @@ class Loader {
 
   std::string_view file_;
   DaemonConfig config_;
-  Mark quota_min_mark_;
-  Mark quota_max_mark_;
+  std::optional<Position> quota_min_at_;  // where the file set them, if it did
+  std::optional<Position> quota_max_at_;
 };
 
 }  // namespace
 
 std::string_view OverLimitActionName(OverLimitAction action) {
   switch (action) {
-    case OverLimitAction::kLog: return "log";
-    case OverLimitAction::kBlock: return "block";
-    case OverLimitAction::kKill: return "kill";
+    case OverLimitAction::kLog:
+      return "log";
+    case OverLimitAction::kBlock:
+      return "block";
+    case OverLimitAction::kKill:
+      return "kill";
   }
   return "unknown";
 }
 
 Result<DaemonConfig> ParseDaemonConfig(std::string_view text, std::string_view file_name) {
-  Result<YamlNode> root = ParseYaml(text, file_name);
-  if (!root.ok()) {
-    return root.status();
-  }
-  return Loader(file_name).Run(*root);
+  return Loader(file_name).Run(text);
 }
 
 Result<DaemonConfig> LoadDaemonConfig(const std::string& path) {

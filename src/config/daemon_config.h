@@ -1,11 +1,18 @@
 // DaemonConfig: tesserad's settings as read from its YAML config file (deploy/tesserad.yaml is a
 // commented sample with every key), and LoadDaemonConfig, which reads and validates one.
 //
+// The file is one YAML 1.2 document read by yaml-cpp, in any style: block or flow mappings
+// (`gpus: {0: {policy: 2}}`), plain, quoted or block scalars (`|`, `>`), anchors and aliases,
+// tags, comments anywhere. Every value is one scalar (a block scalar's final line break is not
+// part of it); what "2ms" or "true" mean is decided by src/core's parsers, never by YAML's types.
+//
 // Every key is optional; an absent key keeps the default written beside its field below. Every
 // key present is validated; the first problem found stops loading with one line
 //   FILE:LINE:COL: KEY="value": reason; expected what
-// (or, for a structural problem, FILE:LINE:COL: message). Unknown keys are refused, naming the
-// key and listing the allowed ones, so a misspelt setting is never silently ignored.
+// (or, for a structural problem, FILE:LINE:COL: message; a YAML syntax error is
+// FILE:LINE:COL: not valid YAML: yaml-cpp's message). Unknown and repeated keys are refused,
+// naming the key and listing the allowed ones, so a misspelt setting is never silently ignored.
+// A value reached through an alias is reported at its anchor.
 //
 // This file knows the config file's vocabulary only: it reads a file and builds a struct. It does
 // not apply anything (the daemon does), and it opens no sockets and mounts nothing.

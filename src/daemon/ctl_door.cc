@@ -1,5 +1,5 @@
-// The CTL verb, the HTTP routes and /metrics: translations between requests and the control tree
-// (or the ledger, for metrics), and the write permission check. RenderMetrics only reads: the
+// The CTL verb and /metrics: translations between requests and the control tree (or the ledger,
+// for metrics), and the write permission check. RenderMetrics only reads: the
 // counters it exports are written by the shim (oom_refusals), the gate (token_wait_ns), the
 // arbiter thread (grants, the heartbeat) and the reconciler (unseen, blocked).
 #include "daemon/ctl_door.h"
@@ -10,105 +10,11 @@
 #include <limits>
 #include <sstream>
 
+#include "daemon/http_door.h"
 #include "ipc/futex.h"
 #include "metrics/exposition.h"
 
 namespace tessera::daemon {
-namespace {
-
-constexpr std::string_view kCtlPrefix = "/v1/ctl";
-constexpr std::string_view kJson = "application/json";
-
-http::Response Json(int status, std::string body) {
-  http::Response r;
-  r.status = status;
-  r.content_type = std::string(kJson);
-  r.body = std::move(body) + "\n";
-  return r;
-}
-
-http::Response ServeCtl(const http::Request& request, std::string_view path,
-                        const ctl::ControlTree& tree, const HttpDoorOptions& options) {
-  if (request.method == "GET" || request.method == "HEAD") {
-    auto entry = tree.Stat(path);
-    if (!entry.ok()) return http::Response::Text(404, entry.error());
-    if (entry->is_directory) {
-      auto entries = tree.List(path);
-      if (!entries.ok()) return http::Response::Text(404, entries.error());
-      return Json(200, EntriesJson(*entries));
-    }
-    auto text = tree.Read(path);
-    if (!text.ok()) return http::Response::Text(404, text.error());
-    http::Response r;
-    r.body = *text;
-    return r;
-  }
-  if (request.method == "PUT") {
-    if (!options.allow_write) {
-      return http::Response::Text(
-          403, "writes over HTTP are off; start tesserad with --http-allow-write to allow them");
-    }
-    auto force = request.query.find("force");
-    ctl::WriteOptions write;
-    write.force = force != request.query.end() && force->second == "1";
-    write.writer_may_write = true;  // whoever can reach the address: see --http-allow-write
-    if (Status s = tree.Write(path, request.body, write); !s.ok()) {
-      return http::Response::Text(400, s.message());
-    }
-    http::Response r;
-    r.status = 204;
-    return r;
-  }
-  http::Response r = http::Response::Text(
-      405, request.method + " is not served on " + request.path + "; expected GET or PUT");
-  r.headers.push_back({"Allow", "GET, HEAD, PUT"});
-  return r;
-}
-
-}  // namespace
-
-std::string JsonString(std::string_view text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string EntriesJson(const std::vector<ctl::Entry>& entries) {
-  std::string out = "{\"entries\":[";
-  for (size_t i = 0; i < entries.size(); ++i) {
-    out += (i ? "," : "") + std::string("{\"name\":") + JsonString(entries[i].name) +
-           ",\"dir\":" + (entries[i].is_directory ? "true" : "false") +
-           ",\"writable\":" + (entries[i].writable ? "true" : "false") + "}";
-  }
-  return out + "]}";
-}
 
 bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group) {
   if (peer.uid == 0) return true;
@@ -128,7 +34,7 @@ bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_
   return false;
 }
 
-Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& request,
+Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Message& request,
                               bool may_write) {
   using R = Result<std::string>;
   const std::string op = request.Get("op");
@@ -147,7 +53,7 @@ Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& reque
   if (op == "get") {
     auto text = tree.Read(path);
     if (!text.ok()) return text.status();
-    return "{\"value\":" + JsonString(*text) + "}";
+    return ValueJson(*text);
   }
   if (op == "set") {
     if (!request.Has("value")) return R::Error("CTL op=set needs value=VALUE");
@@ -168,31 +74,6 @@ Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& reque
   }
   return R::Error("CTL op=" + (op.empty() ? std::string("(missing)") : op) +
                   ": expected ls, get or set");
-}
-
-http::Response HandleHttp(const http::Request& request, const ctl::ControlTree& tree,
-                          const Registry& registry, const ComputeService& compute,
-                          const HttpDoorOptions& options) {
-  const std::string& path = request.path;
-  if (path == kCtlPrefix || path.rfind(std::string(kCtlPrefix) + "/", 0) == 0) {
-    return ServeCtl(request, std::string_view(path).substr(kCtlPrefix.size()), tree, options);
-  }
-  const bool get = request.method == "GET" || request.method == "HEAD";
-  if (path == "/v1/state" || path == "/metrics") {
-    if (!get) {
-      http::Response r = http::Response::Text(
-          405, request.method + " is not served on " + path + "; expected GET");
-      r.headers.push_back({"Allow", "GET, HEAD"});
-      return r;
-    }
-    if (path == "/v1/state") return Json(200, registry.StatusJson());
-    http::Response r;
-    r.content_type = std::string(metrics::kContentType);
-    r.body = RenderMetrics(registry, compute, options.version);
-    return r;
-  }
-  return http::Response::Text(
-      404, "no route " + path + "; expected /v1/ctl/PATH, /v1/state or /metrics");
 }
 
 std::string RenderMetrics(const Registry& registry, const ComputeService& compute,

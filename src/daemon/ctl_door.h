@@ -1,6 +1,7 @@
-// The control tree's socket and HTTP doors in tesserad (the FUSE door is ctl/fuse_mount.h): they
-// map requests onto ControlTree calls and its answers onto replies, and decide who may write.
-// They hold no policy: the tree decides everything about values, DaemonNodeControl about the node.
+// The control tree's socket door in tesserad (the CTL verb; the FUSE door is ctl/fuse_mount.h,
+// the HTTP routes daemon/http_door.h), the write permission check, and the /metrics body: they
+// map requests onto ControlTree calls (or read the ledger) and its answers onto replies. They hold
+// no policy: the tree decides everything about values, DaemonNodeControl about the node.
 //
 // clang-format off
 //   CTL op=ls path=P                      -> OK {"entries":[{"name":"0","dir":true,"writable":false},..]}
@@ -9,14 +10,6 @@
 //   anything refused                      -> ERR reason
 // clang-format on
 // (the socket protocol's charset keeps V to [A-Za-z0-9_.,:/+-]; `tessera ctl` says so.)
-//
-// HTTP (tesserad --http):
-//   GET /v1/ctl/PATH   a file's text (text/plain), or a folder's listing as the JSON above
-//   PUT /v1/ctl/PATH   the body is the value; ?force=1 allows memsize below usage. 204, or 400
-//                      with the reason; 403 unless tesserad was started with --http-allow-write
-//   GET /v1/state      the STATUS JSON (`tessera smi --json`)
-//   GET /metrics       Prometheus text (RenderMetrics)
-// Handlers run on the HTTP server's thread; everything they call is thread-safe and quick.
 #pragma once
 
 #include <sys/types.h>
@@ -29,34 +22,19 @@
 #include "core/result.h"
 #include "ctl/control_tree.h"
 #include "daemon/compute.h"
-#include "daemon/protocol.h"
 #include "daemon/registry.h"
-#include "http/message.h"
 #include "ipc/unix_socket.h"
+#include "protocol/protocol.h"
 
 namespace tessera::daemon {
-
-// `"text"` with JSON escapes (quotes, backslashes, control characters).
-std::string JsonString(std::string_view text);
-// {"entries":[...]} for a folder's listing.
-std::string EntriesJson(const std::vector<ctl::Entry>& entries);
 
 // Whether the peer may write the control tree: root, or a member (primary or supplementary group,
 // the latter read from /proc/PID/status) of `writer_group`.
 bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group);
 
 // The CTL verb: the JSON after "OK ", or the reason after "ERR ".
-Result<std::string> HandleCtl(const ctl::ControlTree& tree, const Message& request, bool may_write);
-
-struct HttpDoorOptions {
-  bool allow_write = false;  // --http-allow-write: PUT /v1/ctl/ is served (else 403)
-  std::string version;       // "tessera X.Y.Z", for tessera_build_info
-};
-
-// Serves one HTTP request (routes above).
-http::Response HandleHttp(const http::Request& request, const ctl::ControlTree& tree,
-                          const Registry& registry, const ComputeService& compute,
-                          const HttpDoorOptions& options);
+Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Message& request,
+                              bool may_write);
 
 // The /metrics body. Families (all gauges unless noted):
 //   tessera_up 1; tessera_build_info{version} 1

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/protocol.h"
+#include "protocol/protocol.h"
 #include "ipc/unix_socket.h"
 #include "ledger/ledger_layout.h"
 #include "process/child_process.h"
@@ -87,14 +87,14 @@ class HostileTest : public ::testing::Test {
     ASSERT_TRUE(fd.ok()) << fd.status().message();
     t->fd = *fd;
     ASSERT_TRUE(ipc::SendLine(t->fd, "HELLO version=" +
-                                         std::to_string(tessera::daemon::kProtocolVersion) +
+                                         std::to_string(tessera::protocol::kProtocolVersion) +
                                          " container=" + container + " mem=" + mem)
                     .ok());
     std::string buffer;
     int ledger_fd = -1;
     auto line = ipc::RecvLine(t->fd, &buffer, &ledger_fd, 5s);
     ASSERT_TRUE(line.ok()) << line.status().message();
-    auto reply = tessera::daemon::ParseMessage(*line);
+    auto reply = tessera::protocol::ParseMessage(*line);
     ASSERT_TRUE(reply.ok() && reply->verb == "OK") << *line;
     ASSERT_GE(ledger_fd, 0);
     void* mem_map = mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ | PROT_WRITE,

@@ -9,6 +9,7 @@
 //            [--daemon-loss-timeout MS] [--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT]
 //            [--http-allow-write] [--gpu-policy GPU:POLICY] [--reconcile-interval DURATION]
 //            [--over-limit-action log|block|kill] [--container-sockets DIR]
+//            [--mps [--mps-control PATH] [--mps-dir DIR]]
 // --config loads a YAML file (deploy/tesserad.yaml); flags given on the command line override it.
 // The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
 // The control tree (DESIGN.md section 6) has three doors onto one DaemonNodeControl: the CTL verb
@@ -21,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -30,9 +32,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "cmdline/cmdline.h"
 #include "config/daemon_config.h"
 #include "core/bool_flag.h"
 #include "core/bytes.h"
@@ -45,6 +49,7 @@
 #include "daemon/compute.h"
 #include "daemon/ctl_door.h"
 #include "daemon/devices.h"
+#include "daemon/http_door.h"
 #include "daemon/node_control.h"
 #include "daemon/reconciler.h"
 #include "daemon/registry.h"
@@ -72,17 +77,69 @@ std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop.store(true); }
 
 int Usage(const std::string& problem) {
-  std::fprintf(stderr,
-               "tesserad: %s\nusage: tesserad [--config FILE] [--socket PATH] [--sim] "
-               "[--allow-self-declared true|false] [--ledger NAME] [--ephemeral] "
-               "[--context-overhead SIZE|measure] [--policy 0-5] [--max-inst 1-256] "
-               "[--prio-ratio 20-99] [--quota-min MS] [--quota-max MS] [--daemon-loss-timeout MS] "
-               "[--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT] [--http-allow-write] "
-               "[--gpu-policy GPU:POLICY] [--reconcile-interval 100ms-10s] "
-               "[--over-limit-action log|block|kill] [--container-sockets DIR] "
-               "[--mps [--mps-control PATH] [--mps-dir DIR]]\n",
-               problem.c_str());
+  std::fprintf(stderr, "tesserad: %s\n(see tesserad --help)\n", problem.c_str());
   return 2;
+}
+
+// The command line as given: a flag left out is nullopt (or false), so that only flags given on
+// the command line override the config file.
+struct Flags {
+  std::optional<std::string> config, socket, ledger, context_overhead, policy, max_inst, prio_ratio,
+      quota_min, quota_max, daemon_loss_timeout, ctl_mount, ctl_group, http, reconcile_interval,
+      over_limit_action, container_sockets, allow_self_declared, mps_control, mps_dir;
+  std::vector<std::string> gpu_policy;
+  bool sim = false, ephemeral = false, http_allow_write = false, mps = false;
+};
+
+// Reads the command line into `flags` (CLI11). Returns the exit status when the program should
+// stop here (--help: 0; a malformed command line: 2 with the reason on stderr).
+std::optional<int> ParseCommandLine(int argc, char** argv, Flags* flags) {
+  CLI::App app{
+      "tesserad: the Tessera node daemon. Keeps the node's GPU memory ledger, arbitrates "
+      "GPU time, serves the control tree (socket, FUSE, HTTP) and /metrics.",
+      "tesserad"};
+  app.set_version_flag("--version", std::string("tesserad ") + TESSERA_VERSION);
+  app.footer("Flags given on the command line override --config's keys, whatever their order.");
+  auto option = [&app](const char* name, std::optional<std::string>* out, const char* type,
+                       const char* help) { app.add_option(name, *out, help)->type_name(type); };
+  option("--config", &flags->config, "FILE", "YAML config file (deploy/tesserad.yaml)");
+  option("--socket", &flags->socket, "PATH", "the Unix socket (default /run/tessera/tessera.sock)");
+  app.add_flag("--sim", flags->sim, "use the simulated GPU (libtessera-simgpu.so)");
+  option("--allow-self-declared", &flags->allow_self_declared, "true|false",
+         "accept limits processes declare themselves (default true)");
+  option("--ledger", &flags->ledger, "NAME",
+         "shared-memory ledger (default: from the socket path)");
+  app.add_flag("--ephemeral", flags->ephemeral, "remove the ledger at exit");
+  option("--context-overhead", &flags->context_overhead, "SIZE|measure",
+         "GPU memory charged per process for its context (default measure)");
+  option("--policy", &flags->policy, "0-5|NAME", "arbiter policy of every GPU (default 0 fair)");
+  option("--max-inst", &flags->max_inst, "1-256", "slots and weight units per GPU (default 16)");
+  option("--prio-ratio", &flags->prio_ratio, "20-99", "high-priority lane cap, percent (50)");
+  option("--quota-min", &flags->quota_min, "MS", "shortest compute grant, ms (default 2)");
+  option("--quota-max", &flags->quota_max, "MS", "longest compute grant, ms (default 20)");
+  option("--daemon-loss-timeout", &flags->daemon_loss_timeout, "MS",
+         "processes run ungated after this long without the arbiter (default 2000)");
+  app.add_option("--gpu-policy", flags->gpu_policy, "one GPU's policy; repeatable")
+      ->type_name("GPU:POLICY")
+      ->allow_extra_args(false);  // one value per --gpu-policy
+  option("--ctl-mount", &flags->ctl_mount, "DIR", "mount the control tree here with FUSE");
+  option("--ctl-group", &flags->ctl_group, "NAME", "group that may write the control tree");
+  option("--http", &flags->http, "HOST:PORT", "serve /v1/ctl, /v1/state and /metrics here");
+  app.add_flag("--http-allow-write", flags->http_allow_write, "serve PUT /v1/ctl/ over HTTP");
+  option("--reconcile-interval", &flags->reconcile_interval, "100ms-10s",
+         "how often NVML's view is compared with the ledger (default 1s)");
+  option("--over-limit-action", &flags->over_limit_action, "log|block|kill",
+         "what to do about a container over its limit (default log)");
+  option("--container-sockets", &flags->container_sockets, "DIR",
+         "one socket per registered container in DIR");
+  app.add_flag("--mps", flags->mps,
+               "MPS mode: run and supervise one nvidia-cuda-mps-control per GPU (policy 5 unless "
+               "--policy is given)");
+  option("--mps-control", &flags->mps_control, "PATH",
+         "the MPS control program (default /usr/bin/nvidia-cuda-mps-control)");
+  option("--mps-dir", &flags->mps_dir, "DIR",
+         "MPS pipe and log directories go under DIR (default /run/tessera/mps)");
+  return tessera::cmdline::Parse(app, argc, argv);
 }
 
 tessera::Result<std::vector<tessera::ledger::DeviceInfo>> Discover(const std::string& nvml_path) {
@@ -136,34 +193,6 @@ uint64_t MeasureContextOverhead(const std::string& libcuda) {
   tesserad_cuda_library = new tessera::DynamicLibrary(std::move(*cuda));
   return ok && after.used > before.used ? after.used - before.used : 0;
 }
-
-// A flag's value: the next argument, or the text after "=" in "--flag=value".
-struct FlagReader {
-  FlagReader(int count, char** args) : argc(count), argv(args) {}
-  int argc;
-  char** argv;
-  int i = 1;
-  std::string name;  // the current flag, without "=value"
-  std::optional<std::string> inline_value;
-
-  bool Next() {
-    if (i >= argc) return false;
-    const std::string arg = argv[i++];
-    const size_t eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      inline_value = arg.substr(eq + 1);
-    } else {
-      name = arg;
-      inline_value.reset();
-    }
-    return true;
-  }
-  const char* Value() {
-    if (inline_value) return inline_value->c_str();
-    return i < argc ? argv[i++] : nullptr;
-  }
-};
 
 // The group's id, or an error naming the flag and the group.
 tessera::Result<gid_t> LookUpGroup(const std::string& name, const std::string& input) {
@@ -305,16 +334,11 @@ int main(int argc, char** argv) {
   bool mps = false, policy_given = false;
   std::string mps_control = tessera::mps::kDefaultControl, mps_dir = tessera::mps::kDefaultRoot;
 
-  // --config first, so every flag on the command line overrides the file whatever their order.
-  std::string config_path;
-  for (FlagReader flags{argc, argv}; flags.Next();) {
-    if (flags.name == "--config") {
-      const char* v = flags.Value();
-      if (v == nullptr) return Usage("--config needs a file");
-      config_path = v;
-    }
-  }
-  if (!config_path.empty()) {
+  Flags flags;
+  if (std::optional<int> exit_status = ParseCommandLine(argc, argv, &flags)) return *exit_status;
+  // The config file first, so every flag on the command line overrides it whatever their order.
+  const std::string config_path = flags.config.value_or("");
+  if (flags.config) {
     auto loaded = tessera::config::LoadDaemonConfig(config_path);
     if (!loaded.ok()) {
       std::fprintf(stderr, "tesserad: %s\n", loaded.error().c_str());
@@ -352,131 +376,113 @@ int main(int argc, char** argv) {
     std::printf("tesserad: loaded config %s\n", config_path.c_str());
   }
 
-  for (FlagReader flags{argc, argv}; flags.Next();) {
-    const std::string arg = flags.name;
-    if (arg == "--config") {
-      (void)flags.Value();  // read above
-    } else if (arg == "--socket") {
-      const char* v = flags.Value();
-      if (v == nullptr) return Usage("--socket needs a path");
-      socket_path = v;
-    } else if (arg == "--ledger") {
-      const char* v = flags.Value();
-      if (v == nullptr) return Usage("--ledger needs a name");
-      ledger_name = v;
-    } else if (arg == "--context-overhead") {
-      const char* v = flags.Value();
-      if (v == nullptr) return Usage("--context-overhead needs a size (e.g. 300MiB) or measure");
-      context_overhead = v;
-    } else if (arg == "--ctl-mount" || arg == "--ctl-group" || arg == "--http") {
-      const char* v = flags.Value();
-      if (v == nullptr || *v == '\0') return Usage(arg + " needs a value");
-      if (arg == "--ctl-mount") ctl_mount = v;
-      if (arg == "--ctl-group") ctl_group = v;
-      if (arg == "--http") {
-        http_listen = v;
-        http_input = "--http";
-      }
-    } else if (arg == "--container-sockets") {
-      const char* v = flags.Value();
-      if (v == nullptr || v[0] != '/') {
-        return Usage("--container-sockets \"" + std::string(v != nullptr ? v : "") +
-                     "\": expected an absolute directory");
-      }
-      container_sockets = v;
-    } else if (arg == "--http-allow-write") {
-      http_allow_write = true;
-    } else if (arg == "--policy" || arg == "--max-inst" || arg == "--prio-ratio" ||
-               arg == "--quota-min" || arg == "--quota-max" || arg == "--daemon-loss-timeout") {
-      const char* v = flags.Value();
-      if (v == nullptr) return Usage(arg + " needs a value");
-      auto& config = compute_options.defaults;
-      // A node-wide flag overrides the config file's per-GPU value of that setting as well.
-      if (arg == "--policy") {
-        auto p = tessera::ParseArbiterPolicy(v, "--policy");
-        if (!p.ok()) return Usage(p.error());
-        config.policy = *p;
-        policy_given = true;
-        for (auto& [gpu, o] : gpu_overrides) o.policy.reset();
-      } else if (arg == "--max-inst") {
-        auto n = tessera::ParseUnsigned(v, "--max-inst", 1, 256);
-        if (!n.ok()) return Usage(n.error());
-        config.max_inst = static_cast<int>(*n);
-        for (auto& [gpu, o] : gpu_overrides) o.max_inst.reset();
-      } else if (arg == "--prio-ratio") {
-        auto p = tessera::ParsePercent(v, "--prio-ratio", 20, 99);
-        if (!p.ok()) return Usage(p.error());
-        config.prio_ratio = *p;
-        for (auto& [gpu, o] : gpu_overrides) o.prio_ratio.reset();
-      } else {
-        // Milliseconds, fractions allowed (0.5 = 500 us).
-        char* end = nullptr;
-        const double ms = std::strtod(v, &end);
-        if (*v == '\0' || *end != '\0' || !(ms > 0) || ms > 600000) {
-          return Usage(arg + " \"" + v + "\": expected milliseconds, e.g. 2 or 0.5");
-        }
-        const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(ms * 1e6));
-        if (arg == "--quota-min") config.quota_min = ns;
-        if (arg == "--quota-max") config.quota_max = ns;
-        if (arg == "--daemon-loss-timeout") {
-          compute_options.loss_timeout_ns = static_cast<uint64_t>(ns.count());
-        }
-      }
-    } else if (arg == "--gpu-policy") {
-      // One GPU's policy, overriding --policy and the config file: INDEX:POLICY, e.g. 1:5.
-      const char* v = flags.Value();
-      const std::string text = v != nullptr ? v : "";
-      const size_t colon = text.find(':');
-      auto index = tessera::ParseUnsigned(text.substr(0, colon), "--gpu-policy GPU index", 0, 15);
-      auto policy = colon == std::string::npos
-                        ? tessera::Result<tessera::ArbiterPolicy>::Error("")
-                        : tessera::ParseArbiterPolicy(text.substr(colon + 1), "--gpu-policy");
-      if (!index.ok() || !policy.ok()) {
-        return Usage("--gpu-policy \"" + text + "\": expected GPU:POLICY, e.g. 1:5 (" +
-                     (index.ok() ? policy.error() : index.error()) + ")");
-      }
-      gpu_policies.emplace_back(static_cast<int>(*index), *policy);
-    } else if (arg == "--reconcile-interval") {
-      const char* v = flags.Value();
-      auto d = tessera::ParseDuration(v != nullptr ? v : "", "--reconcile-interval",
-                                      std::chrono::milliseconds(100), std::chrono::seconds(10));
-      if (!d.ok()) return Usage(d.error());
-      reconcile_interval = *d;
-    } else if (arg == "--over-limit-action") {
-      const char* v = flags.Value();
-      const std::string text = v != nullptr ? v : "";
-      bool known = false;
-      for (auto a :
-           {tessera::config::OverLimitAction::kLog, tessera::config::OverLimitAction::kBlock,
-            tessera::config::OverLimitAction::kKill}) {
-        if (text == tessera::config::OverLimitActionName(a)) {
-          over_limit_action = a;
-          known = true;
-        }
-      }
-      if (!known) return Usage("--over-limit-action \"" + text + "\": expected log, block or kill");
-    } else if (arg == "--mps") {
-      mps = true;
-    } else if (arg == "--mps-control" || arg == "--mps-dir") {
-      const char* v = flags.Value();
-      if (v == nullptr || v[0] != '/') {
-        return Usage(arg + " \"" + std::string(v != nullptr ? v : "") +
-                     "\": expected an absolute path");
-      }
-      (arg == "--mps-control" ? mps_control : mps_dir) = v;
-    } else if (arg == "--sim") {
-      sim = true;
-    } else if (arg == "--ephemeral") {
-      ephemeral = true;
-    } else if (arg == "--allow-self-declared") {
-      const char* v = flags.Value();
-      if (v == nullptr) return Usage("--allow-self-declared needs true or false");
-      auto parsed = tessera::ParseBoolFlag(v, "--allow-self-declared");
-      if (!parsed.ok()) return Usage(parsed.error());
-      allow_self_declared = *parsed;
-    } else {
-      return Usage("unknown argument \"" + arg + "\"");
+  if (flags.socket) socket_path = *flags.socket;
+  if (flags.ledger) ledger_name = *flags.ledger;
+  if (flags.context_overhead) context_overhead = *flags.context_overhead;
+  for (const auto& [flag, value, out] : {std::tuple{"--ctl-mount", &flags.ctl_mount, &ctl_mount},
+                                         {"--ctl-group", &flags.ctl_group, &ctl_group},
+                                         {"--http", &flags.http, &http_listen}}) {
+    if (!*value) continue;
+    if ((*value)->empty()) return Usage(std::string(flag) + " needs a value");
+    *out = **value;
+  }
+  if (flags.http) http_input = "--http";
+  if (flags.container_sockets) {
+    if (flags.container_sockets->empty() || (*flags.container_sockets)[0] != '/') {
+      return Usage("--container-sockets \"" + *flags.container_sockets +
+                   "\": expected an absolute directory");
     }
+    container_sockets = *flags.container_sockets;
+  }
+  http_allow_write = http_allow_write || flags.http_allow_write;
+  sim = sim || flags.sim;
+  ephemeral = flags.ephemeral;
+  // A node-wide flag overrides the config file's per-GPU value of that setting as well.
+  auto& defaults = compute_options.defaults;
+  if (flags.policy) {
+    auto p = tessera::ParseArbiterPolicy(*flags.policy, "--policy");
+    if (!p.ok()) return Usage(p.error());
+    defaults.policy = *p;
+    policy_given = true;
+    for (auto& [gpu, o] : gpu_overrides) o.policy.reset();
+  }
+  mps = flags.mps;
+  for (const auto& [flag, value, out] : {std::tuple{"--mps-control", &flags.mps_control, &mps_control},
+                                         {"--mps-dir", &flags.mps_dir, &mps_dir}}) {
+    if (!*value) continue;
+    if ((*value)->empty() || (**value)[0] != '/') {
+      return Usage(std::string(flag) + " \"" + **value + "\": expected an absolute path");
+    }
+    *out = **value;
+  }
+  if (flags.max_inst) {
+    auto n = tessera::ParseUnsigned(*flags.max_inst, "--max-inst", 1, 256);
+    if (!n.ok()) return Usage(n.error());
+    defaults.max_inst = static_cast<int>(*n);
+    for (auto& [gpu, o] : gpu_overrides) o.max_inst.reset();
+  }
+  if (flags.prio_ratio) {
+    auto p = tessera::ParsePercent(*flags.prio_ratio, "--prio-ratio", 20, 99);
+    if (!p.ok()) return Usage(p.error());
+    defaults.prio_ratio = *p;
+    for (auto& [gpu, o] : gpu_overrides) o.prio_ratio.reset();
+  }
+  // Milliseconds, fractions allowed (0.5 = 500 us).
+  for (const auto& [flag, value] : {std::pair{"--quota-min", &flags.quota_min},
+                                    {"--quota-max", &flags.quota_max},
+                                    {"--daemon-loss-timeout", &flags.daemon_loss_timeout}}) {
+    if (!*value) continue;
+    const std::string& v = **value;
+    char* end = nullptr;
+    const double ms = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !(ms > 0) || ms > 600000) {
+      return Usage(std::string(flag) + " \"" + v +
+                   "\": expected milliseconds, e.g. 2 or 0.5 (at most 600000)");
+    }
+    const auto ns = std::chrono::nanoseconds(static_cast<int64_t>(ms * 1e6));
+    if (value == &flags.quota_min) defaults.quota_min = ns;
+    if (value == &flags.quota_max) defaults.quota_max = ns;
+    if (value == &flags.daemon_loss_timeout) {
+      compute_options.loss_timeout_ns = static_cast<uint64_t>(ns.count());
+    }
+  }
+  // One GPU's policy, overriding --policy and the config file: INDEX:POLICY, e.g. 1:5.
+  for (const std::string& text : flags.gpu_policy) {
+    const size_t colon = text.find(':');
+    auto index = tessera::ParseUnsigned(text.substr(0, colon), "--gpu-policy GPU index", 0, 15);
+    auto policy = colon == std::string::npos
+                      ? tessera::Result<tessera::ArbiterPolicy>::Error("no \":\"")
+                      : tessera::ParseArbiterPolicy(text.substr(colon + 1), "--gpu-policy");
+    if (!index.ok() || !policy.ok()) {
+      return Usage("--gpu-policy \"" + text + "\": expected GPU:POLICY, e.g. 1:5 (" +
+                   (index.ok() ? policy.error() : index.error()) + ")");
+    }
+    gpu_policies.emplace_back(static_cast<int>(*index), *policy);
+  }
+  if (flags.reconcile_interval) {
+    auto d = tessera::ParseDuration(*flags.reconcile_interval, "--reconcile-interval",
+                                    std::chrono::milliseconds(100), std::chrono::seconds(10));
+    if (!d.ok()) return Usage(d.error());
+    reconcile_interval = *d;
+  }
+  if (flags.over_limit_action) {
+    bool known = false;
+    for (auto a : {tessera::config::OverLimitAction::kLog, tessera::config::OverLimitAction::kBlock,
+                   tessera::config::OverLimitAction::kKill}) {
+      if (*flags.over_limit_action == tessera::config::OverLimitActionName(a)) {
+        over_limit_action = a;
+        known = true;
+      }
+    }
+    if (!known) {
+      return Usage("--over-limit-action \"" + *flags.over_limit_action +
+                   "\": expected log, block or kill");
+    }
+  }
+  if (flags.allow_self_declared) {
+    auto parsed = tessera::ParseBoolFlag(*flags.allow_self_declared, "--allow-self-declared");
+    if (!parsed.ok()) return Usage(parsed.error());
+    allow_self_declared = *parsed;
   }
   if (mps && !policy_given) {
     // MPS runs clients' kernels side by side; slicing GPU time would undo that. Memory isolation
@@ -616,12 +622,16 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<tessera::http::HttpServer> http;
   if (!http_listen.empty()) {
-    tessera::daemon::HttpDoorOptions door{http_allow_write, version};
+    tessera::daemon::HttpDoor door;
+    door.tree = &tree;
+    door.state = [&registry] { return registry.StatusJson(); };
+    door.metrics = [&registry, compute = compute->get(), version] {
+      return tessera::daemon::RenderMetrics(registry, *compute, version);
+    };
+    door.allow_write = http_allow_write;
     auto created = tessera::http::HttpServer::Create(
         http_listen, http_input,
-        [&tree, &registry, compute = compute->get(), door](const tessera::http::Request& r) {
-          return tessera::daemon::HandleHttp(r, tree, registry, *compute, door);
-        });
+        [door](const tessera::http::Request& r) { return tessera::daemon::HandleHttp(r, door); });
     tessera::Status started = created.ok() ? (*created)->Start() : created.status();
     if (!started.ok()) {
       std::fprintf(stderr, "tesserad: %s\n", started.message().c_str());

@@ -41,8 +41,8 @@ class NodeControlTest : public ::testing::Test {
     compute_.reset();
     shm_unlink(name_.c_str());
   }
-  Result<Message> Container(const std::string& line) {
-    return registry_->SetContainer(*ParseMessage(line));
+  Result<protocol::Message> Container(const std::string& line) {
+    return registry_->SetContainer(*protocol::ParseMessage(line));
   }
   const ctl::ContainerState* Find(const ctl::NodeSnapshot& s, int gpu, const std::string& id) {
     for (const ctl::ContainerState& c : s.gpus.at(static_cast<size_t>(gpu)).containers) {
@@ -61,9 +61,10 @@ class NodeControlTest : public ::testing::Test {
 TEST_F(NodeControlTest, SnapshotShowsGpusContainersAndProcesses) {
   ASSERT_TRUE(Container("CONTAINER id=web mem=1073741824,none weight=3").ok());
   uint32_t p = 0;
-  ASSERT_TRUE(
-      registry_->Hello(*ParseMessage("HELLO version=1 container=web local_pid=7"), getpid(), &p)
-          .ok());
+  ASSERT_TRUE(registry_
+                  ->Hello(*protocol::ParseMessage("HELLO version=1 container=web local_pid=7"),
+                          getpid(), &p)
+                  .ok());
   const int c = registry_->ledger().FindContainer("web");
   layout_->containers[c].used[0].store(300 << 20);
   layout_->processes[p].used[0].store(300 << 20);
@@ -128,21 +129,23 @@ TEST_F(NodeControlTest, RegistryRefusesReservedIdsAndAppliesTheDefaultLimit) {
   for (const char* id : {"policy", "max_inst", "free_weight", "prio_ratio"}) {
     EXPECT_THAT(Container(std::string("CONTAINER id=") + id).error(), HasSubstr("reserved"));
     uint32_t p = 0;
-    EXPECT_THAT(
-        registry_
-            ->Hello(*ParseMessage(std::string("HELLO version=1 container=") + id), getpid(), &p)
-            .error(),
-        HasSubstr("reserved"));
+    EXPECT_THAT(registry_
+                    ->Hello(*protocol::ParseMessage(std::string("HELLO version=1 container=") + id),
+                            getpid(), &p)
+                    .error(),
+                HasSubstr("reserved"));
   }
   EXPECT_FALSE(node_->SetDefaultMemsize(Bytes(0)).ok());
   ASSERT_TRUE(node_->SetDefaultMemsize(Bytes(3 * kGiB)).ok());
   EXPECT_EQ(node_->Snapshot().default_memsize, Bytes(3 * kGiB));
   uint32_t p = 0;
   ASSERT_TRUE(
-      registry_->Hello(*ParseMessage("HELLO version=1 container=plain"), getpid(), &p).ok());
-  ASSERT_TRUE(
-      registry_->Hello(*ParseMessage("HELLO version=1 container=own mem=1073741824"), getpid(), &p)
+      registry_->Hello(*protocol::ParseMessage("HELLO version=1 container=plain"), getpid(), &p)
           .ok());
+  ASSERT_TRUE(registry_
+                  ->Hello(*protocol::ParseMessage("HELLO version=1 container=own mem=1073741824"),
+                          getpid(), &p)
+                  .ok());
   const ctl::NodeSnapshot s = node_->Snapshot();
   EXPECT_EQ(Find(s, 1, "plain")->memsize, Bytes(3 * kGiB));  // declared none: the default
   EXPECT_EQ(Find(s, 1, "own")->memsize, Bytes(kGiB));        // declared its own

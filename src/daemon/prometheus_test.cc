@@ -11,13 +11,13 @@
 // install it: a monitoring check that quietly skips is one nobody notices is missing.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -46,63 +47,6 @@ constexpr const char* kPrometheus = "/usr/bin/prometheus";
 constexpr uint64_t kHeld = 384ull << 20;  // what the tenant allocates in the container
 constexpr uint64_t kLimit = 3ull << 30;   // the container's memory limit on every GPU
 
-// The body of a GET of `target` from 127.0.0.1:port, or nullopt when the request failed or the
-// status was not 200 (one request per connection, "Connection: close").
-std::optional<std::string> HttpGet(uint16_t port, const std::string& target) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  timeval tv{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const std::string request =
-      "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-  std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-          static_cast<ssize_t>(request.size())) {
-    char buf[8192];
-    ssize_t n;
-    while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  const size_t head_end = response.find("\r\n\r\n");
-  if (response.rfind("HTTP/1.1 200", 0) != 0 || head_end == std::string::npos) return std::nullopt;
-  std::string body = response.substr(head_end + 4);
-  // Go's server sends small bodies whole; a chunked one is decoded here (size line, data, CRLF).
-  if (response.substr(0, head_end).find("Transfer-Encoding: chunked") != std::string::npos) {
-    std::string plain;
-    size_t pos = 0;
-    for (;;) {
-      const size_t line_end = body.find("\r\n", pos);
-      if (line_end == std::string::npos) break;
-      const size_t size = std::strtoul(body.c_str() + pos, nullptr, 16);
-      if (size == 0) break;
-      plain += body.substr(line_end + 2, size);
-      pos = line_end + 2 + size + 2;
-    }
-    body = plain;
-  }
-  return body;
-}
-
-// Percent-encodes a PromQL expression for a query string.
-std::string UrlEncode(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (isalnum(c) || c == '_' || c == '-' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
-}
-
 // A port nobody listens on now: bind port 0 on loopback, read what the kernel chose, close.
 uint16_t FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -120,26 +64,36 @@ uint16_t FreePort() {
 }
 
 // One instant query's answer: the number of series and the first one's value (as Prometheus
-// spells it) and text, or why there is none.
+// spells it) and instance label, or why there is none (the body).
 struct QueryAnswer {
   int series = 0;
   std::string value;
+  std::string instance;
   std::string body;
 };
 
-// Reads a /api/v1/query answer: {"status":"success","data":{"resultType":"vector",
-// "result":[{"metric":{...},"value":[TIME,"VALUE"]},...]}}. Label values here are plain, so the
-// first "value":[ belongs to the first series.
-QueryAnswer ParseQuery(const std::string& body) {
+// Asks Prometheus's /api/v1/query at 127.0.0.1:port; the answer is
+// {"status":"success","data":{"resultType":"vector","result":[{"metric":{...},
+// "value":[TIME,"VALUE"]},...]}}.
+QueryAnswer Query(uint16_t port, const std::string& promql) {
   QueryAnswer a;
-  a.body = body;
-  if (body.find("\"status\":\"success\"") == std::string::npos) return a;
-  const std::string marker = "\"value\":[";
-  for (size_t pos = body.find(marker); pos != std::string::npos; pos = body.find(marker, pos + 1)) {
-    if (a.series++ > 0) continue;
-    const size_t open = body.find(",\"", pos);
-    const size_t close = open == std::string::npos ? open : body.find('"', open + 2);
-    if (close != std::string::npos) a.value = body.substr(open + 2, close - open - 2);
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(5, 0);
+  auto response = client.Get("/api/v1/query", {{"query", promql}}, httplib::Headers());
+  if (!response) {
+    a.body = "no answer: " + httplib::to_string(response.error());
+    return a;
+  }
+  a.body = response->body;
+  const auto json = nlohmann::json::parse(response->body, nullptr, /*allow_exceptions=*/false);
+  if (response->status != 200 || json.is_discarded() || json.value("status", "") != "success") {
+    return a;
+  }
+  const nlohmann::json& result = json["data"]["result"];
+  a.series = static_cast<int>(result.size());
+  if (!result.empty()) {
+    a.value = result[0]["value"][1].get<std::string>();
+    a.instance = result[0]["metric"].value("instance", "");
   }
   return a;
 }
@@ -240,10 +194,7 @@ class PrometheusTest : public ::testing::Test {
     ASSERT_TRUE(prometheus_->started());
   }
 
-  QueryAnswer Query(const std::string& promql) {
-    auto body = HttpGet(prom_port_, "/api/v1/query?query=" + UrlEncode(promql));
-    return ParseQuery(body.value_or(""));
-  }
+  QueryAnswer Query(const std::string& promql) { return ::Query(prom_port_, promql); }
 
   std::string state_, socket_, dir_;
   uint16_t daemon_port_ = 0, prom_port_ = 0;
@@ -273,7 +224,7 @@ TEST_F(PrometheusTest, PrometheusScrapesTheContainersMemoryAndTheDaemonsHealth) 
   ASSERT_EQ(up.value, "1") << "Prometheus did not scrape tesserad within 60 s: " << up.body;
   ASSERT_EQ(used.series, 1) << used.body;
   EXPECT_EQ(used.value, std::to_string(kHeld)) << used.body;
-  EXPECT_NE(used.body.find("\"instance\":\"" + instance + "\""), std::string::npos) << used.body;
+  EXPECT_EQ(used.instance, instance) << used.body;
 
   QueryAnswer limit = Query("tessera_container_memory_limit_bytes{container=\"mon\",gpu=\"0\"}");
   EXPECT_EQ(limit.series, 1) << limit.body;

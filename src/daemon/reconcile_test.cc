@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "daemon/compute.h"
-#include "daemon/protocol.h"
 #include "daemon/reconciler.h"
 #include "ipc/futex.h"
 #include "ipc/unix_socket.h"
 #include "ledger/memory_ledger.h"
 #include "process/child_process.h"
+#include "protocol/protocol.h"
 
 namespace tessera::daemon {
 namespace {
@@ -62,7 +62,8 @@ class ReconcilerTest : public ::testing::Test {
   // A container with a 1 GiB limit and one process (host pid `pid`) holding `reserved` bytes
   // through the shim.
   uint32_t Container(const std::string& id, int32_t pid, uint64_t reserved) {
-    auto added = registry_->SetContainer(*ParseMessage("CONTAINER id=" + id + " mem=1073741824"));
+    auto added =
+        registry_->SetContainer(*protocol::ParseMessage("CONTAINER id=" + id + " mem=1073741824"));
     EXPECT_TRUE(added.ok()) << added.error();
     const int c = registry_->ledger().FindContainer(id);
     auto p = const_cast<ledger::MemoryLedger&>(registry_->ledger())

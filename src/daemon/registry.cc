@@ -4,9 +4,11 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 #include "core/container_id.h"
 #include "core/device_selector.h"
@@ -33,15 +35,6 @@ bool PidAlive(pid_t pid) {
   const char* close = std::strrchr(buf, ')');
   if (close == nullptr || close[1] != ' ') return true;
   return close[2] != 'Z' && close[2] != 'X';
-}
-
-std::string Json(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 // A valid container id that the control tree can also show: not one of its GPU files' names
@@ -75,7 +68,7 @@ int Registry::Repair() {
   return static_cast<int>(lines.size());
 }
 
-Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
+Result<Registry::ComputeFields> Registry::ParseCompute(const protocol::Message& request,
                                                        const char* verb) const {
   ComputeFields out;
   struct Field {
@@ -102,7 +95,7 @@ Result<Registry::ComputeFields> Registry::ParseCompute(const Message& request,
   return out;
 }
 
-Status Registry::ApplyCompute(const Message& request, uint32_t c, const char* verb) {
+Status Registry::ApplyCompute(const protocol::Message& request, uint32_t c, const char* verb) {
   auto fields = ParseCompute(request, verb);
   if (!fields.ok()) return fields.status();
   ledger_.SetCompute(c, fields->core, fields->weight, fields->high_priority);
@@ -148,12 +141,13 @@ Result<std::vector<uint64_t>> Registry::ParseLimits(const std::string& text, int
   return limits;
 }
 
-Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* process_slot) {
+Result<protocol::Message> Registry::Hello(const protocol::Message& request, pid_t pid,
+                                          uint32_t* process_slot) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (request.Get("version") != std::to_string(kProtocolVersion)) {
-    return Result<Message>::Error("HELLO version=" + request.Get("version", "(missing)") +
-                                  ": this tesserad speaks version " +
-                                  std::to_string(kProtocolVersion));
+  if (request.Get("version") != std::to_string(protocol::kProtocolVersion)) {
+    return Result<protocol::Message>::Error("HELLO version=" + request.Get("version", "(missing)") +
+                                            ": this tesserad speaks version " +
+                                            std::to_string(protocol::kProtocolVersion));
   }
   if (request.Has("resume")) return ResumeLocked(request, pid, process_slot);
   std::string id = request.Get("container", "proc-" + std::to_string(pid));
@@ -175,16 +169,18 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   int c = ledger_.FindContainer(id);
   if (c < 0) {
     if (!options_.allow_self_declared) {
-      return Result<Message>::Error("container " + id +
-                                    " is not registered and this tesserad does not accept "
-                                    "self-declared containers (--allow-self-declared=false); "
-                                    "start the process with `tessera run`");
+      return Result<protocol::Message>::Error(
+          "container " + id +
+          " is not registered and this tesserad does not accept "
+          "self-declared containers (--allow-self-declared=false); "
+          "start the process with `tessera run`");
     }
     auto compute = ParseCompute(request, "HELLO");
     if (!compute.ok()) return compute.status();
     if (compute_ != nullptr) {
       if (Status s = compute_->CanAdmit(visible, static_cast<int>(compute->weight)); !s.ok()) {
-        return Result<Message>::Error("container " + id + " cannot start: " + s.message());
+        return Result<protocol::Message>::Error("container " + id +
+                                                " cannot start: " + s.message());
       }
     }
     // The declared limits are per visible device (ordinal order); the ledger's are physical. A
@@ -204,7 +200,7 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     ledger_.SetFlags(static_cast<uint32_t>(c), 0, ~0u);
     (void)ApplyCompute(request, static_cast<uint32_t>(c), "HELLO");  // validated above
   }
-  Message reply = Welcome(static_cast<uint32_t>(c), pid);
+  protocol::Message reply = Welcome(static_cast<uint32_t>(c), pid);
   std::string visible_list;
   for (int v : visible) visible_list += (visible_list.empty() ? "" : ",") + std::to_string(v);
   if (!visible_list.empty()) reply.fields["visible"] = visible_list;
@@ -222,7 +218,8 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
     char* end = nullptr;
     const long v = std::strtol(text.c_str(), &end, 10);
     if (*end != '\0' || v <= 0 || v > 0x3fffffff) {
-      return Result<Message>::Error("HELLO local_pid=" + text + ": expected a positive process id");
+      return Result<protocol::Message>::Error("HELLO local_pid=" + text +
+                                              ": expected a positive process id");
     }
     local_pid = static_cast<int32_t>(v);
   }
@@ -235,8 +232,8 @@ Result<Message> Registry::Hello(const Message& request, pid_t pid, uint32_t* pro
   return reply;
 }
 
-Message Registry::Welcome(uint32_t c, pid_t pid) const {
-  Message reply{"OK", {}};
+protocol::Message Registry::Welcome(uint32_t c, pid_t pid) const {
+  protocol::Message reply{"OK", {}};
   reply.fields["container"] = std::to_string(c);
   reply.fields["devices"] = std::to_string(ledger_.device_count());
   reply.fields["pid"] = std::to_string(pid);
@@ -244,58 +241,61 @@ Message Registry::Welcome(uint32_t c, pid_t pid) const {
   return reply;
 }
 
-Result<Message> Registry::ResumeLocked(const Message& request, pid_t pid, uint32_t* process_slot) {
+Result<protocol::Message> Registry::ResumeLocked(const protocol::Message& request, pid_t pid,
+                                                 uint32_t* process_slot) {
   const std::string slot_text = request.Get("resume"), generation_text = request.Get("generation");
   char* end = nullptr;
   const unsigned long p = std::strtoul(slot_text.c_str(), &end, 10);
   const bool slot_ok = !slot_text.empty() && *end == '\0' && p < ledger::kMaxProcesses;
   const unsigned long g = std::strtoul(generation_text.c_str(), &end, 10);
   if (!slot_ok || generation_text.empty() || *end != '\0') {
-    return Result<Message>::Error("HELLO resume=" + slot_text + " generation=" + generation_text +
-                                  ": expected a process slot below " +
-                                  std::to_string(ledger::kMaxProcesses) + " and its generation");
+    return Result<protocol::Message>::Error(
+        "HELLO resume=" + slot_text + " generation=" + generation_text +
+        ": expected a process slot below " + std::to_string(ledger::kMaxProcesses) +
+        " and its generation");
   }
   const ledger::LedgerBook::Process& slot = ledger_.book().processes[p];
   if (slot.state.load() != ledger::kLive || slot.host_pid.load() != pid ||
       slot.generation.load() != g) {
-    return Result<Message>::Error("HELLO resume=" + slot_text + " generation=" + generation_text +
-                                  ": that slot does not hold this process (pid " +
-                                  std::to_string(pid) + ") any more; register anew");
+    return Result<protocol::Message>::Error("HELLO resume=" + slot_text +
+                                            " generation=" + generation_text +
+                                            ": that slot does not hold this process (pid " +
+                                            std::to_string(pid) + ") any more; register anew");
   }
   if (attached_.test(p)) {
-    return Result<Message>::Error("HELLO resume=" + slot_text + ": already attached");
+    return Result<protocol::Message>::Error("HELLO resume=" + slot_text + ": already attached");
   }
   attached_.set(p);
   *process_slot = static_cast<uint32_t>(p);
-  Message reply = Welcome(slot.container.load(), pid);
+  protocol::Message reply = Welcome(slot.container.load(), pid);
   reply.fields["process"] = std::to_string(p);
   reply.fields["generation"] = std::to_string(g);
   return reply;
 }
 
-Result<Message> Registry::UnregisterLocked(const Message& request) {
+Result<protocol::Message> Registry::UnregisterLocked(const protocol::Message& request) {
   const std::string id = request.Get("id");
   for (const auto& [key, value] : request.fields) {
     if (key != "id" && key != "remove") {
-      return Result<Message>::Error("CONTAINER remove=1 " + key + "=" + value +
+      return Result<protocol::Message>::Error("CONTAINER remove=1 " + key + "=" + value +
                                     ": a removal takes only id=");
     }
   }
   const int c = ledger_.FindContainer(id);
-  if (c < 0) return Result<Message>::Error("CONTAINER id=" + id + " remove=1: no such container");
+  if (c < 0) return Result<protocol::Message>::Error("CONTAINER id=" + id + " remove=1: no such container");
   ledger_.SetFlags(static_cast<uint32_t>(c), 0, ledger::kContainerRegistered);
   const uint32_t remaining = ledger_.book().containers[c].process_count.load();
   RemoveIfUnused(static_cast<uint32_t>(c));
-  return Message{"OK", {{"processes", std::to_string(remaining)}}};
+  return protocol::Message{"OK", {{"processes", std::to_string(remaining)}}};
 }
 
-Result<Message> Registry::SetContainer(const Message& request) {
+Result<protocol::Message> Registry::SetContainer(const protocol::Message& request) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::string id = request.Get("id");
   if (Status valid = CheckContainerId(id, "id"); !valid.ok()) return valid;
   if (request.Has("remove")) {
     if (request.Get("remove") != "1") {
-      return Result<Message>::Error("CONTAINER remove=" + request.Get("remove") + ": expected 1");
+      return Result<protocol::Message>::Error("CONTAINER remove=" + request.Get("remove") + ": expected 1");
     }
     return UnregisterLocked(request);
   }
@@ -307,14 +307,14 @@ Result<Message> Registry::SetContainer(const Message& request) {
     std::vector<int> all;
     for (int d = 0; d < ledger_.device_count(); ++d) all.push_back(d);
     if (Status s = compute_->CanAdmit(all, static_cast<int>(compute->weight)); !s.ok()) {
-      return Result<Message>::Error("container " + id + ": " + s.message());
+      return Result<protocol::Message>::Error("container " + id + ": " + s.message());
     }
   }
   auto c = ledger_.UpsertContainer(id, *limits);
   if (!c.ok()) return c.status();
   ledger_.SetFlags(*c, ledger::kContainerRegistered, 0);
   (void)ApplyCompute(request, *c, "CONTAINER");
-  return Message{"OK", {{"container", std::to_string(*c)}}};
+  return protocol::Message{"OK", {{"container", std::to_string(*c)}}};
 }
 
 void Registry::Disconnected(uint32_t process_slot, uint32_t generation) {
@@ -355,76 +355,72 @@ std::string Registry::StatusJson() const {
   if (compute_ != nullptr) {
     for (int d = 0; d < devices; ++d) shares.push_back(compute_->Shares(d));
   }
-  auto number = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%.1f", v);
-    return std::string(buf);
-  };
-  std::string out = "{\"devices\":[";
+  // Percentages to one decimal: what the arbiter's window can tell apart.
+  auto percent = [](double v) { return std::round(v * 10) / 10; };
+  // ordered_json keeps the members in the order written, as the document has always had them.
+  using Json = nlohmann::ordered_json;
+  Json out = {{"devices", Json::array()}, {"containers", Json::array()}};
   for (int d = 0; d < devices; ++d) {
-    out += (d ? "," : "") + std::string("{\"index\":") + std::to_string(d) +
-           ",\"uuid\":" + Json(book.devices[d].uuid) + ",\"name\":" + Json(book.devices[d].name) +
-           ",\"total_bytes\":" + std::to_string(book.devices[d].total_bytes);
+    const ledger::LedgerDevice& dev = book.devices[d];
+    Json device = {{"index", d},
+                   {"uuid", std::string(dev.uuid, strnlen(dev.uuid, sizeof(dev.uuid)))},
+                   {"name", std::string(dev.name, strnlen(dev.name, sizeof(dev.name)))},
+                   {"total_bytes", dev.total_bytes}};
     if (!shares.empty()) {
       const arbiter::ArbiterConfig& config = shares[d].config;
-      out += ",\"policy\":" + std::to_string(static_cast<int>(config.policy)) +
-             ",\"max_inst\":" + std::to_string(config.max_inst) +
-             ",\"prio_ratio\":" + std::to_string(config.prio_ratio.value()) +
-             ",\"free_weight\":" + std::to_string(shares[d].free_weight) +
-             ",\"holder\":" + std::to_string(l->gate.devices[d].holder.load());
+      device["policy"] = static_cast<int>(config.policy);
+      device["max_inst"] = config.max_inst;
+      device["prio_ratio"] = config.prio_ratio.value();
+      device["free_weight"] = shares[d].free_weight;
+      device["holder"] = l->gate.devices[d].holder.load();
     }
-    out += "}";
+    out["devices"].push_back(std::move(device));
   }
-  out += "],\"containers\":[";
-  bool first = true;
   for (int c = 0; c < ledger::kMaxContainers; ++c) {
     const ledger::LedgerBook::Container& slot = book.containers[c];
     if (slot.state.load() != ledger::kLive) continue;
-    out += (first ? "" : ",") + std::string("{\"id\":") + Json(slot.id) +
-           ",\"slot\":" + std::to_string(c) + ",\"limit_bytes\":[";
+    Json limits = Json::array(), used = Json::array(), compute = Json::array();
     for (int d = 0; d < devices; ++d) {
       const uint64_t limit = slot.limit[d].load();
-      out += (d ? "," : "") + (limit == ledger::kUnlimited ? "null" : std::to_string(limit));
+      limits.push_back(limit == ledger::kUnlimited ? Json(nullptr) : Json(limit));
+      used.push_back(l->containers[c].used[d].load());
     }
-    out += "],\"used_bytes\":[";
-    for (int d = 0; d < devices; ++d) {
-      out += (d ? "," : "") + std::to_string(l->containers[c].used[d].load());
-    }
-    out += "],\"core_percent\":" + std::to_string(slot.core_percent.load()) +
-           ",\"weight\":" + std::to_string(slot.weight.load()) +
-           ",\"high_priority\":" + (slot.high_priority.load() ? "true" : "false") +
-           ",\"compute\":[";
     for (int d = 0; d < static_cast<int>(shares.size()); ++d) {
       const ContainerShare* share = nullptr;
       for (const ContainerShare& cs : shares[d].containers) {
         if (cs.container == c) share = &cs;
       }
-      out += (d ? "," : "") + std::string("{\"device\":") + std::to_string(d) +
-             ",\"target_percent\":" +
-             (share != nullptr && share->target ? number(*share->target) : "null") +
-             ",\"achieved_percent\":" + (share != nullptr ? number(share->achieved) : "0.0") +
-             ",\"holder\":" + (share != nullptr && share->holder ? "true" : "false") + "}";
+      compute.push_back(
+          {{"device", d},
+           {"target_percent",
+            share != nullptr && share->target ? Json(percent(*share->target)) : Json(nullptr)},
+           {"achieved_percent", share != nullptr ? percent(share->achieved) : 0.0},
+           {"holder", share != nullptr && share->holder}});
     }
-    out += "],\"processes\":[";
-    bool first_p = true;
+    Json processes = Json::array();
     for (int p = 0; p < ledger::kMaxProcesses; ++p) {
       const ledger::LedgerBook::Process& ps = book.processes[p];
       if (ps.state.load() != ledger::kLive || ps.container.load() != static_cast<uint32_t>(c)) {
         continue;
       }
-      out += (first_p ? "" : ",") + std::string("{\"pid\":") + std::to_string(ps.host_pid.load()) +
-             ",\"attached\":" + (attached_.test(static_cast<size_t>(p)) ? "true" : "false") +
-             ",\"used_bytes\":[";
-      for (int d = 0; d < devices; ++d) {
-        out += (d ? "," : "") + std::to_string(l->processes[p].used[d].load());
-      }
-      out += "]}";
-      first_p = false;
+      Json process_used = Json::array();
+      for (int d = 0; d < devices; ++d) process_used.push_back(l->processes[p].used[d].load());
+      processes.push_back({{"pid", ps.host_pid.load()},
+                           {"attached", attached_.test(static_cast<size_t>(p))},
+                           {"used_bytes", std::move(process_used)}});
     }
-    out += "]}";
-    first = false;
+    out["containers"].push_back({{"id", std::string(slot.id)},
+                                 {"slot", c},
+                                 {"limit_bytes", std::move(limits)},
+                                 {"used_bytes", std::move(used)},
+                                 {"core_percent", slot.core_percent.load()},
+                                 {"weight", slot.weight.load()},
+                                 {"high_priority", slot.high_priority.load() != 0},
+                                 {"compute", std::move(compute)},
+                                 {"processes", std::move(processes)}});
   }
-  return out + "]}";
+  // Names come from NVML and ids are validated, but a byte that is not UTF-8 must not throw here.
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace tessera::daemon

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "core/result.h"
-#include "daemon/protocol.h"
 #include "ledger/memory_ledger.h"
+#include "protocol/protocol.h"
 
 namespace tessera::daemon {
 
@@ -44,12 +44,13 @@ class Registry {
   // sends the ledger descriptor with them and remembers the process slot for Disconnected. With
   // resume=SLOT generation=G it re-attaches a process of an earlier daemon instead (see
   // ResumeLocked).
-  Result<Message> Hello(const Message& request, pid_t pid, uint32_t* process_slot);
+  Result<protocol::Message> Hello(const protocol::Message& request, pid_t pid,
+                                  uint32_t* process_slot);
   // CONTAINER: creates or updates a container's limits. With remove=1 (and no other field but id)
   // it unregisters the container instead: it goes at once when no process of it is left, else
   // when its last process exits (until then its processes keep what they hold); the reply says
   // how many processes remain (`processes=N`). Its container socket closes either way.
-  Result<Message> SetContainer(const Message& request);
+  Result<protocol::Message> SetContainer(const protocol::Message& request);
   // The connection of a registered process closed: everything it held goes back. `generation` is
   // the slot's generation its HELLO reply carried: a slot the sweep (ReclaimDeadProcesses) already
   // took back, and perhaps gave to a new process since, is left alone.
@@ -86,25 +87,26 @@ class Registry {
 
  private:
   // Applies the compute fields of a request (core=, weight=, high_prio=) to container `c`.
-  Status ApplyCompute(const Message& request, uint32_t c, const char* verb);
+  Status ApplyCompute(const protocol::Message& request, uint32_t c, const char* verb);
   // HELLO resume=SLOT generation=G (Hello hands it here, under the lock): a process registered
   // with an earlier daemon (before a restart or upgrade) re-attaches its connection, so its death
   // is again a closed socket. Accepted only when slot SLOT is live, holds `pid` (SO_PEERCRED) and
   // still has generation G; nothing in the ledger changes.
-  Result<Message> ResumeLocked(const Message& request, pid_t pid, uint32_t* process_slot);
+  Result<protocol::Message> ResumeLocked(const protocol::Message& request, pid_t pid,
+                                         uint32_t* process_slot);
   // The reply fields every accepted HELLO carries: container, devices, pid, context_bytes.
-  Message Welcome(uint32_t c, pid_t pid) const;
+  protocol::Message Welcome(uint32_t c, pid_t pid) const;
   // Parses and validates the compute fields of a request into `out`.
   struct ComputeFields {
     uint32_t core = 100;
     uint32_t weight = 1;
     uint32_t high_priority = 0;
   };
-  Result<ComputeFields> ParseCompute(const Message& request, const char* verb) const;
+  Result<ComputeFields> ParseCompute(const protocol::Message& request, const char* verb) const;
   // Frees container `c` if it was self-declared (or unregistered) and has no process left.
   void RemoveIfUnused(uint32_t c);
   // CONTAINER id=X remove=1, under the lock.
-  Result<Message> UnregisterLocked(const Message& request);
+  Result<protocol::Message> UnregisterLocked(const protocol::Message& request);
   // Parses a "mem" field: comma list of byte counts or "none", one per device of `devices` (a
   // shorter list repeats its last entry).
   Result<std::vector<uint64_t>> ParseLimits(const std::string& text, int devices) const;

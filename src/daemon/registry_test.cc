@@ -6,6 +6,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 namespace tessera::daemon {
 namespace {
 
@@ -28,9 +30,19 @@ class RegistryTest : public ::testing::Test {
     EXPECT_TRUE(ledger.ok());
     return Registry(std::move(*ledger), {self_declared, 0});
   }
-  static Message Parse(const std::string& line) { return *ParseMessage(line); }
+  static protocol::Message Parse(const std::string& line) { return *protocol::ParseMessage(line); }
   std::string name_;
 };
+
+// The "attached" flag of every process in the registry's STATUS snapshot, in slot order.
+std::vector<bool> Attached(const Registry& registry) {
+  std::vector<bool> out;
+  const nlohmann::json status = nlohmann::json::parse(registry.StatusJson());
+  for (const auto& c : status.at("containers")) {
+    for (const auto& p : c.at("processes")) out.push_back(p.at("attached").get<bool>());
+  }
+  return out;
+}
 
 TEST_F(RegistryTest, SelfDeclaredContainerGetsItsLimitsOnItsVisibleDevices) {
   Registry r = Make();
@@ -81,7 +93,7 @@ TEST_F(RegistryTest, ResumeReattachesOnlyTheSlotsOwnProcess) {
   const std::string generation = first->Get("generation");
   // The daemon restarts: a new registry over the same ledger segment knows no connection.
   Registry again = Make();
-  EXPECT_NE(again.StatusJson().find("\"attached\":false"), std::string::npos);
+  EXPECT_EQ(Attached(again), std::vector<bool>{false});
   const std::string resume =
       "HELLO version=1 resume=" + std::to_string(slot) + " generation=" + generation;
   uint32_t got = 99;
@@ -102,7 +114,7 @@ TEST_F(RegistryTest, ResumeReattachesOnlyTheSlotsOwnProcess) {
   EXPECT_EQ(got, slot);
   EXPECT_EQ(ok->Get("process"), std::to_string(slot));
   EXPECT_EQ(ok->Get("generation"), generation);
-  EXPECT_NE(again.StatusJson().find("\"attached\":true"), std::string::npos);
+  EXPECT_EQ(Attached(again), std::vector<bool>{true});
   EXPECT_FALSE(again.Hello(Parse(resume), getpid(), &got).ok()) << "attached twice";
   again.Disconnected(slot, static_cast<uint32_t>(std::stoul(generation)));
   EXPECT_NE(again.ledger().layout()->processes[slot].state.load(), ledger::kLive)
@@ -167,11 +179,16 @@ TEST_F(RegistryTest, StatusIsValidJsonOfContainersAndProcesses) {
   uint32_t slot = 0;
   ASSERT_TRUE(
       r.Hello(Parse("HELLO version=1 container=web mem=1073741824 local_pid=5"), 77, &slot).ok());
-  const std::string json = r.StatusJson();
-  EXPECT_THAT(json, HasSubstr("\"id\":\"web\""));
-  EXPECT_THAT(json, HasSubstr("\"limit_bytes\":[1073741824,1073741824]"));
-  EXPECT_THAT(json, HasSubstr("{\"pid\":77,"));
-  EXPECT_THAT(json, HasSubstr("\"name\":\"B\""));
+  const nlohmann::json status = nlohmann::json::parse(r.StatusJson());
+  ASSERT_EQ(status.at("devices").size(), 2u);
+  EXPECT_EQ(status.at("devices")[1].at("name"), "B");
+  ASSERT_EQ(status.at("containers").size(), 1u);
+  const nlohmann::json& web = status.at("containers")[0];
+  EXPECT_EQ(web.at("id"), "web");
+  EXPECT_EQ(web.at("limit_bytes"), nlohmann::json::array({1073741824, 1073741824}));
+  ASSERT_EQ(web.at("processes").size(), 1u);
+  EXPECT_EQ(web.at("processes")[0].at("pid"), 77);
+  EXPECT_EQ(web.at("processes")[0].at("attached"), true);
 }
 
 // CONTAINER remove=1 (the device plugin's release): a container without processes goes at once; one

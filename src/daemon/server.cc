@@ -163,7 +163,7 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
   while ((nl = conn.buffer.find('\n')) != std::string::npos) {
     const std::string line = conn.buffer.substr(0, nl);
     conn.buffer.erase(0, nl + 1);
-    auto request = ParseMessage(line);
+    auto request = protocol::ParseMessage(line);
     std::string reply;
     int pass_fd = -1;
     if (request.ok() && conn.scope && request->verb == "HELLO") {
@@ -186,13 +186,13 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
         auto peer = ipc::PeerOf(fd);
         uint32_t slot = 0;
         auto hello = peer.ok() ? registry_->Hello(*request, peer->pid, &slot)
-                               : Result<Message>(peer.status());
+                               : Result<protocol::Message>(peer.status());
         if (hello.ok()) {
           conn.registered = true;
           conn.process_slot = slot;
           conn.generation = static_cast<uint32_t>(
               std::strtoul(hello->Get("generation", "0").c_str(), nullptr, 10));
-          reply = FormatMessage(*hello);
+          reply = protocol::FormatMessage(*hello);
           pass_fd = registry_->ledger().fd();
         } else {
           reply = "ERR " + hello.error();
@@ -202,7 +202,7 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
       auto set = registry_->SetContainer(*request);
       if (set.ok())
         set->fields.insert(container_reply_fields_.begin(), container_reply_fields_.end());
-      reply = set.ok() ? FormatMessage(*set) : "ERR " + set.error();
+      reply = set.ok() ? protocol::FormatMessage(*set) : "ERR " + set.error();
       if (set.ok()) SyncContainerSockets(epoll_fd);
     } else if (request->verb == "STATUS") {
       reply = "OK " + registry_->StatusJson();

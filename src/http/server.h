@@ -1,42 +1,89 @@
-// HttpServer: a small HTTP/1.1 server for tesserad's --http endpoint (/metrics, /v1/ctl/...).
-//
-// One server listens on one address and serves every connection from a single thread of its own
-// with poll(2) and non-blocking sockets, so a client that sends slowly, or never reads its
-// response, delays nobody else. Each request goes to one Handler; routing is the handler's job.
+// HttpServer: Tessera's HTTP/1.1 endpoint (tesserad's --http: /metrics, /v1/ctl/..., /v1/state;
+// the Kubernetes extender's filter/prioritize/bind), on cpp-httplib. cpp-httplib reads and writes
+// HTTP (request line, headers, percent-decoding, Content-Length and chunked bodies, HEAD,
+// keep-alive, HTTP/1.0); this room adds what an endpoint that changes a node's GPU policy needs
+// and the library leaves open: a deadline on each whole request, a bound on its size and on the
+// connections, and a prompt Stop(). It knows nothing of routes, metrics or the control tree: one
+// Handler gets every request.
 //
 // Promises:
-// - Create() binds and listens (so port() is known before Start()); Start() starts the thread;
-//   Stop() (or the destructor) wakes the thread, closes every connection and joins, promptly
-//   (it does not wait for clients or timeouts).
+// - Create() binds and listens (so port() is known before Start()); Start() starts serving;
+//   Stop() (or the destructor) stops accepting, wakes every connection, lets a handler that is
+//   running finish, closes every connection and joins, promptly (it does not wait for clients or
+//   timeouts).
+// - Every connection is served by a thread of its own, so a client that sends slowly, stalls, or
+//   never reads its response delays nobody else.
 // - HTTP/1.1 connections stay open between requests unless the client says "Connection: close";
 //   HTTP/1.0 ones close after the response unless the client asked for keep-alive. Requests on one
-//   connection are answered in order, one at a time.
-// - A malformed request gets its 4xx/5xx with a one-line text body and the connection is closed.
-// - A connection must deliver each complete request within Options::read_timeout of opening or
-//   of the end of the previous response; otherwise it gets 408 (if a request had begun) or is
-//   simply closed (if idle). A client has the same time to read its response. Dribbling bytes
-//   does not extend the bound.
-// - At most Options::max_connections are open; further clients get 503 and are closed.
+//   connection (pipelined ones too) are answered in order.
+// - Each request must arrive whole within Options::read_timeout of the connection opening or of
+//   the end of the previous response; dribbling bytes does not extend it. A request whose request
+//   line arrived but not the rest gets 408; otherwise the connection is simply closed. A client
+//   has the same time to read its response.
+// - A body above Options::max_body_bytes gets 413, decided from Content-Length before the body is
+//   read (or as soon as a chunked body passes the limit). A malformed request gets 400 (a target
+//   over 8 KiB: 414). After any of these the connection closes.
+// - Beyond Options::max_connections open connections, a client's request gets 503 and its
+//   connection closes; beyond twice that, new connections are closed at once.
+// - Bodies of error responses are one line of text saying what was wrong.
 //
-// The handler runs on the server thread: it must be quick and must not block (tesserad's handlers
-// read in-memory state). An exception escaping it becomes a 500; the server keeps running.
-// Not copyable. Stop() and the destructor may be called from any thread but the server's own.
+// The handler runs on the connection's thread, so several run at once: it must be thread-safe
+// (tesserad's handlers read in-memory state under the registry's lock). An exception escaping it
+// becomes a 500; a response with a header it may not set becomes a 500 as well.
+// Not copyable. Stop() and the destructor may be called from any thread but a handler's.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/host_port.h"
 #include "core/result.h"
-#include "http/message.h"
+#include "core/text.h"
 
 namespace tessera::http {
+
+struct Request {
+  std::string method;  // as sent: "GET", "PUT", "HEAD" (answered like GET, without the body)
+  std::string path;    // percent-decoded, without the query: "/v1/ctl/0/policy"
+  std::map<std::string, std::string> query;  // decoded; a repeated key keeps its last value
+  std::vector<std::pair<std::string, std::string>> headers;  // as received
+  std::string body;
+  std::string peer;  // "127.0.0.1:54321", "[::1]:54321"
+
+  // The value of the first header named `name` (ASCII case ignored), or nullopt.
+  std::optional<std::string> Header(std::string_view name) const {
+    for (const auto& [key, value] : headers) {
+      if (EqualsIgnoreCase(key, name)) return value;
+    }
+    return std::nullopt;
+  }
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  // Extra header fields. Content-Length, Content-Type, Connection, Transfer-Encoding and
+  // Keep-Alive are the server's; one of those, or a name or value with CR, LF or NUL, makes the
+  // server answer 500 instead.
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // A response with this status and a text body ending in a newline.
+  static Response Text(int status, std::string body) {
+    Response r;
+    r.status = status;
+    r.body = std::move(body) + "\n";
+    return r;
+  }
+};
 
 class HttpServer {
  public:
@@ -44,8 +91,8 @@ class HttpServer {
 
   struct Options {
     std::chrono::milliseconds read_timeout{10000};
-    size_t max_connections = 64;
-    ParseLimits limits;
+    size_t max_connections = 128;
+    size_t max_body_bytes = 1024 * 1024;
   };
 
   // Binds and listens on `listen` ("HOST:PORT", see core/host_port.h; port 0 picks a free one).
@@ -62,31 +109,23 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Starts serving on a new thread. Fails if already started or stopped.
+  // Starts serving on a thread of its own. Fails if already started or stopped.
   Status Start();
-  // Stops serving and joins the thread. Idempotent.
+  // Stops serving and joins every thread. Idempotent.
   void Stop();
 
   // The port actually bound (the kernel's choice when created with port 0).
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return address_.port; }
   // "127.0.0.1:PORT" with the bound port.
-  std::string address() const { return FormatHostPort(HostPort{host_, ipv6_, port_}); }
+  std::string address() const { return FormatHostPort(address_); }
+
+  class Impl;  // the cpp-httplib server and the connections' bookkeeping (server.cc)
 
  private:
-  HttpServer(int listen_fd, int wake_fd, std::string host, bool ipv6, uint16_t port,
-             Handler handler, Options options);
-  void Serve();
+  HttpServer(std::unique_ptr<Impl> impl, HostPort address);
 
-  int listen_fd_;
-  int wake_fd_;  // eventfd: Stop() writes to it to wake poll()
-  std::string host_;
-  bool ipv6_;
-  uint16_t port_;
-  Handler handler_;
-  Options options_;
-  std::thread thread_;
-  bool started_ = false;
-  std::atomic<bool> stopping_{false};
+  std::unique_ptr<Impl> impl_;
+  HostPort address_;
 };
 
 }  // namespace tessera::http

@@ -2,7 +2,7 @@
 // one-line messages (optionally carrying a file descriptor via SCM_RIGHTS), and the peer's
 // credentials from SO_PEERCRED. Messages are single lines of at most kMaxMessage bytes, ending in
 // '\n'. Every blocking call takes a timeout. No policy lives here; message meaning is in
-// daemon/protocol.h.
+// protocol/protocol.h.
 #pragma once
 
 #include <sys/types.h>

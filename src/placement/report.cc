@@ -2,10 +2,12 @@
 #include "placement/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace tessera::placement {
@@ -18,34 +20,17 @@ std::string Num(double v, int decimals = 2) {
   return buf;
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto u = static_cast<unsigned char>(ch);
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
+// `v` rounded to `decimals` places, as the JSON numbers are written (the table's precision).
+double Rounded(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
 }
 
-std::string Curve(const std::vector<double>& v) {
-  std::string out = "{";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) out += ",";
-    out += '"';
-    out += std::to_string(i);
-    out += "\":";
-    out += Num(v[i]);
-  }
-  return out + "}";
+// {"0": v0, "1": v1, ...}: a curve keyed by arrived-workload percent.
+nlohmann::ordered_json Curve(const std::vector<double>& v) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < v.size(); ++i) out[std::to_string(i)] = Rounded(v[i], 2);
+  return out;
 }
 
 Status WriteFile(const std::filesystem::path& path, const std::string& text) {
@@ -209,22 +194,23 @@ Status CreateDirectory(const std::string& dir) {
 }  // namespace
 
 std::string SimResultJson(const SimResult& r) {
-  std::string out = "{";
-  out += "\"policy\":" + JsonString(r.policy);
-  out += ",\"seed\":" + std::to_string(r.seed);
-  out += ",\"pods\":" + std::to_string(r.pods);
-  out += ",\"scheduled\":" + std::to_string(r.scheduled);
-  out += ",\"failed\":" + std::to_string(r.failed);
-  out += ",\"total_gpus\":" + std::to_string(r.total_gpus);
-  out += ",\"allocation_ratio\":" + Curve(r.allocation_ratio);
-  out += ",\"frag_ratio\":" + Curve(r.frag_ratio);
-  out += ",\"frag_amount\":" + Curve(r.frag_amount);
-  out += ",\"unallocated_gpus_at_100\":" + Num(r.unallocated_gpus_at_100, 1);
-  out += ",\"decision_us_p50\":" + Num(r.decision_us_p50, 1);
-  out += ",\"decision_us_p99\":" + Num(r.decision_us_p99, 1);
-  out += ",\"decision_us_max\":" + Num(r.decision_us_max, 1);
-  out += ",\"seconds\":" + Num(r.seconds, 3);
-  return out + "}";
+  const nlohmann::ordered_json out = {
+      {"policy", r.policy},
+      {"seed", r.seed},
+      {"pods", r.pods},
+      {"scheduled", r.scheduled},
+      {"failed", r.failed},
+      {"total_gpus", r.total_gpus},
+      {"allocation_ratio", Curve(r.allocation_ratio)},
+      {"frag_ratio", Curve(r.frag_ratio)},
+      {"frag_amount", Curve(r.frag_amount)},
+      {"unallocated_gpus_at_100", Rounded(r.unallocated_gpus_at_100, 1)},
+      {"decision_us_p50", Rounded(r.decision_us_p50, 1)},
+      {"decision_us_p99", Rounded(r.decision_us_p99, 1)},
+      {"decision_us_max", Rounded(r.decision_us_max, 1)},
+      {"seconds", Rounded(r.seconds, 3)}};
+  // Policy names are ours (ASCII); replace rather than throw on anything else all the same.
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 Status WriteReports(const std::vector<SimResult>& results, const std::string& dir) {
@@ -249,35 +235,36 @@ Status WriteReports(const std::vector<SimResult>& results, const std::string& di
 namespace tessera::placement {
 
 std::string ReplayResultJson(const ReplayResult& r) {
-  std::string out = "{\"mode\":\"replay\"";
-  out += ",\"policy\":" + JsonString(r.policy);
-  out += ",\"seed\":" + std::to_string(r.seed);
-  out += ",\"pods\":" + std::to_string(r.pods);
-  out += ",\"placed\":" + std::to_string(r.placed);
-  out += ",\"unplaceable\":" + std::to_string(r.unplaceable);
-  out += ",\"never_placed\":" + std::to_string(r.never_placed);
-  out += ",\"waited\":" + std::to_string(r.waited);
-  out += ",\"total_gpus\":" + std::to_string(r.total_gpus);
-  out += ",\"speedup\":" + Num(r.speedup, 3);
-  out += ",\"peak_demand_gpus\":" + Num(r.peak_demand_gpus, 1);
-  out += ",\"timeline_start_s\":" + Num(r.timeline_start_s, 1);
-  out += ",\"last_arrival_s\":" + Num(r.last_arrival_s, 1);
-  out += ",\"end_s\":" + Num(r.end_s, 1);
-  out += ",\"allocation_ratio\":" + Curve(r.allocation_ratio);
-  out += ",\"waiting_pods\":" + Curve(r.waiting_pods);
-  out += ",\"waiting_gpus\":" + Curve(r.waiting_gpus);
-  out += ",\"allocation_mean\":" + Num(r.allocation_mean);
-  out += ",\"allocation_while_waiting\":" + Num(r.allocation_while_waiting);
-  out += ",\"waiting_time_share\":" + Num(r.waiting_time_share, 4);
-  out += ",\"peak_waiting_pods\":" + std::to_string(r.peak_waiting_pods);
-  out += ",\"wait_s_p50\":" + Num(r.wait_s_p50, 1);
-  out += ",\"wait_s_p99\":" + Num(r.wait_s_p99, 1);
-  out += ",\"wait_s_max\":" + Num(r.wait_s_max, 1);
-  out += ",\"wait_s_mean\":" + Num(r.wait_s_mean, 1);
-  out += ",\"decision_us_p50\":" + Num(r.decision_us_p50, 1);
-  out += ",\"decision_us_p99\":" + Num(r.decision_us_p99, 1);
-  out += ",\"seconds\":" + Num(r.seconds, 3);
-  return out + "}";
+  const nlohmann::ordered_json out = {
+      {"mode", "replay"},
+      {"policy", r.policy},
+      {"seed", r.seed},
+      {"pods", r.pods},
+      {"placed", r.placed},
+      {"unplaceable", r.unplaceable},
+      {"never_placed", r.never_placed},
+      {"waited", r.waited},
+      {"total_gpus", r.total_gpus},
+      {"speedup", Rounded(r.speedup, 3)},
+      {"peak_demand_gpus", Rounded(r.peak_demand_gpus, 1)},
+      {"timeline_start_s", Rounded(r.timeline_start_s, 1)},
+      {"last_arrival_s", Rounded(r.last_arrival_s, 1)},
+      {"end_s", Rounded(r.end_s, 1)},
+      {"allocation_ratio", Curve(r.allocation_ratio)},
+      {"waiting_pods", Curve(r.waiting_pods)},
+      {"waiting_gpus", Curve(r.waiting_gpus)},
+      {"allocation_mean", Rounded(r.allocation_mean, 2)},
+      {"allocation_while_waiting", Rounded(r.allocation_while_waiting, 2)},
+      {"waiting_time_share", Rounded(r.waiting_time_share, 4)},
+      {"peak_waiting_pods", r.peak_waiting_pods},
+      {"wait_s_p50", Rounded(r.wait_s_p50, 1)},
+      {"wait_s_p99", Rounded(r.wait_s_p99, 1)},
+      {"wait_s_max", Rounded(r.wait_s_max, 1)},
+      {"wait_s_mean", Rounded(r.wait_s_mean, 1)},
+      {"decision_us_p50", Rounded(r.decision_us_p50, 1)},
+      {"decision_us_p99", Rounded(r.decision_us_p99, 1)},
+      {"seconds", Rounded(r.seconds, 3)}};
+  return out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 Status WriteReplayReports(const std::vector<ReplayResult>& results, const std::string& dir) {

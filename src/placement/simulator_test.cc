@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "placement/policy.h"
@@ -117,15 +119,27 @@ TEST(ReportTest, JsonLineHasTheContractFields) {
   auto r = Simulate(Small(), SmallPods(), TargetWorkload::FromRequests(SmallPods()), "fgd",
                     SimOptions{});
   ASSERT_TRUE(r.ok());
-  const std::string json = SimResultJson(*r);
-  for (const char* field :
-       {"\"policy\":\"fgd\"", "\"seed\":42",
-        "\"pods\":", "\"scheduled\":", "\"failed\":", "\"total_gpus\":32",
-        "\"allocation_ratio\":{\"0\":0.00,", "\"130\":", "\"frag_ratio\":{", "\"frag_amount\":{",
-        "\"unallocated_gpus_at_100\":", "\"decision_us_p50\":", "\"decision_us_p99\":"}) {
-    EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
+  const std::string line = SimResultJson(*r);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  const auto json = nlohmann::json::parse(line);
+  EXPECT_EQ(json.at("policy"), "fgd");
+  EXPECT_EQ(json.at("seed"), 42);
+  EXPECT_EQ(json.at("total_gpus"), 32);
+  EXPECT_EQ(json.at("pods"), r->pods);
+  EXPECT_EQ(json.at("scheduled"), r->scheduled);
+  EXPECT_EQ(json.at("failed"), r->failed);
+  // Curves are keyed by arrived percent, rounded to two decimals.
+  for (const char* curve : {"allocation_ratio", "frag_ratio", "frag_amount"}) {
+    ASSERT_TRUE(json.at(curve).is_object()) << curve;
+    EXPECT_TRUE(json.at(curve).contains("130")) << curve;
   }
-  EXPECT_EQ(json.find('\n'), std::string::npos);
+  EXPECT_EQ(json.at("allocation_ratio").at("0"), 0.0);
+  EXPECT_DOUBLE_EQ(json.at("allocation_ratio").at("100").get<double>(),
+                   std::round(r->allocation_ratio[100] * 100) / 100);
+  for (const char* field : {"unallocated_gpus_at_100", "decision_us_p50", "decision_us_p99",
+                            "decision_us_max", "seconds"}) {
+    EXPECT_TRUE(json.at(field).is_number()) << field;
+  }
 }
 
 TEST(ReportTest, WritesCsvCurvesAndSvg) {

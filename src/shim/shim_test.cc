@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -323,13 +324,16 @@ TEST_F(ShimTest, ARestartedDaemonKeepsTheBooksAndReapsTenantsThatDieLater) {
       std::make_unique<ChildProcess>(std::vector<std::string>{BuildDir() + "/bin/tesserad", "--sim",
                                                               "--socket", socket_, "--ephemeral"},
                                      SimEnv());
+  // The survivor container's bytes on GPU 0 in the daemon's STATUS, "gone" without it, "" when
+  // the daemon does not answer.
   auto used = [&]() -> std::string {
     auto reply = tessera::ipc::Call(socket_, "STATUS", nullptr, 2s);
-    if (!reply.ok()) return "";
-    const size_t at = reply->find("\"id\":\"survivor\"");
-    if (at == std::string::npos) return "gone";
-    const size_t u = reply->find("\"used_bytes\":[", at);
-    return reply->substr(u + 14, reply->find(',', u) - u - 14);
+    if (!reply.ok() || reply->rfind("OK ", 0) != 0) return "";
+    const nlohmann::json status = nlohmann::json::parse(reply->substr(3));
+    for (const auto& c : status.at("containers")) {
+      if (c.at("id") == "survivor") return std::to_string(c.at("used_bytes").at(0).get<uint64_t>());
+    }
+    return "gone";
   };
   std::string seen;
   for (int i = 0; i < 300 && (seen.empty() || seen == "gone"); ++i) {

@@ -15,8 +15,8 @@
 #include <string>
 
 #include "core/env_config.h"
-#include "daemon/protocol.h"
 #include "ipc/unix_socket.h"
+#include "protocol/protocol.h"
 
 namespace tessera::shim {
 namespace {
@@ -64,7 +64,7 @@ bool Register(std::string* error) {
     close(*fd);
     return false;
   }
-  auto message = daemon::ParseMessage(*reply);
+  auto message = protocol::ParseMessage(*reply);
   if (!message.ok()) {
     *error = message.error();
     close(ledger_fd);
@@ -140,7 +140,7 @@ ResumeResult TryResume(const char* socket_path, std::string* error) {
     *error = fd.error();
     return ResumeResult::kRetry;
   }
-  const std::string resume = "HELLO version=" + std::to_string(daemon::kProtocolVersion) +
+  const std::string resume = "HELLO version=" + std::to_string(protocol::kProtocolVersion) +
                              " resume=" + std::to_string(t.process) +
                              " generation=" + std::to_string(t.generation);
   std::string buffer;
@@ -246,7 +246,7 @@ CUresult InitialiseTenant(bool observer) {
     return CUDA_SUCCESS;
   }
   g_socket_path = config->socket_path.value;
-  daemon::Message hello{"HELLO", {{"version", std::to_string(daemon::kProtocolVersion)}}};
+  protocol::Message hello{"HELLO", {{"version", std::to_string(protocol::kProtocolVersion)}}};
   if (config->container_id.is_set()) hello.fields["container"] = config->container_id.value;
   if (observer) hello.fields["observer"] = "1";
   g_observer = observer;
@@ -267,7 +267,7 @@ CUresult InitialiseTenant(bool observer) {
     }
     hello.fields["mem"] = list;
   }
-  g_hello = daemon::FormatMessage(hello);
+  g_hello = protocol::FormatMessage(hello);
   std::string error;
   if (!Register(&error)) {
     if (error.find("TESSERA_VISIBLE_DEVICES") != std::string::npos) {

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/protocol.h"
+#include "protocol/protocol.h"
 #include "ipc/unix_socket.h"
 
 namespace tessera::k8s {
@@ -79,7 +79,7 @@ Result<TesseradStatus> TesseradClient::Status() const {
 }
 
 tessera::Status TesseradClient::Register(const ContainerRegistration& c) const {
-  daemon::Message m{"CONTAINER", {{"id", c.id}}};
+  protocol::Message m{"CONTAINER", {{"id", c.id}}};
   std::string mem;
   for (const auto& l : c.limits) {
     mem += (mem.empty() ? "" : ",") + (l ? std::to_string(l->count()) : std::string("none"));
@@ -88,18 +88,18 @@ tessera::Status TesseradClient::Register(const ContainerRegistration& c) const {
   m.fields["core"] = std::to_string(c.core ? c.core->value() : 100);
   m.fields["weight"] = std::to_string(c.weight);
   m.fields["high_prio"] = c.high_priority ? "1" : "0";
-  auto reply = Call(daemon::FormatMessage(m));
+  auto reply = Call(protocol::FormatMessage(m));
   return reply.ok() ? tessera::Status::Ok()
                     : tessera::Status::Error("registering container " + c.id + ": " + reply.error());
 }
 
 Result<uint32_t> TesseradClient::Unregister(const std::string& id) const {
-  auto reply = Call(daemon::FormatMessage({"CONTAINER", {{"id", id}, {"remove", "1"}}}));
+  auto reply = Call(protocol::FormatMessage({"CONTAINER", {{"id", id}, {"remove", "1"}}}));
   if (!reply.ok()) {
     if (reply.error().find("no such container") != std::string::npos) return 0u;
     return reply.status();
   }
-  auto parsed = daemon::ParseMessage(*reply);
+  auto parsed = protocol::ParseMessage(*reply);
   if (!parsed.ok()) return 0u;
   return static_cast<uint32_t>(std::strtoul(parsed->Get("processes", "0").c_str(), nullptr, 10));
 }

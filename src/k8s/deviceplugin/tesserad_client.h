@@ -1,4 +1,4 @@
-// TesseradClient: the device plugin's side of tesserad's node socket (daemon/protocol.h): the
+// TesseradClient: the device plugin's side of tesserad's node socket (protocol/protocol.h): the
 // node's GPUs and containers (STATUS), registering a container with its limits (CONTAINER) and
 // unregistering it (CONTAINER remove=1). Knows nothing of Kubernetes; holds no policy.
 #pragma once

@@ -10,6 +10,8 @@
 // path=P [value=V] [force=1]`, reply "OK " followed by JSON; see daemon/ctl_door.h).
 // Keys are [a-z_]{1,32}; values are 1-512 bytes of [A-Za-z0-9_.,:/+-]. A line breaking these rules
 // is refused with a message naming the offending token. This file holds framing only, no policy.
+// Both sides of the socket use it (tesserad, the shims, the CLI, the device plugin), so it may
+// depend on nothing above src/core: the shims that link it build with a compiler alone.
 #pragma once
 
 #include <map>
@@ -17,7 +19,7 @@
 
 #include "core/result.h"
 
-namespace tessera::daemon {
+namespace tessera::protocol {
 
 inline constexpr int kProtocolVersion = 1;
 
@@ -35,4 +37,4 @@ struct Message {
 Result<Message> ParseMessage(const std::string& line);
 std::string FormatMessage(const Message& message);
 
-}  // namespace tessera::daemon
+}  // namespace tessera::protocol

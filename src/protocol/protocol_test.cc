@@ -1,10 +1,10 @@
 // The wire protocol's parser: what it accepts, and that every rejection names the bad token.
-#include "daemon/protocol.h"
+#include "protocol/protocol.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-namespace tessera::daemon {
+namespace tessera::protocol {
 namespace {
 
 using ::testing::HasSubstr;
@@ -61,4 +61,4 @@ TEST(ProtocolTest, RejectsMalformedLinesNamingTheToken) {
 }
 
 }  // namespace
-}  // namespace tessera::daemon
+}  // namespace tessera::protocol

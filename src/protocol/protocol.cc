@@ -1,9 +1,9 @@
 // Parsing and formatting of tesserad protocol lines (see protocol.h). Validates every token.
-#include "daemon/protocol.h"
+#include "protocol/protocol.h"
 
 #include <cctype>
 
-namespace tessera::daemon {
+namespace tessera::protocol {
 namespace {
 
 bool ValidKey(const std::string& k) {
@@ -84,4 +84,4 @@ std::string FormatMessage(const Message& message) {
   return out;
 }
 
-}  // namespace tessera::daemon
+}  // namespace tessera::protocol
