@@ -143,7 +143,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::unique_ptr<Daemon> d = Open(&listed);
     if (!d) std::abort();
     std::vector<uint32_t> slots, generations;
-    (void)d->registry->SetContainer(*protocol::ParseMessage("CONTAINER id=web mem=1073741824"));
+    (void)d->registry->SetContainer(*tessera::protocol::ParseMessage("CONTAINER id=web mem=1073741824"));
     const struct {
       const char* line;
       int32_t pid;
@@ -152,7 +152,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   {"HELLO version=1 container=web", dead}};
     for (const auto& h : hellos) {
       uint32_t slot = daemon::kNoProcess;
-      auto reply = d->registry->Hello(*protocol::ParseMessage(h.line), h.pid, &slot);
+      auto reply = d->registry->Hello(*tessera::protocol::ParseMessage(h.line), h.pid, &slot);
       if (!reply.ok() || slot == daemon::kNoProcess) std::abort();
       slots.push_back(slot);
       generations.push_back(static_cast<uint32_t>(std::stoul(reply->Get("generation"))));
