@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "daemon/compute.h"
-#include "protocol/protocol.h"
 #include "daemon/reconciler.h"
 #include "daemon/registry.h"
 #include "ledger/memory_ledger.h"
+#include "protocol/protocol.h"
 
 namespace {
 
@@ -112,7 +112,7 @@ std::unique_ptr<Daemon> Open(const std::vector<daemon::DeviceProcess>* listed) {
   if (!compute.ok()) std::abort();
   d->compute = std::move(*compute);
   d->registry = std::make_unique<daemon::Registry>(std::move(*opened), daemon::RegistryOptions{},
-                                                  d->compute.get());
+                                                   d->compute.get());
   if (!d->registry->WithLedger([](ledger::MemoryLedger& l) { return l.Repair().empty(); })) {
     std::abort();  // a reopened segment is published from its book
   }
@@ -125,9 +125,7 @@ std::unique_ptr<Daemon> Open(const std::vector<daemon::DeviceProcess>* listed) {
   };
   d->reconciler = std::make_unique<daemon::Reconciler>(
       d->registry.get(), 2,
-      [listed](int) {
-        return tessera::Result<std::vector<daemon::DeviceProcess>>(*listed);
-      },
+      [listed](int) { return tessera::Result<std::vector<daemon::DeviceProcess>>(*listed); },
       options);
   return d;
 }
@@ -143,7 +141,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::unique_ptr<Daemon> d = Open(&listed);
     if (!d) std::abort();
     std::vector<uint32_t> slots, generations;
-    (void)d->registry->SetContainer(*tessera::protocol::ParseMessage("CONTAINER id=web mem=1073741824"));
+    (void)d->registry->SetContainer(
+        *tessera::protocol::ParseMessage("CONTAINER id=web mem=1073741824"));
     const struct {
       const char* line;
       int32_t pid;
