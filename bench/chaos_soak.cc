@@ -282,7 +282,7 @@ int Soak::Run() {
                          static_cast<double>(back - run_start_) / 1e9);
           }
         }
-        std::fprintf(stderr, "\n");
+        std::fprintf(stderr, "\n  its stderr: %s\n", ReadFile(stderr_of_[&c]).c_str());
       }
     }
     if (Value(c, "launch_error") != 0) {

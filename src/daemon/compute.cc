@@ -21,6 +21,7 @@ using tessera::ArbiterPolicy;
 constexpr uint64_t kIdleBeatNs = 50'000'000;    // the longest the thread sleeps
 constexpr uint64_t kDrainPollNs = 200'000;      // re-check a drain this often (besides wakes)
 constexpr uint64_t kBeatFreshNs = 100'000'000;  // a process's sampler beat counts this long
+constexpr uint64_t kLatePassNs = 100'000'000;   // a pass this late is logged
 constexpr uint64_t kHighPriorityBoundNs = 500'000;
 // The work a holder may keep queued ahead of the device when no high-priority container is
 // present: quota_min, but at least 4 ms, so a launcher woken a few milliseconds late (a loaded
@@ -203,16 +204,30 @@ DeviceShares ComputeService::Shares(int device) const {
 void ComputeService::Loop() {
   // Timed waits end within 5 us rather than the default 50: hand-offs are timed to 200 us.
   prctl(PR_SET_TIMERSLACK, 5'000UL, 0UL, 0UL, 0UL);  // this thread only
+  uint64_t due = 0;  // when the last wait was to end at the latest
   while (!stop_.load()) {
     const uint32_t seq = layout_->gate.demand_seq.load(std::memory_order_acquire);
-    const uint64_t now = MonotonicNs();
+    const uint64_t woke = MonotonicNs();
     uint64_t next;
+    uint64_t locked;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      next = Step(now);
+      locked = MonotonicNs();
+      next = Step(locked);
     }
     const uint64_t after = MonotonicNs();
+    // A pass far later than due stalls every launcher waiting for the token: say so.
+    if (due != 0 && after > due + kLatePassNs) {
+      std::fprintf(stderr,
+                   "tesserad: arbiter: a pass ended %llu ms after it was due (woke %llu ms late, "
+                   "waited %llu ms for its lock, ran %llu ms)\n",
+                   static_cast<unsigned long long>((after - due) / 1'000'000),
+                   static_cast<unsigned long long>((woke > due ? woke - due : 0) / 1'000'000),
+                   static_cast<unsigned long long>((locked - woke) / 1'000'000),
+                   static_cast<unsigned long long>((after - locked) / 1'000'000));
+    }
     const uint64_t sleep = next > after ? std::min(next - after, kIdleBeatNs) : 0;
+    due = after + sleep;
     if (sleep > 0) ipc::FutexWait(&layout_->gate.demand_seq, seq, sleep);
   }
 }
@@ -429,6 +444,16 @@ uint64_t ComputeService::Step(uint64_t now) {
     next = std::min(next, drain_wake);
     dev.holder = decision.holder;
     dev.lane = decision.high_priority_lane;
+    if (changed && trace_ && d == 0) {
+      std::string line = "trace " + std::to_string(now / 1000) + " used (ms)";
+      for (int c = 0; c < ledger::kMaxContainers; ++c) {
+        if (!dev.present.test(c)) continue;
+        auto used = a.UsedInWindow(c);
+        line += " " + std::to_string(c) + (dev.pending.test(c) ? "*" : "") + "=" +
+                std::to_string(used.ok() ? used->count() / 1'000'000 : -1);
+      }
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
     if (changed) Publish(d, !native);
     if (decision.until != Nanos::max()) next = std::min(next, ToNs(decision.until));
   }
