@@ -45,6 +45,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/futex.h"
 #include "ipc/unix_socket.h"
 #include "ledger/ledger_view.h"
 #include "process/child_process.h"
@@ -61,11 +62,6 @@ constexpr int kQuotaMaxMs = 10, kBeatFreshMs = 100, kLossTimeoutMs = 300, kConta
 constexpr double kBoundMs =
     kLossTimeoutMs + (kContainers - 1) * 2 * kQuotaMaxMs + kBeatFreshMs + 2 * kQuotaMaxMs + 300;
 
-uint64_t MonotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -182,7 +178,7 @@ class Soak {
 
 int Soak::Run() {
   const auto started = std::chrono::steady_clock::now();
-  run_start_ = MonotonicNs();
+  run_start_ = tessera::ipc::MonotonicNs();
   std::printf("chaos_soak: seed %llu, times below are from CLOCK_MONOTONIC %.6f s\n",
               static_cast<unsigned long long>(o_.seed), static_cast<double>(run_start_) / 1e9);
   int failed_restarts = 0, restarts = 0, kills = 0, stops = 0, conts = 0;
@@ -191,7 +187,7 @@ int Soak::Run() {
     return 1;
   }
   // Tenants churn until well after the last round (restarts add time: at most 0.5 s each).
-  const uint64_t end = MonotonicNs() + 3'000'000'000ull +
+  const uint64_t end = tessera::ipc::MonotonicNs() + 3'000'000'000ull +
                        static_cast<uint64_t>(o_.rounds) * o_.round_ms * 1'000'000ull *
                            (100 + o_.restart_percent * 4) / 100;
   std::vector<ChildProcess*> steady = {Churn("steady-0", end, false),
@@ -208,13 +204,13 @@ int Soak::Run() {
 
   for (int round = 0; round < o_.rounds; ++round) {
     if (static_cast<int>(rng_() % 100) < o_.restart_percent) {
-      const uint64_t killed = MonotonicNs();
+      const uint64_t killed = tessera::ipc::MonotonicNs();
       daemon_->Kill(SIGKILL);
       daemon_->Wait(10s);
       std::this_thread::sleep_for(std::chrono::milliseconds(rng_() % (o_.restart_gap_ms + 1)));
       ++restarts;
       const bool listening = StartDaemon();
-      restart_log_.push_back({killed, MonotonicNs()});
+      restart_log_.push_back({killed, tessera::ipc::MonotonicNs()});
       while (!listening && !StartDaemon()) {
         ++failed_restarts;
         std::fprintf(stderr, "chaos_soak: round %d: tesserad did not listen again\n", round);
@@ -258,7 +254,7 @@ int Soak::Run() {
   int waits_past_bound = 0, unreported = 0, tenant_errors = 0;
   double max_wait_ms = 0;
   auto report = [&](ChildProcess& c, const std::string& container, bool judged) {
-    const auto timeout = std::chrono::nanoseconds(end - std::min(end, MonotonicNs())) + 60s;
+    const auto timeout = std::chrono::nanoseconds(end - std::min(end, tessera::ipc::MonotonicNs())) + 60s;
     if (c.WaitForKey("done", std::chrono::duration_cast<std::chrono::milliseconds>(timeout)) !=
         "1") {
       ++unreported;

@@ -112,6 +112,15 @@ class HostileTest : public ::testing::Test {
     t.layout->processes[t.process].used[0].fetch_add(bytes);
   }
 
+  // A victim holding 1 GiB and a hostile tenant holding 512 MiB, each in a container of its own
+  // with a 2 GiB limit.
+  void RegisterBoth(RawTenant* victim, RawTenant* hostile) {
+    Register(victim, "victim", std::to_string(2 * kGiB));
+    Register(hostile, "hostile", std::to_string(2 * kGiB));
+    Charge(*victim, kGiB);
+    Charge(*hostile, 512ull << 20);
+  }
+
   // STATUS from the daemon: it answers, so it is alive and serving.
   std::string Status() {
     auto reply = ipc::Call(socket_, "STATUS", nullptr, 5s);
@@ -139,10 +148,7 @@ bool Eventually(Pred pred, std::chrono::milliseconds within) {
 TEST_F(HostileTest, OutOfRangeContainerIndexThenDisconnectLeavesTheDaemonUp) {
   StartDaemon();
   RawTenant victim, hostile;
-  Register(&victim, "victim", std::to_string(2 * kGiB));
-  Register(&hostile, "hostile", std::to_string(2 * kGiB));
-  Charge(victim, kGiB);
-  Charge(hostile, 512ull << 20);
+  ASSERT_NO_FATAL_FAILURE(RegisterBoth(&victim, &hostile));
 
   hostile.layout->processes[hostile.process].container.store(0x7fffffff);
   hostile.Close();
@@ -172,10 +178,7 @@ TEST_F(HostileTest, OutOfRangeContainerIndexThenDisconnectLeavesTheDaemonUp) {
 TEST_F(HostileTest, ACorruptLedgerIsRepairedAtStartNotACrashLoop) {
   StartDaemon();
   RawTenant victim, hostile;
-  Register(&victim, "victim", std::to_string(2 * kGiB));
-  Register(&hostile, "hostile", std::to_string(2 * kGiB));
-  Charge(victim, kGiB);
-  Charge(hostile, 512ull << 20);
+  ASSERT_NO_FATAL_FAILURE(RegisterBoth(&victim, &hostile));
   daemon_->Kill(SIGKILL);
   daemon_->Wait(10s);
   daemon_.reset();
