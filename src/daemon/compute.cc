@@ -67,13 +67,18 @@ ComputeService::ComputeService(const ledger::MemoryLedger& ledger, const Compute
   const char* trace = std::getenv("TESSERA_TRACE_ARBITER");
   trace_ = trace != nullptr && *trace == '1';
   layout_->gate.loss_timeout_ns.store(options.loss_timeout_ns);
-  // A restarted daemon takes the processes' GPU time as charged so far: their totals since they
-  // started are not this window's usage.
+  // A restarted daemon takes the live processes' GPU time as charged so far: their totals since
+  // they started are not this window's usage. A free slot's total is a dead process's: the next
+  // process there starts from zero in the same generation (it is bumped when a slot is freed), so
+  // it is not taken as seen, or that process would run uncharged up to the dead one's total.
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::ProcessSlot& ps = layout_->processes[p];
+    const bool live = book_->processes[p].state.load() == ledger::kLive;
     process_generation_[p] = book_->processes[p].generation.load();
+    process_tracked_[p] = live;
     for (int d = 0; d < ledger::kMaxDevices; ++d) {
-      process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices + d] = ps.gpu_ns[d].load();
+      process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices + d] =
+          live ? ps.gpu_ns[d].load() : 0;
     }
   }
   layout_->gate.arbiter_pid.store(static_cast<uint32_t>(getpid()));
@@ -318,12 +323,14 @@ uint64_t ComputeService::Step(uint64_t now) {
     const bool live = entry.state.load() == ledger::kLive;
     const uint32_t generation = entry.generation.load();
     uint64_t* seen = &process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices];
-    if (live && generation != process_generation_[p]) {
+    if (live && (!process_tracked_[p] || generation != process_generation_[p])) {
       process_generation_[p] = generation;
+      process_tracked_[p] = true;
       std::fill(seen, seen + ledger::kMaxDevices, 0);
     }
     // The process last seen live here, just reclaimed: its last report is still charged below.
-    const bool just_reclaimed = !live && generation == process_generation_[p] + 1;
+    const bool just_reclaimed =
+        !live && process_tracked_[p] && generation == process_generation_[p] + 1;
     if (!live && !just_reclaimed) continue;
     const uint32_t c = entry.container.load();
     const uint64_t beat = ps.beat_ns.load();

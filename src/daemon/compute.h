@@ -135,7 +135,10 @@ class ComputeService {
   // for device time the gates did not measure), with the container generation it belongs to.
   std::vector<std::pair<uint32_t, uint64_t>> unseen_gpu_charged_ =
       std::vector<std::pair<uint32_t, uint64_t>>(ledger::kMaxContainers * ledger::kMaxDevices);
+  // Per process slot: the generation last seen live, whether a live process was seen there by
+  // this daemon (or found live at its start), and the GPU time already charged per device.
   std::vector<uint32_t> process_generation_ = std::vector<uint32_t>(ledger::kMaxProcesses);
+  std::vector<bool> process_tracked_ = std::vector<bool>(ledger::kMaxProcesses);
   std::vector<uint64_t> process_seen_ns_ =
       std::vector<uint64_t>(ledger::kMaxProcesses * ledger::kMaxDevices);
   bool trace_ = false;  // TESSERA_TRACE_ARBITER=1: every publication to stderr (debugging)

@@ -168,6 +168,24 @@ TEST_F(ComputeServiceTest, ARestartedDaemonDoesNotChargeTimeFromBeforeItStarted)
       << "the new daemon charged the process's whole history to this window";
 }
 
+TEST_F(ComputeServiceTest, ASlotFreeWhenTheDaemonRestartedIsChargedFromZeroWhenReused) {
+  // The chaos soak's stall: a process exited under the previous daemon, leaving its total in its
+  // free slot; the restarted daemon took that total as already charged, and the next process in
+  // the slot ran its first 1.3 s uncharged, winning the token over everyone with work.
+  const uint32_t old_container = AddContainer("old");
+  const uint32_t p = AddProcess(old_container);
+  Report(p, 1300 * kMs);
+  ledger_->ReclaimProcess(p);
+  ASSERT_TRUE(ledger_->RemoveContainer(old_container).ok());
+  StartService();
+  const uint32_t c = AddContainer("new");
+  const uint32_t q = AddProcess(c);
+  ASSERT_EQ(q, p) << "the test needs the slot reused";
+  Report(q, 100 * kMs);
+  EXPECT_NEAR(AchievedAfterReports(c, 9), 10, 1)
+      << "the new process's GPU time was measured against the dead one's total";
+}
+
 // A revoked holder's queued work drains before the next holder launches, but the next one is let
 // in just before the drain's published end, not after the drained process notices and reports it.
 TEST_F(ComputeServiceTest, TheNextHolderIsLetInJustBeforeTheDrainEnds) {
