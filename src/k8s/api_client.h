@@ -157,7 +157,7 @@ class ApiClient {
 
  private:
   struct Connection;
-  std::unique_ptr<Connection> Connect(std::chrono::seconds read_timeout) const;
+  std::unique_ptr<Connection> Connect(std::chrono::seconds read_timeout, bool keep_alive) const;
   ApiResult<Json> Send(const std::string& method, const std::string& path, const Json* body,
                        const std::string& content_type);
   std::string Token() const;
@@ -171,6 +171,10 @@ class ApiClient {
   mutable std::chrono::steady_clock::time_point token_read_{};
   std::atomic<bool> stopped_{false};
   std::vector<Connection*> watches_;  // under mu_
+  // Kept-alive connections for requests (watches hold their own): a request takes one, or opens
+  // one, and puts it back after a complete answer. Bounded by kIdleConnections.
+  static constexpr size_t kIdleConnections = 8;
+  std::vector<std::unique_ptr<Connection>> idle_;  // under mu_
 };
 
 // The path of a collection with a query: "/api/v1/pods?fieldSelector=...&watch=true".

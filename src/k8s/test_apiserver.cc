@@ -199,6 +199,7 @@ Status TestApiServer::Start(int port) {
   server_ = std::make_unique<httplib::Server>();
   // Watches hold a worker each for their whole life.
   server_->new_task_queue = [] { return new httplib::ThreadPool(96); };
+  server_->set_tcp_nodelay(true);  // as the real API server (Go turns Nagle off on every socket)
   Route();
   if (port == 0) {
     port_ = server_->bind_to_any_port("127.0.0.1");

@@ -134,7 +134,7 @@ Binder::Outcome ApiBinder::Commit(const BindingArgs& args, BindPlan& plan) {
       (void)state_.UpsertNode(*node);
       continue;
     }
-    state_.NoteCommit(args.node, VersionOf(*committed), log);
+    state_.NoteCommit(args.node, VersionOf(*committed), log, view.log.seq);
     break;
   }
   // 3. The Binding.

@@ -1293,12 +1293,15 @@ Result<BindPlan> ClusterState::Redecide(const std::string& uid, const std::strin
 }
 
 void ClusterState::NoteCommit(const std::string& node, const std::string& resource_version,
-                              const CommitLog& log) {
+                              const CommitLog& log, uint64_t base_seq) {
   std::lock_guard lock(impl_->mu);
   auto it = impl_->nodes.find(node);
   if (it == impl_->nodes.end()) return;
-  // Our own commit: everything before it was verified, so it is too.
-  if (it->second.verified_seq >= it->second.log.seq) it->second.verified_seq = log.seq;
+  // Our own commit: everything before it was verified, so it is too. Judged by the log it was
+  // written over, not the one held now: the watch may have brought ours (or a later one) first.
+  if (it->second.verified_seq >= base_seq) {
+    it->second.verified_seq = std::max(it->second.verified_seq, log.seq);
+  }
   if (!Older(resource_version, it->second.resource_version)) {
     it->second.resource_version = resource_version;
     it->second.log = log;

@@ -156,8 +156,9 @@ class ClusterState {
   NodeCommitView CommitView(const std::string& node) const;
   void MarkVerified(const std::string& node, uint64_t seq);
   Result<BindPlan> Redecide(const std::string& uid, const std::string& node);
+  // `base_seq`: the log's seq the commit was written over (verified by the binder before).
   void NoteCommit(const std::string& node, const std::string& resource_version,
-                  const CommitLog& log);
+                  const CommitLog& log, uint64_t base_seq);
 
   // JSON for GET /inspect (every node) or /inspect/NODE (one; nullopt when unknown).
   std::optional<k8s::Json> Inspect(std::optional<std::string> node) const;

@@ -491,5 +491,28 @@ TEST(ClusterStateTest, AWholeGpuKeepsTheMemoryCapItAskedFor) {
   EXPECT_NE(x->assignment.containers[0].gpus[0].uuid, plan->assignment.containers[0].gpus[0].uuid);
 }
 
+TEST(ClusterStateTest, OurCommitIsVerifiedWhenItsWatchEventArrivesBeforeTheWriteReturns) {
+  // The binder's node write returns after the watch has already brought the node with that very
+  // commit in its log: the commit is still ours, and the next bind on the node needs no catch-up
+  // (before, it read the log's pods again and rebuilt the whole state: the bind's p99).
+  auto s = MakeState();
+  k8s::Json node = Node("n1", Gpus(1));
+  node["metadata"]["resourceVersion"] = "10";
+  ASSERT_TRUE(s->UpsertNode(node).ok());
+  s->MarkVerified("n1", 0);
+  const NodeCommitView before = s->CommitView("n1");
+  ASSERT_TRUE(before.log_readable);
+  CommitLog log = before.log;
+  log.Append({before.log.seq + 1, "uid-a", "default/a"});
+  k8s::Json written = node;
+  written["metadata"]["resourceVersion"] = "11";
+  written["metadata"]["annotations"][std::string(kCommitLogAnnotation)] = WriteCommitLog(log);
+  ASSERT_TRUE(s->UpsertNode(written).ok());  // the watch event, first
+  s->NoteCommit("n1", "11", log, before.log.seq);
+  const NodeCommitView after = s->CommitView("n1");
+  EXPECT_EQ(after.log.seq, log.seq);
+  EXPECT_EQ(after.verified_seq, log.seq) << "our own commit was left for a catch-up";
+}
+
 }  // namespace
 }  // namespace tessera::extender
