@@ -88,6 +88,21 @@ class ComputeServiceTest : public ::testing::Test {
     return achieved;
   }
 
+  // Process `p` of container `c` exits and its container goes with it.
+  void EndWithContainer(uint32_t p, uint32_t c) {
+    ledger_->ReclaimProcess(p);
+    ASSERT_TRUE(ledger_->RemoveContainer(c).ok());
+  }
+  // A new container `id` whose process takes slot `p` (the test fails if another slot is taken)
+  // and reports `total_ns`; returns the container.
+  uint32_t ReuseSlot(uint32_t p, const std::string& id, uint64_t total_ns) {
+    const uint32_t c = AddContainer(id);
+    const uint32_t q = AddProcess(c);
+    EXPECT_EQ(q, p) << "the test needs the slot reused";
+    Report(q, total_ns);
+    return c;
+  }
+
   ledger::ProcessSlot& Slot(uint32_t p) { return ledger_->layout()->processes[p]; }
   // Process `p`: `waiting` threads at the gate, work in flight or not; its sampler beats.
   void SetDemand(uint32_t p, uint32_t waiting, bool busy) {
@@ -134,13 +149,9 @@ TEST_F(ComputeServiceTest, AReusedProcessSlotIsChargedFromZero) {
   EXPECT_NEAR(AchievedAfterReports(first, 59), 60, 1);
   // The first process exits; its container goes with it. A new container's process takes the
   // same process slot and reports its own, smaller total: all of it is new GPU time.
-  ledger_->ReclaimProcess(p);
-  ASSERT_TRUE(ledger_->RemoveContainer(first).ok());
+  EndWithContainer(p, first);
   std::this_thread::sleep_for(20ms);  // the service sees the slot free in between
-  const uint32_t second = AddContainer("second");
-  const uint32_t q = AddProcess(second);
-  ASSERT_EQ(q, p) << "the test needs the slot reused";
-  Report(q, 100 * kMs);
+  const uint32_t second = ReuseSlot(p, "second", 100 * kMs);
   EXPECT_NEAR(AchievedAfterReports(second, 9), 10, 1)
       << "the new process's GPU time was measured against its predecessor's total";
 }
@@ -175,13 +186,9 @@ TEST_F(ComputeServiceTest, ASlotFreeWhenTheDaemonRestartedIsChargedFromZeroWhenR
   const uint32_t old_container = AddContainer("old");
   const uint32_t p = AddProcess(old_container);
   Report(p, 1300 * kMs);
-  ledger_->ReclaimProcess(p);
-  ASSERT_TRUE(ledger_->RemoveContainer(old_container).ok());
+  EndWithContainer(p, old_container);
   StartService();
-  const uint32_t c = AddContainer("new");
-  const uint32_t q = AddProcess(c);
-  ASSERT_EQ(q, p) << "the test needs the slot reused";
-  Report(q, 100 * kMs);
+  const uint32_t c = ReuseSlot(p, "new", 100 * kMs);
   EXPECT_NEAR(AchievedAfterReports(c, 9), 10, 1)
       << "the new process's GPU time was measured against the dead one's total";
 }
