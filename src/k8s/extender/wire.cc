@@ -227,23 +227,28 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
 
 namespace {
 
-// `text` as a JSON string literal (quotes included); bytes >= 0x80 pass through.
+// `text` as a JSON string literal (quotes included); bytes >= 0x80 pass through. Runs that need
+// no escape (node names always) are appended whole: a byte at a time, 5000 names cost 0.1 ms.
 void AppendString(std::string& out, std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
-  for (const char c : text) {
+  size_t plain = 0;  // start of the run not yet appended
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
     const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
+    if (c != '"' && c != '\\' && u >= 0x20) continue;
+    out.append(text.data() + plain, i - plain);
+    plain = i + 1;
+    if (u >= 0x20) {
       out.push_back('\\');
       out.push_back(c);
-    } else if (u < 0x20) {
+    } else {
       out += "\\u00";
       out.push_back(kHex[u >> 4]);
       out.push_back(kHex[u & 15]);
-    } else {
-      out.push_back(c);
     }
   }
+  out.append(text.data() + plain, text.size() - plain);
   out.push_back('"');
 }
 

@@ -27,6 +27,22 @@ TEST(WireTest, ExtenderArgsWithNodeNames) {
   EXPECT_EQ(j["Error"], "");
 }
 
+TEST(WireTest, AnswersEscapeWhatJsonStringsMust) {
+  // Reasons quote annotations and node names as written: quotes, backslashes, control bytes and
+  // UTF-8 must come back from a JSON parser as they went in, at the start, middle and end.
+  auto args = ParseExtenderArgs(R"({"Pod":{"metadata":{"name":"p"}},"NodeNames":["a"]})");
+  ASSERT_TRUE(args.ok()) << args.error();
+  const std::vector<std::string> texts = {"\"quoted\"", "back\\slash", "line\nbreak\x01",
+                                          "\x1f", "gr\xc3\xbc\xc3\x9f" "e", "plain", ""};
+  for (const std::string& text : texts) {
+    FilterOutcome out;
+    out.failed = {{"n-" + text, text, false, "cpu"}};
+    const Json j = Json::parse(WriteFilterResult(*args, out));
+    EXPECT_EQ(j["FailedNodes"]["n-" + text], text);
+    EXPECT_EQ(Json::parse(WriteFilterError(text))["Error"], text);
+  }
+}
+
 TEST(WireTest, ExtenderArgsWithNodeObjectsAnswersWithNodeObjects) {
   auto args = ParseExtenderArgs(
       R"({"pod":{"metadata":{"name":"p"}},"nodes":{"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}})");
