@@ -1,19 +1,23 @@
-// libFuzzer target: shared memory is untrusted input (issue 17, item 0). Every captured process
-// maps the ledger writable, so the daemon must survive any bytes in it. Each input builds a fresh
-// ledger with two containers and three registered processes (through the real Registry), then
-// writes the input's bytes into the segment (process slots, container slots, the gate, the
-// header) and runs the daemon's paths over it: repair, the arbiter's pass, reconciliation (memory
-// and GPU time), a disconnect, the dead-process sweep and STATUS. Then it writes more bytes and
-// reopens the segment as a restarted daemon would, and runs the same paths again.
+// libFuzzer target: shared memory is untrusted input (issue 17, items 0 and 2). A captured process
+// maps its container's segment and the exchange writable (ledger_layout.h), so the daemon must
+// survive any bytes in them; and what no process can write (the sealed node view, the node
+// segment in /dev/shm) is written too, as a kernel without the seal or a crash mid-write could
+// leave it. Each input builds a fresh ledger with two containers and three registered processes
+// (through the real Registry), then writes the input's bytes into those regions and runs the
+// daemon's paths over them: repair, the arbiter's pass, reconciliation (memory and GPU time), a
+// disconnect, the dead-process sweep and STATUS. Then it writes more bytes and reopens the ledger
+// as a restarted daemon would, and runs the same paths again.
 //
-// Invariants (abort on violation): no crash or sanitizer report; after Repair() the segment's
-// daemon-owned fields equal the book, so a second Repair() finds nothing; a freshly reopened
-// ledger's Repair() finds nothing; the book never holds a live process of a container that is not
-// live, or a container index out of range.
+// Invariants (abort on violation): no crash or sanitizer report; after Repair() the view's and
+// the node segment's daemon-owned fields equal the book, so a second Repair() finds nothing; a
+// freshly reopened ledger's Repair() finds nothing; the book never holds a live process of a
+// container that is not live, or a container index out of range.
 //
-// Input: records of 11 bytes: region (1: containers, processes, gate, header), offset (2, taken
-// modulo the region's size), value (8, written at that offset, clipped to the region). The first
-// half of the records is written before the first pass, the rest before the reopen.
+// Input: records of 11 bytes: region (1: the view's containers, processes, gate, header; each
+// container's segment; the exchange; the node segment), offset (2, taken modulo the region's
+// size), value (8, written at that offset, clipped to the region). The first half of the records
+// is written before the first pass, the rest before the reopen.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -50,19 +54,35 @@ const std::vector<ledger::DeviceInfo>& Devices() {
   return devices;
 }
 
-void Write(ledger::LedgerLayout* l, const uint8_t* record) {
+// The node segment as a process with the daemon's rights maps it by name (no tenant is given it).
+ledger::LedgerLayout* MapNodeSegment() {
+  const int fd = shm_open(ShmName().c_str(), O_RDWR, 0);
+  if (fd < 0) std::abort();
+  void* mem = mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (mem == MAP_FAILED) std::abort();
+  return static_cast<ledger::LedgerLayout*>(mem);
+}
+
+void Write(const ledger::MemoryLedger& ledger, ledger::LedgerLayout* node_segment,
+           const std::vector<uint32_t>& containers, const uint8_t* record) {
   struct Region {
     uint8_t* base;
     size_t size;
   };
+  ledger::LedgerLayout* l = ledger.layout();
   const Region regions[] = {
       {reinterpret_cast<uint8_t*>(l->containers), sizeof(l->containers)},
       {reinterpret_cast<uint8_t*>(l->processes), sizeof(l->processes)},
       {reinterpret_cast<uint8_t*>(&l->gate), sizeof(l->gate)},
       {reinterpret_cast<uint8_t*>(&l->device_count),
        offsetof(ledger::LedgerLayout, containers) - offsetof(ledger::LedgerLayout, device_count)},
+      {reinterpret_cast<uint8_t*>(&ledger.segment(containers[0])), sizeof(ledger::ContainerSegment)},
+      {reinterpret_cast<uint8_t*>(&ledger.segment(containers[1])), sizeof(ledger::ContainerSegment)},
+      {reinterpret_cast<uint8_t*>(&ledger.exchange()), sizeof(ledger::Exchange)},
+      {reinterpret_cast<uint8_t*>(node_segment), sizeof(ledger::LedgerLayout)},
   };
-  const Region& r = regions[record[0] % 4];
+  const Region& r = regions[record[0] % 8];
   const size_t offset = (static_cast<size_t>(record[1]) << 8 | record[2]) % r.size;
   const size_t n = std::min<size_t>(8, r.size - offset);
   std::memcpy(r.base + offset, record + 3, n);
@@ -133,7 +153,7 @@ std::unique_ptr<Daemon> Open(const std::vector<daemon::DeviceProcess>* listed) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  shm_unlink(ShmName().c_str());
+  ledger::MemoryLedger::Remove(ShmName());
   const int32_t alive = static_cast<int32_t>(getpid());
   const int32_t dead = 0x3ffffff0;  // above pid_max: never a process
   std::vector<daemon::DeviceProcess> listed = {{alive, 3ull << 30}, {dead, 1ull << 30}};
@@ -159,17 +179,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)l.Reserve(l.book().processes[slot].container.load(), slot, 0, 256ull << 20);
       });
     }
-    ledger::LedgerLayout* layout = d->registry->ledger().layout();
+    std::vector<uint32_t> containers;  // web's, batch's
+    d->registry->WithLedger([&](const ledger::MemoryLedger& l) {
+      for (int i : {0, 1}) containers.push_back(l.book().processes[slots[i]].container.load());
+    });
+    const ledger::MemoryLedger& l = d->registry->ledger();
+    ledger::LedgerLayout* node_segment = MapNodeSegment();
     const size_t records = size / kRecord;
-    for (size_t i = 0; i < records / 2; ++i) Write(layout, data + i * kRecord);
+    for (size_t i = 0; i < records / 2; ++i) Write(l, node_segment, containers, data + i * kRecord);
     RunDaemonPaths(*d->registry, *d->compute, *d->reconciler, slots, generations);
-    for (size_t i = records / 2; i < records; ++i) Write(layout, data + i * kRecord);
+    for (size_t i = records / 2; i < records; ++i) {
+      Write(l, node_segment, containers, data + i * kRecord);
+    }
+    munmap(node_segment, sizeof(ledger::LedgerLayout));
   }
   // The restart: a new daemon on what the old one (and its tenants) left.
   if (std::unique_ptr<Daemon> d = Open(&listed)) {
     d->registry->WithLedger([](const ledger::MemoryLedger& l) { CheckBook(l); });
     RunDaemonPaths(*d->registry, *d->compute, *d->reconciler, {}, {});
   }
-  shm_unlink(ShmName().c_str());
+  ledger::MemoryLedger::Remove(ShmName());
   return 0;
 }

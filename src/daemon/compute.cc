@@ -36,8 +36,8 @@ constexpr uint64_t kHandoffLeadNs = 200'000;
 uint64_t ToNs(Nanos n) { return static_cast<uint64_t>(std::max<int64_t>(n.count(), 0)); }
 
 // Whether `ps` published that its queued work on GPU `d` ends within the hand-off lead (it
-// launches no more: see ProcessSlot::idle_at_ns). A later end lowers *wake to when it is due.
-bool Ending(const ledger::ProcessSlot& ps, int d, uint64_t now, uint64_t* wake) {
+// launches no more: see ProcessCounters::idle_at_ns). A later end lowers *wake to when it is due.
+bool Ending(const ledger::ProcessCounters& ps, int d, uint64_t now, uint64_t* wake) {
   const uint64_t idle_at = ps.idle_at_ns[d].load(std::memory_order_acquire);
   if (idle_at == 0) return false;
   if (idle_at <= now + kHandoffLeadNs) return true;
@@ -56,6 +56,8 @@ Result<std::unique_ptr<ComputeService>> ComputeService::Create(const ledger::Mem
 
 ComputeService::ComputeService(const ledger::MemoryLedger& ledger, const ComputeOptions& options)
     : layout_(ledger.layout()),
+      segments_(ledger.segments()),
+      exchange_(&ledger.exchange()),
       book_(&ledger.book()),
       options_(options),
       devices_(static_cast<size_t>(ledger.device_count())) {
@@ -72,7 +74,7 @@ ComputeService::ComputeService(const ledger::MemoryLedger& ledger, const Compute
   // process there starts from zero in the same generation (it is bumped when a slot is freed), so
   // it is not taken as seen, or that process would run uncharged up to the dead one's total.
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-    const ledger::ProcessSlot& ps = layout_->processes[p];
+    const ledger::ProcessCounters& ps = Process(p);
     const bool live = book_->processes[p].state.load() == ledger::kLive;
     process_generation_[p] = book_->processes[p].generation.load();
     process_tracked_[p] = live;
@@ -102,8 +104,8 @@ void ComputeService::Start() {
 void ComputeService::Stop() {
   if (!thread_.joinable()) return;
   stop_.store(true);
-  layout_->gate.demand_seq.fetch_add(1);
-  ipc::FutexWakeAll(&layout_->gate.demand_seq);
+  exchange_->demand_seq.fetch_add(1);
+  ipc::FutexWakeAll(&exchange_->demand_seq);
   thread_.join();
 }
 
@@ -126,8 +128,8 @@ Status ComputeService::Configure(int device, const arbiter::ArbiterConfig& confi
   Device& dev = devices_[static_cast<size_t>(device)];
   if (Status s = dev.arbiter->Configure(config); !s.ok()) return s;
   dev.next_ns = 0;
-  layout_->gate.demand_seq.fetch_add(1);
-  ipc::FutexWakeAll(&layout_->gate.demand_seq);
+  exchange_->demand_seq.fetch_add(1);
+  ipc::FutexWakeAll(&exchange_->demand_seq);
   return Status::Ok();
 }
 
@@ -211,7 +213,7 @@ void ComputeService::Loop() {
   prctl(PR_SET_TIMERSLACK, 5'000UL, 0UL, 0UL, 0UL);  // this thread only
   uint64_t due = 0;  // when the last wait was to end at the latest
   while (!stop_.load()) {
-    const uint32_t seq = layout_->gate.demand_seq.load(std::memory_order_acquire);
+    const uint32_t seq = exchange_->demand_seq.load(std::memory_order_acquire);
     const uint64_t woke = MonotonicNs();
     uint64_t next;
     uint64_t locked;
@@ -233,7 +235,7 @@ void ComputeService::Loop() {
     }
     const uint64_t sleep = next > after ? std::min(next - after, kIdleBeatNs) : 0;
     due = after + sleep;
-    if (sleep > 0) ipc::FutexWait(&layout_->gate.demand_seq, seq, sleep);
+    if (sleep > 0) ipc::FutexWait(&exchange_->demand_seq, seq, sleep);
   }
 }
 
@@ -292,7 +294,7 @@ bool ComputeService::Draining(const std::bitset<ledger::kMaxContainers>& contain
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::LedgerBook::Process& entry = book_->processes[p];
     if (entry.state.load() != ledger::kLive || !containers.test(entry.container.load())) continue;
-    const ledger::ProcessSlot& ps = layout_->processes[p];
+    const ledger::ProcessCounters& ps = Process(p);
     const uint64_t beat = ps.beat_ns.load();
     if ((ps.busy_mask.load() & (1u << d)) != 0 && beat + kBeatFreshNs > now &&
         !Ending(ps, d, now, wake)) {
@@ -314,7 +316,7 @@ uint64_t ComputeService::Step(uint64_t now) {
   std::vector<std::bitset<ledger::kMaxContainers>> pending(static_cast<size_t>(devices));
   std::vector<uint64_t> wake(static_cast<size_t>(devices), UINT64_MAX);  // see Ending
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-    const ledger::ProcessSlot& ps = layout_->processes[p];
+    const ledger::ProcessCounters& ps = Process(p);
     // State before generation: a slot seen live with a generation other than the one last seen
     // live holds a new process, whose counters started from zero (AddProcess zeroes them before
     // it marks the slot live). The generation is noted only while live, so a slot first seen
@@ -415,7 +417,7 @@ uint64_t ComputeService::Step(uint64_t now) {
                                : std::max(ToNs(config.quota_min), kInflightFloorNs);
     bool changed = layout_->gate.devices[d].inflight_bound_ns.load() != bound ||
                    layout_->gate.devices[d].gated.load() != (native ? 0u : 1u) ||
-                   dev.lane_open != decision.lane_open || Claimed(d);
+                   dev.lane_open != decision.lane_open;
     dev.lane_open = decision.lane_open;
     layout_->gate.devices[d].inflight_bound_ns.store(bound);
     // Revoke at once; grant once the revoked holders' queued work has drained (or a quota later):
@@ -475,26 +477,19 @@ uint64_t MaskWord(const std::bitset<ledger::kMaxContainers>& mask, int w) {
 }
 }  // namespace
 
-bool ComputeService::Claimed(int d) const {
-  const ledger::GateDevice& gd = layout_->gate.devices[d];
-  const Device& dev = devices_[static_cast<size_t>(d)];
-  for (int w = 0; w < ledger::kMaskWords; ++w) {
-    if (gd.may_run[w].load(std::memory_order_acquire) != MaskWord(dev.published, w)) return true;
-  }
-  return false;
-}
-
 void ComputeService::Publish(int d, bool gated) {
   ledger::GateDevice& gd = layout_->gate.devices[d];
   const Device& dev = devices_[static_cast<size_t>(d)];
-  // Lanes first: a launcher that finds its may_run bit gone must not take a lane closed with it.
+  // An open lane's bit is published set (GateDevice::lane_open): the high-priority launcher passes
+  // the one-load check at once and rings this loop, which makes it the holder at its next step.
+  // Holder and lanes before the bits, so a launcher that sees its bit also sees why it has it.
+  gd.holder.store(dev.holder ? *dev.holder : -1);
   for (int w = 0; w < ledger::kMaskWords; ++w) {
     gd.lane_open[w].store(MaskWord(dev.lane_open, w), std::memory_order_release);  // empty under 5
   }
   for (int w = 0; w < ledger::kMaskWords; ++w) {
-    gd.may_run[w].store(MaskWord(dev.published, w), std::memory_order_release);
+    gd.may_run[w].store(MaskWord(dev.published | dev.lane_open, w), std::memory_order_release);
   }
-  gd.holder.store(dev.holder ? *dev.holder : -1);
   gd.policy.store(static_cast<uint32_t>(dev.arbiter->config().policy));
   gd.gated.store(gated ? 1 : 0);
   gd.grant_seq.fetch_add(1, std::memory_order_acq_rel);

@@ -8,7 +8,7 @@
 //     a revoked holder's queued work drains before the next holder is let in (bounded by
 //     quota_max, so a hung holder loses the token within one quota), except for the
 //     high-priority lane, which is admitted at once; the next holder is let in kHandoffLeadNs
-//     before the drain is expected to end (ProcessSlot::idle_at_ns), so that its first kernels
+//     before the drain is expected to end (ProcessCounters::idle_at_ns), so that its first kernels
 //     queue behind the last ones instead of meeting an idle GPU; likewise a high-priority
 //     process done launching stops counting as having work that much before its work ends;
 //   - it beats (GateHeader::beat_ns), so processes can tell a lost daemon from a busy GPU.
@@ -113,16 +113,19 @@ class ComputeService {
   uint64_t Step(uint64_t now);
   void SyncContainers();
   void Publish(int d, bool gated);
-  // Whether GPU `d`'s may_run words differ from what was published: a high-priority launcher
-  // took its open lane (GateDevice::lane_open). Publishing again settles the words on the new
-  // decision (normally that lane; else the token goes back).
-  bool Claimed(int d) const;
   // Whether a process of `containers` still has work on GPU `d` that is not ending within the
   // hand-off lead; *wake: when the next published end comes within the lead.
   bool Draining(const std::bitset<ledger::kMaxContainers>& containers, int d, uint64_t now,
                 uint64_t* wake) const;
 
   ledger::LedgerLayout* layout_;
+  // The ledger's mappings (they outlive the MemoryLedger object, which the registry takes over).
+  ledger::ContainerSegment* segments_;
+  ledger::Exchange* exchange_;
+  // Process `p`'s counters, in the segment of the container the book says it belongs to.
+  const ledger::ProcessCounters& Process(int p) const {
+    return segments_[book_->processes[p].container.load() % ledger::kMaxContainers].processes[p];
+  }
   // Who is live, in which container, with which settings: the daemon's book, never the segment
   // (a tenant can write anything there; ledger/memory_ledger.h).
   const ledger::LedgerBook* book_;

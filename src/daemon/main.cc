@@ -680,7 +680,7 @@ int main(int argc, char** argv) {
   (*compute)->Stop();
   close(*listen_fd);
   unlink(socket_path.c_str());
-  if (ephemeral) shm_unlink(ledger_name.c_str());
+  if (ephemeral) tessera::ledger::MemoryLedger::Remove(ledger_name);
   if (!run.ok()) {
     std::fprintf(stderr, "tesserad: %s\n", run.message().c_str());
     return 1;

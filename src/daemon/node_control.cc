@@ -51,7 +51,6 @@ DaemonNodeControl::DaemonNodeControl(Registry* registry, ComputeService* compute
 
 ctl::NodeSnapshot DaemonNodeControl::Snapshot() const {
   return registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
-    const ledger::LedgerLayout* l = ledger.layout();
     const ledger::LedgerBook& book = ledger.book();
     ctl::NodeSnapshot out;
     out.version = version_;
@@ -79,7 +78,7 @@ ctl::NodeSnapshot DaemonNodeControl::Snapshot() const {
         if (const uint64_t limit = slot.limit[d].load(); limit != ledger::kUnlimited) {
           state.memsize = Bytes(limit);
         }
-        const uint64_t used = l->containers[c].used[d].load();
+        const uint64_t used = ledger.counters(static_cast<uint32_t>(c)).used[d].load();
         state.used = Bytes(used);
         used_total += used;
         for (int p = 0; p < ledger::kMaxProcesses; ++p) {
@@ -87,7 +86,7 @@ ctl::NodeSnapshot DaemonNodeControl::Snapshot() const {
           if (ps.state.load() != ledger::kLive || ps.container.load() != static_cast<uint32_t>(c)) {
             continue;
           }
-          state.processes.push_back({ps.local_pid.load(), Bytes(l->processes[p].used[d].load())});
+          state.processes.push_back({ps.local_pid.load(), Bytes(ledger.process(static_cast<uint32_t>(p)).used[d].load())});
         }
         gpu.containers.push_back(std::move(state));
       }

@@ -22,7 +22,7 @@ class NodeControlTest : public ::testing::Test {
   void SetUp() override {
     name_ = "/tessera-node-control-test-" + std::to_string(getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    shm_unlink(name_.c_str());
+    ledger::MemoryLedger::Remove(name_);
     auto ledger = ledger::MemoryLedger::CreateOrOpen(
         name_, {{"GPU-aaaaaaaa-0000-4000-8000-000000000000", "A", 8 * kGiB},
                 {"GPU-bbbbbbbb-0000-4000-8000-000000000000", "B", 4 * kGiB}});
@@ -39,7 +39,7 @@ class NodeControlTest : public ::testing::Test {
     node_.reset();
     registry_.reset();
     compute_.reset();
-    shm_unlink(name_.c_str());
+    ledger::MemoryLedger::Remove(name_);
   }
   Result<protocol::Message> Container(const std::string& line) {
     return registry_->SetContainer(*protocol::ParseMessage(line));
@@ -66,8 +66,8 @@ TEST_F(NodeControlTest, SnapshotShowsGpusContainersAndProcesses) {
                           getpid(), &p)
                   .ok());
   const int c = registry_->ledger().FindContainer("web");
-  layout_->containers[c].used[0].store(300 << 20);
-  layout_->processes[p].used[0].store(300 << 20);
+  registry_->ledger().counters(c).used[0].store(300 << 20);
+  registry_->ledger().process(p).used[0].store(300 << 20);
   const ctl::NodeSnapshot s = node_->Snapshot();
   EXPECT_EQ(s.version, "tessera test");
   EXPECT_EQ(s.default_memsize, std::nullopt);
@@ -92,7 +92,7 @@ TEST_F(NodeControlTest, SnapshotShowsGpusContainersAndProcesses) {
 TEST_F(NodeControlTest, MemsizeBelowUsageNeedsForce) {
   ASSERT_TRUE(Container("CONTAINER id=web mem=1073741824").ok());
   const int c = registry_->ledger().FindContainer("web");
-  layout_->containers[c].used[1].store(512 << 20);
+  registry_->ledger().counters(c).used[1].store(512 << 20);
   Status refused = node_->SetMemsize(1, "web", Bytes(256 << 20), false);
   EXPECT_THAT(refused.message(), HasSubstr("1/web/memsize=\"268435456\": below what"));
   EXPECT_EQ(layout_->containers[c].limit[1].load(), kGiB);

@@ -43,7 +43,7 @@ class ReconcilerTest : public ::testing::Test {
   void SetUp() override {
     name_ = "/tessera-reconcile-test-" + std::to_string(getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    shm_unlink(name_.c_str());
+    ledger::MemoryLedger::Remove(name_);
     auto ledger = ledger::MemoryLedger::CreateOrOpen(
         name_, {{"GPU-aaaaaaaa-0000-4000-8000-000000000000", "A", 8 * kGiB}});
     ASSERT_TRUE(ledger.ok()) << ledger.error();
@@ -57,7 +57,7 @@ class ReconcilerTest : public ::testing::Test {
   void TearDown() override {
     registry_.reset();
     compute_.reset();
-    shm_unlink(name_.c_str());
+    ledger::MemoryLedger::Remove(name_);
   }
   // A container with a 1 GiB limit and one process (host pid `pid`) holding `reserved` bytes
   // through the shim.
@@ -87,7 +87,7 @@ class ReconcilerTest : public ::testing::Test {
         registry_.get(), 1, [this](int) { return Result(device_); }, options);
   }
   // Process `pid`'s gate measured `ns` more GPU time (its counter in the ledger).
-  void Gate(int32_t pid, uint64_t ns) { layout_->processes[process_of_[pid]].gpu_ns[0] += ns; }
+  void Gate(int32_t pid, uint64_t ns) { registry_->ledger().process(process_of_[pid]).gpu_ns[0] += ns; }
   static int Count(const std::vector<ReconcileEvent>& events, Kind kind) {
     int n = 0;
     for (const ReconcileEvent& e : events) n += e.kind == kind ? 1 : 0;
@@ -114,7 +114,7 @@ TEST_F(ReconcilerTest, ChargesWhatTheShimDidNotSeeToTheRightContainer) {
   EXPECT_TRUE(r.RunOnce().empty());
   EXPECT_EQ(layout_->containers[web].unseen[0].load(), 50 * kMiB);
   EXPECT_EQ(layout_->containers[batch].unseen[0].load(), 0u);
-  EXPECT_EQ(layout_->containers[web].used[0].load(), 200 * kMiB) << "reservations are the shim's";
+  EXPECT_EQ(registry_->ledger().counters(web).used[0].load(), 200 * kMiB) << "reservations are the shim's";
   // The process releases its context: nothing unseen any more.
   device_ = {{101, 200 * kMiB}, {202, 300 * kMiB}};
   r.RunOnce();

@@ -137,7 +137,7 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
     registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
       for (int p = 0; p < ledger::kMaxProcesses; ++p) {
         reserved_before[static_cast<size_t>(p)] = {ledger.book().processes[p].generation.load(),
-                                                   ledger.layout()->processes[p].used[d].load()};
+                                                   ledger.process(static_cast<uint32_t>(p)).used[d].load()};
       }
     });
     Result<std::vector<DeviceProcess>> listed = lister_(d);
@@ -159,7 +159,6 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
     std::set<int32_t> unregistered_now;
     registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
       // Who is who comes from the daemon's book; what a process holds, from its counters.
-      const ledger::LedgerLayout* l = ledger.layout();
       const ledger::LedgerBook& book = ledger.book();
       std::map<int32_t, int> slot_of_pid;
       for (int p = 0; p < ledger::kMaxProcesses; ++p) {
@@ -182,7 +181,7 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
         }
         const uint32_t c = book.processes[found->second].container.load();
         const auto& [generation, before] = reserved_before[static_cast<size_t>(found->second)];
-        uint64_t reserved = l->processes[found->second].used[d].load();
+        uint64_t reserved = ledger.process(found->second).used[d].load();
         if (generation == book.processes[found->second].generation.load()) {
           reserved = std::max(reserved, before);
         }
@@ -259,7 +258,6 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
                               const std::vector<DeviceProcess>& busy,
                               std::vector<ReconcileEvent>* events,
                               std::vector<ReconcileEvent>* to_kill) {
-  const ledger::LedgerLayout* l = ledger.layout();
   const ledger::LedgerBook& book = ledger.book();
   std::map<int32_t, uint64_t> device_ns;  // per host pid
   for (const DeviceProcess& dp : busy) device_ns[dp.pid] = SaturatingAdd(device_ns[dp.pid], dp.bytes);
@@ -274,7 +272,7 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
       continue;
     }
     const uint32_t c = entry.container.load();
-    const uint64_t now = l->processes[p].gpu_ns[d].load();
+    const uint64_t now = ledger.process(static_cast<uint32_t>(p)).gpu_ns[d].load();
     const uint32_t generation = entry.generation.load();
     // A process first seen this pass has no interval yet: its time counts from the next one.
     uint64_t delta = 0;

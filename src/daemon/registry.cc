@@ -383,7 +383,7 @@ std::string Registry::StatusJson() const {
     for (int d = 0; d < devices; ++d) {
       const uint64_t limit = slot.limit[d].load();
       limits.push_back(limit == ledger::kUnlimited ? Json(nullptr) : Json(limit));
-      used.push_back(l->containers[c].used[d].load());
+      used.push_back(ledger_.counters(static_cast<uint32_t>(c)).used[d].load());
     }
     for (int d = 0; d < static_cast<int>(shares.size()); ++d) {
       const ContainerShare* share = nullptr;
@@ -404,7 +404,7 @@ std::string Registry::StatusJson() const {
         continue;
       }
       Json process_used = Json::array();
-      for (int d = 0; d < devices; ++d) process_used.push_back(l->processes[p].used[d].load());
+      for (int d = 0; d < devices; ++d) process_used.push_back(ledger_.process(static_cast<uint32_t>(p)).used[d].load());
       processes.push_back({{"pid", ps.host_pid.load()},
                            {"attached", attached_.test(static_cast<size_t>(p))},
                            {"used_bytes", std::move(process_used)}});

@@ -20,9 +20,9 @@ class RegistryTest : public ::testing::Test {
   void SetUp() override {
     name_ = "/tessera-registry-test-" + std::to_string(getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    shm_unlink(name_.c_str());
+    ledger::MemoryLedger::Remove(name_);
   }
-  void TearDown() override { shm_unlink(name_.c_str()); }
+  void TearDown() override { ledger::MemoryLedger::Remove(name_); }
   Registry Make(bool self_declared = true) {
     auto ledger = ledger::MemoryLedger::CreateOrOpen(
         name_, {{"GPU-aaaaaaaa-0000-4000-8000-000000000000", "A", 8 * kGiB},
@@ -69,7 +69,7 @@ TEST_F(RegistryTest, ALateCloseDoesNotReclaimTheSlotsNextOwner) {
   auto first = r.Hello(Parse("HELLO version=1 container=web mem=1073741824"), gone, &slot);
   ASSERT_TRUE(first.ok()) << first.error();
   const auto generation = static_cast<uint32_t>(std::stoul(first->Get("generation")));
-  ASSERT_TRUE(r.ledger().layout()->processes[slot].used[0].load() == 0);
+  ASSERT_TRUE(r.ledger().process(slot).used[0].load() == 0);
   EXPECT_EQ(r.ReclaimDeadProcesses(), 1);
   uint32_t next = 0;
   ASSERT_TRUE(r.Hello(Parse("HELLO version=1 container=web mem=1073741824"), getpid(), &next).ok());

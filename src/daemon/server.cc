@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <vector>
 
 #include "daemon/ctl_door.h"
 #include "ipc/unix_socket.h"
@@ -165,7 +166,7 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
     conn.buffer.erase(0, nl + 1);
     auto request = protocol::ParseMessage(line);
     std::string reply;
-    int pass_fd = -1;
+    std::vector<int> pass_fds;  // closed after the reply is sent
     if (request.ok() && conn.scope && request->verb == "HELLO") {
       // A container socket registers into its own container only.
       const std::string named = request->Get("container", *conn.scope);
@@ -192,8 +193,17 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
           conn.process_slot = slot;
           conn.generation = static_cast<uint32_t>(
               std::strtoul(hello->Get("generation", "0").c_str(), nullptr, 10));
-          reply = protocol::FormatMessage(*hello);
-          pass_fd = registry_->ledger().fd();
+          // The ledger as this process may map it: the node segment read-only, its own
+          // container's segment, the exchange (ledger_layout.h).
+          const auto c = static_cast<uint32_t>(
+              std::strtoul(hello->Get("container", "0").c_str(), nullptr, 10));
+          auto fds = registry_->ledger().OpenForTenant(c % ledger::kMaxContainers);
+          if (fds.ok()) {
+            reply = protocol::FormatMessage(*hello);
+            pass_fds = {fds->node, fds->container, fds->exchange};
+          } else {
+            reply = "ERR " + fds.error();
+          }
         } else {
           reply = "ERR " + hello.error();
         }
@@ -226,7 +236,9 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
     for (char& c : reply) {
       if (c == '\n' || c == '\r') c = ' ';  // one reply, one line (JSON escapes its own)
     }
-    if (!ipc::SendLine(fd, reply, pass_fd).ok()) return false;
+    const bool sent = ipc::SendLine(fd, reply, pass_fds).ok();
+    for (int passed : pass_fds) close(passed);
+    if (!sent) return false;
   }
   return true;
 }

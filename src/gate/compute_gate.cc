@@ -117,7 +117,7 @@ struct Track {
 namespace {
 
 struct DeviceGate {
-  std::atomic<std::atomic<uint64_t>*> word{nullptr};  // shared token word, or g_all_ones
+  std::atomic<const std::atomic<uint64_t>*> word{nullptr};  // the token word, or g_all_ones
   bool busy = false;                                  // sampler's view
   uint64_t busy_since_ns = 0;
   double burst_ns = 0;
@@ -133,7 +133,9 @@ struct DeviceGate {
 
 struct GateState {
   GateDriver driver;
-  ledger::LedgerLayout* layout = nullptr;
+  const ledger::LedgerLayout* layout = nullptr;  // the node segment, read-only
+  ledger::ContainerSegment* own = nullptr;         // this process's container's segment
+  ledger::Exchange* exchange = nullptr;
   uint32_t container = 0;
   uint32_t process = 0;
   uint64_t bit = 0;
@@ -167,7 +169,7 @@ thread_local TrackCache t_cache;
 thread_local uint32_t t_ctx_generation = 1;
 thread_local char t_thread_tag;  // its address identifies the thread
 
-ledger::ProcessSlot& Self() { return g->layout->processes[g->process]; }
+ledger::ProcessCounters& Self() { return g->own->processes[g->process]; }
 
 // Whether this process's container is high-priority (it may change with a control-tree write).
 bool HighPriority() {
@@ -175,8 +177,8 @@ bool HighPriority() {
 }
 
 void WakeArbiter() {
-  g->layout->gate.demand_seq.fetch_add(1, std::memory_order_acq_rel);
-  ipc::FutexWakeAll(&g->layout->gate.demand_seq);
+  g->exchange->demand_seq.fetch_add(1, std::memory_order_acq_rel);
+  ipc::FutexWakeAll(&g->exchange->demand_seq);
 }
 
 bool ArbiterAlive(uint64_t now) {
@@ -210,11 +212,17 @@ uint64_t RaiseTo(std::atomic<uint64_t>& word, uint64_t value) {
 // container's work it waited behind, when that was charged first (the container's own streams
 // overlapping each other do not count: they share the GPU, not wait for it).
 uint64_t Charge(int device, uint64_t start, uint64_t end) {
-  ledger::GateDevice& gd = g->layout->gate.devices[device];
+  const ledger::GateDevice& gd = g->layout->gate.devices[device];
   const bool overlap = gd.policy.load(std::memory_order_relaxed) == 4;
-  const uint64_t device_until = overlap ? 0 : RaiseTo(gd.charged_until_ns, end);
-  const uint64_t container_until =
-      RaiseTo(g->layout->containers[g->container].charged_until_ns[device], end);
+  uint64_t device_until =
+      overlap ? 0 : RaiseTo(g->exchange->devices[device].charged_until_ns, end);
+  // Every tenant can write the exchange (ledger_layout.h): an instant after this interval's end
+  // cannot be work this interval waited behind, so it is not taken (and is brought back down).
+  if (device_until > end) {
+    g->exchange->devices[device].charged_until_ns.store(end, std::memory_order_release);
+    device_until = 0;
+  }
+  const uint64_t container_until = RaiseTo(g->own->counters.charged_until_ns[device], end);
   const uint64_t from = std::max({start, device_until, container_until});
   if (end > from) Self().gpu_ns[device].fetch_add(end - from, std::memory_order_acq_rel);
   const uint64_t behind = device_until > container_until ? device_until : 0;
@@ -404,36 +412,35 @@ Track* LookupSlow(CUstream stream, bool per_thread_entry) {
 }
 
 // ---- Waiting ------------------------------------------------------------------------------------
-// A high-priority launcher takes the token through its open lane (GateDevice::lane_open) instead
-// of waiting for the arbiter to wake and decide what it would decide anyway: its admission then
-// waits for the queued best-effort work alone, not for two wake-ups on a loaded node as well
-// (a vCPU resumed late kept it out up to 2.6 ms). Under an exclusive policy the other
-// containers' bits go (their launchers stop at the next launch, their samplers drain on the
-// grant_seq wake); the arbiter settles the words at its next step. False when the lane is shut.
-bool TakeLane(int device) {
-  ledger::GateDevice& gd = g->layout->gate.devices[device];
-  if ((gd.lane_open[g->word_index].load(std::memory_order_acquire) & g->bit) == 0) return false;
-  if (gd.policy.load(std::memory_order_relaxed) == static_cast<uint32_t>(ArbiterPolicy::kWeak)) {
-    gd.may_run[g->word_index].fetch_or(g->bit, std::memory_order_acq_rel);  // overlap is allowed
-  } else {
-    for (int w = 0; w < ledger::kMaskWords; ++w) {
-      gd.may_run[w].store(w == g->word_index ? g->bit : 0, std::memory_order_release);
-    }
-  }
-  gd.grant_seq.fetch_add(1, std::memory_order_acq_rel);
-  ipc::FutexWakeAll(&gd.grant_seq);
-  return true;
+// Whether this process's container holds `device`'s token from the arbiter, not only through
+// its open high-priority lane (GateDevice::lane_open: the bit is published set for the lane, and
+// the arbiter has not yet made the container the holder).
+bool Granted(int device) {
+  const ledger::GateDevice& gd = g->layout->gate.devices[device];
+  if ((gd.may_run[g->word_index].load() & g->bit) == 0) return false;
+  return (gd.lane_open[g->word_index].load() & g->bit) == 0 ||
+         gd.holder.load() == static_cast<int32_t>(g->container);
+}
+
+// Where the device's revoked holders' queued work is expected to end (ExchangeDevice::drain_end_ns)
+// as far as it is credible: every tenant can write it, so an instant further ahead than any
+// queue can reach is taken as none.
+uint64_t DrainEnd(int device, uint64_t now) {
+  constexpr uint64_t kFurthestNs = 100'000'000;  // far beyond a grant plus a queued kernel
+  const uint64_t end = g->exchange->devices[device].drain_end_ns.load();
+  return end > now + kFurthestNs ? 0 : end;
 }
 
 void AwaitToken(int device) {
-  ledger::ProcessSlot& self = Self();
-  ledger::GateDevice& gd = g->layout->gate.devices[device];
-  ledger::ContainerSlot& container = g->layout->containers[g->container];
+  ledger::ProcessCounters& self = Self();
+  const ledger::GateDevice& gd = g->layout->gate.devices[device];
+  ledger::ExchangeDevice& xd = g->exchange->devices[device];
+  const ledger::ContainerSlot& container = g->layout->containers[g->container];
   const bool high_priority = HighPriority();
   self.waiting[device].fetch_add(1, std::memory_order_acq_rel);
   const uint64_t wait_start = MonotonicNs();
   self.beat_ns.store(wait_start, std::memory_order_release);  // a waiting thread is alive
-  if (high_priority) gd.priority_wait_ns.store(wait_start);
+  if (high_priority) xd.priority_wait_ns.store(wait_start);
   bool woke = false;  // the arbiter, once this launch is counted as waiting
   for (;;) {
     const uint32_t seq = gd.grant_seq.load(std::memory_order_acquire);
@@ -454,12 +461,10 @@ void AwaitToken(int device) {
       }
       break;
     }
-    const bool took = high_priority && TakeLane(device);
-    if (!woke || took) {
+    if (!woke) {
       WakeArbiter();
       woke = true;
     }
-    if (took) break;
     // A high-priority process is let in within about a ms (it runs ahead of the policy): it
     // yields in a loop that long rather than sleep, since a vCPU resumed late adds its steal
     // straight to the admission latency.
@@ -472,11 +477,11 @@ void AwaitToken(int device) {
   }
   if (high_priority) {
     uint64_t stamp = wait_start;
-    gd.priority_wait_ns.compare_exchange_strong(stamp, 0);  // unless another launcher waits now
+    xd.priority_wait_ns.compare_exchange_strong(stamp, 0);  // unless another launcher waits now
   }
   // The wait, for tessera_container_token_wait_seconds_total (one add on the slow path).
   const uint64_t now = MonotonicNs();
-  container.token_wait_ns.fetch_add(now - wait_start, std::memory_order_relaxed);
+  g->own->counters.token_wait_ns.fetch_add(now - wait_start, std::memory_order_relaxed);
   // Busy before no longer waiting: between the wake-up and the sampler's next look at this
   // process's streams it would otherwise show no work at all, and the arbiter would take the
   // token straight back (on a loaded CPU the two tenants then traded it every 2-3 ms, and the
@@ -484,6 +489,15 @@ void AwaitToken(int device) {
   g->devices[device].granted_ns.store(now, std::memory_order_release);
   self.busy_mask.fetch_or(1u << device, std::memory_order_acq_rel);
   self.waiting[device].fetch_sub(1, std::memory_order_acq_rel);
+}
+
+// A launch went ahead while this process was published idle on `device` (see AfterLaunch): busy,
+// as AwaitToken marks a granted launcher, and the arbiter rung, so an open high-priority lane
+// turns into a grant (and the best-effort holders' revocation) at its next step.
+void NoteLaunchWhileIdle(int device) {
+  g->devices[device].granted_ns.store(MonotonicNs(), std::memory_order_release);
+  Self().busy_mask.fetch_or(1u << device, std::memory_order_acq_rel);
+  WakeArbiter();
 }
 
 // When the track's oldest mark is expected to complete (its launches at the measured kernel
@@ -494,7 +508,7 @@ uint64_t ExpectedEndLocked(const Track* t) {
   // Not before the revoked holders' drain ends: a mark launched during it queued behind it (a
   // launch anchored on itself looked due a whole 10 ms kernel early, and the next one went in
   // early behind it, doubling a high-priority request's wait).
-  const uint64_t ahead = g->layout->gate.devices[t->device].drain_end_ns.load();
+  const uint64_t ahead = DrainEnd(t->device, m.start_ns);
   return std::max({m.start_ns, t->last_end_ns, ahead}) +
          static_cast<uint64_t>(m.launches * t->kernel_ns);
 }
@@ -519,8 +533,8 @@ uint64_t QueueEndLocked(const Track* t, uint64_t ahead) {
 // the last kSpinNs (see GateDevice::priority_wait_ns).
 bool PriorityWaiting(int device, uint64_t now) {
   if (HighPriority()) return false;
-  const uint64_t since = g->layout->gate.devices[device].priority_wait_ns.load();
-  return since != 0 && now < since + kSpinNs;
+  const uint64_t since = g->exchange->devices[device].priority_wait_ns.load();
+  return since != 0 && since <= now && now < since + kSpinNs;
 }
 
 // Waits for room in flight. Returns true when the launch may go ahead although the ring is at its
@@ -608,11 +622,11 @@ void PublishIdleAt(int device, uint64_t end, uint32_t epoch) {
 // when the process has work on the device after all: the token came back during the drain (its
 // launchers went on), or a launch let through just before the revocation landed after it.
 bool DrainDevice(int device) {
-  ledger::GateDevice& gd = g->layout->gate.devices[device];
+  const ledger::GateDevice& gd = g->layout->gate.devices[device];
   auto holds = [&] { return (gd.may_run[g->word_index].load() & g->bit) != 0; };
   const uint32_t epoch = g->devices[device].mark_epoch.load();
   // Work this process launched during an earlier drain queued behind it (see ExpectedEndLocked).
-  const uint64_t ahead = gd.drain_end_ns.load();
+  const uint64_t ahead = DrainEnd(device, MonotonicNs());
   uint64_t end = 0;
   bool known = true;
   for (Track* t : g->tracks) {
@@ -633,7 +647,7 @@ bool DrainDevice(int device) {
     end = std::max(end, e);
   }
   if (known && end > MonotonicNs()) {
-    RaiseTo(gd.drain_end_ns, end);
+    RaiseTo(g->exchange->devices[device].drain_end_ns, end);
     PublishIdleAt(device, end, epoch);
     WakeArbiter();
   }
@@ -678,7 +692,7 @@ uint64_t Tick(uint64_t now) {
       epoch[d] = g->devices[d].mark_epoch.load();
       end_known[d] = true;
       // Work it launched while holding the token queues behind what revoked holders still drain.
-      if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = gd.drain_end_ns.load();
+      if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = DrainEnd(d, now);
     }
   }
   for (Track* t : g->tracks) {
@@ -712,7 +726,7 @@ uint64_t Tick(uint64_t now) {
     t->lock.Unlock();
   }
   uint64_t wake_at = UINT64_MAX;  // when a high-priority launcher will have been quiet long enough
-  ledger::ProcessSlot& self = Self();
+  ledger::ProcessCounters& self = Self();
   const bool gated_now = !g->ungated.load();
   bool drained[ledger::kMaxDevices] = {};
   bool any = false, quiet = false;
@@ -790,7 +804,8 @@ uint64_t Tick(uint64_t now) {
     }
     // A holder ticks fast even when idle: a launcher that got the token just after this tick
     // (its bit set, its kernel possibly done by the next) must not keep it for an idle period.
-    any = any || dg.busy || (holds && gated_now);
+    // An open lane alone is not a grant: an idle high-priority process ticks slowly.
+    any = any || dg.busy || (holds && gated_now && Granted(d));
     quiet = quiet || (dg.busy && dg.quiet_ticks > 0);
   }
   self.beat_ns.store(now, std::memory_order_release);
@@ -820,7 +835,7 @@ void* SamplerMain(void*) {
       SetUngated(false);
     }
     wait_ns = Tick(now);
-    ledger::GateDevice& gd = g->layout->gate.devices[g->primary_device];
+    const ledger::GateDevice& gd = g->layout->gate.devices[g->primary_device];
     const uint32_t seq = gd.grant_seq.load(std::memory_order_acquire);
     ipc::FutexWait(&gd.grant_seq, seq, wait_ns);
   }
@@ -861,11 +876,13 @@ void StartSampler() {
 
 }  // namespace
 
-void StartGate(const GateDriver& driver, ledger::LedgerLayout* layout, uint32_t container,
+void StartGate(const GateDriver& driver, const GateLedger& ledger, uint32_t container,
                uint32_t process, const int* physical, int visible_count) {
   if (g == nullptr) g = new GateState();
   g->driver = driver;
-  g->layout = layout;
+  g->layout = ledger.node;
+  g->own = ledger.own;
+  g->exchange = ledger.exchange;
   g->container = container;
   g->process = process;
   g->bit = uint64_t{1} << (container % 64);
@@ -942,7 +959,16 @@ void AfterLaunch(Track* t, CUresult launched) {
   if (launched != CUDA_SUCCESS) return;
   const uint32_t n = t->since_mark.load(std::memory_order_relaxed) + 1;
   t->since_mark.store(n, std::memory_order_relaxed);
-  if (n == 1) t->first_launch_ns.store(MonotonicNs(), std::memory_order_relaxed);
+  if (n == 1) {
+    t->first_launch_ns.store(MonotonicNs(), std::memory_order_relaxed);
+    // The first launch after a quiet spell that did not wait for the token (an open lane, or a
+    // holder whose busy bit the sampler had cleared): the arbiter learns of it now, not at the
+    // sampler's next idle tick.
+    if (__builtin_expect((Self().busy_mask.load(std::memory_order_relaxed) & (1u << t->device)) == 0,
+                         0)) {
+      NoteLaunchWhileIdle(t->device);
+    }
+  }
   if (__builtin_expect(n >= t->mark_every.load(std::memory_order_relaxed), 0)) {
     t->lock.Lock();
     MarkLocked(t, /*by_sampler=*/false);

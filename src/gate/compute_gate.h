@@ -2,10 +2,11 @@
 // launch the shim asks the gate; the launch proceeds at once when the process's container holds
 // its device's token (an atomic load and a branch), and otherwise waits on a futex in shared
 // memory until the daemon's arbiter grants it (the time waited is added to the container's
-// ContainerSlot::token_wait_ns, for the metrics). A high-priority container whose lane the arbiter
-// published as open (GateDevice::lane_open) does not wait: its launcher takes the token itself,
-// clearing the other containers' bits, and the arbiter settles the words at its next step. The
-// gate also measures the GPU time the process uses and bounds how much work it keeps queued:
+// ContainerCounters::token_wait_ns, for the metrics). A high-priority container whose lane the
+// arbiter published as open (GateDevice::lane_open) does not wait: the arbiter publishes its bit
+// set with the lane, and the first launch after a quiet spell rings the arbiter, which revokes the
+// best-effort holders at its next step. The gate writes only its own container's segment and the
+// exchange (ledger_layout.h), never another container's bits. The gate also measures the GPU time the process uses and bounds how much work it keeps queued:
 //
 //  * Tracks. Every stream the process launches on gets a Track: the explicit stream, the
 //    context's legacy default stream, or a thread's per-thread default stream. A launch bumps the
@@ -68,9 +69,16 @@ struct GateDriver {
 
 struct Track;
 
+// The ledger segments as this process maps them (ledger_layout.h).
+struct GateLedger {
+  const ledger::LedgerLayout* node = nullptr;  // read-only
+  ledger::ContainerSegment* own = nullptr;     // its container's
+  ledger::Exchange* exchange = nullptr;
+};
+
 // Starts gating for this process (idempotent; after fork, call again in the child). `physical`
 // maps the process's device ordinals to ledger device indices.
-void StartGate(const GateDriver& driver, ledger::LedgerLayout* layout, uint32_t container,
+void StartGate(const GateDriver& driver, const GateLedger& ledger, uint32_t container,
                uint32_t process, const int* physical, int visible_count);
 // Forgets every track (a forked child: the parent's streams and events are not its own).
 void ResetGateAfterFork();

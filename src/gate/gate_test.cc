@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -21,6 +22,8 @@
 
 #include "ipc/unix_socket.h"
 #include "ledger/ledger_layout.h"
+#include "ledger/ledger_view.h"
+#include "ledger/memory_ledger.h"
 #include "process/child_process.h"
 
 namespace {
@@ -268,19 +271,20 @@ TEST_F(GateTest, AStoppedHolderLosesTheTokenWithinAQuota) {
   hung->Kill(SIGKILL);
 }
 
-// A high-priority launch takes its open lane without waiting for the arbiter (GateDevice::
-// lane_open). Here the daemon is stopped (SIGSTOP, its heartbeat well within the loss timeout)
-// while a best-effort tenant holds the token: the high-priority tenant still runs its second of
-// kernels at about the full rate, and the best-effort one, whose token that lane took, waits
-// until the daemon is back rather than launching alongside.
-TEST_F(GateTest, AHighPriorityLaunchTakesItsOpenLaneWithoutTheArbiter) {
+// A high-priority launch goes through its open lane (GateDevice::lane_open) without waiting for
+// the arbiter: the arbiter publishes the lane's may_run bit set with it, so the launch passes the
+// usual one-load check and rings the arbiter, which revokes the best-effort holder at its next
+// step; no process writes another container's bits (issue 17). Here the daemon is stopped
+// (SIGSTOP, its heartbeat well within the loss timeout) while a best-effort tenant holds the
+// token: no high-priority launch waits, and the lane's kernels run beside the holder's, which the
+// stopped arbiter cannot revoke (about half the device each). A lane the launcher had to wait for
+// would get nothing until the daemon came back.
+TEST_F(GateTest, AHighPriorityLaunchGoesThroughItsOpenLaneWithoutTheArbiter) {
   const std::string ledger_name = "/" + UniqueName("gate-ledger");
   StartDaemon({"--policy", "1", "--daemon-loss-timeout", "20000", "--ledger", ledger_name});
-  const int fd = shm_open(ledger_name.c_str(), O_RDONLY, 0);
-  ASSERT_GE(fd, 0) << ledger_name;
-  void* map = mmap(nullptr, sizeof(tessera::ledger::LedgerLayout), PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  ASSERT_NE(map, MAP_FAILED);
+  // The arbiter's words are in the daemon's node view (ledger_layout.h).
+  const void* map = tessera::ledger::MapDaemonView(ledger_name);
+  ASSERT_NE(map, nullptr) << ledger_name;
   const auto& gd = static_cast<const tessera::ledger::LedgerLayout*>(map)->gate.devices[0];
   BusyWindow();
   const uint64_t start = MonotonicNs() + 1'000'000'000;
@@ -300,13 +304,12 @@ TEST_F(GateTest, AHighPriorityLaunchTakesItsOpenLaneWithoutTheArbiter) {
   daemon_->Kill(SIGSTOP);
   std::this_thread::sleep_for(std::chrono::nanoseconds(start - MonotonicNs()) + 2500ms);
   daemon_->Kill(SIGCONT);
-  EXPECT_TRUE(KeptBusy(Kernels(*hp), 1, 0.6))
+  EXPECT_TRUE(KeptBusy(Kernels(*hp), 1, 0.35))
       << "the high-priority tenant waited for the stopped arbiter";
-  EXPECT_LT(LongestLaunchMs(*hp), 100);
+  EXPECT_LT(LongestLaunchMs(*hp), 100) << "a high-priority launch waited for the token";
   Kernels(*be);
-  EXPECT_GT(LongestLaunchMs(*be), 1000) << "the best-effort tenant ran on beside the lane";
-  munmap(map, sizeof(tessera::ledger::LedgerLayout));
-  shm_unlink(ledger_name.c_str());
+  munmap(const_cast<void*>(map), sizeof(tessera::ledger::LedgerLayout));
+  tessera::ledger::MemoryLedger::Remove(ledger_name);
 }
 
 TEST_F(GateTest, ADaemonLossUngatesWaitersAndGatingResumesWhenItReturns) {
@@ -344,16 +347,14 @@ TEST_F(GateTest, ADaemonLossUngatesWaitersAndGatingResumesWhenItReturns) {
 }
 
 // A holder whose token is revoked publishes, before it waits for its queued kernels, when they are
-// expected to end (ProcessSlot::idle_at_ns): the arbiter lets the next holder in just before then.
+// expected to end (ProcessCounters::idle_at_ns): the arbiter lets the next holder in just before then.
 // Read from the daemon's ledger while two tenants trade the token under policy 1.
 TEST_F(GateTest, ARevokedHolderPublishesWhenItsQueuedWorkEnds) {
   const std::string ledger_name = "/" + UniqueName("gate-ledger");
   StartDaemon({"--policy", "1", "--ledger", ledger_name});
-  const int fd = shm_open(ledger_name.c_str(), O_RDONLY, 0);
-  ASSERT_GE(fd, 0) << ledger_name;
-  void* map = mmap(nullptr, sizeof(tessera::ledger::LedgerLayout), PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  ASSERT_NE(map, MAP_FAILED);
+  // The arbiter's words are in the daemon's node view (ledger_layout.h).
+  const void* map = tessera::ledger::MapDaemonView(ledger_name);
+  ASSERT_NE(map, nullptr) << ledger_name;
   const auto* layout = static_cast<const tessera::ledger::LedgerLayout*>(map);
   const uint64_t start = SoonNs();
   auto a = Spinner("left", 1000, 2, start, "stream", {});
@@ -364,11 +365,31 @@ TEST_F(GateTest, ARevokedHolderPublishesWhenItsQueuedWorkEnds) {
   // Each switch (about every 20 ms) drains up to 4 ms of queued work: poll for 1.5 s.
   int seen = 0;
   uint64_t farthest = 0;  // the furthest ahead a published end lay
+  // A process's counters are in its container's segment (ledger_layout.h), mapped on first use.
+  std::map<uint32_t, const tessera::ledger::ContainerSegment*> segments;
+  auto segment = [&](uint32_t c) -> const tessera::ledger::ContainerSegment* {
+    auto it = segments.find(c);
+    if (it != segments.end()) return it->second;
+    const int seg_fd = shm_open((ledger_name + ".c" + std::to_string(c)).c_str(), O_RDONLY, 0);
+    void* mem = seg_fd < 0 ? MAP_FAILED
+                           : mmap(nullptr, sizeof(tessera::ledger::ContainerSegment), PROT_READ,
+                                  MAP_SHARED, seg_fd, 0);
+    if (seg_fd >= 0) close(seg_fd);
+    const auto* seg =
+        mem == MAP_FAILED ? nullptr : static_cast<const tessera::ledger::ContainerSegment*>(mem);
+    segments[c] = seg;
+    return seg;
+  };
   for (const uint64_t until = MonotonicNs() + 1'500'000'000; MonotonicNs() < until;) {
-    for (const auto& ps : layout->processes) {
-      if (ps.state.load() != tessera::ledger::kLive || (ps.busy_mask.load() & 1) == 0) continue;
+    for (int p = 0; p < tessera::ledger::kMaxProcesses; ++p) {
+      const auto& slot = layout->processes[p];
+      if (slot.state.load() != tessera::ledger::kLive) continue;
+      const uint32_t c = slot.container.load() % tessera::ledger::kMaxContainers;
+      const tessera::ledger::ContainerSegment* seg = segment(c);
+      if (seg == nullptr) continue;
+      const auto& ps = seg->processes[p];
+      if ((ps.busy_mask.load() & 1) == 0) continue;
       const uint64_t idle_at = ps.idle_at_ns[0].load(), now = MonotonicNs();
-      const uint32_t c = ps.container.load() % tessera::ledger::kMaxContainers;
       const bool holds = (layout->gate.devices[0].may_run[c / 64].load() >> (c % 64)) & 1;
       if (idle_at > now && !holds) {
         ++seen;
@@ -379,8 +400,14 @@ TEST_F(GateTest, ARevokedHolderPublishesWhenItsQueuedWorkEnds) {
   }
   Kernels(*a);
   Kernels(*b);
-  munmap(map, sizeof(tessera::ledger::LedgerLayout));
-  shm_unlink(ledger_name.c_str());
+  for (const auto& [c, seg] : segments) {
+    if (seg != nullptr) {
+      munmap(const_cast<tessera::ledger::ContainerSegment*>(seg),
+             sizeof(tessera::ledger::ContainerSegment));
+    }
+  }
+  munmap(const_cast<void*>(map), sizeof(tessera::ledger::LedgerLayout));
+  tessera::ledger::MemoryLedger::Remove(ledger_name);
   EXPECT_GT(seen, 0) << "no revoked holder published when its drain ends";
   // What it may keep queued is bounded (4 ms here), so a sane estimate lies within that and a
   // kernel of now.

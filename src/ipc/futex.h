@@ -15,18 +15,19 @@
 namespace tessera::ipc {
 
 // Sleeps while `*word == expected`, at most `timeout_ns` (0: do not sleep). Returns when woken,
-// when the word differs, on a signal, or on timeout; callers re-check their condition.
-inline void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
+// when the word differs, on a signal, or on timeout; callers re-check their condition. The word
+// may be in a read-only mapping (a process waits on the daemon's words in the node segment).
+inline void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   if (timeout_ns == 0) return;
   timespec ts{static_cast<time_t>(timeout_ns / 1000000000ull),
               static_cast<long>(timeout_ns % 1000000000ull)};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
-// Wakes every waiter on `word`.
-inline void FutexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr,
+// Wakes every waiter on `word` (which, too, may be in a read-only mapping).
+inline void FutexWakeAll(const std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr,
           0);
 }
 

@@ -113,25 +113,27 @@ Result<int> Listen(const std::string& path) {
   return fd;
 }
 
-Status SendLine(int fd, const std::string& line, int pass_fd) {
+Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fds) {
+  if (pass_fds.size() > kMaxPassedFds) return Status::Error("too many descriptors to pass");
   std::string data = line + "\n";
   if (data.size() > kMaxMessage) return Status::Error("message too long");
   size_t sent = 0;
-  bool fd_pending = pass_fd >= 0;
+  bool fds_pending = !pass_fds.empty();
   while (sent < data.size()) {
     iovec iov{data.data() + sent, data.size() - sent};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    if (fd_pending) {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
+    if (fds_pending) {
+      const size_t bytes = sizeof(int) * pass_fds.size();
       msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
+      msg.msg_controllen = CMSG_SPACE(bytes);
       cmsghdr* c = CMSG_FIRSTHDR(&msg);
       c->cmsg_level = SOL_SOCKET;
       c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+      c->cmsg_len = CMSG_LEN(bytes);
+      std::memcpy(CMSG_DATA(c), pass_fds.data(), bytes);
     }
     const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
@@ -142,15 +144,18 @@ Status SendLine(int fd, const std::string& line, int pass_fd) {
       }
       return Status::Error(Errno("send"));
     }
-    fd_pending = false;
+    fds_pending = false;
     sent += static_cast<size_t>(n);
   }
   return Status::Ok();
 }
 
-Result<std::string> RecvLine(int fd, std::string* buffer, int* received_fd,
+Status SendLine(int fd, const std::string& line, int pass_fd) {
+  return SendLine(fd, line, pass_fd >= 0 ? std::vector<int>{pass_fd} : std::vector<int>{});
+}
+
+Result<std::string> RecvLine(int fd, std::string* buffer, std::vector<int>* received_fds,
                              std::chrono::milliseconds timeout) {
-  if (received_fd != nullptr) *received_fd = -1;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     const size_t nl = buffer->find('\n');
@@ -170,7 +175,7 @@ Result<std::string> RecvLine(int fd, std::string* buffer, int* received_fd,
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)];
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
     const ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
@@ -180,11 +185,13 @@ Result<std::string> RecvLine(int fd, std::string* buffer, int* received_fd,
     }
     if (n == 0) return Result<std::string>::Error("connection closed");
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
         int got = -1;
-        std::memcpy(&got, CMSG_DATA(c), sizeof(int));
-        if (received_fd != nullptr && *received_fd < 0) {
-          *received_fd = got;
+        std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (received_fds != nullptr) {
+          received_fds->push_back(got);
         } else {
           close(got);
         }
@@ -192,6 +199,17 @@ Result<std::string> RecvLine(int fd, std::string* buffer, int* received_fd,
     }
     buffer->append(data, static_cast<size_t>(n));
   }
+}
+
+Result<std::string> RecvLine(int fd, std::string* buffer, int* received_fd,
+                             std::chrono::milliseconds timeout) {
+  std::vector<int> fds;
+  auto line = RecvLine(fd, buffer, received_fd != nullptr ? &fds : nullptr, timeout);
+  if (received_fd != nullptr) {
+    *received_fd = fds.empty() ? -1 : fds.front();
+    for (size_t i = 1; i < fds.size(); ++i) close(fds[i]);
+  }
+  return line;
 }
 
 Result<std::string> Call(const std::string& path, const std::string& request, int* received_fd,

@@ -9,12 +9,14 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 
 namespace tessera::ipc {
 
 inline constexpr size_t kMaxMessage = 64 * 1024;
+inline constexpr size_t kMaxPassedFds = 4;  // descriptors one message may carry
 
 struct PeerCredentials {
   pid_t pid = 0;
@@ -30,11 +32,16 @@ bool WaitUntilListening(const std::string& path, std::chrono::milliseconds timeo
 // Binds and listens at `path`. A stale socket file (nobody listening) is replaced; a live one is
 // refused. The returned fd is non-blocking and close-on-exec.
 Result<int> Listen(const std::string& path);
-// Sends one line (a '\n' is appended) and optionally a descriptor.
+// Sends one line (a '\n' is appended) and optionally a descriptor, or up to kMaxPassedFds.
 Status SendLine(int fd, const std::string& line, int pass_fd = -1);
+Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fds);
 // Receives one line (without '\n') and, if one came with it, a descriptor (else -1). Bytes read
 // past the line stay in `buffer` for the next call.
 Result<std::string> RecvLine(int fd, std::string* buffer, int* received_fd,
+                             std::chrono::milliseconds timeout);
+// The same, appending every descriptor that came with the bytes read to `received_fds` (null:
+// they are closed).
+Result<std::string> RecvLine(int fd, std::string* buffer, std::vector<int>* received_fds,
                              std::chrono::milliseconds timeout);
 // One request, one reply.
 Result<std::string> Call(const std::string& path, const std::string& request, int* received_fd,

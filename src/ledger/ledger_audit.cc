@@ -45,29 +45,33 @@ std::string Excerpt(const char* bytes, size_t size) {
 
 void MemoryLedger::PublishContainer(uint32_t c) {
   const LedgerBook::Container& entry = book_->containers[c];
-  ContainerSlot& slot = layout_->containers[c];
-  std::memcpy(slot.id, entry.id, sizeof(slot.id));
-  for (int d = 0; d < kMaxDevices; ++d) {
-    slot.limit[d].store(entry.limit[d].load());
-    slot.unseen[d].store(entry.unseen[d].load());
+  for (LedgerLayout* l : {layout_, store_}) {
+    ContainerSlot& slot = l->containers[c];
+    std::memcpy(slot.id, entry.id, sizeof(slot.id));
+    for (int d = 0; d < kMaxDevices; ++d) {
+      slot.limit[d].store(entry.limit[d].load());
+      slot.unseen[d].store(entry.unseen[d].load());
+    }
+    slot.core_percent.store(entry.core_percent.load());
+    slot.weight.store(entry.weight.load());
+    slot.high_priority.store(entry.high_priority.load());
+    slot.process_count.store(entry.process_count.load());
+    slot.flags.store(entry.flags.load());
+    slot.generation.store(entry.generation.load());
+    slot.state.store(entry.state.load(), std::memory_order_release);
   }
-  slot.core_percent.store(entry.core_percent.load());
-  slot.weight.store(entry.weight.load());
-  slot.high_priority.store(entry.high_priority.load());
-  slot.process_count.store(entry.process_count.load());
-  slot.flags.store(entry.flags.load());
-  slot.generation.store(entry.generation.load());
-  slot.state.store(entry.state.load(), std::memory_order_release);
 }
 
 void MemoryLedger::PublishProcess(uint32_t p) {
   const LedgerBook::Process& entry = book_->processes[p];
-  ProcessSlot& slot = layout_->processes[p];
-  slot.host_pid.store(entry.host_pid.load());
-  slot.local_pid.store(entry.local_pid.load());
-  slot.container.store(entry.container.load());
-  slot.generation.store(entry.generation.load());
-  slot.state.store(entry.state.load(), std::memory_order_release);
+  for (LedgerLayout* l : {layout_, store_}) {
+    ProcessSlot& slot = l->processes[p];
+    slot.host_pid.store(entry.host_pid.load());
+    slot.local_pid.store(entry.local_pid.load());
+    slot.container.store(entry.container.load());
+    slot.generation.store(entry.generation.load());
+    slot.state.store(entry.state.load(), std::memory_order_release);
+  }
 }
 
 void MemoryLedger::AdoptSegment(bool fresh) {
@@ -78,7 +82,7 @@ void MemoryLedger::AdoptSegment(bool fresh) {
   // once its processes are known (a slot with processes is kept whatever its id).
   std::bitset<kMaxContainers> live, bad_id, rebuild;
   for (int c = 0; c < kMaxContainers; ++c) {
-    const ContainerSlot& slot = layout_->containers[c];
+    const ContainerSlot& slot = store_->containers[c];
     LedgerBook::Container& entry = book_->containers[c];
     entry.generation.store(slot.generation.load());
     const uint32_t state = slot.state.load();
@@ -125,13 +129,20 @@ void MemoryLedger::AdoptSegment(bool fresh) {
     }
     entry.flags.store(flags & kKnownFlags);
     entry.state.store(kLive);
+    // Its counters: the segment the previous daemon made for it, or (gone, or not one this
+    // daemon wrote) a new one, rebuilt below from what its processes hold, i.e. zero.
+    const size_t reports = open_report_.size();
+    if (Status s = MapContainerSegment(static_cast<uint32_t>(c), /*fresh=*/false); !s.ok()) {
+      report(s.message());
+    }
+    if (open_report_.size() != reports) rebuild.set(c);
   }
 
   // Processes: a live slot must belong to a live container and name a process id; anything else
   // is dropped (its bytes cannot be attributed, so the containers they may sit in are rebuilt).
   uint32_t count[kMaxContainers] = {};
   for (int p = 0; p < kMaxProcesses; ++p) {
-    ProcessSlot& slot = layout_->processes[p];
+    const ProcessSlot& slot = store_->processes[p];
     LedgerBook::Process& entry = book_->processes[p];
     entry.generation.store(slot.generation.load());
     const uint32_t state = slot.state.load();
@@ -152,12 +163,13 @@ void MemoryLedger::AdoptSegment(bool fresh) {
       report("process slot " + std::to_string(p) + ": " + why + "; dropped");
       if (c < static_cast<uint32_t>(kMaxContainers)) {
         rebuild.set(c);
+        ProcessCounters& counters = segments_[c].processes[p];  // zeros when c is not live
+        for (int d = 0; d < kMaxDevices; ++d) counters.used[d].store(0);
+        counters.busy_mask.store(0);
+        for (int d = 0; d < kMaxDevices; ++d) counters.waiting[d].store(0);
       } else {
         rebuild.set();
       }
-      for (int d = 0; d < kMaxDevices; ++d) slot.used[d].store(0);
-      slot.busy_mask.store(0);
-      for (int d = 0; d < kMaxDevices; ++d) slot.waiting[d].store(0);
       entry.generation.fetch_add(1);
       PublishProcess(static_cast<uint32_t>(p));  // free, with a new generation
       continue;
@@ -176,7 +188,7 @@ void MemoryLedger::AdoptSegment(bool fresh) {
       continue;
     }
     LedgerBook::Container& entry = book_->containers[c];
-    ContainerSlot& slot = layout_->containers[c];
+    ContainerSlot& slot = store_->containers[c];
     if (bad_id.test(c)) {
       const std::string found = Excerpt(slot.id, sizeof(slot.id));
       if (count[c] == 0) {
@@ -184,7 +196,7 @@ void MemoryLedger::AdoptSegment(bool fresh) {
                " is not a container id and no process holds it; dropped");
         entry.state.store(kFree);
         entry.generation.fetch_add(1);
-        for (int d = 0; d < kMaxDevices; ++d) slot.used[d].store(0);
+        for (int d = 0; d < kMaxDevices; ++d) segments_[c].counters.used[d].store(0);
         PublishContainer(static_cast<uint32_t>(c));
         continue;
       }
@@ -212,10 +224,10 @@ void MemoryLedger::AdoptSegment(bool fresh) {
             book_->processes[p].container.load() != static_cast<uint32_t>(c)) {
           continue;
         }
-        const uint64_t held = layout_->processes[p].used[d].load();
+        const uint64_t held = segments_[c].processes[p].used[d].load();
         sum = held > ~uint64_t{0} - sum ? ~uint64_t{0} : sum + held;
       }
-      const uint64_t had = layout_->containers[c].used[d].exchange(sum);
+      const uint64_t had = segments_[c].counters.used[d].exchange(sum);
       if (had != sum) {
         report("container " + std::string(book_->containers[c].id) + ": bytes in use on GPU " +
                std::to_string(d) + " rebuilt from its processes: " + std::to_string(had) +
@@ -226,10 +238,20 @@ void MemoryLedger::AdoptSegment(bool fresh) {
 }
 
 std::vector<std::string> MemoryLedger::Repair() {
+  // The view is sealed and the node segment is given to no process, so only something with the
+  // daemon's own rights (or a kernel without the seal) can have rewritten either.
+  std::vector<std::string> lines = RepairLayout(layout_);
+  for (std::string& line : RepairLayout(store_)) {
+    lines.push_back(line.replace(0, 7, "ledger (node segment):"));  // after "ledger:"
+  }
+  return lines;
+}
+
+std::vector<std::string> MemoryLedger::RepairLayout(LedgerLayout* l) {
   std::vector<std::string> lines;
   for (int p = 0; p < kMaxProcesses; ++p) {
     const LedgerBook::Process& entry = book_->processes[p];
-    const ProcessSlot& slot = layout_->processes[p];
+    const ProcessSlot& slot = l->processes[p];
     std::string fields;
     auto check = [&fields](const char* what, int64_t found, int64_t want) {
       if (found != want) {
@@ -252,7 +274,7 @@ std::vector<std::string> MemoryLedger::Repair() {
   }
   for (int c = 0; c < kMaxContainers; ++c) {
     const LedgerBook::Container& entry = book_->containers[c];
-    const ContainerSlot& slot = layout_->containers[c];
+    const ContainerSlot& slot = l->containers[c];
     std::string fields;
     auto check = [&fields](const std::string& what, uint64_t found, uint64_t want) {
       if (found != want) {
@@ -265,8 +287,8 @@ std::vector<std::string> MemoryLedger::Repair() {
     // A free slot's other fields mean nothing until the daemon takes it (and rewrites them).
     if (entry.state.load() != kLive) {
       if (!fields.empty()) {
-        layout_->containers[c].state.store(kFree);
-        layout_->containers[c].generation.store(entry.generation.load());
+        l->containers[c].state.store(kFree);
+        l->containers[c].generation.store(entry.generation.load());
         lines.push_back("ledger: container slot " + std::to_string(c) + " was rewritten: " +
                         fields + "; restored");
       }
@@ -291,11 +313,11 @@ std::vector<std::string> MemoryLedger::Repair() {
                     (entry.state.load() == kLive ? " (" + std::string(entry.id) + ")" : "") +
                     " was rewritten: " + fields + "; restored");
   }
-  const uint32_t devices = layout_->device_count.load();
+  const uint32_t devices = l->device_count.load();
   if (devices != book_->device_count ||
-      std::memcmp(layout_->devices, book_->devices, sizeof(book_->devices)) != 0) {
-    layout_->device_count.store(book_->device_count);
-    std::memcpy(layout_->devices, book_->devices, sizeof(book_->devices));
+      std::memcmp(l->devices, book_->devices, sizeof(book_->devices)) != 0) {
+    l->device_count.store(book_->device_count);
+    std::memcpy(l->devices, book_->devices, sizeof(book_->devices));
     lines.push_back("ledger: the device table was rewritten (count " + std::to_string(devices) +
                     ", is " + std::to_string(book_->device_count) + "); restored");
   }

@@ -1,7 +1,29 @@
-// The node's memory ledger as laid out in shared memory: one segment per node daemon, created by
-// tesserad and mapped by every captured process (the daemon hands each one the descriptor over
-// its Unix socket). It holds, per container and per device, the limit and the bytes in use, and per
-// process the bytes it holds, so the daemon can take them back the moment the process dies.
+// The node's memory ledger as laid out in shared memory. Since layout version 8 (issue 17, least
+// authority) it is three kinds of segment, each mapped by a tenant process only with the rights
+// its role needs:
+//
+//  * The node view (LedgerLayout, in a memfd of the daemon's): the device table, every
+//    container's limits and settings, every process's identity, and the arbiter's token words.
+//    Written by tesserad alone. The daemon seals it (F_SEAL_FUTURE_WRITE) before any process gets
+//    it, so no writable mapping of it can be made by anyone, root included, by any route (the
+//    descriptor it was sent, /proc/self/fd, mprotect, /proc/self/mem); a process maps it
+//    read-only. A restarted daemon makes a new one and each process maps that in place of the
+//    old when it re-attaches.
+//  * The node segment (also a LedgerLayout, named by tesserad's --ledger): the daemon-owned
+//    fields of the view as the daemon last wrote them, kept in /dev/shm across daemon restarts so
+//    that a restarted daemon rebuilds its book (accounting survives). No process is given it; its
+//    gate words are unused (zero).
+//  * One container segment per container (ContainerSegment, named "<ledger>.c<index>"): the
+//    counters its processes write (bytes reserved, GPU time measured, waits) and, indexed by the
+//    global process slot, each process's own counters. A tenant process maps only its own
+//    container's; other containers' counters are not in its address space at all. A container
+//    slot taken by a new container gets a new file, so a process that outlived its registration
+//    keeps a mapping of an orphaned file, never of the new container's counters.
+//  * The exchange segment (Exchange, "<ledger>.x"): the few words every tenant process writes
+//    because they concern the device rather than a container: the futex word that wakes the
+//    arbiter, and three device instants the gates of different containers hand each other (where
+//    charging starts, where revoked work ends, when a high-priority launcher began to wait). Each
+//    reader bounds what it takes from them (docs/security.md says what a hostile writer can do).
 //
 // Rules that make HAMi-core's failures impossible here:
 // - Slots have fixed indices and generation counters and are never compacted or moved; a process
@@ -9,10 +31,10 @@
 // - Admission is reserve-by-CAS on the container's counter before the driver call, rolled back on
 //   failure (MemoryLedger::Reserve), so concurrent allocators can never overshoot.
 // - Counters are 64-bit atomics (never torn) and every decrement saturates at zero.
-// The same segment carries the compute gate's shared state (issue 4): per device, which containers
-// may launch now (a bitset the shim tests with one atomic load) and a futex word bumped on every
-// change; per process, the GPU time it measured and whether it waits or has work in flight; a
-// futex word the processes bump to wake the daemon's arbiter, and the arbiter's heartbeat.
+// The compute gate's shared state (issue 4): per device, which containers may launch now (a bitset
+// the shim tests with one atomic load) and a futex word bumped on every change (node segment);
+// per process, the GPU time it measured and whether it waits or has work in flight (its
+// container's segment); the doorbell that wakes the arbiter (exchange).
 // This header is the only definition of the layout; it has no pointers (every process maps it at
 // a different address) and every change bumps kLedgerVersion.
 #pragma once
@@ -23,12 +45,15 @@
 
 namespace tessera::ledger {
 
-inline constexpr uint32_t kLedgerMagic = 0x4c525354;  // "TSRL"
-inline constexpr uint32_t kLedgerVersion = 7;
+inline constexpr uint32_t kLedgerMagic = 0x4c525354;     // "TSRL": the node segment
+inline constexpr uint32_t kContainerMagic = 0x43525354;  // "TSRC": a container segment
+inline constexpr uint32_t kExchangeMagic = 0x58525354;   // "TSRX": the exchange segment
+inline constexpr uint32_t kLedgerVersion = 8;
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxContainers = 256;
 inline constexpr int kMaxProcesses = 1024;
 inline constexpr uint64_t kUnlimited = ~uint64_t{0};
+inline constexpr size_t kPageSize = 4096;
 
 enum SlotState : uint32_t { kFree = 0, kLive = 1 };
 // ContainerSlot::flags. A container without it was declared by its first process's HELLO and is
@@ -38,6 +63,8 @@ inline constexpr uint32_t kContainerRegistered = 1;
 // its limit (memory the shim did not see): every new reservation is refused until it is back under.
 inline constexpr uint32_t kContainerBlocked = 2;
 
+// ---- The node segment (tesserad writes; tenants read) -----------------------------------------
+
 struct LedgerDevice {
   char uuid[48];  // "GPU-..." as NVML reports it
   char name[64];
@@ -46,68 +73,34 @@ struct LedgerDevice {
 static_assert(sizeof(LedgerDevice) == 120);
 
 struct ContainerSlot {
-  std::atomic<uint32_t> state;               // SlotState; written by the daemon only
+  std::atomic<uint32_t> state;               // SlotState
   std::atomic<uint32_t> generation;          // bumped when the slot is freed
   char id[72];                               // [A-Za-z0-9_.-]{1,64}, NUL-terminated
   std::atomic<uint64_t> limit[kMaxDevices];  // bytes; kUnlimited when not limited
-  std::atomic<uint64_t> used[kMaxDevices];   // bytes reserved by the container's processes
   std::atomic<uint32_t> core_percent;        // 1-100; 100 when not limited (issue 4)
   std::atomic<uint32_t> weight;
   std::atomic<uint32_t> high_priority;
   std::atomic<uint32_t> process_count;
-  // Compute gate: the device instant (CLOCK_MONOTONIC ns) up to which the container's GPU time is
-  // charged; its processes charge only what lies beyond it, so overlapping work of two processes
-  // (or two streams) of one container is never counted twice.
-  std::atomic<uint64_t> charged_until_ns[kMaxDevices];
   std::atomic<uint32_t> flags;  // kContainerRegistered, kContainerBlocked
   uint32_t reserved0;
-  // Reconciliation (daemon-written): bytes the device reports for the container's processes beyond
-  // what they reserved through the shim (contexts, modules, allocations that bypassed it).
+  // Reconciliation: bytes the device reports for the container's processes beyond what they
+  // reserved through the shim (contexts, modules, allocations that bypassed it).
   std::atomic<uint64_t> unseen[kMaxDevices];
-  // Monitoring counters, cumulative since the slot was taken (UpsertContainer zeroes them):
-  // allocation calls the shim refused because Reserve did (one per refused call, not per retry),
-  // and the nanoseconds its processes' launches waited at the gate for the compute token
-  // (ComputeGate's AwaitToken adds each wait). Both are written by the shim on its slow paths.
-  // token_wait_ns took the place of v4's last reserved word: same offset and size, and a reader
-  // that ignores it loses nothing, so the layout version stays 4.
-  std::atomic<uint64_t> oom_refusals;
-  std::atomic<uint64_t> token_wait_ns;
 };
 static_assert(offsetof(ContainerSlot, id) == 8);
 static_assert(offsetof(ContainerSlot, limit) == 80);
-static_assert(offsetof(ContainerSlot, used) == 80 + 8 * kMaxDevices);
-static_assert(offsetof(ContainerSlot, charged_until_ns) == 80 + 16 * kMaxDevices + 16);
-static_assert(offsetof(ContainerSlot, unseen) == 80 + 24 * kMaxDevices + 24);
-static_assert(offsetof(ContainerSlot, token_wait_ns) == 80 + 32 * kMaxDevices + 32);
-static_assert(sizeof(ContainerSlot) == 80 + 32 * kMaxDevices + 40);
+static_assert(offsetof(ContainerSlot, unseen) == 80 + 8 * kMaxDevices + 24);
+static_assert(sizeof(ContainerSlot) == 80 + 16 * kMaxDevices + 24);
 
 struct ProcessSlot {
-  std::atomic<uint32_t> state;       // SlotState; written by the daemon only
+  std::atomic<uint32_t> state;       // SlotState
   std::atomic<uint32_t> generation;  // bumped when the slot is freed
   std::atomic<int32_t> host_pid;     // from SO_PEERCRED
   std::atomic<uint32_t> container;   // index of the ContainerSlot it belongs to
   std::atomic<int32_t> local_pid;    // its pid in its own pid namespace (tools inside)
   uint32_t reserved0;
-  std::atomic<uint64_t> used[kMaxDevices];  // bytes this process holds (its share of `used`)
-  // ---- Compute gate (written by the process, read by the arbiter) ----
-  std::atomic<uint64_t> gpu_ns[kMaxDevices];         // GPU time measured so far (cumulative)
-  std::atomic<uint64_t> quota_hint_ns[kMaxDevices];  // the quota its kernel bursts call for
-  std::atomic<uint32_t> waiting[kMaxDevices];        // its threads blocked at the gate
-  std::atomic<uint32_t> busy_mask;                   // bit d: work launched and not finished
-  std::atomic<uint32_t> reserved1;
-  std::atomic<uint64_t> beat_ns;  // its sampler's last tick; a stopped process stops beating
-  // When the work it has queued on device d is expected to have run (CLOCK_MONOTONIC), published
-  // only while it launches no more: its token revoked (draining), or, for a high-priority process,
-  // its launcher quiet. 0: it may launch more, or the end cannot be estimated. The arbiter hands
-  // the token on this much ahead of the end, so the next holder's first launch meets a busy GPU.
-  std::atomic<uint64_t> idle_at_ns[kMaxDevices];
 };
-static_assert(offsetof(ProcessSlot, local_pid) == 16);
-static_assert(offsetof(ProcessSlot, used) == 24);
-static_assert(offsetof(ProcessSlot, gpu_ns) == 24 + 8 * kMaxDevices);
-static_assert(offsetof(ProcessSlot, waiting) == 24 + 24 * kMaxDevices);
-static_assert(offsetof(ProcessSlot, idle_at_ns) == 24 + 28 * kMaxDevices + 16);
-static_assert(sizeof(ProcessSlot) == 24 + 36 * kMaxDevices + 16);
+static_assert(sizeof(ProcessSlot) == 24);
 
 inline constexpr int kMaskWords = kMaxContainers / 64;
 
@@ -119,31 +112,19 @@ struct GateDevice {
   std::atomic<int32_t> holder;                // the exclusive holder, or -1 (for tools)
   std::atomic<uint32_t> policy;               // the device's policy (for tools)
   std::atomic<uint64_t> inflight_bound_ns;    // how much work a process may keep queued
-  // The device instant up to which some container has been charged: the next holder's work, queued
-  // behind the previous holder's, is charged only from there (nobody pays for another's time).
-  std::atomic<uint64_t> charged_until_ns;
-  // When the work of holders whose token was revoked is expected to have run: work launched by
-  // the holder that replaced them queues behind it (raised by each draining process).
-  std::atomic<uint64_t> drain_end_ns;
-  // When a high-priority launcher began waiting for the token (0: none waits): a best-effort
-  // holder about to queue a long kernel ahead of time holds it back for the revocation that is
-  // coming (a stale stamp, a millisecond old, is ignored).
-  std::atomic<uint64_t> priority_wait_ns;
-  // Bit c: high-priority container c may take the token itself, without waiting for the arbiter:
-  // its lane is under its cap and no other container's lane holds the token. Its launcher then
-  // clears the other containers' may_run bits (sets its own), bumps grant_seq and wakes the
-  // arbiter, which takes the lane over at its next step (or hands the token back). Written by the
-  // arbiter before may_run, so a launcher that finds its bit gone reads a current lane_open.
+  // Bit c: high-priority container c's lane is open: it may launch at once (its may_run bit is
+  // published set alongside, so its launches pass the usual one-load check), and its first launch
+  // after a quiet spell rings the arbiter, which then revokes the best-effort holders. Nobody
+  // writes another container's bit: until the arbiter's step the lane's work and the holder's
+  // queue on the device side by side, the lane's first kernel behind the holder's bounded queue.
   std::atomic<uint64_t> lane_open[kMaskWords];
 };
 static_assert(offsetof(GateDevice, may_run) == 8);
-static_assert(offsetof(GateDevice, drain_end_ns) == 8 + 8 * kMaskWords + 24);
-static_assert(offsetof(GateDevice, priority_wait_ns) == 8 + 8 * kMaskWords + 32);
-static_assert(offsetof(GateDevice, lane_open) == 8 + 8 * kMaskWords + 40);
-static_assert(sizeof(GateDevice) == 8 + 16 * kMaskWords + 40);
+static_assert(offsetof(GateDevice, lane_open) == 8 + 8 * kMaskWords + 16);
+static_assert(sizeof(GateDevice) == 8 + 16 * kMaskWords + 16);
 
 struct GateHeader {
-  std::atomic<uint32_t> demand_seq;  // futex word: processes bump it to wake the arbiter
+  std::atomic<uint32_t> reserved0;
   std::atomic<uint32_t> arbiter_pid;
   std::atomic<uint64_t> beat_ns;          // the arbiter's last tick (CLOCK_MONOTONIC); 0: none
   std::atomic<uint64_t> loss_timeout_ns;  // a process waiting longer without a beat goes ungated
@@ -167,5 +148,87 @@ static_assert(offsetof(LedgerLayout, devices) == 32);
 static_assert(offsetof(LedgerLayout, containers) == 32 + sizeof(LedgerDevice) * kMaxDevices);
 static_assert(offsetof(LedgerLayout, gate) ==
               offsetof(LedgerLayout, processes) + sizeof(ProcessSlot) * kMaxProcesses);
+
+// ---- A container segment (its processes write; tesserad reads, and resets a reused slot) ------
+
+struct ContainerCounters {
+  std::atomic<uint64_t> used[kMaxDevices];  // bytes reserved by the container's processes
+  // Compute gate: the device instant (CLOCK_MONOTONIC ns) up to which the container's GPU time is
+  // charged; its processes charge only what lies beyond it, so overlapping work of two processes
+  // (or two streams) of one container is never counted twice.
+  std::atomic<uint64_t> charged_until_ns[kMaxDevices];
+  // Monitoring counters, cumulative since the container took the slot: allocation calls the shim
+  // refused because Reserve did (one per refused call, not per retry), and the nanoseconds its
+  // processes' launches waited at the gate for the compute token. Written on the shim's slow paths.
+  std::atomic<uint64_t> oom_refusals;
+  std::atomic<uint64_t> token_wait_ns;
+};
+static_assert(offsetof(ContainerCounters, charged_until_ns) == 8 * kMaxDevices);
+static_assert(sizeof(ContainerCounters) == 16 * kMaxDevices + 16);
+
+struct ProcessCounters {
+  std::atomic<uint64_t> used[kMaxDevices];  // bytes this process holds (its share of `used`)
+  // ---- Compute gate (written by the process, read by the arbiter) ----
+  std::atomic<uint64_t> gpu_ns[kMaxDevices];         // GPU time measured so far (cumulative)
+  std::atomic<uint64_t> quota_hint_ns[kMaxDevices];  // the quota its kernel bursts call for
+  std::atomic<uint32_t> waiting[kMaxDevices];        // its threads blocked at the gate
+  std::atomic<uint32_t> busy_mask;                   // bit d: work launched and not finished
+  std::atomic<uint32_t> reserved1;
+  std::atomic<uint64_t> beat_ns;  // its sampler's last tick; a stopped process stops beating
+  // When the work it has queued on device d is expected to have run (CLOCK_MONOTONIC), published
+  // only while it launches no more: its token revoked (draining), or, for a high-priority process,
+  // its launcher quiet. 0: it may launch more, or the end cannot be estimated. The arbiter hands
+  // the token on this much ahead of the end, so the next holder's first launch meets a busy GPU.
+  std::atomic<uint64_t> idle_at_ns[kMaxDevices];
+};
+static_assert(offsetof(ProcessCounters, gpu_ns) == 8 * kMaxDevices);
+static_assert(offsetof(ProcessCounters, waiting) == 24 * kMaxDevices);
+static_assert(offsetof(ProcessCounters, idle_at_ns) == 28 * kMaxDevices + 16);
+static_assert(sizeof(ProcessCounters) == 36 * kMaxDevices + 16);
+
+// Process p's counters live at processes[p] of its container's segment (the rest of the array is
+// never touched, so the file stays sparse: a page or two per live process).
+struct alignas(kPageSize) ContainerSegment {
+  uint32_t magic;    // kContainerMagic
+  uint32_t version;  // kLedgerVersion
+  uint64_t size;     // sizeof(ContainerSegment)
+  uint32_t index;    // the container slot it belongs to
+  uint32_t reserved0;
+  uint64_t reserved1;
+  ContainerCounters counters;
+  ProcessCounters processes[kMaxProcesses];
+};
+static_assert(offsetof(ContainerSegment, counters) == 32);
+static_assert(sizeof(ContainerSegment) % kPageSize == 0);
+
+// ---- The exchange segment (every tenant process writes) ----------------------------------------
+
+struct ExchangeDevice {
+  // The device instant up to which some container has been charged: the next holder's work,
+  // queued behind the previous holder's, is charged only from there (nobody pays for another's
+  // time). Readers never take it past the present.
+  std::atomic<uint64_t> charged_until_ns;
+  // When the work of holders whose token was revoked is expected to have run: work launched by
+  // the holder that replaced them queues behind it (raised by each draining process). Readers
+  // ignore it past the present plus the longest grant.
+  std::atomic<uint64_t> drain_end_ns;
+  // When a high-priority launcher began waiting for the token (0: none waits): a best-effort
+  // holder about to queue a long kernel ahead of time holds it back for the revocation that is
+  // coming (a stale stamp, a millisecond old, is ignored).
+  std::atomic<uint64_t> priority_wait_ns;
+  uint64_t reserved0;
+};
+static_assert(sizeof(ExchangeDevice) == 32);
+
+struct Exchange {
+  uint32_t magic;    // kExchangeMagic
+  uint32_t version;  // kLedgerVersion
+  uint64_t size;     // sizeof(Exchange)
+  std::atomic<uint32_t> demand_seq;  // futex word: processes bump it to wake the arbiter
+  uint32_t reserved0;
+  uint64_t reserved1;
+  ExchangeDevice devices[kMaxDevices];
+};
+static_assert(offsetof(Exchange, devices) == 32);
 
 }  // namespace tessera::ledger

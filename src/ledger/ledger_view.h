@@ -41,4 +41,10 @@ class LedgerView {
   const LedgerLayout* layout_ = nullptr;
 };
 
+// The node view (ledger_layout.h) of the daemon that last opened the ledger `shm_name` (its pid is
+// in the node segment), found among that daemon's descriptors in /proc/PID/fd (which takes the
+// daemon's rights) and mapped read-only; nullptr when it cannot be. For tests and tools that read
+// the arbiter's words, which only the view holds. Unmap it with munmap(p, sizeof(LedgerLayout)).
+const LedgerLayout* MapDaemonView(const std::string& shm_name);
+
 }  // namespace tessera::ledger

@@ -12,6 +12,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
+
+// Linux 5.1's seal; older C libraries do not name it.
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 
 namespace tessera::ledger {
 namespace {
@@ -38,31 +44,120 @@ std::string OtherDevices(const LedgerLayout& layout, const std::vector<DeviceInf
 
 }  // namespace
 
-MemoryLedger::MemoryLedger(MemoryLedger&& other) noexcept
-    : layout_(other.layout_),
-      fd_(other.fd_),
-      book_(std::move(other.book_)),
-      open_report_(std::move(other.open_report_)) {
-  other.layout_ = nullptr;
-  other.fd_ = -1;
-}
+MemoryLedger::MemoryLedger(MemoryLedger&& other) noexcept { *this = std::move(other); }
 
 MemoryLedger& MemoryLedger::operator=(MemoryLedger&& other) noexcept {
   if (this != &other) {
-    this->~MemoryLedger();
-    layout_ = other.layout_;
-    fd_ = other.fd_;
+    Release();
+    layout_ = std::exchange(other.layout_, nullptr);
+    store_ = std::exchange(other.store_, nullptr);
+    view_fd_ = std::exchange(other.view_fd_, -1);
+    node_file_ = other.node_file_;
+    own_file_ = other.own_file_;
+    exchange_file_ = other.exchange_file_;
+    segments_ = std::exchange(other.segments_, nullptr);
+    own_ = std::exchange(other.own_, nullptr);
+    exchange_ = std::exchange(other.exchange_, nullptr);
+    name_ = std::move(other.name_);
     book_ = std::move(other.book_);
     open_report_ = std::move(other.open_report_);
-    other.layout_ = nullptr;
-    other.fd_ = -1;
   }
   return *this;
 }
 
-MemoryLedger::~MemoryLedger() {
+MemoryLedger::~MemoryLedger() { Release(); }
+
+void MemoryLedger::Release() {
   if (layout_ != nullptr) munmap(layout_, sizeof(LedgerLayout));
-  if (fd_ >= 0) close(fd_);
+  if (store_ != nullptr) munmap(store_, sizeof(LedgerLayout));
+  if (view_fd_ >= 0) close(view_fd_);
+  store_ = nullptr;
+  view_fd_ = -1;
+  if (segments_ != nullptr) munmap(segments_, sizeof(ContainerSegment) * kMaxContainers);
+  if (own_ != nullptr) munmap(own_, sizeof(ContainerSegment));
+  if (exchange_ != nullptr) munmap(exchange_, sizeof(Exchange));
+  layout_ = nullptr;
+  segments_ = nullptr;
+  own_ = nullptr;
+  exchange_ = nullptr;
+}
+
+std::string MemoryLedger::ContainerSegmentName(uint32_t c) const {
+  return name_ + ".c" + std::to_string(c);
+}
+
+void MemoryLedger::Remove(const std::string& shm_name) {
+  shm_unlink(shm_name.c_str());
+  shm_unlink((shm_name + ".x").c_str());
+  for (int c = 0; c < kMaxContainers; ++c) shm_unlink((shm_name + ".c" + std::to_string(c)).c_str());
+}
+
+namespace {
+
+// Opens (creating when asked) a segment file of exactly `size` bytes and maps it shared at `at`
+// (nullptr: anywhere). Sets *created when the file was new or empty.
+Result<void*> MapSegmentFile(const std::string& name, size_t size, int flags, void* at,
+                             bool* created) {
+  const int fd = shm_open(name.c_str(), flags | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Result<void*>::Error("cannot open shared memory " + name + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return Result<void*>::Error("cannot stat " + name + ": " + std::strerror(errno));
+  }
+  *created = st.st_size == 0;
+  if (!*created && static_cast<size_t>(st.st_size) != size) {
+    close(fd);
+    return Result<void*>::Error("/dev/shm" + name + " has " + std::to_string(st.st_size) +
+                                " bytes, layout version " + std::to_string(kLedgerVersion) +
+                                " has " + std::to_string(size));
+  }
+  if (*created && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    close(fd);
+    return Result<void*>::Error("cannot size " + name + ": " + std::strerror(errno));
+  }
+  void* mem = mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
+  close(fd);
+  if (mem == MAP_FAILED) {
+    return Result<void*>::Error("cannot map " + name + ": " + std::strerror(errno));
+  }
+  return mem;
+}
+
+}  // namespace
+
+Status MemoryLedger::MapContainerSegment(uint32_t c, bool fresh) {
+  const std::string name = ContainerSegmentName(c);
+  ContainerSegment* at = &segments_[c];
+  if (!fresh) {
+    bool created = false;
+    auto mem = MapSegmentFile(name, sizeof(ContainerSegment), 0, at, &created);
+    if (mem.ok() && at->magic == kContainerMagic && at->version == kLedgerVersion &&
+        at->size == sizeof(ContainerSegment) && at->index == c) {
+      return Status::Ok();
+    }
+    open_report_.push_back("ledger: container slot " + std::to_string(c) + ": its segment " +
+                           (mem.ok() ? "/dev/shm" + name + " is not one this daemon wrote"
+                                     : mem.error()) +
+                           "; a new one is made and its counters start from zero");
+  }
+  // A new file, never the old one: a process that outlived its registration may still map it.
+  shm_unlink(name.c_str());
+  bool created = false;
+  auto mem = MapSegmentFile(name, sizeof(ContainerSegment), O_CREAT | O_EXCL, at, &created);
+  if (!mem.ok()) {
+    // Leave zeros in the slot's place (a private anonymous page), never a stale mapping.
+    mmap(at, sizeof(ContainerSegment), PROT_READ | PROT_WRITE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    return Status::Error("ledger: " + mem.error());
+  }
+  at->magic = kContainerMagic;
+  at->version = kLedgerVersion;
+  at->size = sizeof(ContainerSegment);
+  at->index = c;
+  return Status::Ok();
 }
 
 Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
@@ -87,7 +182,7 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
   // against it, so it is never removed or rewritten here.
   const std::string what_to_do =
       "; its tenants may still be running: stop every GPU process of this node, then remove it "
-      "(rm /dev/shm" + shm_name + ") and start tesserad again";
+      "(rm /dev/shm" + shm_name + "*) and start tesserad again";
   if (!fresh && static_cast<size_t>(st.st_size) != size) {
     uint32_t header[2] = {0, 0};  // magic, version, if the segment is big enough to hold them
     const bool read = pread(fd, header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header));
@@ -109,12 +204,15 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
                                        std::strerror(errno));
   }
   void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
   if (mem == MAP_FAILED) {
-    close(fd);
     return Result<MemoryLedger>::Error("ledger: cannot map " + shm_name + ": " +
                                        std::strerror(errno));
   }
-  auto* layout = static_cast<LedgerLayout*>(mem);
+  MemoryLedger ledger;
+  ledger.name_ = shm_name;
+  ledger.store_ = static_cast<LedgerLayout*>(mem);
+  LedgerLayout* layout = ledger.store_;
   if (fresh) {
     layout->magic = kLedgerMagic;
     layout->version = kLedgerVersion;
@@ -124,17 +222,32 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
     const std::string found = layout->magic == kLedgerMagic
                                   ? "layout version " + std::to_string(layout->version)
                                   : "something that is not a Tessera ledger";
-    munmap(mem, size);
-    close(fd);
     return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " holds " + found +
                                        ", this tesserad writes layout version " +
                                        std::to_string(kLedgerVersion) + what_to_do);
   } else if (const std::string other = OtherDevices(*layout, devices); !other.empty()) {
-    munmap(mem, size);
-    close(fd);
     return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " was created for " +
                                        other + what_to_do);
   }
+  // The exchange segment: kept across restarts like the node segment (its words are instants a
+  // reader bounds, so a stale one does no harm).
+  bool exchange_new = false;
+  auto exchange = MapSegmentFile(shm_name + ".x", sizeof(Exchange), O_CREAT, nullptr,
+                                 &exchange_new);
+  if (!exchange.ok()) return Result<MemoryLedger>::Error("ledger: " + exchange.error());
+  ledger.exchange_ = static_cast<Exchange*>(*exchange);
+  ledger.exchange_->magic = kExchangeMagic;
+  ledger.exchange_->version = kLedgerVersion;
+  ledger.exchange_->size = sizeof(Exchange);
+  // Every container's segment has its place in one reservation; a free slot's place holds
+  // private zeros until a container takes it.
+  void* reserved = mmap(nullptr, sizeof(ContainerSegment) * kMaxContainers, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (reserved == MAP_FAILED) {
+    return Result<MemoryLedger>::Error(std::string("ledger: cannot reserve container segments: ") +
+                                       std::strerror(errno));
+  }
+  ledger.segments_ = static_cast<ContainerSegment*>(reserved);
   for (size_t d = 0; d < devices.size(); ++d) {
     LedgerDevice& dev = layout->devices[d];
     std::snprintf(dev.uuid, sizeof(dev.uuid), "%s", devices[d].uuid.c_str());
@@ -144,34 +257,181 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
   layout->device_count.store(static_cast<uint32_t>(devices.size()));
   layout->daemon_pid.store(static_cast<uint32_t>(getpid()));
   layout->daemon_epoch.fetch_add(1);
-  MemoryLedger ledger(layout, fd);
+  // The node segment's gate words belong to no one (the arbiter writes the view's).
+  std::memset(static_cast<void*>(&layout->gate), 0, sizeof(layout->gate));
   ledger.book_ = std::make_unique<LedgerBook>();
   ledger.book_->device_count = static_cast<uint32_t>(devices.size());
   std::memcpy(ledger.book_->devices, layout->devices, sizeof(layout->devices));
+  if (Status s = ledger.MakeView(); !s.ok()) return s;
   ledger.AdoptSegment(fresh);
+  for (uint32_t c = 0; c < static_cast<uint32_t>(kMaxContainers); ++c) ledger.PublishContainer(c);
+  for (uint32_t p = 0; p < static_cast<uint32_t>(kMaxProcesses); ++p) ledger.PublishProcess(p);
+  // Segments of free slots a previous daemon left: nobody may map them again.
+  for (int c = 0; c < kMaxContainers; ++c) {
+    if (ledger.book_->containers[c].state.load() != kLive) {
+      shm_unlink(ledger.ContainerSegmentName(static_cast<uint32_t>(c)).c_str());
+    }
+  }
   return ledger;
 }
 
-Result<MemoryLedger> MemoryLedger::MapFd(int fd) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(LedgerLayout)) {
-    return Result<MemoryLedger>::Error("ledger: the daemon's ledger has size " +
-                                       std::to_string(st.st_size) + ", this library expects " +
-                                       std::to_string(sizeof(LedgerLayout)) +
-                                       " (tesserad and the shim are different versions)");
+Status MemoryLedger::MakeView() {
+  // The name is a label only (shown as /proc/PID/fd/N -> "/memfd:tessera-view:NAME (deleted)").
+  const std::string label = "tessera-view:" + name_.substr(name_.rfind('/') + 1);
+  const int fd = memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Status::Error(std::string("ledger: cannot create the node view: ") +
+                                   std::strerror(errno));
+  void* mem = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(sizeof(LedgerLayout))) == 0) {
+    mem = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
-  void* mem = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mem == MAP_FAILED) {
-    return Result<MemoryLedger>::Error(std::string("ledger: cannot map the daemon's ledger: ") +
-                                       std::strerror(errno));
+    const std::string why = std::strerror(errno);
+    close(fd);
+    return Status::Error("ledger: cannot size or map the node view: " + why);
   }
-  auto* layout = static_cast<LedgerLayout*>(mem);
-  if (layout->magic != kLedgerMagic || layout->version != kLedgerVersion) {
-    munmap(mem, sizeof(LedgerLayout));
-    return Result<MemoryLedger>::Error(
-        "ledger: the daemon's ledger has another layout version (tesserad and the shim differ)");
+  // Sealed against every writable mapping made from now on: this daemon's, made above, is the
+  // only one there will ever be. Linux before 5.1 knows no F_SEAL_FUTURE_WRITE; there the view is
+  // still sent read-only, but a process with the right to reopen it (root) could write it.
+  constexpr int kFixedSize = F_SEAL_SHRINK | F_SEAL_GROW;
+  if (fcntl(fd, F_ADD_SEALS, kFixedSize | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    const std::string why = std::strerror(errno);
+    (void)fcntl(fd, F_ADD_SEALS, kFixedSize | F_SEAL_SEAL);
+    open_report_.push_back(
+        "ledger: the node view cannot be sealed against writing on this kernel (F_SEAL_FUTURE_WRITE: " +
+        why + "; Linux 5.1 or later has it): it is sent read-only, but a tenant process running as "
+        "root could reopen it writable and rewrite limits until the next repair (docs/security.md)");
   }
-  return MemoryLedger(layout, -1);
+  view_fd_ = fd;
+  layout_ = static_cast<LedgerLayout*>(mem);
+  layout_->magic = kLedgerMagic;
+  layout_->version = kLedgerVersion;
+  layout_->size = sizeof(LedgerLayout);
+  std::memcpy(layout_->devices, store_->devices, sizeof(layout_->devices));
+  layout_->device_count.store(store_->device_count.load());
+  layout_->daemon_pid.store(store_->daemon_pid.load());
+  layout_->daemon_epoch.store(store_->daemon_epoch.load());
+  return Status::Ok();
+}
+
+Result<TenantDescriptors> MemoryLedger::OpenForTenant(uint32_t c) const {
+  TenantDescriptors fds;
+  // A descriptor of its own, read-only (the seal is what holds; this is one more lock).
+  fds.node = open(("/proc/self/fd/" + std::to_string(view_fd_)).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fds.node < 0) fds.node = fcntl(view_fd_, F_DUPFD_CLOEXEC, 0);
+  fds.container = shm_open(ContainerSegmentName(c).c_str(), O_RDWR | O_CLOEXEC, 0);
+  fds.exchange = shm_open((name_ + ".x").c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fds.node < 0 || fds.container < 0 || fds.exchange < 0) {
+    const std::string why = std::strerror(errno);
+    for (int fd : {fds.node, fds.container, fds.exchange}) {
+      if (fd >= 0) close(fd);
+    }
+    return Result<TenantDescriptors>::Error("ledger: cannot open the segments of container slot " +
+                                            std::to_string(c) + " for a process: " + why);
+  }
+  return fds;
+}
+
+namespace {
+
+// Maps a segment a process was sent: exactly `size` bytes, with `prot`.
+Result<void*> MapReceived(int fd, size_t size, int prot, const char* what) {
+  struct stat st {};
+  if (fd < 0 || fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != size) {
+    return Result<void*>::Error(std::string("ledger: the daemon's ") + what + " has size " +
+                                std::to_string(st.st_size) + ", this library expects " +
+                                std::to_string(size) +
+                                " (tesserad and the shim are different versions)");
+  }
+  void* mem = mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
+  if (mem == MAP_FAILED) {
+    return Result<void*>::Error(std::string("ledger: cannot map the daemon's ") + what + ": " +
+                                std::strerror(errno));
+  }
+  return mem;
+}
+
+}  // namespace
+
+namespace {
+
+FileId FileOf(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return {};
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+// Maps the segment `fd` names at *at: in place of the mapping there when there is one (pointers
+// into it stay valid; a thread reading it sees the old or the new, never a hole), else anywhere.
+// `invalid` says why the new mapping is not what was expected (empty: it is).
+template <typename T, typename Check>
+Status MapAt(T** at, int fd, int prot, const char* what, Check invalid) {
+  auto mem = MapReceived(fd, sizeof(T), prot, what);
+  if (!mem.ok()) return mem.status();
+  auto* fresh = static_cast<T*>(*mem);
+  if (const std::string why = invalid(*fresh); !why.empty()) {
+    munmap(fresh, sizeof(T));
+    return Status::Error("ledger: the daemon's " + std::string(what) + " " + why);
+  }
+  if (*at == nullptr) {
+    *at = fresh;
+    return Status::Ok();
+  }
+  if (mremap(fresh, sizeof(T), sizeof(T), MREMAP_MAYMOVE | MREMAP_FIXED, *at) == MAP_FAILED) {
+    const std::string why = std::strerror(errno);
+    munmap(fresh, sizeof(T));
+    return Status::Error("ledger: cannot map the daemon's " + std::string(what) + " in place: " +
+                         why);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<MemoryLedger> MemoryLedger::MapFds(const TenantDescriptors& fds, uint32_t container) {
+  MemoryLedger ledger;
+  if (Status s = ledger.Remap(fds, container); !s.ok()) return s;
+  return ledger;
+}
+
+Status MemoryLedger::Remap(const TenantDescriptors& fds, uint32_t container) {
+  if (container >= static_cast<uint32_t>(kMaxContainers)) {
+    return Status::Error("ledger: container slot " + std::to_string(container) +
+                         " is out of range");
+  }
+  const std::string other_version = "has another layout version (tesserad and the shim differ)";
+  if (const FileId file = FileOf(fds.node); layout_ == nullptr || !(file == node_file_)) {
+    Status s = MapAt(&layout_, fds.node, PROT_READ, "node view", [&](const LedgerLayout& l) {
+      return l.magic == kLedgerMagic && l.version == kLedgerVersion ? "" : other_version;
+    });
+    if (!s.ok()) return s;
+    node_file_ = file;
+  }
+  if (const FileId file = FileOf(fds.exchange); exchange_ == nullptr || !(file == exchange_file_)) {
+    Status s = MapAt(&exchange_, fds.exchange, PROT_READ | PROT_WRITE, "exchange segment",
+                     [&](const Exchange& x) {
+                       return x.magic == kExchangeMagic && x.version == kLedgerVersion
+                                  ? ""
+                                  : other_version;
+                     });
+    if (!s.ok()) return s;
+    exchange_file_ = file;
+  }
+  if (const FileId file = FileOf(fds.container);
+      own_ == nullptr || !(file == own_file_) || own_->index != container) {
+    Status s = MapAt(&own_, fds.container, PROT_READ | PROT_WRITE, "container segment",
+                     [&](const ContainerSegment& seg) {
+                       if (seg.magic != kContainerMagic || seg.version != kLedgerVersion) {
+                         return other_version;
+                       }
+                       return seg.index == container ? std::string()
+                                                     : "is not container slot " +
+                                                           std::to_string(container) + "'s";
+                     });
+    if (!s.ok()) return s;
+    own_file_ = file;
+  }
+  return Status::Ok();
 }
 
 int MemoryLedger::FindContainer(const std::string& id) const {
@@ -201,6 +461,11 @@ Result<uint32_t> MemoryLedger::UpsertContainer(const std::string& id,
       return Result<uint32_t>::Error("ledger: all " + std::to_string(kMaxContainers) +
                                      " container slots are in use");
     }
+    // A new segment for the new container: its counters start at zero, and nobody still mapping
+    // the previous one (a process that outlived its registration) can write them.
+    if (Status s = MapContainerSegment(static_cast<uint32_t>(c), /*fresh=*/true); !s.ok()) {
+      return Result<uint32_t>::Error(s.message());
+    }
     LedgerBook::Container& entry = book_->containers[c];
     std::snprintf(entry.id, sizeof(entry.id), "%s", id.c_str());
     for (int d = 0; d < kMaxDevices; ++d) {
@@ -212,13 +477,6 @@ Result<uint32_t> MemoryLedger::UpsertContainer(const std::string& id,
     entry.weight.store(1);
     entry.high_priority.store(0);
     entry.process_count.store(0);
-    ContainerSlot& slot = layout_->containers[c];
-    for (int d = 0; d < kMaxDevices; ++d) {
-      slot.used[d].store(0);
-      slot.charged_until_ns[d].store(0);
-    }
-    slot.oom_refusals.store(0);
-    slot.token_wait_ns.store(0);
   }
   LedgerBook::Container& entry = book_->containers[c];
   for (int d = 0; d < kMaxDevices; ++d) {
@@ -237,6 +495,8 @@ Status MemoryLedger::RemoveContainer(uint32_t c) {
   entry.state.store(kFree, std::memory_order_release);
   entry.generation.fetch_add(1);
   PublishContainer(c);
+  // The file goes (its mapping stays readable here until the slot is taken again).
+  shm_unlink(ContainerSegmentName(c).c_str());
   return Status::Ok();
 }
 
@@ -244,7 +504,7 @@ Result<uint32_t> MemoryLedger::AddProcess(uint32_t c, int32_t host_pid, int32_t 
   for (int p = 0; p < kMaxProcesses; ++p) {
     LedgerBook::Process& entry = book_->processes[p];
     if (entry.state.load() != kFree) continue;
-    ProcessSlot& slot = layout_->processes[p];
+    ProcessCounters& slot = segments_[c].processes[p];
     for (int d = 0; d < kMaxDevices; ++d) {
       slot.used[d].store(0);
       slot.gpu_ns[d].store(0);
@@ -271,12 +531,13 @@ void MemoryLedger::ReclaimProcess(uint32_t p) {
   LedgerBook::Process& entry = book_->processes[p];
   if (entry.state.load() != kLive) return;
   const uint32_t c = entry.container.load();
-  ProcessSlot& slot = layout_->processes[p];
+  ContainerSegment& seg = segments_[c];
+  ProcessCounters& slot = seg.processes[p];
   for (int d = 0; d < kMaxDevices; ++d) {
     // What the process says it holds is its own claim: it can take back no more than its
     // container holds (the subtraction saturates), and only from its own container.
     const uint64_t held = slot.used[d].exchange(0);
-    if (held != 0) SaturatingSub(layout_->containers[c].used[d], held);
+    if (held != 0) SaturatingSub(seg.counters.used[d], held);
   }
   // A dead process neither waits nor has work; its measured GPU time stays readable until the
   // slot is reused (the arbiter notices the new generation).
@@ -300,6 +561,7 @@ void MemoryLedger::ReclaimProcess(uint32_t p) {
 void MemoryLedger::SetLimit(uint32_t c, int device, uint64_t bytes) {
   book_->containers[c].limit[device].store(bytes);
   layout_->containers[c].limit[device].store(bytes);
+  store_->containers[c].limit[device].store(bytes);
 }
 
 void MemoryLedger::SetCompute(uint32_t c, uint32_t core_percent, uint32_t weight,
@@ -315,6 +577,7 @@ void MemoryLedger::SetFlags(uint32_t c, uint32_t set, uint32_t clear) {
   LedgerBook::Container& entry = book_->containers[c];
   entry.flags.store((entry.flags.load() | set) & ~clear);
   layout_->containers[c].flags.store(entry.flags.load());
+  store_->containers[c].flags.store(entry.flags.load());
 }
 
 void MemoryLedger::AddUnseenGpuTime(uint32_t c, int device, uint64_t ns) {
@@ -324,6 +587,7 @@ void MemoryLedger::AddUnseenGpuTime(uint32_t c, int device, uint64_t ns) {
 void MemoryLedger::SetUnseen(uint32_t c, int device, uint64_t bytes) {
   book_->containers[c].unseen[device].store(bytes);
   layout_->containers[c].unseen[device].store(bytes);
+  store_->containers[c].unseen[device].store(bytes);
 }
 
 }  // namespace tessera::ledger

@@ -3,10 +3,13 @@
 #include "ledger/memory_ledger.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -22,9 +25,18 @@ class MemoryLedgerTest : public ::testing::Test {
   void SetUp() override {
     name_ = "/tessera-ledger-test-" + std::to_string(getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    shm_unlink(name_.c_str());
+    MemoryLedger::Remove(name_);
   }
-  void TearDown() override { shm_unlink(name_.c_str()); }
+  void TearDown() override { MemoryLedger::Remove(name_); }
+  // The node segment as a process with the daemon's rights maps it by name (no tenant is given
+  // it); unmap with munmap(l, sizeof(LedgerLayout)).
+  LedgerLayout* NodeSegment() {
+    const int fd = shm_open(name_.c_str(), O_RDWR, 0);
+    if (fd < 0) return nullptr;
+    void* mem = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return mem == MAP_FAILED ? nullptr : static_cast<LedgerLayout*>(mem);
+  }
   std::vector<DeviceInfo> Devices() {
     return {{"GPU-a", "SimA", 8 * kGiB}, {"GPU-b", "SimB", 8 * kGiB}};
   }
@@ -63,7 +75,7 @@ TEST_F(MemoryLedgerTest, ConcurrentReservationsNeverExceedTheLimit) {
   EXPECT_EQ(ledger->Used(*c, 0), granted.load());
   EXPECT_EQ(ledger->Used(*c, 0), 2 * kGiB) << "the limit is reached exactly in 32 MiB steps";
   uint64_t sum = 0;
-  for (uint32_t p : procs) sum += ledger->layout()->processes[p].used[0].load();
+  for (uint32_t p : procs) sum += ledger->process(p).used[0].load();
   EXPECT_EQ(sum, ledger->Used(*c, 0)) << "process shares add up to the container's use";
 }
 
@@ -95,7 +107,7 @@ TEST_F(MemoryLedgerTest, ReleaseSaturatesInsteadOfWrapping) {
   ASSERT_TRUE(ledger->Reserve(c, p, 0, kMiB));
   ledger->Release(c, p, 0, 5 * kMiB);
   EXPECT_EQ(ledger->Used(c, 0), 0u);
-  EXPECT_EQ(ledger->layout()->processes[p].used[0].load(), 0u);
+  EXPECT_EQ(ledger->process(p).used[0].load(), 0u);
   EXPECT_TRUE(ledger->Reserve(c, p, 0, ~uint64_t{0} - 1)) << "unlimited means unlimited";
   EXPECT_FALSE(ledger->Reserve(c, p, 0, 2)) << "but the counter never wraps";
 }
@@ -118,16 +130,16 @@ TEST_F(MemoryLedgerTest, ReopenedLedgerKeepsAccountingAndChecksDevices) {
   EXPECT_NE(fewer.error().find("created for 2 devices"), std::string::npos) << fewer.error();
 }
 
-// Shared memory is untrusted input (issue 17): what a tenant writes into daemon-owned fields is
-// never read back by the daemon, and Repair() puts it back.
+// Shared memory is untrusted input (issue 17): a tenant can no longer write the node view (see the
+// next test), but what lands in daemon-owned fields by other means (a kernel without the seal, a
+// crash mid-write, a tool run as root) is never read back by the daemon, and Repair() puts it back.
 TEST_F(MemoryLedgerTest, RepairRestoresWhatATenantRewroteAndTheBookIgnoresIt) {
   auto daemon = MemoryLedger::CreateOrOpen(name_, Devices());
   const uint32_t a = *daemon->UpsertContainer("alpha", {kGiB, kGiB});
   const uint32_t b = *daemon->UpsertContainer("beta", {2 * kGiB, 2 * kGiB});
   const uint32_t pa = *daemon->AddProcess(a, 11);
   ASSERT_TRUE(daemon->Reserve(a, pa, 0, 64 * kMiB));
-  auto tenant = MemoryLedger::MapFd(daemon->fd());  // the tenant's own writable mapping
-  LedgerLayout* l = tenant->layout();
+  LedgerLayout* l = daemon->layout();
   l->processes[pa].container.store(0x7fffffff);
   l->processes[pa].host_pid.store(1);
   l->containers[a].limit[0].store(kUnlimited);
@@ -156,6 +168,17 @@ TEST_F(MemoryLedgerTest, RepairRestoresWhatATenantRewroteAndTheBookIgnoresIt) {
   EXPECT_STREQ(l->containers[b].id, "beta");
   EXPECT_EQ(l->device_count.load(), 2u);
   EXPECT_TRUE(daemon->Repair().empty()) << "a repaired segment agrees with the book";
+  // The node segment (what a restarted daemon reads) is repaired the same way.
+  LedgerLayout* kept = NodeSegment();
+  ASSERT_NE(kept, nullptr);
+  kept->containers[a].limit[1].store(1);
+  const std::vector<std::string> kept_lines = daemon->Repair();
+  ASSERT_EQ(kept_lines.size(), 1u) << ::testing::PrintToString(kept_lines);
+  EXPECT_EQ(kept_lines[0].rfind("ledger (node segment): container slot " + std::to_string(a), 0),
+            0u)
+      << kept_lines[0];
+  EXPECT_EQ(kept->containers[a].limit[1].load(), kGiB);
+  munmap(kept, sizeof(LedgerLayout));
 
   // A rewritten container index cannot misdirect the reclaim: the bytes leave alpha.
   l->processes[pa].container.store(b);
@@ -176,12 +199,14 @@ TEST_F(MemoryLedgerTest, AReopenedSegmentIsValidatedSlotBySlot) {
     ASSERT_TRUE(daemon->Reserve(a, pa, 0, 100 * kMiB));
     ASSERT_TRUE(daemon->Reserve(b, pb, 0, 200 * kMiB));
     ASSERT_TRUE(daemon->Reserve(b, pc, 0, 300 * kMiB));
-    LedgerLayout* l = daemon->layout();  // what tenants wrote while no daemon ran
+    LedgerLayout* l = NodeSegment();  // what a crash mid-write (or a root tool) could leave
+    ASSERT_NE(l, nullptr);
     l->processes[pb].container.store(0xdeadbeef);  // out of range: dropped
     std::memset(l->containers[b].id, '/', 8);      // not an id, but pc still holds it
     l->containers[a].core_percent.store(0);        // out of range: set to 100
     ContainerSlot& junk = l->containers[kMaxContainers - 1];
     junk.state.store(kLive);  // a live slot nobody made, with no id and no process
+    munmap(l, sizeof(LedgerLayout));
   }
   auto again = MemoryLedger::CreateOrOpen(name_, Devices());
   ASSERT_TRUE(again.ok()) << again.error();
@@ -210,15 +235,133 @@ TEST_F(MemoryLedgerTest, AReopenedSegmentIsValidatedSlotBySlot) {
   EXPECT_TRUE(clean->open_report().empty()) << clean->open_report().front();
 }
 
-TEST_F(MemoryLedgerTest, ProcessesMapTheDaemonsDescriptor) {
+TEST_F(MemoryLedgerTest, ProcessesMapTheDaemonsDescriptors) {
   auto daemon = MemoryLedger::CreateOrOpen(name_, Devices());
   const uint32_t c = *daemon->UpsertContainer("shared", {kGiB, kGiB});
-  auto process = MemoryLedger::MapFd(daemon->fd());
+  auto fds = daemon->OpenForTenant(c);
+  ASSERT_TRUE(fds.ok()) << fds.error();
+  auto process = MemoryLedger::MapFds(*fds, c);
   ASSERT_TRUE(process.ok()) << process.error();
   const uint32_t p = *daemon->AddProcess(c, 9);
   ASSERT_TRUE(process->Reserve(c, p, 1, 64 * kMiB));
   EXPECT_EQ(daemon->Used(c, 1), 64 * kMiB) << "one segment, two mappings";
-  EXPECT_FALSE(MemoryLedger::MapFd(-1).ok());
+  EXPECT_EQ(daemon->process(p).used[1].load(), 64 * kMiB);
+  EXPECT_EQ(process->Limit(c, 1), kGiB);
+  TenantDescriptors none;
+  EXPECT_FALSE(MemoryLedger::MapFds(none, c).ok());
+  auto wrong = MemoryLedger::MapFds(*fds, c + 1);
+  ASSERT_FALSE(wrong.ok()) << "a segment is checked against the container it is given for";
+  EXPECT_NE(wrong.error().find("not container slot"), std::string::npos) << wrong.error();
+  for (int fd : {fds->node, fds->container, fds->exchange}) close(fd);
+}
+
+// Least authority (issue 17 item 2): what a process is given maps the node view (limits,
+// settings, token words) read-only by every route, and no other container's counters at all.
+TEST_F(MemoryLedgerTest, ATenantCannotWriteTheNodeViewNorReachAnotherContainer) {
+  auto daemon = MemoryLedger::CreateOrOpen(name_, Devices());
+  const uint32_t mine = *daemon->UpsertContainer("mine", {kGiB, kGiB});
+  const uint32_t theirs = *daemon->UpsertContainer("theirs", {kGiB, kGiB});
+  const uint32_t pt = *daemon->AddProcess(theirs, 8);
+  ASSERT_TRUE(daemon->Reserve(theirs, pt, 0, 100 * kMiB));
+  auto fds = daemon->OpenForTenant(mine);
+  ASSERT_TRUE(fds.ok()) << fds.error();
+  // The node descriptor cannot be mapped writable, nor its read-only mapping made writable.
+  errno = 0;
+  EXPECT_EQ(mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fds->node, 0),
+            MAP_FAILED);
+  EXPECT_EQ(errno, EACCES);
+  // Nor the same file reopened for writing through /proc/self/fd, which root may do whatever the
+  // descriptor's mode: the view is sealed, so neither a writable mapping nor write(2) is allowed.
+  const int reopened =
+      open(("/proc/self/fd/" + std::to_string(fds->node)).c_str(), O_RDWR | O_CLOEXEC);
+  if (reopened >= 0) {  // root: the seal must hold
+    errno = 0;
+    EXPECT_EQ(mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, reopened, 0),
+              MAP_FAILED);
+    EXPECT_EQ(errno, EPERM);
+    const uint64_t zero = 0;
+    EXPECT_EQ(pwrite(reopened, &zero, sizeof(zero), 0), -1);
+    close(reopened);
+  } else {
+    EXPECT_EQ(errno, EACCES);
+  }
+  auto tenant = MemoryLedger::MapFds(*fds, mine);
+  ASSERT_TRUE(tenant.ok()) << tenant.error();
+  errno = 0;
+  EXPECT_NE(mprotect(tenant->layout(), kPageSize, PROT_READ | PROT_WRITE), 0);
+  EXPECT_EQ(errno, EACCES);
+  // Nor written through /proc/self/mem, which ignores a private mapping's protection.
+  const int mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  ASSERT_GE(mem, 0);
+  const uint64_t raised = kUnlimited;
+  const auto at = reinterpret_cast<off_t>(&tenant->layout()->containers[mine].limit[0]);
+  EXPECT_NE(pwrite(mem, &raised, sizeof(raised), at), static_cast<ssize_t>(sizeof(raised)));
+  close(mem);
+  EXPECT_EQ(tenant->Limit(mine, 0), kGiB);
+  // Its writable segment is its own container's: scribbled over entirely, the other container's
+  // usage and limits are what they were.
+  std::memset(static_cast<void*>(&tenant->segment(mine)), 0xff, sizeof(ContainerSegment));
+  EXPECT_EQ(daemon->Used(theirs, 0), 100 * kMiB);
+  EXPECT_EQ(daemon->Limit(theirs, 0), kGiB);
+  EXPECT_EQ(daemon->process(pt).used[0].load(), 100 * kMiB);
+  // A container slot taken again gets a new file: a process still mapping the old one writes
+  // where nobody reads.
+  daemon->ReclaimProcess(pt);
+  ASSERT_TRUE(daemon->RemoveContainer(theirs).ok());
+  auto old_fds = daemon->OpenForTenant(mine);
+  ASSERT_TRUE(old_fds.ok());
+  ASSERT_TRUE(daemon->RemoveContainer(mine).ok());
+  const uint32_t reused = *daemon->UpsertContainer("next", {kGiB, kGiB});
+  ASSERT_EQ(reused, mine) << "the lowest free slot is taken again";
+  tenant->counters(mine).used[0].store(12345);
+  EXPECT_EQ(daemon->Used(reused, 0), 0u);
+  for (int fd : {fds->node, fds->container, fds->exchange, old_fds->node, old_fds->container,
+                 old_fds->exchange}) {
+    close(fd);
+  }
+}
+
+// A restarted daemon makes a new node view; a process that re-attaches maps it in place of the
+// old one (the pointers into it stay valid) and reads the new daemon's words. Its counters stay in
+// the same container segment, which the new daemon took over.
+TEST_F(MemoryLedgerTest, ARestartedDaemonsViewIsMappedInPlace) {
+  uint32_t c = 0, p = 0;
+  TenantDescriptors fds;
+  std::optional<MemoryLedger> tenant;
+  {
+    auto first = MemoryLedger::CreateOrOpen(name_, Devices());
+    c = *first->UpsertContainer("kept", {kGiB, kGiB});
+    p = *first->AddProcess(c, 7);
+    auto opened = first->OpenForTenant(c);
+    ASSERT_TRUE(opened.ok()) << opened.error();
+    fds = *opened;
+    auto mapped = MemoryLedger::MapFds(fds, c);
+    ASSERT_TRUE(mapped.ok()) << mapped.error();
+    tenant.emplace(std::move(*mapped));
+  }  // the first daemon is gone
+  const LedgerLayout* view = tenant->layout();
+  ContainerSegment* own = &tenant->segment(c);
+  ASSERT_TRUE(tenant->Reserve(c, p, 0, 100 * kMiB));
+
+  auto second = MemoryLedger::CreateOrOpen(name_, Devices());
+  ASSERT_TRUE(second.ok()) << second.error();
+  EXPECT_TRUE(second->open_report().empty()) << second->open_report().front();
+  EXPECT_EQ(second->Used(c, 0), 100 * kMiB) << "the counters were kept";
+  second->SetLimit(c, 0, 3 * kGiB);
+  EXPECT_EQ(tenant->Limit(c, 0), kGiB) << "the old view is no longer written";
+  auto again = second->OpenForTenant(c);
+  ASSERT_TRUE(again.ok()) << again.error();
+  ASSERT_TRUE(tenant->Remap(*again, c).ok());
+  EXPECT_EQ(tenant->layout(), view) << "mapped in place";
+  EXPECT_EQ(&tenant->segment(c), own) << "the same container segment stays";
+  EXPECT_EQ(tenant->Limit(c, 0), 3 * kGiB);
+  EXPECT_EQ(view->daemon_epoch.load(), 2u);
+  ASSERT_TRUE(tenant->Reserve(c, p, 0, 50 * kMiB));
+  EXPECT_EQ(second->Used(c, 0), 150 * kMiB);
+  for (int fd : {fds.node, fds.container, fds.exchange, again->node, again->container,
+                 again->exchange}) {
+    close(fd);
+  }
 }
 
 }  // namespace

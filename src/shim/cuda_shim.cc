@@ -132,7 +132,7 @@ bool Reserve(int device, uint64_t bytes) {
 // exports, and returns CUDA_ERROR_OUT_OF_MEMORY. Call it once per refused call, after any retry.
 CUresult RefusedAtLimit() {
   auto& t = Tenant();
-  t.ledger->layout()->containers[t.container].oom_refusals.fetch_add(1, std::memory_order_relaxed);
+  t.ledger->counters(t.container).oom_refusals.fetch_add(1, std::memory_order_relaxed);
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -268,8 +268,11 @@ void StartComputeGate() {
   d.ctx_get_device = REAL(cuCtxGetDevice);
   d.exchange_capture_mode = REAL(cuThreadExchangeStreamCaptureMode);
   auto& t = Tenant();
-  tessera::gate::StartGate(d, t.ledger->layout(), t.container, t.process, t.physical,
-                           t.visible_count);
+  tessera::gate::GateLedger segments;
+  segments.node = t.ledger->layout();
+  segments.own = &t.ledger->segment(t.container);
+  segments.exchange = &t.ledger->exchange();
+  tessera::gate::StartGate(d, segments, t.container, t.process, t.physical, t.visible_count);
 }
 }  // namespace
 

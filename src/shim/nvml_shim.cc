@@ -112,7 +112,7 @@ nvmlReturn_t ContainerProcesses(nvmlDevice_t device, unsigned int* count, Info* 
       Info info{};
       // The pid as the container sees it: nvidia-smi inside shows the tenant's own processes.
       info.pid = static_cast<unsigned int>(slot.local_pid.load());
-      info.usedGpuMemory = slot.used[d].load();
+      info.usedGpuMemory = t.ledger->process(static_cast<uint32_t>(p)).used[d].load();
       infos[n] = info;
     }
     ++n;

@@ -93,27 +93,38 @@ void WaitForStdinEof() {
 
 // This process's slot in the ledger the shim mapped (found through /proc/self/maps, as any
 // process could), or nullptr.
-tessera::ledger::ProcessSlot* OwnLedgerSlot() {
+tessera::ledger::ProcessCounters* OwnLedgerSlot() {
   std::FILE* maps = std::fopen("/proc/self/maps", "re");
   if (maps == nullptr) return nullptr;
   char line[512];
-  tessera::ledger::ProcessSlot* found = nullptr;
-  while (found == nullptr && std::fgets(line, sizeof(line), maps) != nullptr) {
-    if (std::strstr(line, "/dev/shm/tessera-ledger") == nullptr ||
-        std::strstr(line, "rw-s") == nullptr) {
+  const tessera::ledger::LedgerLayout* node = nullptr;  // mapped read-only
+  tessera::ledger::ContainerSegment* own = nullptr;     // its container's, writable
+  while (std::fgets(line, sizeof(line), maps) != nullptr) {
+    // The node view is the daemon's memfd; its container's segment a file in /dev/shm.
+    if (std::strstr(line, "/memfd:tessera-view:") == nullptr &&
+        std::strstr(line, "/dev/shm/tessera-ledger") == nullptr) {
       continue;
     }
-    auto* layout =
-        reinterpret_cast<tessera::ledger::LedgerLayout*>(std::strtoull(line, nullptr, 16));
-    if (layout->magic != tessera::ledger::kLedgerMagic) continue;
-    for (auto& slot : layout->processes) {
-      if (slot.state.load() == tessera::ledger::kLive && slot.host_pid.load() == getpid()) {
-        found = &slot;
-      }
+    const auto at = std::strtoull(line, nullptr, 16);
+    if (std::strstr(line, "r--s") != nullptr &&
+        reinterpret_cast<const tessera::ledger::LedgerLayout*>(at)->magic ==
+            tessera::ledger::kLedgerMagic) {
+      node = reinterpret_cast<const tessera::ledger::LedgerLayout*>(at);
+    } else if (std::strstr(line, "rw-s") != nullptr &&
+               reinterpret_cast<const tessera::ledger::ContainerSegment*>(at)->magic ==
+                   tessera::ledger::kContainerMagic) {
+      own = reinterpret_cast<tessera::ledger::ContainerSegment*>(at);
     }
   }
   std::fclose(maps);
-  return found;
+  if (node == nullptr || own == nullptr) return nullptr;
+  for (int p = 0; p < tessera::ledger::kMaxProcesses; ++p) {
+    const auto& slot = node->processes[p];
+    if (slot.state.load() == tessera::ledger::kLive && slot.host_pid.load() == getpid()) {
+      return &own->processes[p];
+    }
+  }
+  return nullptr;
 }
 
 size_t FreeBytes() {
@@ -415,7 +426,7 @@ int main(int argc, char** argv) {
     using SyncFn = CUresult (*)();
     LaunchFn launch = &cuLaunchKernel;
     SyncFn sync = &cuCtxSynchronize;
-    tessera::ledger::ProcessSlot* slot = nullptr;
+    tessera::ledger::ProcessCounters* slot = nullptr;
     if (how == "around") {
       const char* real = std::getenv("TESSERA_REAL_LIBCUDA");
       void* lib = real != nullptr ? dlopen(real, RTLD_NOW | RTLD_NOLOAD) : nullptr;

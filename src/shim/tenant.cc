@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/env_config.h"
 #include "ipc/unix_socket.h"
@@ -54,39 +55,59 @@ bool Register(std::string* error) {
     return false;
   }
   std::string buffer;
-  int ledger_fd = -1;
-  auto reply = ipc::RecvLine(*fd, &buffer, &ledger_fd, std::chrono::milliseconds(5000));
-  if (!reply.ok() || reply->rfind("ERR ", 0) == 0 || ledger_fd < 0) {
+  std::vector<int> fds;  // node (read-only), container, exchange: ledger_layout.h
+  auto reply = ipc::RecvLine(*fd, &buffer, &fds, std::chrono::milliseconds(5000));
+  auto close_fds = [&fds] {
+    for (int f : fds) close(f);
+    fds.clear();
+  };
+  if (!reply.ok() || reply->rfind("ERR ", 0) == 0 || fds.size() != 3) {
     *error = !reply.ok()                    ? reply.error()
              : reply->rfind("ERR ", 0) == 0 ? reply->substr(4)
-                                            : "no ledger received";
-    if (ledger_fd >= 0) close(ledger_fd);
+                                            : "the daemon sent " + std::to_string(fds.size()) +
+                                                  " ledger descriptors, not 3 (tesserad and the "
+                                                  "shim are different versions)";
+    close_fds();
     close(*fd);
     return false;
   }
   auto message = protocol::ParseMessage(*reply);
   if (!message.ok()) {
     *error = message.error();
-    close(ledger_fd);
+    close_fds();
     close(*fd);
     return false;
   }
   TenantState& t = g_tenant;
+  // strtoul, not stoul: nothing in the shim may throw into the host program.
+  const auto container =
+      static_cast<uint32_t>(std::strtoul(message->Get("container", "0").c_str(), nullptr, 10));
+  ledger::TenantDescriptors descriptors;
+  descriptors.node = fds[0];
+  descriptors.container = fds[1];
+  descriptors.exchange = fds[2];
   if (t.ledger == nullptr) {
-    auto ledger = ledger::MemoryLedger::MapFd(ledger_fd);
-    close(ledger_fd);
+    auto ledger = ledger::MemoryLedger::MapFds(descriptors, container);
     if (!ledger.ok()) {
       *error = ledger.error();
+      close_fds();
       close(*fd);
       return false;
     }
     t.ledger = new ledger::MemoryLedger(std::move(*ledger));
   } else {
-    close(ledger_fd);  // a forked child already has the mapping
+    // A forked child has its parent's mappings: registered in another container, it maps that
+    // container's segment in place of the parent's (and a restarted daemon's view and exchange
+    // in place of the ones its parent was given); the same files are left as they are.
+    if (Status s = t.ledger->Remap(descriptors, container); !s.ok()) {
+      *error = s.message();
+      close_fds();
+      close(*fd);
+      return false;
+    }
   }
-  // strtoul, not stoul: nothing in the shim may throw into the host program.
-  t.container =
-      static_cast<uint32_t>(std::strtoul(message->Get("container", "0").c_str(), nullptr, 10));
+  close_fds();
+  t.container = container;
   t.process =
       static_cast<uint32_t>(std::strtoul(message->Get("process", "0").c_str(), nullptr, 10));
   t.generation =
@@ -144,11 +165,23 @@ ResumeResult TryResume(const char* socket_path, std::string* error) {
                              " resume=" + std::to_string(t.process) +
                              " generation=" + std::to_string(t.generation);
   std::string buffer;
-  int ledger_fd = -1;
+  std::vector<int> fds;
   Status sent = ipc::SendLine(*fd, resume);
-  auto reply = sent.ok() ? ipc::RecvLine(*fd, &buffer, &ledger_fd, std::chrono::milliseconds(2000))
+  auto reply = sent.ok() ? ipc::RecvLine(*fd, &buffer, &fds, std::chrono::milliseconds(2000))
                          : Result<std::string>(sent);
-  if (ledger_fd >= 0) close(ledger_fd);  // the same segment, mapped already
+  // The new daemon's node view (and whatever segment it had to replace) mapped in place of the
+  // old: until then this process reads the old daemon's view, whose heartbeat has stopped.
+  if (reply.ok() && reply->rfind("ERR ", 0) != 0 && fds.size() == 3 && t.ledger != nullptr) {
+    ledger::TenantDescriptors descriptors;
+    descriptors.node = fds[0];
+    descriptors.container = fds[1];
+    descriptors.exchange = fds[2];
+    if (Status s = t.ledger->Remap(descriptors, t.container); !s.ok()) {
+      std::fprintf(stderr, "tessera: re-attaching: %s; this process goes on ungated\n",
+                   s.message().c_str());
+    }
+  }
+  for (int f : fds) close(f);
   if (!reply.ok()) {
     close(*fd);
     *error = reply.error();
