@@ -288,6 +288,14 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
     pids[c].push_back(entry.host_pid.load());
   }
   const double slack = static_cast<double>(options_.gpu_time_slack.count());
+  // What the device saw beyond every gate together (see device_gpu_time_balance_).
+  double unmeasured = 0;
+  for (int c = 0; c < ledger::kMaxContainers; ++c) {
+    if (book.containers[c].state.load() != ledger::kLive) continue;
+    unmeasured += static_cast<double>(seen_by_device[c]) - static_cast<double>(measured_by_gate[c]);
+  }
+  double& device_balance = device_gpu_time_balance_[static_cast<size_t>(d)];
+  device_balance = device_balance / 2 + unmeasured;
   for (int c = 0; c < ledger::kMaxContainers; ++c) {
     const ledger::LedgerBook::Container& slot = book.containers[c];
     if (slot.state.load() != ledger::kLive) continue;
@@ -296,13 +304,15 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
         static_cast<double>(seen_by_device[c]) - static_cast<double>(measured_by_gate[c]);
     double& balance = gpu_time_balance_[key];
     balance = balance / 2 + difference;
-    const bool over = balance > slack;
+    const bool over = balance > slack && device_balance > slack;
     const bool was = gpu_time_over_.count(key) != 0;
     ReconcileEvent e{ReconcileEvent::Kind::kGpuTimeUnseen, d, std::string(slot.id), 0,
                      measured_by_gate[c], seen_by_device[c], 0};
     if (over) {
       // Charged while over: the share pays for the time the gate did not grant.
-      const uint64_t charge = difference > 0 ? static_cast<uint64_t>(difference) : 0;
+      // No more than the device saw beyond all the gates: the rest was a neighbour's to pay.
+      const double owed = std::min(difference, unmeasured);
+      const uint64_t charge = owed > 0 ? static_cast<uint64_t>(owed) : 0;
       ledger.AddUnseenGpuTime(static_cast<uint32_t>(c), d, charge);
       e.limit = charge;
       if (!was) {

@@ -128,6 +128,11 @@ class Reconciler {
   std::vector<Seen> seen_gpu_ns_ = std::vector<Seen>(ledger::kMaxProcesses * ledger::kMaxDevices);
   std::map<std::tuple<int, int, uint32_t>, double> gpu_time_balance_;
   std::set<std::tuple<int, int, uint32_t>> gpu_time_over_;
+  // Per GPU, the same balance over all its containers together: time the device saw that no gate
+  // measured. Gates of honest containers sharing the device can charge each other's time (each
+  // pays what it waited behind to whoever charged first), which moves time between containers but
+  // leaves this sum alone; a container is over only while this is over too.
+  std::vector<double> device_gpu_time_balance_ = std::vector<double>(ledger::kMaxDevices, 0);
   std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;
