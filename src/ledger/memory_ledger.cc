@@ -182,7 +182,7 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
   // against it, so it is never removed or rewritten here.
   const std::string what_to_do =
       "; its tenants may still be running: stop every GPU process of this node, then remove it "
-      "(rm /dev/shm" + shm_name + "*) and start tesserad again";
+      "(rm -f /dev/shm" + shm_name + " /dev/shm" + shm_name + ".*) and start tesserad again";
   if (!fresh && static_cast<size_t>(st.st_size) != size) {
     uint32_t header[2] = {0, 0};  // magic, version, if the segment is big enough to hold them
     const bool read = pread(fd, header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header));
