@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <regex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -391,8 +392,11 @@ TEST_P(BypassTest, AContainerOverItsLimitBehindTheShimsBackIsHandledWithinTwoSec
   ASSERT_EQ(tenant->WaitForKey("ready", 30s), "1");
   const auto detected = LogShows("container web is over its limit on GPU 0", 2s);
   ASSERT_TRUE(detected.has_value()) << "not detected within 2 s; daemon log:\n" << DaemonLog();
-  EXPECT_NE(DaemonLog().find("512MiB reserved through the shim + 768MiB the shim did not see"),
-            std::string::npos)
+  // 768 MiB, give or take the tenant's 2 MiB probe through the shim, which it allocates and frees
+  // every 50 ms: held while the reconciler read its reservations but not when the device was
+  // listed (766), or the other way round (770; the larger of the two readings counts).
+  EXPECT_TRUE(std::regex_search(DaemonLog(), std::regex("512MiB reserved through the shim \\+ "
+                                                        "(766|768|770)MiB the shim did not see")))
       << DaemonLog();
   const std::string action = GetParam();
   if (action == "log") {
