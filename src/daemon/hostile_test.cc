@@ -15,21 +15,24 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "protocol/protocol.h"
 #include <nlohmann/json.hpp>
 
 #include "ipc/unix_socket.h"
 #include "ledger/ledger_layout.h"
 #include "ledger/memory_ledger.h"
 #include "process/child_process.h"
+#include "protocol/protocol.h"
 
 namespace {
 
@@ -48,6 +51,7 @@ constexpr uint64_t kGiB = 1ull << 30;
 struct RawTenant {
   int fd = -1;
   int node_fd = -1;  // kept, to try every way of writing through it
+  int container_fd = -1, exchange_fd = -1;  // kept, to try resizing them
   const ledger::LedgerLayout* layout = nullptr;
   ledger::ContainerSegment* own = nullptr;
   ledger::Exchange* exchange = nullptr;
@@ -57,8 +61,10 @@ struct RawTenant {
   void Close() {
     if (fd >= 0) close(fd);
     fd = -1;
-    if (node_fd >= 0) close(node_fd);
-    node_fd = -1;
+    for (int* kept : {&node_fd, &container_fd, &exchange_fd}) {
+      if (*kept >= 0) close(*kept);
+      *kept = -1;
+    }
     if (layout != nullptr) munmap(const_cast<ledger::LedgerLayout*>(layout), sizeof(*layout));
     if (own != nullptr) munmap(own, sizeof(*own));
     if (exchange != nullptr) munmap(exchange, sizeof(*exchange));
@@ -124,18 +130,28 @@ class HostileTest : public ::testing::Test {
     state_ = UniqueName("hostile");
     socket_ = "/tmp/" + state_ + ".sock";
     ledger_name_ = "/tessera-ledger-" + state_;
+    log_ = "/tmp/" + state_ + ".err";
+  }
+  std::string DaemonLog() const {
+    std::ifstream in(log_);
+    std::stringstream all;
+    all << in.rdbuf();
+    return all.str();
   }
   void TearDown() override {
     StopDaemon();
     ledger::MemoryLedger::Remove(ledger_name_);
     shm_unlink(("/tessera-sim-" + state_).c_str());
     unlink(socket_.c_str());
+    if (!HasFailure()) unlink(log_.c_str());
   }
 
+  // tesserad's stderr is appended to log_ (DaemonLog()), across restarts.
   void StartDaemon() {
+    const std::string cmd = "exec '" + BuildDir() + "/bin/tesserad' --sim --socket '" + socket_ +
+                            "' --ledger '" + ledger_name_ + "' 2>>'" + log_ + "'";
     daemon_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{BuildDir() + "/bin/tesserad", "--sim", "--socket", socket_,
-                                 "--ledger", ledger_name_},
+        std::vector<std::string>{"/bin/sh", "-c", cmd},
         std::vector<std::string>{"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimH:16GiB:80"});
     ASSERT_TRUE(daemon_->started());
     ASSERT_TRUE(ipc::WaitUntilListening(socket_, 30s)) << "tesserad did not listen";
@@ -170,8 +186,8 @@ class HostileTest : public ::testing::Test {
                      MAP_SHARED, fds[1], 0);
     void* exchange = mmap(nullptr, sizeof(ledger::Exchange), PROT_READ | PROT_WRITE, MAP_SHARED,
                           fds[2], 0);
-    close(fds[1]);
-    close(fds[2]);
+    t->container_fd = fds[1];
+    t->exchange_fd = fds[2];
     ASSERT_NE(node, MAP_FAILED);
     ASSERT_NE(own, MAP_FAILED);
     ASSERT_NE(exchange, MAP_FAILED);
@@ -230,7 +246,7 @@ class HostileTest : public ::testing::Test {
     return reply.ok() ? *reply : "(no reply: " + reply.status().message() + ")";
   }
 
-  std::string state_, socket_, ledger_name_;
+  std::string state_, socket_, ledger_name_, log_;
   std::unique_ptr<ChildProcess> daemon_;
 };
 
@@ -325,6 +341,46 @@ TEST_F(HostileTest, ATenantCannotRaiseItsLimitTouchANeighbourOrTakeTheToken) {
   ASSERT_TRUE(Eventually([&] { return Status().find("\"hostile\"") == std::string::npos; }, 5s))
       << Status();
   EXPECT_TRUE(DaemonRunning());
+  EXPECT_EQ(BooksOf("victim").first, static_cast<int64_t>(kGiB));
+}
+
+// Nor through what it may write: a process holds a writable descriptor of its container's segment
+// and of the exchange, and a file shrunk under a mapping makes every access past the new end fault
+// (SIGBUS), the daemon's included. The exchange, which every process maps, cannot be resized at all
+// (sealed); its own container's segment it may cut, and then the daemon reads zeros past the cut
+// in its arbiter, reconciler and reclaim, says so, makes the container a new segment, and serves
+// on; the neighbour's books are intact and the container's next process counts from zero.
+TEST_F(HostileTest, ShrinkingWhatItMayWriteCannotTakeTheDaemonDown) {
+  StartDaemon();
+  RawTenant victim, hostile;
+  ASSERT_NO_FATAL_FAILURE(RegisterBoth(&victim, &hostile));
+  errno = 0;
+  EXPECT_NE(ftruncate(hostile.exchange_fd, 0), 0) << "a tenant shrank the exchange";
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_NE(ftruncate(hostile.exchange_fd, 1 << 20), 0) << "a tenant grew the exchange";
+  ASSERT_EQ(ftruncate(hostile.container_fd, 0), 0) << "its own segment: it may";
+  // The sweep (once a second) reports the cut and replaces the segment; the arbiter and STATUS
+  // have gone over the lost pages meanwhile.
+  ASSERT_TRUE(Eventually([&] { return DaemonLog().find("was cut short") != std::string::npos; }, 5s))
+      << DaemonLog();
+  EXPECT_NE(DaemonLog().find("(hostile): its segment was cut short by one of its own processes"),
+            std::string::npos)
+      << DaemonLog();
+  EXPECT_TRUE(DaemonRunning());
+  EXPECT_EQ(BooksOf("victim"), std::make_pair(static_cast<int64_t>(kGiB),
+                                              static_cast<int64_t>(2 * kGiB)));
+  RawTenant next;
+  ASSERT_NO_FATAL_FAILURE(Register(&next, "hostile", std::to_string(2 * kGiB)));
+  Charge(next, 256ull << 20);
+  EXPECT_EQ(BooksOf("hostile").first, static_cast<int64_t>(256ull << 20));
+  // The cut one leaves (its reclaim reads zeros), the daemon serves on and restarts clean.
+  hostile.Close();
+  next.Close();
+  ASSERT_TRUE(Eventually([&] { return Status().find("\"hostile\"") == std::string::npos; }, 5s))
+      << Status();
+  EXPECT_TRUE(DaemonRunning());
+  StopDaemon();
+  StartDaemon();
   EXPECT_EQ(BooksOf("victim").first, static_cast<int64_t>(kGiB));
 }
 

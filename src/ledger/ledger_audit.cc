@@ -244,6 +244,21 @@ std::vector<std::string> MemoryLedger::Repair() {
   for (std::string& line : RepairLayout(store_)) {
     lines.push_back(line.replace(0, 7, "ledger (node segment):"));  // after "ledger:"
   }
+  // A container segment one of its own processes shrank (segment_guard.h): the daemon has been
+  // reading zeros past the cut. Its processes fault on their own mappings; new ones get a new file.
+  const std::bitset<kMaxContainers> cut = guard_ ? guard_->TakeCut() : std::bitset<kMaxContainers>();
+  for (int c = 0; c < kMaxContainers; ++c) {
+    if (!cut.test(static_cast<size_t>(c)) || book_->containers[c].state.load() != kLive) continue;
+    std::string line = "ledger: container slot " + std::to_string(c) + " (" +
+                       book_->containers[c].id +
+                       "): its segment was cut short by one of its own processes (ftruncate); its "
+                       "counters are lost, its processes fault on their next use of it, and a new "
+                       "segment is made for the container";
+    if (Status s = MapContainerSegment(static_cast<uint32_t>(c), /*fresh=*/true); !s.ok()) {
+      line += ", but: " + s.message();
+    }
+    lines.push_back(line);
+  }
   return lines;
 }
 

@@ -13,13 +13,17 @@
 //    fields of the view as the daemon last wrote them, kept in /dev/shm across daemon restarts so
 //    that a restarted daemon rebuilds its book (accounting survives). No process is given it; its
 //    gate words are unused (zero).
-//  * One container segment per container (ContainerSegment, named "<ledger>.c<index>"): the
-//    counters its processes write (bytes reserved, GPU time measured, waits) and, indexed by the
-//    global process slot, each process's own counters. A tenant process maps only its own
-//    container's; other containers' counters are not in its address space at all. A container
-//    slot taken by a new container gets a new file, so a process that outlived its registration
-//    keeps a mapping of an orphaned file, never of the new container's counters.
-//  * The exchange segment (Exchange, "<ledger>.x"): the few words every tenant process writes
+//  * One container segment per container (ContainerSegment, named "<ledger>.c<index>", kept
+//    across daemon restarts): the counters its processes write (bytes reserved, GPU time
+//    measured, waits) and, indexed by the global process slot, each process's own counters. A
+//    tenant process maps only its own container's; other containers' counters are not in its
+//    address space at all. A container slot taken by a new container gets a new file, so a
+//    process that outlived its registration keeps a mapping of an orphaned file, never of the new
+//    container's counters. Its processes could shrink the file; the daemon's mapping of it is
+//    guarded (segment_guard.h).
+//  * The exchange (Exchange, a memfd of the daemon's sealed against resizing, so that no process
+//    can make another's mapping of it fault; a new daemon makes a new one): the few words every
+//    tenant process writes
 //    because they concern the device rather than a container: the futex word that wakes the
 //    arbiter, and three device instants the gates of different containers hand each other (where
 //    charging starts, where revoked work ends, when a high-priority launcher began to wait). Each

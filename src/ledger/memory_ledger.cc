@@ -52,6 +52,8 @@ MemoryLedger& MemoryLedger::operator=(MemoryLedger&& other) noexcept {
     layout_ = std::exchange(other.layout_, nullptr);
     store_ = std::exchange(other.store_, nullptr);
     view_fd_ = std::exchange(other.view_fd_, -1);
+    exchange_fd_ = std::exchange(other.exchange_fd_, -1);
+    guard_ = std::move(other.guard_);
     node_file_ = other.node_file_;
     own_file_ = other.own_file_;
     exchange_file_ = other.exchange_file_;
@@ -71,8 +73,11 @@ void MemoryLedger::Release() {
   if (layout_ != nullptr) munmap(layout_, sizeof(LedgerLayout));
   if (store_ != nullptr) munmap(store_, sizeof(LedgerLayout));
   if (view_fd_ >= 0) close(view_fd_);
+  if (exchange_fd_ >= 0) close(exchange_fd_);
   store_ = nullptr;
   view_fd_ = -1;
+  exchange_fd_ = -1;
+  guard_.reset();  // before its range is unmapped
   if (segments_ != nullptr) munmap(segments_, sizeof(ContainerSegment) * kMaxContainers);
   if (own_ != nullptr) munmap(own_, sizeof(ContainerSegment));
   if (exchange_ != nullptr) munmap(exchange_, sizeof(Exchange));
@@ -88,7 +93,6 @@ std::string MemoryLedger::ContainerSegmentName(uint32_t c) const {
 
 void MemoryLedger::Remove(const std::string& shm_name) {
   shm_unlink(shm_name.c_str());
-  shm_unlink((shm_name + ".x").c_str());
   for (int c = 0; c < kMaxContainers; ++c) shm_unlink((shm_name + ".c" + std::to_string(c)).c_str());
 }
 
@@ -229,16 +233,6 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
     return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " was created for " +
                                        other + what_to_do);
   }
-  // The exchange segment: kept across restarts like the node segment (its words are instants a
-  // reader bounds, so a stale one does no harm).
-  bool exchange_new = false;
-  auto exchange = MapSegmentFile(shm_name + ".x", sizeof(Exchange), O_CREAT, nullptr,
-                                 &exchange_new);
-  if (!exchange.ok()) return Result<MemoryLedger>::Error("ledger: " + exchange.error());
-  ledger.exchange_ = static_cast<Exchange*>(*exchange);
-  ledger.exchange_->magic = kExchangeMagic;
-  ledger.exchange_->version = kLedgerVersion;
-  ledger.exchange_->size = sizeof(Exchange);
   // Every container's segment has its place in one reservation; a free slot's place holds
   // private zeros until a container takes it.
   void* reserved = mmap(nullptr, sizeof(ContainerSegment) * kMaxContainers, PROT_READ | PROT_WRITE,
@@ -248,6 +242,13 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
                                        std::strerror(errno));
   }
   ledger.segments_ = static_cast<ContainerSegment*>(reserved);
+  // A tenant may shrink its own container's segment file: the daemon then reads zeros past the
+  // cut instead of faulting (segment_guard.h).
+  ledger.guard_ = std::make_unique<SegmentGuard>(reserved, sizeof(ContainerSegment), kMaxContainers);
+  if (!ledger.guard_->ok()) {
+    return Result<MemoryLedger>::Error("ledger: every segment guard of this process is taken (" +
+                                       std::to_string(kMaxGuards) + " ledgers open)");
+  }
   for (size_t d = 0; d < devices.size(); ++d) {
     LedgerDevice& dev = layout->devices[d];
     std::snprintf(dev.uuid, sizeof(dev.uuid), "%s", devices[d].uuid.c_str());
@@ -275,35 +276,67 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
   return ledger;
 }
 
-Status MemoryLedger::MakeView() {
-  // The name is a label only (shown as /proc/PID/fd/N -> "/memfd:tessera-view:NAME (deleted)").
-  const std::string label = "tessera-view:" + name_.substr(name_.rfind('/') + 1);
+namespace {
+
+// A memfd of `size` bytes labelled `label` (shown as /proc/PID/fd/N -> "/memfd:LABEL (deleted)"),
+// mapped shared and writable here, then sealed with `seals`, or where the kernel refuses them with
+// `fallback` (*why says what was refused; empty when `seals` held).
+struct SealedMemory {
+  int fd = -1;
+  void* mem = nullptr;
+};
+Result<SealedMemory> MakeSealedMemory(const std::string& label, size_t size, int seals,
+                                      int fallback, std::string* why) {
   const int fd = memfd_create(label.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return Status::Error(std::string("ledger: cannot create the node view: ") +
-                                   std::strerror(errno));
+  if (fd < 0) {
+    return Result<SealedMemory>::Error("cannot create " + label + ": " + std::strerror(errno));
+  }
   void* mem = MAP_FAILED;
-  if (ftruncate(fd, static_cast<off_t>(sizeof(LedgerLayout))) == 0) {
-    mem = mmap(nullptr, sizeof(LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (ftruncate(fd, static_cast<off_t>(size)) == 0) {
+    mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   }
   if (mem == MAP_FAILED) {
-    const std::string why = std::strerror(errno);
+    const std::string error = std::strerror(errno);
     close(fd);
-    return Status::Error("ledger: cannot size or map the node view: " + why);
+    return Result<SealedMemory>::Error("cannot size or map " + label + ": " + error);
   }
-  // Sealed against every writable mapping made from now on: this daemon's, made above, is the
-  // only one there will ever be. Linux before 5.1 knows no F_SEAL_FUTURE_WRITE; there the view is
-  // still sent read-only, but a process with the right to reopen it (root) could write it.
-  constexpr int kFixedSize = F_SEAL_SHRINK | F_SEAL_GROW;
-  if (fcntl(fd, F_ADD_SEALS, kFixedSize | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
-    const std::string why = std::strerror(errno);
-    (void)fcntl(fd, F_ADD_SEALS, kFixedSize | F_SEAL_SEAL);
+  why->clear();
+  if (fcntl(fd, F_ADD_SEALS, seals) != 0) {
+    *why = std::strerror(errno);
+    if (fcntl(fd, F_ADD_SEALS, fallback) != 0) {
+      const std::string error = std::strerror(errno);
+      munmap(mem, size);
+      close(fd);
+      return Result<SealedMemory>::Error("cannot seal " + label + ": " + error);
+    }
+  }
+  return SealedMemory{fd, mem};
+}
+
+// Neither shrunk (a mapping past the end faults) nor grown, by anyone, ever.
+constexpr int kFixedSize = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+}  // namespace
+
+Status MemoryLedger::MakeView() {
+  const std::string base = name_.substr(name_.rfind('/') + 1);
+  // The view: sealed against every writable mapping made from now on, so this daemon's, made in
+  // MakeSealedMemory, is the only one there will ever be. Linux before 5.1 knows no
+  // F_SEAL_FUTURE_WRITE; there the view is still sent read-only, but a process with the right to
+  // reopen it (root) could write it.
+  std::string why;
+  auto view = MakeSealedMemory("tessera-view:" + base, sizeof(LedgerLayout),
+                               kFixedSize | F_SEAL_FUTURE_WRITE, kFixedSize, &why);
+  if (!view.ok()) return Status::Error("ledger: " + view.error());
+  if (!why.empty()) {
     open_report_.push_back(
-        "ledger: the node view cannot be sealed against writing on this kernel (F_SEAL_FUTURE_WRITE: " +
-        why + "; Linux 5.1 or later has it): it is sent read-only, but a tenant process running as "
-        "root could reopen it writable and rewrite limits until the next repair (docs/security.md)");
+        "ledger: the node view cannot be sealed against writing on this kernel "
+        "(F_SEAL_FUTURE_WRITE: " + why + "; Linux 5.1 or later has it): it is sent read-only, but a "
+        "tenant process running as root could reopen it writable and rewrite limits until the next "
+        "repair (docs/security.md)");
   }
-  view_fd_ = fd;
-  layout_ = static_cast<LedgerLayout*>(mem);
+  view_fd_ = view->fd;
+  layout_ = static_cast<LedgerLayout*>(view->mem);
   layout_->magic = kLedgerMagic;
   layout_->version = kLedgerVersion;
   layout_->size = sizeof(LedgerLayout);
@@ -311,6 +344,17 @@ Status MemoryLedger::MakeView() {
   layout_->device_count.store(store_->device_count.load());
   layout_->daemon_pid.store(store_->daemon_pid.load());
   layout_->daemon_epoch.store(store_->daemon_epoch.load());
+  // The exchange: every process maps it writable, so it must not be resizable (a process that
+  // shrank it would make every other process's doorbell, and the daemon's, fault). Its words are
+  // instants every reader bounds and a doorbell: a new daemon starts a new one.
+  auto exchange = MakeSealedMemory("tessera-exchange:" + base, sizeof(Exchange), kFixedSize,
+                                   kFixedSize, &why);
+  if (!exchange.ok()) return Status::Error("ledger: " + exchange.error());
+  exchange_fd_ = exchange->fd;
+  exchange_ = static_cast<Exchange*>(exchange->mem);
+  exchange_->magic = kExchangeMagic;
+  exchange_->version = kLedgerVersion;
+  exchange_->size = sizeof(Exchange);
   return Status::Ok();
 }
 
@@ -320,7 +364,7 @@ Result<TenantDescriptors> MemoryLedger::OpenForTenant(uint32_t c) const {
   fds.node = open(("/proc/self/fd/" + std::to_string(view_fd_)).c_str(), O_RDONLY | O_CLOEXEC);
   if (fds.node < 0) fds.node = fcntl(view_fd_, F_DUPFD_CLOEXEC, 0);
   fds.container = shm_open(ContainerSegmentName(c).c_str(), O_RDWR | O_CLOEXEC, 0);
-  fds.exchange = shm_open((name_ + ".x").c_str(), O_RDWR | O_CLOEXEC, 0);
+  fds.exchange = fcntl(exchange_fd_, F_DUPFD_CLOEXEC, 0);
   if (fds.node < 0 || fds.container < 0 || fds.exchange < 0) {
     const std::string why = std::strerror(errno);
     for (int fd : {fds.node, fds.container, fds.exchange}) {

@@ -31,6 +31,7 @@
 
 #include "core/result.h"
 #include "ledger/ledger_layout.h"
+#include "ledger/segment_guard.h"
 
 namespace tessera::ledger {
 
@@ -95,8 +96,8 @@ class MemoryLedger {
   // of another layout version, or recorded for other GPUs (other UUIDs), is refused.
   static Result<MemoryLedger> CreateOrOpen(const std::string& shm_name,
                                            const std::vector<DeviceInfo>& devices);
-  // Removes every segment of the ledger `shm_name` (node, exchange, containers); for tests and an
-  // ephemeral daemon's exit. Mappings stay valid until unmapped.
+  // Removes every named segment of the ledger `shm_name` (the node segment, the containers'); for
+  // tests and an ephemeral daemon's exit. Mappings stay valid until unmapped.
   static void Remove(const std::string& shm_name);
   // Process: maps a ledger from the descriptors the daemon sent for container `container` (the
   // descriptors are not kept). The node view is mapped read-only.
@@ -216,8 +217,8 @@ class MemoryLedger {
   // daemon-owned field).
   void PublishContainer(uint32_t c);
   void PublishProcess(uint32_t p);
-  // Daemon: makes the sealed node view and publishes the book into it (the header, the devices,
-  // every slot); the gate words start at zero.
+  // Daemon: makes the sealed node view (its header and devices from the node segment; the slots
+  // are published after) and the exchange, each a memfd of its own.
   Status MakeView();
   std::vector<std::string> RepairLayout(LedgerLayout* l);
   // Daemon: maps container `c`'s segment file in its place. `fresh`: a new, empty file (the old
@@ -232,6 +233,8 @@ class MemoryLedger {
   // in the view, from which a restarted daemon rebuilds its book. No tenant is given it.
   LedgerLayout* store_ = nullptr;
   int view_fd_ = -1;                      // daemon: the view's memfd
+  int exchange_fd_ = -1;                  // daemon: the exchange's memfd
+  std::unique_ptr<SegmentGuard> guard_;   // daemon: over segments_
   ContainerSegment* segments_ = nullptr;  // daemon: kMaxContainers of them, in one reservation
   ContainerSegment* own_ = nullptr;       // process: its own container's
   Exchange* exchange_ = nullptr;
