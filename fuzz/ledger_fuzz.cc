@@ -14,8 +14,9 @@
 // container that is not live, or a container index out of range.
 //
 // Input: records of 11 bytes: region (1: the view's containers, processes, gate, header; each
-// container's segment; the exchange; the node segment), offset (2, taken modulo the region's
-// size), value (8, written at that offset, clipped to the region). The first half of the records
+// container's segment; the exchange; the node segment; or a container's segment file cut to
+// 64 × the offset bytes), offset (2, taken modulo the region's size), value (8, written at that
+// offset, clipped to the region). The first half of the records
 // is written before the first pass, the rest before the reopen.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -82,8 +83,20 @@ void Write(const ledger::MemoryLedger& ledger, ledger::LedgerLayout* node_segmen
       {reinterpret_cast<uint8_t*>(&ledger.exchange()), sizeof(ledger::Exchange)},
       {reinterpret_cast<uint8_t*>(node_segment), sizeof(ledger::LedgerLayout)},
   };
-  const Region& r = regions[record[0] % 8];
-  const size_t offset = (static_cast<size_t>(record[1]) << 8 | record[2]) % r.size;
+  const size_t offset16 = static_cast<size_t>(record[1]) << 8 | record[2];
+  if (record[0] % 9 == 8) {
+    // A process cuts (or grows) its container's segment file, as it may: its descriptor is
+    // writable. The daemon reads zeros past the cut (segment_guard.h).
+    const uint32_t c = containers[record[3] % containers.size()];
+    const int fd = shm_open((ShmName() + ".c" + std::to_string(c)).c_str(), O_RDWR, 0);
+    if (fd >= 0) {
+      (void)ftruncate(fd, static_cast<off_t>(offset16 * 64));
+      close(fd);
+    }
+    return;
+  }
+  const Region& r = regions[record[0] % 9];
+  const size_t offset = offset16 % r.size;
   const size_t n = std::min<size_t>(8, r.size - offset);
   std::memcpy(r.base + offset, record + 3, n);
 }
