@@ -491,9 +491,9 @@ void AwaitToken(int device) {
   self.waiting[device].fetch_sub(1, std::memory_order_acq_rel);
 }
 
-// A launch went ahead while this process was published idle on `device` (see AfterLaunch): busy,
-// as AwaitToken marks a granted launcher, and the arbiter rung, so an open high-priority lane
-// turns into a grant (and the best-effort holders' revocation) at its next step.
+// A launch went through this process's open high-priority lane while it was published idle on
+// `device` (see AfterLaunch): busy, as AwaitToken marks a granted launcher, and the arbiter rung,
+// so the open lane turns into a grant (and the best-effort holders' revocation) at its next step.
 void NoteLaunchWhileIdle(int device) {
   g->devices[device].granted_ns.store(MonotonicNs(), std::memory_order_release);
   Self().busy_mask.fetch_or(1u << device, std::memory_order_acq_rel);
@@ -961,11 +961,14 @@ void AfterLaunch(Track* t, CUresult launched) {
   t->since_mark.store(n, std::memory_order_relaxed);
   if (n == 1) {
     t->first_launch_ns.store(MonotonicNs(), std::memory_order_relaxed);
-    // The first launch after a quiet spell that did not wait for the token (an open lane, or a
-    // holder whose busy bit the sampler had cleared): the arbiter learns of it now, not at the
-    // sampler's next idle tick.
+    // The first launch through an open high-priority lane after a quiet spell (it did not wait
+    // for the token, so nothing told the arbiter): the arbiter learns of it now, not at the
+    // sampler's next idle tick, and revokes the best-effort holder. Anyone else's launch here
+    // costs two loads (a holder whose busy bit the sampler cleared is seen at the next tick, as
+    // before: no system call on this path).
     if (__builtin_expect((Self().busy_mask.load(std::memory_order_relaxed) & (1u << t->device)) == 0,
-                         0)) {
+                         0) &&
+        HighPriority() && !Granted(t->device)) {
       NoteLaunchWhileIdle(t->device);
     }
   }
