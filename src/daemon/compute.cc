@@ -288,7 +288,7 @@ void ComputeService::SyncContainers() {
 }
 
 bool ComputeService::Draining(const std::bitset<ledger::kMaxContainers>& containers, int d,
-                              uint64_t now, uint64_t* wake) const {
+                              uint64_t now, uint64_t* wake, uint64_t* end) const {
   if (containers.none()) return false;
   bool draining = false;
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
@@ -296,10 +296,10 @@ bool ComputeService::Draining(const std::bitset<ledger::kMaxContainers>& contain
     if (entry.state.load() != ledger::kLive || !containers.test(entry.container.load())) continue;
     const ledger::ProcessCounters& ps = Process(p);
     const uint64_t beat = ps.beat_ns.load();
-    if ((ps.busy_mask.load() & (1u << d)) != 0 && beat + kBeatFreshNs > now &&
-        !Ending(ps, d, now, wake)) {
-      draining = true;
-    }
+    if ((ps.busy_mask.load() & (1u << d)) == 0 || beat + kBeatFreshNs <= now) continue;
+    const uint64_t idle_at = ps.idle_at_ns[d].load(std::memory_order_acquire);
+    if (idle_at > now) *end = std::max(*end, idle_at);
+    if (!Ending(ps, d, now, wake)) draining = true;
   }
   return draining;
 }
@@ -406,6 +406,16 @@ uint64_t ComputeService::Step(uint64_t now) {
       high_priority_present = high_priority_present || members_[c].spec.high_priority;
     }
     dev.pending = pending[d] & dev.present;
+    // A revoked holder still not drained at the deadline held the device that long for nobody:
+    // that time is charged to it. Else the successor, whose grant lapsed unused while it waited,
+    // lost the next decision to it on a tie, and a process that never said its drain was done
+    // (a hung one, or one that lies in its own counters) kept the GPU idle for everyone else.
+    if (dev.draining.any() && now >= dev.drain_deadline_ns && !dev.overrun_charged) {
+      dev.overrun_charged = true;
+      for (int c = 0; c < ledger::kMaxContainers; ++c) {
+        if (dev.draining.test(static_cast<size_t>(c))) (void)a.Charge(c, config.quota_max);
+      }
+    }
     const arbiter::Decision decision = a.Decide();
     std::bitset<ledger::kMaxContainers> desired;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
@@ -427,17 +437,30 @@ uint64_t ComputeService::Step(uint64_t now) {
     if (revoke.any()) {
       dev.published &= ~revoke;
       if (decision.exclusive && !native) {
-        if (dev.draining.none()) dev.drain_deadline_ns = now + ToNs(config.quota_max);
+        if (dev.draining.none()) {
+          dev.drain_deadline_ns = now + ToNs(config.quota_max);
+          dev.overrun_charged = false;
+        }
         dev.draining |= revoke;
       }
       changed = true;
     }
     uint64_t& drain_wake = wake[static_cast<size_t>(d)];
-    if (dev.draining.any() && !Draining(dev.draining, d, now, &drain_wake)) dev.draining.reset();
+    // When the revoked holders' queued work ends, as they published it (GateDevice::drain_end_ns),
+    // no further ahead than a grant can last: it is theirs to say, and it moves only estimates.
+    uint64_t drain_end = 0;
+    if (dev.draining.any() && !Draining(dev.draining, d, now, &drain_wake, &drain_end)) {
+      dev.draining.reset();
+    }
+    layout_->gate.devices[d].drain_end_ns.store(std::min(drain_end, now + ToNs(config.quota_max)));
     const auto grant = desired & ~dev.published;
     if (grant.any()) {
       if (dev.draining.none() || decision.high_priority_lane || now >= dev.drain_deadline_ns) {
         dev.published |= grant;
+        // The new holder pays from where the revoked work was expected to end, but never from
+        // later than the hand-off lead: a container's published end can move its successor's
+        // charges by that much at most (GateDevice::charge_from_ns).
+        dev.charge_from_ns = std::clamp(drain_end, now, now + kHandoffLeadNs);
         for (int c = 0; c < ledger::kMaxContainers; ++c) {
           if (grant.test(static_cast<size_t>(c))) ++dev.grants[static_cast<size_t>(c)];
         }
@@ -483,6 +506,7 @@ void ComputeService::Publish(int d, bool gated) {
   // An open lane's bit is published set (GateDevice::lane_open): the high-priority launcher passes
   // the one-load check at once and rings this loop, which makes it the holder at its next step.
   // Holder and lanes before the bits, so a launcher that sees its bit also sees why it has it.
+  gd.charge_from_ns.store(dev.charge_from_ns);
   gd.holder.store(dev.holder ? *dev.holder : -1);
   for (int w = 0; w < ledger::kMaskWords; ++w) {
     gd.lane_open[w].store(MaskWord(dev.lane_open, w), std::memory_order_release);  // empty under 5

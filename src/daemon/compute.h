@@ -98,6 +98,8 @@ class ComputeService {
     std::optional<int> holder;
     bool lane = false;
     uint64_t drain_deadline_ns = 0;
+    bool overrun_charged = false;  // the draining holders were charged for passing the deadline
+    uint64_t charge_from_ns = 0;  // as published with the last grant (GateDevice::charge_from_ns)
     uint64_t next_ns = 0;  // decide again by then
   };
   struct Member {  // what the arbiter was told about a container slot
@@ -114,9 +116,10 @@ class ComputeService {
   void SyncContainers();
   void Publish(int d, bool gated);
   // Whether a process of `containers` still has work on GPU `d` that is not ending within the
-  // hand-off lead; *wake: when the next published end comes within the lead.
+  // hand-off lead; *wake: when the next published end comes within the lead; *end: the latest
+  // published end still ahead (left as it is when none is).
   bool Draining(const std::bitset<ledger::kMaxContainers>& containers, int d, uint64_t now,
-                uint64_t* wake) const;
+                uint64_t* wake, uint64_t* end) const;
 
   ledger::LedgerLayout* layout_;
   // The ledger's mappings (they outlive the MemoryLedger object, which the registry takes over).

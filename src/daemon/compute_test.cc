@@ -214,6 +214,39 @@ TEST_F(ComputeServiceTest, TheNextHolderIsLetInJustBeforeTheDrainEnds) {
   EXPECT_GE(granted + 1000, end - 200'000) << "b was let in more than the lead before a's end";
   EXPECT_LT(granted, end + 50 * kMs) << "b waited for the drain deadline, not a's published end";
   EXPECT_EQ(Slot(pa).busy_mask.load(), 1u);  // a never reported the drain done
+  // b pays from a's published end: b's first kernels, queued behind a's last, are not b's time.
+  const ledger::GateDevice& gd = ledger_->layout()->gate.devices[0];
+  EXPECT_EQ(gd.holder.load(), static_cast<int32_t>(b));
+  EXPECT_EQ(gd.charge_from_ns.load(), end);
+}
+
+// The instant a new holder pays from is the arbiter's, from what the revoked holder published in
+// its own segment, and a revoked holder cannot move it further than the hand-off lead past the
+// grant: one that says its queued work ends a second from now (it lies, hangs, or its estimate is
+// off) makes b wait the drain deadline, and b then pays from the grant plus at most the lead, not
+// from a's second (no tenant can make another under-measure its own time by more than that).
+// Nor does it get the token back for it: the wait is charged to it (before, b's grant lapsed
+// unused while it waited, a won the next decision on the tie, and b never ran).
+TEST_F(ComputeServiceTest, ARevokedHolderMovesItsSuccessorsChargingByTheLeadAtMost) {
+  const uint32_t a = AddContainer("a");
+  const uint32_t b = AddContainer("b");
+  const uint32_t pa = AddProcess(a);
+  const uint32_t pb = AddProcess(b);
+  StartService(/*quota_max=*/50ms);
+  Slot(pa).quota_hint_ns[0].store(5 * kMs);
+  SetDemand(pa, 0, true);
+  ASSERT_NE(AwaitMayRun(a, true, 2000ms, {pa}), 0u);
+  Report(pa, 100 * kMs);  // a has had the GPU: b is next whenever the arbiter decides again
+  SetDemand(pb, 1, false);
+  ASSERT_NE(AwaitMayRun(a, false, 2000ms, {pa, pb}), 0u) << "a's 5 ms grant never ended";
+  const uint64_t claimed = PublishEnd(pa, 1000 * kMs);
+  const uint64_t granted = AwaitMayRun(b, true, 500ms, {pa, pb});
+  ASSERT_NE(granted, 0u) << "b was not let in at the drain deadline";
+  const ledger::GateDevice& gd = ledger_->layout()->gate.devices[0];
+  EXPECT_EQ(gd.holder.load(), static_cast<int32_t>(b));
+  EXPECT_LE(gd.charge_from_ns.load(), granted + 200'000) << "b's charging moved past the lead";
+  EXPECT_LT(gd.charge_from_ns.load(), claimed);
+  EXPECT_LE(gd.drain_end_ns.load(), granted + 50 * kMs) << "an estimate beyond a grant's length";
 }
 
 // A high-priority process that is done launching says when its work ends; the token goes on just

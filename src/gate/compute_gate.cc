@@ -207,25 +207,22 @@ uint64_t RaiseTo(std::atomic<uint64_t>& word, uint64_t value) {
 
 // Adds [start, end) of device time on `device` to this process, minus what is already charged:
 // the container's own earlier intervals (another stream or process of it) and, except under the
-// weak policy (where tenants overlap by design), the device's (the previous holder's queued work
-// that this interval waited behind). Returns where this interval's own work began: after another
-// container's work it waited behind, when that was charged first (the container's own streams
+// weak policy (where tenants overlap by design), while its container holds the token, what came
+// before the instant the arbiter said its turn's charging starts (GateDevice::charge_from_ns: the
+// revoked holders' queued work this interval waited behind). Returns where this interval's own
+// work began: after another container's work it waited behind (the container's own streams
 // overlapping each other do not count: they share the GPU, not wait for it).
 uint64_t Charge(int device, uint64_t start, uint64_t end) {
   const ledger::GateDevice& gd = g->layout->gate.devices[device];
   const bool overlap = gd.policy.load(std::memory_order_relaxed) == 4;
-  uint64_t device_until =
-      overlap ? 0 : RaiseTo(g->exchange->devices[device].charged_until_ns, end);
-  // Every tenant can write the exchange (ledger_layout.h): an instant after this interval's end
-  // cannot be work this interval waited behind, so it is not taken (and is brought back down).
-  if (device_until > end) {
-    g->exchange->devices[device].charged_until_ns.store(end, std::memory_order_release);
-    device_until = 0;
-  }
+  const uint64_t handed =
+      !overlap && gd.holder.load(std::memory_order_acquire) == static_cast<int32_t>(g->container)
+          ? std::min(gd.charge_from_ns.load(std::memory_order_acquire), end)
+          : 0;
   const uint64_t container_until = RaiseTo(g->own->counters.charged_until_ns[device], end);
-  const uint64_t from = std::max({start, device_until, container_until});
+  const uint64_t from = std::max({start, handed, container_until});
   if (end > from) Self().gpu_ns[device].fetch_add(end - from, std::memory_order_acq_rel);
-  const uint64_t behind = device_until > container_until ? device_until : 0;
+  const uint64_t behind = handed > container_until ? handed : 0;
   return std::min(std::max(start, behind), end);
 }
 
@@ -422,13 +419,10 @@ bool Granted(int device) {
          gd.holder.load() == static_cast<int32_t>(g->container);
 }
 
-// Where the device's revoked holders' queued work is expected to end (ExchangeDevice::drain_end_ns)
-// as far as it is credible: every tenant can write it, so an instant further ahead than any
-// queue can reach is taken as none.
-uint64_t DrainEnd(int device, uint64_t now) {
-  constexpr uint64_t kFurthestNs = 100'000'000;  // far beyond a grant plus a queued kernel
-  const uint64_t end = g->exchange->devices[device].drain_end_ns.load();
-  return end > now + kFurthestNs ? 0 : end;
+// Where the device's revoked holders' queued work is expected to end (GateDevice::drain_end_ns,
+// published by the arbiter from what they said; never further ahead than a grant lasts).
+uint64_t DrainEnd(int device) {
+  return g->layout->gate.devices[device].drain_end_ns.load(std::memory_order_acquire);
 }
 
 void AwaitToken(int device) {
@@ -508,7 +502,7 @@ uint64_t ExpectedEndLocked(const Track* t) {
   // Not before the revoked holders' drain ends: a mark launched during it queued behind it (a
   // launch anchored on itself looked due a whole 10 ms kernel early, and the next one went in
   // early behind it, doubling a high-priority request's wait).
-  const uint64_t ahead = DrainEnd(t->device, m.start_ns);
+  const uint64_t ahead = DrainEnd(t->device);
   return std::max({m.start_ns, t->last_end_ns, ahead}) +
          static_cast<uint64_t>(m.launches * t->kernel_ns);
 }
@@ -616,8 +610,9 @@ void PublishIdleAt(int device, uint64_t end, uint32_t epoch) {
 }
 
 // Waits for every mark of `device` to complete (closing unmarked launches first). Before waiting
-// it publishes when they are expected to (idle_at_ns and the device's drain_end_ns) and wakes the
-// arbiter, which lets the next holder launch just before then: its first kernels queue behind
+// it publishes when they are expected to (idle_at_ns, which the arbiter passes on as the device's
+// drain_end_ns) and wakes the arbiter, which lets the next holder launch just before then: its
+// first kernels queue behind
 // this process's last ones instead of starting on an idle GPU after two wake-ups. Returns false
 // when the process has work on the device after all: the token came back during the drain (its
 // launchers went on), or a launch let through just before the revocation landed after it.
@@ -626,7 +621,7 @@ bool DrainDevice(int device) {
   auto holds = [&] { return (gd.may_run[g->word_index].load() & g->bit) != 0; };
   const uint32_t epoch = g->devices[device].mark_epoch.load();
   // Work this process launched during an earlier drain queued behind it (see ExpectedEndLocked).
-  const uint64_t ahead = DrainEnd(device, MonotonicNs());
+  const uint64_t ahead = DrainEnd(device);
   uint64_t end = 0;
   bool known = true;
   for (Track* t : g->tracks) {
@@ -647,8 +642,7 @@ bool DrainDevice(int device) {
     end = std::max(end, e);
   }
   if (known && end > MonotonicNs()) {
-    RaiseTo(g->exchange->devices[device].drain_end_ns, end);
-    PublishIdleAt(device, end, epoch);
+    PublishIdleAt(device, end, epoch);  // the arbiter publishes it as the device's drain end
     WakeArbiter();
   }
   bool idle = true;
@@ -692,7 +686,7 @@ uint64_t Tick(uint64_t now) {
       epoch[d] = g->devices[d].mark_epoch.load();
       end_known[d] = true;
       // Work it launched while holding the token queues behind what revoked holders still drain.
-      if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = DrainEnd(d, now);
+      if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = DrainEnd(d);
     }
   }
   for (Track* t : g->tracks) {

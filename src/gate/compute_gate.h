@@ -14,7 +14,8 @@
 //    launch (a mark), so marks on per-thread streams are recorded by their own thread.
 //  * Measurement. A sampler thread (one per process) queries marks without blocking; a completed
 //    mark closes a busy interval [first launch after the previous mark, mark's device time] and
-//    the part beyond the container's `charged_until_ns` is added to the process's `gpu_ns`, which
+//    the part beyond the container's `charged_until_ns` (and, for the holder, before the
+//    arbiter's `charge_from_ns`) is added to the process's `gpu_ns`, which
 //    the arbiter reads. Device times come from cuEventElapsedTime chained from a calibration event,
 //    so they are CLOCK_MONOTONIC instants on simgpu and on a real GPU alike. Launches left without
 //    a mark when a stream goes quiet are closed by the sampler (on the stream itself, or on the
@@ -28,11 +29,11 @@
 //    a high-priority launcher does so for the first ms of a token wait: on a virtual machine a
 //    sleeping vCPU is resumed late often enough to idle the GPU.
 //  * Drain. When the token is revoked, the sampler closes the device's tracks, publishes when their
-//    marks should complete (`idle_at_ns`, `drain_end_ns`: the arbiter lets the next holder in just
-//    before then), waits for them and clears the process's busy bit, so its last GPU time is
-//    reported at once. The next holder's work queues behind it; the device's `charged_until_ns`
-//    (and the container's) keep anyone from being charged for time the device spent on someone
-//    else's work. A high-priority process whose launchers have gone quiet publishes the end of
+//    marks should complete (`idle_at_ns`; the arbiter lets the next holder in just before then and
+//    publishes it as the device's `drain_end_ns`), waits for them and clears the process's busy
+//    bit, so its last GPU time is reported at once. The next holder's work queues behind it; the
+//    arbiter's `charge_from_ns` for the new holder (and the container's own `charged_until_ns`)
+//    keep anyone from being charged for time the device spent on someone else's work. A high-priority process whose launchers have gone quiet publishes the end of
 //    its queue the same way, so its lane ends before its last kernel does.
 //  * Policy 5 (native) turns the gate off: launches are neither gated nor measured.
 //  * Faults. A waiting launch re-checks the arbiter's heartbeat; after `loss_timeout_ns` without

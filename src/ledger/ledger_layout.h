@@ -22,12 +22,13 @@
 //    container's counters. Its processes could shrink the file; the daemon's mapping of it is
 //    guarded (segment_guard.h).
 //  * The exchange (Exchange, a memfd of the daemon's sealed against resizing, so that no process
-//    can make another's mapping of it fault; a new daemon makes a new one): the few words every
-//    tenant process writes
-//    because they concern the device rather than a container: the futex word that wakes the
-//    arbiter, and three device instants the gates of different containers hand each other (where
-//    charging starts, where revoked work ends, when a high-priority launcher began to wait). Each
-//    reader bounds what it takes from them (docs/security.md says what a hostile writer can do).
+//    can make another's mapping of it fault; a new daemon makes a new one): the two words every
+//    tenant process writes because they concern the device rather than a container: the futex
+//    word that wakes the arbiter, and when a high-priority launcher began to wait. Neither moves
+//    anyone's share or accounting (docs/security.md says what a hostile writer can do). Where a
+//    holder's charging starts and where revoked work ends, which gates of different containers
+//    once handed each other here, the arbiter now publishes in the view (GateDevice), from what
+//    each container published in its own segment.
 //
 // Rules that make HAMi-core's failures impossible here:
 // - Slots have fixed indices and generation counters and are never compacted or moved; a process
@@ -36,7 +37,7 @@
 //   failure (MemoryLedger::Reserve), so concurrent allocators can never overshoot.
 // - Counters are 64-bit atomics (never torn) and every decrement saturates at zero.
 // The compute gate's shared state (issue 4): per device, which containers may launch now (a bitset
-// the shim tests with one atomic load) and a futex word bumped on every change (node segment);
+// the shim tests with one atomic load) and a futex word bumped on every change (node view);
 // per process, the GPU time it measured and whether it waits or has work in flight (its
 // container's segment); the doorbell that wakes the arbiter (exchange).
 // This header is the only definition of the layout; it has no pointers (every process maps it at
@@ -122,10 +123,22 @@ struct GateDevice {
   // writes another container's bit: until the arbiter's step the lane's work and the holder's
   // queue on the device side by side, the lane's first kernel behind the holder's bounded queue.
   std::atomic<uint64_t> lane_open[kMaskWords];
+  // The device instant from which the holder pays (CLOCK_MONOTONIC ns), published with each
+  // grant: the revoked holders' queued work was expected to end then (their idle_at_ns, taken no
+  // later than the hand-off lead after the grant). The holder's work queued behind theirs is
+  // charged only from here: nobody pays for another's time. Written only by the arbiter, from
+  // what each container published in its own segment, so no container can make another pay less
+  // or more than that lead.
+  std::atomic<uint64_t> charge_from_ns;
+  // When the revoked holders' queued work is expected to end (the latest idle_at_ns among them
+  // at the arbiter's last step; 0: none drains): work the holders that replaced them launch
+  // queues behind it, which their gates count on when they estimate their own queue.
+  std::atomic<uint64_t> drain_end_ns;
 };
 static_assert(offsetof(GateDevice, may_run) == 8);
 static_assert(offsetof(GateDevice, lane_open) == 8 + 8 * kMaskWords + 16);
-static_assert(sizeof(GateDevice) == 8 + 16 * kMaskWords + 16);
+static_assert(offsetof(GateDevice, charge_from_ns) == 8 + 16 * kMaskWords + 16);
+static_assert(sizeof(GateDevice) == 8 + 16 * kMaskWords + 32);
 
 struct GateHeader {
   std::atomic<uint32_t> reserved0;
@@ -208,19 +221,12 @@ static_assert(sizeof(ContainerSegment) % kPageSize == 0);
 // ---- The exchange segment (every tenant process writes) ----------------------------------------
 
 struct ExchangeDevice {
-  // The device instant up to which some container has been charged: the next holder's work,
-  // queued behind the previous holder's, is charged only from there (nobody pays for another's
-  // time). Readers never take it past the present.
-  std::atomic<uint64_t> charged_until_ns;
-  // When the work of holders whose token was revoked is expected to have run: work launched by
-  // the holder that replaced them queues behind it (raised by each draining process). Readers
-  // ignore it past the present plus the longest grant.
-  std::atomic<uint64_t> drain_end_ns;
   // When a high-priority launcher began waiting for the token (0: none waits): a best-effort
   // holder about to queue a long kernel ahead of time holds it back for the revocation that is
-  // coming (a stale stamp, a millisecond old, is ignored).
+  // coming (a stale stamp, a millisecond old, or one in the future, is ignored). Any process can
+  // write it; the most a forged one does is keep a holder from queueing one kernel ahead.
   std::atomic<uint64_t> priority_wait_ns;
-  uint64_t reserved0;
+  uint64_t reserved0[3];
 };
 static_assert(sizeof(ExchangeDevice) == 32);
 
