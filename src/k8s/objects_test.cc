@@ -96,5 +96,41 @@ TEST(GpuRequest, RefusesWhatKubernetesOrAckWouldNot) {
   }
 }
 
+// A MIG instance: tessera.io/mig-<profile>: 1, alone; '+' is written '.' in the name.
+TEST(GpuRequest, OneMigInstanceOfAKnownProfile) {
+  auto r = GpuRequestOf(*PodFromJson(Pod({Ctr("a", {{"tessera.io/mig-1g.10gb.me", "1"}, {"cpu", "1"}},
+                                              {{"tessera.io/mig-1g.10gb.me", "1"}})}))
+                             ->Container("a"));
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->mig_profile, "1g.10gb+me");
+  EXPECT_TRUE(r->mig());
+  EXPECT_TRUE(r->any());
+  EXPECT_EQ(r->Gpus(), 1u);
+  struct Case {
+    Json limits, requests;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{{"tessera.io/mig-3g.45gb", "1"}}, {},
+       "container a limits=\"tessera.io/mig-3g.45gb\": not a MIG profile of any GPU model we know; "
+       "expected tessera.io/mig- followed by one of 1g.6gb, 1g.6gb.me"},
+      {{{"tessera.io/mig-1g.10gb+me", "1"}}, {}, "('+' written '.')"},
+      {{{"tessera.io/mig-3g.40gb", "2"}}, {},
+       "container a limits tessera.io/mig-3g.40gb=2: expected 1 (one MIG instance per container"},
+      {{{"tessera.io/mig-3g.40gb", "1"}, {"tessera.io/mig-1g.10gb", "1"}}, {},
+       "asks tessera.io/mig-1g.10gb and tessera.io/mig-3g.40gb; expected one MIG instance per container"},
+      {{{"tessera.io/mig-3g.40gb", "1"}, {"tessera.io/gpu-mem", "4"}}, {},
+       "asks tessera.io/mig-3g.40gb beside a GPU share"},
+      {Json::object(), {{"tessera.io/mig-3g.40gb", "1"}}, "requests tessera.io/mig-3g.40gb=1 without a limit"},
+  };
+  for (const Case& c : cases) {
+    auto pod = PodFromJson(Pod({Ctr("a", c.limits, c.requests.is_null() ? Json::object() : c.requests)}));
+    ASSERT_TRUE(pod.ok());
+    auto bad = GpuRequestOf(*pod->Container("a"));
+    ASSERT_FALSE(bad.ok()) << c.limits.dump();
+    EXPECT_THAT(bad.error(), HasSubstr(c.message));
+  }
+}
+
 }  // namespace
 }  // namespace tessera::k8s

@@ -10,21 +10,6 @@
 namespace tessera::placement {
 namespace {
 
-const std::vector<std::string_view>& ProfileNameTable() {
-  static const std::vector<std::string_view> names = [] {
-    std::vector<std::string_view> out;
-    for (const mig::GpuModel& m : mig::GpuModels()) {
-      for (const mig::MigProfile& p : m.Profiles()) {
-        bool seen = false;
-        for (std::string_view n : out) seen = seen || n == p.name;
-        if (!seen) out.push_back(p.name);
-      }
-    }
-    return out;
-  }();
-  return names;
-}
-
 // What is computed once per model: its layouts and the id of each of its profiles.
 struct ModelTables {
   std::vector<mig::Layout> layouts;
@@ -60,10 +45,10 @@ int FreeSlices(const MigGpu& gpu) {
 
 }  // namespace
 
-int MigProfileCount() { return static_cast<int>(ProfileNameTable().size()); }
+int MigProfileCount() { return static_cast<int>(mig::AllProfileNames().size()); }
 
 int MigProfileId(std::string_view name) {
-  const auto& names = ProfileNameTable();
+  const auto names = mig::AllProfileNames();
   for (size_t i = 0; i < names.size(); ++i) {
     if (names[i] == name) return static_cast<int>(i);
   }
@@ -71,14 +56,8 @@ int MigProfileId(std::string_view name) {
 }
 
 std::string_view MigProfileName(int id) {
-  const auto& names = ProfileNameTable();
+  const auto names = mig::AllProfileNames();
   return id >= 0 && static_cast<size_t>(id) < names.size() ? names[static_cast<size_t>(id)] : "?";
-}
-
-std::string MigProfileNames() {
-  std::string out;
-  for (std::string_view n : ProfileNameTable()) out += (out.empty() ? "" : ", ") + std::string(n);
-  return out;
 }
 
 const mig::MigProfile* MigProfileOn(const mig::GpuModel& model, int id) {

@@ -41,13 +41,12 @@ class Cluster;
 struct Request;
 struct Assignment;
 
-// Profile ids: dense from 0 over the distinct profile names of every model, in a fixed order.
+// Profile ids: dense from 0 over the distinct profile names of every model, in the order of
+// mig::AllProfileNames() (whose text lists them for messages).
 int MigProfileCount();
 // The id of `name` ("3g.40gb", exactly as the tables spell it), or -1 when no model has it.
 int MigProfileId(std::string_view name);
 std::string_view MigProfileName(int id);
-// Every profile name, comma separated, for messages.
-std::string MigProfileNames();
 // The profile `id` stands for on `model`, or nullptr when `model` has none of that name.
 const mig::MigProfile* MigProfileOn(const mig::GpuModel& model, int id);
 // Every layout of `model` (mig::FeasibleLayouts), computed once per model; thread-safe.

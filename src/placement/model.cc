@@ -143,7 +143,7 @@ Result<Request> RequestForMigProfile(int64_t cpu_milli, int64_t memory_mib, std:
   const int id = MigProfileId(profile);
   if (id < 0) {
     return Result<Request>::Error("MIG profile \"" + std::string(profile) +
-                                  "\": no GPU model has it; expected one of " + MigProfileNames());
+                                  "\": no GPU model has it; expected one of " + mig::AllProfileNamesText());
   }
   Request r;
   r.cpu_milli = cpu_milli;
