@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
       "served, as capacity frees; it reports GPU allocation over time, pods waiting and each\n"
       "pod's wait. MIG clusters: nodes with mode=mig and a mig column (a layout such as\n"
       "\"3g.40gb=1 1g.10gb=4\", or dynamic), pods with a mig_profile column; data/mig has an\n"
-      "example and docs/kubernetes.md the format.");
+      "example and docs/placement.md (\"MIG nodes\") the format.");
   sim_cmd
       ->add_option("--nodes", sim.nodes,
                    "node list (sn,cpu_milli,memory_mib,gpu,model); default: the openb trace "
