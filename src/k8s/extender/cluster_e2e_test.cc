@@ -42,15 +42,79 @@ using process::ChildProcess;
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-// One simulated GPU node: tesserad on its own simgpu state, the device plugin, a kubelet.
-struct GpuNode {
+// What a simulated node runs: tesserad on its own simgpu state (SimNode), a stand-in kubelet and
+// the real device plugin, which talks to the stand-in API server.
+struct NodeParts {
+  std::unique_ptr<k8s::testing::SimNode> sim;
+  std::unique_ptr<k8s::TestKubelet> kubelet;
+  std::unique_ptr<ChildProcess> plugin;
+
+  // Starts the kubelet and the plugin of node `name` (its tesserad runs) against `api_url`.
+  void StartKubeletAndPlugin(const std::string& name, const std::string& api_url,
+                             const std::vector<std::string>& plugin_flags) {
+    const std::string dir = sim->Scratch("device-plugins");
+    kubelet = std::make_unique<k8s::TestKubelet>(dir);
+    ASSERT_TRUE(kubelet->Start().ok());
+    const std::string kubeconfig = sim->Scratch("kube") + "/config";
+    std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                                 "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
+                                 "clusters: [{name: c, cluster: {server: \""
+                              << api_url << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
+    std::vector<std::string> argv = {BuildDir() + "/bin/tessera-device-plugin", "--node-name", name,
+                                     "--kubeconfig", kubeconfig, "--device-plugin-dir", dir,
+                                     "--tesserad-socket", sim->socket(), "--container-sockets",
+                                     sim->container_sockets(), "--state-dir", sim->Scratch("state"),
+                                     "--sim", "--reconcile-interval", "200ms"};
+    argv.insert(argv.end(), plugin_flags.begin(), plugin_flags.end());
+    plugin = std::make_unique<ChildProcess>(argv, sim->SimEnv());
+    ASSERT_TRUE(plugin->started());
+  }
+  void Stop() {
+    if (plugin) {
+      plugin->Kill(SIGTERM);
+      plugin->Wait(20s);
+    }
+    kubelet.reset();
+    sim.reset();
+  }
+  // The container of allocation `a` of pod `pod`, started by the stand-in runtime with the
+  // allocation's mounts and environment: a tenant that allocates 64 MiB at a time until refused,
+  // then holds what it got until its stdin closes.
+  std::unique_ptr<ChildProcess> StartTenant(const std::string& pod,
+                                            const k8s::TestKubelet::ContainerAllocation& a) const {
+    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
+                                    sim->Scratch("ctr-" + pod)};
+    for (const auto& m : a.mounts) {
+      cmd.insert(cmd.end(), {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
+    }
+    for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
+    cmd.insert(cmd.end(), {"--", BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "64"});
+    return std::make_unique<ChildProcess>(
+        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"});
+  }
+};
+
+// Stops what a cluster test started, in that order: the containers (their stdin closed), the
+// extender, each node's plugin, kubelet and tesserad, the API server.
+template <typename Nodes>
+void StopCluster(std::vector<std::unique_ptr<ChildProcess>>& containers,
+                 std::unique_ptr<ExtenderApp>& extender, Nodes& nodes, k8s::TestApiServer& api) {
+  for (auto& p : containers) {
+    p->CloseStdin();
+    p->Wait(10s);
+  }
+  containers.clear();
+  extender.reset();
+  for (auto& n : nodes) n.Stop();
+  api.Stop();
+}
+
+// One simulated GPU node of the cluster.
+struct GpuNode : NodeParts {
   std::string name;
   std::string sim_gpus;  // TESSERA_SIM_GPUS
   std::string model;
   uint64_t gpu_gib = 0;
-  std::unique_ptr<k8s::testing::SimNode> sim;
-  std::unique_ptr<k8s::TestKubelet> kubelet;
-  std::unique_ptr<ChildProcess> plugin;
   std::vector<std::string> uuids;  // from the inventory the plugin published
 };
 
@@ -88,22 +152,7 @@ class ClusterE2ETest : public ::testing::Test {
       ASSERT_TRUE(n.sim->Start()) << n.name;
       api_.CreateNode({{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", "core_mem"}}}}},
                        {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
-      const std::string dir = n.sim->Scratch("device-plugins");
-      n.kubelet = std::make_unique<k8s::TestKubelet>(dir);
-      ASSERT_TRUE(n.kubelet->Start().ok());
-      const std::string kubeconfig = n.sim->Scratch("kube") + "/config";
-      std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                                   "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
-                                   "clusters: [{name: c, cluster: {server: \""
-                                << api_.url() << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
-      n.plugin = std::make_unique<ChildProcess>(
-          std::vector<std::string>{BuildDir() + "/bin/tessera-device-plugin", "--node-name", n.name,
-                                   "--kubeconfig", kubeconfig, "--device-plugin-dir", dir,
-                                   "--tesserad-socket", n.sim->socket(), "--container-sockets",
-                                   n.sim->container_sockets(), "--state-dir", n.sim->Scratch("state"),
-                                   "--sim", "--reconcile-interval", "200ms", "--resource-names", "both"},
-          n.sim->SimEnv());
-      ASSERT_TRUE(n.plugin->started());
+      ASSERT_NO_FATAL_FAILURE(n.StartKubeletAndPlugin(n.name, api_.url(), {"--resource-names", "both"}));
     }
     for (GpuNode& n : nodes_) {
       for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
@@ -123,23 +172,7 @@ class ClusterE2ETest : public ::testing::Test {
     }
   }
 
-  void TearDown() override {
-    for (auto& p : containers_) {
-      p->CloseStdin();
-      p->Wait(10s);
-    }
-    containers_.clear();
-    extender_.reset();
-    for (GpuNode& n : nodes_) {
-      if (n.plugin) {
-        n.plugin->Kill(SIGTERM);
-        n.plugin->Wait(20s);
-      }
-      n.kubelet.reset();
-      n.sim.reset();
-    }
-    api_.Stop();
-  }
+  void TearDown() override { StopCluster(containers_, extender_, nodes_, api_); }
 
   // The engine beside the test: the same nodes (sorted by name), the same target workload.
   void StartEngineAndExtender(const std::vector<TestPod>& pods) {
@@ -241,15 +274,7 @@ class ClusterE2ETest : public ::testing::Test {
     ASSERT_EQ(admitted->size(), 1u);
     const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
     ASSERT_TRUE(node.kubelet->PreStart(p.created["metadata"]["uid"], a.name).ok());
-    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
-                                    node.sim->Scratch("ctr-" + p.name)};
-    for (const auto& m : a.mounts) {
-      cmd.insert(cmd.end(), {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
-    }
-    for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
-    cmd.insert(cmd.end(), {"--", BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "64"});
-    containers_.push_back(std::make_unique<ChildProcess>(
-        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}));
+    containers_.push_back(node.StartTenant(p.name, a));
     p.process = containers_.back().get();
     api_.SetPodPhase("default", p.name, "Running");
   }
@@ -383,17 +408,21 @@ TEST_F(ClusterE2ETest, ThirtyPodsLandAsTheEngineDecidesAndStopAtTheirCaps) {
 // memory; a MIG pod that finds no free instance stays Pending with the reason, until one frees.
 class MigClusterE2ETest : public ::testing::Test {
  protected:
-  struct Node {
+  struct Node : NodeParts {
     std::string name, mode, sim_gpus;
-    std::unique_ptr<k8s::testing::SimNode> sim;
-    std::unique_ptr<k8s::TestKubelet> kubelet;
-    std::unique_ptr<ChildProcess> plugin;
   };
 
   void SetUp() override {
     ASSERT_TRUE(api_.Start(0).ok());
-    nodes_.push_back({"core-a", "core_mem", "SimA:16GiB:80", nullptr, nullptr, nullptr});
-    nodes_.push_back({"mig-a", "mig", "H100-80GB:8GiB:132:mig=H100-80GB", nullptr, nullptr, nullptr});
+    for (const auto& [name, mode, gpus] :
+         {std::tuple{"core-a", "core_mem", "SimA:16GiB:80"},
+          std::tuple{"mig-a", "mig", "H100-80GB:8GiB:132:mig=H100-80GB"}}) {
+      Node n;
+      n.name = name;
+      n.mode = mode;
+      n.sim_gpus = gpus;
+      nodes_.push_back(std::move(n));
+    }
     for (Node& n : nodes_) {
       n.sim = std::make_unique<k8s::testing::SimNode>(n.sim_gpus, std::vector<std::string>{});
       if (n.mode == "mig") {
@@ -406,22 +435,7 @@ class MigClusterE2ETest : public ::testing::Test {
       ASSERT_TRUE(n.sim->Start()) << n.name;
       api_.CreateNode({{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", n.mode}}}}},
                        {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
-      const std::string dir = n.sim->Scratch("device-plugins");
-      n.kubelet = std::make_unique<k8s::TestKubelet>(dir);
-      ASSERT_TRUE(n.kubelet->Start().ok());
-      const std::string kubeconfig = n.sim->Scratch("kube") + "/config";
-      std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                                   "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
-                                   "clusters: [{name: c, cluster: {server: \""
-                                << api_.url() << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
-      n.plugin = std::make_unique<ChildProcess>(
-          std::vector<std::string>{BuildDir() + "/bin/tessera-device-plugin", "--node-name", n.name,
-                                   "--kubeconfig", kubeconfig, "--device-plugin-dir", dir,
-                                   "--tesserad-socket", n.sim->socket(), "--container-sockets",
-                                   n.sim->container_sockets(), "--state-dir", n.sim->Scratch("state"),
-                                   "--sim", "--reconcile-interval", "200ms"},
-          n.sim->SimEnv());
-      ASSERT_TRUE(n.plugin->started());
+      ASSERT_NO_FATAL_FAILURE(n.StartKubeletAndPlugin(n.name, api_.url(), {}));
       names_.push_back(n.name);
     }
     ASSERT_TRUE(nodes_[1].kubelet->WaitForResource("tessera.io/mig-3g.40gb", 30s));
@@ -442,23 +456,7 @@ class MigClusterE2ETest : public ::testing::Test {
     driver_ = std::make_unique<testing::SchedulerDriver>(extender_->port());
   }
 
-  void TearDown() override {
-    for (auto& p : containers_) {
-      p->CloseStdin();
-      p->Wait(10s);
-    }
-    containers_.clear();
-    extender_.reset();
-    for (Node& n : nodes_) {
-      if (n.plugin) {
-        n.plugin->Kill(SIGTERM);
-        n.plugin->Wait(20s);
-      }
-      n.kubelet.reset();
-      n.sim.reset();
-    }
-    api_.Stop();
-  }
+  void TearDown() override { StopCluster(containers_, extender_, nodes_, api_); }
 
   Json Create(const std::string& name, const std::map<std::string, std::string>& limits) {
     testing::TestContainer c;
@@ -483,15 +481,7 @@ class MigClusterE2ETest : public ::testing::Test {
     if (!admitted.ok()) return nullptr;
     const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
     EXPECT_TRUE(node.kubelet->PreStart(created["metadata"]["uid"], a.name).ok());
-    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
-                                    node.sim->Scratch("ctr-" + name)};
-    for (const auto& m : a.mounts) {
-      cmd.insert(cmd.end(), {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
-    }
-    for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
-    cmd.insert(cmd.end(), {"--", BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "64"});
-    containers_.push_back(std::make_unique<ChildProcess>(
-        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}));
+    containers_.push_back(node.StartTenant(name, a));
     api_.SetPodPhase("default", name, "Running");
     return containers_.back().get();
   }
