@@ -132,10 +132,12 @@ const std::string* Lookup(const std::map<std::string, std::string>& m, const cha
   return it == m.end() ? nullptr : &it->second;
 }
 
-// gpus[i].mig of the inventory: the GPU it is cut from, that GPU's MIG model, its profile and start.
+// gpus[i].mig of the inventory: the GPU it is cut from, that GPU's MIG model, its profile and
+// start.
 Result<InventoryMig> ParseInventoryMig(const Reader& r, const json& m, const std::string& at,
                                        NodeMode mode) {
-  if (!m.is_object()) return Result<InventoryMig>(r.Fail(at, "=" + Shown(m) + ": expected an object"));
+  if (!m.is_object())
+    return Result<InventoryMig>(r.Fail(at, "=" + Shown(m) + ": expected an object"));
   if (mode != NodeMode::kMig) {
     return Result<InventoryMig>(r.Fail(at, std::string(" on a node in mode ") +
                                                std::string(NodeModeName(mode)) +
@@ -149,21 +151,25 @@ Result<InventoryMig> ParseInventoryMig(const Reader& r, const json& m, const std
     return Result<InventoryMig>(r.Fail(path + "gpu", "=\"" + *gpu + "\": expected " + kUuidWhat));
   }
   out.gpu = *gpu;
-  auto model = r.String(m, path, "model", "a MIG model of tessera mig profiles, e.g. \"H100-80GB\"");
+  auto model =
+      r.String(m, path, "model", "a MIG model of tessera mig profiles, e.g. \"H100-80GB\"");
   if (!model.ok()) return model.status();
   auto found = mig::FindGpuModel(*model, std::string(kInventoryAnnotation) + ": " + path + "model");
   if (!found.ok()) return found.status();
   out.model = std::string((*found)->name);
   auto profile = r.String(m, path, "profile", "a MIG profile, e.g. \"3g.40gb\"");
   if (!profile.ok()) return profile.status();
-  auto p = mig::FindProfile(**found, *profile, std::string(kInventoryAnnotation) + ": " + path + "profile");
+  auto p = mig::FindProfile(**found, *profile,
+                            std::string(kInventoryAnnotation) + ": " + path + "profile");
   if (!p.ok()) return p.status();
   out.profile = std::string((*p)->name);
-  auto start = r.Unsigned(m, path, "start", 0, mig::kMaxMemorySlices - 1, "a memory slice from 0 to 7");
+  auto start =
+      r.Unsigned(m, path, "start", 0, mig::kMaxMemorySlices - 1, "a memory slice from 0 to 7");
   if (!start.ok()) return start.status();
   if (((*p)->start_mask >> *start & 1u) == 0) {
-    return Result<InventoryMig>(r.Fail(path + "start", "=" + std::to_string(*start) + ": a " + out.profile +
-                                                         " instance starts at " + mig::StartSlots(**p)));
+    return Result<InventoryMig>(r.Fail(path + "start", "=" + std::to_string(*start) + ": a " +
+                                                           out.profile + " instance starts at " +
+                                                           mig::StartSlots(**p)));
   }
   out.start = static_cast<int>(*start);
   return out;
@@ -186,9 +192,12 @@ Status CheckMigLayouts(const Reader& r, const GpuInventory& inv) {
   }
   for (auto& [gpu, layout] : by_gpu) {
     std::sort(layout.instances.begin(), layout.instances.end(),
-              [](const mig::PlacedInstance& a, const mig::PlacedInstance& b) { return a.start < b.start; });
+              [](const mig::PlacedInstance& a, const mig::PlacedInstance& b) {
+                return a.start < b.start;
+              });
     if (Status s = mig::CheckLayout(layout); !s.ok()) {
-      return r.Fail("", "the MIG devices of GPU " + gpu + " do not form a MIG layout: " + s.message());
+      return r.Fail("",
+                    "the MIG devices of GPU " + gpu + " do not form a MIG layout: " + s.message());
     }
   }
   return Status::Ok();
@@ -237,7 +246,8 @@ Result<std::string> MigProfileOfResource(std::string_view name, std::string_view
   }
   std::string spelled;
   for (std::string_view profile : mig::AllProfileNames()) {
-    spelled += (spelled.empty() ? "" : ", ") + MigResourceName(profile).substr(sizeof(kResourceMigPrefix) - 1);
+    spelled += (spelled.empty() ? "" : ", ") +
+               MigResourceName(profile).substr(sizeof(kResourceMigPrefix) - 1);
   }
   return Result<std::string>::Error(std::string(input_name) + "=\"" + std::string(name) +
                                     "\": not a MIG profile of any GPU model we know; expected " +
@@ -342,7 +352,8 @@ Result<GpuInventory> ParseGpuInventory(std::string_view text) {
       auto mig = ParseInventoryMig(r, *m, path + "mig", out.mode);
       if (!mig.ok()) return mig.status();
       if (gpu.uuid.rfind("MIG-", 0) != 0) {
-        return r.Fail(path + "uuid", "=\"" + gpu.uuid + "\": a MIG device's UUID; expected MIG-...");
+        return r.Fail(path + "uuid",
+                      "=\"" + gpu.uuid + "\": a MIG device's UUID; expected MIG-...");
       }
       gpu.mig = std::move(*mig);
     } else if (out.mode == NodeMode::kMig && gpu.uuid.rfind("MIG-", 0) == 0) {

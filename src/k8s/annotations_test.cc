@@ -43,11 +43,13 @@ TEST(Inventory, MigDevicesRoundTripAndAreCheckedAgainstTheTables) {
   EXPECT_EQ(*back, inv);
   auto with = [&](const std::string& mig, const std::string& mode = "mig",
                   const std::string& uuid = kMig0) {
-    return ParseGpuInventory(R"({"version":1,"mode":")" + mode + R"(","gpus":[{"index":0,"uuid":")" +
-                             uuid + R"(","model":"m","memory_bytes":5,"healthy":true)" +
+    return ParseGpuInventory(R"({"version":1,"mode":")" + mode +
+                             R"(","gpus":[{"index":0,"uuid":")" + uuid +
+                             R"(","model":"m","memory_bytes":5,"healthy":true)" +
                              (mig.empty() ? "" : R"(,"mig":)" + mig) + "}]}");
   };
-  const std::string ok = R"({"gpu":")" + std::string(kUuid0) + R"(","model":"H100-80GB","profile":"3g.40gb","start":4})";
+  const std::string ok = R"({"gpu":")" + std::string(kUuid0) +
+                         R"(","model":"H100-80GB","profile":"3g.40gb","start":4})";
   EXPECT_TRUE(with(ok).ok()) << with(ok).error();
   struct Case {
     std::string inventory;
@@ -55,14 +57,25 @@ TEST(Inventory, MigDevicesRoundTripAndAreCheckedAgainstTheTables) {
   };
   auto text = [](const Result<GpuInventory>& r) { return r.ok() ? std::string("ok") : r.error(); };
   const Case cases[] = {
-      {text(with(ok, "core_mem")), "gpus[0].mig on a node in mode core_mem; expected MIG devices only on mig nodes"},
-      {text(with(ok, "mig", kUuid1)), "gpus[0].uuid=\"GPU-00000000-0000-4000-8000-000000000001\": a MIG device's UUID; expected MIG-..."},
-      {text(with("")), "gpus[0].mig is missing for MIG device MIG-11111111-2222-4333-8444-555555555555 on a mig node"},
-      {text(with(R"({"gpu":"MIG-1","model":"H100-80GB","profile":"3g.40gb","start":0})")), "gpus[0].mig.gpu=\"MIG-1\": expected a GPU UUID"},
-      {text(with(R"({"gpu":"GPU-1","model":"V100","profile":"3g.40gb","start":0})")), "gpus[0].mig.model=\"V100\": not a MIG-capable GPU model we know; expected one of A30"},
-      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.20gb","start":0})")), "gpus[0].mig.profile=\"3g.20gb\": not a MIG profile of the H100-80GB; expected one of the H100-80GB profiles"},
-      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.40gb","start":2})")), "gpus[0].mig.start=2: a 3g.40gb instance starts at {0,4}"},
-      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.40gb","start":9})")), "gpus[0].mig.start=9: expected a memory slice from 0 to 7"},
+      {text(with(ok, "core_mem")),
+       "gpus[0].mig on a node in mode core_mem; expected MIG devices only on mig nodes"},
+      {text(with(ok, "mig", kUuid1)),
+       "gpus[0].uuid=\"GPU-00000000-0000-4000-8000-000000000001\": a MIG device's UUID; expected "
+       "MIG-..."},
+      {text(with("")),
+       "gpus[0].mig is missing for MIG device MIG-11111111-2222-4333-8444-555555555555 on a mig "
+       "node"},
+      {text(with(R"({"gpu":"MIG-1","model":"H100-80GB","profile":"3g.40gb","start":0})")),
+       "gpus[0].mig.gpu=\"MIG-1\": expected a GPU UUID"},
+      {text(with(R"({"gpu":"GPU-1","model":"V100","profile":"3g.40gb","start":0})")),
+       "gpus[0].mig.model=\"V100\": not a MIG-capable GPU model we know; expected one of A30"},
+      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.20gb","start":0})")),
+       "gpus[0].mig.profile=\"3g.20gb\": not a MIG profile of the H100-80GB; expected one of the "
+       "H100-80GB profiles"},
+      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.40gb","start":2})")),
+       "gpus[0].mig.start=2: a 3g.40gb instance starts at {0,4}"},
+      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.40gb","start":9})")),
+       "gpus[0].mig.start=9: expected a memory slice from 0 to 7"},
   };
   for (const Case& c : cases) EXPECT_THAT(c.inventory, HasSubstr(c.message));
   // Two 3g.40gb at slice 0 of one GPU overlap.

@@ -185,7 +185,8 @@ Result<GpuRequest> GpuRequestOf(const ContainerView& container) {
       }
       if (!mig_resource.empty()) {
         return Result<GpuRequest>::Error("container " + container.name + " asks " + mig_resource +
-                                         " and " + name + "; expected one MIG instance per "
+                                         " and " + name +
+                                         "; expected one MIG instance per "
                                          "container (a CUDA process sees one MIG device)");
       }
       mig_resource = name;

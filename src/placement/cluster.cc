@@ -327,8 +327,8 @@ Status Cluster::PlaceMig(const Request& r, const Assignment& a) {
   const FitResult fit = Fits(a.node, r);
   if (fit != FitResult::kFits) {
     return Status::Error("MIG request for " + std::string(MigProfileName(r.mig_profile)) +
-                         " does not fit node \"" + s.name + "\": " +
-                         std::string(FitResultName(fit)));
+                         " does not fit node \"" + s.name +
+                         "\": " + std::string(FitResultName(fit)));
   }
   if (std::popcount(a.gpus) != 1 || (s.gpu_count < 32 && (a.gpus >> s.gpu_count) != 0)) {
     return Status::Error("MIG assignment on node \"" + s.name + "\" names GPU mask " +
@@ -344,9 +344,9 @@ Status Cluster::PlaceMig(const Request& r, const Assignment& a) {
   if (a.mig_layout >= 0) {
     const std::vector<mig::Layout>& layouts = MigLayoutsOf(model);
     if (!MigRelayoutable(a.node, g)) {
-      return Status::Error(where + " cannot be cut again: " +
-                           (s.mig_relayout ? "some of its instances are taken"
-                                           : "the node keeps its MIG layouts"));
+      return Status::Error(
+          where + " cannot be cut again: " +
+          (s.mig_relayout ? "some of its instances are taken" : "the node keeps its MIG layouts"));
     }
     if (static_cast<size_t>(a.mig_layout) >= layouts.size()) {
       return Status::Error(where + ": layout " + std::to_string(a.mig_layout) + " of " +

@@ -31,14 +31,14 @@ namespace tessera::placement {
 // Why a request does not fit a node (kFits when it does). The first failed rule, in this order.
 enum class FitResult : uint8_t {
   kFits,
-  kCpu,         // not enough free CPU
-  kMemory,      // not enough free host memory
-  kModel,       // the node's GPU model is not allowed (or the node has no GPUs)
-  kMode,        // the share's form does not match the node's mode
-  kGpuCount,    // the node has fewer GPUs than requested, free or not
-  kGpuCompute,  // too few GPUs with the compute share free (entirely free, for whole GPUs)
-  kGpuMemory,   // too few GPUs with the memory free
-  kMigProfile,  // the node's GPU model has no MIG profile of the request's name
+  kCpu,          // not enough free CPU
+  kMemory,       // not enough free host memory
+  kModel,        // the node's GPU model is not allowed (or the node has no GPUs)
+  kMode,         // the share's form does not match the node's mode
+  kGpuCount,     // the node has fewer GPUs than requested, free or not
+  kGpuCompute,   // too few GPUs with the compute share free (entirely free, for whole GPUs)
+  kGpuMemory,    // too few GPUs with the memory free
+  kMigProfile,   // the node's GPU model has no MIG profile of the request's name
   kMigInstance,  // no free instance of the request's MIG profile (and no GPU to cut again)
 };
 

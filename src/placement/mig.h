@@ -105,7 +105,7 @@ struct MigChoice {
 std::optional<MigChoice> ChooseMigInstance(const Cluster& cluster, int node, const Request& request,
                                            const MigDemand& demand);
 // The same as an Assignment (node, the GPU's bit, mig_start, mig_layout), or nullopt.
-std::optional<Assignment> MigAssignmentOn(const Cluster& cluster, int node,
-                                          const Request& request, const MigDemand& demand);
+std::optional<Assignment> MigAssignmentOn(const Cluster& cluster, int node, const Request& request,
+                                          const MigDemand& demand);
 
 }  // namespace tessera::placement

@@ -68,8 +68,9 @@ TEST(MigProfileTest, EveryProfileOfEveryModelHasAnIdThatFindsIt) {
   EXPECT_EQ(MigProfileOn(Model("A30"), id), nullptr);
   auto bad = RequestForMigProfile(0, 0, "3g.45gb");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.error().find("MIG profile \"3g.45gb\": no GPU model has it; expected one of 1g.6gb"),
-            std::string::npos)
+  EXPECT_NE(
+      bad.error().find("MIG profile \"3g.45gb\": no GPU model has it; expected one of 1g.6gb"),
+      std::string::npos)
       << bad.error();
 }
 
@@ -77,8 +78,9 @@ TEST(MigClusterTest, FitRulesAndBookkeepingOfInstances) {
   ModelTable models;
   const int t4 = *models.Intern("T4");
   // Node 0: an H100 cut 3g.40gb@0 + 2g.20gb@4 + 1g.10gb@6; node 1: T4s shared by compute.
-  std::vector<NodeSpec> specs = {MigNode("mig", models, LayoutOf("H100-80GB", {"3g.40gb", "2g.20gb", "1g.10gb"}), 1),
-                                 {"t4", 64000, 1 << 20, 2, t4, NodeMode::kMemoryAndCompute}};
+  std::vector<NodeSpec> specs = {
+      MigNode("mig", models, LayoutOf("H100-80GB", {"3g.40gb", "2g.20gb", "1g.10gb"}), 1),
+      {"t4", 64000, 1 << 20, 2, t4, NodeMode::kMemoryAndCompute}};
   auto c = Cluster::Create(models, specs);
   ASSERT_TRUE(c.ok()) << c.error();
   const Request three = Mig("3g.40gb"), one = Mig("1g.10gb"), seven = Mig("7g.80gb");
@@ -124,7 +126,8 @@ TEST(MigClusterTest, FitRulesAndBookkeepingOfInstances) {
   wrong.mig_gpus[0].instances.push_back(wrong.mig_gpus[0].instances[0]);  // overlaps
   auto overlapping = Cluster::Create(models, {wrong});
   ASSERT_FALSE(overlapping.ok());
-  EXPECT_NE(overlapping.error().find("node \"mig\": GPU 0"), std::string::npos) << overlapping.error();
+  EXPECT_NE(overlapping.error().find("node \"mig\": GPU 0"), std::string::npos)
+      << overlapping.error();
   wrong = specs[1];
   wrong.mig_relayout = true;
   EXPECT_FALSE(Cluster::Create(models, {wrong}).ok());
@@ -169,7 +172,8 @@ TEST(MigPolicyTest, EveryPolicyTakesAFreeInstanceOnTheFullestNode) {
 
 // The stranded slices of a layout with one instance of `profile` taken, counted straight from the
 // definition: slices of the GPU not held by that instance or by another of an asked profile.
-int StrandedByHand(const mig::Layout& l, std::string_view profile, const std::set<std::string>& asked) {
+int StrandedByHand(const mig::Layout& l, std::string_view profile,
+                   const std::set<std::string>& asked) {
   int covered = 0;
   bool taken = false;
   for (const mig::PlacedInstance& i : l.instances) {

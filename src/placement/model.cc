@@ -95,8 +95,9 @@ Status ValidateRequest(const Request& r, std::string_view what) {
   }
   if (r.gpu_mem_mib < kProportionalMemory) return Status::Error(w + ": negative GPU memory");
   if (r.mig() && (r.mig_profile >= MigProfileCount() || r.gpu_count != 1 || r.gpu_mem_mib != 0)) {
-    return Status::Error(w + ": a MIG request asks for exactly one instance of a known profile "
-                             "and nothing else of the GPU");
+    return Status::Error(w +
+                         ": a MIG request asks for exactly one instance of a known profile "
+                         "and nothing else of the GPU");
   }
   return Status::Ok();
 }
@@ -138,12 +139,13 @@ Result<Request> RequestFromShareForm(int64_t cpu_milli, int64_t memory_mib, int 
                            allowed);
 }
 
-Result<Request> RequestForMigProfile(int64_t cpu_milli, int64_t memory_mib, std::string_view profile,
-                                     ModelSet allowed) {
+Result<Request> RequestForMigProfile(int64_t cpu_milli, int64_t memory_mib,
+                                     std::string_view profile, ModelSet allowed) {
   const int id = MigProfileId(profile);
   if (id < 0) {
     return Result<Request>::Error("MIG profile \"" + std::string(profile) +
-                                  "\": no GPU model has it; expected one of " + mig::AllProfileNamesText());
+                                  "\": no GPU model has it; expected one of " +
+                                  mig::AllProfileNamesText());
   }
   Request r;
   r.cpu_milli = cpu_milli;

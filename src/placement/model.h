@@ -139,8 +139,8 @@ Result<Request> RequestFromShareForm(int64_t cpu_milli, int64_t memory_mib, int 
 
 // One instance of MIG profile `profile` (a MigProfileId; the error lists the names when it is
 // none), with CPU, host memory and allowed models as for any request.
-Result<Request> RequestForMigProfile(int64_t cpu_milli, int64_t memory_mib, std::string_view profile,
-                                     ModelSet allowed = ModelSet::Any());
+Result<Request> RequestForMigProfile(int64_t cpu_milli, int64_t memory_mib,
+                                     std::string_view profile, ModelSet allowed = ModelSet::Any());
 
 // Where a request landed: a node and the set of its GPUs (bit i = GPU i). A MIG request's names
 // one GPU and the instance: its start slot and, when the GPU is cut again first, the index of the

@@ -98,7 +98,9 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOp
   if (name == "binpack") p = MakeBinpack(options);
   if (name == "spread") p = MakeSpread(options);
   if (name == "random") p = MakeRandom(options);
-  if (p) return std::unique_ptr<Policy>(std::make_unique<MigAwarePolicy>(std::move(p), options.workload));
+  if (p)
+    return std::unique_ptr<Policy>(
+        std::make_unique<MigAwarePolicy>(std::move(p), options.workload));
   std::string names;
   for (std::string_view n : PolicyNames()) {
     if (!names.empty()) names += ", ";

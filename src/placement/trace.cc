@@ -194,9 +194,11 @@ Status ParseMigColumn(const CsvReader& csv, int col, const mig::GpuModel& model,
                                          "profile counts such as 3g.40gb=1 1g.10gb=4, or dynamic"));
   }
   auto counts = mig::ParseProfileCounts(model, words);
-  if (!counts.ok()) return Status::Error(csv.ColumnError(col, "is not a layout: " + counts.error(), ""));
+  if (!counts.ok())
+    return Status::Error(csv.ColumnError(col, "is not a layout: " + counts.error(), ""));
   auto layout = mig::Place(model, *counts);
-  if (!layout.ok()) return Status::Error(csv.ColumnError(col, "cannot be cut: " + layout.error(), ""));
+  if (!layout.ok())
+    return Status::Error(csv.ColumnError(col, "cannot be cut: " + layout.error(), ""));
   node->mig_gpus.assign(static_cast<size_t>(node->gpu_count), *layout);
   return Status::Ok();
 }
@@ -269,8 +271,9 @@ Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name)
         return Status::Error(csv.ColumnError(c_gpu, "is 0 for a mig node", "1 or more GPUs"));
       }
       if (!mig_given) {
-        return Status::Error(csv.Where() + ": a mig node needs a mig column (profile counts such "
-                                           "as 3g.40gb=1 1g.10gb=4, or dynamic)");
+        return Status::Error(csv.Where() +
+                             ": a mig node needs a mig column (profile counts such "
+                             "as 3g.40gb=1 1g.10gb=4, or dynamic)");
       }
       mig_model = *found;
     }

@@ -276,11 +276,12 @@ TEST(NodeCsvTest, MigNodesAndTheirLayouts) {
   ExpectError(bad("m,1,1,1,V100,mig,dynamic"), "m.csv:2: column 5 (model)",
               "model=\"V100\": not a MIG-capable GPU model we know; expected one of A30");
   ExpectError(bad("m,1,1,1,H100-80GB,mig,"), "m.csv:2", "a mig node needs a mig column");
-  ExpectError(bad("m,1,1,1,H100-80GB,mig,3g.45gb=1"), "column 7 (mig): \"3g.45gb=1\"",
-              "3g.45gb");
+  ExpectError(bad("m,1,1,1,H100-80GB,mig,3g.45gb=1"), "column 7 (mig): \"3g.45gb=1\"", "3g.45gb");
   ExpectError(bad("m,1,1,1,H100-80GB,mig,3g.40gb=3"), "column 7 (mig)", "3g.40gb");
-  ExpectError(bad("m,1,1,2,T4,,dynamic"), "column 7 (mig): \"dynamic\" is a MIG layout for a node "
-              "not in mode mig", "empty unless the mode column says mig");
+  ExpectError(bad("m,1,1,2,T4,,dynamic"),
+              "column 7 (mig): \"dynamic\" is a MIG layout for a node "
+              "not in mode mig",
+              "empty unless the mode column says mig");
   ExpectError(bad("m,1,1,0,H100-80GB,mig,dynamic"), "column 4 (gpu): \"0\" is 0 for a mig node",
               "1 or more GPUs");
 }
@@ -305,10 +306,13 @@ TEST(PodCsvTest, MigProfileRequests) {
     EXPECT_FALSE(r.ok()) << row;
     return r.ok() ? std::string() : r.error();
   };
-  ExpectError(bad("x,1,1,2,0,3g.40gb"), "p.csv:2: column 4 (num_gpu): \"2\" is not 1 for a MIG request",
+  ExpectError(bad("x,1,1,2,0,3g.40gb"),
+              "p.csv:2: column 4 (num_gpu): \"2\" is not 1 for a MIG request",
               "1 (one instance) when mig_profile is given");
-  ExpectError(bad("x,1,1,1,300,3g.40gb"), "column 5 (gpu_milli): \"300\" is a GPU share for a MIG "
-              "request", "0 or empty");
+  ExpectError(bad("x,1,1,1,300,3g.40gb"),
+              "column 5 (gpu_milli): \"300\" is a GPU share for a MIG "
+              "request",
+              "0 or empty");
   ExpectError(bad("x,1,1,1,0,3g.45gb"), "column 6 (mig_profile): \"3g.45gb\"",
               "no GPU model has it; expected one of 1g.6gb");
   auto share = ParsePodCsv(
@@ -317,7 +321,8 @@ TEST(PodCsvTest, MigProfileRequests) {
       "b,1,1,1,0,4,7g.80gb\n",
       "s.csv", models);
   ASSERT_FALSE(share.ok());
-  ExpectError(share.error(), "s.csv:3: column 6 (gpu_mem_gib): \"4\" is a GPU share for a MIG request",
+  ExpectError(share.error(),
+              "s.csv:3: column 6 (gpu_mem_gib): \"4\" is a GPU share for a MIG request",
               "0 or empty");
 }
 

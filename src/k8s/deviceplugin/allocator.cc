@@ -173,10 +173,13 @@ std::string Allocator::Waiting(const std::vector<NodePod>& pods) const {
 Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView& container,
                                          const TesseradStatus& status) const {
   const std::string who = "pod " + pod.Key() + " container " + container.name;
-  auto fail = [&](const std::string& why) { return Result<AllocationRecord>::Error(who + ": " + why); };
+  auto fail = [&](const std::string& why) {
+    return Result<AllocationRecord>::Error(who + ": " + why);
+  };
   auto req = GpuRequestOf(container);
   if (!req.ok()) return fail(req.error());
-  const std::string mode_text = "node " + config_.node + " is in mode " + std::string(NodeModeName(mode_));
+  const std::string mode_text =
+      "node " + config_.node + " is in mode " + std::string(NodeModeName(mode_));
   if (mode_ == NodeMode::kMig && !req->mig()) {
     return fail(mode_text + ", which gives a container one MIG instance (" + kResourceMigPrefix +
                 "<profile>: 1); it asks for a share of a GPU");
@@ -302,8 +305,9 @@ Status Allocator::CheckMigDevice(const AssignedGpu& g, const GpuRequest& req) co
   }
   if (device == nullptr) {
     return Status::Error(std::string(kAssignmentAnnotation) + " names " + g.uuid +
-                         ", which is no MIG device of node " + config_.node + " (its MIG devices: " +
-                         (listed.empty() ? "none" : Join(listed, ", ")) + ")");
+                         ", which is no MIG device of node " + config_.node +
+                         " (its MIG devices: " + (listed.empty() ? "none" : Join(listed, ", ")) +
+                         ")");
   }
   if (device->mig->profile != req.mig_profile) {
     return Status::Error(std::string(kAssignmentAnnotation) + " gives it " + g.uuid + ", a " +
@@ -311,9 +315,9 @@ Status Allocator::CheckMigDevice(const AssignedGpu& g, const GpuRequest& req) co
                          MigResourceName(req.mig_profile));
   }
   if (g.core.value() != 100) {
-    return Status::Error(std::string(kAssignmentAnnotation) + " core_percent=" +
-                         std::to_string(g.core.value()) + " on MIG device " + g.uuid +
-                         "; expected 100: a MIG instance is its container's alone");
+    return Status::Error(std::string(kAssignmentAnnotation) +
+                         " core_percent=" + std::to_string(g.core.value()) + " on MIG device " +
+                         g.uuid + "; expected 100: a MIG instance is its container's alone");
   }
   return Status::Ok();
 }
@@ -378,7 +382,8 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
     if (!rec.mps_root.empty()) {
       // The MPS client side: the GPU's pipe folder (clients connect to the control socket there)
       // and the host's shared memory, where MPS clients and their server meet.
-      out.mounts.push_back({mps::PathsFor(rec.mps_root, rec.gpus[0].uuid).pipe_dir, kContainerMpsPipeDir, false});
+      out.mounts.push_back(
+          {mps::PathsFor(rec.mps_root, rec.gpus[0].uuid).pipe_dir, kContainerMpsPipeDir, false});
       out.mounts.push_back({kContainerShm, kContainerShm, false});
       auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, ""}, rec.core, rec.gpus[0].mem);
       for (const std::string& kv : env.ok() ? *env : std::vector<std::string>{}) {

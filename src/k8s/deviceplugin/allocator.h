@@ -5,8 +5,8 @@
 // node; a batch of several by creation time), and calls Allocate for the pod's containers in order
 // (init containers first), each container once per resource it asks for. So the call for resource
 // R with n devices belongs to the first pod, in that order, whose next container asking for R
-// (the first whose R is not allocated yet) asks for n: a pod already under way comes first, then the
-// others by bind order (the plugin's own watch of pods on the node sees bindings in the order
+// (the first whose R is not allocated yet) asks for n: a pod already under way comes first, then
+// the others by bind order (the plugin's own watch of pods on the node sees bindings in the order
 // kubelet's does). The choice is exact whenever only one waiting pod matches, which is the case
 // unless pods with identical requests were bound together; then kubelet's order decides, the
 // record keeps the others' names, and the reconciler checks the choice against the cgroups of the

@@ -602,15 +602,20 @@ class MigNodeTest : public DevicePluginTest {
   // The node's inventory once the plugin has published its three MIG devices.
   GpuInventory Inventory() {
     GpuInventory inv;
-    EXPECT_TRUE(WaitUntil([&] {
-      auto node = api_.GetNode(kNode);
-      if (!node) return false;
-      auto text = (*node)["metadata"].value("annotations", Json::object()).value(kInventoryAnnotation, "");
-      auto parsed = ParseGpuInventory(text);
-      if (!parsed.ok() || parsed->gpus.size() != 3) return false;
-      inv = *parsed;
-      return true;
-    }, 30s)) << "no inventory of three MIG devices";
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          auto node = api_.GetNode(kNode);
+          if (!node) return false;
+          auto text = (*node)["metadata"]
+                          .value("annotations", Json::object())
+                          .value(kInventoryAnnotation, "");
+          auto parsed = ParseGpuInventory(text);
+          if (!parsed.ok() || parsed->gpus.size() != 3) return false;
+          inv = *parsed;
+          return true;
+        },
+        30s))
+        << "no inventory of three MIG devices";
     return inv;
   }
   static const InventoryGpu* At(const GpuInventory& inv, const std::string& profile, int start) {
@@ -623,13 +628,14 @@ class MigNodeTest : public DevicePluginTest {
 
 TEST_F(MigNodeTest, EachProfileIsAResourceAndAPodGetsItsInstanceAndStopsAtIt) {
   StartPlugin();
-  ASSERT_TRUE(kubelet_->WaitForState("tessera.io/mig-1g.10gb", 30s, [](const TestKubelet::PluginState& s) {
-    return s.connected && s.devices.size() == 2;
-  }));
-  ASSERT_TRUE(kubelet_->WaitForState("tessera.io/mig-3g.40gb", 30s, [](const TestKubelet::PluginState& s) {
-    return s.connected && s.devices.size() == 1;
-  }));
-  EXPECT_EQ(kubelet_->Resources(), (std::vector<std::string>{"tessera.io/mig-1g.10gb", "tessera.io/mig-3g.40gb"}))
+  ASSERT_TRUE(kubelet_->WaitForState(
+      "tessera.io/mig-1g.10gb", 30s,
+      [](const TestKubelet::PluginState& s) { return s.connected && s.devices.size() == 2; }));
+  ASSERT_TRUE(kubelet_->WaitForState(
+      "tessera.io/mig-3g.40gb", 30s,
+      [](const TestKubelet::PluginState& s) { return s.connected && s.devices.size() == 1; }));
+  EXPECT_EQ(kubelet_->Resources(),
+            (std::vector<std::string>{"tessera.io/mig-1g.10gb", "tessera.io/mig-3g.40gb"}))
       << "a mig node serves its instances only, no shares";
   const GpuInventory inv = Inventory();
   EXPECT_EQ(inv.mode, NodeMode::kMig);
@@ -644,8 +650,9 @@ TEST_F(MigNodeTest, EachProfileIsAResourceAndAPodGetsItsInstanceAndStopsAtIt) {
   EXPECT_EQ(small->mig->gpu.rfind("GPU-", 0), 0u);
   EXPECT_EQ(small->uuid.rfind("MIG-", 0), 0u);
   const auto devices = kubelet_->Resource("tessera.io/mig-1g.10gb")->devices;
-  EXPECT_TRUE(std::any_of(devices.begin(), devices.end(), [&](const auto& d) { return d.first == small->uuid; }))
-      << "device IDs are the MIG UUIDs";
+  EXPECT_TRUE(std::any_of(devices.begin(), devices.end(), [&](const auto& d) {
+    return d.first == small->uuid;
+  })) << "device IDs are the MIG UUIDs";
 
   // The extender chose the instance at slot 5; kubelet is steered to it, the container runs on it.
   const Json pod = Place(PodJson("team", "small", {{"app", {{"tessera.io/mig-1g.10gb", "1"}}}}),
@@ -689,14 +696,15 @@ TEST_F(MigNodeTest, AnAssignmentOfAnotherProfileOrAShareOfAnInstanceIsRefusedByN
                            {{"c", {{three->uuid, kGiB, 100}}}});
   auto refused = Admit(wrong);
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.error(), HasSubstr("gives it " + three->uuid +
-                                         ", a 3g.40gb instance, but it asks tessera.io/mig-1g.10gb"));
+  EXPECT_THAT(refused.error(),
+              HasSubstr("gives it " + three->uuid +
+                        ", a 3g.40gb instance, but it asks tessera.io/mig-1g.10gb"));
   const Json shared = Place(PodJson("ns", "shared", {{"c", {{"tessera.io/mig-1g.10gb", "1"}}}}),
                             {{"c", {{small->uuid, kGiB, 50}}}});
   refused = Admit(shared);
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.error(), HasSubstr("core_percent=50 on MIG device " + small->uuid +
-                                         "; expected 100"));
+  EXPECT_THAT(refused.error(),
+              HasSubstr("core_percent=50 on MIG device " + small->uuid + "; expected 100"));
   EXPECT_EQ(node_.Status().containers.size(), 0u) << "nothing was registered";
 }
 
@@ -728,8 +736,10 @@ TEST_F(MpsNodeTest, AContainerIsAnMpsClientOfItsGpusServerWithItsLimits) {
   StartPlugin();
   WaitServing();
   const std::string gpu1 = node_.Uuid(1);
-  const Json pod = Place(PodJson("team", "infer", {{"app", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "30"}}}}),
-                         {{"app", {{gpu1, 2 * kGiB, 30}}}});
+  const Json pod =
+      Place(PodJson("team", "infer",
+                    {{"app", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "30"}}}}),
+            {{"app", {{gpu1, 2 * kGiB, 30}}}});
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   const TestKubelet::ContainerAllocation& a = (*admitted)[0];
@@ -751,7 +761,10 @@ TEST_F(MpsNodeTest, AContainerIsAnMpsClientOfItsGpusServerWithItsLimits) {
   std::ifstream pid_file(pipe + "/nvidia-cuda-mps-control.pid");
   std::string daemon_pid;
   ASSERT_TRUE(pid_file >> daemon_pid) << "tesserad started no control daemon for " << gpu1;
-  ChildProcess* looker = Run(pod, a, {"/bin/sh", "-c", "echo pid=$(cat \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\")"});
+  ChildProcess* looker =
+      Run(pod, a,
+          {"/bin/sh", "-c",
+           "echo pid=$(cat \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\")"});
   EXPECT_EQ(looker->WaitForKey("pid", 30s), daemon_pid);
   EXPECT_EQ(looker->Wait(20s), 0);
   // The ledger still enforces the cap on top of MPS.
@@ -768,12 +781,14 @@ TEST_F(MpsNodeTest, AContainerIsAnMpsClientOfItsGpusServerWithItsLimits) {
 TEST_F(MpsNodeTest, AContainerAskingTwoGpusIsRefused) {
   StartPlugin();
   WaitServing();
-  const Json pod = Place(PodJson("ns", "two", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
-                         {{"c", {{node_.Uuid(0), 16 * kGiB, 100}, {node_.Uuid(1), 16 * kGiB, 100}}}});
+  const Json pod =
+      Place(PodJson("ns", "two", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
+            {{"c", {{node_.Uuid(0), 16 * kGiB, 100}, {node_.Uuid(1), 16 * kGiB, 100}}}});
   auto refused = Admit(pod);
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.error(), HasSubstr("is in mode mps, which gives a container one GPU (that GPU's "
-                                         "MPS server); it asks tessera.io/gpu-count=2"));
+  EXPECT_THAT(refused.error(),
+              HasSubstr("is in mode mps, which gives a container one GPU (that GPU's "
+                        "MPS server); it asks tessera.io/gpu-count=2"));
 }
 
 // A node labelled mps whose tesserad runs without --mps: no container is set up half-way.

@@ -21,19 +21,21 @@ Result<std::map<std::string, InventoryMig>> MigDeviceLister::List(std::vector<st
   for (unsigned int i = 0; i < count; ++i) {
     nvmlDevice_t dev = nullptr;
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {}, uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
-    if (nvml_->handle_by_index(i, &dev) != NVML_SUCCESS || nvml_->name(dev, name, sizeof(name)) != NVML_SUCCESS ||
+    if (nvml_->handle_by_index(i, &dev) != NVML_SUCCESS ||
+        nvml_->name(dev, name, sizeof(name)) != NVML_SUCCESS ||
         nvml_->uuid(dev, uuid, sizeof(uuid)) != NVML_SUCCESS) {
       return Out::Error("NVML at " + path_ + " cannot describe GPU " + std::to_string(i));
     }
     unsigned int current = 0, pending = 0;
-    if (nvml_->get_mig_mode(dev, &current, &pending) != NVML_SUCCESS || current != NVML_DEVICE_MIG_ENABLE) {
+    if (nvml_->get_mig_mode(dev, &current, &pending) != NVML_SUCCESS ||
+        current != NVML_DEVICE_MIG_ENABLE) {
       continue;
     }
     const mig::GpuModel* model = mig::GpuModelFromProductName(name);
     if (model == nullptr) {
       notes->push_back("GPU " + std::to_string(i) + " (" + name + ", " + uuid +
-                       ") is in MIG mode but no MIG model we know by its name (" + mig::ModelNames() +
-                       "); its MIG devices are not served");
+                       ") is in MIG mode but no MIG model we know by its name (" +
+                       mig::ModelNames() + "); its MIG devices are not served");
       continue;
     }
     auto devices = mig::ListMigDevices(*nvml_, i, model);

@@ -13,7 +13,9 @@ Result<ResourceNames> ParseResourceNames(std::string_view text) {
                                       "\": expected tessera, aliyun or both");
 }
 
-bool ModeIsolates(NodeMode mode) { return mode != NodeMode::kShare && mode != NodeMode::kExclusive; }
+bool ModeIsolates(NodeMode mode) {
+  return mode != NodeMode::kShare && mode != NodeMode::kExclusive;
+}
 
 std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names,
                                          const std::vector<NodeGpu>& gpus) {

@@ -74,11 +74,13 @@ TEST(NodeDevices, AMigNodeServesEachProfileItHasWithTheMigUuidsAsIds) {
   const std::string mig1 = "MIG-11111111-2222-4333-8444-555555555556";
   const std::string mig2 = "MIG-11111111-2222-4333-8444-555555555557";
   const std::string mig3 = "MIG-11111111-2222-4333-8444-c00000000001";
-  const std::vector<NodeGpu> gpus = {
-      {0, mig0, "H100 MIG 3g.40gb", Bytes(40ull << 30), 16, true, InventoryMig{kUuid, "H100-80GB", "3g.40gb", 0}},
-      {1, mig1, "H100 MIG 1g.10gb+me", Bytes(10ull << 30), 16, true, InventoryMig{kUuid, "H100-80GB", "1g.10gb+me", 4}},
-      {2, mig2, "H100 MIG 1g.10gb", Bytes(10ull << 30), 16, false, InventoryMig{kUuid, "H100-80GB", "1g.10gb", 5}},
-      {3, mig3, "H100 MIG ?", Bytes(10ull << 30), 16, true}};
+  const std::vector<NodeGpu> gpus = {{0, mig0, "H100 MIG 3g.40gb", Bytes(40ull << 30), 16, true,
+                                      InventoryMig{kUuid, "H100-80GB", "3g.40gb", 0}},
+                                     {1, mig1, "H100 MIG 1g.10gb+me", Bytes(10ull << 30), 16, true,
+                                      InventoryMig{kUuid, "H100-80GB", "1g.10gb+me", 4}},
+                                     {2, mig2, "H100 MIG 1g.10gb", Bytes(10ull << 30), 16, false,
+                                      InventoryMig{kUuid, "H100-80GB", "1g.10gb", 5}},
+                                     {3, mig3, "H100 MIG ?", Bytes(10ull << 30), 16, true}};
   EXPECT_EQ(ServedResources(NodeMode::kMig, ResourceNames::kBoth, gpus),
             (std::vector<std::string>{"tessera.io/mig-1g.10gb", "tessera.io/mig-1g.10gb.me",
                                       "tessera.io/mig-3g.40gb"}));

@@ -60,11 +60,22 @@ struct NodeParts {
                                  "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
                                  "clusters: [{name: c, cluster: {server: \""
                               << api_url << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
-    std::vector<std::string> argv = {BuildDir() + "/bin/tessera-device-plugin", "--node-name", name,
-                                     "--kubeconfig", kubeconfig, "--device-plugin-dir", dir,
-                                     "--tesserad-socket", sim->socket(), "--container-sockets",
-                                     sim->container_sockets(), "--state-dir", sim->Scratch("state"),
-                                     "--sim", "--reconcile-interval", "200ms"};
+    std::vector<std::string> argv = {BuildDir() + "/bin/tessera-device-plugin",
+                                     "--node-name",
+                                     name,
+                                     "--kubeconfig",
+                                     kubeconfig,
+                                     "--device-plugin-dir",
+                                     dir,
+                                     "--tesserad-socket",
+                                     sim->socket(),
+                                     "--container-sockets",
+                                     sim->container_sockets(),
+                                     "--state-dir",
+                                     sim->Scratch("state"),
+                                     "--sim",
+                                     "--reconcile-interval",
+                                     "200ms"};
     argv.insert(argv.end(), plugin_flags.begin(), plugin_flags.end());
     plugin = std::make_unique<ChildProcess>(argv, sim->SimEnv());
     ASSERT_TRUE(plugin->started());
@@ -85,7 +96,8 @@ struct NodeParts {
     std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
                                     sim->Scratch("ctr-" + pod)};
     for (const auto& m : a.mounts) {
-      cmd.insert(cmd.end(), {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
+      cmd.insert(cmd.end(),
+                 {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
     }
     for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
     cmd.insert(cmd.end(), {"--", BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "64"});
@@ -152,7 +164,8 @@ class ClusterE2ETest : public ::testing::Test {
       ASSERT_TRUE(n.sim->Start()) << n.name;
       api_.CreateNode({{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", "core_mem"}}}}},
                        {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
-      ASSERT_NO_FATAL_FAILURE(n.StartKubeletAndPlugin(n.name, api_.url(), {"--resource-names", "both"}));
+      ASSERT_NO_FATAL_FAILURE(
+          n.StartKubeletAndPlugin(n.name, api_.url(), {"--resource-names", "both"}));
     }
     for (GpuNode& n : nodes_) {
       for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
@@ -433,8 +446,9 @@ class MigClusterE2ETest : public ::testing::Test {
         ASSERT_EQ(status, 0) << out;
       }
       ASSERT_TRUE(n.sim->Start()) << n.name;
-      api_.CreateNode({{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", n.mode}}}}},
-                       {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
+      api_.CreateNode(
+          {{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", n.mode}}}}},
+           {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
       ASSERT_NO_FATAL_FAILURE(n.StartKubeletAndPlugin(n.name, api_.url(), {}));
       names_.push_back(n.name);
     }
@@ -449,10 +463,13 @@ class MigClusterE2ETest : public ::testing::Test {
     ASSERT_TRUE(extender_->Start().ok());
     ASSERT_TRUE(extender_->WaitReady(10s));
     // The extender has read the mig node's three MIG devices.
-    ASSERT_TRUE(k8s::testing::WaitUntil([&] {
-      auto j = extender_->state().Inspect(std::string("mig-a"));
-      return j && (*j)["mode"] == "mig" && (*j)["gpus"].size() == 3;
-    }, 20s)) << "the extender never saw the mig node's MIG devices";
+    ASSERT_TRUE(k8s::testing::WaitUntil(
+        [&] {
+          auto j = extender_->state().Inspect(std::string("mig-a"));
+          return j && (*j)["mode"] == "mig" && (*j)["gpus"].size() == 3;
+        },
+        20s))
+        << "the extender never saw the mig node's MIG devices";
     driver_ = std::make_unique<testing::SchedulerDriver>(extender_->port());
   }
 
@@ -469,8 +486,9 @@ class MigClusterE2ETest : public ::testing::Test {
     return api_.CreatePod(pod);
   }
   k8s::Assignment AssignmentOf(const std::string& name) {
-    auto a = k8s::ParseAssignment((*api_.GetPod("default", name))["metadata"]["annotations"]
-                                  [k8s::kAssignmentAnnotation].get<std::string>());
+    auto a = k8s::ParseAssignment(
+        (*api_.GetPod("default", name))["metadata"]["annotations"][k8s::kAssignmentAnnotation]
+            .get<std::string>());
     EXPECT_TRUE(a.ok()) << a.error();
     return a.ok() ? *a : k8s::Assignment{};
   }
@@ -487,8 +505,9 @@ class MigClusterE2ETest : public ::testing::Test {
   }
   // The MIG device of `profile` at slot `start` in mig-a's inventory.
   std::string MigDevice(const std::string& profile, int start) {
-    auto inv = k8s::ParseGpuInventory((*api_.GetNode("mig-a"))["metadata"]["annotations"]
-                                      [k8s::kInventoryAnnotation].get<std::string>());
+    auto inv = k8s::ParseGpuInventory(
+        (*api_.GetNode("mig-a"))["metadata"]["annotations"][k8s::kInventoryAnnotation]
+            .get<std::string>());
     if (!inv.ok()) return "";
     for (const auto& g : inv->gpus) {
       if (g.mig && g.mig->profile == profile && g.mig->start == start) return g.uuid;

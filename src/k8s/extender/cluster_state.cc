@@ -81,7 +81,8 @@ struct NodeRec {
     std::vector<MigInstance> instances;
     mig::Layout Layout() const {
       mig::Layout l{model, {}};
-      for (const MigInstance& i : instances) l.instances.push_back({*mig::FindProfile(*model, i.profile, ""), i.start});
+      for (const MigInstance& i : instances)
+        l.instances.push_back({*mig::FindProfile(*model, i.profile, ""), i.start});
       return l;
     }
   };
@@ -238,7 +239,8 @@ void ReadMigGpus(NodeRec& rec, const std::string& who, Note note) {
     if (!g.mig) continue;
     auto it = std::find_if(rec.mig_gpus.begin(), rec.mig_gpus.end(),
                            [&](const NodeRec::MigGpu& m) { return m.uuid == g.mig->gpu; });
-    if (it == rec.mig_gpus.end()) it = rec.mig_gpus.insert(rec.mig_gpus.end(), {g.mig->gpu, nullptr, {}});
+    if (it == rec.mig_gpus.end())
+      it = rec.mig_gpus.insert(rec.mig_gpus.end(), {g.mig->gpu, nullptr, {}});
     it->model = *mig::FindGpuModel(g.mig->model);
     it->instances.push_back({g.uuid, g.mig->profile, g.mig->start, g.memory.count()});
   }
@@ -246,9 +248,11 @@ void ReadMigGpus(NodeRec& rec, const std::string& who, Note note) {
     std::sort(m.instances.begin(), m.instances.end(),
               [](const auto& a, const auto& b) { return a.start < b.start; });
     if (m.model != rec.mig_gpus.front().model) {
-      note(who + ": " + k8s::kInventoryAnnotation + " lists MIG devices of GPUs of different "
-                 "models (" + std::string(rec.mig_gpus.front().model->name) + " and " +
-           std::string(m.model->name) + "); expected one model per node");
+      note(who + ": " + k8s::kInventoryAnnotation +
+           " lists MIG devices of GPUs of different "
+           "models (" +
+           std::string(rec.mig_gpus.front().model->name) + " and " + std::string(m.model->name) +
+           "); expected one model per node");
     }
   }
 }
@@ -306,14 +310,17 @@ Result<NodeRec> ReadNodeRec(const Json& node) {
       } else {
         for (const auto& g : rec.gpus) {
           if (g.model != rec.gpus.front().model || g.memory != rec.gpus.front().memory) {
-            note(who + ": " + k8s::kInventoryAnnotation + " lists GPUs of different models or "
-                       "sizes (\"" + rec.gpus.front().model + "\" and \"" + g.model +
+            note(who + ": " + k8s::kInventoryAnnotation +
+                 " lists GPUs of different models or "
+                 "sizes (\"" +
+                 rec.gpus.front().model + "\" and \"" + g.model +
                  "\"); expected one model per node");
             break;
           }
         }
       }
-      const size_t placed_gpus = rec.mode == k8s::NodeMode::kMig ? rec.mig_gpus.size() : rec.gpus.size();
+      const size_t placed_gpus =
+          rec.mode == k8s::NodeMode::kMig ? rec.mig_gpus.size() : rec.gpus.size();
       if (static_cast<int>(placed_gpus) > pl::kMaxGpusPerNode) {
         note(who + ": " + std::to_string(placed_gpus) + " healthy GPUs; the extender places " +
              "on nodes of at most " + std::to_string(pl::kMaxGpusPerNode));
@@ -606,7 +613,8 @@ struct ClusterState::Impl {
     const auto [g, instance] = rec.MigDevice(part.uuid);
     if (instance == nullptr) {
       if (!rec.KnowsGpu(part.uuid) && h.conflict.empty()) {
-        h.conflict = "container " + container + ": MIG device " + part.uuid + " is not on node " + h.node;
+        h.conflict =
+            "container " + container + ": MIG device " + part.uuid + " is not on node " + h.node;
       }
       return;  // an unhealthy instance is out of placement anyway
     }
@@ -1023,12 +1031,13 @@ struct ClusterState::Impl {
              std::to_string(c.first + c.second);
     }
     std::string what = asked.size() > 1 ? "free instances for every MIG container of the pod ("
-                                         : "free " + profile + " instance";
+                                        : "free " + profile + " instance";
     if (asked.size() > 1) {
       for (size_t i = 0; i < asked.size(); ++i) what += (i ? ", " : "") + asked[i];
       what += ")";
     }
-    return "tessera: no " + what + " on the node (its instances: " + (has.empty() ? "none" : has) + ")";
+    return "tessera: no " + what + " on the node (its instances: " + (has.empty() ? "none" : has) +
+           ")";
   }
 
   std::string Reason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult fit) const {

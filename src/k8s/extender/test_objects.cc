@@ -71,7 +71,8 @@ k8s::Json MigNode(const std::string& name, const std::string& mig_model, int gpu
       d.memory = Bytes((gpu_gib << 30) / static_cast<uint64_t>(model.memory_slices) *
                        static_cast<uint64_t>(i.profile->memory_slices));
       d.healthy = std::find(unhealthy.begin(), unhealthy.end(), d.uuid) == unhealthy.end();
-      d.mig = k8s::InventoryMig{GpuUuid(name, g), std::string(model.name), std::string(i.profile->name), i.start};
+      d.mig = k8s::InventoryMig{GpuUuid(name, g), std::string(model.name),
+                                std::string(i.profile->name), i.start};
       inv.gpus.push_back(d);
     }
   }
