@@ -100,7 +100,9 @@ GpuInventory InventoryOf(NodeMode mode, const std::vector<NodeGpu>& gpus) {
   for (const NodeGpu& g : gpus) {
     // A MIG device whose profile NVML did not give takes no pod; the inventory says what does.
     if (mode == NodeMode::kMig && !g.mig && g.uuid.rfind("MIG-", 0) == 0) continue;
-    inv.gpus.push_back({g.index, g.uuid, g.model, g.memory, g.healthy, g.mig});
+    // MIG parts only on a mig node (a node just relabelled may still carry them).
+    inv.gpus.push_back({g.index, g.uuid, g.model, g.memory, g.healthy,
+                        mode == NodeMode::kMig ? g.mig : std::nullopt});
   }
   return inv;
 }

@@ -96,6 +96,9 @@ TEST(NodeDevices, AMigNodeServesEachProfileItHasWithTheMigUuidsAsIds) {
   ASSERT_EQ(inv.gpus.size(), 3u) << "the device without a profile is left out";
   EXPECT_EQ(inv.gpus[1].mig->profile, "1g.10gb+me");
   EXPECT_TRUE(ParseGpuInventory(WriteGpuInventory(inv)).ok());
+  const GpuInventory relabelled = InventoryOf(NodeMode::kCoreMem, gpus);
+  EXPECT_FALSE(relabelled.gpus[0].mig.has_value()) << "no MIG parts once the node left mode mig";
+  EXPECT_TRUE(ParseGpuInventory(WriteGpuInventory(relabelled)).ok());
 }
 
 TEST(PodCgroup, FindsThePodInEveryDriversLayout) {
