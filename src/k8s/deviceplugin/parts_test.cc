@@ -149,6 +149,7 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatItCannotRead) {
   r.registered = true;
   r.cdi_file = "/var/run/cdi/x.json";
   r.also_waiting = {"ns/other"};
+  r.mps_root = "/run/tessera/mps";
   c.records.push_back(r);
   c.rejected["v"] = "why";
   ASSERT_TRUE(SaveCheckpoint(path, c).ok());
