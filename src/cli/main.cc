@@ -95,9 +95,12 @@ int main(int argc, char** argv) {
       "one by one with no departures and no retries. Prints the GPU allocation ratio and\n"
       "fragmentation against arrived workload; --json prints one JSON object per policy and seed\n"
       "(JSON Lines). With --replay, pods arrive at their creation times and leave after their run\n"
-      "times (deletion - creation); a pod that does not fit waits and is retried, first come first\n"
+      "times (deletion - creation); a pod that does not fit waits and is retried, first come "
+      "first\n"
       "served, as capacity frees; it reports GPU allocation over time, pods waiting and each\n"
-      "pod's wait.");
+      "pod's wait. MIG clusters: nodes with mode=mig and a mig column (a layout such as\n"
+      "\"3g.40gb=1 1g.10gb=4\", or dynamic), pods with a mig_profile column; data/mig has an\n"
+      "example and docs/placement.md (\"MIG nodes\") the format.");
   sim_cmd
       ->add_option("--nodes", sim.nodes,
                    "node list (sn,cpu_milli,memory_mib,gpu,model); default: the openb trace "

@@ -1,9 +1,12 @@
 // Parsers and writers of Tessera's annotations and labels, on nlohmann-json.
 #include "k8s/annotations.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/number.h"
+#include "mig/planner.h"
+#include "mig/profiles.h"
 
 namespace tessera::k8s {
 namespace {
@@ -129,6 +132,77 @@ const std::string* Lookup(const std::map<std::string, std::string>& m, const cha
   return it == m.end() ? nullptr : &it->second;
 }
 
+// gpus[i].mig of the inventory: the GPU it is cut from, that GPU's MIG model, its profile and
+// start.
+Result<InventoryMig> ParseInventoryMig(const Reader& r, const json& m, const std::string& at,
+                                       NodeMode mode) {
+  if (!m.is_object())
+    return Result<InventoryMig>(r.Fail(at, "=" + Shown(m) + ": expected an object"));
+  if (mode != NodeMode::kMig) {
+    return Result<InventoryMig>(r.Fail(at, std::string(" on a node in mode ") +
+                                               std::string(NodeModeName(mode)) +
+                                               "; expected MIG devices only on mig nodes"));
+  }
+  const std::string path = at + ".";
+  InventoryMig out;
+  auto gpu = r.String(m, path, "gpu", kUuidWhat);
+  if (!gpu.ok()) return gpu.status();
+  if (!IsGpuUuid(*gpu) || gpu->rfind("GPU-", 0) != 0) {
+    return Result<InventoryMig>(r.Fail(path + "gpu", "=\"" + *gpu + "\": expected " + kUuidWhat));
+  }
+  out.gpu = *gpu;
+  auto model =
+      r.String(m, path, "model", "a MIG model of tessera mig profiles, e.g. \"H100-80GB\"");
+  if (!model.ok()) return model.status();
+  auto found = mig::FindGpuModel(*model, std::string(kInventoryAnnotation) + ": " + path + "model");
+  if (!found.ok()) return found.status();
+  out.model = std::string((*found)->name);
+  auto profile = r.String(m, path, "profile", "a MIG profile, e.g. \"3g.40gb\"");
+  if (!profile.ok()) return profile.status();
+  auto p = mig::FindProfile(**found, *profile,
+                            std::string(kInventoryAnnotation) + ": " + path + "profile");
+  if (!p.ok()) return p.status();
+  out.profile = std::string((*p)->name);
+  auto start =
+      r.Unsigned(m, path, "start", 0, mig::kMaxMemorySlices - 1, "a memory slice from 0 to 7");
+  if (!start.ok()) return start.status();
+  if (((*p)->start_mask >> *start & 1u) == 0) {
+    return Result<InventoryMig>(r.Fail(path + "start", "=" + std::to_string(*start) + ": a " +
+                                                           out.profile + " instance starts at " +
+                                                           mig::StartSlots(**p)));
+  }
+  out.start = static_cast<int>(*start);
+  return out;
+}
+
+// The MIG devices of each GPU must be one model's and form a layout the MIG tables allow.
+Status CheckMigLayouts(const Reader& r, const GpuInventory& inv) {
+  std::map<std::string, mig::Layout> by_gpu;
+  for (const InventoryGpu& g : inv.gpus) {
+    if (!g.mig) continue;
+    const mig::GpuModel* model = *mig::FindGpuModel(g.mig->model);
+    mig::Layout& layout = by_gpu[g.mig->gpu];
+    if (layout.model != nullptr && layout.model != model) {
+      return r.Fail("", "the MIG devices of GPU " + g.mig->gpu + " name two models (" +
+                            std::string(layout.model->name) + " and " + g.mig->model +
+                            "); expected one model per GPU");
+    }
+    layout.model = model;
+    layout.instances.push_back({*mig::FindProfile(*model, g.mig->profile, ""), g.mig->start});
+  }
+  for (auto& [gpu, layout] : by_gpu) {
+    std::sort(layout.instances.begin(), layout.instances.end(),
+              [](const mig::PlacedInstance& a, const mig::PlacedInstance& b) {
+                return a.start < b.start;
+              });
+    if (Status s = mig::CheckLayout(layout); !s.ok()) {
+      return r.Fail("",
+                    "the MIG devices of GPU " + gpu + " do not form a MIG layout: " + s.message());
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::optional<GpuResource> GpuResourceOf(std::string_view name) {
@@ -152,6 +226,33 @@ std::string_view GpuResourceName(GpuResource resource, bool ack) {
       return ack ? kAckResourceGpuCount : kResourceGpuCount;
   }
   return "";
+}
+
+std::string MigResourceName(std::string_view profile) {
+  std::string out = kResourceMigPrefix;
+  for (char c : profile) out += c == '+' ? '.' : c;
+  return out;
+}
+
+bool IsMigResourceName(std::string_view name) {
+  return name.substr(0, sizeof(kResourceMigPrefix) - 1) == kResourceMigPrefix;
+}
+
+Result<std::string> MigProfileOfResource(std::string_view name, std::string_view input_name) {
+  if (IsMigResourceName(name)) {
+    for (std::string_view profile : mig::AllProfileNames()) {
+      if (MigResourceName(profile) == name) return std::string(profile);
+    }
+  }
+  std::string spelled;
+  for (std::string_view profile : mig::AllProfileNames()) {
+    spelled += (spelled.empty() ? "" : ", ") +
+               MigResourceName(profile).substr(sizeof(kResourceMigPrefix) - 1);
+  }
+  return Result<std::string>::Error(std::string(input_name) + "=\"" + std::string(name) +
+                                    "\": not a MIG profile of any GPU model we know; expected " +
+                                    kResourceMigPrefix + " followed by one of " + spelled +
+                                    " ('+' written '.')");
 }
 
 std::string_view NodeModeName(NodeMode mode) {
@@ -247,22 +348,42 @@ Result<GpuInventory> ParseGpuInventory(std::string_view text) {
     auto healthy = r.Bool(g, path, "healthy");
     if (!healthy.ok()) return healthy.status();
     gpu.healthy = *healthy;
+    if (auto m = g.find("mig"); m != g.end()) {
+      auto mig = ParseInventoryMig(r, *m, path + "mig", out.mode);
+      if (!mig.ok()) return mig.status();
+      if (gpu.uuid.rfind("MIG-", 0) != 0) {
+        return r.Fail(path + "uuid",
+                      "=\"" + gpu.uuid + "\": a MIG device's UUID; expected MIG-...");
+      }
+      gpu.mig = std::move(*mig);
+    } else if (out.mode == NodeMode::kMig && gpu.uuid.rfind("MIG-", 0) == 0) {
+      return r.Fail(path + "mig", " is missing for MIG device " + gpu.uuid +
+                                      " on a mig node; expected its GPU, model, profile and start");
+    }
     if (out.Find(gpu.uuid) != nullptr) {
       return r.Fail(path + "uuid", "=\"" + gpu.uuid + "\": listed twice; expected each GPU once");
     }
     out.gpus.push_back(std::move(gpu));
   }
+  if (Status s = CheckMigLayouts(r, out); !s.ok()) return s;
   return out;
 }
 
 std::string WriteGpuInventory(const GpuInventory& inventory) {
   json gpus = json::array();
   for (const InventoryGpu& g : inventory.gpus) {
-    gpus.push_back({{"index", g.index},
-                    {"uuid", g.uuid},
-                    {"model", g.model},
-                    {"memory_bytes", g.memory.count()},
-                    {"healthy", g.healthy}});
+    json entry = {{"index", g.index},
+                  {"uuid", g.uuid},
+                  {"model", g.model},
+                  {"memory_bytes", g.memory.count()},
+                  {"healthy", g.healthy}};
+    if (g.mig) {
+      entry["mig"] = {{"gpu", g.mig->gpu},
+                      {"model", g.mig->model},
+                      {"profile", g.mig->profile},
+                      {"start", g.mig->start}};
+    }
+    gpus.push_back(std::move(entry));
   }
   json doc = {{"version", kInventoryVersion},
               {"mode", std::string(NodeModeName(inventory.mode))},

@@ -23,6 +23,10 @@ namespace tessera::k8s {
 inline constexpr char kResourceGpuMem[] = "tessera.io/gpu-mem";
 inline constexpr char kResourceGpuCore[] = "tessera.io/gpu-core";
 inline constexpr char kResourceGpuCount[] = "tessera.io/gpu-count";
+// MIG instances on `mig` nodes: one resource per profile, one device per instance,
+// "tessera.io/mig-<profile>" with '+' written '.' (Kubernetes resource names allow no '+'; NVIDIA's
+// device plugin spells them the same way): tessera.io/mig-3g.40gb, tessera.io/mig-1g.10gb.me.
+inline constexpr char kResourceMigPrefix[] = "tessera.io/mig-";
 // ACK's names, served as aliases when the node asks (`--resource-names aliyun|both`).
 inline constexpr char kAckResourceGpuMem[] = "aliyun.com/gpu-mem";
 inline constexpr char kAckResourceGpuCore[] = "aliyun.com/gpu-core.percentage";
@@ -49,6 +53,14 @@ std::optional<GpuResource> GpuResourceOf(std::string_view resource_name);
 // True for the ACK spellings.
 bool IsAckResourceName(std::string_view resource_name);
 std::string_view GpuResourceName(GpuResource resource, bool ack);
+// The resource of MIG profile `profile` ("1g.10gb+me" -> "tessera.io/mig-1g.10gb.me").
+std::string MigResourceName(std::string_view profile);
+// True for names starting with tessera.io/mig-.
+bool IsMigResourceName(std::string_view resource_name);
+// The MIG profile a tessera.io/mig-... name stands for, as the MIG tables spell it ("3g.40gb",
+// "1g.10gb+me"). The error names `input_name`, the value and every profile name.
+Result<std::string> MigProfileOfResource(std::string_view resource_name,
+                                         std::string_view input_name);
 
 // How a node shares its GPUs (label tessera.io/gpu.schedule). A node runs one mode.
 enum class NodeMode { kCoreMem, kMem, kShare, kExclusive, kMig, kMps };
@@ -65,16 +77,31 @@ Result<PlacementPolicy> ParsePlacementPolicy(std::string_view text, std::string_
 // tessera.io/gpu.placement, else ack.node.gpu.placement, else tessera.
 Result<PlacementPolicy> PlacementPolicyFromLabels(const std::map<std::string, std::string>& labels);
 
+// What a MIG device of a `mig` node is: the GPU it is cut from, that GPU's MIG model (a model
+// name of `tessera mig profiles`, e.g. "H100-80GB"), its profile and its first memory slice.
+struct InventoryMig {
+  std::string gpu;      // the GPU's UUID ("GPU-...")
+  std::string model;    // the GPU's MIG model
+  std::string profile;  // "3g.40gb"
+  int start = 0;        // first memory slice
+
+  bool operator==(const InventoryMig&) const = default;
+};
+
 // Node annotation tessera.io/gpu-inventory, written by the device plugin.
 struct InventoryGpu {
-  int index = 0;  // NVML index
+  int index = 0;  // tesserad's device index (NVML's GPU index, but for MIG devices)
   std::string uuid;
   std::string model;  // NVML's device name
-  Bytes memory;       // physical memory
+  Bytes memory;       // physical memory (a MIG device's: its instance's)
   bool healthy = true;
+  std::optional<InventoryMig> mig{};  // a MIG device (mode mig); nullopt for a GPU
 
   bool operator==(const InventoryGpu&) const = default;
 };
+// On a `mig` node the devices are the MIG devices (and any GPU not in MIG mode, which takes no
+// pod); the MIG devices of one GPU must form a layout the MIG tables allow, which the parser
+// checks.
 struct GpuInventory {
   NodeMode mode = NodeMode::kCoreMem;
   std::vector<InventoryGpu> gpus;  // in index order
@@ -108,7 +135,7 @@ struct Assignment {
   const ContainerAssignment* Find(std::string_view container_name) const;
   bool operator==(const Assignment&) const = default;
 };
-inline constexpr int kAssignmentVersion = 1;
+inline constexpr int kAssignmentVersion = 1;  // a MIG device is one of `gpus`, by its MIG- UUID
 Result<Assignment> ParseAssignment(std::string_view json);
 std::string WriteAssignment(const Assignment& assignment);
 

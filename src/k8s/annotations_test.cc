@@ -26,6 +26,67 @@ TEST(Inventory, RoundTrips) {
   EXPECT_EQ(back->Find("GPU-nope"), nullptr);
 }
 
+// A mig node lists its MIG devices with the GPU, model, profile and start of each; the parser
+// checks each against the MIG tables and the devices of one GPU against each other.
+constexpr char kMig0[] = "MIG-11111111-2222-4333-8444-555555555555";
+constexpr char kMig1[] = "MIG-11111111-2222-4333-8444-555555555556";
+
+TEST(Inventory, MigDevicesRoundTripAndAreCheckedAgainstTheTables) {
+  GpuInventory inv;
+  inv.mode = NodeMode::kMig;
+  inv.gpus = {{0, kMig0, "NVIDIA H100 80GB HBM3 MIG 3g.40gb", Bytes(42949672960), true,
+               InventoryMig{kUuid0, "H100-80GB", "3g.40gb", 0}},
+              {1, kMig1, "NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", Bytes(10737418240), true,
+               InventoryMig{kUuid0, "H100-80GB", "1g.10gb+me", 4}}};
+  auto back = ParseGpuInventory(WriteGpuInventory(inv));
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(*back, inv);
+  auto with = [&](const std::string& mig, const std::string& mode = "mig",
+                  const std::string& uuid = kMig0) {
+    return ParseGpuInventory(R"({"version":1,"mode":")" + mode +
+                             R"(","gpus":[{"index":0,"uuid":")" + uuid +
+                             R"(","model":"m","memory_bytes":5,"healthy":true)" +
+                             (mig.empty() ? "" : R"(,"mig":)" + mig) + "}]}");
+  };
+  const std::string ok = R"({"gpu":")" + std::string(kUuid0) +
+                         R"(","model":"H100-80GB","profile":"3g.40gb","start":4})";
+  EXPECT_TRUE(with(ok).ok()) << with(ok).error();
+  struct Case {
+    std::string inventory;
+    const char* message;
+  };
+  auto text = [](const Result<GpuInventory>& r) { return r.ok() ? std::string("ok") : r.error(); };
+  const Case cases[] = {
+      {text(with(ok, "core_mem")),
+       "gpus[0].mig on a node in mode core_mem; expected MIG devices only on mig nodes"},
+      {text(with(ok, "mig", kUuid1)),
+       "gpus[0].uuid=\"GPU-00000000-0000-4000-8000-000000000001\": a MIG device's UUID; expected "
+       "MIG-..."},
+      {text(with("")),
+       "gpus[0].mig is missing for MIG device MIG-11111111-2222-4333-8444-555555555555 on a mig "
+       "node"},
+      {text(with(R"({"gpu":"MIG-1","model":"H100-80GB","profile":"3g.40gb","start":0})")),
+       "gpus[0].mig.gpu=\"MIG-1\": expected a GPU UUID"},
+      {text(with(R"({"gpu":"GPU-1","model":"V100","profile":"3g.40gb","start":0})")),
+       "gpus[0].mig.model=\"V100\": not a MIG-capable GPU model we know; expected one of A30"},
+      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.20gb","start":0})")),
+       "gpus[0].mig.profile=\"3g.20gb\": not a MIG profile of the H100-80GB; expected one of the "
+       "H100-80GB profiles"},
+      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.40gb","start":2})")),
+       "gpus[0].mig.start=2: a 3g.40gb instance starts at {0,4}"},
+      {text(with(R"({"gpu":"GPU-1","model":"H100-80GB","profile":"3g.40gb","start":9})")),
+       "gpus[0].mig.start=9: expected a memory slice from 0 to 7"},
+  };
+  for (const Case& c : cases) EXPECT_THAT(c.inventory, HasSubstr(c.message));
+  // Two 3g.40gb at slice 0 of one GPU overlap.
+  GpuInventory overlap = inv;
+  overlap.gpus[1].mig = InventoryMig{kUuid0, "H100-80GB", "3g.40gb", 0};
+  auto refused = ParseGpuInventory(WriteGpuInventory(overlap));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("the MIG devices of GPU " + std::string(kUuid0) +
+                                         " do not form a MIG layout"));
+}
+
 TEST(Inventory, ReadsTheDocumentedExampleAndIgnoresUnknownKeys) {
   auto inv = ParseGpuInventory(
       R"({"version": 1, "mode": "core_mem", "future": {"x": 1},
@@ -163,6 +224,18 @@ TEST(Resources, BothSpellingsMapToOneDimension) {
   EXPECT_FALSE(GpuResourceOf("nvidia.com/gpu").has_value());
   EXPECT_TRUE(IsAckResourceName("aliyun.com/gpu-count"));
   EXPECT_EQ(GpuResourceName(GpuResource::kCore, true), "aliyun.com/gpu-core.percentage");
+}
+
+TEST(Resources, MigResourceNamesSpellPlusAsDot) {
+  EXPECT_EQ(MigResourceName("3g.40gb"), "tessera.io/mig-3g.40gb");
+  EXPECT_EQ(MigResourceName("1g.10gb+me"), "tessera.io/mig-1g.10gb.me");
+  EXPECT_TRUE(IsMigResourceName("tessera.io/mig-3g.40gb"));
+  EXPECT_FALSE(IsMigResourceName("tessera.io/gpu-mem"));
+  EXPECT_EQ(*MigProfileOfResource("tessera.io/mig-1g.10gb.me", "r"), "1g.10gb+me");
+  EXPECT_EQ(*MigProfileOfResource("tessera.io/mig-7g.141gb", "r"), "7g.141gb");
+  EXPECT_THAT(MigProfileOfResource("tessera.io/mig-9g.1gb", "r").error(),
+              HasSubstr("r=\"tessera.io/mig-9g.1gb\": not a MIG profile of any GPU model we know"));
+  EXPECT_FALSE(GpuResourceOf("tessera.io/mig-3g.40gb").has_value());
 }
 
 TEST(Phase, ParsesBothAndRefusesOthers) {

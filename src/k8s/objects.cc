@@ -158,9 +158,10 @@ uint64_t GpuRequest::Of(GpuResource resource) const {
 Result<GpuRequest> GpuRequestOf(const ContainerView& container) {
   GpuRequest out;
   bool ours = false, ack = false;
+  std::string mig_resource;  // the tessera.io/mig-... name asked, if any
   for (const auto& [name, quantity] : container.limits) {
     auto resource = GpuResourceOf(name);
-    if (!resource) continue;
+    if (!resource && !IsMigResourceName(name)) continue;
     const std::string input = "container " + container.name + " limits " + name;
     auto value = ParseQuantity(quantity, input);
     if (!value.ok()) return value.status();
@@ -173,6 +174,24 @@ Result<GpuRequest> GpuRequestOf(const ContainerView& container) {
                                          req->second + "; expected equal values (extended "
                                          "resources cannot be overcommitted)");
       }
+    }
+    if (!resource) {
+      auto profile = MigProfileOfResource(name, "container " + container.name + " limits");
+      if (!profile.ok()) return profile.status();
+      if (*value != 1) {
+        return Result<GpuRequest>::Error(input + "=" + quantity +
+                                         ": expected 1 (one MIG instance per container: a CUDA "
+                                         "process sees one MIG device)");
+      }
+      if (!mig_resource.empty()) {
+        return Result<GpuRequest>::Error("container " + container.name + " asks " + mig_resource +
+                                         " and " + name +
+                                         "; expected one MIG instance per "
+                                         "container (a CUDA process sees one MIG device)");
+      }
+      mig_resource = name;
+      out.mig_profile = *profile;
+      continue;
     }
     (IsAckResourceName(name) ? ack : ours) = true;
     switch (*resource) {
@@ -201,7 +220,7 @@ Result<GpuRequest> GpuRequestOf(const ContainerView& container) {
   }
   // A request of a Tessera resource without a limit is not how extended resources are written.
   for (const auto& [name, quantity] : container.requests) {
-    if (GpuResourceOf(name) && container.limits.count(name) == 0) {
+    if ((GpuResourceOf(name) || IsMigResourceName(name)) && container.limits.count(name) == 0) {
       return Result<GpuRequest>::Error("container " + container.name + " requests " + name + "=" +
                                        quantity + " without a limit; expected it under limits");
     }
@@ -210,6 +229,11 @@ Result<GpuRequest> GpuRequestOf(const ContainerView& container) {
     return Result<GpuRequest>::Error("container " + container.name +
                                      " mixes tessera.io/ and aliyun.com/ GPU resources; expected "
                                      "one spelling per container");
+  }
+  if (!mig_resource.empty() && (ours || ack)) {
+    return Result<GpuRequest>::Error("container " + container.name + " asks " + mig_resource +
+                                     " beside a GPU share (gpu-mem, gpu-core or gpu-count); "
+                                     "expected either one MIG instance or a share");
   }
   out.ack = ack;
   return out;

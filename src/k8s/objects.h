@@ -71,8 +71,12 @@ struct GpuRequest {
   uint32_t core = 0;      // tessera.io/gpu-core (aliyun.com/gpu-core.percentage), 1-100
   uint32_t count = 0;     // tessera.io/gpu-count (aliyun.com/gpu-count), GPUs
   bool ack = false;       // written with ACK's names
+  // tessera.io/mig-<profile>: 1, as the MIG tables spell the profile ("1g.10gb+me"); then no
+  // other of these is asked.
+  std::string mig_profile;
 
-  bool any() const { return mem_gib != 0 || core != 0 || count != 0; }
+  bool mig() const { return !mig_profile.empty(); }
+  bool any() const { return mem_gib != 0 || core != 0 || count != 0 || mig(); }
   // The amount asked of `resource` (0 when not asked).
   uint64_t Of(GpuResource resource) const;
   // Distinct GPUs the container spans: count, or 1 when only mem/core is asked.
@@ -81,7 +85,8 @@ struct GpuRequest {
 };
 // Errors name the pod's container and resource: mixing both spellings, a quantity that is not a
 // whole number, core outside 1-100 (a multiple of 5 with the ACK name), a request that differs
-// from its limit.
+// from its limit; a MIG resource of no known profile, asked more than once (a CUDA process sees
+// one MIG device), beside another MIG profile or beside a share.
 Result<GpuRequest> GpuRequestOf(const ContainerView& container);
 
 }  // namespace tessera::k8s

@@ -77,15 +77,42 @@ TEST(GpuRequest, RefusesWhatKubernetesOrAckWouldNot) {
     const char* message;
   };
   const Case cases[] = {
-      {{{"tessera.io/gpu-core", "0"}}, {}, "container a limits tessera.io/gpu-core=0: expected a percentage of one GPU from 1 to 100"},
+      {{{"tessera.io/gpu-core", "0"}},
+       {},
+       "container a limits tessera.io/gpu-core=0: expected a percentage of one GPU from 1 to 100"},
       {{{"tessera.io/gpu-core", "101"}}, {}, "gpu-core=101"},
-      {{{"aliyun.com/gpu-core.percentage", "33"}}, {}, "gpu-core.percentage=33: expected a multiple of 5"},
+      {{{"aliyun.com/gpu-core.percentage", "33"}},
+       {},
+       "gpu-core.percentage=33: expected a multiple of 5"},
       {{{"tessera.io/gpu-mem", "0"}}, {}, "gpu-mem=0: expected at least 1 GiB"},
       {{{"tessera.io/gpu-mem", "1.5"}}, {}, "tessera.io/gpu-mem=\"1.5\""},
-      {{{"tessera.io/gpu-mem", "2"}, {"aliyun.com/gpu-core.percentage", "30"}}, {}, "mixes tessera.io/ and aliyun.com/"},
+      {{{"tessera.io/gpu-mem", "2"}, {"aliyun.com/gpu-core.percentage", "30"}},
+       {},
+       "mixes tessera.io/ and aliyun.com/"},
       {{{"tessera.io/gpu-mem", "2"}}, {{"tessera.io/gpu-mem", "1"}}, "differs from its request 1"},
-      {Json::object(), {{"tessera.io/gpu-mem", "1"}}, "requests tessera.io/gpu-mem=1 without a limit"},
+      {Json::object(),
+       {{"tessera.io/gpu-mem", "1"}},
+       "requests tessera.io/gpu-mem=1 without a limit"},
       {{{"tessera.io/gpu-count", "0"}}, {}, "gpu-count=0: expected 1 to 64 GPUs"},
+      // MIG: an unknown profile, "+" in the name, more than one, two profiles, beside a share.
+      {{{"tessera.io/mig-3g.45gb", "1"}},
+       {},
+       "container a limits=\"tessera.io/mig-3g.45gb\": not a MIG profile of any GPU model we know; "
+       "expected tessera.io/mig- followed by one of 1g.6gb, 1g.6gb.me"},
+      {{{"tessera.io/mig-1g.10gb+me", "1"}}, {}, "('+' written '.')"},
+      {{{"tessera.io/mig-3g.40gb", "2"}},
+       {},
+       "container a limits tessera.io/mig-3g.40gb=2: expected 1 (one MIG instance per container"},
+      {{{"tessera.io/mig-3g.40gb", "1"}, {"tessera.io/mig-1g.10gb", "1"}},
+       {},
+       "asks tessera.io/mig-1g.10gb and tessera.io/mig-3g.40gb; expected one MIG instance per "
+       "container"},
+      {{{"tessera.io/mig-3g.40gb", "1"}, {"tessera.io/gpu-mem", "4"}},
+       {},
+       "asks tessera.io/mig-3g.40gb beside a GPU share"},
+      {Json::object(),
+       {{"tessera.io/mig-3g.40gb", "1"}},
+       "requests tessera.io/mig-3g.40gb=1 without a limit"},
   };
   for (const Case& c : cases) {
     auto pod = PodFromJson(Pod({Ctr("a", c.limits, c.requests.is_null() ? Json::object() : c.requests)}));
@@ -94,6 +121,20 @@ TEST(GpuRequest, RefusesWhatKubernetesOrAckWouldNot) {
     ASSERT_FALSE(r.ok()) << c.limits.dump();
     EXPECT_THAT(r.error(), HasSubstr(c.message));
   }
+}
+
+// A MIG instance: tessera.io/mig-<profile>: 1; '+' is written '.' in the name. (What may not go
+// with it: RefusesWhatKubernetesOrAckWouldNot.)
+TEST(GpuRequest, OneMigInstanceOfAKnownProfile) {
+  auto r =
+      GpuRequestOf(*PodFromJson(Pod({Ctr("a", {{"tessera.io/mig-1g.10gb.me", "1"}, {"cpu", "1"}},
+                                         {{"tessera.io/mig-1g.10gb.me", "1"}})}))
+                        ->Container("a"));
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_EQ(r->mig_profile, "1g.10gb+me");
+  EXPECT_TRUE(r->mig());
+  EXPECT_TRUE(r->any());
+  EXPECT_EQ(r->Gpus(), 1u);
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // I/O; nothing here decides placement.
 #include "mig/profiles.h"
 
+#include <algorithm>
 #include <array>
+#include <vector>
 
 #include "core/text.h"
 
@@ -131,6 +133,25 @@ std::string ProfileNames(const GpuModel& model) {
     if (!out.empty()) out += ", ";
     out += p.name;
   }
+  return out;
+}
+
+std::span<const std::string_view> AllProfileNames() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    for (const GpuModel& m : kModels) {
+      for (const MigProfile& p : m.Profiles()) {
+        if (std::find(out.begin(), out.end(), p.name) == out.end()) out.push_back(p.name);
+      }
+    }
+    return out;
+  }();
+  return names;
+}
+
+std::string AllProfileNamesText() {
+  std::string out;
+  for (std::string_view n : AllProfileNames()) out += (out.empty() ? "" : ", ") + std::string(n);
   return out;
 }
 

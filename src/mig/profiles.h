@@ -95,6 +95,12 @@ Result<const MigProfile*> FindProfile(const GpuModel& model, std::string_view na
 
 // "1g.10gb, 1g.10gb+me, ..." for messages.
 std::string ProfileNames(const GpuModel& model);
+// Every profile name of every model, each once, in table order (models, then their profiles).
+// One name may mean different slices on different models (1g.10gb: one memory slice of an
+// H100-80GB, two of an A100-40GB); look it up on a model with FindProfile.
+std::span<const std::string_view> AllProfileNames();
+// The same, comma separated, for messages.
+std::string AllProfileNamesText();
 // "A30, A100-40GB, ..." for messages.
 std::string ModelNames();
 // The start slots of `profile` as "{0,2,4}".

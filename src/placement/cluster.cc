@@ -26,6 +26,10 @@ std::string_view FitResultName(FitResult result) {
       return "too few GPUs with the compute share free";
     case FitResult::kGpuMemory:
       return "too few GPUs with the GPU memory free";
+    case FitResult::kMigProfile:
+      return "the GPU model has no such MIG profile";
+    case FitResult::kMigInstance:
+      return "no free instance of the MIG profile";
   }
   return "?";
 }
@@ -45,6 +49,7 @@ Cluster::Cluster(ModelTable models, std::vector<NodeSpec> nodes)
   whole_free_.resize(n);
   share_total_.resize(n);
   version_.assign(n, 0);
+  mig_.resize(n);
   int32_t next = 0;
   for (size_t i = 0; i < n; ++i) {
     const NodeSpec& s = specs_[i];
@@ -54,11 +59,13 @@ Cluster::Cluster(ModelTable models, std::vector<NodeSpec> nodes)
     cpu_free_[i] = s.cpu_milli;
     mem_free_[i] = s.memory_mib;
     whole_free_[i] = s.gpu_count;
-    share_total_[i] = int64_t{s.gpu_count} * kMilliPerGpu;
+    const bool mig = s.mode == NodeMode::kMig;
+    share_total_[i] = mig ? 0 : int64_t{s.gpu_count} * kMilliPerGpu;
     for (int g = 0; g < s.gpu_count; ++g) {
       gpu_milli_free_.push_back(kMilliPerGpu);
       gpu_mem_free_.push_back(gpu_mem_cap_[i]);
-      gpu_share_free_.push_back(kMilliPerGpu);
+      gpu_share_free_.push_back(mig ? 0 : kMilliPerGpu);
+      if (mig) mig_[i].push_back(MigGpu{s.mig_gpus[static_cast<size_t>(g)], 0});
     }
   }
   gpu_capacity_milli_ = int64_t{next} * kMilliPerGpu;
@@ -76,11 +83,36 @@ Result<Cluster> Cluster::Create(ModelTable models, std::vector<NodeSpec> nodes) 
     if (s.gpu_count > 0 && (s.model < 0 || s.model >= models.size())) {
       return Result<Cluster>::Error("node \"" + s.name + "\": GPUs of an unknown model");
     }
+    if (s.mode != NodeMode::kMig) {
+      if (!s.mig_gpus.empty() || s.mig_relayout) {
+        return Result<Cluster>::Error("node \"" + s.name + "\": MIG layouts on a node in mode " +
+                                      std::string(NodeModeName(s.mode)) + "; expected mode mig");
+      }
+      continue;
+    }
+    if (static_cast<int>(s.mig_gpus.size()) != s.gpu_count || s.gpu_count == 0) {
+      return Result<Cluster>::Error("node \"" + s.name + "\": " + std::to_string(s.gpu_count) +
+                                    " GPUs but " + std::to_string(s.mig_gpus.size()) +
+                                    " MIG layouts; expected one layout per GPU");
+    }
+    for (size_t g = 0; g < s.mig_gpus.size(); ++g) {
+      const mig::Layout& l = s.mig_gpus[g];
+      if (l.model == nullptr || l.model != s.mig_gpus.front().model) {
+        return Result<Cluster>::Error("node \"" + s.name + "\": GPU " + std::to_string(g) +
+                                      "'s MIG layout has no model or another model than GPU 0's; "
+                                      "expected one model per node");
+      }
+      if (Status ok = mig::CheckLayout(l); !ok.ok()) {
+        return Result<Cluster>::Error("node \"" + s.name + "\": GPU " + std::to_string(g) + ": " +
+                                      ok.message());
+      }
+    }
   }
   return Cluster(std::move(models), std::move(nodes));
 }
 
 bool Cluster::GpuFits(int node, int gpu, const Request& r) const {
+  if (r.mig() || spec(node).mode == NodeMode::kMig) return r.mig() && MigGpuFits(node, gpu, r);
   const size_t i = offset(node) + static_cast<size_t>(gpu);
   const int64_t cap = gpu_mem_cap_[static_cast<size_t>(node)];
   if (r.whole_gpus()) return gpu_milli_free_[i] == kMilliPerGpu && gpu_mem_free_[i] == cap;
@@ -102,6 +134,7 @@ FitResult Cluster::Fits(int node, const Request& r) const {
   if (r.gpu_count == 0) return FitResult::kFits;
   const NodeSpec& s = specs_[n];
   if (s.gpu_count == 0 || !r.allowed.Contains(s.model)) return FitResult::kModel;
+  if (r.mig() || s.mode == NodeMode::kMig) return r.mig() ? MigFits(node, r) : FitResult::kMode;
   if (!r.whole_gpus() && (s.mode == NodeMode::kWholeGpus ||
                           r.memory_only() != (s.mode == NodeMode::kMemoryOnly))) {
     return FitResult::kMode;
@@ -132,8 +165,9 @@ void Cluster::RefreshGpu(int node, int gpu) {
   const int64_t cap = gpu_mem_cap_[n];
   const int32_t mem_share =
       cap > 0 ? static_cast<int32_t>(gpu_mem_free_[i] * kMilliPerGpu / cap) : 0;
-  const int32_t share =
+  int32_t share =
       specs_[n].mode == NodeMode::kMemoryOnly ? mem_share : std::min(gpu_milli_free_[i], mem_share);
+  if (specs_[n].mode == NodeMode::kMig) share = 0;  // no fractional share fits a MIG GPU
   share_total_[n] += share - gpu_share_free_[i];
   gpu_share_free_[i] = share;
 }
@@ -142,6 +176,7 @@ Status Cluster::Place(const Request& r, const Assignment& a) {
   if (a.node < 0 || a.node >= node_count()) {
     return Status::Error("assignment to node " + std::to_string(a.node) + ": no such node");
   }
+  if (r.mig()) return PlaceMig(r, a);
   const NodeSpec& s = spec(a.node);
   const FitResult fit = Fits(a.node, r);
   if (fit != FitResult::kFits) {
@@ -185,6 +220,7 @@ Status Cluster::Remove(const Request& r, const Assignment& a) {
   if (a.node < 0 || a.node >= node_count()) {
     return Status::Error("removal from node " + std::to_string(a.node) + ": no such node");
   }
+  if (r.mig()) return RemoveMig(r, a);
   const NodeSpec& s = spec(a.node);
   const size_t n = static_cast<size_t>(a.node);
   const int32_t milli = r.whole_gpus() ? kMilliPerGpu : r.gpu_milli;
@@ -213,6 +249,150 @@ Status Cluster::Remove(const Request& r, const Assignment& a) {
     RefreshGpu(a.node, g);
   }
   gpu_allocated_milli_ -= r.total_gpu_milli();
+  ++version_[n];
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// MIG nodes
+
+bool Cluster::MigRelayoutable(int node, int gpu) const {
+  const NodeSpec& s = spec(node);
+  return s.mode == NodeMode::kMig && s.mig_relayout &&
+         mig_[static_cast<size_t>(node)][static_cast<size_t>(gpu)].AllFree();
+}
+
+int64_t Cluster::MigInstanceMemoryMib(int node, const mig::MigProfile& profile) const {
+  const mig::GpuModel* model = mig_model(node);
+  if (model == nullptr) return 0;
+  return gpu_mem_cap_[static_cast<size_t>(node)] * profile.memory_slices / model->memory_slices;
+}
+
+int32_t Cluster::MigInstanceMilli(int node, const mig::MigProfile& profile) const {
+  const mig::GpuModel* model = mig_model(node);
+  if (model == nullptr) return 0;
+  return profile.compute_slices * kMilliPerGpu / model->compute_slices;
+}
+
+int Cluster::MigInstanceFor(int node, int gpu, const Request& r) const {
+  const mig::GpuModel* model = mig_model(node);
+  if (model == nullptr || !r.mig() || gpu < 0 || gpu >= spec(node).gpu_count) return -1;
+  const mig::MigProfile* profile = MigProfileOn(*model, r.mig_profile);
+  if (profile == nullptr) return -1;
+  const MigGpu& g = mig_[static_cast<size_t>(node)][static_cast<size_t>(gpu)];
+  const int i = g.FreeInstanceOf(*profile);
+  return i < 0 ? -1 : g.layout.instances[static_cast<size_t>(i)].start;
+}
+
+bool Cluster::MigGpuFits(int node, int gpu, const Request& r) const {
+  const mig::GpuModel* model = mig_model(node);
+  if (model == nullptr) return false;
+  const mig::MigProfile* profile = MigProfileOn(*model, r.mig_profile);
+  if (profile == nullptr) return false;
+  return mig_[static_cast<size_t>(node)][static_cast<size_t>(gpu)].FreeInstanceOf(*profile) >= 0 ||
+         MigRelayoutable(node, gpu);
+}
+
+FitResult Cluster::MigFits(int node, const Request& r) const {
+  const mig::GpuModel* model = mig_model(node);
+  if (model == nullptr) return FitResult::kMode;
+  if (MigProfileOn(*model, r.mig_profile) == nullptr) return FitResult::kMigProfile;
+  for (int g = 0; g < spec(node).gpu_count; ++g) {
+    if (MigGpuFits(node, g, r)) return FitResult::kFits;
+  }
+  return FitResult::kMigInstance;
+}
+
+void Cluster::RefreshMigGpu(int node, int gpu) {
+  const size_t n = static_cast<size_t>(node);
+  const size_t i = offset(node) + static_cast<size_t>(gpu);
+  const MigGpu& g = mig_[n][static_cast<size_t>(gpu)];
+  int32_t milli = 0;
+  int64_t mem = 0;
+  for (size_t k = 0; k < g.layout.instances.size(); ++k) {
+    if (!g.Taken(k)) continue;
+    milli += MigInstanceMilli(node, *g.layout.instances[k].profile);
+    mem += MigInstanceMemoryMib(node, *g.layout.instances[k].profile);
+  }
+  const bool was_whole = gpu_milli_free_[i] == kMilliPerGpu && gpu_mem_free_[i] == gpu_mem_cap_[n];
+  gpu_allocated_milli_ += milli - (kMilliPerGpu - int64_t{gpu_milli_free_[i]});
+  gpu_milli_free_[i] = kMilliPerGpu - milli;
+  gpu_mem_free_[i] = gpu_mem_cap_[n] - mem;
+  const bool is_whole = gpu_milli_free_[i] == kMilliPerGpu && gpu_mem_free_[i] == gpu_mem_cap_[n];
+  whole_free_[n] += (is_whole ? 1 : 0) - (was_whole ? 1 : 0);
+}
+
+Status Cluster::PlaceMig(const Request& r, const Assignment& a) {
+  const NodeSpec& s = spec(a.node);
+  const FitResult fit = Fits(a.node, r);
+  if (fit != FitResult::kFits) {
+    return Status::Error("MIG request for " + std::string(MigProfileName(r.mig_profile)) +
+                         " does not fit node \"" + s.name +
+                         "\": " + std::string(FitResultName(fit)));
+  }
+  if (std::popcount(a.gpus) != 1 || (s.gpu_count < 32 && (a.gpus >> s.gpu_count) != 0)) {
+    return Status::Error("MIG assignment on node \"" + s.name + "\" names GPU mask " +
+                         std::to_string(a.gpus) + "; expected one of the node's " +
+                         std::to_string(s.gpu_count) + " GPUs");
+  }
+  const int g = std::countr_zero(a.gpus);
+  const size_t n = static_cast<size_t>(a.node);
+  const mig::GpuModel& model = *mig_model(a.node);
+  const mig::MigProfile* profile = MigProfileOn(model, r.mig_profile);
+  const std::string where = "GPU " + std::to_string(g) + " of node \"" + s.name + "\"";
+  MigGpu next = mig_[n][static_cast<size_t>(g)];
+  if (a.mig_layout >= 0) {
+    const std::vector<mig::Layout>& layouts = MigLayoutsOf(model);
+    if (!MigRelayoutable(a.node, g)) {
+      return Status::Error(
+          where + " cannot be cut again: " +
+          (s.mig_relayout ? "some of its instances are taken" : "the node keeps its MIG layouts"));
+    }
+    if (static_cast<size_t>(a.mig_layout) >= layouts.size()) {
+      return Status::Error(where + ": layout " + std::to_string(a.mig_layout) + " of " +
+                           std::to_string(layouts.size()) + " " + std::string(model.name) +
+                           " layouts does not exist");
+    }
+    next.layout = layouts[static_cast<size_t>(a.mig_layout)];
+    next.taken = 0;
+  }
+  const int i = next.InstanceAt(a.mig_start);
+  if (i < 0 || next.layout.instances[static_cast<size_t>(i)].profile != profile ||
+      next.Taken(static_cast<size_t>(i))) {
+    return Status::Error(where + " has no free " + std::string(profile->name) +
+                         " instance at memory slice " + std::to_string(a.mig_start) + " (" +
+                         mig::SliceMap(next.layout) + ")");
+  }
+  next.taken |= uint32_t{1} << i;
+  cpu_free_[n] -= r.cpu_milli;
+  mem_free_[n] -= r.memory_mib;
+  mig_[n][static_cast<size_t>(g)] = std::move(next);
+  RefreshMigGpu(a.node, g);
+  ++version_[n];
+  return Status::Ok();
+}
+
+Status Cluster::RemoveMig(const Request& r, const Assignment& a) {
+  const NodeSpec& s = spec(a.node);
+  const size_t n = static_cast<size_t>(a.node);
+  const mig::GpuModel* model = mig_model(a.node);
+  const mig::MigProfile* profile = model != nullptr ? MigProfileOn(*model, r.mig_profile) : nullptr;
+  const int g = std::popcount(a.gpus) == 1 ? std::countr_zero(a.gpus) : -1;
+  int i = -1;
+  if (profile != nullptr && g >= 0 && g < s.gpu_count) {
+    i = mig_[n][static_cast<size_t>(g)].InstanceAt(a.mig_start);
+  }
+  const MigGpu* gpu = i >= 0 ? &mig_[n][static_cast<size_t>(g)] : nullptr;
+  if (gpu == nullptr || gpu->layout.instances[static_cast<size_t>(i)].profile != profile ||
+      !gpu->Taken(static_cast<size_t>(i)) || cpu_free_[n] + r.cpu_milli > s.cpu_milli ||
+      mem_free_[n] + r.memory_mib > s.memory_mib) {
+    return Status::Error("removal of a MIG instance from node \"" + s.name +
+                         "\" names no taken instance of the request's profile");
+  }
+  cpu_free_[n] += r.cpu_milli;
+  mem_free_[n] += r.memory_mib;
+  mig_[n][static_cast<size_t>(g)].taken &= ~(uint32_t{1} << i);
+  RefreshMigGpu(a.node, g);
   ++version_[n];
   return Status::Ok();
 }

@@ -5,8 +5,13 @@
 // Fit rules, all of which must hold for a request on a node:
 //   CPU and host memory fit what is free; the node's GPU model is allowed; the request's form
 //   matches the node's mode (fractional compute shares need memory+compute, memory-only shares
-//   need memory-only; whole GPUs fit every mode, and are all a whole-GPU node takes); at least `gpu_count` distinct GPUs each have the
-//   per-GPU compute share and memory free, and for whole-GPU requests those GPUs are entirely free.
+//   need memory-only; whole GPUs fit every mode but MIG, and are all a whole-GPU node takes); at
+//   least `gpu_count` distinct GPUs each have the per-GPU compute share and memory free, and for
+//   whole-GPU requests those GPUs are entirely free.
+//   A MIG request fits only a MIG node, whose model has its profile, with a free instance of that
+//   profile on some GPU (or a GPU it may cut again: all its instances free, on a node with
+//   mig_relayout). A MIG GPU's free compute and memory are what its taken instances leave (an
+//   instance takes its slices' share of both); its free share for fractional requests is 0.
 //
 // Not thread-safe; one writer. Holds no policy and no I/O.
 #pragma once
@@ -18,6 +23,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "placement/mig.h"
 #include "placement/model.h"
 
 namespace tessera::placement {
@@ -25,13 +31,15 @@ namespace tessera::placement {
 // Why a request does not fit a node (kFits when it does). The first failed rule, in this order.
 enum class FitResult : uint8_t {
   kFits,
-  kCpu,         // not enough free CPU
-  kMemory,      // not enough free host memory
-  kModel,       // the node's GPU model is not allowed (or the node has no GPUs)
-  kMode,        // the share's form does not match the node's mode
-  kGpuCount,    // the node has fewer GPUs than requested, free or not
-  kGpuCompute,  // too few GPUs with the compute share free (entirely free, for whole GPUs)
-  kGpuMemory,   // too few GPUs with the memory free
+  kCpu,          // not enough free CPU
+  kMemory,       // not enough free host memory
+  kModel,        // the node's GPU model is not allowed (or the node has no GPUs)
+  kMode,         // the share's form does not match the node's mode
+  kGpuCount,     // the node has fewer GPUs than requested, free or not
+  kGpuCompute,   // too few GPUs with the compute share free (entirely free, for whole GPUs)
+  kGpuMemory,    // too few GPUs with the memory free
+  kMigProfile,   // the node's GPU model has no MIG profile of the request's name
+  kMigInstance,  // no free instance of the request's MIG profile (and no GPU to cut again)
 };
 
 std::string_view FitResultName(FitResult result);
@@ -76,6 +84,21 @@ class Cluster {
   int64_t gpu_milli_allocated() const { return gpu_allocated_milli_; }
   int total_gpus() const { return static_cast<int>(gpu_milli_free_.size()); }
 
+  // A MIG node's GPUs (empty for other nodes) and its GPUs' MIG model (nullptr for other nodes).
+  std::span<const MigGpu> mig_gpus(int node) const { return mig_[static_cast<size_t>(node)]; }
+  const mig::GpuModel* mig_model(int node) const {
+    const auto& g = mig_[static_cast<size_t>(node)];
+    return g.empty() ? nullptr : g.front().layout.model;
+  }
+  // Whether GPU `gpu` of `node` may be cut again now (its node allows it, all instances free).
+  bool MigRelayoutable(int node, int gpu) const;
+  // One instance of `profile` on `node`'s GPUs: its memory (MiB) and compute share (milli).
+  int64_t MigInstanceMemoryMib(int node, const mig::MigProfile& profile) const;
+  int32_t MigInstanceMilli(int node, const mig::MigProfile& profile) const;
+  // The start slot of the instance GPU `gpu` of `node` gives MIG `request` as the GPU is (its
+  // free instance of the profile with the lowest start), or -1.
+  int MigInstanceFor(int node, int gpu, const Request& request) const;
+
   // The fit rules for the node as a whole (CPU, memory, model, mode, GPU count and shares).
   FitResult Fits(int node, const Request& request) const;
   // Whether GPU `gpu` of `node` can take one GPU's worth of `request`.
@@ -83,7 +106,10 @@ class Cluster {
   // Bit i set when GPU i can take one GPU's worth of `request`.
   uint32_t FittingGpus(int node, const Request& request) const;
 
-  // Applies `a` after checking it: node fits, exactly gpu_count distinct GPUs that each fit.
+  // Applies `a` after checking it: node fits, exactly gpu_count distinct GPUs that each fit. For a
+  // MIG request, `a` names the instance (mig_start) and, when the GPU is cut again first, its new
+  // layout (mig_layout, which must hold a free instance of the profile at mig_start); a new layout
+  // stays when the request is removed, as a cut GPU does.
   Status Place(const Request& request, const Assignment& a);
   // Takes back what Place gave. The caller must pass the same request and assignment.
   Status Remove(const Request& request, const Assignment& a);
@@ -91,6 +117,12 @@ class Cluster {
  private:
   size_t offset(int node) const { return static_cast<size_t>(offset_[static_cast<size_t>(node)]); }
   void RefreshGpu(int node, int gpu);
+  FitResult MigFits(int node, const Request& request) const;
+  bool MigGpuFits(int node, int gpu, const Request& request) const;
+  Status PlaceMig(const Request& request, const Assignment& a);
+  Status RemoveMig(const Request& request, const Assignment& a);
+  // Sets GPU `gpu`'s free compute and memory from its taken instances.
+  void RefreshMigGpu(int node, int gpu);
 
   // A fresh id for every constructed, copied or moved-into Cluster.
   struct InstanceId {
@@ -117,6 +149,7 @@ class Cluster {
   std::vector<int32_t> gpu_milli_free_;  // flat, per GPU
   std::vector<int64_t> gpu_mem_free_;    // flat, per GPU
   std::vector<int32_t> gpu_share_free_;  // flat, per GPU
+  std::vector<std::vector<MigGpu>> mig_;  // per node: its GPUs in MIG mode (kMig nodes only)
   int64_t gpu_capacity_milli_ = 0;
   int64_t gpu_allocated_milli_ = 0;
 };

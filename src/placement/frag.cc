@@ -41,7 +41,8 @@ void NormaliseWeights(std::vector<TargetShape>& shapes) {
 
 }  // namespace
 
-TargetWorkload::TargetWorkload(std::vector<TargetShape> shapes) : shapes_(std::move(shapes)) {
+TargetWorkload::TargetWorkload(std::vector<TargetShape> shapes, MigDemand mig)
+    : shapes_(std::move(shapes)), mig_(std::move(mig)) {
   for (const TargetShape& s : shapes_) {
     if (s.gpu_count == 0 || s.gpu_milli == 0) continue;
     AddDemand(demands_, s.allowed, s.gpu_milli >= kMilliPerGpu,
@@ -50,7 +51,20 @@ TargetWorkload::TargetWorkload(std::vector<TargetShape> shapes) : shapes_(std::m
   NormaliseWeights(demands_);
 }
 
-TargetWorkload TargetWorkload::FromRequests(std::span<const Request> requests, double coverage) {
+TargetWorkload TargetWorkload::FromRequests(std::span<const Request> all, double coverage) {
+  std::vector<Request> requests;
+  MigDemand mig;
+  double mig_total = 0;
+  for (const Request& r : all) {
+    if (!r.mig()) {
+      requests.push_back(r);
+      continue;
+    }
+    mig.weight.resize(static_cast<size_t>(MigProfileCount()), 0.0);
+    mig.weight[static_cast<size_t>(r.mig_profile)] += 1;
+    ++mig_total;
+  }
+  for (double& w : mig.weight) w /= mig_total;
   using Key = std::tuple<int64_t, int, int, int64_t, uint64_t>;
   std::map<Key, int64_t> counts;
   for (const Request& r : requests) {
@@ -84,6 +98,7 @@ TargetWorkload TargetWorkload::FromRequests(std::span<const Request> requests, d
   for (TargetShape& s : shapes) s.weight /= static_cast<double>(covered);
   TargetWorkload workload;
   workload.shapes_ = std::move(shapes);
+  workload.mig_ = std::move(mig);
   for (const Request& r : requests) {
     AddDemand(workload.demands_, r.allowed, r.whole_gpus(),
               static_cast<double>(r.total_gpu_milli()));
@@ -94,7 +109,8 @@ TargetWorkload TargetWorkload::FromRequests(std::span<const Request> requests, d
 
 int ShapeNeed(const Cluster& cluster, int node, const TargetShape& shape) {
   const NodeSpec& spec = cluster.spec(node);
-  if (shape.gpu_count == 0 || spec.gpu_count == 0 || !shape.allowed.Contains(spec.model)) {
+  if (shape.gpu_count == 0 || spec.gpu_count == 0 || !shape.allowed.Contains(spec.model) ||
+      spec.mode == NodeMode::kMig) {
     return -1;
   }
   if (shape.gpu_milli >= kMilliPerGpu) return kMilliPerGpu;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "placement/cluster.h"
+#include "placement/mig.h"
 #include "placement/model.h"
 
 namespace tessera::placement {
@@ -38,9 +39,10 @@ class TargetWorkload {
  public:
   TargetWorkload() = default;
   // Shapes as given; the demand by placement constraint (demands()) is derived from them.
-  explicit TargetWorkload(std::vector<TargetShape> shapes);
+  explicit TargetWorkload(std::vector<TargetShape> shapes, MigDemand mig = {});
   // The typical shapes of `requests` covering `coverage` (0..1] of them, weights normalised; the
-  // demand by placement constraint counts every request.
+  // demand by placement constraint counts every request. MIG requests are left out of both (they
+  // only fit MIG nodes, whose GPUs have no share to fragment) and make up mig_demand().
   static TargetWorkload FromRequests(std::span<const Request> requests, double coverage = 0.95);
 
   const std::vector<TargetShape>& shapes() const { return shapes_; }
@@ -49,10 +51,13 @@ class TargetWorkload {
   // is its part of all the GPU milli asked. Memory-only shares ask no compute and are left out.
   // Constraints too rare to be among the typical shapes still count here.
   const std::vector<TargetShape>& demands() const { return demands_; }
+  // How often each MIG profile is asked among the MIG requests (placement/mig.h).
+  const MigDemand& mig_demand() const { return mig_; }
 
  private:
   std::vector<TargetShape> shapes_;
   std::vector<TargetShape> demands_;
+  MigDemand mig_;
 };
 
 // The free share (milli) one GPU of `node` must have for `shape`, or -1 when the shape can never

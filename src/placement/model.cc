@@ -1,8 +1,11 @@
 // Model tables, request validation and the share-form constructor. Pure values; no I/O.
 #include "placement/model.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
+
+#include "placement/mig.h"
 
 namespace tessera::placement {
 
@@ -12,6 +15,8 @@ std::string_view NodeModeName(NodeMode mode) {
       return "memory-only";
     case NodeMode::kWholeGpus:
       return "whole-gpu";
+    case NodeMode::kMig:
+      return "mig";
     case NodeMode::kMemoryAndCompute:
       break;
   }
@@ -89,6 +94,11 @@ Status ValidateRequest(const Request& r, std::string_view what) {
                          " GPU(s) but for neither compute nor memory on them");
   }
   if (r.gpu_mem_mib < kProportionalMemory) return Status::Error(w + ": negative GPU memory");
+  if (r.mig() && (r.mig_profile >= MigProfileCount() || r.gpu_count != 1 || r.gpu_mem_mib != 0)) {
+    return Status::Error(w +
+                         ": a MIG request asks for exactly one instance of a known profile "
+                         "and nothing else of the GPU");
+  }
   return Status::Ok();
 }
 
@@ -127,6 +137,36 @@ Result<Request> RequestFromShareForm(int64_t cpu_milli, int64_t memory_mib, int 
   }
   return RequestFromShares(cpu_milli, memory_mib, gpu_count, gpu_mem_gib * 1024, gpu_core_percent,
                            allowed);
+}
+
+Result<Request> RequestForMigProfile(int64_t cpu_milli, int64_t memory_mib,
+                                     std::string_view profile, ModelSet allowed) {
+  const int id = MigProfileId(profile);
+  if (id < 0) {
+    return Result<Request>::Error("MIG profile \"" + std::string(profile) +
+                                  "\": no GPU model has it; expected one of " +
+                                  mig::AllProfileNamesText());
+  }
+  Request r;
+  r.cpu_milli = cpu_milli;
+  r.memory_mib = memory_mib;
+  r.gpu_count = 1;
+  // The compute share on the first model with the profile, for demand totals only (every model
+  // with a profile of that name gives it the same share but for rounding; Cluster counts the
+  // share of the model it lands on).
+  r.gpu_milli = 1;
+  for (const mig::GpuModel& m : mig::GpuModels()) {
+    if (const mig::MigProfile* p = MigProfileOn(m, id)) {
+      r.gpu_milli = std::max(1, p->compute_slices * kMilliPerGpu / m.compute_slices);
+      break;
+    }
+  }
+  r.gpu_mem_mib = 0;
+  r.allowed = allowed;
+  r.mig_profile = id;
+  Status valid = ValidateRequest(r, "MIG request");
+  if (!valid.ok()) return valid;
+  return r;
 }
 
 }  // namespace tessera::placement

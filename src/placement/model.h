@@ -5,12 +5,14 @@
 // A node has CPU (milli-cores), host memory (MiB) and 0..kMaxGpusPerNode GPUs of one model. Every
 // GPU has a compute capacity of 1000 milli and its model's memory. A node runs in one sharing mode,
 // never mixed (as ACK requires): memory-only (tenants share a GPU by memory; compute is not
-// divided), memory+compute (both are divided) or whole GPUs (nothing is shared).
+// divided), memory+compute (both are divided), whole GPUs (nothing is shared) or MIG (each GPU is
+// cut into MIG instances, and a request takes one instance; placement/mig.h).
 //
 // A request asks for CPU, host memory and `gpu_count` distinct GPUs, each with the same per-GPU
 // share: `gpu_milli` of compute (1000 = a whole GPU, which only a completely free GPU can give;
 // 0 = a memory-only share) and `gpu_mem_mib` of memory (kProportionalMemory = the same fraction of
 // the GPU's memory as `gpu_milli` is of its compute, rounded down). `allowed` restricts the models.
+// A MIG request (RequestForMigProfile) asks instead for one instance of a MIG profile.
 //
 // No Kubernetes types, no I/O here. Requests in the cgroup-style form of DESIGN §8 (gpu-mem GiB +
 // gpu-core percent) are built with RequestFromShareForm.
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "mig/planner.h"
 
 namespace tessera::placement {
 
@@ -36,6 +39,7 @@ enum class NodeMode : uint8_t {
   kMemoryAndCompute,  // the trace's nodes: a GPU is divided by compute milli and memory
   kMemoryOnly,        // a GPU is divided by memory only; compute is shared, not reserved
   kWholeGpus,         // GPUs are not shared: only whole-GPU requests fit (DESIGN §8 `exclusive`)
+  kMig,               // GPUs are cut into MIG instances: only MIG requests fit (DESIGN §8 `mig`)
 };
 
 std::string_view NodeModeName(NodeMode mode);
@@ -87,6 +91,10 @@ struct NodeSpec {
   int gpu_count = 0;
   int model = -1;  // ModelTable id; -1 when gpu_count == 0
   NodeMode mode = NodeMode::kMemoryAndCompute;
+  // kMig only: each GPU's layout as the node starts (one per GPU, all of one mig::GpuModel), and
+  // whether the engine may cut a GPU again while all its instances are free (placement/mig.h).
+  std::vector<mig::Layout> mig_gpus{};
+  bool mig_relayout = false;
 };
 
 struct Request {
@@ -96,10 +104,14 @@ struct Request {
   int gpu_milli = 0;  // per GPU; 1000 = whole GPUs; 0 with gpu_mem_mib > 0 = memory-only share
   int64_t gpu_mem_mib = kProportionalMemory;  // per GPU
   ModelSet allowed = ModelSet::Any();
+  // A MIG request: the MigProfileId of the one instance it asks (gpu_count 1, gpu_milli an
+  // estimate of its compute share for demand totals, gpu_mem_mib 0); -1 for every other request.
+  int mig_profile = -1;
 
   bool cpu_only() const { return gpu_count == 0; }
-  bool whole_gpus() const { return gpu_count > 0 && gpu_milli >= kMilliPerGpu; }
-  bool memory_only() const { return gpu_count > 0 && gpu_milli == 0; }
+  bool mig() const { return mig_profile >= 0; }
+  bool whole_gpus() const { return gpu_count > 0 && gpu_milli >= kMilliPerGpu && !mig(); }
+  bool memory_only() const { return gpu_count > 0 && gpu_milli == 0 && !mig(); }
   // GPU compute asked for in total, in milli (what the allocation ratio counts).
   int64_t total_gpu_milli() const { return int64_t{gpu_count} * gpu_milli; }
   // Memory this request takes on each of its GPUs, for a GPU with `gpu_memory_mib`.
@@ -125,10 +137,19 @@ Result<Request> RequestFromShareForm(int64_t cpu_milli, int64_t memory_mib, int 
                                      int64_t gpu_mem_gib, int gpu_core_percent,
                                      ModelSet allowed = ModelSet::Any());
 
-// Where a request landed: a node and the set of its GPUs (bit i = GPU i).
+// One instance of MIG profile `profile` (a MigProfileId; the error lists the names when it is
+// none), with CPU, host memory and allowed models as for any request.
+Result<Request> RequestForMigProfile(int64_t cpu_milli, int64_t memory_mib,
+                                     std::string_view profile, ModelSet allowed = ModelSet::Any());
+
+// Where a request landed: a node and the set of its GPUs (bit i = GPU i). A MIG request's names
+// one GPU and the instance: its start slot and, when the GPU is cut again first, the index of the
+// new layout in MigLayoutsOf (-1: the GPU keeps its layout).
 struct Assignment {
   int node = -1;
   uint32_t gpus = 0;
+  int mig_start = -1;
+  int mig_layout = -1;
   bool operator==(const Assignment&) const = default;
 };
 

@@ -15,6 +15,69 @@ constexpr std::array<std::string_view, 9> kNames = {
     "tessera", "fgd", "bestfit", "packing", "clustering", "dotprod", "binpack", "spread", "random",
 };
 
+// Every policy as made by name, with MIG requests placed by the one MIG rule (placement/mig.h)
+// and every other request passed on to the policy itself.
+class MigAwarePolicy final : public Policy {
+ public:
+  MigAwarePolicy(std::unique_ptr<Policy> inner, const TargetWorkload* workload)
+      : inner_(std::move(inner)), workload_(workload) {}
+  std::string_view name() const override { return inner_->name(); }
+
+  std::optional<Assignment> Select(const Cluster& c, const Request& r) override {
+    if (!r.mig()) return inner_->Select(c, r);
+    return Scan(c, r, nullptr, c.node_count(), nullptr);
+  }
+  std::optional<Assignment> SelectAmong(const Cluster& c, const Request& r,
+                                        std::span<const int> candidates,
+                                        std::vector<NodeScore>* scores) override {
+    if (!r.mig()) return inner_->SelectAmong(c, r, candidates, scores);
+    if (scores != nullptr) scores->clear();
+    return Scan(c, r, candidates.data(), static_cast<int>(candidates.size()), scores);
+  }
+  uint32_t GpusOn(const Cluster& c, int node, const Request& r) override {
+    if (!r.mig()) return inner_->GpusOn(c, node, r);
+    auto a = MigAssignmentOn(c, node, r, Demand());
+    return a ? a->gpus : 0;
+  }
+  void OnPlaced(const Cluster& c, const Request& r, const Assignment& a) override {
+    if (!r.mig()) inner_->OnPlaced(c, r, a);
+  }
+  void OnRemoved(const Cluster& c, const Request& r, const Assignment& a) override {
+    if (!r.mig()) inner_->OnRemoved(c, r, a);
+  }
+
+ private:
+  const MigDemand& Demand() const {
+    static const MigDemand kAnyProfile;
+    return workload_ != nullptr ? workload_->mig_demand() : kAnyProfile;
+  }
+  // The best node's choice: better scores first, equal ones to the earliest node.
+  std::optional<Assignment> Scan(const Cluster& c, const Request& r, const int* candidates,
+                                 int count, std::vector<NodeScore>* scores) {
+    std::optional<MigChoice> best;
+    int best_node = -1;
+    for (int i = 0; i < count; ++i) {
+      const int n = candidates != nullptr ? candidates[i] : i;
+      if (c.spec(n).mode != NodeMode::kMig) continue;
+      auto choice = ChooseMigInstance(c, n, r, Demand());
+      if (!choice) continue;
+      if (scores != nullptr) {
+        scores->push_back(
+            NodeScore{n, choice->Primary(), choice->Secondary(), uint32_t{1} << choice->gpu});
+      }
+      if (!best || choice->BetterThan(*best)) {
+        best = choice;
+        best_node = n;
+      }
+    }
+    if (!best) return std::nullopt;
+    return Assignment{best_node, uint32_t{1} << best->gpu, best->start, best->layout};
+  }
+
+  std::unique_ptr<Policy> inner_;
+  const TargetWorkload* workload_;
+};
+
 }  // namespace
 
 std::span<const std::string_view> PolicyNames() { return kNames; }
@@ -35,7 +98,9 @@ Result<std::unique_ptr<Policy>> MakePolicy(std::string_view name, const PolicyOp
   if (name == "binpack") p = MakeBinpack(options);
   if (name == "spread") p = MakeSpread(options);
   if (name == "random") p = MakeRandom(options);
-  if (p) return p;
+  if (p)
+    return std::unique_ptr<Policy>(
+        std::make_unique<MigAwarePolicy>(std::move(p), options.workload));
   std::string names;
   for (std::string_view n : PolicyNames()) {
     if (!names.empty()) names += ", ";

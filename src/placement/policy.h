@@ -18,6 +18,8 @@
 //   binpack     node and GPU binpack (most used first), as HAMi's binpack
 //   spread      node and GPU spread (least used first), as HAMi's spread
 //   random      a uniformly random fitting node and random fitting GPUs
+// MIG requests (one instance of a MIG profile, on `mig` nodes) are placed by one rule under every
+// policy: placement/mig.h's instance choice, the best node by its score.
 // Equal scores go to the first node in list order (what the FGD authors' simulator does; with
 // random tie breaks FGD's published numbers cannot be reproduced), except for random, which
 // draws from the policy's own seeded generator, so a run is reproducible from its seed.

@@ -70,9 +70,12 @@ std::vector<std::pair<int, double>> Fillers(const TargetWorkload& w,
 }
 
 // Whether a request may use the GPUs of nodes like `spec` (model and mode, as Cluster::Fits; not
-// counting GPUs): whole GPUs any mode, a compute share memory+compute, a memory share memory-only.
+// counting GPUs): whole GPUs any mode but MIG, a compute share memory+compute, a memory share
+// memory-only.
 bool MayUse(const Request& r, const NodeSpec& spec) {
-  if (spec.gpu_count == 0 || !r.allowed.Contains(spec.model)) return false;
+  if (spec.gpu_count == 0 || !r.allowed.Contains(spec.model) || spec.mode == NodeMode::kMig) {
+    return false;
+  }
   if (r.whole_gpus()) return true;
   return spec.mode == (r.memory_only() ? NodeMode::kMemoryOnly : NodeMode::kMemoryAndCompute);
 }

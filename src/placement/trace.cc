@@ -6,6 +6,8 @@
 #include <optional>
 #include <sstream>
 
+#include "placement/mig.h"
+
 namespace tessera::placement {
 
 namespace {
@@ -165,6 +167,42 @@ constexpr int64_t kMaxCpuMilli = int64_t{1} << 40;
 constexpr int64_t kMaxMemoryMib = int64_t{1} << 40;
 constexpr int64_t kMaxSeconds = int64_t{1} << 40;  // trace times, in seconds
 
+// A MIG model's memory in MiB, from its full-GPU profile's name ("7g.80gb": 80 GiB).
+int64_t MigModelMemoryMib(const mig::GpuModel& model) {
+  for (const mig::MigProfile& p : model.Profiles()) {
+    if (p.memory_slices != model.memory_slices) continue;
+    const size_t dot = p.name.find('.');
+    int64_t gb = 0;
+    for (size_t i = dot + 1; i < p.name.size() && p.name[i] >= '0' && p.name[i] <= '9'; ++i) {
+      gb = gb * 10 + (p.name[i] - '0');
+    }
+    return gb * 1024;
+  }
+  return 0;
+}
+
+// The mig column of a mig node: "dynamic", "dynamic COUNTS" or "COUNTS"; the layout of each GPU.
+Status ParseMigColumn(const CsvReader& csv, int col, const mig::GpuModel& model, NodeSpec* node) {
+  std::vector<std::string> words;
+  std::istringstream in{std::string(csv.Field(col))};
+  for (std::string w; in >> w;) words.push_back(w);
+  if (!words.empty() && words.front() == "dynamic") {
+    node->mig_relayout = true;
+    words.erase(words.begin());
+  } else if (words.empty()) {
+    return Status::Error(csv.ColumnError(col, "is empty for a mig node",
+                                         "profile counts such as 3g.40gb=1 1g.10gb=4, or dynamic"));
+  }
+  auto counts = mig::ParseProfileCounts(model, words);
+  if (!counts.ok())
+    return Status::Error(csv.ColumnError(col, "is not a layout: " + counts.error(), ""));
+  auto layout = mig::Place(model, *counts);
+  if (!layout.ok())
+    return Status::Error(csv.ColumnError(col, "cannot be cut: " + layout.error(), ""));
+  node->mig_gpus.assign(static_cast<size_t>(node->gpu_count), *layout);
+  return Status::Ok();
+}
+
 Result<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Result<std::string>::Error(path + ": cannot open for reading");
@@ -183,7 +221,7 @@ Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name)
   const int c_sn = csv.Column("sn"), c_cpu = csv.Column("cpu_milli"),
             c_mem = csv.Column("memory_mib"), c_gpu = csv.Column("gpu"),
             c_model = csv.Column("model"), c_mode = csv.Column("mode"),
-            c_gmem = csv.Column("gpu_memory_mib");
+            c_gmem = csv.Column("gpu_memory_mib"), c_mig = csv.Column("mig");
   NodeList list;
   std::map<std::string, int, std::less<>> seen;
   while (csv.NextRow()) {
@@ -213,16 +251,41 @@ Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name)
         node.mode = NodeMode::kMemoryOnly;
       } else if (csv.Field(c_mode) == "whole-gpu") {
         node.mode = NodeMode::kWholeGpus;
+      } else if (csv.Field(c_mode) == "mig") {
+        node.mode = NodeMode::kMig;
       } else if (csv.Field(c_mode) != "memory+compute") {
         return Status::Error(csv.ColumnError(c_mode, "is not a sharing mode",
-                                             "memory+compute, memory-only or whole-gpu"));
+                                             "memory+compute, memory-only, whole-gpu or mig"));
       }
+    }
+    const bool mig_given = c_mig >= 0 && !csv.Field(c_mig).empty();
+    if (mig_given && node.mode != NodeMode::kMig) {
+      return Status::Error(csv.ColumnError(c_mig, "is a MIG layout for a node not in mode mig",
+                                           "empty unless the mode column says mig"));
+    }
+    const mig::GpuModel* mig_model = nullptr;
+    if (node.mode == NodeMode::kMig) {
+      auto found = mig::FindGpuModel(model, "model");
+      if (!found.ok()) return Status::Error(csv.ColumnError(c_model, found.error(), ""));
+      if (node.gpu_count == 0) {
+        return Status::Error(csv.ColumnError(c_gpu, "is 0 for a mig node", "1 or more GPUs"));
+      }
+      if (!mig_given) {
+        return Status::Error(csv.Where() +
+                             ": a mig node needs a mig column (profile counts such "
+                             "as 3g.40gb=1 1g.10gb=4, or dynamic)");
+      }
+      mig_model = *found;
     }
     int64_t gpu_mem = 0;
     if (c_gmem >= 0 && !csv.Field(c_gmem).empty()) {
       auto m = csv.Integer(c_gmem, 1, kMaxMemoryMib);
       if (!m.ok()) return m.status();
       gpu_mem = *m;
+    }
+    if (mig_model != nullptr) {
+      if (gpu_mem == 0) gpu_mem = MigModelMemoryMib(*mig_model);
+      if (Status s = ParseMigColumn(csv, c_mig, *mig_model, &node); !s.ok()) return s;
     }
     if (node.gpu_count > 0) {
       if (model.empty() || model.find('|') != std::string_view::npos) {
@@ -258,7 +321,7 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
             c_milli = csv.Column("gpu_milli"), c_spec = csv.Column("gpu_spec"),
             c_gmem = csv.Column("gpu_mem_mib"), c_core = csv.Column("gpu_core_percent"),
             c_gib = csv.Column("gpu_mem_gib"), c_created = csv.Column("creation_time"),
-            c_deleted = csv.Column("deletion_time");
+            c_deleted = csv.Column("deletion_time"), c_mig = csv.Column("mig_profile");
   // Our own request form (DESIGN §8) instead of the trace's: gpu_core_percent (0..100 in steps
   // of 5) and gpu_mem_gib per GPU.
   const bool share_form = c_milli < 0 && c_core >= 0;
@@ -281,6 +344,7 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
     r.cpu_milli = *cpu;
     r.memory_mib = *mem;
     r.gpu_count = static_cast<int>(*num);
+    const std::string_view mig_profile = c_mig >= 0 ? csv.Field(c_mig) : std::string_view();
     if (share_form) {
       auto core = csv.Integer(c_core, 0, 100);
       if (!core.ok()) return core.status();
@@ -299,12 +363,17 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
                                              "is a GPU share for a pod with num_gpu 0",
                                              "0 when num_gpu is 0"));
       }
-      if (r.gpu_count > 0 && *core == 0 && gib == 0) {
+      if (!mig_profile.empty() && (*core != 0 || gib != 0)) {
+        return Status::Error(csv.ColumnError(*core != 0 ? c_core : c_gib,
+                                             "is a GPU share for a MIG request",
+                                             "0 or empty when mig_profile is given"));
+      }
+      if (r.gpu_count > 0 && *core == 0 && gib == 0 && mig_profile.empty()) {
         return Status::Error(
             csv.ColumnError(c_core, "gives a GPU pod no share",
                             "a gpu_core_percent or a gpu_mem_gib when num_gpu > 0"));
       }
-      if (r.gpu_count > 0) {
+      if (r.gpu_count > 0 && mig_profile.empty()) {
         auto form = RequestFromShareForm(r.cpu_milli, r.memory_mib, r.gpu_count, gib,
                                          static_cast<int>(*core));
         if (!form.ok()) return Status::Error(csv.ColumnError(c_core, form.error(), ""));
@@ -328,7 +397,18 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
       return Status::Error(csv.ColumnError(c_gmem, "is GPU memory for a pod with num_gpu 0",
                                            "empty when num_gpu is 0"));
     }
-    if (!share_form && r.gpu_count > 0 && r.gpu_milli == 0 && r.gpu_mem_mib <= 0) {
+    if (!mig_profile.empty()) {
+      // One instance of a MIG profile: nothing else of a GPU.
+      if (r.gpu_count != 1) {
+        return Status::Error(csv.ColumnError(c_num, "is not 1 for a MIG request",
+                                             "1 (one instance) when mig_profile is given"));
+      }
+      if (!share_form && (r.gpu_milli != 0 || r.gpu_mem_mib > 0)) {
+        return Status::Error(csv.ColumnError(r.gpu_milli != 0 ? c_milli : c_gmem,
+                                             "is a GPU share for a MIG request",
+                                             "0 or empty when mig_profile is given"));
+      }
+    } else if (!share_form && r.gpu_count > 0 && r.gpu_milli == 0 && r.gpu_mem_mib <= 0) {
       return Status::Error(csv.ColumnError(c_milli, "gives a GPU pod no share",
                                            "1 to 1000 (or a gpu_mem_mib) when num_gpu > 0"));
     }
@@ -350,6 +430,11 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
         start = bar + 1;
       }
       r.allowed = allowed;
+    }
+    if (!mig_profile.empty()) {
+      auto m = RequestForMigProfile(r.cpu_milli, r.memory_mib, mig_profile, r.allowed);
+      if (!m.ok()) return Status::Error(csv.ColumnError(c_mig, m.error(), ""));
+      r = *m;
     }
     PodTimes times;
     if (c_created >= 0) {

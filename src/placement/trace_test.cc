@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "placement/mig.h"
+
 namespace tessera::placement {
 namespace {
 
@@ -46,7 +48,7 @@ TEST(NodeCsvTest, OptionalModeAndGpuMemoryColumns) {
   auto bad = ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model,mode\nx,1,1,1,T4,shared\n", "n.csv");
   ASSERT_FALSE(bad.ok());
   ExpectError(bad.error(), "n.csv:2: column 6 (mode): \"shared\"",
-              "memory+compute, memory-only or whole-gpu");
+              "memory+compute, memory-only, whole-gpu or mig");
 }
 
 TEST(NodeCsvTest, RejectsMalformedRowsWithFileLineAndColumn) {
@@ -238,6 +240,90 @@ TEST(PodCsvTest, OurOwnShareForm) {
   bad = ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_spec\n", "pods.csv", models);
   ASSERT_FALSE(bad.ok());
   ExpectError(bad.error(), "pods.csv:1:", "neither \"gpu_milli\" nor \"gpu_core_percent\"");
+}
+
+// MIG nodes: a fixed layout per node, "dynamic" and "dynamic" with a first cut; the model's memory
+// from its full-GPU profile; and every rejection naming the line, column and value.
+TEST(NodeCsvTest, MigNodesAndTheirLayouts) {
+  auto list = ParseNodeCsv(
+      "sn,cpu_milli,memory_mib,gpu,model,mode,mig\n"
+      "m0,64000,262144,2,H100-80GB,mig,3g.40gb=1 2g.20gb=1 1g.10gb=1\n"
+      "m1,64000,262144,4,H100-80GB,mig,dynamic\n"
+      "m2,64000,262144,1,A30,mig,dynamic 2g.12gb=2\n"
+      "t0,32000,65536,2,T4,,\n",
+      "mig.csv");
+  ASSERT_TRUE(list.ok()) << list.error();
+  const NodeSpec& m0 = list->nodes[0];
+  EXPECT_EQ(m0.mode, NodeMode::kMig);
+  ASSERT_EQ(m0.mig_gpus.size(), 2u);
+  EXPECT_EQ(mig::FormatPlacements(m0.mig_gpus[1]), "3g.40gb@0 2g.20gb@4 1g.10gb@6");
+  EXPECT_FALSE(m0.mig_relayout);
+  EXPECT_EQ(list->models.model(m0.model).memory_mib, 80 * 1024);
+  EXPECT_TRUE(list->nodes[1].mig_relayout);
+  EXPECT_EQ(list->nodes[1].mig_gpus.size(), 4u);
+  EXPECT_TRUE(list->nodes[1].mig_gpus[0].instances.empty());
+  EXPECT_TRUE(list->nodes[2].mig_relayout);
+  EXPECT_EQ(mig::FormatPlacements(list->nodes[2].mig_gpus[0]), "2g.12gb@0 2g.12gb@2");
+  EXPECT_EQ(list->models.model(list->nodes[2].model).memory_mib, 24 * 1024);
+  EXPECT_TRUE(list->nodes[3].mig_gpus.empty());
+
+  const std::string header = "sn,cpu_milli,memory_mib,gpu,model,mode,mig\n";
+  auto bad = [&](const std::string& row) {
+    auto r = ParseNodeCsv(header + row + "\n", "m.csv");
+    EXPECT_FALSE(r.ok()) << row;
+    return r.ok() ? std::string() : r.error();
+  };
+  ExpectError(bad("m,1,1,1,V100,mig,dynamic"), "m.csv:2: column 5 (model)",
+              "model=\"V100\": not a MIG-capable GPU model we know; expected one of A30");
+  ExpectError(bad("m,1,1,1,H100-80GB,mig,"), "m.csv:2", "a mig node needs a mig column");
+  ExpectError(bad("m,1,1,1,H100-80GB,mig,3g.45gb=1"), "column 7 (mig): \"3g.45gb=1\"", "3g.45gb");
+  ExpectError(bad("m,1,1,1,H100-80GB,mig,3g.40gb=3"), "column 7 (mig)", "3g.40gb");
+  ExpectError(bad("m,1,1,2,T4,,dynamic"),
+              "column 7 (mig): \"dynamic\" is a MIG layout for a node "
+              "not in mode mig",
+              "empty unless the mode column says mig");
+  ExpectError(bad("m,1,1,0,H100-80GB,mig,dynamic"), "column 4 (gpu): \"0\" is 0 for a mig node",
+              "1 or more GPUs");
+}
+
+TEST(PodCsvTest, MigProfileRequests) {
+  ModelTable models;
+  const int h100 = *models.Intern("H100-80GB", 80 * 1024);
+  auto list = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,mig_profile\n"
+      "a,1000,1024,1,0,,3g.40gb\n"
+      "b,1000,1024,1,0,H100-80GB,1g.10gb+me\n"
+      "c,1000,1024,1,500,,\n",
+      "p.csv", models);
+  ASSERT_TRUE(list.ok()) << list.error();
+  EXPECT_EQ(list->requests[0].mig_profile, MigProfileId("3g.40gb"));
+  EXPECT_EQ(list->requests[0].gpu_count, 1);
+  EXPECT_TRUE(list->requests[1].allowed == ModelSet::Of(h100));
+  EXPECT_FALSE(list->requests[2].mig());
+  const std::string header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,mig_profile\n";
+  auto bad = [&](const std::string& row) {
+    auto r = ParsePodCsv(header + row + "\n", "p.csv", models);
+    EXPECT_FALSE(r.ok()) << row;
+    return r.ok() ? std::string() : r.error();
+  };
+  ExpectError(bad("x,1,1,2,0,3g.40gb"),
+              "p.csv:2: column 4 (num_gpu): \"2\" is not 1 for a MIG request",
+              "1 (one instance) when mig_profile is given");
+  ExpectError(bad("x,1,1,1,300,3g.40gb"),
+              "column 5 (gpu_milli): \"300\" is a GPU share for a MIG "
+              "request",
+              "0 or empty");
+  ExpectError(bad("x,1,1,1,0,3g.45gb"), "column 6 (mig_profile): \"3g.45gb\"",
+              "no GPU model has it; expected one of 1g.6gb");
+  auto share = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_core_percent,gpu_mem_gib,mig_profile\n"
+      "a,1,1,1,0,,7g.80gb\n"
+      "b,1,1,1,0,4,7g.80gb\n",
+      "s.csv", models);
+  ASSERT_FALSE(share.ok());
+  ExpectError(share.error(),
+              "s.csv:3: column 6 (gpu_mem_gib): \"4\" is a GPU share for a MIG request",
+              "0 or empty");
 }
 
 TEST(TraceFileTest, MissingFileIsAnError) {

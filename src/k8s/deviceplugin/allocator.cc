@@ -2,12 +2,14 @@
 // and answering kubelet (see the header for the design).
 #include "k8s/deviceplugin/allocator.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 
 #include "k8s/deviceplugin/cdi.h"
+#include "mps/mps.h"
 
 namespace tessera::k8s {
 namespace {
@@ -59,6 +61,16 @@ NodeMode Allocator::mode() const {
   return mode_;
 }
 
+void Allocator::SetNodeGpus(std::vector<NodeGpu> gpus) {
+  std::lock_guard<std::mutex> lock(mu_);
+  node_gpus_ = std::move(gpus);
+}
+
+bool Allocator::Serves(const std::string& resource) const {
+  if (served_.count(resource) != 0) return true;
+  return mode_ == NodeMode::kMig && MigProfileOfResource(resource, "").ok();
+}
+
 Status Allocator::Save() const { return SaveCheckpoint(config_.checkpoint_path, checkpoint_); }
 
 std::string Allocator::ContainerId(const PodView& pod, const std::string& container) {
@@ -83,7 +95,7 @@ std::string Allocator::ContainerId(const PodView& pod, const std::string& contai
 std::map<std::string, uint64_t> Allocator::Steps(const ContainerView& c) const {
   std::map<std::string, uint64_t> steps;
   for (const auto& [name, quantity] : c.limits) {
-    if (served_.count(name) == 0) continue;
+    if (!Serves(name)) continue;
     auto q = ParseQuantity(quantity, name);
     if (q.ok() && *q > 0) steps[name] = *q;
   }
@@ -161,13 +173,26 @@ std::string Allocator::Waiting(const std::vector<NodePod>& pods) const {
 Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView& container,
                                          const TesseradStatus& status) const {
   const std::string who = "pod " + pod.Key() + " container " + container.name;
-  auto fail = [&](const std::string& why) { return Result<AllocationRecord>::Error(who + ": " + why); };
-  if (mode_ == NodeMode::kMig || mode_ == NodeMode::kMps) {
-    return fail("node " + config_.node + " is in mode " + std::string(NodeModeName(mode_)) +
-                ", which this device plugin does not serve yet (it comes with its own issue)");
-  }
+  auto fail = [&](const std::string& why) {
+    return Result<AllocationRecord>::Error(who + ": " + why);
+  };
   auto req = GpuRequestOf(container);
   if (!req.ok()) return fail(req.error());
+  const std::string mode_text =
+      "node " + config_.node + " is in mode " + std::string(NodeModeName(mode_));
+  if (mode_ == NodeMode::kMig && !req->mig()) {
+    return fail(mode_text + ", which gives a container one MIG instance (" + kResourceMigPrefix +
+                "<profile>: 1); it asks for a share of a GPU");
+  }
+  if (mode_ != NodeMode::kMig && req->mig()) {
+    return fail("asks " + MigResourceName(req->mig_profile) + ", which only mig nodes serve; " +
+                mode_text);
+  }
+  if (mode_ == NodeMode::kMps && req->Gpus() != 1) {
+    return fail(mode_text + ", which gives a container one GPU (that GPU's MPS server); it asks " +
+                std::string(GpuResourceName(GpuResource::kCount, req->ack)) + "=" +
+                std::to_string(req->Gpus()));
+  }
   uint64_t largest = 0;
   for (const TesseradGpu& g : status.gpus) largest = std::max(largest, g.total.count());
   if (req->mem_gib != 0 && req->mem_gib * kBytesPerGiB / req->Gpus() > largest) {
@@ -229,6 +254,9 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
                   kAssignmentAnnotation + " gives it " + FormatBytes(g.mem) + " and " +
                   std::to_string(g.core.value()) + "% of " + g.uuid);
     }
+    if (mode_ == NodeMode::kMig) {
+      if (Status s = CheckMigDevice(g, *req); !s.ok()) return fail(s.message());
+    }
     if (g.core != mine->gpus[0].core) {
       return fail(std::string(kAssignmentAnnotation) + " gives it core_percent " +
                   std::to_string(mine->gpus[0].core.value()) + " and " + std::to_string(g.core.value()) +
@@ -256,8 +284,42 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   if (!user.ok()) return fail(user.error());
   rec.weight = user->weight.value_or(1);
   rec.high_priority = user->high_priority.value_or(false);
-  if (mode_ == NodeMode::kCoreMem && rec.gpus[0].core.value() < 100) rec.core = rec.gpus[0].core;
+  if ((mode_ == NodeMode::kCoreMem || mode_ == NodeMode::kMps) && rec.gpus[0].core.value() < 100) {
+    rec.core = rec.gpus[0].core;
+  }
+  if (mode_ == NodeMode::kMps) {
+    // MPS takes its memory limit in whole MiB: refused here rather than at the container's start.
+    auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, ""}, rec.core, rec.gpus[0].mem);
+    if (!env.ok()) return fail(std::string(kAssignmentAnnotation) + ": " + env.error());
+  }
   return rec;
+}
+
+Status Allocator::CheckMigDevice(const AssignedGpu& g, const GpuRequest& req) const {
+  const NodeGpu* device = nullptr;
+  std::vector<std::string> listed;
+  for (const NodeGpu& n : node_gpus_) {
+    if (!n.mig) continue;
+    listed.push_back(n.uuid + " (" + n.mig->profile + ")");
+    if (n.uuid == g.uuid) device = &n;
+  }
+  if (device == nullptr) {
+    return Status::Error(std::string(kAssignmentAnnotation) + " names " + g.uuid +
+                         ", which is no MIG device of node " + config_.node +
+                         " (its MIG devices: " + (listed.empty() ? "none" : Join(listed, ", ")) +
+                         ")");
+  }
+  if (device->mig->profile != req.mig_profile) {
+    return Status::Error(std::string(kAssignmentAnnotation) + " gives it " + g.uuid + ", a " +
+                         device->mig->profile + " instance, but it asks " +
+                         MigResourceName(req.mig_profile));
+  }
+  if (g.core.value() != 100) {
+    return Status::Error(std::string(kAssignmentAnnotation) +
+                         " core_percent=" + std::to_string(g.core.value()) + " on MIG device " +
+                         g.uuid + "; expected 100: a MIG instance is its container's alone");
+  }
+  return Status::Ok();
 }
 
 Status Allocator::Register(AllocationRecord* rec) const {
@@ -273,8 +335,29 @@ Status Allocator::Register(AllocationRecord* rec) const {
   reg.core = rec->core;
   reg.weight = rec->weight;
   reg.high_priority = rec->high_priority;
-  if (Status s = tesserad_->Register(reg); !s.ok()) return s;
+  auto reply = tesserad_->Register(reg);
+  if (!reply.ok()) return reply.status();
   rec->registered = true;
+  if (mode_ != NodeMode::kMps) return Status::Ok();
+  // An mps node: tesserad must run the GPU's MPS control daemon, whose pipe folder the container
+  // mounts (from the plugin's view of the host, which must be the same path).
+  std::string why;
+  const std::string pipe = mps::PathsFor(reply->mps_root, rec->gpus[0].uuid).pipe_dir;
+  struct stat st {};
+  if (reply->mps_root.empty()) {
+    why = "node " + config_.node + " is in mode mps, but tesserad at " + tesserad_->socket() +
+          " runs no MPS control daemons (start it with --mps)";
+  } else if (stat(pipe.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    why = "tesserad's MPS pipe folder of GPU " + rec->gpus[0].uuid + ", " + pipe +
+          ", is not a folder here (does the device plugin see the host's " + reply->mps_root +
+          " at the same path?)";
+  }
+  if (!why.empty()) {
+    (void)tesserad_->Unregister(rec->id);
+    rec->registered = false;
+    return Status::Error(why + "; the container gets no GPU without MPS on an mps node");
+  }
+  rec->mps_root = reply->mps_root;
   return Status::Ok();
 }
 
@@ -296,6 +379,17 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
     out.mounts.push_back({config_.shim_dir, kContainerShimDir, true});
     out.mounts.push_back({config_.preload_file, kContainerPreload, true});
     out.mounts.push_back({config_.container_socket_dir + "/" + rec.id, kContainerSocketDir, true});
+    if (!rec.mps_root.empty()) {
+      // The MPS client side: the GPU's pipe folder (clients connect to the control socket there)
+      // and the host's shared memory, where MPS clients and their server meet.
+      out.mounts.push_back(
+          {mps::PathsFor(rec.mps_root, rec.gpus[0].uuid).pipe_dir, kContainerMpsPipeDir, false});
+      out.mounts.push_back({kContainerShm, kContainerShm, false});
+      auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, ""}, rec.core, rec.gpus[0].mem);
+      for (const std::string& kv : env.ok() ? *env : std::vector<std::string>{}) {
+        out.env.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+      }
+    }
     if (sim) {
       const std::string lib = std::string(kContainerSimDir) + "/libtessera-simgpu.so";
       out.mounts.push_back({config_.sim_library, lib, true});
@@ -334,7 +428,7 @@ ContainerResponse Allocator::Response(const AllocationRecord& rec) const {
 Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
                                               const std::vector<std::string>& ids) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (served_.count(resource) == 0) {
+  if (!Serves(resource)) {
     return Result<ContainerResponse>::Error("Allocate of " + resource + ": node " + config_.node +
                                             " in mode " + std::string(NodeModeName(mode_)) +
                                             " does not serve it");

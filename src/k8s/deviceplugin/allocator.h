@@ -5,8 +5,8 @@
 // node; a batch of several by creation time), and calls Allocate for the pod's containers in order
 // (init containers first), each container once per resource it asks for. So the call for resource
 // R with n devices belongs to the first pod, in that order, whose next container asking for R
-// (the first whose R is not allocated yet) asks for n: a pod already under way comes first, then the
-// others by bind order (the plugin's own watch of pods on the node sees bindings in the order
+// (the first whose R is not allocated yet) asks for n: a pod already under way comes first, then
+// the others by bind order (the plugin's own watch of pods on the node sees bindings in the order
 // kubelet's does). The choice is exact whenever only one waiting pod matches, which is the case
 // unless pods with identical requests were bound together; then kubelet's order decides, the
 // record keeps the others' names, and the reconciler checks the choice against the cgroups of the
@@ -15,10 +15,15 @@
 //
 // What a container gets comes only from its pod's tessera.io/assignment (checked against the
 // node's GPUs, the container's request and the node's mode); a pod without one fails, never runs
-// on an unisolated GPU. In core_mem and mem modes the container is registered with tesserad
-// (memory cap per GPU, 0 on the node's other GPUs, core percent, weight, priority) and gets its
-// socket folder, the shims, /etc/ld.so.preload and TESSERA_* environment; in share and exclusive
-// modes only its GPUs (NVIDIA_VISIBLE_DEVICES); with CDI, the same as CDI devices.
+// on an unisolated GPU. In core_mem, mem, mig and mps modes the container is registered with
+// tesserad (memory cap per device, 0 on the node's other devices, core percent, weight, priority)
+// and gets its socket folder, the shims, /etc/ld.so.preload and TESSERA_* environment; in share and
+// exclusive modes only its GPUs (NVIDIA_VISIBLE_DEVICES); with CDI, the same as CDI devices.
+// On a mig node a container asks one MIG instance (tessera.io/mig-<profile>: 1) and its
+// assignment names one MIG device of that profile, registered with tesserad as a device of its
+// own (TESSERA_VISIBLE_DEVICES=MIG-...). On an mps node a container gets one GPU, and besides the
+// above its GPU's MPS pipe folder (tesserad --mps tells where, in its CONTAINER reply), the host's
+// /dev/shm and the MPS client environment (mps::MpsClientEnvironment, as `tessera run` gives).
 //
 // Thread-safety: one mutex; Allocate, Prefer, PreStart and the reconciler's calls serialise.
 #pragma once
@@ -46,6 +51,9 @@ inline constexpr char kContainerShimDir[] = "/usr/local/tessera/lib";
 inline constexpr char kContainerSimDir[] = "/usr/local/tessera/sim";
 inline constexpr char kContainerSocketDir[] = "/run/tessera";
 inline constexpr char kContainerPreload[] = "/etc/ld.so.preload";
+// mps nodes: where a container sees its GPU's MPS pipe folder, and the shared memory MPS uses.
+inline constexpr char kContainerMpsPipeDir[] = "/run/tessera-mps";
+inline constexpr char kContainerShm[] = "/dev/shm";
 // tesserad container ids of the plugin's containers start with this.
 inline constexpr char kContainerIdPrefix[] = "k8s.";
 
@@ -106,6 +114,8 @@ class Allocator {
   Status Load();
   void SetMode(NodeMode mode, ResourceNames names);
   NodeMode mode() const;
+  // The node's devices as last seen (a mig node's carry their MIG profile).
+  void SetNodeGpus(std::vector<NodeGpu> gpus);
 
   // kubelet's Allocate of `ids` of `resource` for one container.
   Result<ContainerResponse> Allocate(const std::string& resource,
@@ -141,6 +151,8 @@ class Allocator {
     int container = -1;  // index into pod->view.containers
     std::vector<std::string> also;
   };
+  // Whether `resource` is one this node serves (every tessera.io/mig-<profile> on a mig node).
+  bool Serves(const std::string& resource) const;
   // The requested quantity of each served resource of `c` (unparseable ones left out).
   std::map<std::string, uint64_t> Steps(const ContainerView& c) const;
   std::optional<Match> Attribute(const std::string& resource, size_t n,
@@ -151,7 +163,10 @@ class Allocator {
   // The environment and mounts a registered container needs (the answer's, or its CDI spec's).
   CdiEdits Edits(const AllocationRecord& record) const;
   ContainerResponse Response(const AllocationRecord& record) const;
-  // Registers the container with tesserad: its caps on its GPUs, 0 bytes on the node's others.
+  // The MIG-mode checks of one assigned device: a MIG device of the node, of the profile asked.
+  Status CheckMigDevice(const AssignedGpu& gpu, const GpuRequest& request) const;
+  // Registers the container with tesserad: its caps on its GPUs, 0 bytes on the node's others;
+  // on an mps node also checks that tesserad runs MPS there and records its folder.
   Status Register(AllocationRecord* record) const;
   Status Save() const;
 
@@ -162,6 +177,7 @@ class Allocator {
   mutable std::mutex mu_;
   NodeMode mode_ = NodeMode::kCoreMem;
   std::set<std::string> served_;
+  std::vector<NodeGpu> node_gpus_;
   Checkpoint checkpoint_;
   std::set<std::string> release_failing_;  // ids whose release failed (reported once)
 };

@@ -66,6 +66,7 @@ Result<Checkpoint> LoadCheckpoint(const std::string& path) {
       rec.high_priority = r.value("high_priority", false);
       rec.registered = r.value("registered", false);
       rec.cdi_file = r.value("cdi_file", "");
+      rec.mps_root = r.value("mps_root", "");
       rec.also_waiting = r.value("also_waiting", std::vector<std::string>{});
       out.records.push_back(std::move(rec));
     }
@@ -100,6 +101,7 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
                        {"high_priority", r.high_priority},
                        {"registered", r.registered},
                        {"cdi_file", r.cdi_file},
+                       {"mps_root", r.mps_root},
                        {"also_waiting", r.also_waiting}});
   }
   const json doc = {{"version", kCheckpointVersion}, {"records", records}, {"rejected", c.rejected}};

@@ -37,6 +37,7 @@ struct AllocationRecord {
   bool high_priority = false;
   bool registered = false;  // registered with tesserad (isolating modes)
   std::string cdi_file;     // the CDI spec written for it, if any
+  std::string mps_root;     // mps nodes: tesserad's MPS folder when it was registered
   // Other pods that were waiting with the same request when this one was chosen by kubelet's
   // admission order; the reconciler checks the choice against the processes' cgroups.
   std::vector<std::string> also_waiting;

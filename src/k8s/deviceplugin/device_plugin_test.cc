@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <thread>
@@ -576,6 +577,236 @@ TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
   EXPECT_TRUE(WaitUntil([&] {
     return stat((cdi_dir_ + "/tessera.io-container-" + IdOf(pod, "c") + ".json").c_str(), &st) != 0;
   }, 5s)) << "the CDI spec outlived the pod";
+}
+
+// ---- mig nodes ---------------------------------------------------------------------------------
+
+// A mig node: one simulated H100 of 8 GiB in MIG mode, cut before tesserad starts (as an operator
+// would) by the real `tessera mig apply` through simgpu's NVML into 3g.40gb@0 (4 GiB) and
+// 1g.10gb@4 and @5 (1 GiB each). The GPU is named after its model, as the plugin knows a MIG
+// GPU's model by its product name (mig::GpuModelFromProductName).
+class MigNodeTest : public DevicePluginTest {
+ protected:
+  MigNodeTest() : DevicePluginTest("H100-80GB:8GiB:132:mig=H100-80GB", {}) {
+    labels_ = {{kScheduleLabel, "mig"}};
+  }
+  void SetUp() override {
+    std::string env;
+    for (const std::string& e : node_.SimEnv()) env += e + " ";
+    const auto [status, out] = process::RunShell(env + "'" + BuildDir() +
+                                                 "/bin/tessera' mig apply --sim --gpu H100-80GB "
+                                                 "3g.40gb=1 1g.10gb=2 2>&1");
+    ASSERT_EQ(status, 0) << out;
+    DevicePluginTest::SetUp();
+  }
+  // The node's inventory once the plugin has published its three MIG devices.
+  GpuInventory Inventory() {
+    GpuInventory inv;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          auto node = api_.GetNode(kNode);
+          if (!node) return false;
+          auto text = (*node)["metadata"]
+                          .value("annotations", Json::object())
+                          .value(kInventoryAnnotation, "");
+          auto parsed = ParseGpuInventory(text);
+          if (!parsed.ok() || parsed->gpus.size() != 3) return false;
+          inv = *parsed;
+          return true;
+        },
+        30s))
+        << "no inventory of three MIG devices";
+    return inv;
+  }
+  static const InventoryGpu* At(const GpuInventory& inv, const std::string& profile, int start) {
+    for (const InventoryGpu& g : inv.gpus) {
+      if (g.mig && g.mig->profile == profile && g.mig->start == start) return &g;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(MigNodeTest, EachProfileIsAResourceAndAPodGetsItsInstanceAndStopsAtIt) {
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForState(
+      "tessera.io/mig-1g.10gb", 30s,
+      [](const TestKubelet::PluginState& s) { return s.connected && s.devices.size() == 2; }));
+  ASSERT_TRUE(kubelet_->WaitForState(
+      "tessera.io/mig-3g.40gb", 30s,
+      [](const TestKubelet::PluginState& s) { return s.connected && s.devices.size() == 1; }));
+  EXPECT_EQ(kubelet_->Resources(),
+            (std::vector<std::string>{"tessera.io/mig-1g.10gb", "tessera.io/mig-3g.40gb"}))
+      << "a mig node serves its instances only, no shares";
+  const GpuInventory inv = Inventory();
+  EXPECT_EQ(inv.mode, NodeMode::kMig);
+  const InventoryGpu* three = At(inv, "3g.40gb", 0);
+  const InventoryGpu* small = At(inv, "1g.10gb", 5);
+  ASSERT_NE(three, nullptr);
+  ASSERT_NE(small, nullptr);
+  ASSERT_NE(At(inv, "1g.10gb", 4), nullptr);
+  EXPECT_EQ(three->memory, Bytes(4 * kGiB));
+  EXPECT_EQ(small->memory, Bytes(kGiB));
+  EXPECT_EQ(small->mig->model, "H100-80GB");
+  EXPECT_EQ(small->mig->gpu.rfind("GPU-", 0), 0u);
+  EXPECT_EQ(small->uuid.rfind("MIG-", 0), 0u);
+  const auto devices = kubelet_->Resource("tessera.io/mig-1g.10gb")->devices;
+  EXPECT_TRUE(std::any_of(devices.begin(), devices.end(), [&](const auto& d) {
+    return d.first == small->uuid;
+  })) << "device IDs are the MIG UUIDs";
+
+  // The extender chose the instance at slot 5; kubelet is steered to it, the container runs on it.
+  const Json pod = Place(PodJson("team", "small", {{"app", {{"tessera.io/mig-1g.10gb", "1"}}}}),
+                         {{"app", {{small->uuid, kGiB, 100}}}});
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  const TestKubelet::ContainerAllocation& a = (*admitted)[0];
+  EXPECT_EQ(a.device_ids.at("tessera.io/mig-1g.10gb"), std::vector<std::string>{small->uuid});
+  EXPECT_EQ(a.envs.at("TESSERA_VISIBLE_DEVICES"), small->uuid);
+  EXPECT_EQ(a.envs.at("NVIDIA_VISIBLE_DEVICES"), small->uuid);
+  // The process sees the instance's 1 GiB, and allocating stops there.
+  ChildProcess* meminfo = Run(pod, a, {Tenant("shim_tenant"), "meminfo"});
+  EXPECT_EQ(meminfo->WaitForKey("total", 30s), std::to_string(kGiB));
+  EXPECT_EQ(meminfo->Wait(20s), 0);
+  ChildProcess* oom = Run(pod, a, {Tenant("shim_tenant"), "alloc-until-oom", "64"});
+  EXPECT_EQ(oom->WaitForKey("allocated", 30s), std::to_string(kGiB));
+  EXPECT_EQ(oom->values().at("failure"), "2");
+  oom->CloseStdin();
+  EXPECT_EQ(oom->Wait(20s), 0);
+  // tesserad holds the container on that MIG device alone.
+  const TesseradContainer* c = InTesserad(IdOf(pod, "app"));
+  ASSERT_NE(c, nullptr);
+  const TesseradGpu* device = status_.Gpu(small->uuid);
+  ASSERT_NE(device, nullptr);
+  for (size_t i = 0; i < c->limits.size(); ++i) {
+    EXPECT_EQ(c->limits[i], Bytes(static_cast<int>(i) == device->index ? kGiB : 0)) << i;
+  }
+  EXPECT_EQ(c->core_percent, 100u);
+  EXPECT_TRUE(WaitUntil([&] { return PodAllocated(pod); }, 10s));
+}
+
+TEST_F(MigNodeTest, AnAssignmentOfAnotherProfileOrAShareOfAnInstanceIsRefusedByName) {
+  StartPlugin();
+  ASSERT_TRUE(kubelet_->WaitForResource("tessera.io/mig-1g.10gb", 30s));
+  const GpuInventory inv = Inventory();
+  const InventoryGpu* three = At(inv, "3g.40gb", 0);
+  const InventoryGpu* small = At(inv, "1g.10gb", 4);
+  ASSERT_NE(three, nullptr);
+  ASSERT_NE(small, nullptr);
+  const Json wrong = Place(PodJson("ns", "wrong", {{"c", {{"tessera.io/mig-1g.10gb", "1"}}}}),
+                           {{"c", {{three->uuid, kGiB, 100}}}});
+  auto refused = Admit(wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(),
+              HasSubstr("gives it " + three->uuid +
+                        ", a 3g.40gb instance, but it asks tessera.io/mig-1g.10gb"));
+  const Json shared = Place(PodJson("ns", "shared", {{"c", {{"tessera.io/mig-1g.10gb", "1"}}}}),
+                            {{"c", {{small->uuid, kGiB, 50}}}});
+  refused = Admit(shared);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(),
+              HasSubstr("core_percent=50 on MIG device " + small->uuid + "; expected 100"));
+  EXPECT_EQ(node_.Status().containers.size(), 0u) << "nothing was registered";
+}
+
+// ---- mps nodes ---------------------------------------------------------------------------------
+
+// An mps node: tesserad --mps runs one control daemon per GPU; here that program is
+// mps_control_standin, a STAND-IN for nvidia-cuda-mps-control (it keeps the pid file and records
+// what it is asked; it runs nothing on a GPU), since the real one needs an NVIDIA driver.
+std::string NewMpsDir() { return "/tmp/" + process::UniqueName("k8smps"); }
+
+class MpsNodeTest : public DevicePluginTest {
+ protected:
+  explicit MpsNodeTest(std::string dir = NewMpsDir())
+      : DevicePluginTest("SimA:16GiB:80,SimA:16GiB:80",
+                         {"--mps", "--mps-control", BuildDir() + "/tests/mps_control_standin",
+                          "--mps-dir", dir}),
+        mps_dir_(std::move(dir)) {
+    labels_ = {{kScheduleLabel, "mps"}};
+  }
+  void TearDown() override {
+    DevicePluginTest::TearDown();
+    node_.Stop();  // quits the control daemons before their folders go
+    std::system(("rm -rf '" + mps_dir_ + "'").c_str());
+  }
+  std::string mps_dir_;
+};
+
+TEST_F(MpsNodeTest, AContainerIsAnMpsClientOfItsGpusServerWithItsLimits) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu1 = node_.Uuid(1);
+  const Json pod =
+      Place(PodJson("team", "infer",
+                    {{"app", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "30"}}}}),
+            {{"app", {{gpu1, 2 * kGiB, 30}}}});
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  const TestKubelet::ContainerAllocation& a = (*admitted)[0];
+  // The environment `tessera run` gives an MPS client (mps::MpsClientEnvironment)...
+  EXPECT_EQ(a.envs.at("CUDA_MPS_PIPE_DIRECTORY"), kContainerMpsPipeDir);
+  EXPECT_EQ(a.envs.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
+  EXPECT_EQ(a.envs.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=2048M");
+  EXPECT_EQ(a.envs.at("TESSERA_VISIBLE_DEVICES"), gpu1);
+  // ...its GPU's pipe folder and the host's shared memory, writable.
+  const std::string pipe = mps_dir_ + "/" + gpu1 + "/pipe";
+  auto mounted = [&](const std::string& host, const std::string& path) {
+    return std::any_of(a.mounts.begin(), a.mounts.end(), [&](const TestKubelet::Mount& m) {
+      return m.host_path == host && m.container_path == path && !m.read_only;
+    });
+  };
+  EXPECT_TRUE(mounted(pipe, kContainerMpsPipeDir));
+  EXPECT_TRUE(mounted(kContainerShm, kContainerShm));
+  // In the container, the pipe folder is the one the GPU's control daemon keeps its pid file in.
+  std::ifstream pid_file(pipe + "/nvidia-cuda-mps-control.pid");
+  std::string daemon_pid;
+  ASSERT_TRUE(pid_file >> daemon_pid) << "tesserad started no control daemon for " << gpu1;
+  ChildProcess* looker =
+      Run(pod, a,
+          {"/bin/sh", "-c",
+           "echo pid=$(cat \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\")"});
+  EXPECT_EQ(looker->WaitForKey("pid", 30s), daemon_pid);
+  EXPECT_EQ(looker->Wait(20s), 0);
+  // The ledger still enforces the cap on top of MPS.
+  ChildProcess* oom = Run(pod, a, {Tenant("shim_tenant"), "alloc-until-oom", "64"});
+  EXPECT_EQ(oom->WaitForKey("allocated", 30s), std::to_string(2 * kGiB));
+  oom->CloseStdin();
+  EXPECT_EQ(oom->Wait(20s), 0);
+  const TesseradContainer* c = InTesserad(IdOf(pod, "app"));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->limits[1], Bytes(2 * kGiB));
+  EXPECT_EQ(c->limits[0], Bytes(0));
+}
+
+TEST_F(MpsNodeTest, AContainerAskingTwoGpusIsRefused) {
+  StartPlugin();
+  WaitServing();
+  const Json pod =
+      Place(PodJson("ns", "two", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
+            {{"c", {{node_.Uuid(0), 16 * kGiB, 100}, {node_.Uuid(1), 16 * kGiB, 100}}}});
+  auto refused = Admit(pod);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(),
+              HasSubstr("is in mode mps, which gives a container one GPU (that GPU's "
+                        "MPS server); it asks tessera.io/gpu-count=2"));
+}
+
+// A node labelled mps whose tesserad runs without --mps: no container is set up half-way.
+class MpsLabelWithoutMpsTest : public DevicePluginTest {
+ protected:
+  MpsLabelWithoutMpsTest() { labels_ = {{kScheduleLabel, "mps"}}; }
+};
+
+TEST_F(MpsLabelWithoutMpsTest, AllocateSaysTesseradRunsNoMps) {
+  StartPlugin();
+  WaitServing();
+  const Json pod = Place(PodJson("ns", "nomps", {{"c", {{"tessera.io/gpu-mem", "1"}}}}),
+                         {{"c", {{node_.Uuid(0), kGiB, 100}}}});
+  auto refused = Admit(pod);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("is in mode mps, but tesserad at " + node_.socket() +
+                                         " runs no MPS control daemons (start it with --mps)"));
+  EXPECT_EQ(node_.Status().containers.size(), 0u) << "the registration was taken back";
 }
 
 // 30 % beside 70 % of one GPU, measured by the tenants' own kernels over 10 s (label timing).

@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
   std::string interval_text = "1s";
   std::string grace_text = "10s";
   std::string proc_root = "/proc";
+  std::string nvml = Env("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
   bool cdi = false, sim = false;
   app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
   app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: the pod's service account)");
@@ -87,6 +88,9 @@ int main(int argc, char** argv) {
   app.add_flag("--sim", sim, "a simulated node: hand pods simgpu and $TESSERA_SIM_STATE/$TESSERA_SIM_GPUS");
   app.add_option("--reconcile-interval", interval_text, "how often to reconcile (100ms to 1m)");
   app.add_option("--proc-root", proc_root, "the host's /proc (to read processes' cgroups)");
+  app.add_option("--nvml", nvml,
+                 "NVML library a mig node's MIG devices are read from (default: $TESSERA_REAL_NVML "
+                 "or /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; with --sim, simgpu's)");
   app.add_option("--unhealthy-after", grace_text,
                  "tesserad unreachable this long marks the GPUs unhealthy (1s to 10m)");
   CLI11_PARSE(app, argc, argv);
@@ -108,6 +112,10 @@ int main(int argc, char** argv) {
     if (!p.ok()) return Fail(p.error());
   }
   if (auto p = ParseSocketPath(tesserad_socket, "--tesserad-socket"); !p.ok()) return Fail(p.error());
+  if (sim) nvml = process::ExecutableDir() + "/../lib/libtessera-simgpu.so";
+  if (nvml.empty() || nvml[0] != '/') {
+    return Fail("--nvml=\"" + nvml + "\": expected an absolute path of libnvidia-ml.so.1");
+  }
 
   // The state folder: the shims and the preload list pods mount (host paths kubelet can bind).
   PluginOptions options;
@@ -118,6 +126,7 @@ int main(int argc, char** argv) {
   options.reconcile_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*interval);
   options.proc_root = proc_root;
   options.unhealthy_after = std::chrono::duration_cast<std::chrono::seconds>(*grace);
+  options.nvml_library = nvml;
   AllocatorConfig& a = options.allocator;
   a.node = node;
   a.checkpoint_path = state_dir + "/checkpoint.json";

@@ -1,6 +1,8 @@
 // The resources and device lists a node advertises.
 #include "k8s/deviceplugin/node_devices.h"
 
+#include <algorithm>
+
 namespace tessera::k8s {
 
 Result<ResourceNames> ParseResourceNames(std::string_view text) {
@@ -11,24 +13,32 @@ Result<ResourceNames> ParseResourceNames(std::string_view text) {
                                       "\": expected tessera, aliyun or both");
 }
 
-bool ModeIsolates(NodeMode mode) { return mode == NodeMode::kCoreMem || mode == NodeMode::kMem; }
+bool ModeIsolates(NodeMode mode) {
+  return mode != NodeMode::kShare && mode != NodeMode::kExclusive;
+}
 
-std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names) {
+std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names,
+                                         const std::vector<NodeGpu>& gpus) {
   std::vector<GpuResource> dims;
+  std::vector<std::string> out;
   switch (mode) {
     case NodeMode::kCoreMem:
     case NodeMode::kMem:
     case NodeMode::kShare:
+    case NodeMode::kMps:
       dims = {GpuResource::kMem, GpuResource::kCore, GpuResource::kCount};
       break;
     case NodeMode::kExclusive:
       dims = {GpuResource::kCount};
       break;
     case NodeMode::kMig:
-    case NodeMode::kMps:
-      break;
+      for (const NodeGpu& g : gpus) {
+        if (g.mig) out.push_back(MigResourceName(g.mig->profile));
+      }
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      return out;
   }
-  std::vector<std::string> out;
   for (GpuResource d : dims) {
     if (names != ResourceNames::kAliyun) out.emplace_back(GpuResourceName(d, false));
     if (names != ResourceNames::kTessera) out.emplace_back(GpuResourceName(d, true));
@@ -39,6 +49,12 @@ std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names) {
 std::vector<Device> DevicesOf(const std::string& resource, NodeMode mode,
                               const std::vector<NodeGpu>& gpus) {
   std::vector<Device> out;
+  if (mode == NodeMode::kMig) {
+    for (const NodeGpu& g : gpus) {
+      if (g.mig && MigResourceName(g.mig->profile) == resource) out.push_back({g.uuid, g.healthy});
+    }
+    return out;
+  }
   auto dim = GpuResourceOf(resource);
   if (!dim) return out;
   for (const NodeGpu& g : gpus) {
@@ -66,6 +82,7 @@ std::vector<Device> DevicesOf(const std::string& resource, NodeMode mode,
 }
 
 std::optional<std::string> GpuOfDevice(const std::string& id) {
+  if (id.rfind("MIG-", 0) == 0) return id;  // a MIG device: its UUID
   const size_t dash = id.rfind('-');
   if (dash == std::string::npos || dash + 2 > id.size()) return std::nullopt;
   const char tag = id[dash + 1];
@@ -80,7 +97,13 @@ std::optional<std::string> GpuOfDevice(const std::string& id) {
 GpuInventory InventoryOf(NodeMode mode, const std::vector<NodeGpu>& gpus) {
   GpuInventory inv;
   inv.mode = mode;
-  for (const NodeGpu& g : gpus) inv.gpus.push_back({g.index, g.uuid, g.model, g.memory, g.healthy});
+  for (const NodeGpu& g : gpus) {
+    // A MIG device whose profile NVML did not give takes no pod; the inventory says what does.
+    if (mode == NodeMode::kMig && !g.mig && g.uuid.rfind("MIG-", 0) == 0) continue;
+    // MIG parts only on a mig node (a node just relabelled may still carry them).
+    inv.gpus.push_back({g.index, g.uuid, g.model, g.memory, g.healthy,
+                        mode == NodeMode::kMig ? g.mig : std::nullopt});
+  }
   return inv;
 }
 

@@ -6,7 +6,9 @@
 // container gets is the extender's decision in tessera.io/assignment, never the IDs. An 8-GPU node
 // of 141 GiB GPUs thus lists 1128 gpu-mem devices, about 60 KB per ListAndWatch message, where a
 // MiB unit would be 1.2 M devices and overflow kubelet's 4 MiB gRPC limit (gpushare's failure).
-// Pure functions; no I/O.
+// A `mig` node serves one resource per MIG profile present (tessera.io/mig-<profile>), one device
+// per MIG device, its ID the MIG- UUID: there the ID is the instance, and the assignment must name
+// the same profile. An `mps` node serves the shares of a core_mem node. Pure functions; no I/O.
 #pragma once
 
 #include <optional>
@@ -30,14 +32,17 @@ struct NodeGpu {
   Bytes memory;
   uint32_t max_inst = 16;
   bool healthy = true;
+  std::optional<InventoryMig> mig{};  // a MIG device (its GPU, model, profile and start)
 
   bool operator==(const NodeGpu&) const = default;
 };
 
-// The extended resources a node in `mode` serves (the names kubelet will call Allocate for).
-// mig and mps serve none yet: they come with their own issue.
-std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names);
-// True when the mode isolates through the shim and tesserad (core_mem, mem).
+// The extended resources a node in `mode` with `gpus` serves (the names kubelet will call
+// Allocate for): on a mig node one per MIG profile among `gpus`, in name order; `names` (ACK's
+// spellings) applies to the share resources only.
+std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names,
+                                         const std::vector<NodeGpu>& gpus = {});
+// True when the mode isolates through the shim and tesserad (core_mem, mem, mig, mps).
 bool ModeIsolates(NodeMode mode);
 
 struct Device {
@@ -47,9 +52,11 @@ struct Device {
 // The devices of `resource` on a node in `mode`.
 std::vector<Device> DevicesOf(const std::string& resource, NodeMode mode,
                               const std::vector<NodeGpu>& gpus);
-// The GPU UUID a device ID names, or nullopt for an ID of no GPU of ours.
+// The GPU UUID a device ID names (a MIG device's ID is its UUID), or nullopt for an ID of no GPU
+// of ours.
 std::optional<std::string> GpuOfDevice(const std::string& device_id);
 
+// The node's tessera.io/gpu-inventory (a mig node's leaves out MIG devices without a profile).
 GpuInventory InventoryOf(NodeMode mode, const std::vector<NodeGpu>& gpus);
 
 }  // namespace tessera::k8s

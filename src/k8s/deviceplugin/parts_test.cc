@@ -31,10 +31,14 @@ TEST(NodeDevices, EachModeServesItsResourcesInTheSpellingsAsked) {
             (std::vector<std::string>{"tessera.io/gpu-count", "aliyun.com/gpu-count"}));
   EXPECT_EQ(ServedResources(NodeMode::kMem, ResourceNames::kAliyun),
             (std::vector<std::string>{"aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu-count"}));
-  EXPECT_TRUE(ServedResources(NodeMode::kMig, ResourceNames::kBoth).empty());
-  EXPECT_TRUE(ServedResources(NodeMode::kMps, ResourceNames::kTessera).empty());
+  EXPECT_TRUE(ServedResources(NodeMode::kMig, ResourceNames::kBoth).empty()) << "no MIG device yet";
+  EXPECT_EQ(ServedResources(NodeMode::kMps, ResourceNames::kTessera),
+            ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera));
   EXPECT_TRUE(ModeIsolates(NodeMode::kMem));
+  EXPECT_TRUE(ModeIsolates(NodeMode::kMig));
+  EXPECT_TRUE(ModeIsolates(NodeMode::kMps));
   EXPECT_FALSE(ModeIsolates(NodeMode::kShare));
+  EXPECT_FALSE(ModeIsolates(NodeMode::kExclusive));
   EXPECT_EQ(ParseResourceNames("both").value(), ResourceNames::kBoth);
   EXPECT_EQ(ParseResourceNames("ack").error(), "--resource-names=\"ack\": expected tessera, aliyun or both");
 }
@@ -61,6 +65,40 @@ TEST(NodeDevices, OneDevicePerUnitWithTheGpuInItsId) {
   EXPECT_EQ(inv.mode, NodeMode::kMem);
   EXPECT_FALSE(inv.gpus[1].healthy);
   EXPECT_EQ(inv.gpus[0].memory, Bytes(151397597184));
+}
+
+// A mig node: one resource per profile present, one device per MIG device, its ID the MIG UUID;
+// a MIG device tesserad lists but NVML gave no profile for is not served.
+TEST(NodeDevices, AMigNodeServesEachProfileItHasWithTheMigUuidsAsIds) {
+  const std::string mig0 = "MIG-11111111-2222-4333-8444-555555555555";
+  const std::string mig1 = "MIG-11111111-2222-4333-8444-555555555556";
+  const std::string mig2 = "MIG-11111111-2222-4333-8444-555555555557";
+  const std::string mig3 = "MIG-11111111-2222-4333-8444-c00000000001";
+  const std::vector<NodeGpu> gpus = {{0, mig0, "H100 MIG 3g.40gb", Bytes(40ull << 30), 16, true,
+                                      InventoryMig{kUuid, "H100-80GB", "3g.40gb", 0}},
+                                     {1, mig1, "H100 MIG 1g.10gb+me", Bytes(10ull << 30), 16, true,
+                                      InventoryMig{kUuid, "H100-80GB", "1g.10gb+me", 4}},
+                                     {2, mig2, "H100 MIG 1g.10gb", Bytes(10ull << 30), 16, false,
+                                      InventoryMig{kUuid, "H100-80GB", "1g.10gb", 5}},
+                                     {3, mig3, "H100 MIG ?", Bytes(10ull << 30), 16, true}};
+  EXPECT_EQ(ServedResources(NodeMode::kMig, ResourceNames::kBoth, gpus),
+            (std::vector<std::string>{"tessera.io/mig-1g.10gb", "tessera.io/mig-1g.10gb.me",
+                                      "tessera.io/mig-3g.40gb"}));
+  const std::vector<Device> three = DevicesOf("tessera.io/mig-3g.40gb", NodeMode::kMig, gpus);
+  ASSERT_EQ(three.size(), 1u);
+  EXPECT_EQ(three[0].id, mig0);
+  const std::vector<Device> one = DevicesOf("tessera.io/mig-1g.10gb", NodeMode::kMig, gpus);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_FALSE(one[0].healthy);
+  EXPECT_TRUE(DevicesOf("tessera.io/gpu-mem", NodeMode::kMig, gpus).empty());
+  EXPECT_EQ(GpuOfDevice(mig3), mig3) << "a MIG UUID ending in c<digits> is no gpu-core unit";
+  const GpuInventory inv = InventoryOf(NodeMode::kMig, gpus);
+  ASSERT_EQ(inv.gpus.size(), 3u) << "the device without a profile is left out";
+  EXPECT_EQ(inv.gpus[1].mig->profile, "1g.10gb+me");
+  EXPECT_TRUE(ParseGpuInventory(WriteGpuInventory(inv)).ok());
+  const GpuInventory relabelled = InventoryOf(NodeMode::kCoreMem, gpus);
+  EXPECT_FALSE(relabelled.gpus[0].mig.has_value()) << "no MIG parts once the node left mode mig";
+  EXPECT_TRUE(ParseGpuInventory(WriteGpuInventory(relabelled)).ok());
 }
 
 TEST(PodCgroup, FindsThePodInEveryDriversLayout) {
@@ -111,6 +149,7 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatItCannotRead) {
   r.registered = true;
   r.cdi_file = "/var/run/cdi/x.json";
   r.also_waiting = {"ns/other"};
+  r.mps_root = "/run/tessera/mps";
   c.records.push_back(r);
   c.rejected["v"] = "why";
   ASSERT_TRUE(SaveCheckpoint(path, c).ok());

@@ -278,7 +278,10 @@ class DevicePluginServer::ResourceServer final : public pb::DevicePlugin::Servic
 };
 
 DevicePluginServer::DevicePluginServer(PluginOptions options, ApiClient* api)
-    : options_(std::move(options)), api_(api), tesserad_(options_.tesserad_socket) {}
+    : options_(std::move(options)),
+      api_(api),
+      tesserad_(options_.tesserad_socket),
+      mig_lister_(options_.nvml_library) {}
 
 DevicePluginServer::~DevicePluginServer() { Stop(); }
 
@@ -365,6 +368,7 @@ void DevicePluginServer::ApplyNode(const Json& node) {
     }
     now = mode_;
   }
+  if (changed) reconcile_now_.store(true);  // a mig node reads its MIG devices
   if (!mode.ok()) {
     events_->NodeEvent(view->uid, "TesseraBadLabel",
                        mode.error() + (now ? "; the node stays in mode " + std::string(NodeModeName(*now))
@@ -382,10 +386,32 @@ void DevicePluginServer::SetGpus(std::vector<NodeGpu> gpus) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (gpus == gpus_) return;
-    gpus_ = std::move(gpus);
+    gpus_ = gpus;
     ++devices_version_;
   }
+  allocator_->SetNodeGpus(std::move(gpus));
   wake_.notify_all();
+}
+
+void DevicePluginServer::AddMigParts(std::vector<NodeGpu>* gpus) {
+  std::string key;
+  for (const NodeGpu& g : *gpus) key += g.uuid + ",";
+  if (key != mig_key_) {
+    std::vector<std::string> notes;
+    auto listed = mig_lister_.List(&notes);
+    for (const std::string& n : notes) Log(n);
+    if (!listed.ok()) {
+      Log(listed.error() + "; no MIG instance is served until NVML answers");
+      mig_parts_.clear();
+    } else {
+      mig_parts_ = std::move(*listed);
+      mig_key_ = key;
+    }
+  }
+  for (NodeGpu& g : *gpus) {
+    auto it = mig_parts_.find(g.uuid);
+    if (it != mig_parts_.end()) g.mig = it->second;
+  }
 }
 
 std::vector<Device> DevicePluginServer::DevicesFor(const std::string& resource, uint64_t* version) const {
@@ -458,7 +484,7 @@ void DevicePluginServer::KubeletLoop() {
     std::vector<std::string> resources;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (mode_) resources = tessera::k8s::ServedResources(*mode_, options_.names);
+      if (mode_) resources = tessera::k8s::ServedResources(*mode_, options_.names, gpus_);
     }
     if (present && (st.st_ino != seen_ino || ctime != seen_ctime)) {
       // kubelet (re)started: it removed every plugin socket; serve anew and register again.
@@ -527,6 +553,12 @@ void DevicePluginServer::Reconcile() {
     }
     gpus.clear();
     for (const TesseradGpu& g : status->gpus) gpus.push_back({g.index, g.uuid, g.name, g.total, g.max_inst, true});
+    std::optional<NodeMode> mode;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      mode = mode_;
+    }
+    if (mode == NodeMode::kMig) AddMigParts(&gpus);
     SetGpus(gpus);
     for (const std::string& line : allocator_->Resync(*status)) Log(line);
   } else {

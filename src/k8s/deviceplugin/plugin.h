@@ -12,7 +12,9 @@
 // failed are unregistered from tesserad (confirmed with a GET first), containers tesserad lost are
 // registered again, pods fully allocated get tessera.io/phase=allocated, the node's
 // tessera.io/gpu-inventory follows tesserad's GPUs, and a container chosen among pods with the
-// same request is checked against its processes' cgroups.
+// same request is checked against its processes' cgroups. On a mig node the reconciler also reads
+// each MIG device's profile and place from NVML (mig_devices.h) whenever tesserad's devices
+// change; the profiles present are the resources served.
 #pragma once
 
 #include <atomic>
@@ -30,6 +32,7 @@
 #include "core/result.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/allocator.h"
+#include "k8s/deviceplugin/mig_devices.h"
 #include "k8s/deviceplugin/node_devices.h"
 #include "k8s/deviceplugin/tesserad_client.h"
 
@@ -44,6 +47,8 @@ struct PluginOptions {
   std::chrono::milliseconds reconcile_interval{1000};
   std::chrono::seconds unhealthy_after{10};  // tesserad unreachable this long: GPUs unhealthy
   std::string proc_root = "/proc";
+  // The NVML library a mig node's MIG devices are read from (opened only on a mig node).
+  std::string nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
 };
 
 // The socket file name of `resource` in the plugin directory ("tessera-gpu-mem.sock").
@@ -79,6 +84,9 @@ class DevicePluginServer {
   Status RegisterWithKubelet(const std::string& resource);
   void ApplyNode(const Json& node);
   void SetGpus(std::vector<NodeGpu> gpus);
+  // A mig node: each of `gpus` that is a MIG device gets its profile and place (read from NVML
+  // when the devices changed since the last call).
+  void AddMigParts(std::vector<NodeGpu>* gpus);
   std::vector<Device> DevicesFor(const std::string& resource, uint64_t* version) const;
 
   PluginOptions options_;
@@ -101,6 +109,10 @@ class DevicePluginServer {
   mutable std::mutex serve_mu_;
   std::set<std::string> unregistered_;  // resources whose Register failed; retried
   std::set<std::string> verified_;      // records whose cgroup check is done
+  // The reconciler's (one thread): the MIG devices as NVML listed them for the devices `mig_key_`.
+  MigDeviceLister mig_lister_;
+  std::string mig_key_;
+  std::map<std::string, InventoryMig> mig_parts_;
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> reconcile_now_{false};

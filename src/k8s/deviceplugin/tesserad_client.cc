@@ -78,7 +78,7 @@ Result<TesseradStatus> TesseradClient::Status() const {
   return ParseTesseradStatus(reply->size() > 3 ? reply->substr(3) : "");
 }
 
-tessera::Status TesseradClient::Register(const ContainerRegistration& c) const {
+Result<RegisterReply> TesseradClient::Register(const ContainerRegistration& c) const {
   protocol::Message m{"CONTAINER", {{"id", c.id}}};
   std::string mem;
   for (const auto& l : c.limits) {
@@ -89,8 +89,14 @@ tessera::Status TesseradClient::Register(const ContainerRegistration& c) const {
   m.fields["weight"] = std::to_string(c.weight);
   m.fields["high_prio"] = c.high_priority ? "1" : "0";
   auto reply = Call(protocol::FormatMessage(m));
-  return reply.ok() ? tessera::Status::Ok()
-                    : tessera::Status::Error("registering container " + c.id + ": " + reply.error());
+  if (!reply.ok()) {
+    return Result<RegisterReply>::Error("registering container " + c.id + ": " + reply.error());
+  }
+  RegisterReply out;
+  if (auto parsed = protocol::ParseMessage(*reply); parsed.ok()) {
+    out.mps_root = parsed->Get("mps_root", "");
+  }
+  return out;
 }
 
 Result<uint32_t> TesseradClient::Unregister(const std::string& id) const {

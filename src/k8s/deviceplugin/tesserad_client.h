@@ -51,6 +51,11 @@ struct ContainerRegistration {
   bool high_priority = false;
 };
 
+// What tesserad answers a registration with, beyond OK: facts of the node for the container.
+struct RegisterReply {
+  std::string mps_root;  // tesserad runs MPS control daemons under this folder (--mps); "" if not
+};
+
 class TesseradClient {
  public:
   explicit TesseradClient(std::string socket,
@@ -58,7 +63,7 @@ class TesseradClient {
   const std::string& socket() const { return socket_; }
 
   Result<TesseradStatus> Status() const;
-  tessera::Status Register(const ContainerRegistration& container) const;
+  Result<RegisterReply> Register(const ContainerRegistration& container) const;
   // The number of processes of the container that remain (they keep their memory until they
   // exit); 0 and ok when tesserad has no such container.
   Result<uint32_t> Unregister(const std::string& id) const;

@@ -42,15 +42,91 @@ using process::ChildProcess;
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-// One simulated GPU node: tesserad on its own simgpu state, the device plugin, a kubelet.
-struct GpuNode {
+// What a simulated node runs: tesserad on its own simgpu state (SimNode), a stand-in kubelet and
+// the real device plugin, which talks to the stand-in API server.
+struct NodeParts {
+  std::unique_ptr<k8s::testing::SimNode> sim;
+  std::unique_ptr<k8s::TestKubelet> kubelet;
+  std::unique_ptr<ChildProcess> plugin;
+
+  // Starts the kubelet and the plugin of node `name` (its tesserad runs) against `api_url`.
+  void StartKubeletAndPlugin(const std::string& name, const std::string& api_url,
+                             const std::vector<std::string>& plugin_flags) {
+    const std::string dir = sim->Scratch("device-plugins");
+    kubelet = std::make_unique<k8s::TestKubelet>(dir);
+    ASSERT_TRUE(kubelet->Start().ok());
+    const std::string kubeconfig = sim->Scratch("kube") + "/config";
+    std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
+                                 "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
+                                 "clusters: [{name: c, cluster: {server: \""
+                              << api_url << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
+    std::vector<std::string> argv = {BuildDir() + "/bin/tessera-device-plugin",
+                                     "--node-name",
+                                     name,
+                                     "--kubeconfig",
+                                     kubeconfig,
+                                     "--device-plugin-dir",
+                                     dir,
+                                     "--tesserad-socket",
+                                     sim->socket(),
+                                     "--container-sockets",
+                                     sim->container_sockets(),
+                                     "--state-dir",
+                                     sim->Scratch("state"),
+                                     "--sim",
+                                     "--reconcile-interval",
+                                     "200ms"};
+    argv.insert(argv.end(), plugin_flags.begin(), plugin_flags.end());
+    plugin = std::make_unique<ChildProcess>(argv, sim->SimEnv());
+    ASSERT_TRUE(plugin->started());
+  }
+  void Stop() {
+    if (plugin) {
+      plugin->Kill(SIGTERM);
+      plugin->Wait(20s);
+    }
+    kubelet.reset();
+    sim.reset();
+  }
+  // The container of allocation `a` of pod `pod`, started by the stand-in runtime with the
+  // allocation's mounts and environment: a tenant that allocates 64 MiB at a time until refused,
+  // then holds what it got until its stdin closes.
+  std::unique_ptr<ChildProcess> StartTenant(const std::string& pod,
+                                            const k8s::TestKubelet::ContainerAllocation& a) const {
+    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
+                                    sim->Scratch("ctr-" + pod)};
+    for (const auto& m : a.mounts) {
+      cmd.insert(cmd.end(),
+                 {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
+    }
+    for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
+    cmd.insert(cmd.end(), {"--", BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "64"});
+    return std::make_unique<ChildProcess>(
+        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"});
+  }
+};
+
+// Stops what a cluster test started, in that order: the containers (their stdin closed), the
+// extender, each node's plugin, kubelet and tesserad, the API server.
+template <typename Nodes>
+void StopCluster(std::vector<std::unique_ptr<ChildProcess>>& containers,
+                 std::unique_ptr<ExtenderApp>& extender, Nodes& nodes, k8s::TestApiServer& api) {
+  for (auto& p : containers) {
+    p->CloseStdin();
+    p->Wait(10s);
+  }
+  containers.clear();
+  extender.reset();
+  for (auto& n : nodes) n.Stop();
+  api.Stop();
+}
+
+// One simulated GPU node of the cluster.
+struct GpuNode : NodeParts {
   std::string name;
   std::string sim_gpus;  // TESSERA_SIM_GPUS
   std::string model;
   uint64_t gpu_gib = 0;
-  std::unique_ptr<k8s::testing::SimNode> sim;
-  std::unique_ptr<k8s::TestKubelet> kubelet;
-  std::unique_ptr<ChildProcess> plugin;
   std::vector<std::string> uuids;  // from the inventory the plugin published
 };
 
@@ -88,22 +164,8 @@ class ClusterE2ETest : public ::testing::Test {
       ASSERT_TRUE(n.sim->Start()) << n.name;
       api_.CreateNode({{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", "core_mem"}}}}},
                        {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
-      const std::string dir = n.sim->Scratch("device-plugins");
-      n.kubelet = std::make_unique<k8s::TestKubelet>(dir);
-      ASSERT_TRUE(n.kubelet->Start().ok());
-      const std::string kubeconfig = n.sim->Scratch("kube") + "/config";
-      std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                                   "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
-                                   "clusters: [{name: c, cluster: {server: \""
-                                << api_.url() << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
-      n.plugin = std::make_unique<ChildProcess>(
-          std::vector<std::string>{BuildDir() + "/bin/tessera-device-plugin", "--node-name", n.name,
-                                   "--kubeconfig", kubeconfig, "--device-plugin-dir", dir,
-                                   "--tesserad-socket", n.sim->socket(), "--container-sockets",
-                                   n.sim->container_sockets(), "--state-dir", n.sim->Scratch("state"),
-                                   "--sim", "--reconcile-interval", "200ms", "--resource-names", "both"},
-          n.sim->SimEnv());
-      ASSERT_TRUE(n.plugin->started());
+      ASSERT_NO_FATAL_FAILURE(
+          n.StartKubeletAndPlugin(n.name, api_.url(), {"--resource-names", "both"}));
     }
     for (GpuNode& n : nodes_) {
       for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
@@ -123,23 +185,7 @@ class ClusterE2ETest : public ::testing::Test {
     }
   }
 
-  void TearDown() override {
-    for (auto& p : containers_) {
-      p->CloseStdin();
-      p->Wait(10s);
-    }
-    containers_.clear();
-    extender_.reset();
-    for (GpuNode& n : nodes_) {
-      if (n.plugin) {
-        n.plugin->Kill(SIGTERM);
-        n.plugin->Wait(20s);
-      }
-      n.kubelet.reset();
-      n.sim.reset();
-    }
-    api_.Stop();
-  }
+  void TearDown() override { StopCluster(containers_, extender_, nodes_, api_); }
 
   // The engine beside the test: the same nodes (sorted by name), the same target workload.
   void StartEngineAndExtender(const std::vector<TestPod>& pods) {
@@ -241,15 +287,7 @@ class ClusterE2ETest : public ::testing::Test {
     ASSERT_EQ(admitted->size(), 1u);
     const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
     ASSERT_TRUE(node.kubelet->PreStart(p.created["metadata"]["uid"], a.name).ok());
-    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
-                                    node.sim->Scratch("ctr-" + p.name)};
-    for (const auto& m : a.mounts) {
-      cmd.insert(cmd.end(), {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
-    }
-    for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
-    cmd.insert(cmd.end(), {"--", BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "64"});
-    containers_.push_back(std::make_unique<ChildProcess>(
-        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}));
+    containers_.push_back(node.StartTenant(p.name, a));
     p.process = containers_.back().get();
     api_.SetPodPhase("default", p.name, "Running");
   }
@@ -372,6 +410,166 @@ TEST_F(ClusterE2ETest, ThirtyPodsLandAsTheEngineDecidesAndStopAtTheirCaps) {
   const testing::ScheduleResult still = driver_->Schedule(big.created, names_);
   EXPECT_FALSE(still.bound);
   EXPECT_EQ(still.failures.size(), names_.size());
+}
+
+// ---- a mig node in a cluster ------------------------------------------------------------------
+
+// The same machinery with a mig node (one simulated H100 of 8 GiB named after its model, cut by
+// the real `tessera mig apply` into 3g.40gb@0 and 1g.10gb@4, @5 before its tesserad starts) beside
+// a core_mem node: MIG pods go to free instances of their profile, the assignment names the MIG
+// UUID, the plugin hands the container that instance, and its process stops at the instance's
+// memory; a MIG pod that finds no free instance stays Pending with the reason, until one frees.
+class MigClusterE2ETest : public ::testing::Test {
+ protected:
+  struct Node : NodeParts {
+    std::string name, mode, sim_gpus;
+  };
+
+  void SetUp() override {
+    ASSERT_TRUE(api_.Start(0).ok());
+    for (const auto& [name, mode, gpus] :
+         {std::tuple{"core-a", "core_mem", "SimA:16GiB:80"},
+          std::tuple{"mig-a", "mig", "H100-80GB:8GiB:132:mig=H100-80GB"}}) {
+      Node n;
+      n.name = name;
+      n.mode = mode;
+      n.sim_gpus = gpus;
+      nodes_.push_back(std::move(n));
+    }
+    for (Node& n : nodes_) {
+      n.sim = std::make_unique<k8s::testing::SimNode>(n.sim_gpus, std::vector<std::string>{});
+      if (n.mode == "mig") {
+        std::string env;
+        for (const std::string& e : n.sim->SimEnv()) env += e + " ";
+        const auto [status, out] = process::RunShell(
+            env + "'" + BuildDir() + "/bin/tessera' mig apply --sim 3g.40gb=1 1g.10gb=2 2>&1");
+        ASSERT_EQ(status, 0) << out;
+      }
+      ASSERT_TRUE(n.sim->Start()) << n.name;
+      api_.CreateNode(
+          {{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", n.mode}}}}},
+           {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
+      ASSERT_NO_FATAL_FAILURE(n.StartKubeletAndPlugin(n.name, api_.url(), {}));
+      names_.push_back(n.name);
+    }
+    ASSERT_TRUE(nodes_[1].kubelet->WaitForResource("tessera.io/mig-3g.40gb", 30s));
+    ASSERT_TRUE(nodes_[1].kubelet->WaitForResource("tessera.io/mig-1g.10gb", 30s));
+    AppConfig c;
+    c.api.server = api_.url();
+    c.listen_host = "127.0.0.1";
+    c.listen_port = 0;
+    c.quiet = true;
+    extender_ = std::make_unique<ExtenderApp>(c);
+    ASSERT_TRUE(extender_->Start().ok());
+    ASSERT_TRUE(extender_->WaitReady(10s));
+    // The extender has read the mig node's three MIG devices.
+    ASSERT_TRUE(k8s::testing::WaitUntil(
+        [&] {
+          auto j = extender_->state().Inspect(std::string("mig-a"));
+          return j && (*j)["mode"] == "mig" && (*j)["gpus"].size() == 3;
+        },
+        20s))
+        << "the extender never saw the mig node's MIG devices";
+    driver_ = std::make_unique<testing::SchedulerDriver>(extender_->port());
+  }
+
+  void TearDown() override { StopCluster(containers_, extender_, nodes_, api_); }
+
+  Json Create(const std::string& name, const std::map<std::string, std::string>& limits) {
+    testing::TestContainer c;
+    c.limits = limits;
+    c.cpu = "500m";
+    c.memory = "512Mi";
+    Json pod = testing::Pod(name, std::vector<testing::TestContainer>{c});
+    pod["metadata"].erase("uid");
+    pod["metadata"].erase("resourceVersion");
+    return api_.CreatePod(pod);
+  }
+  k8s::Assignment AssignmentOf(const std::string& name) {
+    auto a = k8s::ParseAssignment(
+        (*api_.GetPod("default", name))["metadata"]["annotations"][k8s::kAssignmentAnnotation]
+            .get<std::string>());
+    EXPECT_TRUE(a.ok()) << a.error();
+    return a.ok() ? *a : k8s::Assignment{};
+  }
+  // kubelet on `node` admits the pod and the runtime starts a tenant that allocates until refused.
+  ChildProcess* Run(Node& node, const std::string& name, const Json& created) {
+    auto admitted = node.kubelet->Admit(*api_.GetPod("default", name));
+    EXPECT_TRUE(admitted.ok()) << name << ": " << admitted.error();
+    if (!admitted.ok()) return nullptr;
+    const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
+    EXPECT_TRUE(node.kubelet->PreStart(created["metadata"]["uid"], a.name).ok());
+    containers_.push_back(node.StartTenant(name, a));
+    api_.SetPodPhase("default", name, "Running");
+    return containers_.back().get();
+  }
+  // The MIG device of `profile` at slot `start` in mig-a's inventory.
+  std::string MigDevice(const std::string& profile, int start) {
+    auto inv = k8s::ParseGpuInventory(
+        (*api_.GetNode("mig-a"))["metadata"]["annotations"][k8s::kInventoryAnnotation]
+            .get<std::string>());
+    if (!inv.ok()) return "";
+    for (const auto& g : inv->gpus) {
+      if (g.mig && g.mig->profile == profile && g.mig->start == start) return g.uuid;
+    }
+    return "";
+  }
+
+  k8s::TestApiServer api_;
+  std::vector<Node> nodes_;
+  std::vector<std::string> names_;
+  std::unique_ptr<ExtenderApp> extender_;
+  std::unique_ptr<testing::SchedulerDriver> driver_;
+  std::vector<std::unique_ptr<ChildProcess>> containers_;
+};
+
+TEST_F(MigClusterE2ETest, MigPodsLandOnTheirInstancesAndWaitWithTheReasonWhenNoneIsFree) {
+  const std::string three = MigDevice("3g.40gb", 0), small = MigDevice("1g.10gb", 4);
+  ASSERT_FALSE(three.empty());
+  ASSERT_FALSE(small.empty());
+  // A 3g.40gb pod and a 1g.10gb pod land on the mig node, on the instances the engine chose.
+  const Json big = Create("big", {{"tessera.io/mig-3g.40gb", "1"}});
+  testing::ScheduleResult r = driver_->Schedule(big, names_);
+  ASSERT_TRUE(r.bound) << r.error;
+  EXPECT_EQ(r.node, "mig-a");
+  k8s::Assignment a = AssignmentOf("big");
+  ASSERT_EQ(a.containers.size(), 1u);
+  EXPECT_EQ(a.containers[0].gpus[0].uuid, three);
+  EXPECT_EQ(a.containers[0].gpus[0].mem, Bytes(4 * kGiB));
+  const Json one = Create("one", {{"tessera.io/mig-1g.10gb", "1"}});
+  r = driver_->Schedule(one, names_);
+  ASSERT_TRUE(r.bound) << r.error;
+  EXPECT_EQ(AssignmentOf("one").containers[0].gpus[0].uuid, small) << "the lowest free slot";
+  // A share lands on the core_mem node.
+  const Json share = Create("share", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-mem", "2"}});
+  r = driver_->Schedule(share, names_);
+  ASSERT_TRUE(r.bound) << r.error;
+  EXPECT_EQ(r.node, "core-a");
+  // Each MIG pod's process sees its instance and stops at the instance's memory.
+  ChildProcess* big_proc = Run(nodes_[1], "big", big);
+  ChildProcess* one_proc = Run(nodes_[1], "one", one);
+  ASSERT_NE(big_proc, nullptr);
+  ASSERT_NE(one_proc, nullptr);
+  EXPECT_EQ(big_proc->WaitForKey("allocated", 60s), std::to_string(4 * kGiB));
+  EXPECT_EQ(one_proc->WaitForKey("allocated", 60s), std::to_string(kGiB));
+  // A second 3g.40gb finds none free: Pending, with the reason on each node.
+  const Json next = Create("next", {{"tessera.io/mig-3g.40gb", "1"}});
+  r = driver_->Schedule(next, names_);
+  ASSERT_FALSE(r.bound);
+  EXPECT_EQ(r.failures.at("mig-a"),
+            "tessera: no free 3g.40gb instance on the node (its instances: 1g.10gb 1 free of 2, "
+            "3g.40gb 0 free of 1)");
+  EXPECT_EQ(r.failures.at("core-a"),
+            "tessera: node mode core_mem serves no MIG instances (tessera.io/mig-<profile>); mig "
+            "nodes do");
+  // The first one leaves: its instance is free again and the waiting pod gets it.
+  big_proc->CloseStdin();
+  big_proc->Wait(10s);
+  ASSERT_TRUE(api_.DeletePod("default", "big"));
+  nodes_[1].kubelet->RemovePod(big["metadata"]["uid"]);
+  ASSERT_TRUE(k8s::testing::WaitUntil([&] { return driver_->Schedule(next, names_).bound; }, 10s))
+      << "the freed instance was not given to the waiting pod";
+  EXPECT_EQ(AssignmentOf("next").containers[0].gpus[0].uuid, three);
 }
 
 }  // namespace

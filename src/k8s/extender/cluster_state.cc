@@ -10,6 +10,8 @@
 #include "core/bytes.h"
 #include "core/text.h"
 #include "k8s/extender/quantity.h"
+#include "mig/profiles.h"
+#include "placement/mig.h"
 
 namespace tessera::extender {
 
@@ -65,6 +67,35 @@ struct NodeRec {
   std::vector<k8s::InventoryGpu> gpus;       // healthy, in index order: placement GPU i
   std::vector<k8s::InventoryGpu> unhealthy;  // out of placement; their holders keep them
   std::string problem;  // why no GPU pod can go here (bad inventory or label); empty when fine
+  // A mig node: its GPUs (placement GPU i is mig_gpus[i]) and their healthy MIG devices, by start
+  // slot (an unhealthy instance is out of placement, its slices unused).
+  struct MigInstance {
+    std::string uuid;
+    std::string profile;
+    int start = 0;
+    uint64_t memory_bytes = 0;
+  };
+  struct MigGpu {
+    std::string uuid;
+    const mig::GpuModel* model = nullptr;
+    std::vector<MigInstance> instances;
+    mig::Layout Layout() const {
+      mig::Layout l{model, {}};
+      for (const MigInstance& i : instances)
+        l.instances.push_back({*mig::FindProfile(*model, i.profile, ""), i.start});
+      return l;
+    }
+  };
+  std::vector<MigGpu> mig_gpus;
+  // The GPU and the instance of MIG device `uuid` (healthy ones), or {-1, nullptr}.
+  std::pair<int, const MigInstance*> MigDevice(std::string_view uuid) const {
+    for (size_t g = 0; g < mig_gpus.size(); ++g) {
+      for (const MigInstance& i : mig_gpus[g].instances) {
+        if (i.uuid == uuid) return {static_cast<int>(g), &i};
+      }
+    }
+    return {-1, nullptr};
+  }
 
   bool SamePlacement(const NodeRec& o) const {
     return cpu_milli == o.cpu_milli && memory_mib == o.memory_mib && policy == o.policy &&
@@ -200,6 +231,32 @@ Result<PodRec> ReadPodRec(const Json& pod) {
   return rec;
 }
 
+// A mig node's GPUs from its healthy MIG devices (the inventory parser checked each against the
+// MIG tables and each GPU's devices against each other); GPUs not in MIG mode take no pod there.
+template <typename Note>
+void ReadMigGpus(NodeRec& rec, const std::string& who, Note note) {
+  for (const k8s::InventoryGpu& g : rec.gpus) {
+    if (!g.mig) continue;
+    auto it = std::find_if(rec.mig_gpus.begin(), rec.mig_gpus.end(),
+                           [&](const NodeRec::MigGpu& m) { return m.uuid == g.mig->gpu; });
+    if (it == rec.mig_gpus.end())
+      it = rec.mig_gpus.insert(rec.mig_gpus.end(), {g.mig->gpu, nullptr, {}});
+    it->model = *mig::FindGpuModel(g.mig->model);
+    it->instances.push_back({g.uuid, g.mig->profile, g.mig->start, g.memory.count()});
+  }
+  for (NodeRec::MigGpu& m : rec.mig_gpus) {
+    std::sort(m.instances.begin(), m.instances.end(),
+              [](const auto& a, const auto& b) { return a.start < b.start; });
+    if (m.model != rec.mig_gpus.front().model) {
+      note(who + ": " + k8s::kInventoryAnnotation +
+           " lists MIG devices of GPUs of different "
+           "models (" +
+           std::string(rec.mig_gpus.front().model->name) + " and " + std::string(m.model->name) +
+           "); expected one model per node");
+    }
+  }
+}
+
 Result<NodeRec> ReadNodeRec(const Json& node) {
   auto view = k8s::NodeFromJson(node);
   if (!view.ok()) return view.status();
@@ -249,24 +306,31 @@ Result<NodeRec> ReadNodeRec(const Json& node) {
         (g.healthy ? rec.gpus : rec.unhealthy).push_back(g);
       }
       if (rec.mode == k8s::NodeMode::kMig) {
-        note(who + ": runs MIG (tessera.io/gpu.schedule=mig), whose instances the extender does "
-                   "not place yet");
-      }
-      for (const auto& g : rec.gpus) {
-        if (g.model != rec.gpus.front().model || g.memory != rec.gpus.front().memory) {
-          note(who + ": " + k8s::kInventoryAnnotation + " lists GPUs of different models or "
-                     "sizes (\"" + rec.gpus.front().model + "\" and \"" + g.model +
-               "\"); expected one model per node");
-          break;
+        ReadMigGpus(rec, who, note);
+      } else {
+        for (const auto& g : rec.gpus) {
+          if (g.model != rec.gpus.front().model || g.memory != rec.gpus.front().memory) {
+            note(who + ": " + k8s::kInventoryAnnotation +
+                 " lists GPUs of different models or "
+                 "sizes (\"" +
+                 rec.gpus.front().model + "\" and \"" + g.model +
+                 "\"); expected one model per node");
+            break;
+          }
         }
       }
-      if (static_cast<int>(rec.gpus.size()) > pl::kMaxGpusPerNode) {
-        note(who + ": " + std::to_string(rec.gpus.size()) + " healthy GPUs; the extender places " +
+      const size_t placed_gpus =
+          rec.mode == k8s::NodeMode::kMig ? rec.mig_gpus.size() : rec.gpus.size();
+      if (static_cast<int>(placed_gpus) > pl::kMaxGpusPerNode) {
+        note(who + ": " + std::to_string(placed_gpus) + " healthy GPUs; the extender places " +
              "on nodes of at most " + std::to_string(pl::kMaxGpusPerNode));
       }
     }
   }
-  if (!rec.problem.empty()) rec.gpus.clear();
+  if (!rec.problem.empty()) {
+    rec.gpus.clear();
+    rec.mig_gpus.clear();
+  }
   return rec;
 }
 
@@ -276,10 +340,11 @@ pl::NodeMode PlacementMode(k8s::NodeMode mode) {
       return pl::NodeMode::kMemoryOnly;
     case k8s::NodeMode::kExclusive:
       return pl::NodeMode::kWholeGpus;
+    case k8s::NodeMode::kMig:
+      return pl::NodeMode::kMig;
     case k8s::NodeMode::kCoreMem:
     case k8s::NodeMode::kShare:
     case k8s::NodeMode::kMps:
-    case k8s::NodeMode::kMig:
       break;
   }
   return pl::NodeMode::kMemoryAndCompute;
@@ -304,10 +369,11 @@ struct ClusterState::Impl {
     std::vector<int64_t> mem_mib;    // the memory each asked per GPU (0: none), even when whole
     size_t primary = 0;
   };
-  // The engine's choice: a node and, per request, its GPUs.
+  // The engine's choice: a node and, per request, where it goes (its GPUs; a MIG request's
+  // instance too).
   struct Choice {
     int node = -1;
-    std::vector<uint32_t> masks;
+    std::vector<pl::Assignment> where;
   };
 
   StateOptions options;
@@ -385,7 +451,9 @@ struct ClusterState::Impl {
       s.cpu_milli = rec.cpu_milli;
       s.memory_mib = rec.memory_mib;
       s.mode = PlacementMode(rec.mode);
-      if (!rec.gpus.empty()) {
+      if (rec.mode == k8s::NodeMode::kMig) {
+        AddMigGpus(rec, models, &s);
+      } else if (!rec.gpus.empty()) {
         const int64_t mib = static_cast<int64_t>(rec.gpus.front().memory.count()) / kMiB;
         const std::string key = rec.gpus.front().model + "/" + std::to_string(mib);
         auto id = models.Intern(key, std::max<int64_t>(mib, 1));
@@ -418,6 +486,28 @@ struct ClusterState::Impl {
     for (auto& [uid, h] : holds) {
       if (!h.conflict.empty()) conflicted.insert(uid);
     }
+  }
+
+  // A mig node's GPUs as a placement node: the MIG model (its memory from an instance's, which
+  // placement shares out in proportion to memory slices), and each GPU's layout as the node has it.
+  void AddMigGpus(NodeRec& rec, pl::ModelTable& models, pl::NodeSpec* s) {
+    if (rec.mig_gpus.empty() || rec.mig_gpus.front().instances.empty()) return;
+    const NodeRec::MigGpu& first = rec.mig_gpus.front();
+    const NodeRec::MigInstance& one = first.instances.front();
+    const mig::MigProfile& profile = **mig::FindProfile(*first.model, one.profile, "");
+    const int64_t mib = static_cast<int64_t>(one.memory_bytes) / kMiB * first.model->memory_slices /
+                        profile.memory_slices;
+    auto id = models.Intern("mig:" + std::string(first.model->name) + "/" + std::to_string(mib),
+                            std::max<int64_t>(mib, 1));
+    if (!id.ok()) {
+      rec.problem = "node " + rec.name + ": " + id.error();
+      rec.mig_gpus.clear();
+      return;
+    }
+    if (*id == static_cast<int>(model_names.size())) model_names.push_back(rec.gpus.front().model);
+    s->model = *id;
+    s->gpu_count = static_cast<int>(rec.mig_gpus.size());
+    for (const NodeRec::MigGpu& g : rec.mig_gpus) s->mig_gpus.push_back(g.Layout());
   }
 
   void EnsurePolicies() {
@@ -500,6 +590,10 @@ struct ClusterState::Impl {
     }
     for (const ContainerPart& c : h.containers) {
       for (const GpuPart& part : c.gpus) {
+        if (rec.mode == k8s::NodeMode::kMig) {
+          ApplyMigPart(h, rec, n, c.name, part);
+          continue;
+        }
         const int g = rec.GpuIndex(part.uuid);
         if (g < 0) {
           if (!rec.KnowsGpu(part.uuid) && h.conflict.empty()) {
@@ -511,6 +605,23 @@ struct ClusterState::Impl {
               "container " + c.name + " on GPU " + part.uuid);
       }
     }
+  }
+
+  // One MIG device of a hold on mig node `rec` (placement node `n`): its instance, taken.
+  void ApplyMigPart(Hold& h, const NodeRec& rec, int n, const std::string& container,
+                    const GpuPart& part) {
+    const auto [g, instance] = rec.MigDevice(part.uuid);
+    if (instance == nullptr) {
+      if (!rec.KnowsGpu(part.uuid) && h.conflict.empty()) {
+        h.conflict =
+            "container " + container + ": MIG device " + part.uuid + " is not on node " + h.node;
+      }
+      return;  // an unhealthy instance is out of placement anyway
+    }
+    auto r = pl::RequestForMigProfile(0, 0, instance->profile);
+    if (!r.ok()) return;
+    Place(h, *r, {n, uint32_t{1} << g, instance->start},
+          "container " + container + " on MIG device " + part.uuid);
   }
 
   void Unapply(Hold& h) {
@@ -678,9 +789,12 @@ struct ClusterState::Impl {
     for (size_t i = 0; i < d.asks.size(); ++i) {
       const ContainerAsk& a = d.asks[i];
       const bool primary = i == out.primary;
-      auto r = pl::RequestFromShares(primary ? d.cpu_milli : 0, primary ? memory_mib : 0,
-                                     a.gpu_count, a.whole() ? 0 : a.mem_mib,
-                                     a.whole() ? 100 : a.core_percent, allowed);
+      auto r = !a.mig_profile.empty()
+                   ? pl::RequestForMigProfile(primary ? d.cpu_milli : 0, primary ? memory_mib : 0,
+                                              a.mig_profile, allowed)
+                   : pl::RequestFromShares(primary ? d.cpu_milli : 0, primary ? memory_mib : 0,
+                                           a.gpu_count, a.whole() ? 0 : a.mem_mib,
+                                           a.whole() ? 100 : a.core_percent, allowed);
       if (!r.ok()) return Result<PodRequests>::Error("container " + a.name + ": " + r.error());
       out.requests.push_back(*r);
       out.names.push_back(a.name);
@@ -693,13 +807,23 @@ struct ClusterState::Impl {
     return *policies.at(by_index[static_cast<size_t>(node)]->policy);
   }
 
-  // Places every request on `node` in turn (the primary's GPUs given or chosen by the node's
-  // policy), fills `masks`, and takes it all back. The first rule that fails, or kFits.
-  pl::FitResult TryAll(const PodRequests& p, int node, std::optional<uint32_t> primary_gpus,
-                       std::vector<uint32_t>* masks) {
+  // Where `r` goes on `node` (which it fits) by the node's policy: its GPUs; for a MIG request
+  // the instance placement/mig.h chooses, as every policy does.
+  pl::Assignment On(int node, const pl::Request& r) {
+    if (r.mig()) {
+      auto a = pl::MigAssignmentOn(*cluster, node, r, workload->mig_demand());
+      return a ? *a : pl::Assignment{node, 0};
+    }
+    return pl::Assignment{node, PolicyOf(node).GpusOn(*cluster, node, r)};
+  }
+
+  // Places every request on `node` in turn (the primary where given, else chosen by the node's
+  // policy), fills `where`, and takes it all back. The first rule that fails, or kFits.
+  pl::FitResult TryAll(const PodRequests& p, int node, std::optional<pl::Assignment> primary,
+                       std::vector<pl::Assignment>* where) {
     std::vector<std::pair<pl::Request, pl::Assignment>> placed;
     pl::FitResult result = pl::FitResult::kFits;
-    std::vector<uint32_t> out(p.requests.size(), 0);
+    std::vector<pl::Assignment> out(p.requests.size(), pl::Assignment{node, 0});
     std::vector<size_t> order{p.primary};
     for (size_t i = 0; i < p.requests.size(); ++i) {
       if (i != p.primary) order.push_back(i);
@@ -711,20 +835,18 @@ struct ClusterState::Impl {
         result = fit;
         break;
       }
-      const uint32_t gpus = i == p.primary && primary_gpus ? *primary_gpus
-                                                           : PolicyOf(node).GpusOn(*cluster, node, r);
-      const pl::Assignment a{node, gpus};
+      const pl::Assignment a = i == p.primary && primary ? *primary : On(node, r);
       if (!cluster->Place(r, a).ok()) {
-        result = pl::FitResult::kGpuCompute;
+        result = r.mig() ? pl::FitResult::kMigInstance : pl::FitResult::kGpuCompute;
         break;
       }
       placed.emplace_back(r, a);
-      out[i] = gpus;
+      out[i] = a;
     }
     for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
       (void)cluster->Remove(it->first, it->second);
     }
-    if (masks != nullptr) *masks = std::move(out);
+    if (where != nullptr) *where = std::move(out);
     return result;
   }
 
@@ -773,9 +895,9 @@ struct ClusterState::Impl {
     Choice c;
     c.node = best->node;
     if (p.requests.size() == 1) {
-      c.masks = {best->gpus};
+      c.where = {*best};
     } else {
-      (void)TryAll(p, best->node, best->gpus, &c.masks);
+      (void)TryAll(p, best->node, *best, &c.where);
     }
     return c;
   }
@@ -793,8 +915,20 @@ struct ClusterState::Impl {
       if (p.names[i].empty() && rec.demand.asks.empty()) continue;  // the CPU-only request
       const pl::Request& r = p.requests[i];
       ContainerPart part{p.names[i], {}};
+      if (r.mig()) {
+        // One MIG device: the instance the engine chose, its whole memory, not time-shared.
+        const int g = std::countr_zero(c.where[i].gpus);
+        if (g < static_cast<int>(node.mig_gpus.size())) {
+          for (const NodeRec::MigInstance& inst : node.mig_gpus[static_cast<size_t>(g)].instances) {
+            if (inst.start != c.where[i].mig_start) continue;
+            part.gpus.push_back({inst.uuid, 100, static_cast<int64_t>(inst.memory_bytes)});
+          }
+        }
+        h.containers.push_back(std::move(part));
+        continue;
+      }
       for (int g = 0; g < pl::kMaxGpusPerNode; ++g) {
-        if (((c.masks[i] >> g) & 1) == 0) continue;
+        if (((c.where[i].gpus >> g) & 1) == 0) continue;
         const k8s::InventoryGpu& gpu = node.gpus[static_cast<size_t>(g)];
         GpuPart gp;
         gp.uuid = gpu.uuid;
@@ -833,7 +967,7 @@ struct ClusterState::Impl {
     }
     const pl::FitResult fit = FitsAll(p, n);
     if (fit == pl::FitResult::kFits) return std::nullopt;
-    return NodeFailure{node.name, Reason(rec, node, fit), Unresolvable(fit), FitKind(fit)};
+    return NodeFailure{node.name, Reason(rec, node, n, fit), Unresolvable(fit), FitKind(fit)};
   }
 
   static std::string FitKind(pl::FitResult fit) {
@@ -852,6 +986,10 @@ struct ClusterState::Impl {
         return "gpu-core";
       case pl::FitResult::kGpuMemory:
         return "gpu-mem";
+      case pl::FitResult::kMigProfile:
+        return "mig-profile";
+      case pl::FitResult::kMigInstance:
+        return "mig-instance";
       case pl::FitResult::kFits:
         break;
     }
@@ -860,14 +998,57 @@ struct ClusterState::Impl {
 
   static bool Unresolvable(pl::FitResult fit) {
     return fit == pl::FitResult::kModel || fit == pl::FitResult::kMode ||
-           fit == pl::FitResult::kGpuCount;
+           fit == pl::FitResult::kGpuCount || fit == pl::FitResult::kMigProfile;
   }
 
-  static std::string Reason(const PodRec& rec, const NodeRec& node, pl::FitResult fit) {
+  // Why a MIG pod does not fit mig node `node` (placement node `n`), naming the profile and what
+  // the node has.
+  std::string MigReason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult fit) const {
+    std::vector<std::string> asked;
+    for (const ContainerAsk& a : rec.demand.asks) {
+      if (!a.mig_profile.empty()) asked.push_back(a.mig_profile);
+    }
+    const std::string profile = asked.empty() ? "?" : asked.front();
+    const mig::GpuModel* model = cluster->mig_model(n);
+    if (fit == pl::FitResult::kMigProfile && model != nullptr) {
+      for (const std::string& p : asked) {
+        if (mig::FindProfile(*model, p, "").ok()) continue;
+        return "tessera: the node's GPUs (" + std::string(model->name) + ") have no MIG profile " +
+               p + "; theirs: " + mig::ProfileNames(*model);
+      }
+    }
+    // What is free, per profile: "1g.10gb x2 free, 3g.40gb taken".
+    std::map<std::string, std::pair<int, int>> count;  // profile -> (free, taken)
+    for (const pl::MigGpu& g : cluster->mig_gpus(n)) {
+      for (size_t i = 0; i < g.layout.instances.size(); ++i) {
+        auto& c = count[std::string(g.layout.instances[i].profile->name)];
+        (g.Taken(i) ? c.second : c.first) += 1;
+      }
+    }
+    std::string has;
+    for (const auto& [p, c] : count) {
+      has += (has.empty() ? "" : ", ") + p + " " + std::to_string(c.first) + " free of " +
+             std::to_string(c.first + c.second);
+    }
+    std::string what = asked.size() > 1 ? "free instances for every MIG container of the pod ("
+                                        : "free " + profile + " instance";
+    if (asked.size() > 1) {
+      for (size_t i = 0; i < asked.size(); ++i) what += (i ? ", " : "") + asked[i];
+      what += ")";
+    }
+    return "tessera: no " + what + " on the node (its instances: " + (has.empty() ? "none" : has) +
+           ")";
+  }
+
+  std::string Reason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult fit) const {
     const PodDemand& d = rec.demand;
+    if (fit == pl::FitResult::kMigProfile || fit == pl::FitResult::kMigInstance) {
+      return MigReason(rec, node, n, fit);
+    }
     int most_gpus = 0;
-    bool memory_only = false, whole = false, compute = false;
+    bool memory_only = false, whole = false, compute = false, mig = false;
     for (const ContainerAsk& a : d.asks) {
+      mig |= !a.mig_profile.empty();
       most_gpus = std::max(most_gpus, a.gpu_count);
       memory_only |= !a.whole() && a.core_percent == 0;
       whole |= a.whole();
@@ -886,6 +1067,14 @@ struct ClusterState::Impl {
                "\" is not allowed by tessera.io/gpu-model";
       case pl::FitResult::kMode: {
         const std::string mode(k8s::NodeModeName(node.mode));
+        if (mig && node.mode != k8s::NodeMode::kMig) {
+          return "tessera: node mode " + mode + " serves no MIG instances (" +
+                 k8s::kResourceMigPrefix + "<profile>); mig nodes do";
+        }
+        if (node.mode == k8s::NodeMode::kMig) {
+          return "tessera: node mode mig gives MIG instances only (" +
+                 std::string(k8s::kResourceMigPrefix) + "<profile>: 1); the pod asks for a share";
+        }
         if (node.mode == k8s::NodeMode::kExclusive) {
           return "tessera: node mode exclusive (tessera.io/gpu.schedule) takes whole GPUs only; "
                  "the pod asks for a share";
@@ -911,6 +1100,9 @@ struct ClusterState::Impl {
         return "tessera: Insufficient tessera.io/gpu-core";
       case pl::FitResult::kGpuMemory:
         return "tessera: Insufficient tessera.io/gpu-mem";
+      case pl::FitResult::kMigProfile:
+      case pl::FitResult::kMigInstance:
+        break;  // MigReason
     }
     return "tessera: does not fit";
   }
@@ -1351,7 +1543,22 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
       if (auto h = gpu_holders.find(g.uuid); h != gpu_holders.end()) j["holders"] = h->second;
       gpus.push_back(std::move(j));
     };
-    for (size_t i = 0; i < rec.gpus.size(); ++i) add_gpu(rec.gpus[i], static_cast<int>(i));
+    if (rec.mode == k8s::NodeMode::kMig) {
+      // MIG devices: each with its GPU, profile, place and whether an instance is held.
+      for (const k8s::InventoryGpu& g : rec.gpus) {
+        add_gpu(g, -1);
+        if (!g.mig) continue;
+        Json& j = gpus.back();
+        j["mig"] = {{"gpu", g.mig->gpu}, {"profile", g.mig->profile}, {"start", g.mig->start}};
+        const auto [gi, inst] = rec.MigDevice(g.uuid);
+        if (inst == nullptr || gi >= s.cluster->spec(n).gpu_count) continue;
+        const pl::MigGpu& placed = s.cluster->mig_gpus(n)[static_cast<size_t>(gi)];
+        const int k = placed.InstanceAt(inst->start);
+        if (k >= 0) j["mig"]["taken"] = placed.Taken(static_cast<size_t>(k));
+      }
+    } else {
+      for (size_t i = 0; i < rec.gpus.size(); ++i) add_gpu(rec.gpus[i], static_cast<int>(i));
+    }
     for (const auto& g : rec.unhealthy) add_gpu(g, -1);
     Json j = {{"name", name},
               {"policy", std::string(k8s::PlacementPolicyName(rec.policy))},

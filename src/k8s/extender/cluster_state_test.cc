@@ -15,6 +15,8 @@ namespace {
 
 using testing::Bound;
 using testing::GpuUuid;
+using testing::MigNode;
+using testing::MigUuid;
 using testing::Node;
 using testing::Pod;
 using testing::TestContainer;
@@ -440,6 +442,143 @@ k8s::Json Assigned(const std::string& name, const std::string& node, int core, u
   pod["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
   pod["metadata"]["annotations"][k8s::kPhaseAnnotation] = "allocated";
   return pod;
+}
+
+// ---- mig nodes -----------------------------------------------------------------------------
+
+// A mig node of one H100 cut 3g.40gb@0 + 1g.10gb@4 + 1g.10gb@5, and a core_mem node.
+std::unique_ptr<ClusterState> MigState() {
+  auto s = MakeState();
+  EXPECT_TRUE(s->UpsertNode(MigNode("mig", "H100-80GB", 1, {"3g.40gb=1", "1g.10gb=2"})).ok());
+  EXPECT_TRUE(s->UpsertNode(Node("core", Gpus(2))).ok());
+  return s;
+}
+
+TEST(ClusterStateTest, MigPodsTakeAFreeInstanceAndTheAssignmentNamesItsUuid) {
+  auto s = MigState();
+  std::string chosen;
+  const k8s::Json big = Pod("big", {{"tessera.io/mig-3g.40gb", "1"}});
+  auto out = s->Filter(big, std::vector<std::string>{"core", "mig"});
+  ASSERT_TRUE(out.ok()) << out.error();
+  EXPECT_EQ(out->fits, std::vector<std::string>{"mig"});
+  const NodeFailure* core = FailureOf(*out, "core");
+  ASSERT_NE(core, nullptr);
+  EXPECT_EQ(core->reason,
+            "tessera: node mode core_mem serves no MIG instances (tessera.io/mig-<profile>); mig "
+            "nodes do");
+  EXPECT_TRUE(core->unresolvable);
+  auto plan = FilterAndBind(*s, big, {"core", "mig"}, &chosen);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  EXPECT_EQ(chosen, "mig");
+  ASSERT_EQ(plan->assignment.containers.size(), 1u);
+  ASSERT_EQ(plan->assignment.containers[0].gpus.size(), 1u);
+  const k8s::AssignedGpu& g = plan->assignment.containers[0].gpus[0];
+  EXPECT_EQ(g.uuid, MigUuid("mig", 0, 0));
+  EXPECT_EQ(g.mem, Bytes(40ull << 30)) << "the instance's whole memory";
+  EXPECT_EQ(g.core.value(), 100);
+  s->FinishBind("uid-big", *plan, true);
+  // The only 3g.40gb is held: the next one is told so, by profile and with what is free.
+  auto second =
+      s->Filter(Pod("big2", {{"tessera.io/mig-3g.40gb", "1"}}), std::vector<std::string>{"mig"});
+  const NodeFailure* why = FailureOf(*second, "mig");
+  ASSERT_NE(why, nullptr);
+  EXPECT_EQ(why->reason,
+            "tessera: no free 3g.40gb instance on the node (its instances: 1g.10gb 2 free "
+            "of 2, 3g.40gb 0 free of 1)");
+  EXPECT_EQ(why->kind, "mig-instance");
+  EXPECT_FALSE(why->unresolvable) << "preempting the holder would help";
+  // 1g.10gb pods take the free instances, lowest slot first; a third finds none.
+  for (int start : {4, 5}) {
+    auto small = FilterAndBind(
+        *s, Pod("s" + std::to_string(start), {{"tessera.io/mig-1g.10gb", "1"}}), {"mig"}, &chosen);
+    ASSERT_TRUE(small.ok()) << small.error();
+    EXPECT_EQ(small->assignment.containers[0].gpus[0].uuid, MigUuid("mig", 0, start));
+    EXPECT_EQ(small->assignment.containers[0].gpus[0].mem, Bytes(10ull << 30));
+    s->FinishBind("uid-s" + std::to_string(start), *small, true);
+  }
+  EXPECT_TRUE(
+      s->Filter(Pod("s6", {{"tessera.io/mig-1g.10gb", "1"}}), std::vector<std::string>{"mig"})
+          ->fits.empty());
+  // A profile the node's model does not have, and a share: neither ever fits there.
+  auto a30 =
+      s->Filter(Pod("a30", {{"tessera.io/mig-1g.6gb", "1"}}), std::vector<std::string>{"mig"});
+  EXPECT_EQ(FailureOf(*a30, "mig")->reason,
+            "tessera: the node's GPUs (H100-80GB) have no MIG profile 1g.6gb; theirs: 1g.10gb, "
+            "1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb");
+  EXPECT_TRUE(FailureOf(*a30, "mig")->unresolvable);
+  auto share =
+      s->Filter(Pod("share", {{"tessera.io/gpu-core", "30"}}), std::vector<std::string>{"mig"});
+  EXPECT_EQ(
+      FailureOf(*share, "mig")->reason,
+      "tessera: node mode mig gives MIG instances only (tessera.io/mig-<profile>: 1); the pod "
+      "asks for a share");
+  // What the extender holds, per MIG device.
+  auto j = s->Inspect(std::string("mig"));
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ((*j)["mode"], "mig");
+  ASSERT_EQ((*j)["gpus"].size(), 3u);
+  EXPECT_EQ((*j)["gpus"][0]["mig"]["profile"], "3g.40gb");
+  EXPECT_EQ((*j)["gpus"][0]["mig"]["taken"], true);
+  EXPECT_EQ((*j)["gpus"][0]["holders"][0]["pod"], "default/big");
+}
+
+TEST(ClusterStateTest, MigHoldsComeFromAssignmentsAndTwoContainersTakeTwoInstances) {
+  auto s = MigState();
+  // A bound pod holding the 3g.40gb, as the API server reports it.
+  k8s::Json held = Bound(Pod("held", {{"tessera.io/mig-3g.40gb", "1"}}), "mig");
+  k8s::Assignment a;
+  a.node = "mig";
+  a.seq = 7;
+  a.containers.push_back({"app", {{MigUuid("mig", 0, 0), Bytes(40ull << 30), Percent::Full()}}});
+  held["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
+  ASSERT_TRUE(s->UpsertPod(held).ok());
+  EXPECT_TRUE(
+      s->Filter(Pod("big", {{"tessera.io/mig-3g.40gb", "1"}}), std::vector<std::string>{"mig"})
+          ->fits.empty());
+  EXPECT_EQ(s->Stats().gpu_milli_allocated, 3 * 1000 / 7);
+  s->RemovePod("uid-held");
+  EXPECT_EQ(
+      s->Filter(Pod("big", {{"tessera.io/mig-3g.40gb", "1"}}), std::vector<std::string>{"mig"})
+          ->fits.size(),
+      1u);
+  // Two containers of one pod, each a 1g.10gb: the two instances.
+  TestContainer first, second;
+  first.name = "one";
+  first.limits = {{"tessera.io/mig-1g.10gb", "1"}};
+  second.name = "two";
+  second.limits = first.limits;
+  std::string chosen;
+  auto plan =
+      FilterAndBind(*s, Pod("pair", std::vector<TestContainer>{first, second}), {"mig"}, &chosen);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  ASSERT_EQ(plan->assignment.containers.size(), 2u);
+  EXPECT_EQ(plan->assignment.containers[0].gpus[0].uuid, MigUuid("mig", 0, 4));
+  EXPECT_EQ(plan->assignment.containers[1].gpus[0].uuid, MigUuid("mig", 0, 5));
+  // A third container would find none: the pod does not fit. (The 3g.40gb is reserved by the
+  // filter of "big" above: a filter reserves its choice until the bind.)
+  TestContainer third = first;
+  third.name = "three";
+  auto trio = s->Filter(Pod("trio", std::vector<TestContainer>{first, second, third}),
+                        std::vector<std::string>{"mig"});
+  ASSERT_EQ(trio->failed.size(), 1u);
+  EXPECT_EQ(trio->failed[0].reason,
+            "tessera: no free instances for every MIG container of the pod (1g.10gb, 1g.10gb, "
+            "1g.10gb) on the node (its instances: 1g.10gb 0 free of 2, 3g.40gb 0 free of 1)");
+}
+
+TEST(ClusterStateTest, UnhealthyMigDevicesAreOutOfPlacement) {
+  auto s = MakeState();
+  ASSERT_TRUE(
+      s->UpsertNode(MigNode("mig", "H100-80GB", 1, {"3g.40gb=2"}, 80, {MigUuid("mig", 0, 0)}))
+          .ok());
+  std::string chosen;
+  auto plan = FilterAndBind(*s, Pod("a", {{"tessera.io/mig-3g.40gb", "1"}}), {"mig"}, &chosen);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  EXPECT_EQ(plan->assignment.containers[0].gpus[0].uuid, MigUuid("mig", 0, 4));
+  s->FinishBind("uid-a", *plan, true);
+  EXPECT_TRUE(
+      s->Filter(Pod("b", {{"tessera.io/mig-3g.40gb", "1"}}), std::vector<std::string>{"mig"})
+          ->fits.empty());
 }
 
 TEST(ClusterStateTest, WhatTheApiServerSaysOutranksReservations) {

@@ -11,13 +11,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include "k8s/annotations.h"
+#include "mig/profiles.h"
 
 namespace tessera::extender {
 namespace {
@@ -292,8 +294,16 @@ TEST_F(ManifestsTest, TheSchedulerConfigurationCallsTheExtenderWhereItListens) {
   EXPECT_EQ(Str(ext["prioritizeVerb"]), "prioritize");
   EXPECT_EQ(Str(ext["bindVerb"]), "bind");
   EXPECT_TRUE(ext["nodeCacheCapable"].as<bool>());
-  const std::set<std::string> resources = {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
-                                           "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu-count"};
+  std::set<std::string> resources = {"tessera.io/gpu-mem",
+                                     "tessera.io/gpu-core",
+                                     "tessera.io/gpu-count",
+                                     "aliyun.com/gpu-mem",
+                                     "aliyun.com/gpu-core.percentage",
+                                     "aliyun.com/gpu-count"};
+  // Every MIG profile's resource too: kube-scheduler sends a pod to the extender only when it asks
+  // a managed resource.
+  for (std::string_view profile : mig::AllProfileNames())
+    resources.insert(k8s::MigResourceName(profile));
   std::set<std::string> managed;
   for (const auto& r : ext["managedResources"]) managed.insert(Str(r["name"]));
   EXPECT_EQ(managed, resources);

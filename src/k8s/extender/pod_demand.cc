@@ -93,6 +93,7 @@ PodDemand ReadPodDemand(const k8s::PodView& view, const k8s::Json& pod) {
     ask.gpu_count = static_cast<int>(gpu->Gpus());
     ask.core_percent = static_cast<int>(gpu->core);
     ask.mem_mib = static_cast<int64_t>(gpu->mem_gib) * 1024 / ask.gpu_count;
+    ask.mig_profile = gpu->mig_profile;
     out.asks.push_back(std::move(ask));
   }
   out.cpu_milli = std::max(apps.cpu_milli, inits.cpu_milli);

@@ -2,7 +2,8 @@
 // (as kube-scheduler counts them: the larger of the app containers' sum and any init container,
 // plus spec.overhead) and, per container that asks for a Tessera resource, the share it wants on
 // each of its GPUs (DESIGN §8: gpu-mem is the container's memory split evenly over its
-// gpu-count GPUs; gpu-core the share on each; gpu-count alone, or gpu-core 100, whole GPUs).
+// gpu-count GPUs; gpu-core the share on each; gpu-count alone, or gpu-core 100, whole GPUs), or
+// the MIG instance it asks (tessera.io/mig-<profile>: one instance, on a mig node).
 //
 // Built from the shared pod view (k8s/objects.h) and the users' annotations (k8s/annotations.h).
 // Reading never fails as a whole: a pod whose Tessera ask or annotation is invalid carries
@@ -25,8 +26,11 @@ struct ContainerAsk {
   int gpu_count = 0;     // distinct GPUs
   int core_percent = 0;  // GPU-time share on each GPU, 1..100 (100: whole GPUs); 0 = none asked
   int64_t mem_mib = 0;   // GPU memory on each GPU; 0 = none asked (proportional to the share)
+  std::string mig_profile;  // one MIG instance of this profile ("3g.40gb"); "" for a share
   // Whole GPUs: gpu-count alone, or a core share of 100.
-  bool whole() const { return core_percent >= 100 || (core_percent == 0 && mem_mib == 0); }
+  bool whole() const {
+    return mig_profile.empty() && (core_percent >= 100 || (core_percent == 0 && mem_mib == 0));
+  }
 };
 
 struct PodDemand {

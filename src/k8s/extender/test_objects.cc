@@ -1,7 +1,10 @@
 // Builders of Node and Pod JSON for tests and benchmarks.
 #include "k8s/extender/test_objects.h"
 
+#include <algorithm>
 #include <cstdio>
+
+#include "mig/planner.h"
 
 namespace tessera::extender::testing {
 
@@ -44,6 +47,37 @@ k8s::Json Node(const std::string& name, const std::vector<TestGpu>& gpus, const 
            {{"name", name}, {"uid", "node-uid-" + name}, {"resourceVersion", "1"},
             {"labels", l}, {"annotations", annotations}}},
           {"status", {{"allocatable", {{"cpu", cpu}, {"memory", memory}, {"pods", "110"}}}}}};
+}
+
+std::string MigUuid(const std::string& name, int gpu, int start) {
+  std::string uuid = GpuUuid(name, gpu * 16 + start + 1000);
+  return "MIG-" + uuid.substr(4);
+}
+
+k8s::Json MigNode(const std::string& name, const std::string& mig_model, int gpus,
+                  const std::vector<std::string>& layout, uint64_t gpu_gib,
+                  const std::vector<std::string>& unhealthy) {
+  k8s::Json node = Node(name, {}, "mig");
+  const mig::GpuModel& model = **mig::FindGpuModel(mig_model);
+  const mig::Layout cut = *mig::Place(model, *mig::ParseProfileCounts(model, layout));
+  k8s::GpuInventory inv;
+  inv.mode = k8s::NodeMode::kMig;
+  for (int g = 0; g < gpus; ++g) {
+    for (const mig::PlacedInstance& i : cut.instances) {
+      k8s::InventoryGpu d;
+      d.index = static_cast<int>(inv.gpus.size());
+      d.uuid = MigUuid(name, g, i.start);
+      d.model = "NVIDIA " + mig_model + " MIG " + std::string(i.profile->name);
+      d.memory = Bytes((gpu_gib << 30) / static_cast<uint64_t>(model.memory_slices) *
+                       static_cast<uint64_t>(i.profile->memory_slices));
+      d.healthy = std::find(unhealthy.begin(), unhealthy.end(), d.uuid) == unhealthy.end();
+      d.mig = k8s::InventoryMig{GpuUuid(name, g), std::string(model.name),
+                                std::string(i.profile->name), i.start};
+      inv.gpus.push_back(d);
+    }
+  }
+  node["metadata"]["annotations"][k8s::kInventoryAnnotation] = k8s::WriteGpuInventory(inv);
+  return node;
 }
 
 k8s::Json Pod(const std::string& name, const std::vector<TestContainer>& containers,

@@ -27,6 +27,16 @@ k8s::Json Node(const std::string& name, const std::vector<TestGpu>& gpus,
 // The UUID Node gives GPU `index` of node `name`.
 std::string GpuUuid(const std::string& name, int index);
 
+// A mig node of `gpus` GPUs of MIG model `mig_model` ("H100-80GB") with `gpu_gib` each, every GPU
+// cut into `layout` (profile counts as `tessera mig plan` takes them, e.g. {"3g.40gb=1",
+// "1g.10gb=2"}), its MIG devices listed as the device plugin lists them (an instance's memory its
+// memory slices' share of the GPU's). `unhealthy`: MIG UUIDs listed as unhealthy.
+k8s::Json MigNode(const std::string& name, const std::string& mig_model, int gpus,
+                  const std::vector<std::string>& layout, uint64_t gpu_gib = 80,
+                  const std::vector<std::string>& unhealthy = {});
+// The UUID MigNode gives the MIG device at memory slice `start` of GPU `gpu` of node `name`.
+std::string MigUuid(const std::string& name, int gpu, int start);
+
 struct TestContainer {
   std::string name = "app";
   std::map<std::string, std::string> limits;  // e.g. {"tessera.io/gpu-core", "30"}
