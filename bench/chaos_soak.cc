@@ -48,6 +48,7 @@
 #include "ipc/futex.h"
 #include "ipc/unix_socket.h"
 #include "ledger/ledger_view.h"
+#include "ledger/memory_ledger.h"
 #include "process/child_process.h"
 
 namespace {
@@ -100,7 +101,7 @@ class Soak {
       daemon_->Kill(SIGTERM);
       daemon_->Wait(10s);
     }
-    shm_unlink(ledger_.c_str());
+    tessera::ledger::MemoryLedger::Remove(ledger_);
     shm_unlink(("/tessera-sim-" + state_).c_str());
     unlink(socket_.c_str());
     for (const std::string& f : files_) unlink(f.c_str());

@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/run_mps.h"
+#include "mps/mps.h"
 #include "core/bytes.h"
 #include "core/container_id.h"
 #include "core/device_selector.h"
@@ -131,8 +132,9 @@ int RunRun(const RunArgs& args) {
   if (!weight.empty()) env.push_back("TESSERA_WEIGHT=" + weight);
   if (high_prio) env.push_back("TESSERA_HIGH_PRIO=1");
   if (!devices.empty()) env.push_back("TESSERA_VISIBLE_DEVICES=" + devices);
+  std::string mps_shm;  // an MPS node: the /dev/shm the command shares with its GPU's server
   if (auto fields = protocol::ParseMessage(*reply); fields.ok() && fields->Has("mps_root")) {
-    auto mps = MpsRunEnvironment(socket, fields->Get("mps_root"), devices, core, mem);
+    auto mps = MpsRunEnvironment(socket, fields->Get("mps_root"), devices, core, mem, &mps_shm);
     if (!mps.ok()) return Usage(mps.error());
     env.insert(env.end(), mps->begin(), mps->end());
   }
@@ -143,6 +145,16 @@ int RunRun(const RunArgs& args) {
   // Run the command as a child: stdin, stdout and stderr are the caller's own.
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!mps_shm.empty()) {
+      if (const int err = mps::EnterServerShm(mps_shm.c_str()); err != 0) {
+        std::fprintf(stderr,
+                     "tessera run: cannot give the command its GPU's MPS /dev/shm (%s on /dev/shm "
+                     "in a mount namespace of its own: %s); on an MPS node tessera run needs root "
+                     "(CAP_SYS_ADMIN)\n",
+                     mps_shm.c_str(), std::strerror(err));
+        _exit(126);
+      }
+    }
     for (const std::string& kv : env) {
       const size_t eq = kv.find('=');
       setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);

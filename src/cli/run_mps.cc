@@ -18,7 +18,8 @@ Result<std::vector<std::string>> MpsRunEnvironment(const std::string& socket,
                                                    const std::string& mps_root,
                                                    const std::string& devices,
                                                    const std::string& core,
-                                                   const std::string& mem) {
+                                                   const std::string& mem,
+                                                   std::string* shm_dir) {
   using Out = Result<std::vector<std::string>>;
   auto reply = ipc::Call(socket, "STATUS", nullptr, std::chrono::milliseconds(3000));
   if (!reply.ok() || reply->rfind("OK ", 0) != 0) {
@@ -63,8 +64,9 @@ Result<std::vector<std::string>> MpsRunEnvironment(const std::string& socket,
     if (!limits.ok()) return limits.status();
     memory = limits->front();
   }
-  return mps::MpsClientEnvironment(mps::PathsFor(mps_root, uuids[static_cast<size_t>(device)]),
-                                   share, memory);
+  const mps::MpsPaths paths = mps::PathsFor(mps_root, uuids[static_cast<size_t>(device)]);
+  *shm_dir = paths.shm_dir;
+  return mps::MpsClientEnvironment(paths, share, memory);
 }
 
 }  // namespace tessera::cli

@@ -36,6 +36,7 @@
 
 #include "ipc/unix_socket.h"
 #include "ledger/ledger_view.h"
+#include "ledger/memory_ledger.h"
 #include "process/child_process.h"
 
 namespace {
@@ -78,7 +79,7 @@ class ResilienceTest : public ::testing::Test {
       daemon_->Wait(10s);
     }
     view_.reset();
-    shm_unlink(ledger_name_.c_str());
+    tessera::ledger::MemoryLedger::Remove(ledger_name_);
     shm_unlink(("/tessera-sim-" + state_).c_str());
     unlink(socket_.c_str());
     for (const std::string& f : files_) unlink(f.c_str());

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ipc/unix_socket.h"
+#include "ledger/memory_ledger.h"
 #include "process/child_process.h"
 
 namespace {
@@ -55,7 +56,7 @@ class RestartTest : public ::testing::Test {
     umount2(mount_.c_str(), MNT_DETACH);
     rmdir(mount_.c_str());
     unlink(mount_.c_str());
-    shm_unlink(ledger_.c_str());
+    tessera::ledger::MemoryLedger::Remove(ledger_);
     shm_unlink(("/tessera-sim-" + state_).c_str());
     unlink(socket_.c_str());
     unlink(log_.c_str());

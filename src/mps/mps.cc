@@ -3,7 +3,9 @@
 #include "mps/mps.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +56,9 @@ pid_t ReadPidFile(const std::string& pipe_dir) {
   return static_cast<pid_t>(pid);
 }
 
+// RunControl's child could not be given the MPS /dev/shm (EnterServerShm failed).
+constexpr int kNoShmOfItsOwn = 125;
+
 // Runs CONTROL (with `arg` when not empty) in `paths`' environment for GPU `uuid`, feeding
 // `input` on stdin; waits up to `timeout` for it to exit. Its exit status, or -1 on timeout
 // (then killed) or when it could not run.
@@ -68,6 +73,7 @@ int RunControl(const std::string& control, const std::string& arg, const std::st
     return -1;
   }
   if (child == 0) {
+    if (!paths.shm_dir.empty() && EnterServerShm(paths.shm_dir.c_str()) != 0) _exit(kNoShmOfItsOwn);
     dup2(in[0], 0);
     const int null_fd = open("/dev/null", O_WRONLY);
     if (null_fd >= 0) dup2(null_fd, 1);  // its chatter is in its log directory
@@ -103,7 +109,15 @@ int RunControl(const std::string& control, const std::string& arg, const std::st
 
 MpsPaths PathsFor(const std::string& root, const std::string& gpu_uuid) {
   const std::string base = root + "/" + gpu_uuid;
-  return {base + "/pipe", base + "/log"};
+  return {base + "/pipe", base + "/log", base + "/shm"};
+}
+
+int EnterServerShm(const char* shm_dir) {
+  if (unshare(CLONE_NEWNS) != 0) return errno;
+  // Nothing mounted here reaches the namespace it came from (nor the host's /dev/shm).
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return errno;
+  if (mount(shm_dir, "/dev/shm", nullptr, MS_BIND, nullptr) != 0) return errno;
+  return 0;
 }
 
 Result<std::vector<std::string>> MpsClientEnvironment(const MpsPaths& paths,
@@ -172,13 +186,20 @@ void MpsSupervisor::Log(const std::string& line) const {
 
 Status MpsSupervisor::Launch(Daemon& d) {
   const std::string what = "GPU " + std::to_string(d.gpu.index) + " (" + d.gpu.uuid + ")";
-  for (const std::string& dir : {d.paths.pipe_dir, d.paths.log_dir}) {
+  for (const std::string& dir : {d.paths.pipe_dir, d.paths.log_dir, d.paths.shm_dir}) {
     if (Status s = MakeDirs(dir); !s.ok())
       return Status::Error("MPS for " + what + ": " + s.message());
   }
+  chmod(d.paths.shm_dir.c_str(), 01777);  // like /dev/shm: clients of any user create there
   unlink((d.paths.pipe_dir + "/" + kPidFileName).c_str());  // a dead daemon's
   const int status =
       RunControl(options_.control, "-d", d.gpu.uuid, d.paths, "", options_.start_timeout);
+  if (status == kNoShmOfItsOwn) {
+    return Status::Error("MPS for " + what + ": cannot give `" + options_.control +
+                         "` a /dev/shm of its own (" + d.paths.shm_dir +
+                         " on /dev/shm in a mount namespace of its own; tesserad needs "
+                         "CAP_SYS_ADMIN for that, as root or a privileged container has)");
+  }
   if (status != 0) {
     return Status::Error("MPS for " + what + ": `" + options_.control + " -d` " +
                          (status < 0 ? std::string("did not finish or could not run")

@@ -47,10 +47,21 @@ inline constexpr const char* kPidFileName = "nvidia-cuda-mps-control.pid";
 struct MpsPaths {
   std::string pipe_dir;
   std::string log_dir;
+  // The /dev/shm the GPU's MPS server and its clients share, in place of the host's (which holds
+  // tesserad's ledger segments and every other process's shared memory: a client must not see
+  // it). Empty: the caller's own /dev/shm.
+  std::string shm_dir;
 };
 
-// ROOT/<uuid>/pipe and ROOT/<uuid>/log.
+// ROOT/<uuid>/pipe, ROOT/<uuid>/log and ROOT/<uuid>/shm. ROOT should be on a tmpfs (the default,
+// under /run, is).
 MpsPaths PathsFor(const std::string& root, const std::string& gpu_uuid);
+
+// In a child about to exec (the control daemon, or `tessera run`'s command): gives the calling
+// process a mount namespace of its own, private below /, in which `shm_dir` is mounted on
+// /dev/shm. Only system calls (safe between fork and exec). 0, or the errno of the step that
+// failed (EPERM without CAP_SYS_ADMIN).
+int EnterServerShm(const char* shm_dir);
 
 // The environment of an MPS client of the GPU whose directories are `paths`:
 //   CUDA_MPS_PIPE_DIRECTORY=<pipe dir>

@@ -6,6 +6,8 @@
 //   start pid=P CUDA_VISIBLE_DEVICES=U CUDA_MPS_PIPE_DIRECTORY=D CUDA_MPS_LOG_DIRECTORY=L
 //   command <line>                       (read on stdin when run without -d)
 //   exit pid=P                           (the daemon, on SIGTERM)
+// Like the real server, which keeps what it shares with its clients in /dev/shm, the daemon
+// creates /dev/shm/tessera-mps-standin.P while it runs, so a test can see which /dev/shm it got.
 // With TESSERA_MPS_STANDIN_FAIL=1 in its environment, -d fails (exit 1) to test that path.
 #include <fcntl.h>
 #include <signal.h>
@@ -56,6 +58,8 @@ int main(int argc, char** argv) {
     Record("start pid=" + me + " CUDA_VISIBLE_DEVICES=" + Env("CUDA_VISIBLE_DEVICES") +
            " CUDA_MPS_PIPE_DIRECTORY=" + Env("CUDA_MPS_PIPE_DIRECTORY") +
            " CUDA_MPS_LOG_DIRECTORY=" + Env("CUDA_MPS_LOG_DIRECTORY"));
+    const std::string shared = "/dev/shm/tessera-mps-standin." + me;
+    { std::ofstream(shared) << me << "\n"; }
     {
       std::ofstream pid(PidFile() + ".tmp");
       pid << me << "\n";
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
     rename((PidFile() + ".tmp").c_str(), PidFile().c_str());
     while (!g_stop) pause();
     unlink(PidFile().c_str());
+    unlink(shared.c_str());
     Record("exit pid=" + me);
     return 0;
   }

@@ -109,6 +109,10 @@ TEST_F(SupervisorTest, StartsOneDaemonPerGpuWithItsOwnDirectories) {
     EXPECT_EQ(ControlLog(uuid), "start pid=" + std::to_string(pid) + " CUDA_VISIBLE_DEVICES=" +
                                     uuid + " CUDA_MPS_PIPE_DIRECTORY=" + p.pipe_dir +
                                     " CUDA_MPS_LOG_DIRECTORY=" + p.log_dir + "\n");
+    // Its /dev/shm is the GPU's own folder, not the host's (which holds tesserad's ledger).
+    const std::string shared = "/tessera-mps-standin." + std::to_string(pid);
+    EXPECT_EQ(access((p.shm_dir + shared).c_str(), F_OK), 0) << p.shm_dir + shared;
+    EXPECT_NE(access(("/dev/shm" + shared).c_str(), F_OK), 0) << "it wrote the host's /dev/shm";
     EXPECT_THAT(Log(), HasSubstr("MPS control daemon for GPU " + std::to_string(i) + " (" + uuid +
                                  ") runs as pid " + std::to_string(pid)));
   }
@@ -187,12 +191,14 @@ class MpsNodeTest : public ::testing::Test {
       daemon_->Kill(SIGTERM);
       daemon_->Wait(20s);
     }
-    shm_unlink(("/tessera-sim-" + state_).c_str());
+    unlink(("/tmp/" + state_ + ".sim").c_str());
     unlink(log_.c_str());
     std::filesystem::remove_all(root_);
   }
   std::vector<std::string> Env() const {
-    return {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimA:8GiB,SimB:8GiB"};
+    // Outside /dev/shm: the MPS clients' /dev/shm is their server's (mps::EnterServerShm), and
+    // the simulated GPUs, like real ones, must be reachable from there too.
+    return {"TESSERA_SIM_STATE=/tmp/" + state_ + ".sim", "TESSERA_SIM_GPUS=SimA:8GiB,SimB:8GiB"};
   }
   std::pair<int, std::string> Tessera(const std::string& args) const {
     std::string cmd;
@@ -231,6 +237,15 @@ TEST_F(MpsNodeTest, TesseradRunsADaemonPerGpuAndTesseraRunGivesTheContainerItsLi
   EXPECT_THAT(env, HasSubstr("CUDA_MPS_PIPE_DIRECTORY=" + p1.pipe_dir + "\n"));
   EXPECT_THAT(env, HasSubstr("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\n"));
   EXPECT_THAT(env, HasSubstr("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=2048M\n"));
+
+  // The command meets its GPU's server in the server's /dev/shm (the stand-in keeps a file there),
+  // not in the host's, where tesserad's ledger is.
+  const auto [shm_status, shm] =
+      Tessera("run --sim --devices 1 -- sh -c 'ls /dev/shm; echo ledgers=$(ls /dev/shm | grep -c "
+              "tessera-ledger)'");
+  ASSERT_EQ(shm_status, 0) << shm;
+  EXPECT_THAT(shm, HasSubstr("tessera-mps-standin."));
+  EXPECT_THAT(shm, HasSubstr("ledgers=0\n"));
 
   const auto [refused, why] = Tessera("run --sim --devices 0,1 -- true");
   EXPECT_EQ(refused, 2);

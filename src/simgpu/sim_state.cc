@@ -254,14 +254,31 @@ Result<std::string> SimStateObjectName(const char* text) {
     ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
   }
   if (!ok) {
-    return Result<std::string>::Error("TESSERA_SIM_STATE=\"" + name +
-                                      "\": expected 1-64 characters of [A-Za-z0-9_.-]");
+    return Result<std::string>::Error(
+        "TESSERA_SIM_STATE=\"" + name +
+        "\": expected 1-64 characters of [A-Za-z0-9_.-], or an absolute file path");
   }
   return "/tessera-sim-" + name;
 }
 
+Result<std::string> SimStatePath(const char* text) {
+  if (text == nullptr || text[0] != '/') {
+    auto name = SimStateObjectName(text);
+    if (!name.ok()) return name.status();
+    return "/dev/shm" + *name;
+  }
+  const std::string path(text);
+  if (path.size() > 255 || path.back() == '/' || path.find("/../") != std::string::npos ||
+      path.find("/./") != std::string::npos || path.find("//") != std::string::npos) {
+    return Result<std::string>::Error("TESSERA_SIM_STATE=\"" + path +
+                                      "\": expected an absolute file path (at most 255 "
+                                      "characters, no . or .. or empty components), or a name");
+  }
+  return path;
+}
+
 Result<SimState*> SimState::Attach() {
-  auto name = SimStateObjectName(std::getenv("TESSERA_SIM_STATE"));
+  auto name = SimStatePath(std::getenv("TESSERA_SIM_STATE"));
   if (!name.ok()) return name.status();
   const char* gpus_text = std::getenv("TESSERA_SIM_GPUS");
   auto configs = ParseSimGpus(gpus_text);
@@ -269,14 +286,14 @@ Result<SimState*> SimState::Attach() {
 
   const size_t size = sizeof(SimStateLayout);
   for (int attempt = 0; attempt < 2; ++attempt) {
-    int fd = shm_open(name->c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = open(name->c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     const bool creator = fd >= 0;
     if (!creator) {
       if (errno != EEXIST) {
         return Result<SimState*>::Error("simgpu: cannot create shared state " + *name + ": " +
                                         std::strerror(errno));
       }
-      fd = shm_open(name->c_str(), O_RDWR | O_CLOEXEC, 0600);
+      fd = open(name->c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0600);
       if (fd < 0) {
         return Result<SimState*>::Error("simgpu: cannot open shared state " + *name + ": " +
                                         std::strerror(errno));
@@ -284,7 +301,7 @@ Result<SimState*> SimState::Attach() {
     } else if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
       const int err = errno;
       close(fd);
-      shm_unlink(name->c_str());
+      unlink(name->c_str());
       return Result<SimState*>::Error("simgpu: cannot size shared state " + *name + ": " +
                                       std::strerror(err));
     }
@@ -299,11 +316,11 @@ Result<SimState*> SimState::Attach() {
       close(fd);
       if (static_cast<size_t>(st.st_size) > 0) {
         return Result<SimState*>::Error(
-            "simgpu: shared state /dev/shm" + *name + " has size " + std::to_string(st.st_size) +
+            "simgpu: shared state " + *name + " has size " + std::to_string(st.st_size) +
             ", this simgpu expects " + std::to_string(size) +
             " (another version); remove it or pick another TESSERA_SIM_STATE");
       }
-      shm_unlink(name->c_str());  // an abandoned, never-sized object: start again
+      unlink(name->c_str());  // an abandoned, never-sized object: start again
       continue;
     }
     void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -342,7 +359,7 @@ Result<SimState*> SimState::Attach() {
         const bool creator_alive = ProcessAlive(layout->creator_pid, 0);
         munmap(mem, size);
         if (!creator_alive) {
-          shm_unlink(name->c_str());  // its creator died half-way: start again
+          unlink(name->c_str());  // its creator died half-way: start again
           continue;
         }
         return Result<SimState*>::Error("simgpu: shared state " + *name +

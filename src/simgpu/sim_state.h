@@ -142,9 +142,13 @@ struct SimDeviceConfig {
 // mig=H100-80GB) makes that GPU MIG-capable with MIG mode on; its instances get the model's
 // profiles, with memory and SMs in proportion to their slices of this GPU's.
 Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text);
-// Validates TESSERA_SIM_STATE and returns the shared-memory object name ("/tessera-sim-NAME").
-// Unset means "per user" (tessera-sim-uid<UID>).
+// Validates TESSERA_SIM_STATE as a name and returns the shared-memory object name
+// ("/tessera-sim-NAME"). Unset means "per user" (tessera-sim-uid<UID>).
 Result<std::string> SimStateObjectName(const char* text);
+// The file the simulated machine's state is in: /dev/shm/tessera-sim-NAME for a name, or the
+// value itself when it is an absolute path (a state every mount namespace of the node reaches,
+// as a real GPU's device files are: an MPS client's /dev/shm is its server's, not the host's).
+Result<std::string> SimStatePath(const char* text);
 
 // A process's view of the shared state.
 class SimState {

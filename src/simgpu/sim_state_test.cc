@@ -110,6 +110,16 @@ TEST(SimStateObjectNameTest, ValidatesTheName) {
   EXPECT_FALSE(SimStateObjectName(std::string(65, 'a').c_str()).ok());
 }
 
+TEST(SimStatePathTest, ANameIsInDevShmAndAnAbsolutePathIsItself) {
+  EXPECT_EQ(*SimStatePath("demo"), "/dev/shm/tessera-sim-demo");
+  EXPECT_EQ(*SimStatePath("/run/tessera/sim-state"), "/run/tessera/sim-state");
+  for (const char* bad : {"/run/../etc/x", "/run/x/", "/run//x", "a/b"}) {
+    auto path = SimStatePath(bad);
+    ASSERT_FALSE(path.ok()) << bad;
+    EXPECT_THAT(path.error(), HasSubstr("TESSERA_SIM_STATE=\"" + std::string(bad) + "\""));
+  }
+}
+
 TEST(ProcessAliveTest, SeesLiveDeadZombieAndReusedPids) {
   EXPECT_TRUE(ProcessAlive(getpid(), ProcessStartTicks(getpid())));
   EXPECT_FALSE(ProcessAlive(getpid(), ProcessStartTicks(getpid()) + 1)) << "pid reused";

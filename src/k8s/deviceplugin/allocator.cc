@@ -289,7 +289,7 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   }
   if (mode_ == NodeMode::kMps) {
     // MPS takes its memory limit in whole MiB: refused here rather than at the container's start.
-    auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, ""}, rec.core, rec.gpus[0].mem);
+    auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, "", ""}, rec.core, rec.gpus[0].mem);
     if (!env.ok()) return fail(std::string(kAssignmentAnnotation) + ": " + env.error());
   }
   return rec;
@@ -381,11 +381,12 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
     out.mounts.push_back({config_.container_socket_dir + "/" + rec.id, kContainerSocketDir, true});
     if (!rec.mps_root.empty()) {
       // The MPS client side: the GPU's pipe folder (clients connect to the control socket there)
-      // and the host's shared memory, where MPS clients and their server meet.
-      out.mounts.push_back(
-          {mps::PathsFor(rec.mps_root, rec.gpus[0].uuid).pipe_dir, kContainerMpsPipeDir, false});
-      out.mounts.push_back({kContainerShm, kContainerShm, false});
-      auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, ""}, rec.core, rec.gpus[0].mem);
+      // and the shared memory where the GPU's MPS clients and server meet: the server's own
+      // /dev/shm (mps::EnterServerShm), never the host's, which holds tesserad's ledger.
+      const mps::MpsPaths paths = mps::PathsFor(rec.mps_root, rec.gpus[0].uuid);
+      out.mounts.push_back({paths.pipe_dir, kContainerMpsPipeDir, false});
+      out.mounts.push_back({paths.shm_dir, kContainerShm, false});
+      auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, "", ""}, rec.core, rec.gpus[0].mem);
       for (const std::string& kv : env.ok() ? *env : std::vector<std::string>{}) {
         out.env.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
       }

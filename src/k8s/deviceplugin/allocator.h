@@ -22,8 +22,9 @@
 // On a mig node a container asks one MIG instance (tessera.io/mig-<profile>: 1) and its
 // assignment names one MIG device of that profile, registered with tesserad as a device of its
 // own (TESSERA_VISIBLE_DEVICES=MIG-...). On an mps node a container gets one GPU, and besides the
-// above its GPU's MPS pipe folder (tesserad --mps tells where, in its CONTAINER reply), the host's
-// /dev/shm and the MPS client environment (mps::MpsClientEnvironment, as `tessera run` gives).
+// above its GPU's MPS pipe folder (tesserad --mps tells where, in its CONTAINER reply), that GPU's
+// MPS server's /dev/shm (not the host's) and the MPS client environment
+// (mps::MpsClientEnvironment, as `tessera run` gives).
 //
 // Thread-safety: one mutex; Allocate, Prefer, PreStart and the reconciler's calls serialise.
 #pragma once

@@ -748,15 +748,16 @@ TEST_F(MpsNodeTest, AContainerIsAnMpsClientOfItsGpusServerWithItsLimits) {
   EXPECT_EQ(a.envs.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
   EXPECT_EQ(a.envs.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=2048M");
   EXPECT_EQ(a.envs.at("TESSERA_VISIBLE_DEVICES"), gpu1);
-  // ...its GPU's pipe folder and the host's shared memory, writable.
+  // ...its GPU's pipe folder and that GPU's MPS server's shared memory (not the host's), writable.
   const std::string pipe = mps_dir_ + "/" + gpu1 + "/pipe";
+  const std::string shm = mps_dir_ + "/" + gpu1 + "/shm";
   auto mounted = [&](const std::string& host, const std::string& path) {
     return std::any_of(a.mounts.begin(), a.mounts.end(), [&](const TestKubelet::Mount& m) {
       return m.host_path == host && m.container_path == path && !m.read_only;
     });
   };
   EXPECT_TRUE(mounted(pipe, kContainerMpsPipeDir));
-  EXPECT_TRUE(mounted(kContainerShm, kContainerShm));
+  EXPECT_TRUE(mounted(shm, kContainerShm));
   // In the container, the pipe folder is the one the GPU's control daemon keeps its pid file in.
   std::ifstream pid_file(pipe + "/nvidia-cuda-mps-control.pid");
   std::string daemon_pid;
@@ -764,8 +765,14 @@ TEST_F(MpsNodeTest, AContainerIsAnMpsClientOfItsGpusServerWithItsLimits) {
   ChildProcess* looker =
       Run(pod, a,
           {"/bin/sh", "-c",
-           "echo pid=$(cat \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\")"});
+           "echo pid=$(cat \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\"); "
+           "echo server_shm=$(cat /dev/shm/tessera-mps-standin.* 2>/dev/null); "
+           "echo ledgers=$(ls /dev/shm | grep -c tessera-ledger)"});
   EXPECT_EQ(looker->WaitForKey("pid", 30s), daemon_pid);
+  // Its /dev/shm is where the GPU's control daemon (the stand-in) keeps what it shares, and holds
+  // nothing of tesserad's: the ledger's segments are in the host's /dev/shm only.
+  EXPECT_EQ(looker->WaitForKey("server_shm", 30s), daemon_pid);
+  EXPECT_EQ(looker->WaitForKey("ledgers", 30s), "0");
   EXPECT_EQ(looker->Wait(20s), 0);
   // The ledger still enforces the cap on top of MPS.
   ChildProcess* oom = Run(pod, a, {Tenant("shim_tenant"), "alloc-until-oom", "64"});

@@ -7,9 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "ipc/unix_socket.h"
+#include "ledger/memory_ledger.h"
 
 namespace tessera::k8s::testing {
 
@@ -20,18 +22,23 @@ SimNode::SimNode(const std::string& gpus, std::vector<std::string> daemon_args)
   socket_ = "/tmp/" + name_ + ".sock";
   container_sockets_ = "/tmp/" + name_ + "-containers";
   ledger_ = "tessera-ledger-" + name_;
+  // An MPS client's /dev/shm is its GPU's server's, not the host's (mps::EnterServerShm): the
+  // simulated GPUs are kept where every mount namespace reaches them, as a real GPU's devices are.
+  const bool mps = std::find(daemon_args_.begin(), daemon_args_.end(), "--mps") != daemon_args_.end();
+  sim_state_ = mps ? "/tmp/" + name_ + ".sim" : name_;
   client_ = std::make_unique<TesseradClient>(socket_);
 }
 
 SimNode::~SimNode() {
   Stop();
-  shm_unlink(("/" + ledger_).c_str());
+  tessera::ledger::MemoryLedger::Remove("/" + ledger_);  // every segment of it
   shm_unlink(("/tessera-sim-" + name_).c_str());
+  unlink(("/tmp/" + name_ + ".sim").c_str());
   std::system(("rm -rf '" + container_sockets_ + "' /tmp/" + name_ + "-scratch-*").c_str());
 }
 
 std::vector<std::string> SimNode::SimEnv() const {
-  return {"TESSERA_SIM_STATE=" + name_, "TESSERA_SIM_GPUS=" + gpus_};
+  return {"TESSERA_SIM_STATE=" + sim_state_, "TESSERA_SIM_GPUS=" + gpus_};
 }
 
 bool SimNode::Start() {

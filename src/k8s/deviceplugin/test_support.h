@@ -45,6 +45,7 @@ class SimNode {
 
  private:
   std::string name_, gpus_, socket_, container_sockets_, ledger_;
+  std::string sim_state_;  // TESSERA_SIM_STATE: a name, or a file outside /dev/shm under --mps
   std::vector<std::string> daemon_args_;
   std::unique_ptr<process::ChildProcess> daemon_;
   std::unique_ptr<TesseradClient> client_;
