@@ -193,7 +193,7 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
           conn.process_slot = slot;
           conn.generation = static_cast<uint32_t>(
               std::strtoul(hello->Get("generation", "0").c_str(), nullptr, 10));
-          // The ledger as this process may map it: the node segment read-only, its own
+          // The ledger as this process may map it: the node view read-only, its own
           // container's segment, the exchange (ledger_layout.h).
           const auto c = static_cast<uint32_t>(
               std::strtoul(hello->Get("container", "0").c_str(), nullptr, 10));

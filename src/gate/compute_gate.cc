@@ -133,7 +133,7 @@ struct DeviceGate {
 
 struct GateState {
   GateDriver driver;
-  const ledger::LedgerLayout* layout = nullptr;  // the node segment, read-only
+  const ledger::LedgerLayout* layout = nullptr;  // the node view, read-only
   ledger::ContainerSegment* own = nullptr;         // this process's container's segment
   ledger::Exchange* exchange = nullptr;
   uint32_t container = 0;

@@ -16,7 +16,7 @@ namespace tessera::ipc {
 
 // Sleeps while `*word == expected`, at most `timeout_ns` (0: do not sleep). Returns when woken,
 // when the word differs, on a signal, or on timeout; callers re-check their condition. The word
-// may be in a read-only mapping (a process waits on the daemon's words in the node segment).
+// may be in a read-only mapping (a process waits on the daemon's words in the node view).
 inline void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
   if (timeout_ns == 0) return;
