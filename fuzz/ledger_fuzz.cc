@@ -59,7 +59,8 @@ const std::vector<ledger::DeviceInfo>& Devices() {
 ledger::LedgerLayout* MapNodeSegment() {
   const int fd = shm_open(ShmName().c_str(), O_RDWR, 0);
   if (fd < 0) std::abort();
-  void* mem = mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* mem =
+      mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (mem == MAP_FAILED) std::abort();
   return static_cast<ledger::LedgerLayout*>(mem);
@@ -78,8 +79,10 @@ void Write(const ledger::MemoryLedger& ledger, ledger::LedgerLayout* node_segmen
       {reinterpret_cast<uint8_t*>(&l->gate), sizeof(l->gate)},
       {reinterpret_cast<uint8_t*>(&l->device_count),
        offsetof(ledger::LedgerLayout, containers) - offsetof(ledger::LedgerLayout, device_count)},
-      {reinterpret_cast<uint8_t*>(&ledger.segment(containers[0])), sizeof(ledger::ContainerSegment)},
-      {reinterpret_cast<uint8_t*>(&ledger.segment(containers[1])), sizeof(ledger::ContainerSegment)},
+      {reinterpret_cast<uint8_t*>(&ledger.segment(containers[0])),
+       sizeof(ledger::ContainerSegment)},
+      {reinterpret_cast<uint8_t*>(&ledger.segment(containers[1])),
+       sizeof(ledger::ContainerSegment)},
       {reinterpret_cast<uint8_t*>(&ledger.exchange()), sizeof(ledger::Exchange)},
       {reinterpret_cast<uint8_t*>(node_segment), sizeof(ledger::LedgerLayout)},
   };

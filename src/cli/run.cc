@@ -18,13 +18,13 @@
 
 #include "cli/commands.h"
 #include "cli/run_mps.h"
-#include "mps/mps.h"
 #include "core/bytes.h"
 #include "core/container_id.h"
 #include "core/device_selector.h"
 #include "core/number.h"
 #include "core/percent.h"
 #include "ipc/unix_socket.h"
+#include "mps/mps.h"
 #include "process/child_process.h"
 #include "protocol/protocol.h"
 

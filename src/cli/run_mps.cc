@@ -17,8 +17,7 @@ namespace tessera::cli {
 Result<std::vector<std::string>> MpsRunEnvironment(const std::string& socket,
                                                    const std::string& mps_root,
                                                    const std::string& devices,
-                                                   const std::string& core,
-                                                   const std::string& mem,
+                                                   const std::string& core, const std::string& mem,
                                                    std::string* shm_dir) {
   using Out = Result<std::vector<std::string>>;
   auto reply = ipc::Call(socket, "STATUS", nullptr, std::chrono::milliseconds(3000));

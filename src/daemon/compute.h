@@ -99,7 +99,7 @@ class ComputeService {
     bool lane = false;
     uint64_t drain_deadline_ns = 0;
     bool overrun_charged = false;  // the draining holders were charged for passing the deadline
-    uint64_t charge_from_ns = 0;  // as published with the last grant (GateDevice::charge_from_ns)
+    uint64_t charge_from_ns = 0;   // as published with the last grant (GateDevice::charge_from_ns)
     uint64_t next_ns = 0;  // decide again by then
   };
   struct Member {  // what the arbiter was told about a container slot

@@ -121,7 +121,8 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
     family("tessera_gpu_memory_used_bytes", "Memory every container holds on the GPU");
     for (int d = 0; d < devices; ++d) {
       uint64_t used = 0;
-      for (const Live& c : live) used += ledger.counters(static_cast<uint32_t>(c.slot)).used[d].load();
+      for (const Live& c : live)
+        used += ledger.counters(static_cast<uint32_t>(c.slot)).used[d].load();
       (void)w.AddSample({{"gpu", std::to_string(d)}}, used);
     }
     family("tessera_gpu_policy", "The GPU's arbiter policy (0-5, DESIGN.md section 6)");
@@ -206,7 +207,8 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
            "Allocation calls the shim refused with CUDA_ERROR_OUT_OF_MEMORY at the memory limit",
            MetricType::kCounter);
     for (const Live& c : live) {
-      (void)w.AddSample({{"container", c.id}}, ledger.counters(static_cast<uint32_t>(c.slot)).oom_refusals.load());
+      (void)w.AddSample({{"container", c.id}},
+                        ledger.counters(static_cast<uint32_t>(c.slot)).oom_refusals.load());
     }
     family("tessera_container_token_wait_seconds_total",
            "Time the container's launches waited at the gate for the compute token",

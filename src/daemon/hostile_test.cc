@@ -21,12 +21,11 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ipc/unix_socket.h"
 #include "ledger/ledger_layout.h"
@@ -50,7 +49,7 @@ constexpr uint64_t kGiB = 1ull << 30;
 // writable (ledger_layout.h).
 struct RawTenant {
   int fd = -1;
-  int node_fd = -1;  // kept, to try every way of writing through it
+  int node_fd = -1;                         // kept, to try every way of writing through it
   int container_fd = -1, exchange_fd = -1;  // kept, to try resizing them
   const ledger::LedgerLayout* layout = nullptr;
   ledger::ContainerSegment* own = nullptr;
@@ -83,10 +82,10 @@ struct RawTenant {
 std::vector<std::string> TryToWrite(const RawTenant& t, const std::atomic<uint64_t>* word,
                                     uint64_t value) {
   std::vector<std::string> worked;
-  const size_t offset = reinterpret_cast<const char*>(word) -
-                        reinterpret_cast<const char*>(t.layout);
-  void* writable = mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED,
-                        t.node_fd, 0);
+  const size_t offset =
+      reinterpret_cast<const char*>(word) - reinterpret_cast<const char*>(t.layout);
+  void* writable =
+      mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, t.node_fd, 0);
   if (writable != MAP_FAILED) {
     std::memcpy(static_cast<char*>(writable) + offset, &value, sizeof(value));
     munmap(writable, sizeof(ledger::LedgerLayout));
@@ -182,10 +181,10 @@ class HostileTest : public ::testing::Test {
     ASSERT_EQ(fds.size(), 3u) << "node, container, exchange";
     t->node_fd = fds[0];
     void* node = mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ, MAP_SHARED, fds[0], 0);
-    void* own = mmap(nullptr, sizeof(ledger::ContainerSegment), PROT_READ | PROT_WRITE,
-                     MAP_SHARED, fds[1], 0);
-    void* exchange = mmap(nullptr, sizeof(ledger::Exchange), PROT_READ | PROT_WRITE, MAP_SHARED,
-                          fds[2], 0);
+    void* own = mmap(nullptr, sizeof(ledger::ContainerSegment), PROT_READ | PROT_WRITE, MAP_SHARED,
+                     fds[1], 0);
+    void* exchange =
+        mmap(nullptr, sizeof(ledger::Exchange), PROT_READ | PROT_WRITE, MAP_SHARED, fds[2], 0);
     t->container_fd = fds[1];
     t->exchange_fd = fds[2];
     ASSERT_NE(node, MAP_FAILED);
@@ -210,8 +209,8 @@ class HostileTest : public ::testing::Test {
   ledger::LedgerLayout* DaemonsNodeSegment() {
     const int fd = shm_open(ledger_name_.c_str(), O_RDWR, 0);
     if (fd < 0) return nullptr;
-    void* mem = mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                     0);
+    void* mem =
+        mmap(nullptr, sizeof(ledger::LedgerLayout), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     return mem == MAP_FAILED ? nullptr : static_cast<ledger::LedgerLayout*>(mem);
   }
@@ -263,9 +262,9 @@ bool Eventually(Pred pred, std::chrono::milliseconds within) {
 
 // The attack of the issue: an out-of-range container index in the tenant's own process slot, then
 // a disconnect. A tenant can no longer write it (the node view is sealed against writing, by
-// every route); written through the daemon's own node segment instead (no tenant is given it), tesserad reclaims the slot through its
-// own record of the slot's container, logs the rewrite, and a restarted tesserad finds nothing
-// corrupt left.
+// every route); written through the daemon's own node segment instead (no tenant is given it),
+// tesserad reclaims the slot through its own record of the slot's container, logs the rewrite, and
+// a restarted tesserad finds nothing corrupt left.
 TEST_F(HostileTest, OutOfRangeContainerIndexThenDisconnectLeavesTheDaemonUp) {
   StartDaemon();
   RawTenant victim, hostile;
@@ -320,7 +319,8 @@ TEST_F(HostileTest, ATenantCannotRaiseItsLimitTouchANeighbourOrTakeTheToken) {
   EXPECT_EQ(TryToWrite(hostile, &hostile.layout->containers[h].limit[0], ledger::kUnlimited),
             std::vector<std::string>{})
       << "a tenant raised its own limit";
-  EXPECT_EQ(TryToWrite(hostile, &hostile.layout->containers[v].limit[0], 1), std::vector<std::string>{})
+  EXPECT_EQ(TryToWrite(hostile, &hostile.layout->containers[v].limit[0], 1),
+            std::vector<std::string>{})
       << "a tenant lowered a neighbour's limit";
   const uint64_t mine = gate.may_run[h / 64].load() | (uint64_t{1} << (h % 64));
   EXPECT_EQ(TryToWrite(hostile, &gate.may_run[h / 64], mine), std::vector<std::string>{})
@@ -331,8 +331,8 @@ TEST_F(HostileTest, ATenantCannotRaiseItsLimitTouchANeighbourOrTakeTheToken) {
 
   EXPECT_EQ(hostile.layout->containers[h].limit[0].load(), 2 * kGiB);
   EXPECT_EQ(hostile.layout->containers[v].limit[0].load(), 2 * kGiB);
-  EXPECT_EQ(BooksOf("victim"), std::make_pair(static_cast<int64_t>(kGiB),
-                                              static_cast<int64_t>(2 * kGiB)));
+  EXPECT_EQ(BooksOf("victim"),
+            std::make_pair(static_cast<int64_t>(kGiB), static_cast<int64_t>(2 * kGiB)));
   EXPECT_EQ(victim.own->counters.used[0].load(), kGiB);
   EXPECT_EQ(victim.own->processes[victim.process].used[0].load(), kGiB);
   // The arbiter's bits are its own: the hostile container, with no work reported, has none.
@@ -361,14 +361,15 @@ TEST_F(HostileTest, ShrinkingWhatItMayWriteCannotTakeTheDaemonDown) {
   ASSERT_EQ(ftruncate(hostile.container_fd, 0), 0) << "its own segment: it may";
   // The sweep (once a second) reports the cut and replaces the segment; the arbiter and STATUS
   // have gone over the lost pages meanwhile.
-  ASSERT_TRUE(Eventually([&] { return DaemonLog().find("was cut short") != std::string::npos; }, 5s))
+  ASSERT_TRUE(
+      Eventually([&] { return DaemonLog().find("was cut short") != std::string::npos; }, 5s))
       << DaemonLog();
   EXPECT_NE(DaemonLog().find("(hostile): its segment was cut short by one of its own processes"),
             std::string::npos)
       << DaemonLog();
   EXPECT_TRUE(DaemonRunning());
-  EXPECT_EQ(BooksOf("victim"), std::make_pair(static_cast<int64_t>(kGiB),
-                                              static_cast<int64_t>(2 * kGiB)));
+  EXPECT_EQ(BooksOf("victim"),
+            std::make_pair(static_cast<int64_t>(kGiB), static_cast<int64_t>(2 * kGiB)));
   RawTenant next;
   ASSERT_NO_FATAL_FAILURE(Register(&next, "hostile", std::to_string(2 * kGiB)));
   Charge(next, 256ull << 20);

@@ -86,7 +86,9 @@ ctl::NodeSnapshot DaemonNodeControl::Snapshot() const {
           if (ps.state.load() != ledger::kLive || ps.container.load() != static_cast<uint32_t>(c)) {
             continue;
           }
-          state.processes.push_back({ps.local_pid.load(), Bytes(ledger.process(static_cast<uint32_t>(p)).used[d].load())});
+          state.processes.push_back(
+              {ps.local_pid.load(),
+               Bytes(ledger.process(static_cast<uint32_t>(p)).used[d].load())});
         }
         gpu.containers.push_back(std::move(state));
       }

@@ -13,9 +13,9 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <regex>
-#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -88,7 +88,9 @@ class ReconcilerTest : public ::testing::Test {
         registry_.get(), 1, [this](int) { return Result(device_); }, options);
   }
   // Process `pid`'s gate measured `ns` more GPU time (its counter in the ledger).
-  void Gate(int32_t pid, uint64_t ns) { registry_->ledger().process(process_of_[pid]).gpu_ns[0] += ns; }
+  void Gate(int32_t pid, uint64_t ns) {
+    registry_->ledger().process(process_of_[pid]).gpu_ns[0] += ns;
+  }
   static int Count(const std::vector<ReconcileEvent>& events, Kind kind) {
     int n = 0;
     for (const ReconcileEvent& e : events) n += e.kind == kind ? 1 : 0;
@@ -115,7 +117,8 @@ TEST_F(ReconcilerTest, ChargesWhatTheShimDidNotSeeToTheRightContainer) {
   EXPECT_TRUE(r.RunOnce().empty());
   EXPECT_EQ(layout_->containers[web].unseen[0].load(), 50 * kMiB);
   EXPECT_EQ(layout_->containers[batch].unseen[0].load(), 0u);
-  EXPECT_EQ(registry_->ledger().counters(web).used[0].load(), 200 * kMiB) << "reservations are the shim's";
+  EXPECT_EQ(registry_->ledger().counters(web).used[0].load(), 200 * kMiB)
+      << "reservations are the shim's";
   // The process releases its context: nothing unseen any more.
   device_ = {{101, 200 * kMiB}, {202, 300 * kMiB}};
   r.RunOnce();

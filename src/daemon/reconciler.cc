@@ -136,8 +136,9 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
     std::vector<std::pair<uint32_t, uint64_t>> reserved_before(ledger::kMaxProcesses);
     registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
       for (int p = 0; p < ledger::kMaxProcesses; ++p) {
-        reserved_before[static_cast<size_t>(p)] = {ledger.book().processes[p].generation.load(),
-                                                   ledger.process(static_cast<uint32_t>(p)).used[d].load()};
+        reserved_before[static_cast<size_t>(p)] = {
+            ledger.book().processes[p].generation.load(),
+            ledger.process(static_cast<uint32_t>(p)).used[d].load()};
       }
     });
     Result<std::vector<DeviceProcess>> listed = lister_(d);

@@ -404,7 +404,8 @@ std::string Registry::StatusJson() const {
         continue;
       }
       Json process_used = Json::array();
-      for (int d = 0; d < devices; ++d) process_used.push_back(ledger_.process(static_cast<uint32_t>(p)).used[d].load());
+      for (int d = 0; d < devices; ++d)
+        process_used.push_back(ledger_.process(static_cast<uint32_t>(p)).used[d].load());
       processes.push_back({{"pid", ps.host_pid.load()},
                            {"attached", attached_.test(static_cast<size_t>(p))},
                            {"used_bytes", std::move(process_used)}});

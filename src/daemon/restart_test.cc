@@ -151,8 +151,9 @@ TEST_F(RestartTest, ALedgerOfAnotherLayoutVersionIsRefusedWithWhatToDo) {
   EXPECT_EQ(Refused(), 1);
   const std::string log = ReadFile(log_);
   EXPECT_NE(log.find("/dev/shm" + ledger_ + " holds layout version 6"), std::string::npos) << log;
-  EXPECT_NE(log.find("stop every GPU process of this node, then remove it (rm -f /dev/shm" + ledger_),
-            std::string::npos)
+  EXPECT_NE(
+      log.find("stop every GPU process of this node, then remove it (rm -f /dev/shm" + ledger_),
+      std::string::npos)
       << log;
   // Nothing was taken over or removed: the old segment is still there, as it was.
   struct stat st {};

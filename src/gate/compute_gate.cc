@@ -134,7 +134,7 @@ struct DeviceGate {
 struct GateState {
   GateDriver driver;
   const ledger::LedgerLayout* layout = nullptr;  // the node view, read-only
-  ledger::ContainerSegment* own = nullptr;         // this process's container's segment
+  ledger::ContainerSegment* own = nullptr;       // this process's container's segment
   ledger::Exchange* exchange = nullptr;
   uint32_t container = 0;
   uint32_t process = 0;
@@ -960,8 +960,8 @@ void AfterLaunch(Track* t, CUresult launched) {
     // sampler's next idle tick, and revokes the best-effort holder. Anyone else's launch here
     // costs two loads (a holder whose busy bit the sampler cleared is seen at the next tick, as
     // before: no system call on this path).
-    if (__builtin_expect((Self().busy_mask.load(std::memory_order_relaxed) & (1u << t->device)) == 0,
-                         0) &&
+    if (__builtin_expect(
+            (Self().busy_mask.load(std::memory_order_relaxed) & (1u << t->device)) == 0, 0) &&
         HighPriority() && !Granted(t->device)) {
       NoteLaunchWhileIdle(t->device);
     }

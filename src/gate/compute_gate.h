@@ -6,7 +6,8 @@
 // arbiter published as open (GateDevice::lane_open) does not wait: the arbiter publishes its bit
 // set with the lane, and the first launch after a quiet spell rings the arbiter, which revokes the
 // best-effort holders at its next step. The gate writes only its own container's segment and the
-// exchange (ledger_layout.h), never another container's bits. The gate also measures the GPU time the process uses and bounds how much work it keeps queued:
+// exchange (ledger_layout.h), never another container's bits. The gate also measures the GPU time
+// the process uses and bounds how much work it keeps queued:
 //
 //  * Tracks. Every stream the process launches on gets a Track: the explicit stream, the
 //    context's legacy default stream, or a thread's per-thread default stream. A launch bumps the
@@ -33,8 +34,9 @@
 //    publishes it as the device's `drain_end_ns`), waits for them and clears the process's busy
 //    bit, so its last GPU time is reported at once. The next holder's work queues behind it; the
 //    arbiter's `charge_from_ns` for the new holder (and the container's own `charged_until_ns`)
-//    keep anyone from being charged for time the device spent on someone else's work. A high-priority process whose launchers have gone quiet publishes the end of
-//    its queue the same way, so its lane ends before its last kernel does.
+//    keep anyone from being charged for time the device spent on someone else's work. A
+//    high-priority process whose launchers have gone quiet publishes the end of its queue the same
+//    way, so its lane ends before its last kernel does.
 //  * Policy 5 (native) turns the gate off: launches are neither gated nor measured.
 //  * Faults. A waiting launch re-checks the arbiter's heartbeat; after `loss_timeout_ns` without
 //    one it continues ungated with one warning, and gating resumes when the heartbeat returns.

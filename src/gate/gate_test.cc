@@ -347,8 +347,8 @@ TEST_F(GateTest, ADaemonLossUngatesWaitersAndGatingResumesWhenItReturns) {
 }
 
 // A holder whose token is revoked publishes, before it waits for its queued kernels, when they are
-// expected to end (ProcessCounters::idle_at_ns): the arbiter lets the next holder in just before then.
-// Read from the daemon's ledger while two tenants trade the token under policy 1.
+// expected to end (ProcessCounters::idle_at_ns): the arbiter lets the next holder in just before
+// then. Read from the daemon's ledger while two tenants trade the token under policy 1.
 TEST_F(GateTest, ARevokedHolderPublishesWhenItsQueuedWorkEnds) {
   const std::string ledger_name = "/" + UniqueName("gate-ledger");
   StartDaemon({"--policy", "1", "--ledger", ledger_name});

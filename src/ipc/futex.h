@@ -22,13 +22,14 @@ inline void FutexWait(const std::atomic<uint32_t>* word, uint32_t expected, uint
   if (timeout_ns == 0) return;
   timespec ts{static_cast<time_t>(timeout_ns / 1000000000ull),
               static_cast<long>(timeout_ns % 1000000000ull)};
-  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr,
+          0);
 }
 
 // Wakes every waiter on `word` (which, too, may be in a read-only mapping).
 inline void FutexWakeAll(const std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr, nullptr,
-          0);
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), FUTEX_WAKE, 0x7fffffff, nullptr,
+          nullptr, 0);
 }
 
 // CLOCK_MONOTONIC in nanoseconds (a vDSO call, not a system call): the time base the daemon,

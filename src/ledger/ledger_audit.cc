@@ -246,7 +246,8 @@ std::vector<std::string> MemoryLedger::Repair() {
   }
   // A container segment one of its own processes shrank (segment_guard.h): the daemon has been
   // reading zeros past the cut. Its processes fault on their own mappings; new ones get a new file.
-  const std::bitset<kMaxContainers> cut = guard_ ? guard_->TakeCut() : std::bitset<kMaxContainers>();
+  const std::bitset<kMaxContainers> cut =
+      guard_ ? guard_->TakeCut() : std::bitset<kMaxContainers>();
   for (int c = 0; c < kMaxContainers; ++c) {
     if (!cut.test(static_cast<size_t>(c)) || book_->containers[c].state.load() != kLive) continue;
     std::string line = "ledger: container slot " + std::to_string(c) + " (" +

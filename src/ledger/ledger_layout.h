@@ -231,9 +231,9 @@ struct ExchangeDevice {
 static_assert(sizeof(ExchangeDevice) == 32);
 
 struct Exchange {
-  uint32_t magic;    // kExchangeMagic
-  uint32_t version;  // kLedgerVersion
-  uint64_t size;     // sizeof(Exchange)
+  uint32_t magic;                    // kExchangeMagic
+  uint32_t version;                  // kLedgerVersion
+  uint64_t size;                     // sizeof(Exchange)
   std::atomic<uint32_t> demand_seq;  // futex word: processes bump it to wake the arbiter
   uint32_t reserved0;
   uint64_t reserved1;

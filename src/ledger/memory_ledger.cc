@@ -93,7 +93,8 @@ std::string MemoryLedger::ContainerSegmentName(uint32_t c) const {
 
 void MemoryLedger::Remove(const std::string& shm_name) {
   shm_unlink(shm_name.c_str());
-  for (int c = 0; c < kMaxContainers; ++c) shm_unlink((shm_name + ".c" + std::to_string(c)).c_str());
+  for (int c = 0; c < kMaxContainers; ++c)
+    shm_unlink((shm_name + ".c" + std::to_string(c)).c_str());
 }
 
 namespace {
@@ -142,10 +143,10 @@ Status MemoryLedger::MapContainerSegment(uint32_t c, bool fresh) {
         at->size == sizeof(ContainerSegment) && at->index == c) {
       return Status::Ok();
     }
-    open_report_.push_back("ledger: container slot " + std::to_string(c) + ": its segment " +
-                           (mem.ok() ? "/dev/shm" + name + " is not one this daemon wrote"
-                                     : mem.error()) +
-                           "; a new one is made and its counters start from zero");
+    open_report_.push_back(
+        "ledger: container slot " + std::to_string(c) + ": its segment " +
+        (mem.ok() ? "/dev/shm" + name + " is not one this daemon wrote" : mem.error()) +
+        "; a new one is made and its counters start from zero");
   }
   // A new file, never the old one: a process that outlived its registration may still map it.
   shm_unlink(name.c_str());
@@ -186,7 +187,8 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
   // against it, so it is never removed or rewritten here.
   const std::string what_to_do =
       "; its tenants may still be running: stop every GPU process of this node, then remove it "
-      "(rm -f /dev/shm" + shm_name + " /dev/shm" + shm_name + ".*) and start tesserad again";
+      "(rm -f /dev/shm" +
+      shm_name + " /dev/shm" + shm_name + ".*) and start tesserad again";
   if (!fresh && static_cast<size_t>(st.st_size) != size) {
     uint32_t header[2] = {0, 0};  // magic, version, if the segment is big enough to hold them
     const bool read = pread(fd, header, sizeof(header), 0) == static_cast<ssize_t>(sizeof(header));
@@ -244,7 +246,8 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
   ledger.segments_ = static_cast<ContainerSegment*>(reserved);
   // A tenant may shrink its own container's segment file: the daemon then reads zeros past the
   // cut instead of faulting (segment_guard.h).
-  ledger.guard_ = std::make_unique<SegmentGuard>(reserved, sizeof(ContainerSegment), kMaxContainers);
+  ledger.guard_ =
+      std::make_unique<SegmentGuard>(reserved, sizeof(ContainerSegment), kMaxContainers);
   if (!ledger.guard_->ok()) {
     return Result<MemoryLedger>::Error("ledger: every segment guard of this process is taken (" +
                                        std::to_string(kMaxGuards) + " ledgers open)");
@@ -331,7 +334,9 @@ Status MemoryLedger::MakeView() {
   if (!why.empty()) {
     open_report_.push_back(
         "ledger: the node view cannot be sealed against writing on this kernel "
-        "(F_SEAL_FUTURE_WRITE: " + why + "; Linux 5.1 or later has it): it is sent read-only, but a "
+        "(F_SEAL_FUTURE_WRITE: " +
+        why +
+        "; Linux 5.1 or later has it): it is sent read-only, but a "
         "tenant process running as root could reopen it writable and rewrite limits until the next "
         "repair (docs/security.md)");
   }
@@ -347,8 +352,8 @@ Status MemoryLedger::MakeView() {
   // The exchange: every process maps it writable, so it must not be resizable (a process that
   // shrank it would make every other process's doorbell, and the daemon's, fault). Its words are
   // instants every reader bounds and a doorbell: a new daemon starts a new one.
-  auto exchange = MakeSealedMemory("tessera-exchange:" + base, sizeof(Exchange), kFixedSize,
-                                   kFixedSize, &why);
+  auto exchange =
+      MakeSealedMemory("tessera-exchange:" + base, sizeof(Exchange), kFixedSize, kFixedSize, &why);
   if (!exchange.ok()) return Status::Error("ledger: " + exchange.error());
   exchange_fd_ = exchange->fd;
   exchange_ = static_cast<Exchange*>(exchange->mem);
@@ -424,8 +429,8 @@ Status MapAt(T** at, int fd, int prot, const char* what, Check invalid) {
   if (mremap(fresh, sizeof(T), sizeof(T), MREMAP_MAYMOVE | MREMAP_FIXED, *at) == MAP_FAILED) {
     const std::string why = std::strerror(errno);
     munmap(fresh, sizeof(T));
-    return Status::Error("ledger: cannot map the daemon's " + std::string(what) + " in place: " +
-                         why);
+    return Status::Error("ledger: cannot map the daemon's " + std::string(what) +
+                         " in place: " + why);
   }
   return Status::Ok();
 }
@@ -452,12 +457,11 @@ Status MemoryLedger::Remap(const TenantDescriptors& fds, uint32_t container) {
     node_file_ = file;
   }
   if (const FileId file = FileOf(fds.exchange); exchange_ == nullptr || !(file == exchange_file_)) {
-    Status s = MapAt(&exchange_, fds.exchange, PROT_READ | PROT_WRITE, "exchange segment",
-                     [&](const Exchange& x) {
-                       return x.magic == kExchangeMagic && x.version == kLedgerVersion
-                                  ? ""
-                                  : other_version;
-                     });
+    Status s = MapAt(
+        &exchange_, fds.exchange, PROT_READ | PROT_WRITE, "exchange segment",
+        [&](const Exchange& x) {
+          return x.magic == kExchangeMagic && x.version == kLedgerVersion ? "" : other_version;
+        });
     if (!s.ok()) return s;
     exchange_file_ = file;
   }
@@ -468,9 +472,9 @@ Status MemoryLedger::Remap(const TenantDescriptors& fds, uint32_t container) {
                        if (seg.magic != kContainerMagic || seg.version != kLedgerVersion) {
                          return other_version;
                        }
-                       return seg.index == container ? std::string()
-                                                     : "is not container slot " +
-                                                           std::to_string(container) + "'s";
+                       return seg.index == container
+                                  ? std::string()
+                                  : "is not container slot " + std::to_string(container) + "'s";
                      });
     if (!s.ok()) return s;
     own_file_ = file;

@@ -11,8 +11,8 @@
 //
 // Shared memory is untrusted input (issue 17). Since layout 8 a tenant process maps the node
 // view read-only and sealed, its own container's segment writable and no other container's at
-// all (ledger_layout.h), so the fields below can no longer be rewritten by a tenant; the daemon still
-// keeps its own record of every field only it writes (the LedgerBook below: slot states and
+// all (ledger_layout.h), so the fields below can no longer be rewritten by a tenant; the daemon
+// still keeps its own record of every field only it writes (the LedgerBook below: slot states and
 // generations, a process's container and pids, a container's id, limits, settings and flags, the
 // device table) and reads those from the book, never back from the segment, because a segment a
 // previous daemon left (or a crash mid-write) is still input. The book is built once, when the
@@ -125,9 +125,9 @@ class MemoryLedger {
   // Process `p`'s counters, in its container's segment (the daemon finds the container in its
   // book; a process has only its own).
   ProcessCounters& process(uint32_t p) const {
-    return own_ != nullptr ? own_->processes[p]
-                           : segments_[book_->processes[p].container.load() % kMaxContainers]
-                                 .processes[p];
+    return own_ != nullptr
+               ? own_->processes[p]
+               : segments_[book_->processes[p].container.load() % kMaxContainers].processes[p];
   }
   Exchange& exchange() const { return *exchange_; }
   // Daemon: the kMaxContainers container segments, indexed by container slot. Like layout(), the
@@ -240,8 +240,8 @@ class MemoryLedger {
   Exchange* exchange_ = nullptr;
   // Process: which files are mapped (the view, its container's segment, the exchange).
   FileId node_file_, own_file_, exchange_file_;
-  std::string name_;                      // daemon: the node segment's shm name
-  std::unique_ptr<LedgerBook> book_;      // daemon only
+  std::string name_;                  // daemon: the node segment's shm name
+  std::unique_ptr<LedgerBook> book_;  // daemon only
   std::vector<std::string> open_report_;
 };
 

@@ -2,15 +2,15 @@
 // process gives back exactly what it held, a reopened ledger keeps its accounting.
 #include "ledger/memory_ledger.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <optional>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -358,8 +358,8 @@ TEST_F(MemoryLedgerTest, ARestartedDaemonsViewIsMappedInPlace) {
   EXPECT_EQ(view->daemon_epoch.load(), 2u);
   ASSERT_TRUE(tenant->Reserve(c, p, 0, 50 * kMiB));
   EXPECT_EQ(second->Used(c, 0), 150 * kMiB);
-  for (int fd : {fds.node, fds.container, fds.exchange, again->node, again->container,
-                 again->exchange}) {
+  for (int fd :
+       {fds.node, fds.container, fds.exchange, again->node, again->container, again->exchange}) {
     close(fd);
   }
 }

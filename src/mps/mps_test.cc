@@ -240,9 +240,9 @@ TEST_F(MpsNodeTest, TesseradRunsADaemonPerGpuAndTesseraRunGivesTheContainerItsLi
 
   // The command meets its GPU's server in the server's /dev/shm (the stand-in keeps a file there),
   // not in the host's, where tesserad's ledger is.
-  const auto [shm_status, shm] =
-      Tessera("run --sim --devices 1 -- sh -c 'ls /dev/shm; echo ledgers=$(ls /dev/shm | grep -c "
-              "tessera-ledger)'");
+  const auto [shm_status, shm] = Tessera(
+      "run --sim --devices 1 -- sh -c 'ls /dev/shm; echo ledgers=$(ls /dev/shm | grep -c "
+      "tessera-ledger)'");
   ASSERT_EQ(shm_status, 0) << shm;
   EXPECT_THAT(shm, HasSubstr("tessera-mps-standin."));
   EXPECT_THAT(shm, HasSubstr("ledgers=0\n"));

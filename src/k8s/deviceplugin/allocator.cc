@@ -386,7 +386,8 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
       const mps::MpsPaths paths = mps::PathsFor(rec.mps_root, rec.gpus[0].uuid);
       out.mounts.push_back({paths.pipe_dir, kContainerMpsPipeDir, false});
       out.mounts.push_back({paths.shm_dir, kContainerShm, false});
-      auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, "", ""}, rec.core, rec.gpus[0].mem);
+      auto env =
+          mps::MpsClientEnvironment({kContainerMpsPipeDir, "", ""}, rec.core, rec.gpus[0].mem);
       for (const std::string& kv : env.ok() ? *env : std::vector<std::string>{}) {
         out.env.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
       }
