@@ -136,6 +136,17 @@ class ComputeServiceTest : public ::testing::Test {
     }
   }
 
+  // a holds the token for a 5 ms grant while b (process pb) waits; returns once a's grant is
+  // revoked (a still busy, its queued work draining). `a_used_ns`: GPU time a reports first.
+  void RevokeAForB(uint32_t a, uint32_t pa, uint32_t pb, uint64_t a_used_ns) {
+    Slot(pa).quota_hint_ns[0].store(5 * kMs);  // its grant: 5 ms, then b's turn
+    SetDemand(pa, 0, true);
+    ASSERT_NE(AwaitMayRun(a, true, 2000ms, {pa}), 0u);
+    if (a_used_ns > 0) Report(pa, a_used_ns);
+    SetDemand(pb, 1, false);
+    ASSERT_NE(AwaitMayRun(a, false, 2000ms, {pa, pb}), 0u) << "a's 5 ms grant never ended";
+  }
+
   std::string name_;
   std::unique_ptr<ledger::MemoryLedger> ledger_;
   std::unique_ptr<ComputeService> compute_;
@@ -201,11 +212,7 @@ TEST_F(ComputeServiceTest, TheNextHolderIsLetInJustBeforeTheDrainEnds) {
   const uint32_t pa = AddProcess(a);
   const uint32_t pb = AddProcess(b);
   StartService(/*quota_max=*/200ms);
-  Slot(pa).quota_hint_ns[0].store(5 * kMs);  // its grant: 5 ms, then b's turn
-  SetDemand(pa, 0, true);
-  ASSERT_NE(AwaitMayRun(a, true, 2000ms, {pa}), 0u);
-  SetDemand(pb, 1, false);
-  ASSERT_NE(AwaitMayRun(a, false, 2000ms, {pa, pb}), 0u) << "a's 5 ms grant never ended";
+  ASSERT_NO_FATAL_FAILURE(RevokeAForB(a, pa, pb, 0));
   // a still has work in flight and has said nothing about its end: b waits (for up to a quota).
   EXPECT_EQ(AwaitMayRun(b, true, 30ms, {pa, pb}), 0u) << "b was let in during a's drain";
   const uint64_t end = PublishEnd(pa, 20 * kMs);
@@ -235,12 +242,8 @@ TEST_F(ComputeServiceTest, ARevokedHolderMovesItsSuccessorsChargingByTheLeadAtMo
   const uint32_t pa = AddProcess(a);
   const uint32_t pb = AddProcess(b);
   StartService(/*quota_max=*/50ms);
-  Slot(pa).quota_hint_ns[0].store(5 * kMs);
-  SetDemand(pa, 0, true);
-  ASSERT_NE(AwaitMayRun(a, true, 2000ms, {pa}), 0u);
-  Report(pa, 100 * kMs);  // a has had the GPU: b is next whenever the arbiter decides again
-  SetDemand(pb, 1, false);
-  ASSERT_NE(AwaitMayRun(a, false, 2000ms, {pa, pb}), 0u) << "a's 5 ms grant never ended";
+  // a has had the GPU: b is next whenever the arbiter decides again.
+  ASSERT_NO_FATAL_FAILURE(RevokeAForB(a, pa, pb, 100 * kMs));
   const uint64_t claimed = PublishEnd(pa, 1000 * kMs);
   const uint64_t granted = AwaitMayRun(b, true, 500ms, {pa, pb});
   ASSERT_NE(granted, 0u) << "b was not let in at the drain deadline";

@@ -91,6 +91,18 @@ class ReconcilerTest : public ::testing::Test {
   void Gate(int32_t pid, uint64_t ns) {
     registry_->ledger().process(process_of_[pid]).gpu_ns[0] += ns;
   }
+  // Up to `passes` passes, each after the gates of pids 101 and 202 measured `gate101`/`gate202`
+  // more and the device saw `busy_`, until one reports time no gate measured: that pass's events.
+  std::vector<ReconcileEvent> PassesUntilUnseen(Reconciler& r, int passes, uint64_t gate101,
+                                                uint64_t gate202) {
+    std::vector<ReconcileEvent> events;
+    for (int pass = 0; pass < passes && Count(events, Kind::kGpuTimeUnseen) == 0; ++pass) {
+      Gate(101, gate101);
+      Gate(202, gate202);
+      events = r.RunOnce();
+    }
+    return events;
+  }
   static int Count(const std::vector<ReconcileEvent>& events, Kind kind) {
     int n = 0;
     for (const ReconcileEvent& e : events) n += e.kind == kind ? 1 : 0;
@@ -228,13 +240,8 @@ TEST_F(ReconcilerTest, DeviceTimeBeyondTheGatesIsChargedAndActedOnWithinTwoPasse
   device_ = {{101, 0}, {202, 0}};
   Reconciler r = Make(OverLimitAction::kBlock);
   r.RunOnce();  // the first pass only notes the counters
-  std::vector<ReconcileEvent> events;
-  for (int pass = 0; pass < 2 && Count(events, Kind::kGpuTimeUnseen) == 0; ++pass) {
-    Gate(101, 50'000'000);
-    Gate(202, 400'000'000);
-    busy_ = {{101, 300'000'000}, {202, 400'000'000}};
-    events = r.RunOnce();
-  }
+  busy_ = {{101, 300'000'000}, {202, 400'000'000}};
+  std::vector<ReconcileEvent> events = PassesUntilUnseen(r, 2, 50'000'000, 400'000'000);
   ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
   EXPECT_EQ(events[0].container, "web");
   EXPECT_EQ(events[0].unseen, 300'000'000u);
@@ -300,13 +307,8 @@ TEST_F(ReconcilerTest, TimeTheGatesChargedToEachOtherIsNotACheat) {
   EXPECT_TRUE(signalled_.empty());
   // Now the holder runs 200 ms a pass around its gate as well: that is found, and charged at most
   // what the device saw beyond all the gates (200 ms a pass, not its 500 ms difference).
-  std::vector<ReconcileEvent> events;
-  for (int pass = 0; pass < 3 && Count(events, Kind::kGpuTimeUnseen) == 0; ++pass) {
-    Gate(101, 600'000'000);
-    Gate(202, 200'000'000);
-    busy_ = {{101, 300'000'000}, {202, 700'000'000}};
-    events = r.RunOnce();
-  }
+  busy_ = {{101, 300'000'000}, {202, 700'000'000}};
+  std::vector<ReconcileEvent> events = PassesUntilUnseen(r, 3, 600'000'000, 200'000'000);
   ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
   EXPECT_EQ(events[0].container, "holder");
   EXPECT_EQ(registry_->ledger().book().containers[holder].unseen_gpu_ns[0].load(), 200'000'000u);
