@@ -1,6 +1,9 @@
 // MigDeviceLister: a node's MIG devices through NVML (see the header).
 #include "k8s/deviceplugin/mig_devices.h"
 
+#include <memory>
+#include <vector>
+
 namespace tessera::k8s {
 
 Result<std::map<std::string, InventoryMig>> MigDeviceLister::List(std::vector<std::string>* notes) {
@@ -8,7 +11,11 @@ Result<std::map<std::string, InventoryMig>> MigDeviceLister::List(std::vector<st
   if (!nvml_) {
     auto lib = DynamicLibrary::Open(path_);
     if (!lib.ok()) return Out::Error("opening NVML (--nvml): " + lib.error());
-    library_ = std::make_unique<DynamicLibrary>(std::move(*lib));
+    // NVML stays loaded until the process exits (library.h): what nvmlInit set up lives in the
+    // library's own globals, and closing it under them would leave that memory unreachable.
+    static auto* kept = new std::vector<std::unique_ptr<DynamicLibrary>>();
+    kept->push_back(std::make_unique<DynamicLibrary>(std::move(*lib)));
+    library_ = kept->back().get();
     auto nvml = mig::MigNvml::Load(*library_);
     if (!nvml.ok()) return Out::Error("NVML at " + path_ + ": " + nvml.error());
     nvml_ = *nvml;

@@ -33,7 +33,7 @@ class MigDeviceLister {
 
  private:
   std::string path_;
-  std::unique_ptr<DynamicLibrary> library_;
+  const DynamicLibrary* library_ = nullptr;  // loaded for the process's life (see List)
   std::optional<mig::MigNvml> nvml_;
 };
 
