@@ -54,6 +54,13 @@ namespace tessera::extender {
 
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
+// What a filter answers as passing: the one node the engine chose (the pod's GPUs reserved there),
+// or every node that fits. With `chosen` kube-scheduler has one node left, so it skips
+// prioritize and binds there; the nodes that fit but were not chosen are in neither failure map.
+// With `fitting` kube-scheduler scores them all, the chosen one 10 (prioritize), and may blend in
+// its own score plugins (the shipped configuration disables them, so both land pods alike).
+enum class FilterAnswer { kChosen, kFitting };
+
 struct StateOptions {
   // The target workload of the tessera policy (FGD's M). Null: learned from the pods the
   // extender sees (their shapes), refreshed at most every `relearn_interval`.
@@ -61,6 +68,7 @@ struct StateOptions {
   std::chrono::milliseconds relearn_interval{60000};
   // How long a filter/prioritize reservation waits for its bind.
   std::chrono::milliseconds reservation_ttl{30000};
+  FilterAnswer filter_answer = FilterAnswer::kChosen;
   Clock clock;  // defaults to steady_clock::now
 };
 
@@ -75,7 +83,7 @@ struct NodeFailure {
 };
 
 struct FilterOutcome {
-  std::vector<std::string> fits;  // in the order asked
+  std::vector<std::string> fits;  // in the order asked; with FilterAnswer::kChosen, the choice
   std::vector<NodeFailure> failed;
 };
 

@@ -41,10 +41,13 @@ std::set<std::string> PlanGpus(const BindPlan& plan, size_t c = 0) {
 }
 
 // A state with a fixed, empty target workload (first-fit among equal scores) unless given one.
-std::unique_ptr<ClusterState> MakeState(
-    std::shared_ptr<const placement::TargetWorkload> w = nullptr) {
+// Filters answer every fitting node (most tests here are about which nodes fit and why); the
+// tests of FilterAnswer::kChosen, the program's default, ask for it.
+std::unique_ptr<ClusterState> MakeState(std::shared_ptr<const placement::TargetWorkload> w = nullptr,
+                                        FilterAnswer answer = FilterAnswer::kFitting) {
   StateOptions o;
   o.workload = w ? w : std::make_shared<placement::TargetWorkload>();
+  o.filter_answer = answer;
   return std::make_unique<ClusterState>(o);
 }
 
@@ -172,6 +175,63 @@ TEST(ClusterStateTest, DecisionsAreThePlacementEnginesOwn) {
     ASSERT_TRUE(direct.Place(r, *expected).ok());
     s->FinishBind("uid-p" + std::to_string(i), *plan, true);
   }
+}
+
+TEST(ClusterStateTest, AChosenAnswerIsTheNodeTheFittingAnswerScoresTen) {
+  // Two states fed the same nodes and pods, one answering every fitting node, one the choice:
+  // pod after pod, the chosen answer is the one node the fitting answer's prioritize gives 10,
+  // the failures are the same, and the bind plans are the same.
+  auto fitting = MakeState(nullptr, FilterAnswer::kFitting);
+  auto chosen = MakeState(nullptr, FilterAnswer::kChosen);
+  std::vector<std::string> names;
+  const std::vector<int> gpu_counts = {2, 1, 4, 0, 2};
+  for (size_t i = 0; i < gpu_counts.size(); ++i) {
+    const std::string name = "node-" + std::to_string(i);
+    names.push_back(name);
+    for (auto* s : {fitting.get(), chosen.get()}) {
+      ASSERT_TRUE(s->UpsertNode(Node(name, Gpus(gpu_counts[i]), "core_mem", "8", "64Gi")).ok());
+    }
+  }
+  int placed = 0;
+  for (int i = 0; i < 30; ++i) {
+    const int core = std::vector<int>{30, 50, 25, 70, 100}[static_cast<size_t>(i) % 5];
+    const k8s::Json pod = Pod("p" + std::to_string(i), {{"tessera.io/gpu-core", std::to_string(core)}});
+    auto all = fitting->Filter(pod, names);
+    auto one = chosen->Filter(pod, names);
+    ASSERT_TRUE(all.ok() && one.ok());
+    ASSERT_EQ(all->failed.size(), one->failed.size()) << "pod " << i;
+    for (size_t f = 0; f < all->failed.size(); ++f) {
+      EXPECT_EQ(all->failed[f].node, one->failed[f].node);
+      EXPECT_EQ(all->failed[f].reason, one->failed[f].reason);
+    }
+    if (all->fits.empty()) {
+      EXPECT_TRUE(one->fits.empty()) << "pod " << i;
+      continue;
+    }
+    auto scores = fitting->Prioritize(pod, all->fits);
+    ASSERT_TRUE(scores.ok());
+    std::vector<std::string> tens;
+    for (const NodePriority& p : *scores) {
+      if (p.score == 10) tens.push_back(p.node);
+    }
+    ASSERT_EQ(tens.size(), 1u) << "pod " << i;
+    EXPECT_EQ(one->fits, tens) << "pod " << i;
+    // kube-scheduler does not prioritize one node; a caller that does gets 10 for it.
+    auto alone = chosen->Prioritize(pod, one->fits);
+    ASSERT_TRUE(alone.ok());
+    ASSERT_EQ(alone->size(), 1u);
+    EXPECT_EQ(alone->front().score, 10);
+    const std::string name = pod["metadata"]["name"];
+    auto a = fitting->PrepareBind("default", name, "uid-" + name, tens.front());
+    auto b = chosen->PrepareBind("default", name, "uid-" + name, tens.front());
+    ASSERT_TRUE(a.ok() && b.ok()) << "pod " << i;
+    EXPECT_EQ(k8s::WriteAssignment(a->assignment), k8s::WriteAssignment(b->assignment));
+    fitting->FinishBind("uid-" + name, *a, true);
+    chosen->FinishBind("uid-" + name, *b, true);
+    ++placed;
+  }
+  EXPECT_GT(placed, 10);
+  EXPECT_LT(placed, 30);  // the cluster filled: later pods found no node
 }
 
 TEST(ClusterStateTest, ReservationsKeepTheNextDecisionFromTakingTheSameShare) {

@@ -3,11 +3,15 @@
 //
 // For each sampled pod (FGD's protocol, the same sequence `tessera sim` draws for the seed): the
 // pod is created on the API server, then POST /filter with every node's name, POST /prioritize
-// with the nodes that passed, the highest score picked (kube-scheduler's selectHost), and POST
-// /bind, which writes the assignment, commits on the node and creates the Binding. It reports:
+// with the nodes that passed when more than one did (kube-scheduler binds a lone node without
+// scoring), the highest score picked (kube-scheduler's selectHost), and POST /bind, which writes
+// the assignment, commits on the node and creates the Binding. --filter-answer picks the
+// extender's answer (chosen, its default: the one node; fitting: every node that fits, so every
+// pod is prioritized too). It reports:
 //   - the GPU allocation ratio at 90/95/100 % arrived, next to `tessera sim`'s on the same seed
 //     (placement::Simulate, run in the same process): the acceptance asks for the same ratio;
-//   - latency of filter, prioritize, bind and of the three together (p50, p99, max) and pods/s;
+//   - latency of filter, prioritize (when asked), bind and of the whole round (p50, p99, max) and
+//     pods/s;
 //   - the baseline, measured in the same run: the same engine's decision in process (Simulate's
 //     decision_us p50/p99), and the ratio of the HTTP round to it.
 // Larger clusters (--nodes N > 1213) repeat the trace's node list; they measure latency only.
@@ -44,6 +48,7 @@ struct Options {
   int max_pods = 0;  // 0: the whole sampled sequence
   uint64_t seed = 42;
   std::string json = "build/bench/extender_bench.json";
+  tessera::extender::FilterAnswer answer = tessera::extender::FilterAnswer::kChosen;
 };
 
 struct Series {
@@ -163,6 +168,7 @@ int Run(const Options& o) {
   config.listen_port = 0;
   config.state.workload = workload;
   config.state.reservation_ttl = std::chrono::minutes(10);
+  config.state.filter_answer = o.answer;
   tessera::extender::ExtenderApp app(config);
   if (auto s = app.Start(); !s.ok() || !app.WaitReady(std::chrono::seconds(60))) {
     std::fprintf(stderr, "extender_bench: the extender did not start: %s\n", s.message().c_str());
@@ -178,7 +184,6 @@ int Run(const Options& o) {
   double arrived = 0, allocated = 0;
   std::map<int, double> ratio;  // arrived percent -> allocation ratio, recorded as the sim does
   int64_t bound = 0, failed = 0, errors = 0;
-  const Json all_names = names;
   const auto start = Clock::now();
   for (size_t i = 0; i < count; ++i) {
     const pl::Request& r = pods->requests[static_cast<size_t>((*order)[i])];
@@ -191,9 +196,9 @@ int Run(const Options& o) {
     arrived = after;
     const std::string name = "p-" + std::to_string(i);
     Json pod = api.CreatePod(PodObject(name, r));
-    // Bodies are built before the clock starts: they are kube-scheduler's work, not ours.
-    const std::string filter_body =
-        Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", all_names}}.dump();
+    // Bodies are built before the clock starts, in kube-scheduler's form (Go's field order):
+    // they are its work, not ours.
+    const std::string filter_body = tessera::extender::testing::ExtenderArgsBody(pod, names);
     const auto t0 = Clock::now();
     auto fr = http.Post("/filter", filter_body, "application/json");
     const double f_us = Since(t0);
@@ -207,22 +212,26 @@ int Run(const Options& o) {
       filter.Add(f_us);
       continue;
     }
-    const std::string prioritize_body =
-        Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", fj["NodeNames"]}}.dump();
-    const auto t1 = Clock::now();
-    auto pr = http.Post("/prioritize", prioritize_body, "application/json");
-    const double p_us = Since(t1);
-    if (!pr || pr->status != 200) {
-      ++errors;
-      continue;
-    }
-    std::string best;
-    int64_t top = -1;
-    for (const Json& h : Json::parse(pr->body)) {
-      if (h["Score"].get<int64_t>() > top) {
-        top = h["Score"].get<int64_t>();
-        best = h["Host"].get<std::string>();
+    const std::vector<std::string> fits = fj["NodeNames"].get<std::vector<std::string>>();
+    std::string best = fits.front();
+    double p_us = 0;
+    if (fits.size() > 1) {  // kube-scheduler does not prioritize a single node: it binds there
+      const std::string prioritize_body = tessera::extender::testing::ExtenderArgsBody(pod, fits);
+      const auto t1 = Clock::now();
+      auto pr = http.Post("/prioritize", prioritize_body, "application/json");
+      p_us = Since(t1);
+      if (!pr || pr->status != 200) {
+        ++errors;
+        continue;
       }
+      int64_t top = -1;
+      for (const Json& h : Json::parse(pr->body)) {
+        if (h["Score"].get<int64_t>() > top) {
+          top = h["Score"].get<int64_t>();
+          best = h["Host"].get<std::string>();
+        }
+      }
+      prioritize.Add(p_us);
     }
     const std::string bind_body = Json{{"PodName", name}, {"PodNamespace", "default"},
                                        {"PodUID", pod["metadata"]["uid"]}, {"Node", best}}
@@ -236,7 +245,6 @@ int Run(const Options& o) {
       continue;
     }
     filter.Add(f_us);
-    prioritize.Add(p_us);
     bind.Add(b_us);
     total.Add(f_us + p_us + b_us);
     allocated += static_cast<double>(r.total_gpu_milli());
@@ -250,6 +258,7 @@ int Run(const Options& o) {
     if (ratio.count(point) == 0) ratio[point] = 100 * allocated / capacity;
   }
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  const tessera::extender::StateStats stats = app.state().Stats();
   app.Stop();
   api.Stop();
 
@@ -258,6 +267,7 @@ int Run(const Options& o) {
               {"nodes", o.nodes},
               {"gpus", cluster.total_gpus()},
               {"seed", o.seed},
+              {"filter_answer", o.answer == tessera::extender::FilterAnswer::kChosen ? "chosen" : "fitting"},
               {"pods", count},
               {"bound", bound},
               {"unschedulable", failed},
@@ -268,6 +278,8 @@ int Run(const Options& o) {
               {"filter_prioritize_bind", total.ToJson()},
               {"pods_per_second", total.Sum() > 0 ? 1e6 * static_cast<double>(total.us.size()) / total.Sum() : 0},
               {"wall_seconds", wall},
+              {"state_rebuilds", stats.rebuilds},
+              {"accounting_conflicts", stats.accounting_conflicts},
               {"baseline_engine_decision_us", {{"p50", sim->decision_us_p50}, {"p99", sim->decision_us_p99}}},
               {"ratio_p50_vs_engine", sim->decision_us_p50 > 0 ? total.Pct(0.5) / sim->decision_us_p50 : 0}};
   if (full) {
@@ -339,10 +351,18 @@ int main(int argc, char** argv) {
       o.json = value("--json");
     } else if (a == "--openb") {
       o.dir = value("--openb");
+    } else if (a == "--filter-answer") {
+      const std::string v = value("--filter-answer");
+      if (v != "chosen" && v != "fitting") {
+        std::fprintf(stderr, "extender_bench: --filter-answer %s: expected chosen or fitting\n", v.c_str());
+        return 2;
+      }
+      o.answer = v == "fitting" ? tessera::extender::FilterAnswer::kFitting
+                                : tessera::extender::FilterAnswer::kChosen;
     } else {
       std::fprintf(stderr,
                    "usage: extender_bench [--nodes N] [--pods N] [--seed S] [--json PATH] "
-                   "[--openb DIR]\n");
+                   "[--openb DIR] [--filter-answer chosen|fitting]\n");
       return 2;
     }
   }

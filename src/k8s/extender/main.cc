@@ -4,6 +4,7 @@
 //
 //   tessera-extender [--listen HOST:PORT] [--apiserver URL | --kubeconfig PATH [--context NAME]]
 //                    [--workload PODS.csv] [--reservation-ttl DURATION] [--relearn DURATION]
+//                    [--filter-answer chosen|fitting]
 #include <signal.h>
 #include <unistd.h>
 
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
       "/prioritize, /bind and GET /healthz, /metrics, /inspect[/NODE]."};
   std::string listen = "0.0.0.0:8888";
   std::string apiserver, kubeconfig, context, workload_csv;
-  std::string ttl_text = "30s", relearn_text = "60s";
+  std::string ttl_text = "30s", relearn_text = "60s", answer_text = "chosen";
   app.add_option("--listen", listen, "HOST:PORT to serve on (default 0.0.0.0:8888)");
   app.add_option("--apiserver", apiserver,
                  "API server URL without credentials, e.g. http://127.0.0.1:8080 (default: the "
@@ -54,6 +55,12 @@ int main(int argc, char** argv) {
                  "how long a filter's reservation waits for its bind (default 30s)");
   app.add_option("--relearn", relearn_text,
                  "how often the learned target workload is refreshed (default 60s)");
+  app.add_option("--filter-answer", answer_text,
+                 "what a filter passes: chosen (the node Tessera chose: kube-scheduler binds there "
+                 "without prioritize) or fitting (every node that fits; prioritize scores Tessera's "
+                 "choice 10, for configurations that blend in kube-scheduler's own scores); "
+                 "default chosen")
+      ->check(CLI::IsMember({"chosen", "fitting"}));
   CLI11_PARSE(app, argc, argv);
 
   extender::AppConfig config;
@@ -69,6 +76,8 @@ int main(int argc, char** argv) {
                                std::chrono::hours(24));
   if (!relearn.ok()) return Fail(relearn.error());
   config.state.relearn_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*relearn);
+  config.state.filter_answer =
+      answer_text == "fitting" ? extender::FilterAnswer::kFitting : extender::FilterAnswer::kChosen;
   if (!apiserver.empty() && !kubeconfig.empty()) {
     return Fail("--apiserver and --kubeconfig: give one or the other");
   }

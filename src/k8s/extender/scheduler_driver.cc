@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 
+#include "k8s/extender/test_objects.h"
+
 namespace tessera::extender::testing {
 
 SchedulerDriver::SchedulerDriver(int port)
@@ -25,8 +27,7 @@ int SchedulerDriver::Post(const std::string& path, const std::string& request, s
 ScheduleResult SchedulerDriver::Schedule(const k8s::Json& pod, const std::vector<std::string>& nodes) {
   ScheduleResult out;
   std::string body;
-  const k8s::Json args = {{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", nodes}};
-  int status = Post("/filter", args.dump(), &body);
+  int status = Post("/filter", testing::ExtenderArgsBody(pod, nodes), &body);
   k8s::Json filtered = k8s::Json::parse(body, nullptr, false);
   if (status != 200 || filtered.is_discarded() || !filtered.value("Error", "").empty()) {
     out.error = "filter: HTTP " + std::to_string(status) + ": " + body;
@@ -45,8 +46,7 @@ ScheduleResult SchedulerDriver::Schedule(const k8s::Json& pod, const std::vector
   }
   std::string best = fits.front();
   if (fits.size() > 1) {  // kube-scheduler skips prioritize when one node is left
-    status = Post("/prioritize", k8s::Json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", fits}}.dump(),
-                  &body);
+    status = Post("/prioritize", testing::ExtenderArgsBody(pod, fits), &body);
     const k8s::Json scores = k8s::Json::parse(body, nullptr, false);
     if (status != 200 || !scores.is_array()) {
       out.error = "prioritize: HTTP " + std::to_string(status) + ": " + body;

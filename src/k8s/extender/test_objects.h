@@ -55,4 +55,9 @@ k8s::Json Pod(const std::string& name, const std::map<std::string, std::string>&
 // `pod` bound to `node` with phase `phase` and resourceVersion `rv`.
 k8s::Json Bound(k8s::Json pod, const std::string& node, const std::string& phase = "Running");
 
+// ExtenderArgs with NodeNames as kube-scheduler sends it: Go's encoding/json writes a struct's
+// fields in their declared order (Pod, Nodes, NodeNames) with no spaces, and Nodes is null for a
+// nodeCacheCapable extender. (A Json object's dump() would sort the keys instead.)
+std::string ExtenderArgsBody(const k8s::Json& pod, const std::vector<std::string>& names);
+
 }  // namespace tessera::extender::testing

@@ -29,7 +29,11 @@ struct ExtenderArgs {
   bool node_objects = false;       // the request carried Nodes (answer with Nodes)
   k8s::Json node_list;             // the Nodes list when node_objects
 };
+// The names of a body as kube-scheduler writes it (Go's encoding/json: NodeNames last, plain
+// names) are read without the JSON lexer; any other body is read whole. The answer is the same.
 Result<ExtenderArgs> ParseExtenderArgs(std::string_view body);
+// The whole body through the JSON library, always: the reference the quick path is tested against.
+Result<ExtenderArgs> ParseExtenderArgsWhole(std::string_view body);
 
 // ExtenderFilterResult for `outcome`; with `args.node_objects`, Nodes holds the fitting items.
 std::string WriteFilterResult(const ExtenderArgs& args, const FilterOutcome& outcome);

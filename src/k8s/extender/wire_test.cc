@@ -72,6 +72,72 @@ TEST(WireTest, MalformedArgsAreRefusedWithTheKey) {
   expect(R"({"Pod":{},"Nodes":{"items":[{}]}})", "no metadata.name");
 }
 
+// The quick reading of kube-scheduler's NodeNames (names read from the end of the body) gives what
+// the whole reading gives, on bodies in kube-scheduler's form and on every near miss of it.
+void ExpectSameAsWhole(std::string_view body) {
+  auto quick = ParseExtenderArgs(body);
+  auto whole = ParseExtenderArgsWhole(body);
+  ASSERT_EQ(quick.ok(), whole.ok()) << body;
+  if (!quick.ok()) {
+    EXPECT_EQ(quick.error(), whole.error()) << body;
+    return;
+  }
+  EXPECT_EQ(quick->pod, whole->pod) << body;
+  EXPECT_EQ(quick->nodes, whole->nodes) << body;
+  EXPECT_EQ(quick->node_objects, whole->node_objects) << body;
+  EXPECT_EQ(quick->node_list, whole->node_list) << body;
+}
+
+TEST(WireTest, KubeSchedulersNodeNamesReadQuicklyAreReadAsTheWholeBody) {
+  const std::string pod = R"({"metadata":{"name":"p","annotations":{"k":"\"NodeNames\":[\"x\"]}"}}})";
+  const std::vector<std::string> bodies = {
+      R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":["a","node-2.example","c"]})",
+      R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":[]})",
+      R"({"Pod":)" + pod + R"(,"NodeNames":["only"]})",
+      R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":["esc\u0061ped","b"]})",
+      R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":["gr\u00fc\u00df","b"]})",
+      "{\"Pod\":" + pod + ",\"NodeNames\":[\"gr\xc3\xbc\"]}",
+      R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":["a", "b"]})",
+      R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":["a","b"] })",
+      R"({"Pod":)" + pod + R"(,"Nodes":null,"nodenames":["a","b"]})",
+      R"({"Pod":)" + pod + R"(,"NodeNames":["x"],"NodeNames":["a","b"]})",
+      R"({"Pod":)" + pod + R"(,"nodeNames":["x"],"NodeNames":["a"]})",
+      R"({"Pod":)" + pod + R"(,"Nodes":{"items":[{"metadata":{"name":"z"}}]},"NodeNames":["a"]})",
+      R"({"Pod":{"metadata":{"name":"p"},"NodeNames":["a"]})",
+      R"({"Pod":{"metadata":{"name":"p"}},"x":{"NodeNames":["a"]})",
+      R"({"Pod":{"metadata":{"name":"p"}},"x":"NodeNames":["a"]})",
+      R"({"Pod":"p","NodeNames":["a"]})",
+      R"({"NodeNames":["a"]})",
+      R"("NodeNames":["a"]})",
+      R"(["NodeNames":["a"]})",
+      R"({"Pod":{},"NodeNames":["a""b"]})",
+      R"({"Pod":{},"NodeNames":["a",]})",
+      R"({"Pod":{},"NodeNames":[,"a"]})",
+      R"({"Pod":{},"NodeNames":["a"]}})",
+      R"({"Pod":{},"NodeNames":[1,"a"]})",
+      R"({"Pod":{},"NodeNames":"a"]})",
+      R"({"Pod":{},"NodeNames":["a\"b"]})",
+      R"({"Pod":{},"NodeNames":["\\"]})",
+      "{\"Pod\":{},\"NodeNames\":[\"a\tb\"]}",
+      R"({"Pod":{},"NodeNames":["a"]})",
+      R"({"Pod":{},"NodeNames":[""]})",
+      R"(]})",
+      R"(})",
+      "",
+  };
+  for (const std::string& body : bodies) ExpectSameAsWhole(body);
+  // Every cut and every one-byte change of a body in kube-scheduler's form.
+  const std::string base = R"({"Pod":{"metadata":{"name":"p"}},"Nodes":null,"NodeNames":["a","bc"]})";
+  for (size_t i = 0; i <= base.size(); ++i) ExpectSameAsWhole(base.substr(0, i));
+  for (size_t i = 0; i < base.size(); ++i) {
+    for (char c : std::string("\"\\,[]{}: a\x01\xc3")) {
+      std::string changed = base;
+      changed[i] = c;
+      ExpectSameAsWhole(changed);
+    }
+  }
+}
+
 TEST(WireTest, PrioritiesAndBinding) {
   const Json p = Json::parse(WritePriorities({{"a", 10}, {"b", 3}}));
   EXPECT_EQ(p, Json::parse(R"([{"Host":"a","Score":10},{"Host":"b","Score":3}])"));
