@@ -234,9 +234,9 @@ std::map<std::string, Json>* TestApiServer::Objects(const std::string& kind) {
   return &events_;
 }
 
-void TestApiServer::Record(const std::string& kind, const std::string& type, const Json& object,
-                           const Json& previous) {
-  history_.push_back(Change{rv_, kind, type, object, previous});
+void TestApiServer::Record(const std::string& kind, const std::string& type, Json object,
+                           Json previous) {
+  history_.push_back(Change{rv_, kind, type, std::move(object), std::move(previous)});
   while (history_.size() > 100000) {
     compacted_ = history_.front().rv;
     history_.pop_front();
@@ -258,22 +258,23 @@ Json TestApiServer::Insert(const std::string& kind, const std::string& key, Json
 
 void TestApiServer::Modify(const std::string& kind, const std::string& key, Json object) {
   auto* objects = Objects(kind);
-  Json previous = (*objects)[key];
+  Json& stored = (*objects)[key];
+  Json previous = std::move(stored);
   ++rv_;
   object["metadata"]["resourceVersion"] = std::to_string(rv_);
-  (*objects)[key] = object;
-  Record(kind, "MODIFIED", object, previous);
+  stored = object;
+  Record(kind, "MODIFIED", std::move(object), std::move(previous));
 }
 
 void TestApiServer::Remove(const std::string& kind, const std::string& key) {
   auto* objects = Objects(kind);
   auto it = objects->find(key);
   if (it == objects->end()) return;
-  Json object = it->second;
+  Json object = std::move(it->second);
   objects->erase(it);
   ++rv_;
   object["metadata"]["resourceVersion"] = std::to_string(rv_);
-  Record(kind, "DELETED", object, Json());
+  Record(kind, "DELETED", std::move(object), Json());
 }
 
 Json TestApiServer::CreateNode(Json node) {
@@ -664,18 +665,19 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
     }
     updated.merge_patch(patch);
   }
-  Json result = current;
+  Json result;
   if (status_only) {
+    result = current;
     result["status"] = updated.value("status", Json::object());
   } else {
-    result = updated;
+    result = std::move(updated);
     if (current.contains("status")) result["status"] = current["status"];
     // Identity is not the client's to change.
     for (const char* k : {"name", "namespace", "uid", "creationTimestamp"}) {
       if (current["metadata"].contains(k)) result["metadata"][k] = current["metadata"][k];
     }
   }
-  Modify(kind, key, result);
+  Modify(kind, key, std::move(result));
   Reply(res, 200, (*Objects(kind))[key]);
 }
 
@@ -714,7 +716,7 @@ void TestApiServer::HandleBinding(const std::string& ns, const std::string& name
                     " is already assigned to node \"" + bound + "\"");
   }
   pod["spec"]["nodeName"] = node;
-  Modify("Pod", ns + "/" + name, pod);
+  Modify("Pod", ns + "/" + name, std::move(pod));
   Reply(res, 201, StatusBody(201, "", ""));
 }
 

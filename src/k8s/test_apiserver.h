@@ -110,8 +110,8 @@ class TestApiServer {
   Json Insert(const std::string& kind, const std::string& key, Json object);
   void Modify(const std::string& kind, const std::string& key, Json object);
   void Remove(const std::string& kind, const std::string& key);
-  void Record(const std::string& kind, const std::string& type, const Json& object,
-              const Json& previous);
+  // Takes the objects (the history keeps them): callers move what they no longer need.
+  void Record(const std::string& kind, const std::string& type, Json object, Json previous);
 
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

@@ -26,9 +26,10 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 int64_t CeilMib(int64_t bytes) { return (bytes + kMiB - 1) / kMiB; }
 
 // A hash of a list of node names, to recognise the same list again.
-uint64_t HashNames(std::span<const std::string> names) {
+template <typename Name>
+uint64_t HashNames(std::span<const Name> names) {
   uint64_t h = 1469598103934665603ULL;
-  for (const std::string& n : names) {
+  for (const Name& n : names) {
     for (const char c : n) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
     h = (h ^ 0xff) * 1099511628211ULL;
   }
@@ -408,23 +409,32 @@ struct ClusterState::Impl {
 
   uint64_t next_seq = 1;
   uint64_t changes = 0;  // bumped by every change of the placement picture
-  // The node names of the last filter and their indices (kube-scheduler asks about the same
-  // list, in the same order, pod after pod): comparing a name is cheaper than hashing it.
-  std::vector<std::string> last_names;
+  // The node names of the last verb, back to back, and their indices (kube-scheduler asks about
+  // the same list, in the same order, pod after pod): comparing one run of bytes is cheaper than
+  // hashing every name, or than comparing names each in a heap block of its own.
+  std::string last_names;
+  std::vector<uint32_t> last_ends;  // where each name ends in last_names
   std::vector<int> last_indices;
   uint64_t last_names_epoch = 0;
-  // The index of names[i] (-1: unknown), through the cache above.
-  int IndexOf(std::span<const std::string> names, size_t i) {
-    if (last_names_epoch != epoch || last_names.size() != names.size()) {
-      last_names.assign(names.size(), std::string());
-      last_indices.assign(names.size(), -2);
-      last_names_epoch = epoch;
+  // The index of every name in `names` (-1: unknown), through the cache above. The reference
+  // stays good until the next call.
+  const std::vector<int>& IndicesOf(std::span<const std::string_view> names) {
+    bool same = last_names_epoch == epoch && last_ends.size() == names.size();
+    for (size_t i = 0, start = 0; same && i < names.size(); start = last_ends[i], ++i) {
+      same = names[i] == std::string_view(last_names).substr(start, last_ends[i] - start);
     }
-    if (last_indices[i] != -2 && last_names[i] == names[i]) return last_indices[i];
-    auto it = index_of.find(names[i]);
-    last_names[i] = names[i];
-    last_indices[i] = it == index_of.end() ? -1 : it->second;
-    return last_indices[i];
+    if (same) return last_indices;
+    last_names.clear();
+    last_ends.clear();
+    last_indices.clear();
+    for (const std::string_view name : names) {
+      last_names.append(name);
+      last_ends.push_back(static_cast<uint32_t>(last_names.size()));
+      auto it = index_of.find(std::string(name));
+      last_indices.push_back(it == index_of.end() ? -1 : it->second);
+    }
+    last_names_epoch = epoch;
+    return last_indices;
   }
   // `nodes` (indices) in index order, each once: a pass over marks, not a sort.
   std::vector<int> SortedUnique(const std::vector<int>& nodes) {
@@ -981,28 +991,46 @@ struct ClusterState::Impl {
     return h;
   }
 
+  // What stops a pod at node `n`: the node's own state (no usable inventory) or the first
+  // placement rule that fails; fits() when nothing does. No strings: a filter checks every node.
+  struct Verdict {
+    Gate gate = Gate::kOpen;
+    pl::FitResult fit = pl::FitResult::kFits;
+    bool fits() const { return gate == Gate::kOpen && fit == pl::FitResult::kFits; }
+  };
+  Verdict Check(const PodRec& rec, const PodRequests& p, int n) {
+    const Gate gate = quick[static_cast<size_t>(n)].gate;
+    if (rec.demand.wants_gpu() && gate != Gate::kOpen) return {gate, pl::FitResult::kFits};
+    return {Gate::kOpen, FitsAll(p, n)};
+  }
+  static std::string_view KindOf(Verdict v) {
+    if (v.gate == Gate::kProblem) return "node-invalid";
+    if (v.gate == Gate::kNoInventory) return "no-gpus";
+    return FitKind(v.fit);
+  }
+  // The failure `v` (not fits()) as kube-scheduler shows it.
+  NodeFailure Describe(const PodRec& rec, int n, Verdict v) const {
+    const NodeRec& node = *by_index[static_cast<size_t>(n)];
+    if (v.gate == Gate::kProblem) {
+      return NodeFailure{node.name, "tessera: " + node.problem, true, "node-invalid"};
+    }
+    if (v.gate == Gate::kNoInventory) {
+      return NodeFailure{node.name,
+                         "tessera: node has no Tessera GPUs (no tessera.io/gpu-inventory; is "
+                         "the device plugin running there?)",
+                         true, "no-gpus"};
+    }
+    return NodeFailure{node.name, Reason(rec, node, n, v.fit), Unresolvable(v.fit),
+                       std::string(FitKind(v.fit))};
+  }
   // The reason a pod cannot go to node `n` (nullopt: it fits every request).
   std::optional<NodeFailure> WhyNot(const PodRec& rec, const PodRequests& p, int n) {
-    const Gate gate = quick[static_cast<size_t>(n)].gate;
-    if (rec.demand.wants_gpu() && gate != Gate::kOpen) {
-      const NodeRec& node = *by_index[static_cast<size_t>(n)];
-      if (gate == Gate::kProblem) {
-        return NodeFailure{node.name, "tessera: " + node.problem, true, "node-invalid"};
-      }
-      if (gate == Gate::kNoInventory) {
-        return NodeFailure{node.name,
-                           "tessera: node has no Tessera GPUs (no tessera.io/gpu-inventory; is "
-                           "the device plugin running there?)",
-                           true, "no-gpus"};
-      }
-    }
-    const pl::FitResult fit = FitsAll(p, n);
-    if (fit == pl::FitResult::kFits) return std::nullopt;
-    const NodeRec& node = *by_index[static_cast<size_t>(n)];
-    return NodeFailure{node.name, Reason(rec, node, n, fit), Unresolvable(fit), FitKind(fit)};
+    const Verdict v = Check(rec, p, n);
+    if (v.fits()) return std::nullopt;
+    return Describe(rec, n, v);
   }
 
-  static std::string FitKind(pl::FitResult fit) {
+  static std::string_view FitKind(pl::FitResult fit) {
     switch (fit) {
       case pl::FitResult::kCpu:
         return "cpu";
@@ -1303,7 +1331,26 @@ void ClusterState::ReplacePods(const std::vector<Json>& pods) {
   for (const auto& [uid, rec] : s.pods) s.Observe(rec);
 }
 
+namespace {
+
+std::vector<std::string_view> Views(std::span<const std::string> names) {
+  return {names.begin(), names.end()};
+}
+
+}  // namespace
+
 Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std::string> names) {
+  const std::vector<std::string_view> views = Views(names);
+  return Filter(pod, std::span<const std::string_view>(views));
+}
+
+Result<std::vector<NodePriority>> ClusterState::Prioritize(const Json& pod,
+                                                           std::span<const std::string> names) {
+  const std::vector<std::string_view> views = Views(names);
+  return Prioritize(pod, std::span<const std::string_view>(views));
+}
+
+Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std::string_view> names) {
   std::lock_guard lock(impl_->mu);
   Impl& s = *impl_;
   s.Prepare();
@@ -1320,46 +1367,83 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std:
       pod_error = "pod " + rec->key + ": " + r.error();
     }
   }
-  std::vector<int> candidates;  // node indices of out.fits, in the same order
-  out.fits.reserve(names.size());
+  // First every node's verdict, without a string; the reasons are written only when
+  // kube-scheduler reads them (below).
+  std::vector<int> candidates;  // node indices of the nodes that fit, in the order asked
+  std::vector<size_t> fit_at;   // and their places in `names`
+  struct Rejected {
+    size_t at;  // place in `names`
+    int node;   // -1: unknown to the extender
+    Impl::Verdict verdict;
+  };
+  std::vector<Rejected> rejected;
   candidates.reserve(names.size());
+  fit_at.reserve(names.size());
+  const std::vector<int>& index = s.IndicesOf(names);
   for (size_t i = 0; i < names.size(); ++i) {
-    const std::string& name = names[i];
     if (!pod_error.empty()) {
-      out.failed.push_back({name, "tessera: " + pod_error, true, "pod-invalid"});
+      ++out.rejected["pod-invalid"];
       continue;
     }
-    const int n = s.IndexOf(names, i);
+    const int n = index[i];
     if (n < 0) {
-      out.failed.push_back(
-          {name, "tessera: node " + name + " is not known to the extender", true, "node-unknown"});
+      rejected.push_back({i, -1, {}});
+      ++out.rejected["node-unknown"];
       continue;
     }
-    if (auto why = s.WhyNot(*rec, *reqs, n)) {
-      out.failed.push_back(std::move(*why));
+    const Impl::Verdict v = s.Check(*rec, *reqs, n);
+    if (!v.fits()) {
+      rejected.push_back({i, n, v});
       continue;
     }
-    out.fits.push_back(name);
     candidates.push_back(n);
+    fit_at.push_back(i);
+  }
+  {
+    std::map<std::string_view, uint64_t> kinds;  // counted by enum, named once
+    for (const Rejected& r : rejected) {
+      if (r.node >= 0) ++kinds[Impl::KindOf(r.verdict)];
+    }
+    for (const auto& [kind, count] : kinds) out.rejected[std::string(kind)] += count;
   }
   const std::vector<int> sorted = s.SortedUnique(candidates);
   std::vector<int64_t> scores;
   std::optional<Impl::Choice> choice;
+  const bool chosen_only = s.options.filter_answer == FilterAnswer::kChosen;
   if (!sorted.empty()) {
-    const bool chosen_only = s.options.filter_answer == FilterAnswer::kChosen;
     choice = s.Choose(*reqs, sorted, chosen_only ? nullptr : &scores);
     if (choice) s.Reserve(*rec, *reqs, *choice);
-    if (choice && chosen_only) {
-      out.fits = {s.by_index[static_cast<size_t>(choice->node)]->name};
-      candidates = {choice->node};
-      scores.assign(s.by_index.size(), 0);
-      scores[static_cast<size_t>(choice->node)] = 10;
+  }
+  if (choice && chosen_only) {
+    // kube-scheduler reads the failure maps only when no node passes (they are why a pod is
+    // Pending); with one node passing it binds there, so none is written.
+    out.fits = {s.by_index[static_cast<size_t>(choice->node)]->name};
+    candidates = {choice->node};
+    scores.assign(s.by_index.size(), 0);
+    scores[static_cast<size_t>(choice->node)] = 10;
+  } else {
+    out.fits.reserve(fit_at.size());
+    for (size_t i : fit_at) out.fits.emplace_back(names[i]);
+    if (!pod_error.empty()) {
+      for (const std::string_view name : names) {
+        out.failed.push_back({std::string(name), "tessera: " + pod_error, true, "pod-invalid"});
+      }
+    }
+    out.failed.reserve(rejected.size());
+    for (const Rejected& r : rejected) {
+      if (r.node >= 0) {
+        out.failed.push_back(s.Describe(*rec, r.node, r.verdict));
+        continue;
+      }
+      const std::string name(names[r.at]);
+      out.failed.push_back(
+          {name, "tessera: node " + name + " is not known to the extender", true, "node-unknown"});
     }
   }
   Impl::LastFilter& last = s.last_filter;
   last.uid = rec->uid;
   last.changes = s.changes;
-  last.names_hash = HashNames(out.fits);
+  last.names_hash = HashNames(std::span<const std::string>(out.fits));
   last.count = out.fits.size();
   last.scores.clear();
   for (int n : candidates) {
@@ -1369,13 +1453,13 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std:
 }
 
 Result<std::vector<NodePriority>> ClusterState::Prioritize(const Json& pod,
-                                                           std::span<const std::string> names) {
+                                                           std::span<const std::string_view> names) {
   std::lock_guard lock(impl_->mu);
   Impl& s = *impl_;
   s.Prepare();
   std::vector<NodePriority> out;
   out.reserve(names.size());
-  for (const std::string& name : names) out.push_back({name, 0});
+  for (const std::string_view name : names) out.push_back({std::string(name), 0});
   // Asked about exactly what the last filter let through, with nothing changed since: its
   // decision and reservation stand.
   const Impl::LastFilter& last = s.last_filter;
@@ -1393,19 +1477,17 @@ Result<std::vector<NodePriority>> ClusterState::Prioritize(const Json& pod,
   auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
   if (!reqs.ok()) return out;
   std::vector<int> candidates;
-  for (const std::string& name : names) {
-    auto it = s.index_of.find(name);
-    if (it != s.index_of.end() && !s.WhyNot(*rec, *reqs, it->second)) {
-      candidates.push_back(it->second);
-    }
+  const std::vector<int>& index = s.IndicesOf(names);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const int n = index[i];
+    if (n >= 0 && s.Check(*rec, *reqs, n).fits()) candidates.push_back(n);
   }
   candidates = s.SortedUnique(candidates);
   std::vector<int64_t> scores;
   if (auto choice = s.Choose(*reqs, candidates, &scores)) s.Reserve(*rec, *reqs, *choice);
   if (scores.empty()) return out;
-  for (NodePriority& p : out) {
-    auto it = s.index_of.find(p.node);
-    if (it != s.index_of.end()) p.score = scores[static_cast<size_t>(it->second)];
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (index[i] >= 0) out[i].score = scores[static_cast<size_t>(index[i])];
   }
   return out;
 }

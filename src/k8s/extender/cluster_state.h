@@ -39,6 +39,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -84,7 +85,10 @@ struct NodeFailure {
 
 struct FilterOutcome {
   std::vector<std::string> fits;  // in the order asked; with FilterAnswer::kChosen, the choice
+  // Why the others do not fit, in the order asked; with FilterAnswer::kChosen only when no node
+  // was chosen (kube-scheduler reads the reasons only then).
   std::vector<NodeFailure> failed;
+  std::map<std::string, uint64_t> rejected;  // nodes that do not fit, by kind: always counted
 };
 
 struct NodePriority {
@@ -146,6 +150,9 @@ class ClusterState {
   // The verbs. `pod` is the v1.Pod kube-scheduler sent; `nodes` the names it asks about.
   // Filter reserves the pod's share on the engine's choice; Prioritize scores and moves the
   // reservation to its choice among `nodes`.
+  Result<FilterOutcome> Filter(const k8s::Json& pod, std::span<const std::string_view> nodes);
+  Result<std::vector<NodePriority>> Prioritize(const k8s::Json& pod,
+                                               std::span<const std::string_view> nodes);
   Result<FilterOutcome> Filter(const k8s::Json& pod, std::span<const std::string> nodes);
   Result<std::vector<NodePriority>> Prioritize(const k8s::Json& pod,
                                                std::span<const std::string> nodes);

@@ -115,11 +115,9 @@ std::string ExtenderServer::Filter(std::string_view body, int* status) {
     metrics_.PodRefused("filter", "bad-request");
     return finish(WriteFilterError("filter: " + outcome.error()), false);
   }
-  std::map<std::string, uint64_t> kinds;
-  for (const NodeFailure& f : outcome->failed) ++kinds[f.kind];
   std::string commonest;
   uint64_t most = 0;
-  for (const auto& [kind, n] : kinds) {
+  for (const auto& [kind, n] : outcome->rejected) {
     metrics_.NodeRejected(kind, n);
     if (n > most) {
       most = n;

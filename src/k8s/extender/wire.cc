@@ -1,6 +1,8 @@
 // Reading and writing the extender protocol's JSON. No decisions, no HTTP.
 #include "k8s/extender/wire.h"
 
+#include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -191,7 +193,7 @@ namespace {
 
 // The body through the SAX reader above; with `tail_names`, a body whose NodeNames list was read
 // already (ReadPlainNameTail) and stands as null in it.
-Result<ExtenderArgs> ReadArgs(std::string_view body, std::vector<std::string>* tail_names) {
+Result<ExtenderArgs> ReadArgs(std::string_view body, ExtenderArgs* tail) {
   constexpr std::string_view kWhat = "ExtenderArgs";
   auto fail = [&](const std::string& message) {
     return Result<ExtenderArgs>::Error(std::string(kWhat) + ": " + message);
@@ -208,15 +210,20 @@ Result<ExtenderArgs> ReadArgs(std::string_view body, std::vector<std::string>* t
                 "; expected a v1.Pod object");
   }
   out.pod = std::move(reader.pod);
-  if (tail_names != nullptr) {
+  if (tail != nullptr) {
     // The rest of a body whose names were read from its end (below): a list there too is a
     // second NodeNames, which only the whole reading answers as it would.
     if (reader.names_array) return fail("NodeNames appears twice");
-    out.nodes = std::move(*tail_names);
+    out.nodes = std::move(tail->nodes);
+    out.name_bytes = std::move(tail->name_bytes);
     return out;
   }
+  auto view_all = [](ExtenderArgs& a) {
+    a.nodes.assign(a.name_strings.begin(), a.name_strings.end());
+  };
   if (reader.names_array) {
-    out.nodes = std::move(reader.names);
+    out.name_strings = std::move(reader.names);
+    view_all(out);
     return out;
   }
   if (reader.seen[2] && !reader.nodes.is_null()) {
@@ -230,8 +237,9 @@ Result<ExtenderArgs> ReadArgs(std::string_view body, std::vector<std::string>* t
       if (name == nullptr || !name->is_string()) {
         return fail("a node in Nodes.items has no metadata.name");
       }
-      out.nodes.push_back(name->get<std::string>());
+      out.name_strings.push_back(name->get<std::string>());
     }
+    view_all(out);
     out.node_objects = true;
     out.node_list = std::move(reader.nodes);
     return out;
@@ -280,10 +288,19 @@ std::optional<Result<ExtenderArgs>> ReadPlainNameTail(std::string_view body) {
   end -= kKey.size();
   std::string rest(body.substr(0, end));
   rest += "\"NodeNames\":null}";
-  std::vector<std::string> names;
-  names.reserve(reversed.size());
-  for (auto it = reversed.rbegin(); it != reversed.rend(); ++it) names.emplace_back(*it);
-  auto out = ReadArgs(rest, &names);
+  // The names back to back in one buffer of their own, in order, and views into it.
+  ExtenderArgs tail;
+  size_t bytes = 0;
+  for (std::string_view n : reversed) bytes += n.size();
+  tail.name_bytes = std::make_unique<char[]>(bytes > 0 ? bytes : 1);
+  tail.nodes.reserve(reversed.size());
+  char* at = tail.name_bytes.get();
+  for (auto it = reversed.rbegin(); it != reversed.rend(); ++it) {
+    std::copy(it->begin(), it->end(), at);
+    tail.nodes.emplace_back(at, it->size());
+    at += it->size();
+  }
+  auto out = ReadArgs(rest, &tail);
   if (!out.ok()) return std::nullopt;  // the whole reading says what is wrong
   return out;
 }

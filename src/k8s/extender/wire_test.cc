@@ -14,7 +14,7 @@ TEST(WireTest, ExtenderArgsWithNodeNames) {
       R"({"Pod":{"metadata":{"name":"p","namespace":"default","uid":"u"}},"Nodes":null,"NodeNames":["a","b"]})");
   ASSERT_TRUE(args.ok()) << args.error();
   EXPECT_EQ(args->pod["metadata"]["name"], "p");
-  EXPECT_EQ(args->nodes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(args->nodes, (std::vector<std::string_view>{"a", "b"}));
   EXPECT_FALSE(args->node_objects);
   FilterOutcome out;
   out.fits = {"a"};
@@ -48,7 +48,7 @@ TEST(WireTest, ExtenderArgsWithNodeObjectsAnswersWithNodeObjects) {
       R"({"pod":{"metadata":{"name":"p"}},"nodes":{"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}})");
   ASSERT_TRUE(args.ok()) << args.error();  // keys match ignoring case, as Go's decoder does
   EXPECT_TRUE(args->node_objects);
-  EXPECT_EQ(args->nodes, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(args->nodes, (std::vector<std::string_view>{"a", "b"}));
   FilterOutcome out;
   out.fits = {"b"};
   const Json j = Json::parse(WriteFilterResult(*args, out));
