@@ -191,7 +191,9 @@ uint64_t ParseRv(const std::string& text) {
 
 }  // namespace
 
-TestApiServer::TestApiServer() = default;
+TestApiServer::TestApiServer() {
+  for (const char* kind : {"Node", "Pod", "Event"}) changed_[kind];
+}
 
 TestApiServer::~TestApiServer() { Stop(); }
 
@@ -222,7 +224,7 @@ void TestApiServer::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
-  changed_.notify_all();
+  WakeAll();
   if (server_) server_->stop();
   if (thread_.joinable()) thread_.join();
   server_.reset();
@@ -241,7 +243,7 @@ void TestApiServer::Record(const std::string& kind, const std::string& type, Jso
     compacted_ = history_.front().rv;
     history_.pop_front();
   }
-  changed_.notify_all();
+  changed_.at(kind).notify_all();
 }
 
 Json TestApiServer::Insert(const std::string& kind, const std::string& key, Json object) {
@@ -370,11 +372,15 @@ std::vector<Json> TestApiServer::Events(const std::string& ns) const {
   return out;
 }
 
+void TestApiServer::WakeAll() {
+  for (auto& [kind, cv] : changed_) cv.notify_all();
+}
+
 void TestApiServer::Compact() {
   std::lock_guard<std::mutex> lock(mu_);
   history_.clear();
   compacted_ = rv_;
-  changed_.notify_all();
+  WakeAll();
 }
 
 uint64_t TestApiServer::resource_version() const {
@@ -548,7 +554,7 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
       };
       if (lines.empty()) collect();
       if (lines.empty() && !done && !stopping_) {
-        changed_.wait_for(lock, 200ms);
+        changed_.at(st->c.kind).wait_for(lock, 200ms);
         collect();
       }
       const auto now = std::chrono::steady_clock::now();

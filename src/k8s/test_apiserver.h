@@ -117,7 +117,9 @@ class TestApiServer {
   std::thread thread_;
   int port_ = 0;
   mutable std::mutex mu_;
-  std::condition_variable changed_;
+  // Watchers of one kind wait on its own condition: a pod's change wakes no node watcher.
+  std::map<std::string, std::condition_variable> changed_;  // by kind, made up front
+  void WakeAll();
   bool stopping_ = false;
   uint64_t rv_ = 1;
   uint64_t compacted_ = 0;  // history holds changes after this version
