@@ -396,6 +396,15 @@ uint64_t ComputeService::Step(uint64_t now) {
       }
       if (unseen > charged) charge[d][c] += unseen - charged;
       charged = std::max(charged, unseen);
+      // A revoked holder's measured time counts against the drain wait it was charged ahead
+      // (below): that wait was this work, still running, so it is charged once.
+      const size_t ci = static_cast<size_t>(c);
+      if (dev.draining.test(ci)) dev.drained_ns[ci] += charge[d][c];
+      if (uint64_t& credit = dev.overrun_credit_ns[ci]; credit > 0) {
+        const uint64_t back = std::min(credit, charge[d][c]);
+        charge[d][c] -= back;
+        credit -= back;
+      }
       if (charge[d][c] > 0) (void)a.Charge(c, Nanos(charge[d][c]));
       if (trace_ && d == 0) {
         trace_charged_[static_cast<size_t>(c)] += charge[d][c];
@@ -406,14 +415,24 @@ uint64_t ComputeService::Step(uint64_t now) {
       high_priority_present = high_priority_present || members_[c].spec.high_priority;
     }
     dev.pending = pending[d] & dev.present;
-    // A revoked holder still not drained at the deadline held the device that long for nobody:
-    // that time is charged to it. Else the successor, whose grant lapsed unused while it waited,
-    // lost the next decision to it on a tie, and a process that never said its drain was done
-    // (a hung one, or one that lies in its own counters) kept the GPU idle for everyone else.
+    // A revoked holder still not drained at the deadline held the device that long: the part of
+    // the wait its measured GPU time does not cover is charged to it now. Else the successor,
+    // whose grant lapsed unused while it waited, lost the next decision to it on a tie, and a
+    // process that never said its drain was done (a hung one, or one that lies in its own
+    // counters) kept the GPU idle for everyone else. Work that really was queued is measured
+    // when it completes (a graph of four 10 ms kernels, once, at its end): that time pays the
+    // charge back instead of being charged again (charged twice, a 1:2:3 split with such a
+    // tenant came out 18/35/46).
     if (dev.draining.any() && now >= dev.drain_deadline_ns && !dev.overrun_charged) {
       dev.overrun_charged = true;
+      const uint64_t wait = ToNs(config.quota_max);
       for (int c = 0; c < ledger::kMaxContainers; ++c) {
-        if (dev.draining.test(static_cast<size_t>(c))) (void)a.Charge(c, config.quota_max);
+        const size_t ci = static_cast<size_t>(c);
+        if (!dev.draining.test(ci)) continue;
+        const uint64_t ahead = wait - std::min(wait, dev.drained_ns[ci]);
+        if (ahead == 0) continue;
+        (void)a.Charge(c, Nanos(ahead));
+        dev.overrun_credit_ns[ci] += ahead;
       }
     }
     const arbiter::Decision decision = a.Decide();
@@ -441,6 +460,9 @@ uint64_t ComputeService::Step(uint64_t now) {
           dev.drain_deadline_ns = now + ToNs(config.quota_max);
           dev.overrun_charged = false;
         }
+        for (int c = 0; c < ledger::kMaxContainers; ++c) {
+          if (revoke.test(static_cast<size_t>(c))) dev.drained_ns[static_cast<size_t>(c)] = 0;
+        }
         dev.draining |= revoke;
       }
       changed = true;
@@ -457,12 +479,16 @@ uint64_t ComputeService::Step(uint64_t now) {
     if (grant.any()) {
       if (dev.draining.none() || decision.high_priority_lane || now >= dev.drain_deadline_ns) {
         dev.published |= grant;
-        // The new holder pays from where the revoked work was expected to end, but never from
-        // later than the hand-off lead: a container's published end can move its successor's
-        // charges by that much at most (GateDevice::charge_from_ns).
-        dev.charge_from_ns = std::clamp(drain_end, now, now + kHandoffLeadNs);
+        // The new holder pays from where the revoked work was expected to end, never later than
+        // a grant's length: a long launch (a graph of 10 ms kernels) can still run that long, and
+        // charging its successor for it split 1:2:3 as 18/35/46. A forged end moves the
+        // successor's charges by that much at most, and the holder that forged it pays for the
+        // wait it did not fill (the deadline charge above) (GateDevice::charge_from_ns).
+        dev.charge_from_ns = std::clamp(drain_end, now, now + ToNs(config.quota_max));
         for (int c = 0; c < ledger::kMaxContainers; ++c) {
-          if (grant.test(static_cast<size_t>(c))) ++dev.grants[static_cast<size_t>(c)];
+          if (!grant.test(static_cast<size_t>(c))) continue;
+          ++dev.grants[static_cast<size_t>(c)];
+          dev.overrun_credit_ns[static_cast<size_t>(c)] = 0;  // a new turn: its work is its own
         }
         // The lane goes in at once, but the holders it revoked still drain: the best-effort
         // holder after it waits for that too (forgotten here, the next one was let in at the

@@ -99,6 +99,11 @@ class ComputeService {
     bool lane = false;
     uint64_t drain_deadline_ns = 0;
     bool overrun_charged = false;  // the draining holders were charged for passing the deadline
+    // GPU time each revoked holder was measured using since its revoke, and what it was charged
+    // ahead at the deadline for the part of the wait that measured time did not cover, which its
+    // later measured time pays back (until its next grant): see Step.
+    std::vector<uint64_t> drained_ns = std::vector<uint64_t>(ledger::kMaxContainers);
+    std::vector<uint64_t> overrun_credit_ns = std::vector<uint64_t>(ledger::kMaxContainers);
     uint64_t charge_from_ns = 0;   // as published with the last grant (GateDevice::charge_from_ns)
     uint64_t next_ns = 0;  // decide again by then
   };

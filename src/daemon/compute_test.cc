@@ -236,7 +236,10 @@ TEST_F(ComputeServiceTest, TheNextHolderIsLetInJustBeforeTheDrainEnds) {
 // from a's second (no tenant can make another under-measure its own time by more than that).
 // Nor does it get the token back for it: the wait is charged to it (before, b's grant lapsed
 // unused while it waited, a won the next decision on the tie, and b never ran).
-TEST_F(ComputeServiceTest, ARevokedHolderMovesItsSuccessorsChargingByTheLeadAtMost) {
+// A revoked holder that claims its work ends far ahead (a lie, or a long graph still queued)
+// moves where its successor's charging starts by a grant's length at most, and is itself charged
+// the part of the wait its measured GPU time did not cover, so a forged end buys no GPU time.
+TEST_F(ComputeServiceTest, ARevokedHolderMovesItsSuccessorsChargingByAGrantAtMost) {
   const uint32_t a = AddContainer("a");
   const uint32_t b = AddContainer("b");
   const uint32_t pa = AddProcess(a);
@@ -249,7 +252,7 @@ TEST_F(ComputeServiceTest, ARevokedHolderMovesItsSuccessorsChargingByTheLeadAtMo
   ASSERT_NE(granted, 0u) << "b was not let in at the drain deadline";
   const ledger::GateDevice& gd = ledger_->layout()->gate.devices[0];
   EXPECT_EQ(gd.holder.load(), static_cast<int32_t>(b));
-  EXPECT_LE(gd.charge_from_ns.load(), granted + 200'000) << "b's charging moved past the lead";
+  EXPECT_LE(gd.charge_from_ns.load(), granted + 50 * kMs) << "b's charging moved past a grant";
   EXPECT_LT(gd.charge_from_ns.load(), claimed);
   EXPECT_LE(gd.drain_end_ns.load(), granted + 50 * kMs) << "an estimate beyond a grant's length";
 }

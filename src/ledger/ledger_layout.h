@@ -125,10 +125,11 @@ struct GateDevice {
   std::atomic<uint64_t> lane_open[kMaskWords];
   // The device instant from which the holder pays (CLOCK_MONOTONIC ns), published with each
   // grant: the revoked holders' queued work was expected to end then (their idle_at_ns, taken no
-  // later than the hand-off lead after the grant). The holder's work queued behind theirs is
-  // charged only from here: nobody pays for another's time. Written only by the arbiter, from
-  // what each container published in its own segment, so no container can make another pay less
-  // or more than that lead.
+  // later than a grant's length, quota_max, after the grant: a long launch can still run that
+  // long). The holder's work queued behind theirs is charged only from here: nobody pays for
+  // another's time. Written only by the arbiter, from what each container published in its own
+  // segment, so a container moves another's charging by a grant's length at most, and pays for
+  // the part of that wait its own measured work did not fill.
   std::atomic<uint64_t> charge_from_ns;
   // When the revoked holders' queued work is expected to end (the latest idle_at_ns among them
   // at the arbiter's last step; 0: none drains): work the holders that replaced them launch
