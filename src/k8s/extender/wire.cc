@@ -191,8 +191,8 @@ class ArgsReader : public nlohmann::json_sax<Json> {
 
 namespace {
 
-// The body through the SAX reader above; with `tail_names`, a body whose NodeNames list was read
-// already (ReadPlainNameTail) and stands as null in it.
+// The body through the SAX reader above; with `tail`, a body whose NodeNames list was read
+// already (ReadPlainNameTail: its names and their buffer) and stands as null in it.
 Result<ExtenderArgs> ReadArgs(std::string_view body, ExtenderArgs* tail) {
   constexpr std::string_view kWhat = "ExtenderArgs";
   auto fail = [&](const std::string& message) {
