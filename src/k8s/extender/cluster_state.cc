@@ -843,9 +843,7 @@ struct ClusterState::Impl {
     return out;
   }
 
-  pl::Policy& PolicyOf(int node) {
-    return *policies.at(quick[static_cast<size_t>(node)].policy);
-  }
+  pl::Policy& PolicyOf(int node) { return *policies.at(quick[static_cast<size_t>(node)].policy); }
 
   // Where `r` goes on `node` (which it fits) by the node's policy: its GPUs; for a MIG request
   // the instance placement/mig.h chooses, as every policy does.
@@ -1350,7 +1348,8 @@ Result<std::vector<NodePriority>> ClusterState::Prioritize(const Json& pod,
   return Prioritize(pod, std::span<const std::string_view>(views));
 }
 
-Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std::string_view> names) {
+Result<FilterOutcome> ClusterState::Filter(const Json& pod,
+                                           std::span<const std::string_view> names) {
   std::lock_guard lock(impl_->mu);
   Impl& s = *impl_;
   s.Prepare();
@@ -1452,8 +1451,8 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod, std::span<const std:
   return out;
 }
 
-Result<std::vector<NodePriority>> ClusterState::Prioritize(const Json& pod,
-                                                           std::span<const std::string_view> names) {
+Result<std::vector<NodePriority>> ClusterState::Prioritize(
+    const Json& pod, std::span<const std::string_view> names) {
   std::lock_guard lock(impl_->mu);
   Impl& s = *impl_;
   s.Prepare();

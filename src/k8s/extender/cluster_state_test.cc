@@ -43,8 +43,9 @@ std::set<std::string> PlanGpus(const BindPlan& plan, size_t c = 0) {
 // A state with a fixed, empty target workload (first-fit among equal scores) unless given one.
 // Filters answer every fitting node (most tests here are about which nodes fit and why); the
 // tests of FilterAnswer::kChosen, the program's default, ask for it.
-std::unique_ptr<ClusterState> MakeState(std::shared_ptr<const placement::TargetWorkload> w = nullptr,
-                                        FilterAnswer answer = FilterAnswer::kFitting) {
+std::unique_ptr<ClusterState> MakeState(
+    std::shared_ptr<const placement::TargetWorkload> w = nullptr,
+    FilterAnswer answer = FilterAnswer::kFitting) {
   StateOptions o;
   o.workload = w ? w : std::make_shared<placement::TargetWorkload>();
   o.filter_answer = answer;
@@ -196,7 +197,8 @@ TEST(ClusterStateTest, AChosenAnswerIsTheNodeTheFittingAnswerScoresTen) {
   int placed = 0;
   for (int i = 0; i < 30; ++i) {
     const int core = std::vector<int>{30, 50, 25, 70, 100}[static_cast<size_t>(i) % 5];
-    const k8s::Json pod = Pod("p" + std::to_string(i), {{"tessera.io/gpu-core", std::to_string(core)}});
+    const k8s::Json pod =
+        Pod("p" + std::to_string(i), {{"tessera.io/gpu-core", std::to_string(core)}});
     auto all = fitting->Filter(pod, names);
     auto one = chosen->Filter(pod, names);
     ASSERT_TRUE(all.ok() && one.ok());

@@ -229,11 +229,14 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   const k8s::Json f = k8s::Json::parse(body);
   EXPECT_EQ(f["NodeNames"], k8s::Json::array({"good"}));
   EXPECT_TRUE(f["FailedAndUnresolvableNodes"].empty()) << body;
-  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", ok}, {"NodeNames", {"bad"}}}.dump(), &body), 200);
+  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", ok}, {"NodeNames", {"bad"}}}.dump(), &body),
+            200);
   const k8s::Json alone = k8s::Json::parse(body);
   EXPECT_TRUE(alone["NodeNames"].empty()) << body;
-  EXPECT_NE(alone["FailedAndUnresolvableNodes"]["bad"].get<std::string>().find("tessera.io/gpu-inventory"),
-            std::string::npos) << body;
+  EXPECT_NE(alone["FailedAndUnresolvableNodes"]["bad"].get<std::string>().find(
+                "tessera.io/gpu-inventory"),
+            std::string::npos)
+      << body;
   EXPECT_TRUE(driver.Schedule(ok, {"bad", "good"}).bound);
   httplib::Client http("127.0.0.1", app->port());
   EXPECT_EQ(http.Get("/healthz")->status, 200);

@@ -267,7 +267,8 @@ int Run(const Options& o) {
               {"nodes", o.nodes},
               {"gpus", cluster.total_gpus()},
               {"seed", o.seed},
-              {"filter_answer", o.answer == tessera::extender::FilterAnswer::kChosen ? "chosen" : "fitting"},
+              {"filter_answer",
+               o.answer == tessera::extender::FilterAnswer::kChosen ? "chosen" : "fitting"},
               {"pods", count},
               {"bound", bound},
               {"unschedulable", failed},
@@ -276,12 +277,15 @@ int Run(const Options& o) {
               {"prioritize", prioritize.ToJson()},
               {"bind", bind.ToJson()},
               {"filter_prioritize_bind", total.ToJson()},
-              {"pods_per_second", total.Sum() > 0 ? 1e6 * static_cast<double>(total.us.size()) / total.Sum() : 0},
+              {"pods_per_second",
+               total.Sum() > 0 ? 1e6 * static_cast<double>(total.us.size()) / total.Sum() : 0},
               {"wall_seconds", wall},
               {"state_rebuilds", stats.rebuilds},
               {"accounting_conflicts", stats.accounting_conflicts},
-              {"baseline_engine_decision_us", {{"p50", sim->decision_us_p50}, {"p99", sim->decision_us_p99}}},
-              {"ratio_p50_vs_engine", sim->decision_us_p50 > 0 ? total.Pct(0.5) / sim->decision_us_p50 : 0}};
+              {"baseline_engine_decision_us",
+               {{"p50", sim->decision_us_p50}, {"p99", sim->decision_us_p99}}},
+              {"ratio_p50_vs_engine",
+               sim->decision_us_p50 > 0 ? total.Pct(0.5) / sim->decision_us_p50 : 0}};
   if (full) {
     Json ar = Json::object();
     for (int point : {90, 95, 100}) {
@@ -354,7 +358,8 @@ int main(int argc, char** argv) {
     } else if (a == "--filter-answer") {
       const std::string v = value("--filter-answer");
       if (v != "chosen" && v != "fitting") {
-        std::fprintf(stderr, "extender_bench: --filter-answer %s: expected chosen or fitting\n", v.c_str());
+        std::fprintf(stderr, "extender_bench: --filter-answer %s: expected chosen or fitting\n",
+                     v.c_str());
         return 2;
       }
       o.answer = v == "fitting" ? tessera::extender::FilterAnswer::kFitting

@@ -55,11 +55,12 @@ int main(int argc, char** argv) {
                  "how long a filter's reservation waits for its bind (default 30s)");
   app.add_option("--relearn", relearn_text,
                  "how often the learned target workload is refreshed (default 60s)");
-  app.add_option("--filter-answer", answer_text,
-                 "what a filter passes: chosen (the node Tessera chose: kube-scheduler binds there "
-                 "without prioritize) or fitting (every node that fits; prioritize scores Tessera's "
-                 "choice 10, for configurations that blend in kube-scheduler's own scores); "
-                 "default chosen")
+  app.add_option(
+         "--filter-answer", answer_text,
+         "what a filter passes: chosen (the node Tessera chose: kube-scheduler binds there "
+         "without prioritize) or fitting (every node that fits; prioritize scores Tessera's "
+         "choice 10, for configurations that blend in kube-scheduler's own scores); "
+         "default chosen")
       ->check(CLI::IsMember({"chosen", "fitting"}));
   CLI11_PARSE(app, argc, argv);
 

@@ -121,7 +121,8 @@ k8s::Json Bound(k8s::Json pod, const std::string& node, const std::string& phase
 }
 
 std::string ExtenderArgsBody(const k8s::Json& pod, const std::vector<std::string>& names) {
-  return "{\"Pod\":" + pod.dump() + ",\"Nodes\":null,\"NodeNames\":" + k8s::Json(names).dump() + "}";
+  return "{\"Pod\":" + pod.dump() + ",\"Nodes\":null,\"NodeNames\":" + k8s::Json(names).dump() +
+         "}";
 }
 
 }  // namespace tessera::extender::testing

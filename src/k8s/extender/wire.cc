@@ -312,7 +312,9 @@ Result<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
   return ReadArgs(body, nullptr);
 }
 
-Result<ExtenderArgs> ParseExtenderArgsWhole(std::string_view body) { return ReadArgs(body, nullptr); }
+Result<ExtenderArgs> ParseExtenderArgsWhole(std::string_view body) {
+  return ReadArgs(body, nullptr);
+}
 
 namespace {
 

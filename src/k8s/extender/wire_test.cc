@@ -89,7 +89,8 @@ void ExpectSameAsWhole(std::string_view body) {
 }
 
 TEST(WireTest, KubeSchedulersNodeNamesReadQuicklyAreReadAsTheWholeBody) {
-  const std::string pod = R"({"metadata":{"name":"p","annotations":{"k":"\"NodeNames\":[\"x\"]}"}}})";
+  const std::string pod =
+      R"({"metadata":{"name":"p","annotations":{"k":"\"NodeNames\":[\"x\"]}"}}})";
   const std::vector<std::string> bodies = {
       R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":["a","node-2.example","c"]})",
       R"({"Pod":)" + pod + R"(,"Nodes":null,"NodeNames":[]})",
@@ -127,7 +128,8 @@ TEST(WireTest, KubeSchedulersNodeNamesReadQuicklyAreReadAsTheWholeBody) {
   };
   for (const std::string& body : bodies) ExpectSameAsWhole(body);
   // Every cut and every one-byte change of a body in kube-scheduler's form.
-  const std::string base = R"({"Pod":{"metadata":{"name":"p"}},"Nodes":null,"NodeNames":["a","bc"]})";
+  const std::string base =
+      R"({"Pod":{"metadata":{"name":"p"}},"Nodes":null,"NodeNames":["a","bc"]})";
   for (size_t i = 0; i <= base.size(); ++i) ExpectSameAsWhole(base.substr(0, i));
   for (size_t i = 0; i < base.size(); ++i) {
     for (char c : std::string("\"\\,[]{}: a\x01\xc3")) {
