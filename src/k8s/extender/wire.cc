@@ -191,6 +191,22 @@ class ArgsReader : public nlohmann::json_sax<Json> {
 
 namespace {
 
+// `names` copied back to back into `out.name_bytes`, and `out.nodes` views of them in order.
+template <typename Names>
+void SetNames(ExtenderArgs& out, const Names& names) {
+  size_t bytes = 0;
+  for (const auto& n : names) bytes += n.size();
+  out.name_bytes = std::make_unique<char[]>(bytes > 0 ? bytes : 1);
+  out.nodes.clear();
+  out.nodes.reserve(names.size());
+  char* at = out.name_bytes.get();
+  for (const auto& n : names) {
+    std::copy(n.begin(), n.end(), at);
+    out.nodes.emplace_back(at, n.size());
+    at += n.size();
+  }
+}
+
 // The body through the SAX reader above; with `tail`, a body whose NodeNames list was read
 // already (ReadPlainNameTail: its names and their buffer) and stands as null in it.
 Result<ExtenderArgs> ReadArgs(std::string_view body, ExtenderArgs* tail) {
@@ -218,12 +234,8 @@ Result<ExtenderArgs> ReadArgs(std::string_view body, ExtenderArgs* tail) {
     out.name_bytes = std::move(tail->name_bytes);
     return out;
   }
-  auto view_all = [](ExtenderArgs& a) {
-    a.nodes.assign(a.name_strings.begin(), a.name_strings.end());
-  };
   if (reader.names_array) {
-    out.name_strings = std::move(reader.names);
-    view_all(out);
+    SetNames(out, reader.names);
     return out;
   }
   if (reader.seen[2] && !reader.nodes.is_null()) {
@@ -231,15 +243,16 @@ Result<ExtenderArgs> ReadArgs(std::string_view body, ExtenderArgs* tail) {
     if (items == nullptr || !items->is_array()) {
       return fail("Nodes has no items array; expected a v1.NodeList");
     }
+    std::vector<std::string> names;
     for (const Json& n : *items) {
       const Json* meta = n.is_object() ? Member(n, "metadata") : nullptr;
       const Json* name = meta != nullptr && meta->is_object() ? Member(*meta, "name") : nullptr;
       if (name == nullptr || !name->is_string()) {
         return fail("a node in Nodes.items has no metadata.name");
       }
-      out.name_strings.push_back(name->get<std::string>());
+      names.push_back(name->get<std::string>());
     }
-    view_all(out);
+    SetNames(out, names);
     out.node_objects = true;
     out.node_list = std::move(reader.nodes);
     return out;
@@ -288,18 +301,9 @@ std::optional<Result<ExtenderArgs>> ReadPlainNameTail(std::string_view body) {
   end -= kKey.size();
   std::string rest(body.substr(0, end));
   rest += "\"NodeNames\":null}";
-  // The names back to back in one buffer of their own, in order, and views into it.
+  std::reverse(reversed.begin(), reversed.end());
   ExtenderArgs tail;
-  size_t bytes = 0;
-  for (std::string_view n : reversed) bytes += n.size();
-  tail.name_bytes = std::make_unique<char[]>(bytes > 0 ? bytes : 1);
-  tail.nodes.reserve(reversed.size());
-  char* at = tail.name_bytes.get();
-  for (auto it = reversed.rbegin(); it != reversed.rend(); ++it) {
-    std::copy(it->begin(), it->end(), at);
-    tail.nodes.emplace_back(at, it->size());
-    at += it->size();
-  }
+  SetNames(tail, reversed);
   auto out = ReadArgs(rest, &tail);
   if (!out.ok()) return std::nullopt;  // the whole reading says what is wrong
   return out;

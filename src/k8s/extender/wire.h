@@ -26,14 +26,13 @@ namespace tessera::extender {
 
 struct ExtenderArgs {
   k8s::Json pod;  // the v1.Pod
-  // The names, from NodeNames or Nodes.items[].metadata.name, as views into `name_bytes` or
-  // `name_strings` below (both move with the struct: keep it whole while the views are used).
+  // The names, from NodeNames or Nodes.items[].metadata.name, as views into `name_bytes` (which
+  // moves with the struct: keep it whole while the views are used).
   std::vector<std::string_view> nodes;
   bool node_objects = false;  // the request carried Nodes (answer with Nodes)
   k8s::Json node_list;        // the Nodes list when node_objects
 
-  std::unique_ptr<char[]> name_bytes;     // names read from the body's end, back to back
-  std::vector<std::string> name_strings;  // names the JSON library decoded
+  std::unique_ptr<char[]> name_bytes;  // the names, back to back
 };
 // The names of a body as kube-scheduler writes it (Go's encoding/json: NodeNames last, plain
 // names) are read without the JSON lexer; any other body is read whole. The answer is the same.
