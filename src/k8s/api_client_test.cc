@@ -12,7 +12,7 @@
 #include <fstream>
 #include <thread>
 
-#include "k8s/test_apiserver.h"
+#include "testing/standins/test_apiserver.h"
 #include "process/child_process.h"
 
 namespace tessera::k8s {

@@ -9,7 +9,7 @@
 
 #include <fstream>
 
-#include "k8s/deviceplugin/test_support.h"
+#include "testing/support/test_support.h"
 
 namespace tessera::k8s {
 namespace {

@@ -20,9 +20,9 @@
 #include "ipc/futex.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/allocator.h"
-#include "k8s/deviceplugin/test_kubelet.h"
-#include "k8s/deviceplugin/test_support.h"
-#include "k8s/test_apiserver.h"
+#include "testing/standins/test_kubelet.h"
+#include "testing/support/test_support.h"
+#include "testing/standins/test_apiserver.h"
 #include "process/child_process.h"
 
 namespace tessera::k8s {

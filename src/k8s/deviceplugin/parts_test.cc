@@ -14,7 +14,7 @@
 #include "k8s/deviceplugin/pod_cgroup.h"
 #include "k8s/objects.h"
 #include "k8s/deviceplugin/tesserad_client.h"
-#include "k8s/deviceplugin/test_support.h"
+#include "testing/support/test_support.h"
 #include "process/child_process.h"
 
 namespace tessera::k8s {

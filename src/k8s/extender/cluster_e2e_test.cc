@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "k8s/annotations.h"
-#include "k8s/deviceplugin/test_kubelet.h"
-#include "k8s/deviceplugin/test_support.h"
+#include "testing/standins/test_kubelet.h"
+#include "testing/support/test_support.h"
 #include "k8s/extender/extender_app.h"
-#include "k8s/extender/scheduler_driver.h"
-#include "k8s/extender/test_objects.h"
-#include "k8s/test_apiserver.h"
+#include "testing/standins/scheduler_driver.h"
+#include "testing/support/test_objects.h"
+#include "testing/standins/test_apiserver.h"
 #include "placement/policy.h"
 #include "process/child_process.h"
 

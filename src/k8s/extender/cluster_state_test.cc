@@ -7,7 +7,7 @@
 #include <bit>
 #include <set>
 
-#include "k8s/extender/test_objects.h"
+#include "testing/support/test_objects.h"
 #include "placement/policy.h"
 
 namespace tessera::extender {

@@ -20,9 +20,9 @@
 #include "k8s/api_client.h"
 #include "k8s/extender/commit_log.h"
 #include "k8s/extender/extender_app.h"
-#include "k8s/extender/scheduler_driver.h"
-#include "k8s/extender/test_objects.h"
-#include "k8s/test_apiserver.h"
+#include "testing/standins/scheduler_driver.h"
+#include "testing/support/test_objects.h"
+#include "testing/standins/test_apiserver.h"
 #include "process/child_process.h"
 
 namespace tessera::extender {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "k8s/extender/test_objects.h"
+#include "testing/support/test_objects.h"
 
 namespace tessera::extender {
 namespace {

@@ -1,4 +1,4 @@
-// test_apiserver: the stand-in kube-apiserver (k8s/test_apiserver.h) as a program, for tests that
+// test_apiserver: the stand-in kube-apiserver (testing/standins/test_apiserver.h) as a program, for tests that
 // run several processes (the extender's, a whole-cluster test). Test tooling only.
 //   test_apiserver [--port N]   (0 or absent: any free port)
 // Prints "port=N" and "url=http://127.0.0.1:N", then serves until stdin reaches end of file or a
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/number.h"
-#include "k8s/test_apiserver.h"
+#include "testing/standins/test_apiserver.h"
 
 namespace {
 volatile sig_atomic_t g_stop = 0;

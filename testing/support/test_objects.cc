@@ -1,5 +1,5 @@
 // Builders of Node and Pod JSON for tests and benchmarks.
-#include "k8s/extender/test_objects.h"
+#include "testing/support/test_objects.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // extender_bench: the openb trace replayed through tessera-extender's HTTP verbs, as
-// kube-scheduler would drive them, against the stand-in API server (k8s/test_apiserver.h).
+// kube-scheduler would drive them, against the stand-in API server (testing/standins/test_apiserver.h).
 //
 // For each sampled pod (FGD's protocol, the same sequence `tessera sim` draws for the seed): the
 // pod is created on the API server, then POST /filter with every node's name, POST /prioritize
@@ -31,8 +31,8 @@
 
 #include "core/number.h"
 #include "k8s/extender/extender_app.h"
-#include "k8s/extender/test_objects.h"
-#include "k8s/test_apiserver.h"
+#include "testing/support/test_objects.h"
+#include "testing/standins/test_apiserver.h"
 #include "placement/simulator.h"
 #include "placement/trace.h"
 

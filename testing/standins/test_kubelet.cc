@@ -1,5 +1,5 @@
 // TestKubelet: the stand-in for kubelet's devicemanager (see the header).
-#include "k8s/deviceplugin/test_kubelet.h"
+#include "testing/standins/test_kubelet.h"
 
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>

@@ -1,5 +1,5 @@
 // Test support: a real tesserad on simgpu, pods as the extender places them.
-#include "k8s/deviceplugin/test_support.h"
+#include "testing/support/test_support.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

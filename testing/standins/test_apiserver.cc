@@ -1,5 +1,5 @@
 // TestApiServer: the stand-in kube-apiserver (see the header for what it is and is not).
-#include "k8s/test_apiserver.h"
+#include "testing/standins/test_apiserver.h"
 
 #include "k8s/api_client.h"
 

@@ -1,9 +1,9 @@
 // kube-scheduler's calls to an extender, for tests.
-#include "k8s/extender/scheduler_driver.h"
+#include "testing/standins/scheduler_driver.h"
 
 #include <httplib.h>
 
-#include "k8s/extender/test_objects.h"
+#include "testing/support/test_objects.h"
 
 namespace tessera::extender::testing {
 
