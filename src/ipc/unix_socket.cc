@@ -113,7 +113,9 @@ Result<int> Listen(const std::string& path) {
   return fd;
 }
 
-Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fds) {
+Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fds,
+                std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (pass_fds.size() > kMaxPassedFds) return Status::Error("too many descriptors to pass");
   std::string data = line + "\n";
   if (data.size() > kMaxMessage) return Status::Error("message too long");
@@ -138,8 +140,13 @@ Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fd
     const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        WaitFor(fd, POLLOUT, std::chrono::milliseconds(1000));
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || !WaitFor(fd, POLLOUT, left)) {
+          return Status::Error("send: the peer took no data for " +
+                               std::to_string(timeout.count()) + " ms");
+        }
         continue;
       }
       return Status::Error(Errno("send"));
@@ -150,8 +157,8 @@ Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fd
   return Status::Ok();
 }
 
-Status SendLine(int fd, const std::string& line, int pass_fd) {
-  return SendLine(fd, line, pass_fd >= 0 ? std::vector<int>{pass_fd} : std::vector<int>{});
+Status SendLine(int fd, const std::string& line, int pass_fd, std::chrono::milliseconds timeout) {
+  return SendLine(fd, line, pass_fd >= 0 ? std::vector<int>{pass_fd} : std::vector<int>{}, timeout);
 }
 
 Result<std::string> RecvLine(int fd, std::string* buffer, std::vector<int>* received_fds,
