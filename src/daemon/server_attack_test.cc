@@ -110,9 +110,10 @@ bool ClosedByDaemon(int fd, std::chrono::milliseconds within) {
   return false;
 }
 
-// CPU seconds (user + system) process `pid` has used.
+// CPU seconds (user + system) thread `pid` of process `pid` (its main thread: tesserad's event
+// loop) has used.
 double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/stat");
   std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t paren = all.rfind(')');
   if (paren == std::string::npos) return 0;
@@ -491,14 +492,24 @@ TEST_F(ServerAttackTest, TheOpenFilesLimitDoesNotMakeTheDaemonSpin) {
     if (fd >= 0) held_.push_back(fd);
   }
   std::this_thread::sleep_for(300ms);
+  int refused = 0;  // told why and closed at once
+  for (int fd : held_) {
+    char first[4] = {};
+    refused += recv(fd, first, sizeof(first), MSG_DONTWAIT | MSG_PEEK) == 4 &&
+               std::string(first, 4) == "ERR ";
+  }
   const double cpu_before = CpuSeconds(daemon_->pid());
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(2s);
   const double busy = (CpuSeconds(daemon_->pid()) - cpu_before) /
                       std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("tesserad's CPU at the open-files limit: %.0f%% (%zu connections made)\n", 100 * busy,
-              held_.size());
-  EXPECT_LT(busy, 0.25) << "tesserad spins at the open-files limit";
+  std::printf(
+      "tesserad's event loop at the open-files limit: %.1f%% of a CPU (%zu connections made, %d "
+      "of them refused)\n",
+      100 * busy, held_.size(), refused);
+  // Idle, the loop wakes ten times a second; spinning, it takes whatever CPU it is given (a
+  // quarter of one on a loaded 2-core machine, all of one otherwise).
+  EXPECT_LT(busy, 0.10) << "tesserad spins at the open-files limit";
   for (int fd : held_) close(fd);
   held_.clear();
   std::this_thread::sleep_for(500ms);
