@@ -11,16 +11,18 @@
 // can connect may register a process (HELLO), read STATUS and read the tree.
 //
 // No client can stall or starve the loop (docs/security.md, "The node daemon"): every socket is
-// non-blocking; a reply the client does not take at once waits in that connection's own backlog,
-// and a client whose backlog passes ServerOptions::max_reply_backlog, or which leaves a reply
-// untaken for request_timeout, is dropped; a request line is at most max_request_line bytes and
-// must arrive whole within request_timeout of its first byte; a connection that has registered no
-// process and sends nothing for idle_timeout is closed; each turn of the loop reads at most 4 KiB
-// and answers at most a few dozen requests per connection, so one client's pipeline cannot hold
-// the others back; connections are limited per container socket (and per user on the node socket,
-// root and the daemon's user aside), and in all to what the open-files limit leaves room for; at
-// that limit the loop stops accepting for a moment instead of failing to accept in a busy loop.
-// Refusals and drops are logged at most refusal_log_rate lines a second (RateLimitedLog).
+// non-blocking; a reply the client does not take at once waits in that connection's own backlog
+// (the kernel's send buffer of a connection is one reply of the longest kind, so a client that
+// does not read holds little kernel memory either), and a client whose backlog passes
+// ServerOptions::max_reply_backlog, or is not empty again within request_timeout, is dropped; a
+// request line is at most max_request_line bytes and must arrive whole within request_timeout of
+// its first byte; a connection that has registered no process and sends nothing for idle_timeout is
+// closed; each turn of the loop reads at most 4 KiB and answers at most a few dozen requests per
+// connection, so one client's pipeline cannot hold the others back; connections are limited per
+// container socket (and per user on the node socket, root and the daemon's user aside), and in all
+// to what the open-files limit leaves room for; at that limit the loop stops accepting for a moment
+// instead of failing to accept in a busy loop. Refusals and drops are logged at most
+// refusal_log_rate lines a second (RateLimitedLog).
 //
 // Container sockets (`tesserad --container-sockets DIR`): for every container an operator
 // registered (CONTAINER), the server also listens on a socket for that container's pods to use as
@@ -73,8 +75,8 @@ struct ServerOptions {
   // Reply bytes held for one client that is not reading them (beyond what the kernel's socket
   // buffer took): 64 KiB (one reply of the longest kind) to 16 MiB. Passing it drops the client.
   size_t max_reply_backlog = 256 * 1024;
-  // A request line must arrive whole within this of its first byte, and a reply held back must be
-  // taken within it: 100 ms to 60 s.
+  // A request line must arrive whole within this of its first byte, and replies held back must
+  // all be taken within it of the first: 100 ms to 60 s.
   std::chrono::milliseconds request_timeout{5000};
   // A connection that registered no process (HELLO) and sends nothing for this long is closed:
   // 1 s to 1 h. A registered process's connection is its life, never timed out.
@@ -118,7 +120,7 @@ class Server {
     Clock::time_point last_request;    // accepted, or the last request answered
     std::deque<Reply> out;             // replies the client has not taken yet
     size_t out_bytes = 0;
-    Clock::time_point out_progress;  // when `out` last moved (or was queued)
+    Clock::time_point out_since;     // when `out` last went from empty to not
     bool writing = false;            // EPOLLOUT armed
     uint64_t turn = 0;               // the loop's turn in which it was last answered
     bool registered = false;

@@ -411,9 +411,10 @@ TEST_F(ServerAttackTest, ATenantCannotTakeEveryProcessSlot) {
       << "refusals are logged a line each";
 }
 
-// Connections that never send, that send half a line and stop, and one that sends an endless
-// line: the endless one is closed at the line bound, the others at their timeouts, a registered
-// process's quiet connection is kept, and the neighbour is served meanwhile.
+// Connections that never send, that send half a line and stop, one that sends an endless line and
+// one that takes its replies a byte at a time: the endless one is closed at the line bound, the
+// others at their timeouts, a registered process's quiet connection is kept, and the neighbour is
+// served meanwhile.
 TEST_F(ServerAttackTest, IdleHalfSentAndEndlessConnectionsAreClosed) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon("--idle-timeout 1s --request-timeout 1s"));
   ASSERT_NO_FATAL_FAILURE(RegisterContainers());
@@ -441,6 +442,13 @@ TEST_F(ServerAttackTest, IdleHalfSentAndEndlessConnectionsAreClosed) {
     partial.push_back(b);
     ASSERT_EQ(send(b, half.data(), half.size(), MSG_NOSIGNAL), static_cast<ssize_t>(half.size()));
   }
+  // And one that asks for many replies and takes them a byte at a time, to keep them held.
+  const int trickle = RawConnect(ContainerSocket("tenant"));
+  ASSERT_GE(trickle, 0);
+  std::string requests;
+  for (int i = 0; i < 1500; ++i) requests += "STATUS\n";
+  ASSERT_EQ(send(trickle, requests.data(), requests.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(requests.size()));
   const int endless = RawConnect(ContainerSocket("tenant"));
   ASSERT_GE(endless, 0);
   const std::string chunk(16 * 1024, 'B');
@@ -471,6 +479,14 @@ TEST_F(ServerAttackTest, IdleHalfSentAndEndlessConnectionsAreClosed) {
     idle_closed += ClosedByDaemon(fd, std::max(left, 1ms));
   }
   for (int fd : partial) partial_closed += ClosedByDaemon(fd, 100ms);
+  while (Clock::now() < all_closed_by) {
+    char byte;
+    (void)recv(trickle, &byte, 1, MSG_DONTWAIT);
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(ClosedByDaemon(trickle, 500ms)) << "a client taking its replies a byte at a time "
+                                                 "held them past --request-timeout";
+  close(trickle);
   for (int fd : idle) close(fd);
   for (int fd : partial) close(fd);
   EXPECT_EQ(idle_closed, 50) << "idle connections kept past --idle-timeout";
