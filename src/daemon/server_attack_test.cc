@@ -53,6 +53,9 @@ using tessera::process::UniqueName;
 namespace ipc = tessera::ipc;
 
 constexpr uint64_t kGiB = 1ull << 30;
+// `tessera run` preloads the shim into its command; in a sanitizer build the ASan runtime is then
+// not first in the command's library list (harmless here: the tenant is built with it too).
+const std::string kAsanOptions = "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=1";
 // The uid and gid an unprivileged local user has here (nobody, nogroup).
 constexpr uid_t kNobody = 65534;
 constexpr gid_t kNogroup = 65534;
@@ -252,6 +255,21 @@ class ServerAttackTest : public ::testing::Test {
     all << in.rdbuf();
     return all.str();
   }
+  // Marks the start of an attack for ExpectLogRateLimited.
+  void MarkLog() {
+    log_mark_ = LogLines();
+    log_mark_at_ = Clock::now();
+  }
+  // The daemon's log since MarkLog() is rate-limited: at most refusal_log_rate (10) lines a second
+  // and a burst of as many, one note a second of what was left out, and a few other lines.
+  void ExpectLogRateLimited() {
+    const size_t lines = LogLines() - log_mark_;
+    const double seconds = std::chrono::duration<double>(Clock::now() - log_mark_at_).count();
+    const auto allowed = static_cast<size_t>(11 * (seconds + 1)) + 10;
+    std::printf("%zu log lines in %.1f s of attack (at most %zu allowed)\n", lines, seconds,
+                allowed);
+    EXPECT_LE(lines, allowed) << "refusals are logged a line each:\n" << Log().substr(0, 2000);
+  }
   size_t LogLines() const {
     const std::string all = Log();
     return static_cast<size_t>(std::count(all.begin(), all.end(), '\n'));
@@ -311,6 +329,8 @@ class ServerAttackTest : public ::testing::Test {
   }
 
   std::string state_, socket_, ledger_name_, dir_, log_;
+  size_t log_mark_ = 0;
+  Clock::time_point log_mark_at_;
   std::string daemon_runner_;  // a command tesserad runs under (setpriv, to run as a user)
   std::unique_ptr<ChildProcess> daemon_;
   std::unique_ptr<Neighbour> neighbour_;
@@ -331,7 +351,7 @@ TEST_F(ServerAttackTest, ATenantThatNeverReadsItsRepliesIsDroppedNotWaitedOn) {
   ASSERT_TRUE(tenants_.back()->WaitForKey("ready", 20s).has_value()) << Log();
   ASSERT_EQ(UsedBy("victim"), static_cast<int64_t>(kGiB));
   StartNeighbour();
-  const size_t lines_before = LogLines();
+  MarkLog();
 
   neighbour_->Phase("never-reading");
   const int attacker = RawConnect(ContainerSocket("tenant"));
@@ -363,9 +383,8 @@ TEST_F(ServerAttackTest, ATenantThatNeverReadsItsRepliesIsDroppedNotWaitedOn) {
   ExpectNeighbourServed("never-reading");
   EXPECT_TRUE(ClosedByDaemon(attacker, 3s)) << "a tenant that never reads was kept";
   close(attacker);
-  const size_t logged = LogLines() - lines_before;
-  std::printf("%zu bytes of requests sent; %zu log lines during the attack\n", sent, logged);
-  EXPECT_LE(logged, 60u) << "refusals are logged a line each";
+  std::printf("%zu bytes of requests sent\n", sent);
+  ExpectLogRateLimited();
 }
 
 // A tenant opens 1100 connections on its own socket and sends HELLO on each: it gets no more
@@ -376,6 +395,7 @@ TEST_F(ServerAttackTest, ATenantCannotTakeEveryProcessSlot) {
   ASSERT_NO_FATAL_FAILURE(RegisterContainers());
   StartNeighbour();
   neighbour_->Phase("hello-flood");
+  MarkLog();
   int registered = 0, refused = 0;
   for (int i = 0; i < 1100; ++i) {
     auto fd = ipc::Connect(ContainerSocket("tenant"), 1000ms);
@@ -406,9 +426,7 @@ TEST_F(ServerAttackTest, ATenantCannotTakeEveryProcessSlot) {
   std::this_thread::sleep_for(500ms);
   neighbour_->Phase("after");
   ExpectNeighbourServed("hello-flood");
-  const std::string log = Log();
-  EXPECT_LE(static_cast<size_t>(std::count(log.begin(), log.end(), '\n')), 80u)
-      << "refusals are logged a line each";
+  ExpectLogRateLimited();
 }
 
 // Connections that never send, that send half a line and stop, one that sends an endless line and
@@ -420,6 +438,7 @@ TEST_F(ServerAttackTest, IdleHalfSentAndEndlessConnectionsAreClosed) {
   ASSERT_NO_FATAL_FAILURE(RegisterContainers());
   StartNeighbour();
   neighbour_->Phase("slow-connections");
+  MarkLog();
   // A registered process of the tenant: quiet from now on, and never closed for it.
   auto process = ipc::Connect(ContainerSocket("tenant"), 1s);
   ASSERT_TRUE(process.ok());
@@ -494,6 +513,7 @@ TEST_F(ServerAttackTest, IdleHalfSentAndEndlessConnectionsAreClosed) {
   EXPECT_FALSE(ClosedByDaemon(*process, 500ms)) << "a registered process's connection was closed";
   neighbour_->Phase("after");
   ExpectNeighbourServed("slow-connections");
+  ExpectLogRateLimited();
 }
 
 // Connections up to the daemon's open-files limit: it refuses what it cannot hold without
@@ -502,7 +522,9 @@ TEST_F(ServerAttackTest, IdleHalfSentAndEndlessConnectionsAreClosed) {
 TEST_F(ServerAttackTest, TheOpenFilesLimitDoesNotMakeTheDaemonSpin) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon("", "ulimit -n 256; "));
   ASSERT_NO_FATAL_FAILURE(RegisterContainers());
-  StartNeighbour();
+  // The neighbour comes afterwards: its own attempts, refused at the limit, would cost the loop
+  // CPU of their own while it is measured.
+  MarkLog();
   for (int i = 0; i < 400; ++i) {
     const int fd = RawConnect(ContainerSocket("tenant"));
     if (fd >= 0) held_.push_back(fd);
@@ -528,13 +550,12 @@ TEST_F(ServerAttackTest, TheOpenFilesLimitDoesNotMakeTheDaemonSpin) {
   EXPECT_LT(busy, 0.10) << "tesserad spins at the open-files limit";
   for (int fd : held_) close(fd);
   held_.clear();
-  std::this_thread::sleep_for(500ms);
-  neighbour_->Phase("after-limit");
-  std::this_thread::sleep_for(1s);
-  const Neighbour::Samples after = neighbour_->Get("after-limit");
+  ExpectLogRateLimited();
+  std::this_thread::sleep_for(300ms);
+  StartNeighbour(1000ms);  // served again: every round trip of its first second answered
+  const Neighbour::Samples after = neighbour_->Get("quiet");
   EXPECT_EQ(after.failures, 0) << after.first_failure;
   EXPECT_GE(after.hello_ms.size(), 5u);
-  EXPECT_LE(LogLines(), 80u) << "refusals are logged a line each";
 }
 
 // Runs `body` in a child process with uid/gid `uid`/`gid` and supplementary `groups`; returns
@@ -612,8 +633,9 @@ TEST_F(ServerAttackTest, TheNodeSocketsPrivilegedVerbsNeedAnAdministrator) {
   EXPECT_EQ(root->rfind("OK", 0), 0u) << *root;
   // `tessera run` as the user: CONTAINER is refused, the command runs, declaring its own limit.
   const std::string run = "cd /tmp && TESSERA_SOCKET='" + socket_ + "' TESSERA_SIM_STATE='" +
-                          state_ + "-user' TESSERA_SIM_GPUS=SimH:8GiB:80 setpriv --reuid=65534 " +
-                          "--regid=65534 --clear-groups '" + BuildDir() +
+                          state_ + "-user' TESSERA_SIM_GPUS=SimH:8GiB:80 " + kAsanOptions +
+                          " setpriv --reuid=65534 " + "--regid=65534 --clear-groups '" +
+                          BuildDir() +
                           "/bin/tessera' run --sim --mem 1GiB --container users-job -- '" +
                           BuildDir() + "/tests/shim_tenant' meminfo 2>&1";
   auto [status, output] = tessera::process::RunShell(run);
@@ -630,8 +652,9 @@ TEST_F(ServerAttackTest, ADaemonAUserStartedIsTheirsToAdminister) {
   daemon_runner_ = "setpriv --reuid=65534 --regid=65534 --clear-groups";
   ASSERT_NO_FATAL_FAILURE(StartDaemon("", "", /*self_declared=*/false));
   const std::string as_user = "cd /tmp && TESSERA_SOCKET='" + socket_ + "' TESSERA_SIM_STATE='" +
-                              state_ + "' TESSERA_SIM_GPUS=SimH:8GiB:80 setpriv --reuid=65534 " +
-                              "--regid=65534 --clear-groups '" + BuildDir() + "/bin/tessera' ";
+                              state_ + "' TESSERA_SIM_GPUS=SimH:8GiB:80 " + kAsanOptions +
+                              " setpriv --reuid=65534 " + "--regid=65534 --clear-groups '" +
+                              BuildDir() + "/bin/tessera' ";
   auto [status, output] =
       tessera::process::RunShell(as_user + "run --sim --mem 1GiB --container own-job -- '" +
                                  BuildDir() + "/tests/shim_tenant' meminfo 2>&1");
