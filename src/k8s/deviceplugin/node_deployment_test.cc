@@ -66,6 +66,14 @@ constexpr char kModeLabel[] = "tessera.io/gpu.schedule";
 constexpr char kKubeletPluginDir[] = "/var/lib/kubelet/device-plugins";
 constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
 constexpr char kSimGpus[] = "SimA:16GiB:80,SimA:16GiB:80";
+// A mig node: one simulated H100 of 8 GiB in MIG mode, cut before the node's pod starts, as an
+// operator would, by `tessera mig apply` from the node's image: 3g.40gb (4 GiB) and two 1g.10gb
+// (1 GiB each).
+// What reads the device's total memory in a tenant: NVML (what nvidia-smi reads), or on a MIG
+// instance CUDA (NVML's device indices are the physical GPUs; the instance is a MIG handle).
+constexpr char kNvmlViewer[] = "/opt/tenants/nvml_tenant";
+constexpr char kCudaViewer[] = "/opt/tenants/shim_tenant meminfo";
+constexpr char kSimMigGpus[] = "H100-80GB:8GiB:132:mig=H100-80GB";
 
 std::string ManifestPath() {
   const char* v = std::getenv("TESSERA_NODE_MANIFEST");
@@ -209,6 +217,7 @@ class NodeDeploymentTest : public ::testing::Test {
 
   // The node's pod: the one DaemonSet of the manifest that runs on a node labelled `mode`.
   void StartNode(const std::string& mode) {
+    mode_ = mode;
     const std::string file = ManifestPath();
     auto sets = testing::LoadDaemonSets(file);
     ASSERT_TRUE(sets.ok()) << sets.error();
@@ -287,6 +296,24 @@ class NodeDeploymentTest : public ::testing::Test {
     std::ofstream(account + "/namespace") << ds.ns;
 
     const SimulatedNode sim = Simulate(ds, volumes);
+    if (mode_ == "mig") {
+      // The operator's step before the node's pod: cut the GPU (docs/kubernetes.md, "mig nodes").
+      podman::RunOptions cut;
+      cut.image = node_image_;
+      cut.command = {"/opt/tessera/bin/tessera",
+                     "mig",
+                     "apply",
+                     "--sim",
+                     "--gpu",
+                     "H100-80GB",
+                     "3g.40gb=1",
+                     "1g.10gb=2"};
+      cut.env = sim.env;
+      cut.volumes = {{sim.folder, sim.folder, ""}};
+      podman::Container c("mig-apply", cut);
+      c.process().DrainOutput(30s);
+      ASSERT_EQ(c.Wait(30s), 0) << "tessera mig apply in the node's image";
+    }
     for (const YAML::Node& ctr : spec["containers"]) {
       podman::RunOptions o;
       const std::string name = Scalar(ctr["name"]);
@@ -379,6 +406,7 @@ class NodeDeploymentTest : public ::testing::Test {
   struct SimulatedNode {
     std::set<std::string> flag_for;
     std::vector<std::string> env;
+    std::string folder;  // the host path the simulated GPUs' state is in
   };
   SimulatedNode Simulate(const ManifestDaemonSet& ds,
                          const std::map<std::string, std::string>& volumes) {
@@ -400,20 +428,20 @@ class NodeDeploymentTest : public ::testing::Test {
     EXPECT_FALSE(folder.empty())
         << "no hostPath is mounted at its own path in every container: the simulated GPUs' "
            "state has nowhere both tesserad and the plugin see it";
-    sim.env = {"TESSERA_SIM_GPUS=" + std::string(kSimGpus),
+    sim.folder = folder;
+    sim.env = {"TESSERA_SIM_GPUS=" + std::string(mode_ == "mig" ? kSimMigGpus : kSimGpus),
                "TESSERA_SIM_STATE=" + folder + "/tessera-sim-state"};
     return sim;
   }
 
-  // Places `name` (one container "c") on GPU 0 as the extender would, and admits it.
-  TestKubelet::ContainerAllocation Admit(const std::string& name, uint64_t mem_gib, int core,
-                                         const std::string& gpu0) {
-    Json pod = PodJson("team", name,
-                       {{"c",
-                         {{"tessera.io/gpu-mem", std::to_string(mem_gib)},
-                          {"tessera.io/gpu-core", std::to_string(core)}}}});
+  // Places `name` (one container "c" asking `limits`) on device `uuid` with `mem` bytes and `core`
+  // percent, as the extender would, and admits it.
+  TestKubelet::ContainerAllocation Admit(const std::string& name,
+                                         const std::map<std::string, std::string>& limits,
+                                         const std::string& uuid, uint64_t mem, int core) {
+    Json pod = PodJson("team", name, {{"c", limits}});
     pod["metadata"]["annotations"][kAssignmentAnnotation] =
-        AssignmentJson(kNode, 1, {{"c", {{gpu0, mem_gib * kGiB, core}}}});
+        AssignmentJson(kNode, 1, {{"c", {{uuid, mem, core}}}});
     pod["metadata"]["annotations"][kPhaseAnnotation] = "assumed";
     const Json created = api_.CreatePod(pod);
     EXPECT_TRUE(client_->BindPod("team", name, created["metadata"]["uid"], kNode).ok());
@@ -442,9 +470,11 @@ class NodeDeploymentTest : public ::testing::Test {
     return tenants_.back().get();
   }
 
-  std::string NodeUp(const std::string& mode);
-  std::map<std::string, std::string> TenantCapped(const std::string& gpu0,
-                                                  const std::string& prelude);
+  Json NodeUp(const std::string& mode);
+  std::map<std::string, std::string> TenantCapped(const std::map<std::string, std::string>& limits,
+                                                  const std::string& uuid, uint64_t cap, int core,
+                                                  const std::string& prelude,
+                                                  const std::string& viewer = kNvmlViewer);
 
   // Fails the test when a container of the node's pod has exited.
   void ExpectNodeRunning() {
@@ -454,6 +484,7 @@ class NodeDeploymentTest : public ::testing::Test {
   }
 
   std::vector<ManifestDaemonSet> sets_;
+  std::string mode_;
   ManifestDaemonSet ds_;  // the one that runs on the node under test
   std::string scratch_, node_image_, tenant_image_;
   std::vector<std::string> mounted_;
@@ -468,13 +499,16 @@ class NodeDeploymentTest : public ::testing::Test {
 // The node of `mode` comes up as the manifest says: the plugin registers its resources with
 // kubelet and publishes the node's GPUs, having reached the API server over TLS with its service
 // account; tesserad's metrics port (the containerPort named metrics) answers in the pod's network.
-// Returns GPU 0's UUID.
-std::string NodeDeploymentTest::NodeUp(const std::string& mode) {
+// Returns the node's tessera.io/gpu-inventory.
+Json NodeDeploymentTest::NodeUp(const std::string& mode) {
   StartNode(mode);
-  if (HasFatalFailure()) return "";
-  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core"}) {
+  if (HasFatalFailure()) return Json();
+  const std::vector<std::string> resources =
+      mode == "mig" ? std::vector<std::string>{"tessera.io/mig-1g.10gb", "tessera.io/mig-3g.40gb"}
+                    : std::vector<std::string>{"tessera.io/gpu-mem", "tessera.io/gpu-core"};
+  for (const std::string& r : resources) {
     EXPECT_TRUE(kubelet_->WaitForResource(r, 30s)) << r << " was not registered with kubelet";
-    if (HasFailure()) return "";
+    if (HasFailure()) return Json();
   }
   std::string inventory;
   EXPECT_TRUE(WaitUntil(
@@ -488,10 +522,11 @@ std::string NodeDeploymentTest::NodeUp(const std::string& mode) {
       20s))
       << "the plugin published no " << kInventoryAnnotation;
   EXPECT_GT(front_->handshakes(), 0) << "the plugin never reached the API server over TLS";
-  if (HasFailure()) return "";
+  if (HasFailure()) return Json();
   const Json gpus = Json::parse(inventory);
   EXPECT_EQ(gpus.value("mode", ""), mode);
-  EXPECT_TRUE(gpus.contains("gpus") && gpus["gpus"].size() == 2) << inventory;
+  EXPECT_TRUE(gpus.contains("gpus") && gpus["gpus"].size() == (mode == "mig" ? 3u : 2u))
+      << inventory;
   int metrics_port = 0;
   for (const YAML::Node& ctr : ds_.pod_spec["containers"]) {
     for (const YAML::Node& p : ctr["ports"]) {
@@ -508,40 +543,58 @@ std::string NodeDeploymentTest::NodeUp(const std::string& mode) {
         << "nothing listens on the metrics port " << metrics_port;
     close(s);
   }
-  return gpus.contains("gpus") && !gpus["gpus"].empty() ? gpus["gpus"][0].value("uuid", "") : "";
+  return gpus;
 }
 
-// A tenant placed on the node stops at exactly its cap and NVML says so. `prelude` runs first in
-// the tenant's container (its key=value lines come back too).
-std::map<std::string, std::string> NodeDeploymentTest::TenantCapped(const std::string& gpu0,
-                                                                    const std::string& prelude) {
-  const TestKubelet::ContainerAllocation a = Admit("capped", 3, 50, gpu0);
-  podman::Container* t = RunTenant(
-      a, {"/bin/sh", "-c", prelude + "/opt/tenants/preload_tenant; /opt/tenants/nvml_tenant"});
+// A tenant asking `limits`, placed on device `uuid` with `cap` bytes and `core` percent, stops at
+// exactly its cap and `viewer` reads the cap as the device's total. `prelude` runs first in the
+// tenant's container (its key=value lines come back too).
+std::map<std::string, std::string> NodeDeploymentTest::TenantCapped(
+    const std::map<std::string, std::string>& limits, const std::string& uuid, uint64_t cap,
+    int core, const std::string& prelude, const std::string& viewer) {
+  const TestKubelet::ContainerAllocation a = Admit("capped", limits, uuid, cap, core);
+  if (HasFailure()) return {};
+  podman::Container* t =
+      RunTenant(a, {"/bin/sh", "-c", prelude + "/opt/tenants/preload_tenant; " + viewer});
   t->process().DrainOutput(40s);
   EXPECT_EQ(t->Wait(20s), 0);
   const auto& v = t->process().values();
   auto value = [&](const char* k) { return v.count(k) ? v.at(k) : std::string("(none)"); };
-  EXPECT_EQ(value("allocated"), std::to_string(3 * kGiB)) << "the tenant's cap, exactly";
+  EXPECT_EQ(value("allocated"), std::to_string(cap)) << "the tenant's cap, exactly";
   EXPECT_EQ(value("failure"), "2") << "CUDA_ERROR_OUT_OF_MEMORY";
-  EXPECT_EQ(value("total"), std::to_string(3 * kGiB)) << "NVML's total";
+  EXPECT_EQ(value("total"), std::to_string(cap)) << viewer << "'s total";
   ExpectNodeRunning();
   return v;
 }
 
+const std::map<std::string, std::string> kShare = {{"tessera.io/gpu-mem", "3"},
+                                                   {"tessera.io/gpu-core", "50"}};
+
 TEST_F(NodeDeploymentTest, TheShippedDaemonSetRunsACoreMemNodeAndItsTenantIsCapped) {
-  const std::string gpu0 = NodeUp("core_mem");
+  const Json inventory = NodeUp("core_mem");
   ASSERT_FALSE(HasFailure());
-  TenantCapped(gpu0, "");
+  TenantCapped(kShare, inventory["gpus"][0]["uuid"], 3 * kGiB, 50, "");
+}
+
+TEST_F(NodeDeploymentTest, TheShippedMigDaemonSetServesTheInstancesAndATenantStopsAtItsOwn) {
+  const Json inventory = NodeUp("mig");
+  ASSERT_FALSE(HasFailure());
+  std::string small;  // a 1g.10gb instance
+  for (const Json& g : inventory["gpus"]) {
+    if (g.contains("mig") && g["mig"].value("profile", "") == "1g.10gb") small = g["uuid"];
+  }
+  ASSERT_EQ(small.rfind("MIG-", 0), 0u) << inventory.dump();
+  // A MIG instance is its container's alone: its whole time (core 100).
+  TenantCapped({{"tessera.io/mig-1g.10gb", "1"}}, small, kGiB, 100, "", kCudaViewer);
 }
 
 TEST_F(NodeDeploymentTest, TheShippedMpsDaemonSetRunsAnMpsNodeAndItsTenantIsAClient) {
-  const std::string gpu0 = NodeUp("mps");
+  const Json inventory = NodeUp("mps");
   ASSERT_FALSE(HasFailure());
   // The tenant reaches its GPU's control daemon through the mounted pipe folder, and its /dev/shm
   // is that daemon's, holding nothing of tesserad's.
   const auto v =
-      TenantCapped(gpu0,
+      TenantCapped(kShare, inventory["gpus"][0]["uuid"], 3 * kGiB, 50,
                    "echo pid=$(cat \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\"); "
                    "echo server_shm=$(cat /dev/shm/tessera-mps-standin.* 2>/dev/null); "
                    "echo ledgers=$(ls /dev/shm | grep -c tessera-ledger); ");
