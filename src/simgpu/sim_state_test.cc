@@ -145,6 +145,8 @@ TEST(SlotAliveTest, AnOwnerInAnotherPidNamespaceIsAliveAndNamedByTheHostsPid) {
   setenv("TESSERA_SIM_GPUS", "SimT:1GiB", 1);
   auto state = SimState::Attach();
   ASSERT_TRUE(state.ok()) << state.error();
+  static SimState* const kept = *state;  // a process's view lives as long as the process
+  (void)kept;
   int up[2], hold[2];
   ASSERT_EQ(pipe(up), 0);
   ASSERT_EQ(pipe(hold), 0);
