@@ -53,7 +53,6 @@ namespace {
 using namespace std::chrono_literals;
 using process::BuildDir;
 using testing::AssignmentJson;
-using ::testing::HasSubstr;
 using testing::kGiB;
 using testing::ManifestDaemonSet;
 using testing::PodJson;
@@ -410,7 +409,7 @@ class NodeDeploymentTest : public ::testing::Test {
   };
   SimulatedNode Simulate(const ManifestDaemonSet& ds,
                          const std::map<std::string, std::string>& volumes) {
-    SimulatedNode sim{{"tesserad", "tessera-device-plugin"}, {}};
+    SimulatedNode sim{{"tesserad", "tessera-device-plugin"}, {}, ""};
     // A hostPath every container mounts at its own path.
     std::map<std::string, int> shared;  // host path -> containers mounting it there
     int containers = 0;
