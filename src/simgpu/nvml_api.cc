@@ -1,6 +1,8 @@
 // simgpu's NVML subset: devices, names, UUIDs, memory, utilisation (busy fraction of the last
-// second of the shared device clock), running compute processes (host pid, bytes held) and
+// second of the shared device clock), running compute processes (pid, bytes held) and
 // per-process utilisation, all read from the shared SimState so every process sees one machine.
+// Pids are the caller's pid namespace's, as the kernel reports the holder of the slot's record
+// lock (sim_state.h): the host pids for a daemon on the host, as the real driver's NVML gives it.
 // NVML calls reap dead processes first, so a SIGKILLed tenant disappears from the lists at once.
 #include "driver/nvml_api.h"
 
@@ -88,9 +90,11 @@ nvmlReturn_t RunningProcesses(int d, unsigned int* count, Info* infos) {
       if (p.state.load() != tessera::sim::kSlotLive) continue;
       const uint64_t used = p.used_bytes[slot].load();
       if (used == 0 && (p.context_mask.load() & (1ull << slot)) == 0) continue;
+      const int32_t pid = State()->OwnerPid(i);  // in the caller's pid namespace
+      if (pid < 0) continue;                    // exited since the reaper looked
       if (n < capacity) {
         Info info{};
-        info.pid = static_cast<unsigned int>(p.pid.load());
+        info.pid = static_cast<unsigned int>(pid);
         info.usedGpuMemory = used;
         if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
           const bool mig = slot >= tessera::sim::kMaxGpus;
@@ -341,9 +345,11 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     const tessera::sim::SimProcess& p = State()->layout()->processes[i];
     if (p.state.load() != tessera::sim::kSlotLive) continue;
     if ((p.context_mask.load() & (1ull << d)) == 0 && p.used_bytes[d].load() == 0) continue;
+    const int32_t pid = State()->OwnerPid(i);  // in the caller's pid namespace
+    if (pid < 0) continue;
     if (n < capacity) {
       nvmlProcessUtilizationSample_t s{};
-      s.pid = static_cast<unsigned int>(p.pid.load());
+      s.pid = static_cast<unsigned int>(pid);
       s.timeStamp = now_ns / 1000;
       s.smUtil = static_cast<unsigned int>(State()->ProcessBusyFraction(i, d, window) * 100 + 0.5);
       samples[n] = s;

@@ -1,6 +1,7 @@
 // SimState: attaching to the shared simulated machine, process slots, capacity reservation, the
 // device clock and the reaper. Lock-free by construction (see sim_state.h); the only syscalls are
-// in Attach, ClaimSlot and the reaper's liveness checks, never in Reserve or BookKernel.
+// in Attach, ClaimSlot and ReleaseSlot (the slot's record lock) and the reaper's liveness checks
+// (F_GETLK), never in Reserve or BookKernel.
 #include "simgpu/sim_state.h"
 
 #include <fcntl.h>
@@ -324,10 +325,11 @@ Result<SimState*> SimState::Attach() {
       continue;
     }
     void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (mem == MAP_FAILED) {
+      const int err = errno;
+      close(fd);
       return Result<SimState*>::Error("simgpu: cannot map shared state " + *name + ": " +
-                                      std::strerror(errno));
+                                      std::strerror(err));
     }
     auto* layout = static_cast<SimStateLayout*>(mem);
     if (creator) {
@@ -358,6 +360,7 @@ Result<SimState*> SimState::Attach() {
       if (layout->ready.load(std::memory_order_acquire) == 0) {
         const bool creator_alive = ProcessAlive(layout->creator_pid, 0);
         munmap(mem, size);
+        close(fd);
         if (!creator_alive) {
           unlink(name->c_str());  // its creator died half-way: start again
           continue;
@@ -369,14 +372,39 @@ Result<SimState*> SimState::Attach() {
       if (layout->magic != kSimStateMagic || layout->version != kSimStateVersion ||
           layout->size != size) {
         munmap(mem, size);
+        close(fd);
         return Result<SimState*>::Error("simgpu: shared state /dev/shm" + *name +
                                         " has another layout version; remove it or pick another "
                                         "TESSERA_SIM_STATE");
       }
     }
-    return new SimState(layout, *name);
+    return new SimState(layout, *name, fd);
   }
   return Result<SimState*>::Error("simgpu: could not create shared state " + *name);
+}
+
+bool SimState::LockSlot(int index, bool lock) {
+  struct flock l {};
+  l.l_type = lock ? F_WRLCK : F_UNLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = SlotLockOffset(index);
+  l.l_len = 1;
+  return fcntl(file_fd_, F_SETLK, &l) == 0;
+}
+
+int32_t SimState::OwnerPid(int index) const {
+  const SimProcess& p = layout_->processes[index];
+  if (p.state.load(std::memory_order_acquire) != kSlotLive) return -1;
+  if (index == slot_ && p.pid.load() == getpid()) return getpid();
+  struct flock l {};
+  l.l_type = F_WRLCK;
+  l.l_whence = SEEK_SET;
+  l.l_start = SlotLockOffset(index);
+  l.l_len = 1;
+  // No descriptor, or the kernel refused to answer: the owner cannot be judged dead.
+  if (fcntl(file_fd_, F_GETLK, &l) != 0) return 0;
+  if (l.l_type == F_UNLCK) return -1;  // nobody holds the byte: its owner has exited
+  return l.l_pid > 0 ? static_cast<int32_t>(l.l_pid) : 0;
 }
 
 int SimState::ClaimSlot() {
@@ -389,6 +417,15 @@ int SimState::ClaimSlot() {
       uint32_t expected = kSlotFree;
       if (!p.state.compare_exchange_strong(expected, kSlotClaiming, std::memory_order_acq_rel)) {
         continue;
+      }
+      // The record lock before the slot is live: a live slot whose byte nobody holds is dead.
+      if (!LockSlot(i, true)) {
+        const int err = errno;
+        p.state.store(kSlotFree, std::memory_order_release);
+        if (err == EAGAIN || err == EACCES) continue;  // still held by a process on its way out
+        std::fprintf(stderr, "simgpu: cannot lock process slot %d of the shared state: %s\n", i,
+                     std::strerror(err));
+        return -1;
       }
       for (int d = 0; d < kMaxDevices; ++d) {
         p.used_bytes[d].store(0);
@@ -415,6 +452,7 @@ void SimState::ReleaseSlot() {
   SimProcess& p = layout_->processes[slot_];
   uint32_t expected = kSlotLive;
   if (p.state.compare_exchange_strong(expected, kSlotReaping)) ReapSlot(slot_);
+  LockSlot(slot_, false);
   slot_ = -1;
 }
 
@@ -441,12 +479,12 @@ int SimState::ReapDead() {
   for (int i = 0; i < kMaxProcesses; ++i) {
     SimProcess& p = layout_->processes[i];
     if (p.state.load(std::memory_order_acquire) != kSlotLive) continue;
-    const int32_t pid = p.pid.load();
-    if (ProcessAlive(pid, p.start_ticks.load())) continue;
+    const uint32_t generation = p.generation.load();
+    if (OwnerPid(i) >= 0) continue;
     uint32_t expected = kSlotLive;
     if (!p.state.compare_exchange_strong(expected, kSlotReaping)) continue;  // someone else won
-    if (p.pid.load() != pid) {  // re-claimed in between: not ours to reap
-      p.state.store(kSlotLive);
+    if (p.generation.load() != generation) {
+      p.state.store(kSlotLive);  // re-claimed in between: not ours to reap
       continue;
     }
     ReapSlot(i);

@@ -8,6 +8,15 @@
 // what it held is taken back by the reaper (SimState::ReapDead). Slots have fixed indices and
 // generation counters and are never compacted.
 //
+// Who owns a slot is known the way the kernel knows who holds a device file: the owner holds a
+// POSIX record lock on one byte of the state file (its slot's, past the layout's end) for as long
+// as it lives. The kernel drops the lock when the process exits (or execs), so a slot whose byte
+// nobody holds is dead, whatever pid namespace the owner or the reader is in; and F_GETLK names
+// the holder by its pid in the *reader's* pid namespace (0 when the owner is not visible from it),
+// which is how the process lists report pids: a tesserad on the host sees the host pids of
+// tenants in containers, as it does from the real driver's NVML, and a tenant in a container sees
+// its own namespace's pids.
+//
 // MIG: a GPU configured with `mig=MODEL` (TESSERA_SIM_GPUS) is in MIG mode and can be cut into
 // instances by the NVML calls (nvml_api.cc). Each instance is a device slot of its own in the
 // same table (slots kMaxGpus and up, seven per GPU), with its own memory (its share of the GPU's),
@@ -19,6 +28,8 @@
 // This header is the only definition of the layout. It must not grow pointers (each process maps
 // the object at a different address) and every change bumps kSimStateVersion.
 #pragma once
+
+#include <sys/types.h>
 
 #include <atomic>
 #include <cstddef>
@@ -32,7 +43,8 @@
 namespace tessera::sim {
 
 inline constexpr uint32_t kSimStateMagic = 0x47534d54;  // "TMSG" little-endian
-inline constexpr uint32_t kSimStateVersion = 2;  // 2: MIG instance slots, 64-bit context mask
+// 2: MIG instance slots, 64-bit context mask; 3: slot owners hold their slot's record lock
+inline constexpr uint32_t kSimStateVersion = 3;
 inline constexpr int kMaxGpus = 8;               // physical GPUs (TESSERA_SIM_GPUS entries)
 inline constexpr int kMigSlotsPerGpu = 7;        // no MIG model has more than 7 instances
 // Device slots: GPUs 0..kMaxGpus-1, then GPU g's MIG instances at MigSlot(g, 0..6).
@@ -102,9 +114,11 @@ enum SlotState : uint32_t { kSlotFree = 0, kSlotClaiming = 1, kSlotLive = 2, kSl
 struct SimProcess {
   std::atomic<uint32_t> state;       // SlotState
   std::atomic<uint32_t> generation;  // bumped every time the slot is freed
-  std::atomic<int32_t> pid;          // host pid of the owner
+  // The owner's pid in its own pid namespace (getpid()), for the owner itself; others ask the
+  // slot's record lock (SimState::OwnerPid), which the kernel translates into their namespace.
+  std::atomic<int32_t> pid;
   uint32_t reserved0;
-  std::atomic<uint64_t> start_ticks;   // /proc/<pid>/stat starttime, guards against pid reuse
+  std::atomic<uint64_t> start_ticks;   // the owner's /proc/self/stat starttime (diagnostics)
   std::atomic<uint64_t> context_mask;  // bit d: the process has a context on device slot d
   std::atomic<uint64_t> used_bytes[kMaxDevices];
   std::atomic<uint64_t> busy_ns_total[kMaxDevices];
@@ -203,20 +217,31 @@ class SimState {
   // after everything already booked (submission order across processes). Returns the end.
   uint64_t BookKernel(int d, uint64_t earliest_ns, uint64_t duration_ns, uint64_t* start_ns);
 
-  // Takes back everything held by slots whose process has died. Returns how many were reaped.
+  // Takes back everything held by slots whose process has died (whose record lock nobody holds).
+  // Returns how many were reaped.
   int ReapDead();
+  // The pid of slot `index`'s owner as the calling process's pid namespace numbers it: getpid()
+  // for its own slot, else the holder of the slot's record lock as the kernel reports it (0 when
+  // the owner lives in a pid namespace this process cannot see); -1 when the slot is not live or
+  // its owner has died.
+  int32_t OwnerPid(int index) const;
 
   // Busy fraction (0..1) of device `d` over the last `window_ns`; per process when slot >= 0.
   double DeviceBusyFraction(int d, uint64_t window_ns) const;
   double ProcessBusyFraction(int slot, int d, uint64_t window_ns) const;
 
  private:
-  SimState(SimStateLayout* layout, std::string object_name)
-      : layout_(layout), object_name_(std::move(object_name)) {}
+  SimState(SimStateLayout* layout, std::string object_name, int file_fd)
+      : layout_(layout), object_name_(std::move(object_name)), file_fd_(file_fd) {}
   void ReapSlot(int index);
+  // Takes (true) or drops (false) this process's record lock on slot `index`'s byte.
+  bool LockSlot(int index, bool lock);
 
   SimStateLayout* layout_;
   std::string object_name_;  // the shared-memory object's name (MIG UUIDs are derived from it)
+  // The state file, kept open for the record locks (a process's POSIX locks on a file go when it
+  // closes any descriptor of that file, so this is the only one it keeps).
+  int file_fd_;
   int slot_ = -1;
 };
 
@@ -224,6 +249,10 @@ class SimState {
 uint64_t MonotonicNs();
 // Sleeps until MonotonicNs() >= deadline_ns.
 void SleepUntilNs(uint64_t deadline_ns);
+// The byte of the state file whose record lock slot `index`'s owner holds.
+inline constexpr off_t SlotLockOffset(int index) {
+  return static_cast<off_t>(sizeof(SimStateLayout)) + index;
+}
 // True when `pid` is alive, not a zombie, and (if start_ticks != 0) started at `start_ticks`.
 bool ProcessAlive(int32_t pid, uint64_t start_ticks);
 // The starttime field of /proc/<pid>/stat, or 0 when it cannot be read.

@@ -18,6 +18,9 @@
 //                                                (after the synchronisation) and late_ms
 //   sim_tenant LIB devices                       print count= and, per ordinal i, name_i= and
 //                                                total_i= (before any context exists)
+//   sim_tenant LIB processes                     print self= (getpid()) and processes=PID:BYTES,...
+//                                                of device 0 as NVML lists them (no CUDA call, so
+//                                                this process holds no slot)
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +31,8 @@
 #include <vector>
 
 #include "driver/cuda_driver.h"
+#include "driver/library.h"
+#include "driver/nvml_api.h"
 
 namespace {
 
@@ -88,6 +93,28 @@ int main(int argc, char** argv) {
   const std::string mode = argv[2];
   auto arg = [&](int i) -> uint64_t { return i < argc ? std::strtoull(argv[i], nullptr, 10) : 0; };
 
+  if (mode == "processes") {
+    auto init = library->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
+    auto handle = library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
+        "nvmlDeviceGetHandleByIndex_v2");
+    auto list = library->Resolve<decltype(&nvmlDeviceGetComputeRunningProcesses_v3)>(
+        "nvmlDeviceGetComputeRunningProcesses_v3");
+    nvmlDevice_t device = nullptr;
+    nvmlProcessInfo_t infos[64];
+    unsigned int count = 64;
+    if (!init.ok() || !handle.ok() || !list.ok() || (*init)() != NVML_SUCCESS ||
+        (*handle)(0, &device) != NVML_SUCCESS || (*list)(device, &count, infos) != NVML_SUCCESS) {
+      std::printf("error=NVML\n");
+      return 1;
+    }
+    std::string out;
+    for (unsigned int i = 0; i < count; ++i) {
+      out += (out.empty() ? "" : ",") + std::to_string(infos[i].pid) + ":" +
+             std::to_string(infos[i].usedGpuMemory);
+    }
+    std::printf("self=%d\nprocesses=%s\n", static_cast<int>(getpid()), out.c_str());
+    return 0;
+  }
   CHECK_CU(cu.cuInit(0));
   if (mode == "devices") {
     int count = 0;
