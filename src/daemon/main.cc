@@ -8,7 +8,8 @@
 //            [--max-inst N] [--prio-ratio P] [--quota-min MS] [--quota-max MS]
 //            [--daemon-loss-timeout MS] [--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT]
 //            [--http-allow-write] [--gpu-policy GPU:POLICY] [--reconcile-interval DURATION]
-//            [--over-limit-action log|block|kill] [--container-sockets DIR]
+//            [--over-limit-action log|block|kill] [--unattributed-action report|kill]
+//            [--container-sockets DIR] [--require-identity true|false]
 //            [--mps [--mps-control PATH] [--mps-dir DIR]]
 // --config loads a YAML file (deploy/tesserad.yaml); flags given on the command line override it.
 // The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
@@ -31,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -50,6 +52,7 @@
 #include "daemon/ctl_door.h"
 #include "daemon/devices.h"
 #include "daemon/http_door.h"
+#include "daemon/identity.h"
 #include "daemon/node_control.h"
 #include "daemon/reconciler.h"
 #include "daemon/registry.h"
@@ -86,7 +89,8 @@ int Usage(const std::string& problem) {
 struct Flags {
   std::optional<std::string> config, socket, ledger, context_overhead, policy, max_inst, prio_ratio,
       quota_min, quota_max, daemon_loss_timeout, ctl_mount, ctl_group, http, reconcile_interval,
-      over_limit_action, container_sockets, allow_self_declared, mps_control, mps_dir;
+      over_limit_action, container_sockets, allow_self_declared, mps_control, mps_dir,
+      unattributed_action, require_identity;
   std::vector<std::string> gpu_policy;
   bool sim = false, ephemeral = false, http_allow_write = false, mps = false;
 };
@@ -130,8 +134,12 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Flags* flags) {
          "how often NVML's view is compared with the ledger (default 1s)");
   option("--over-limit-action", &flags->over_limit_action, "log|block|kill",
          "what to do about a container over its limit (default log)");
+  option("--unattributed-action", &flags->unattributed_action, "report|kill",
+         "what to do about a process on a GPU that belongs to no container (default report)");
   option("--container-sockets", &flags->container_sockets, "DIR",
          "one socket per registered container in DIR");
+  option("--require-identity", &flags->require_identity, "true|false",
+         "a container's socket serves only processes identified as its own (default false)");
   app.add_flag("--mps", flags->mps,
                "MPS mode: run and supervise one nvidia-cuda-mps-control per GPU (policy 5 unless "
                "--policy is given)");
@@ -330,6 +338,9 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, tessera::ArbiterPolicy>> gpu_policies;  // --gpu-policy, applied last
   std::chrono::nanoseconds reconcile_interval = std::chrono::seconds(1);
   tessera::config::OverLimitAction over_limit_action = tessera::config::OverLimitAction::kLog;
+  tessera::config::UnattributedAction unattributed_action =
+      tessera::config::UnattributedAction::kReport;
+  bool require_identity = false;
   // MPS mode (mps/mps.h): one nvidia-cuda-mps-control per GPU, supervised.
   bool mps = false, policy_given = false;
   std::string mps_control = tessera::mps::kDefaultControl, mps_dir = tessera::mps::kDefaultRoot;
@@ -365,6 +376,8 @@ int main(int argc, char** argv) {
     gpu_overrides = c.gpus;
     reconcile_interval = c.reconcile_interval;
     over_limit_action = c.over_limit_action;
+    unattributed_action = c.unattributed_action;
+    require_identity = c.require_identity;
     // Not applied: the file's key means "fail closed after", the gate's --daemon-loss-timeout
     // "run ungated after". Said once, never silently ignored.
     if (c.daemon_loss_timeout != defaults.daemon_loss_timeout) {
@@ -478,6 +491,25 @@ int main(int argc, char** argv) {
       return Usage("--over-limit-action \"" + *flags.over_limit_action +
                    "\": expected log, block or kill");
     }
+  }
+  if (flags.unattributed_action) {
+    bool known = false;
+    for (auto a : {tessera::config::UnattributedAction::kReport,
+                   tessera::config::UnattributedAction::kKill}) {
+      if (*flags.unattributed_action == tessera::config::UnattributedActionName(a)) {
+        unattributed_action = a;
+        known = true;
+      }
+    }
+    if (!known) {
+      return Usage("--unattributed-action \"" + *flags.unattributed_action +
+                   "\": expected report or kill");
+    }
+  }
+  if (flags.require_identity) {
+    auto parsed = tessera::ParseBoolFlag(*flags.require_identity, "--require-identity");
+    if (!parsed.ok()) return Usage(parsed.error());
+    require_identity = *parsed;
   }
   if (flags.allow_self_declared) {
     auto parsed = tessera::ParseBoolFlag(*flags.allow_self_declared, "--allow-self-declared");
@@ -657,6 +689,19 @@ int main(int argc, char** argv) {
       http ? http->address().c_str() : "off");
   std::fflush(stdout);
   (*compute)->Start();
+  if (!container_sockets.empty()) {
+    // Root's alone: a pod reaches its own folder through its bind mount, nobody else any.
+    mkdir(container_sockets.c_str(), 0700);
+    chmod(container_sockets.c_str(), 0700);
+  }
+  // Container identities (IDENTIFY), kept beside the container sockets over a restart.
+  tessera::daemon::IdentityBook identities(
+      "/proc", container_sockets.empty()
+                   ? ""
+                   : container_sockets + "/" + tessera::daemon::kIdentityStoreName);
+  for (const std::string& line : identities.Load()) {
+    std::fprintf(stderr, "tesserad: %s\n", line.c_str());
+  }
   tessera::daemon::ReconcilerOptions reconcile;
   reconcile.busy = NvmlBusyLister();
   reconcile.measured = [&compute](int device) {
@@ -664,12 +709,19 @@ int main(int argc, char** argv) {
   };
   reconcile.interval = reconcile_interval;
   reconcile.action = over_limit_action;
+  reconcile.unattributed = unattributed_action;
+  // Who a process on the GPU belongs to, when it never registered: its cgroup (identity.h).
+  reconcile.container_of = [&identities](const std::set<int32_t>& pids) {
+    return identities.ContainersOf(pids);
+  };
+  // tesserad's own (the MPS control daemons and their servers) are the node's, never a tenant's.
+  reconcile.exempt = [](int32_t pid) { return tessera::daemon::DescendsFrom(pid, getpid()); };
   reconcile.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   tessera::daemon::Reconciler reconciler(&registry, (*compute)->device_count(), NvmlProcessLister(),
                                          reconcile);
   reconciler.Start();
-  if (!container_sockets.empty()) mkdir(container_sockets.c_str(), 0755);
   tessera::daemon::Server server(&registry, *listen_fd, &tree, writer_group, container_sockets);
+  server.set_identities(&identities, require_identity);
   // tessera run (and the device plugin) derive each GPU's MPS pipe directory from this root.
   if (mps_supervisor) server.set_container_reply_fields({{"mps_root", mps_dir}});
   tessera::Status run = server.Run(g_stop);

@@ -1,6 +1,7 @@
 // Server implementation: epoll over the listening socket and every client connection.
 #include "daemon/server.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,6 +20,22 @@
 #include "ledger/ledger_layout.h"
 
 namespace tessera::daemon {
+namespace {
+
+// Writes `folder`/container (the container's id, read-only for all), replacing it atomically.
+void WriteContainerMarker(const std::string& folder, const std::string& id) {
+  const std::string path = folder + "/" + kContainerMarkerName;
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0444);
+  if (fd < 0) return;
+  const std::string text = id + "\n";
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  fchmod(fd, 0444);
+  close(fd);
+  if (!written || rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
+}
+
+}  // namespace
 
 Status Server::Run(const std::atomic<bool>& stop) {
   const int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -36,6 +53,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
       registry_->ReclaimDeadProcesses();
       registry_->Repair();
       SyncContainerSockets(ep);
+      if (identities_ != nullptr) SweepIdentities(*identities_, *registry_);
       next_sweep = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     }
     const int n = epoll_wait(ep, events, 64, 100);
@@ -86,6 +104,13 @@ void Server::Accept(int ep, int listen_fd, const std::optional<std::string>& sco
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
     Connection conn;
     conn.scope = scope;
+    if (scope && identities_ != nullptr) {
+      // The peer as the kernel saw it at connect(): a process of the container, or refused.
+      auto peer = ipc::PeerOf(fd);
+      conn.refusal = peer.ok() ? AdmitToContainerSocket(*identities_, require_identity_, *scope,
+                                                        peer->pid)
+                               : "cannot read the caller's credentials: " + peer.error();
+    }
     connections_[fd] = std::move(conn);
   }
 }
@@ -117,7 +142,9 @@ void Server::SyncContainerSockets(int ep) {
     // sees the socket a restarted daemon opens anew (a mount of the socket file would keep the
     // old, unlinked one).
     const std::string folder = container_socket_dir_ + "/" + id;
-    mkdir(folder.c_str(), 0755);
+    mkdir(folder.c_str(), 0711);
+    chmod(folder.c_str(), 0711);  // one made by an earlier tesserad, 0755
+    WriteContainerMarker(folder, id);
     const std::string path = folder + "/" + kContainerSocketName;
     auto fd = ipc::Listen(path);
     if (!fd.ok()) {
@@ -125,8 +152,8 @@ void Server::SyncContainerSockets(int ep) {
                    fd.error().c_str());
       continue;
     }
-    // Any local user may connect (the pod that mounts it runs as whoever it runs as); what a
-    // connection may do is decided per request.
+    // Any user of the pod that mounts the folder may connect (it runs as whoever it runs as);
+    // the folder above is root's alone, and who the caller is, the identity check decides.
     chmod(path.c_str(), 0666);
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -141,7 +168,10 @@ void Server::CloseContainerSocket(int ep, int listen_fd, bool container_gone) {
   if (it == container_listeners_.end()) return;
   const std::string folder = container_socket_dir_ + "/" + it->second;
   unlink((folder + "/" + kContainerSocketName).c_str());
-  if (container_gone) rmdir(folder.c_str());
+  if (container_gone) {
+    unlink((folder + "/" + kContainerMarkerName).c_str());
+    rmdir(folder.c_str());
+  }
   epoll_ctl(ep, EPOLL_CTL_DEL, listen_fd, nullptr);
   close(listen_fd);
   container_listeners_.erase(it);
@@ -172,12 +202,15 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
       const std::string named = request->Get("container", *conn.scope);
       if (named == *conn.scope) request->fields["container"] = *conn.scope;
     }
-    if (!request.ok()) {
+    if (!conn.refusal.empty()) {
+      reply = "ERR " + conn.refusal;
+    } else if (!request.ok()) {
       reply = "ERR " + request.error();
     } else if (conn.scope && request->verb == "HELLO" && request->Get("container") != *conn.scope) {
       reply = "ERR this socket belongs to container " + *conn.scope +
               "; HELLO container=" + request->Get("container") + " is not allowed on it";
-    } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS")) {
+    } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS" ||
+                              request->verb == "IDENTIFY")) {
       reply = "ERR " + request->verb + " is node-wide and not served on container " + *conn.scope +
               "'s socket; use the node socket, or CTL for this container's view";
     } else if (request->verb == "HELLO") {
@@ -186,8 +219,16 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
       } else {
         auto peer = ipc::PeerOf(fd);
         uint32_t slot = 0;
-        auto hello = peer.ok() ? registry_->Hello(*request, peer->pid, &slot)
-                               : Result<protocol::Message>(peer.status());
+        // A process of an identified container registers into that container only.
+        const std::string refused =
+            peer.ok() && identities_ != nullptr && !request->Has("resume")
+                ? AdmitHello(*identities_,
+                             request->Get("container", "proc-" + std::to_string(peer->pid)),
+                             peer->pid)
+                : "";
+        auto hello = !refused.empty() ? Result<protocol::Message>::Error(refused)
+                     : peer.ok()      ? registry_->Hello(*request, peer->pid, &slot)
+                                      : Result<protocol::Message>(peer.status());
         if (hello.ok()) {
           conn.registered = true;
           conn.process_slot = slot;
@@ -209,11 +250,31 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
         }
       }
     } else if (request->verb == "CONTAINER") {
-      auto set = registry_->SetContainer(*request);
+      // identify=1: the container runtime will identify the container's processes (IDENTIFY);
+      // none is served before it has.
+      protocol::Message update = *request;
+      const std::optional<std::string> identify =
+          update.Has("identify") ? std::optional(update.Get("identify")) : std::nullopt;
+      update.fields.erase("identify");
+      auto set = identify && *identify != "0" && *identify != "1"
+                     ? Result<protocol::Message>::Error("CONTAINER identify=" + *identify +
+                                                        ": expected 0 or 1")
+                     : registry_->SetContainer(update);
       if (set.ok())
         set->fields.insert(container_reply_fields_.begin(), container_reply_fields_.end());
       reply = set.ok() ? protocol::FormatMessage(*set) : "ERR " + set.error();
+      if (set.ok() && identify && identities_ != nullptr) {
+        identities_->Expect(request->Get("id"), *identify == "1");
+      }
       if (set.ok()) SyncContainerSockets(epoll_fd);
+    } else if (request->verb == "IDENTIFY") {
+      auto peer = ipc::PeerOf(fd);
+      auto identified =
+          identities_ == nullptr ? Result<protocol::Message>::Error("this tesserad keeps no "
+                                                                    "container identities")
+          : peer.ok()            ? Identify(*identities_, *registry_, *request, peer->uid)
+                                 : Result<protocol::Message>(peer.status());
+      reply = identified.ok() ? protocol::FormatMessage(*identified) : "ERR " + identified.error();
     } else if (request->verb == "STATUS") {
       reply = "OK " + registry_->StatusJson();
     } else if (request->verb == "CTL") {
@@ -227,7 +288,8 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
         reply = answer.ok() ? "OK " + *answer : "ERR " + answer.error();
       }
     } else {
-      reply = "ERR unknown verb " + request->verb + "; expected HELLO, CONTAINER, STATUS or CTL";
+      reply = "ERR unknown verb " + request->verb +
+              "; expected HELLO, CONTAINER, STATUS, CTL or IDENTIFY";
     }
     if (!reply.empty() && reply.rfind("ERR ", 0) == 0) {
       std::fprintf(stderr, "tesserad: refused \"%s\": %s\n", line.substr(0, 200).c_str(),
@@ -238,7 +300,7 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
     }
     const bool sent = ipc::SendLine(fd, reply, pass_fds).ok();
     for (int passed : pass_fds) close(passed);
-    if (!sent) return false;
+    if (!sent || !conn.refusal.empty()) return false;
   }
   return true;
 }

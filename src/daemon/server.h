@@ -16,6 +16,13 @@
 // (node-wide) are refused. The sockets follow the containers: created within a second of a
 // registration (at once for one made on this server), removed when the container goes (with its
 // folder; at the daemon's exit only the socket goes).
+//
+// Identity (daemon/identity.h): with an IdentityBook, a connection on a container's socket is
+// checked at accept() against the container's recorded identity (the peer's cgroup, by its
+// SO_PEERCRED pid) and a stranger's requests are refused; HELLO on any socket registers a process
+// of an identified container into that container only; IDENTIFY (node socket, root) records one.
+// The container-sockets folder is root's alone (0700): a pod reaches its own folder through its
+// bind mount, and no one else reaches any.
 #pragma once
 
 #include <atomic>
@@ -26,12 +33,20 @@
 
 #include "core/result.h"
 #include "ctl/control_tree.h"
+#include "daemon/identity.h"
 #include "daemon/registry.h"
 
 namespace tessera::daemon {
 
 // The file name of a container's socket in its folder under --container-sockets.
 inline constexpr char kContainerSocketName[] = "tessera.sock";
+// A file beside it holding the container's id: a process that sees it (at
+// /run/tessera/container in a pod, kManagedContainerMarker in core/env_config.h) is in a container
+// Tessera manages, where the shim cannot be turned off.
+inline constexpr char kContainerMarkerName[] = "container";
+// The folder under --container-sockets where container identities are kept over a restart (a
+// name no container id can have).
+inline constexpr char kIdentityStoreName[] = "+identity";
 
 class Server {
  public:
@@ -51,11 +66,18 @@ class Server {
   void set_container_reply_fields(std::map<std::string, std::string> fields) {
     container_reply_fields_ = std::move(fields);
   }
+  // The identity book (must outlive the server); with `require`, a container's socket serves no
+  // process before the container's identity is recorded.
+  void set_identities(IdentityBook* book, bool require) {
+    identities_ = book;
+    require_identity_ = require;
+  }
 
  private:
   struct Connection {
     std::string buffer;
     std::optional<std::string> scope;  // accepted on this container's socket
+    std::string refusal;               // the peer is not the container's: every request gets it
     bool registered = false;
     uint32_t process_slot = 0;
     uint32_t generation = 0;  // the slot's generation at registration
@@ -77,6 +99,8 @@ class Server {
   std::map<int, std::string> container_listeners_;  // listening fd -> container id
   std::map<int, Connection> connections_;
   std::map<std::string, std::string> container_reply_fields_;
+  IdentityBook* identities_ = nullptr;
+  bool require_identity_ = false;
 };
 
 }  // namespace tessera::daemon
