@@ -89,6 +89,11 @@ struct AllocatorConfig {
   std::string preload_file;          // host file listing the shims, mounted as /etc/ld.so.preload
   bool cdi = false;
   std::string cdi_dir = "/var/run/cdi";
+  // With cdi: the host path of tessera-oci-hook and tesserad's node socket, for the createRuntime
+  // hook each container's spec carries (tesserad then knows the container's processes by their
+  // cgroup, and serves none before). Empty: no hook, and the container is not identified.
+  std::string oci_hook;
+  std::string tesserad_socket;
   // A simulated node (tests): simgpu's library on the host and the environment that names the
   // node's simulated GPUs, handed to every container; "" on a real node.
   std::string sim_library;
