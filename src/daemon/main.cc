@@ -235,12 +235,19 @@ tessera::daemon::BusyLister NvmlBusyLister() {
     return [](int) { return Result<List>::Error("NVML has no nvmlDeviceGetProcessUtilization"); };
   }
   auto marks = std::make_shared<std::map<int, unsigned long long>>();  // per GPU, newest sample
-  return [util = *util, handle = *handle, marks](int device) -> Result<List> {
+  // Per GPU, when the previous call was made (by this process's clock).
+  auto called = std::make_shared<std::map<int, std::chrono::steady_clock::time_point>>();
+  return [util = *util, handle = *handle, marks, called](int device) -> Result<List> {
     nvmlDevice_t dev = nullptr;
     if (nvmlReturn_t r = handle(static_cast<unsigned int>(device), &dev); r != NVML_SUCCESS) {
       return Result<List>::Error("nvmlDeviceGetHandleByIndex_v2 failed with " + std::to_string(r));
     }
     const unsigned long long since = (*marks)[device];
+    const auto now = std::chrono::steady_clock::now();
+    const bool first_call = called->count(device) == 0;
+    const double elapsed_ns =
+        first_call ? 0.0 : std::chrono::duration<double, std::nano>(now - (*called)[device]).count();
+    (*called)[device] = now;
     std::vector<nvmlProcessUtilizationSample_t> samples(64);
     unsigned int count = 0;
     nvmlReturn_t r = NVML_ERROR_INSUFFICIENT_SIZE;
@@ -264,8 +271,13 @@ tessera::daemon::BusyLister NvmlBusyLister() {
     }
     (*marks)[device] = newest;
     List out;
-    if (since == 0 || newest <= since) return out;  // the first call only sets the mark
-    const double interval_ns = static_cast<double>(newest - since) * 1000.0;
+    // The first call only sets the mark. Samples since the mark were taken since the previous
+    // call, so they cover at most the time since then: also when the mark is old (no process ran
+    // in between) or unset (none had run yet, so the previous calls found nothing).
+    if (first_call || newest <= since) return out;
+    const double interval_ns =
+        since == 0 ? elapsed_ns
+                   : std::min(static_cast<double>(newest - since) * 1000.0, elapsed_ns);
     for (const auto& [pid, sum_n] : mean) {
       const double percent = sum_n.first / sum_n.second;
       out.push_back({pid, static_cast<uint64_t>(percent / 100.0 * interval_ns)});
