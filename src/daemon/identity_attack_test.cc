@@ -257,6 +257,34 @@ int ConnectAsNobody(const std::string& path) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// Sends `line` on `path` as uid/gid 65534 (nobody) from a forked child; returns the reply, or
+// "connect: ERRNO".
+std::string CallAsNobody(const std::string& path, const std::string& line) {
+  int out[2];
+  if (pipe(out) != 0) return "pipe";
+  const pid_t child = fork();
+  if (child == 0) {
+    close(out[0]);
+    std::string reply;
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+        setresuid(65534, 65534, 65534) != 0) {
+      reply = "setresuid failed";
+    } else {
+      auto r = tessera::ipc::Call(path, line, nullptr, 5s);
+      reply = r.ok() ? *r : "error: " + r.error();
+    }
+    (void)!write(out[1], reply.data(), reply.size());
+    _exit(0);
+  }
+  close(out[1]);
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) > 0;) reply.append(buf, n);
+  close(out[0]);
+  waitpid(child, nullptr, 0);
+  return reply;
+}
+
 // Finding 2: any host user could connect to a container's socket (folders 0755, sockets 0666),
 // register into the victim, go around the shim, and tesserad then killed the victim's own process.
 TEST_F(IdentityAttackTest, NoOneButTheContainersOwnProcessesJoinsIt) {
@@ -291,6 +319,61 @@ TEST_F(IdentityAttackTest, NoOneButTheContainersOwnProcessesJoinsIt) {
   EXPECT_FALSE(held->Wait(0ms).has_value()) << "the victim's process was killed; daemon log:\n"
                                             << DaemonLog();
   EXPECT_FALSE(KilledIn("victim")) << DaemonLog();
+}
+
+}  // namespace
+
+namespace {
+
+// Only root records an identity: a user who may reach the node socket (made world-writable here,
+// as an operator might for `tessera run`) cannot claim a container for its own processes.
+TEST_F(IdentityAttackTest, OnlyRootIdentifiesAContainer) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  ASSERT_EQ(chmod(socket_.c_str(), 0666), 0);
+  EXPECT_THAT(Call("CONTAINER id=victim mem=1073741824"), HasSubstr("OK"));
+  const std::string reply =
+      CallAsNobody(socket_, "IDENTIFY id=victim pid=" + std::to_string(getpid()));
+  EXPECT_THAT(reply, HasSubstr("IDENTIFY needs root")) << reply;
+  EXPECT_THAT(Call("IDENTIFY id=nosuch pid=1"), HasSubstr("no such container registered"));
+  EXPECT_THAT(Call("IDENTIFY id=victim pid=" + std::to_string(getpid())),
+              HasSubstr("in tesserad's own cgroups and pid namespace"))
+      << "a process that cannot be told from the node's must not name a container";
+}
+
+// --require-identity: a container nobody identified (registered without identify=1, e.g. by a
+// device plugin without --cdi) serves no process on its socket.
+TEST_F(IdentityAttackTest, RequireIdentityRefusesAContainerNobodyIdentified) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon("--require-identity true"));
+  EXPECT_THAT(Call("CONTAINER id=plain mem=1073741824"), HasSubstr("OK"));
+  for (int i = 0; i < 100 && access(ContainerSocket("plain").c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  auto reply = tessera::ipc::Call(ContainerSocket("plain"), "HELLO version=1 container=plain",
+                                  nullptr, 5s);
+  ASSERT_TRUE(reply.ok()) << reply.error();
+  EXPECT_THAT(*reply, HasSubstr("container plain has no recorded identity yet"));
+  EXPECT_THAT(*reply, HasSubstr("--require-identity"));
+}
+
+// A restarted tesserad knows the identities recorded before (kept under the container-sockets
+// folder): the container's processes are served and strangers refused, without the hook again.
+TEST_F(IdentityAttackTest, IdentitiesOutliveADaemonRestart) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  CgroupContainer* web = Container("web", kGiB);
+  daemon_->Kill(SIGTERM);
+  ASSERT_EQ(daemon_->Wait(10s), 0);
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  // The ledger went with the ephemeral daemon; the device plugin registers its containers again.
+  EXPECT_THAT(Call("CONTAINER id=web mem=1073741824 identify=1"), HasSubstr("OK"));
+  for (int i = 0; i < 100 && access(ContainerSocket("web").c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ChildProcess* member = Tenant(web, "web", {"hold", std::to_string(kGiB / 2)});
+  EXPECT_EQ(member->WaitForKey("ready", 30s), "1") << DaemonLog();
+  auto stranger = tessera::ipc::Call(ContainerSocket("web"), "HELLO version=1 container=web",
+                                     nullptr, 5s);
+  ASSERT_TRUE(stranger.ok());
+  EXPECT_THAT(*stranger, HasSubstr("is not a process of container web"));
 }
 
 }  // namespace
