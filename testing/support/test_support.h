@@ -73,6 +73,9 @@ std::string AssignmentJson(const std::string& node, uint64_t seq,
                            const std::map<std::string, std::vector<GpuShare>>& containers);
 
 
+// A cgroup hierarchy tests may write (testing/support/cgroup_container.h).
+using ::tessera::testing::WritableCgroupRoot;
+
 // Polls `done` every 20 ms until it is true or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout);
 
