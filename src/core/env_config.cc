@@ -262,8 +262,8 @@ void ApplyManagedContainer(TenantConfig* config) {
   }
   config->fail_open = {};
   if (config->socket_path.is_set() && config->socket_path.value != kDefaultSocketPath) {
-    ignored(config->socket_path, "the container's own socket " + std::string(kDefaultSocketPath) +
-                                     " is used");
+    ignored(config->socket_path,
+            "the container's own socket " + std::string(kDefaultSocketPath) + " is used");
   }
   config->socket_path = {.value = std::string(kDefaultSocketPath), .source = {}, .raw = {}};
 }

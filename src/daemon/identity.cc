@@ -13,9 +13,9 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <tuple>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "core/container_id.h"
 #include "daemon/registry.h"
@@ -113,8 +113,8 @@ Result<ProcessIdentity> ReadIdentityOf(const std::string& proc_root, const std::
 nlohmann::json ToJson(const ContainerIdentity& r) {
   nlohmann::json cgroups = nlohmann::json::array();
   for (const CgroupEntry& e : r.cgroups) cgroups.push_back({e.hierarchy, e.path});
-  return {{"init_pid", r.init_pid},   {"init_start_ticks", r.init_start_ticks},
-          {"pid_ns", r.pid_ns},       {"mnt_ns", r.mnt_ns},
+  return {{"init_pid", r.init_pid},     {"init_start_ticks", r.init_start_ticks},
+          {"pid_ns", r.pid_ns},         {"mnt_ns", r.mnt_ns},
           {"runtime_id", r.runtime_id}, {"cgroups", cgroups}};
 }
 
@@ -133,11 +133,10 @@ Result<ContainerIdentity> FromJson(const nlohmann::json& j) {
     return Status::Ok();
   };
   uint64_t pid = 0;
-  for (const auto& [key, max, out] :
-       {std::tuple{"init_pid", uint64_t{0x3fffffff}, &pid},
-        {"init_start_ticks", ~uint64_t{0}, &r.init_start_ticks},
-        {"pid_ns", ~uint64_t{0}, &r.pid_ns},
-        {"mnt_ns", ~uint64_t{0}, &r.mnt_ns}}) {
+  for (const auto& [key, max, out] : {std::tuple{"init_pid", uint64_t{0x3fffffff}, &pid},
+                                      {"init_start_ticks", ~uint64_t{0}, &r.init_start_ticks},
+                                      {"pid_ns", ~uint64_t{0}, &r.pid_ns},
+                                      {"mnt_ns", ~uint64_t{0}, &r.mnt_ns}}) {
     if (Status s = unsigned_field(key, max, out); !s.ok()) return s;
   }
   if (pid == 0) return R::Error("init_pid: expected a process id above 0");
@@ -287,8 +286,8 @@ std::vector<std::string> IdentityBook::Load() {
     std::stringstream text;
     text << in.rdbuf();
     const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("records") ||
-        !j["records"].is_array() || !j.contains("expected") || !j["expected"].is_boolean()) {
+    if (j.is_discarded() || !j.is_object() || !j.contains("records") || !j["records"].is_array() ||
+        !j.contains("expected") || !j["expected"].is_boolean()) {
       drop("not {\"expected\": BOOL, \"records\": [...]}");
       continue;
     }
@@ -376,8 +375,9 @@ Result<ContainerIdentity> IdentityBook::Record(const std::string& id, pid_t pid,
   std::vector<ContainerIdentity>& list = records_[id];
   list.erase(std::remove_if(list.begin(), list.end(),
                             [&](const ContainerIdentity& old) {
-                              return !InitAlive(old) || (old.init_pid == r.init_pid &&
-                                                         old.init_start_ticks == r.init_start_ticks);
+                              return !InitAlive(old) ||
+                                     (old.init_pid == r.init_pid &&
+                                      old.init_start_ticks == r.init_start_ticks);
                             }),
              list.end());
   if (list.size() == kMaxRecordsPerContainer) list.erase(list.begin());
@@ -586,7 +586,8 @@ Result<protocol::Message> Identify(IdentityBook& book, const Registry& registry,
   }
   for (const auto& [key, value] : request.fields) {
     if (key != "id" && key != "pid" && key != "runtime_id") {
-      return R::Error("IDENTIFY " + key + "=" + value + ": unknown field; expected id=, pid= and "
+      return R::Error("IDENTIFY " + key + "=" + value +
+                      ": unknown field; expected id=, pid= and "
                       "optionally runtime_id=");
     }
   }
@@ -607,24 +608,22 @@ Result<protocol::Message> Identify(IdentityBook& book, const Registry& registry,
   }
   const bool registered = registry.WithLedger([&](const ledger::MemoryLedger& l) {
     const int c = l.FindContainer(id);
-    return c >= 0 &&
-           (l.book().containers[c].flags.load() & ledger::kContainerRegistered) != 0;
+    return c >= 0 && (l.book().containers[c].flags.load() & ledger::kContainerRegistered) != 0;
   });
   if (!registered) {
-    return R::Error("IDENTIFY id=" + id +
-                    ": no such container registered (CONTAINER id=" + id + " first)");
+    return R::Error("IDENTIFY id=" + id + ": no such container registered (CONTAINER id=" + id +
+                    " first)");
   }
   auto recorded = book.Record(id, static_cast<pid_t>(pid), runtime_id);
   if (!recorded.ok()) return R::Error("IDENTIFY id=" + id + ": " + recorded.error());
   std::fprintf(stderr, "tesserad: container %s is runtime container %s (init pid %ld): %s\n",
                id.c_str(), runtime_id.empty() ? "-" : runtime_id.c_str(), pid,
                recorded->Describe().c_str());
-  return protocol::Message{
-      "OK",
-      {{"container", id},
-       {"by", recorded->cgroups.empty() ? "pid_ns" : "cgroup"},
-       {"pid_ns", std::to_string(recorded->pid_ns)},
-       {"mnt_ns", std::to_string(recorded->mnt_ns)}}};
+  return protocol::Message{"OK",
+                           {{"container", id},
+                            {"by", recorded->cgroups.empty() ? "pid_ns" : "cgroup"},
+                            {"pid_ns", std::to_string(recorded->pid_ns)},
+                            {"mnt_ns", std::to_string(recorded->mnt_ns)}}};
 }
 
 }  // namespace tessera::daemon

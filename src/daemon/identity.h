@@ -46,16 +46,14 @@ class Registry;
 struct CgroupEntry {
   std::string hierarchy;
   std::string path;
-  bool operator==(const CgroupEntry& o) const {
-    return hierarchy == o.hierarchy && path == o.path;
-  }
+  bool operator==(const CgroupEntry& o) const { return hierarchy == o.hierarchy && path == o.path; }
 };
 
 // What the kernel says about one process.
 struct ProcessIdentity {
   std::vector<CgroupEntry> cgroups;
-  uint64_t pid_ns = 0;  // inode of /proc/PID/ns/pid
-  uint64_t mnt_ns = 0;  // inode of /proc/PID/ns/mnt
+  uint64_t pid_ns = 0;       // inode of /proc/PID/ns/pid
+  uint64_t mnt_ns = 0;       // inode of /proc/PID/ns/mnt
   uint64_t start_ticks = 0;  // field 22 of /proc/PID/stat: with the pid, names the process
 };
 

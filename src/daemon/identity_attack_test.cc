@@ -13,8 +13,8 @@
 //      refused on it, and a container's process registers into its own container only, on any
 //      socket; so the victim's processes are never charged, let alone killed, for another's.
 #include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -80,8 +80,8 @@ class IdentityAttackTest : public ::testing::Test {
                             "' --ephemeral --container-sockets '" + sockets_ +
                             "' --over-limit-action kill --allow-self-declared=false " + flags +
                             " 2>'" + log_ + "'";
-    daemon_ = std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", cmd},
-                                             SimEnv());
+    daemon_ =
+        std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", cmd}, SimEnv());
     ASSERT_TRUE(daemon_->started());
     ASSERT_TRUE(tessera::ipc::WaitUntilListening(socket_, 10s)) << "tesserad did not listen";
   }
@@ -201,8 +201,8 @@ TEST_F(IdentityAttackTest, DeviceTimeTakenAroundTheShimInAContainerIsChargedToIt
   const auto started = std::chrono::steady_clock::now() + 500ms;
   const uint64_t start_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count());
-  ChildProcess* spinner = Tenant(
-      tenant, "tenant", {"spin", "1000", "10", std::to_string(start_ns)}, {"TESSERA_DISABLE=1"});
+  ChildProcess* spinner = Tenant(tenant, "tenant", {"spin", "1000", "10", std::to_string(start_ns)},
+                                 {"TESSERA_DISABLE=1"});
   const std::optional<int> status = spinner->Wait(5s);
   std::printf("acted_after_ms=%lld\n",
               static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -220,8 +220,8 @@ TEST_F(IdentityAttackTest, DeviceTimeTakenAroundTheShimInAContainerIsChargedToIt
 // by default, killed with --unattributed-action kill.
 TEST_F(IdentityAttackTest, AProcessOfNoContainerIsReportedOrKilledAsTheNodeSays) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon("--unattributed-action kill"));
-  ChildProcess* stray = Tenant(nullptr, "none", {"hold", std::to_string(kGiB)},
-                               {"TESSERA_DISABLE=1"});
+  ChildProcess* stray =
+      Tenant(nullptr, "none", {"hold", std::to_string(kGiB)}, {"TESSERA_DISABLE=1"});
   ASSERT_EQ(stray->WaitForKey("ready", 30s), "1");
   EXPECT_EQ(stray->Wait(3s), 128 + SIGKILL) << DaemonLog();
   EXPECT_TRUE(LogShows("belongs to no container", 1s)) << DaemonLog();
@@ -231,8 +231,8 @@ TEST_F(IdentityAttackTest, AProcessOfNoContainerIsReportedOrKilledAsTheNodeSays)
 
 TEST_F(IdentityAttackTest, AProcessOfNoContainerIsOnlyReportedByDefault) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
-  ChildProcess* stray = Tenant(nullptr, "none", {"hold", std::to_string(kGiB)},
-                               {"TESSERA_DISABLE=1"});
+  ChildProcess* stray =
+      Tenant(nullptr, "none", {"hold", std::to_string(kGiB)}, {"TESSERA_DISABLE=1"});
   ASSERT_EQ(stray->WaitForKey("ready", 30s), "1");
   EXPECT_TRUE(LogShows("holds 1GiB on GPU 0 and belongs to no container", 3s)) << DaemonLog();
   EXPECT_FALSE(stray->Wait(0ms).has_value()) << "killed under the default policy";
@@ -314,8 +314,8 @@ TEST_F(IdentityAttackTest, NoOneButTheContainersOwnProcessesJoinsIt) {
   EXPECT_FALSE(held->Wait(0ms).has_value()) << "the victim's process was killed; daemon log:\n"
                                             << DaemonLog();
   // The tenant's process names the victim on the node socket: it registers into its own only.
-  ChildProcess* sly = Tenant(tenant, "victim", {"hold", std::to_string(kGiB / 4)},
-                             {"TESSERA_SOCKET=" + socket_});
+  ChildProcess* sly =
+      Tenant(tenant, "victim", {"hold", std::to_string(kGiB / 4)}, {"TESSERA_SOCKET=" + socket_});
   const std::optional<int> sly_status = sly->Wait(5s);
   EXPECT_TRUE(sly_status.has_value() && *sly_status != 0)
       << "a tenant process registered into the victim";
@@ -350,8 +350,8 @@ TEST_F(IdentityAttackTest, RequireIdentityRefusesAContainerNobodyIdentified) {
   for (int i = 0; i < 100 && access(ContainerSocket("plain").c_str(), F_OK) != 0; ++i) {
     std::this_thread::sleep_for(20ms);
   }
-  auto reply = tessera::ipc::Call(ContainerSocket("plain"), "HELLO version=1 container=plain",
-                                  nullptr, 5s);
+  auto reply =
+      tessera::ipc::Call(ContainerSocket("plain"), "HELLO version=1 container=plain", nullptr, 5s);
   ASSERT_TRUE(reply.ok()) << reply.error();
   EXPECT_THAT(*reply, HasSubstr("container plain has no recorded identity yet"));
   EXPECT_THAT(*reply, HasSubstr("--require-identity"));
@@ -372,8 +372,8 @@ TEST_F(IdentityAttackTest, IdentitiesOutliveADaemonRestart) {
   }
   ChildProcess* member = Tenant(web, "web", {"hold", std::to_string(kGiB / 2)});
   EXPECT_EQ(member->WaitForKey("ready", 30s), "1") << DaemonLog();
-  auto stranger = tessera::ipc::Call(ContainerSocket("web"), "HELLO version=1 container=web",
-                                     nullptr, 5s);
+  auto stranger =
+      tessera::ipc::Call(ContainerSocket("web"), "HELLO version=1 container=web", nullptr, 5s);
   ASSERT_TRUE(stranger.ok());
   EXPECT_THAT(*stranger, HasSubstr("is not a process of container web"));
 }

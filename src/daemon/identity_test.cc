@@ -74,8 +74,8 @@ TEST_F(IdentityTest, ParsesTheKernelsCgroupFileAndRefusesAnythingElse) {
   EXPECT_EQ((*entries)[0], (CgroupEntry{"12:pids", "/a/b"}));
   EXPECT_EQ((*entries)[1], (CgroupEntry{"1:name=systemd", "/x:y"})) << "a path may hold ':'";
   EXPECT_EQ((*entries)[2], (CgroupEntry{"0:", "/"}));
-  for (const char* bad : {"", "\n", "pids:/a\n", "x:pids:/a\n", "1:pids:a\n", "1:pids:\n",
-                          "12345678901:pids:/a\n"}) {
+  for (const char* bad :
+       {"", "\n", "pids:/a\n", "x:pids:/a\n", "1:pids:a\n", "1:pids:\n", "12345678901:pids:/a\n"}) {
     EXPECT_FALSE(ParseProcCgroup(bad).ok()) << bad;
   }
   std::string many;

@@ -246,7 +246,8 @@ tessera::daemon::BusyLister NvmlBusyLister() {
     const auto now = std::chrono::steady_clock::now();
     const bool first_call = called->count(device) == 0;
     const double elapsed_ns =
-        first_call ? 0.0 : std::chrono::duration<double, std::nano>(now - (*called)[device]).count();
+        first_call ? 0.0
+                   : std::chrono::duration<double, std::nano>(now - (*called)[device]).count();
     (*called)[device] = now;
     std::vector<nvmlProcessUtilizationSample_t> samples(64);
     unsigned int count = 0;
@@ -256,7 +257,8 @@ tessera::daemon::BusyLister NvmlBusyLister() {
       r = util(dev, samples.data(), &count, since);
       if (r == NVML_ERROR_INSUFFICIENT_SIZE) samples.resize(static_cast<size_t>(count) + 16);
     }
-    if (r == NVML_ERROR_NOT_FOUND) count = 0;  // no sample since the mark: nobody ran
+    if (r == NVML_ERROR_NOT_FOUND)
+      count = 0;  // no sample since the mark: nobody ran
     else if (r != NVML_SUCCESS) {
       return Result<List>::Error("nvmlDeviceGetProcessUtilization failed with " +
                                  std::to_string(r));

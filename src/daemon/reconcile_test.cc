@@ -250,8 +250,9 @@ TEST_F(ReconcilerTest, AProcessThatNeverRegisteredIsChargedToTheContainerItsCgro
   EXPECT_EQ(killed, (std::set<pid_t>{101, 303})) << "web's processes, and only web's";
   EXPECT_NE(std::find_if(log_.begin(), log_.end(),
                          [](const std::string& l) {
-                           return l.find("pid 303 on GPU 0 never registered with tesserad; its "
-                                         "cgroup is container web's") != std::string::npos;
+                           return l.find(
+                                      "pid 303 on GPU 0 never registered with tesserad; its "
+                                      "cgroup is container web's") != std::string::npos;
                          }),
             log_.end())
       << ::testing::PrintToString(log_);
@@ -308,8 +309,9 @@ TEST_F(ReconcilerTest, DeviceTimeOfProcessesThatNeverRegisteredIsChargedOrActedO
   EXPECT_EQ(killed, (std::set<pid_t>{101, 303, 999}));
   EXPECT_NE(std::find_if(log_.begin(), log_.end(),
                          [](const std::string& l) {
-                           return l.find("pid 999 ran on GPU 0 for 300 ms and belongs to no "
-                                         "container") != std::string::npos;
+                           return l.find(
+                                      "pid 999 ran on GPU 0 for 300 ms and belongs to no "
+                                      "container") != std::string::npos;
                          }),
             log_.end())
       << ::testing::PrintToString(log_);

@@ -161,8 +161,7 @@ void Reconciler::Log(const ReconcileEvent& e) {
     case ReconcileEvent::Kind::kAttributed:
       options_.log("tesserad: reconcile: pid " + std::to_string(e.pid) + " on " + gpu +
                    " never registered with tesserad; its cgroup is container " + e.container +
-                   "'s, which is charged with what it holds (" + Human(e.unseen) +
-                   ") and runs");
+                   "'s, which is charged with what it holds (" + Human(e.unseen) + ") and runs");
       break;
   }
 }
@@ -213,9 +212,9 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
     for (const DeviceProcess& dp : busy ? *busy : std::vector<DeviceProcess>{}) {
       if (registered.count(dp.pid) == 0 && !Exempt(dp.pid)) strangers.insert(dp.pid);
     }
-    const std::map<int32_t, std::string> owner =
-        options_.container_of && !strangers.empty() ? options_.container_of(strangers)
-                                                    : std::map<int32_t, std::string>{};
+    const std::map<int32_t, std::string> owner = options_.container_of && !strangers.empty()
+                                                     ? options_.container_of(strangers)
+                                                     : std::map<int32_t, std::string>{};
     std::set<int32_t> unregistered_now;
     registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
       // Who is who comes from the daemon's book; what a process holds, from its counters.

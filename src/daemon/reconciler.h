@@ -99,8 +99,15 @@ struct ReconcileEvent {
   // than their gates measured (see the file comment), and then no longer.
   // kUnregistered: a process of no container holds memory (`unseen` bytes) or ran (`limit` ns).
   // kAttributed: a process that never registered is charged to `container` by its cgroup.
-  enum class Kind { kOverLimit, kBackUnder, kKilled, kUnregistered, kGpuTimeUnseen,
-                    kGpuTimeBackInLine, kAttributed };
+  enum class Kind {
+    kOverLimit,
+    kBackUnder,
+    kKilled,
+    kUnregistered,
+    kGpuTimeUnseen,
+    kGpuTimeBackInLine,
+    kAttributed
+  };
   Kind kind;
   int device = 0;
   std::string container;  // empty for kUnregistered

@@ -107,9 +107,9 @@ void Server::Accept(int ep, int listen_fd, const std::optional<std::string>& sco
     if (scope && identities_ != nullptr) {
       // The peer as the kernel saw it at connect(): a process of the container, or refused.
       auto peer = ipc::PeerOf(fd);
-      conn.refusal = peer.ok() ? AdmitToContainerSocket(*identities_, require_identity_, *scope,
-                                                        peer->pid)
-                               : "cannot read the caller's credentials: " + peer.error();
+      conn.refusal =
+          peer.ok() ? AdmitToContainerSocket(*identities_, require_identity_, *scope, peer->pid)
+                    : "cannot read the caller's credentials: " + peer.error();
     }
     connections_[fd] = std::move(conn);
   }
@@ -269,11 +269,11 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
       if (set.ok()) SyncContainerSockets(epoll_fd);
     } else if (request->verb == "IDENTIFY") {
       auto peer = ipc::PeerOf(fd);
-      auto identified =
-          identities_ == nullptr ? Result<protocol::Message>::Error("this tesserad keeps no "
-                                                                    "container identities")
-          : peer.ok()            ? Identify(*identities_, *registry_, *request, peer->uid)
-                                 : Result<protocol::Message>(peer.status());
+      auto identified = identities_ == nullptr ? Result<protocol::Message>::Error(
+                                                     "this tesserad keeps no "
+                                                     "container identities")
+                        : peer.ok() ? Identify(*identities_, *registry_, *request, peer->uid)
+                                    : Result<protocol::Message>(peer.status());
       reply = identified.ok() ? protocol::FormatMessage(*identified) : "ERR " + identified.error();
     } else if (request->verb == "STATUS") {
       reply = "OK " + registry_->StatusJson();

@@ -56,23 +56,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tessera-oci-hook: %s\n", state.error().c_str());
     return 1;
   }
-  tessera::protocol::Message request{
-      "IDENTIFY", {{"id", container}, {"pid", std::to_string(state->pid)}}};
+  tessera::protocol::Message request{"IDENTIFY",
+                                     {{"id", container}, {"pid", std::to_string(state->pid)}}};
   if (const std::string label = tessera::ocihook::RuntimeIdLabel(state->id); !label.empty()) {
     request.fields["runtime_id"] = label;
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  auto reply = tessera::ipc::Call(socket, tessera::protocol::FormatMessage(request), nullptr,
-                                  timeout);
+  auto reply =
+      tessera::ipc::Call(socket, tessera::protocol::FormatMessage(request), nullptr, timeout);
   if (!reply.ok()) {
-    std::fprintf(stderr, "tessera-oci-hook: container %s: tesserad at %s: %s\n",
-                 container.c_str(), socket.c_str(), reply.error().c_str());
+    std::fprintf(stderr, "tessera-oci-hook: container %s: tesserad at %s: %s\n", container.c_str(),
+                 socket.c_str(), reply.error().c_str());
     return 1;
   }
   if (reply->rfind("OK", 0) != 0) {
     std::fprintf(stderr, "tessera-oci-hook: container %s: tesserad refused: %s\n",
-                 container.c_str(), reply->rfind("ERR ", 0) == 0 ? reply->c_str() + 4
-                                                                 : reply->c_str());
+                 container.c_str(),
+                 reply->rfind("ERR ", 0) == 0 ? reply->c_str() + 4 : reply->c_str());
     return 1;
   }
   return 0;

@@ -21,9 +21,9 @@ TEST(ParseOciState, ReadsWhatRuncGivesACreateRuntimeHook) {
 }
 
 TEST(ParseOciState, RefusesStatesWithoutAUsablePid) {
-  for (const char* text : {R"({"id":"x","status":"stopped"})", R"({"id":"x","pid":0})",
-                           R"({"id":"x","pid":-4})", R"({"id":"x","pid":"12"})",
-                           R"({"id":"x","pid":4294967296})"}) {
+  for (const char* text :
+       {R"({"id":"x","status":"stopped"})", R"({"id":"x","pid":0})", R"({"id":"x","pid":-4})",
+        R"({"id":"x","pid":"12"})", R"({"id":"x","pid":4294967296})"}) {
     auto state = ParseOciState(text);
     ASSERT_FALSE(state.ok()) << text;
     EXPECT_THAT(state.error(), HasSubstr("no positive \"pid\"")) << text;

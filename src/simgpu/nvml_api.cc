@@ -91,7 +91,7 @@ nvmlReturn_t RunningProcesses(int d, unsigned int* count, Info* infos) {
       const uint64_t used = p.used_bytes[slot].load();
       if (used == 0 && (p.context_mask.load() & (1ull << slot)) == 0) continue;
       const int32_t pid = State()->OwnerPid(i);  // in the caller's pid namespace
-      if (pid < 0) continue;                    // exited since the reaper looked
+      if (pid < 0) continue;                     // exited since the reaper looked
       if (n < capacity) {
         Info info{};
         info.pid = static_cast<unsigned int>(pid);

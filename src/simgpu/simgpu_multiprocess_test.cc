@@ -132,13 +132,16 @@ TEST_F(SimMultiProcessTest, ATenantInAnotherPidNamespaceIsListedByItsPidHereAndN
     GTEST_SKIP() << "cannot create a pid namespace here (needs root and unshare(1))";
   }
   auto in_namespace = [&](const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {"/usr/bin/unshare", "--pid", "--fork", "--kill-child",
+    std::vector<std::string> argv = {"/usr/bin/unshare",
+                                     "--pid",
+                                     "--fork",
+                                     "--kill-child",
                                      BuildDir() + "/tests/sim_tenant",
                                      BuildDir() + "/lib/libtessera-simgpu.so"};
     argv.insert(argv.end(), args.begin(), args.end());
     return std::make_unique<ChildProcess>(
-        argv, std::vector<std::string>{"TESSERA_SIM_STATE=" + state_,
-                                       "TESSERA_SIM_GPUS=SimT:8GiB:80"});
+        argv,
+        std::vector<std::string>{"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80"});
   };
   auto holder = in_namespace({"hold", std::to_string(2 * kGiB)});
   ASSERT_EQ(holder->WaitForKey("ready", 30s), "1");

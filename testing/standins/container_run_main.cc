@@ -24,20 +24,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <thread>
-
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -200,12 +198,12 @@ int main(int argc, char** argv) {
   std::vector<Hook> hooks;
   ApplyCdi(cdi_dir, cdi, &mounts, &env, &hooks);
   if (unshare(CLONE_NEWNS) != 0) Die(std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno));
-  const std::string state = nlohmann::json{{"ociVersion", "1.0.2"},
-                                           {"id", "k8s-container-run-" + std::to_string(getpid())},
-                                           {"status", "creating"},
-                                           {"pid", getpid()},
-                                           {"bundle", scratch}}
-                                .dump();
+  const std::string state = nlohmann::json{
+      {"ociVersion", "1.0.2"},
+      {"id", "k8s-container-run-" + std::to_string(getpid())},
+      {"status", "creating"},
+      {"pid", getpid()},
+      {"bundle", scratch}}.dump();
   for (size_t h = 0; h < hooks.size(); ++h) RunHook(h, hooks[h], state);
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     Die(std::string("making / private: ") + std::strerror(errno));

@@ -72,7 +72,6 @@ Json PodJson(const std::string& ns, const std::string& name, const std::vector<C
 std::string AssignmentJson(const std::string& node, uint64_t seq,
                            const std::map<std::string, std::vector<GpuShare>>& containers);
 
-
 // A cgroup hierarchy tests may write (testing/support/cgroup_container.h).
 using ::tessera::testing::WritableCgroupRoot;
 

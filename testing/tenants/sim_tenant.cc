@@ -18,7 +18,8 @@
 //                                                (after the synchronisation) and late_ms
 //   sim_tenant LIB devices                       print count= and, per ordinal i, name_i= and
 //                                                total_i= (before any context exists)
-//   sim_tenant LIB hello SOCKET CONTAINER        send tesserad "HELLO version=1 container=CONTAINER"
+//   sim_tenant LIB hello SOCKET CONTAINER        send tesserad "HELLO version=1
+//   container=CONTAINER"
 //                                                on SOCKET as a raw client (no shim) and print
 //                                                reply=THE REPLY LINE
 //   sim_tenant LIB processes                     print self= (getpid()) and processes=PID:BYTES,...
@@ -29,8 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -119,8 +120,8 @@ int main(int argc, char** argv) {
   }
   if (mode == "processes") {
     auto init = library->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
-    auto handle = library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>(
-        "nvmlDeviceGetHandleByIndex_v2");
+    auto handle =
+        library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>("nvmlDeviceGetHandleByIndex_v2");
     auto list = library->Resolve<decltype(&nvmlDeviceGetComputeRunningProcesses_v3)>(
         "nvmlDeviceGetComputeRunningProcesses_v3");
     nvmlDevice_t device = nullptr;

@@ -383,10 +383,11 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
     if (config_.cdi && !config_.oci_hook.empty()) {
       // createRuntime: on the host, once the container's init process is in its cgroup and
       // namespaces and before anything of the container runs (it waits for the hook).
-      out.hooks.push_back({"createRuntime", config_.oci_hook,
-                           {"tessera-oci-hook", "--container", rec.id, "--socket",
-                            config_.tesserad_socket},
-                           15});
+      out.hooks.push_back(
+          {"createRuntime",
+           config_.oci_hook,
+           {"tessera-oci-hook", "--container", rec.id, "--socket", config_.tesserad_socket},
+           15});
     }
     if (!rec.mps_root.empty()) {
       // The MPS client side: the GPU's pipe folder (clients connect to the control socket there)

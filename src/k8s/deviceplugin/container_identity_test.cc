@@ -90,8 +90,8 @@ class ContainerIdentityTest : public ::testing::Test {
                             "' --ephemeral --container-sockets '" + sockets_ +
                             "' --over-limit-action kill --allow-self-declared=false 2>'" + log_ +
                             "'";
-    daemon_ = std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", cmd},
-                                             SimEnv());
+    daemon_ =
+        std::make_unique<ChildProcess>(std::vector<std::string>{"/bin/sh", "-c", cmd}, SimEnv());
     ASSERT_TRUE(daemon_->started());
     ASSERT_TRUE(ipc::WaitUntilListening(socket_, 10s)) << "tesserad did not listen";
   }
@@ -100,9 +100,8 @@ class ContainerIdentityTest : public ::testing::Test {
   std::string Register(const std::string& short_name, uint64_t mem,
                        const std::string& hook_socket = "") {
     const std::string id = name_ + "-" + short_name;
-    auto reply = ipc::Call(socket_,
-                           "CONTAINER id=" + id + " mem=" + std::to_string(mem) + " identify=1",
-                           nullptr, 5s);
+    auto reply = ipc::Call(
+        socket_, "CONTAINER id=" + id + " mem=" + std::to_string(mem) + " identify=1", nullptr, 5s);
     EXPECT_TRUE(reply.ok() && reply->rfind("OK", 0) == 0) << (reply.ok() ? *reply : reply.error());
     CdiEdits edits;
     edits.env = {{"TESSERA_SOCKET", std::string(kContainerSocketDir) + "/tessera.sock"},
@@ -133,8 +132,7 @@ class ContainerIdentityTest : public ::testing::Test {
     return CdiQualifiedName(id);
   }
   Container* Run(const std::string& device, std::vector<std::string> command,
-                 std::vector<std::string> env = {},
-                 std::vector<RunOptions::Volume> volumes = {}) {
+                 std::vector<std::string> env = {}, std::vector<RunOptions::Volume> volumes = {}) {
     RunOptions o;
     o.image = image_;
     o.command = std::move(command);
@@ -194,9 +192,9 @@ TEST_F(ContainerIdentityTest, ABypassInAContainerIsChargedToItAndKilledAndTheVic
   const std::string tenant = Register("tenant", kGiB);
   Container* held = Run(victim, {"/opt/test/shim_tenant", "hold", std::to_string(kGiB)});
   ASSERT_EQ(held->process().WaitForKey("ready", 60s), "1") << DaemonLog();
-  Container* greedy = Run(tenant, {"/opt/test/sim_tenant",
-                                   std::string(kContainerSimDir) + "/libtessera-simgpu.so",
-                                   "hold", std::to_string(7 * kGiB)});
+  Container* greedy =
+      Run(tenant, {"/opt/test/sim_tenant", std::string(kContainerSimDir) + "/libtessera-simgpu.so",
+                   "hold", std::to_string(7 * kGiB)});
   ASSERT_EQ(greedy->process().WaitForKey("ready", 60s), "1") << "the bypass did not get 7 GiB";
   const auto allocated = std::chrono::steady_clock::now();
   // The bypass is the container's first process: gone (or a zombie) once tesserad killed it.
@@ -238,11 +236,11 @@ TEST_F(ContainerIdentityTest, AnotherContainersProcessIsRefusedOnTheVictimsSocke
   Container* held = Run(victim, {"/opt/test/shim_tenant", "hold", std::to_string(kGiB)});
   ASSERT_EQ(held->process().WaitForKey("ready", 60s), "1") << DaemonLog();
   // A raw client (no shim) in the tenant's container, on the victim's socket.
-  Container* raw = Run(tenant,
-                       {"/opt/test/sim_tenant",
-                        std::string(kContainerSimDir) + "/libtessera-simgpu.so", "hello",
-                        "/run/tessera-victim/tessera.sock", name_ + "-victim"},
-                       {}, {{sockets_ + "/" + name_ + "-victim", "/run/tessera-victim", "ro"}});
+  Container* raw =
+      Run(tenant,
+          {"/opt/test/sim_tenant", std::string(kContainerSimDir) + "/libtessera-simgpu.so", "hello",
+           "/run/tessera-victim/tessera.sock", name_ + "-victim"},
+          {}, {{sockets_ + "/" + name_ + "-victim", "/run/tessera-victim", "ro"}});
   auto reply = raw->process().WaitForKey("reply", 60s);
   ASSERT_TRUE(reply.has_value()) << DaemonLog();
   EXPECT_THAT(*reply, HasSubstr("is not a process of container " + name_ + "-victim")) << *reply;

@@ -21,10 +21,10 @@
 #include "ipc/unix_socket.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/allocator.h"
+#include "process/child_process.h"
+#include "testing/standins/test_apiserver.h"
 #include "testing/standins/test_kubelet.h"
 #include "testing/support/test_support.h"
-#include "testing/standins/test_apiserver.h"
-#include "process/child_process.h"
 
 namespace tessera::k8s {
 namespace {
@@ -560,7 +560,8 @@ TEST_F(DevicePluginTest, BadInputsFailTheContainerByNameAndChangeNothingElse) {
 // records the container's cgroup, and the container's socket then serves its processes only.
 TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
   const std::string root = testing::WritableCgroupRoot();
-  if (root.empty()) GTEST_SKIP() << "no cgroup hierarchy this test may write: a container's identity needs one";
+  if (root.empty())
+    GTEST_SKIP() << "no cgroup hierarchy this test may write: a container's identity needs one";
   cdi_dir_ = node_.Scratch("cdi");
   StartPlugin({"--cdi", "--cdi-dir", cdi_dir_});
   WaitServing();
@@ -578,13 +579,15 @@ TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
   ASSERT_EQ(hooks.size(), 1u) << spec.dump();
   EXPECT_EQ(hooks[0]["hookName"], "createRuntime");
   EXPECT_EQ(hooks[0]["path"], state_dir_ + "/tessera-oci-hook");
-  EXPECT_EQ(hooks[0]["args"], Json({"tessera-oci-hook", "--container", id, "--socket", node_.socket()}));
+  EXPECT_EQ(hooks[0]["args"],
+            Json({"tessera-oci-hook", "--container", id, "--socket", node_.socket()}));
   // Until the runtime has identified the container, its socket serves nobody.
   const std::string socket = node_.container_sockets() + "/" + id + "/tessera.sock";
   auto early = ipc::Call(socket, "HELLO version=1 container=" + id, nullptr, 5s);
   ASSERT_TRUE(early.ok()) << early.error();
   EXPECT_THAT(*early, HasSubstr("has no recorded identity yet"));
-  const std::string cgroup = root + "/kubepods/pod" + pod["metadata"]["uid"].get<std::string>() + "/c";
+  const std::string cgroup =
+      root + "/kubepods/pod" + pod["metadata"]["uid"].get<std::string>() + "/c";
   ChildProcess* oom = Run(pod, a, {Tenant("shim_tenant"), "alloc-until-oom", "64"}, cgroup);
   auto allocated = oom->WaitForKey("allocated", 30s);
   ASSERT_TRUE(allocated.has_value());
