@@ -383,6 +383,7 @@ Result<ContainerIdentity> IdentityBook::Record(const std::string& id, pid_t pid,
   if (list.size() == kMaxRecordsPerContainer) list.erase(list.begin());
   list.push_back(r);
   noted_.erase(id);
+  learnt_.erase(id);
   StoreLocked(id);
   return r;
 }
@@ -409,6 +410,7 @@ void IdentityBook::RetainExpected(const std::set<std::string>& live) {
 void IdentityBook::Forget(const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
   records_.erase(id);
+  learnt_.erase(id);
   expected_.erase(id);
   noted_.erase(id);
   StoreLocked(id);
@@ -417,6 +419,14 @@ void IdentityBook::Forget(const std::string& id) {
 std::vector<std::string> IdentityBook::Prune() {
   std::vector<std::string> lines;
   std::lock_guard<std::mutex> lock(mu_);
+  // A learnt cgroup lasts while the process it was learnt from lives.
+  for (auto it = learnt_.begin(); it != learnt_.end();) {
+    std::vector<ContainerIdentity>& list = it->second;
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const ContainerIdentity& r) { return !InitAlive(r); }),
+               list.end());
+    it = list.empty() ? learnt_.erase(it) : std::next(it);
+  }
   for (auto it = records_.begin(); it != records_.end();) {
     std::vector<ContainerIdentity>& list = it->second;
     const size_t before = list.size();
@@ -456,20 +466,52 @@ bool IdentityBook::Expected(const std::string& id) const {
 }
 
 std::optional<std::string> IdentityBook::ContainerOfLocked(const ProcessIdentity& process) const {
-  std::optional<std::string> best;
-  size_t best_depth = 0;
-  for (const auto& [id, list] : records_) {
-    for (const ContainerIdentity& r : list) {
-      if (!r.Holds(process)) continue;
-      size_t depth = 1;  // a match by pid namespace is the least specific
-      for (const CgroupEntry& e : r.cgroups) depth += e.path.size();
-      if (!best || depth > best_depth) {
-        best = id;
-        best_depth = depth;
+  // Recorded identities first; learnt cgroups only for containers without one, and only when
+  // they name one container.
+  for (const auto* book : {&records_, &learnt_}) {
+    std::optional<std::string> best;
+    size_t best_depth = 0;
+    bool tie = false;
+    for (const auto& [id, list] : *book) {
+      if (book == &learnt_ && records_.count(id) != 0) continue;
+      for (const ContainerIdentity& r : list) {
+        if (!r.Holds(process)) continue;
+        size_t depth = 1;  // a match by pid namespace is the least specific
+        for (const CgroupEntry& e : r.cgroups) depth += e.path.size();
+        if (!best || depth > best_depth) {
+          best = id;
+          best_depth = depth;
+          tie = false;
+        } else if (depth == best_depth && *best != id) {
+          tie = true;
+        }
       }
     }
+    if (best && !tie) return best;
+    if (best) return std::nullopt;  // two containers' cgroups alike: nobody's
   }
-  return best;
+  return std::nullopt;
+}
+
+void IdentityBook::NoteRegistrant(const std::string& id, pid_t pid) {
+  auto process = ReadProcessIdentity(proc_root_, pid);
+  if (!process.ok()) return;
+  ContainerIdentity r;
+  r.init_pid = pid;
+  r.init_start_ticks = process->start_ticks;
+  for (const CgroupEntry& e : process->cgroups) {
+    const std::string* own = PathIn(self_.cgroups, e.hierarchy);
+    if (e.path != "/" && (own == nullptr || !CgroupWithin(*own, e.path))) r.cgroups.push_back(e);
+  }
+  if (r.cgroups.empty()) return;  // in tesserad's own cgroups: nothing to learn
+  std::lock_guard<std::mutex> lock(mu_);
+  if (records_.count(id) != 0) return;
+  std::vector<ContainerIdentity>& list = learnt_[id];
+  for (const ContainerIdentity& known : list) {
+    if (known.cgroups == r.cgroups) return;  // a cgroup it knows already
+  }
+  if (list.size() == kMaxRecordsPerContainer) list.erase(list.begin());
+  list.push_back(std::move(r));
 }
 
 std::optional<std::string> IdentityBook::ContainerOf(pid_t pid) const {
@@ -483,7 +525,7 @@ std::map<int32_t, std::string> IdentityBook::ContainersOf(const std::set<int32_t
   std::map<int32_t, ProcessIdentity> read;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (records_.empty()) return {};
+    if (records_.empty() && learnt_.empty()) return {};
   }
   for (int32_t pid : pids) {
     auto process = ReadProcessIdentity(proc_root_, pid);

@@ -20,6 +20,12 @@
 // Records are kept as files in a folder of the daemon's (one per container) so that a restarted
 // tesserad knows them; a file is read back as untrusted input.
 //
+// A container no runtime hook identified (a device plugin without CDI) is only learnt: each
+// process that registered through the container's own socket (which only the pod that mounts it
+// reaches) is noted with its cgroup, and while it lives a process that never registered but is
+// in the same cgroup is taken for the container's. Learnt cgroups serve attribution only (who is
+// charged for memory or time on the GPU), never admission, and are kept in memory only.
+//
 // Thread-safety: every method takes the book's mutex (the event loop and the reconciler's thread
 // both ask). What it must not do: talk to sockets, or touch the ledger.
 #pragma once
@@ -111,7 +117,11 @@ class IdentityBook {
   };
   Verdict Check(const std::string& id, pid_t pid) const;
   bool Expected(const std::string& id) const;
-  // The container one of whose records holds `pid` (the most specific one), or nullopt.
+  // A process registered through container `id`'s own socket: learnt as the container's (see
+  // the file comment) when the container has no record.
+  void NoteRegistrant(const std::string& id, pid_t pid);
+  // The container one of whose records (else learnt cgroups) holds `pid` (the most specific
+  // one), or nullopt.
   std::optional<std::string> ContainerOf(pid_t pid) const;
   // The same, for several processes at once (the reconciler's pass).
   std::map<int32_t, std::string> ContainersOf(const std::set<int32_t>& pids) const;
@@ -130,6 +140,7 @@ class IdentityBook {
   mutable std::mutex mu_;
   ProcessIdentity self_;  // tesserad's own, read once
   std::map<std::string, std::vector<ContainerIdentity>> records_;
+  std::map<std::string, std::vector<ContainerIdentity>> learnt_;  // by registrant, see above
   std::set<std::string> expected_;
   mutable std::set<std::string> noted_;
 };

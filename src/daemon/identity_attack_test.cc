@@ -379,3 +379,34 @@ TEST_F(IdentityAttackTest, IdentitiesOutliveADaemonRestart) {
 }
 
 }  // namespace
+
+namespace {
+
+// A container no runtime hook identified (the device plugin without --cdi): a process of it that
+// never registered is still charged to it while one of its processes that did register through
+// its own socket lives in the same cgroup, and only its processes are killed.
+TEST_F(IdentityAttackTest, ABypassInAContainerNoHookIdentifiedIsChargedByItsRegisteredNeighbour) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  EXPECT_THAT(Call("CONTAINER id=victim mem=2147483648"), HasSubstr("OK"));
+  EXPECT_THAT(Call("CONTAINER id=tenant mem=1073741824"), HasSubstr("OK"));
+  containers_.push_back(std::make_unique<CgroupContainer>("victim"));
+  CgroupContainer* victim = containers_.back().get();
+  containers_.push_back(std::make_unique<CgroupContainer>("tenant"));
+  CgroupContainer* tenant = containers_.back().get();
+  for (int i = 0; i < 100 && access(ContainerSocket("tenant").c_str(), F_OK) != 0; ++i) {
+    std::this_thread::sleep_for(20ms);
+  }
+  ChildProcess* held = Tenant(victim, "victim", {"hold", std::to_string(kGiB)});
+  ASSERT_EQ(held->WaitForKey("ready", 30s), "1");
+  ChildProcess* honest = Tenant(tenant, "tenant", {"hold", std::to_string(kGiB / 4)});
+  ASSERT_EQ(honest->WaitForKey("ready", 30s), "1");
+  ChildProcess* greedy =
+      Tenant(tenant, "tenant", {"hold", std::to_string(6 * kGiB)}, {"TESSERA_DISABLE=1"});
+  ASSERT_EQ(greedy->WaitForKey("ready", 30s), "1");
+  EXPECT_EQ(greedy->Wait(3s), 128 + SIGKILL) << DaemonLog();
+  EXPECT_TRUE(LogShows("its cgroup is container tenant's", 1s)) << DaemonLog();
+  EXPECT_FALSE(held->Wait(0ms).has_value()) << "the victim's process was killed";
+  EXPECT_FALSE(KilledIn("victim")) << DaemonLog();
+}
+
+}  // namespace

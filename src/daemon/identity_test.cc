@@ -144,6 +144,31 @@ TEST_F(IdentityTest, TheServersChecksSayWhoIsRefusedAndWhy) {
   EXPECT_FALSE(book.Expected("db"));
 }
 
+// A container no hook identified is learnt from the processes that registered through its own
+// socket: a process in the same cgroup is taken for the container's while one of them lives;
+// two containers learnt in one cgroup make it nobody's; a recorded identity wins.
+TEST_F(IdentityTest, AnUnidentifiedContainerIsLearntFromItsRegisteredProcesses) {
+  IdentityBook book(proc_, store_);
+  book.NoteRegistrant("web", 100);
+  book.NoteRegistrant("web", 400);  // in tesserad's own cgroups: nothing learnt from it
+  EXPECT_EQ(book.ContainerOf(101), "web") << "a sub-group of the registrant's cgroup";
+  EXPECT_EQ(book.ContainerOf(200), std::nullopt);
+  EXPECT_EQ(book.ContainerOf(300), std::nullopt);
+  EXPECT_EQ(book.Check("web", 200), IdentityBook::Verdict::kUnrecorded)
+      << "learnt cgroups never decide who may register";
+  EXPECT_TRUE(book.Identified().empty());
+  book.NoteRegistrant("other", 100);
+  EXPECT_EQ(book.ContainerOf(101), std::nullopt) << "two containers in one cgroup: nobody's";
+  book.Forget("other");
+  EXPECT_EQ(book.ContainerOf(101), "web");
+  ASSERT_TRUE(book.Record("db", 201, "").ok());
+  book.NoteRegistrant("db", 100);
+  EXPECT_EQ(book.ContainerOf(101), "web") << "a recorded container learns nothing";
+  SetStart("100", 7777);  // the registrant exits
+  book.Prune();
+  EXPECT_EQ(book.ContainerOf(101), std::nullopt);
+}
+
 TEST_F(IdentityTest, RecordsOutliveARestartAndGoWithTheirInitProcess) {
   {
     IdentityBook book(proc_, store_);

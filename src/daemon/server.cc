@@ -230,6 +230,10 @@ bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
                      : peer.ok()      ? registry_->Hello(*request, peer->pid, &slot)
                                       : Result<protocol::Message>(peer.status());
         if (hello.ok()) {
+          // A process of the container that owns this socket: its cgroup is the container's.
+          if (conn.scope && identities_ != nullptr && slot != kNoProcess) {
+            identities_->NoteRegistrant(*conn.scope, peer->pid);
+          }
           conn.registered = true;
           conn.process_slot = slot;
           conn.generation = static_cast<uint32_t>(
