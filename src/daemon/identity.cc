@@ -465,10 +465,12 @@ bool IdentityBook::Expected(const std::string& id) const {
   return expected_.count(id) != 0;
 }
 
-std::optional<std::string> IdentityBook::ContainerOfLocked(const ProcessIdentity& process) const {
-  // Recorded identities first; learnt cgroups only for containers without one, and only when
-  // they name one container.
+std::optional<std::string> IdentityBook::ContainerOfLocked(const ProcessIdentity& process,
+                                                           bool learnt) const {
+  // Recorded identities first; learnt cgroups (when asked) only for containers without one, and
+  // only when they name one container.
   for (const auto* book : {&records_, &learnt_}) {
+    if (book == &learnt_ && !learnt) break;
     std::optional<std::string> best;
     size_t best_depth = 0;
     bool tie = false;
@@ -515,10 +517,14 @@ void IdentityBook::NoteRegistrant(const std::string& id, pid_t pid) {
 }
 
 std::optional<std::string> IdentityBook::ContainerOf(pid_t pid) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (records_.empty()) return std::nullopt;
+  }
   auto process = ReadProcessIdentity(proc_root_, pid);
   if (!process.ok()) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
-  return ContainerOfLocked(*process);
+  return ContainerOfLocked(*process, /*learnt=*/false);
 }
 
 std::map<int32_t, std::string> IdentityBook::ContainersOf(const std::set<int32_t>& pids) const {
@@ -534,7 +540,7 @@ std::map<int32_t, std::string> IdentityBook::ContainersOf(const std::set<int32_t
   std::map<int32_t, std::string> out;
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [pid, process] : read) {
-    if (auto id = ContainerOfLocked(process)) out[pid] = *id;
+    if (auto id = ContainerOfLocked(process, /*learnt=*/true)) out[pid] = *id;
   }
   return out;
 }

@@ -120,10 +120,10 @@ class IdentityBook {
   // A process registered through container `id`'s own socket: learnt as the container's (see
   // the file comment) when the container has no record.
   void NoteRegistrant(const std::string& id, pid_t pid);
-  // The container one of whose records (else learnt cgroups) holds `pid` (the most specific
-  // one), or nullopt.
+  // The container one of whose records holds `pid` (the most specific one), or nullopt. Learnt
+  // cgroups are not asked: they decide no admission.
   std::optional<std::string> ContainerOf(pid_t pid) const;
-  // The same, for several processes at once (the reconciler's pass).
+  // For several processes at once (the reconciler's pass): by records, else by learnt cgroups.
   std::map<int32_t, std::string> ContainersOf(const std::set<int32_t>& pids) const;
   // Containers with at least one record.
   std::set<std::string> Identified() const;
@@ -131,7 +131,7 @@ class IdentityBook {
   bool FirstUnidentifiedUse(const std::string& id) const;
 
  private:
-  std::optional<std::string> ContainerOfLocked(const ProcessIdentity& process) const;
+  std::optional<std::string> ContainerOfLocked(const ProcessIdentity& process, bool learnt) const;
   void StoreLocked(const std::string& id) const;
   bool InitAlive(const ContainerIdentity& r) const;
 

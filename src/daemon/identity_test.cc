@@ -149,24 +149,31 @@ TEST_F(IdentityTest, TheServersChecksSayWhoIsRefusedAndWhy) {
 // two containers learnt in one cgroup make it nobody's; a recorded identity wins.
 TEST_F(IdentityTest, AnUnidentifiedContainerIsLearntFromItsRegisteredProcesses) {
   IdentityBook book(proc_, store_);
+  auto owner = [&book](int32_t pid) -> std::optional<std::string> {
+    auto found = book.ContainersOf({pid});
+    if (found.empty()) return std::nullopt;
+    return found.begin()->second;
+  };
   book.NoteRegistrant("web", 100);
   book.NoteRegistrant("web", 400);  // in tesserad's own cgroups: nothing learnt from it
-  EXPECT_EQ(book.ContainerOf(101), "web") << "a sub-group of the registrant's cgroup";
-  EXPECT_EQ(book.ContainerOf(200), std::nullopt);
-  EXPECT_EQ(book.ContainerOf(300), std::nullopt);
+  EXPECT_EQ(owner(101), "web") << "a sub-group of the registrant's cgroup";
+  EXPECT_EQ(owner(200), std::nullopt);
+  EXPECT_EQ(owner(300), std::nullopt);
   EXPECT_EQ(book.Check("web", 200), IdentityBook::Verdict::kUnrecorded)
       << "learnt cgroups never decide who may register";
+  EXPECT_EQ(book.ContainerOf(101), std::nullopt) << "nor whom a HELLO goes to";
+  EXPECT_EQ(AdmitHello(book, "other", 101), "");
   EXPECT_TRUE(book.Identified().empty());
   book.NoteRegistrant("other", 100);
-  EXPECT_EQ(book.ContainerOf(101), std::nullopt) << "two containers in one cgroup: nobody's";
+  EXPECT_EQ(owner(101), std::nullopt) << "two containers in one cgroup: nobody's";
   book.Forget("other");
-  EXPECT_EQ(book.ContainerOf(101), "web");
+  EXPECT_EQ(owner(101), "web");
   ASSERT_TRUE(book.Record("db", 201, "").ok());
   book.NoteRegistrant("db", 100);
-  EXPECT_EQ(book.ContainerOf(101), "web") << "a recorded container learns nothing";
+  EXPECT_EQ(owner(101), "web") << "a recorded container learns nothing";
   SetStart("100", 7777);  // the registrant exits
   book.Prune();
-  EXPECT_EQ(book.ContainerOf(101), std::nullopt);
+  EXPECT_EQ(owner(101), std::nullopt);
 }
 
 TEST_F(IdentityTest, RecordsOutliveARestartAndGoWithTheirInitProcess) {
