@@ -274,6 +274,14 @@ CUresult InitialiseTenant(bool observer) {
     std::fprintf(stderr, "tessera: %s\n", config.error().c_str());
     return fail(CUDA_ERROR_INVALID_VALUE);
   }
+  if (access(kManagedContainerMarker, F_OK) == 0) {
+    // A container Tessera manages: nothing in the environment turns the shim off.
+    const size_t before = config->notes.size();
+    ApplyManagedContainer(&*config);
+    for (size_t i = before; i < config->notes.size(); ++i) {
+      std::fprintf(stderr, "tessera: %s\n", config->notes[i].c_str());
+    }
+  }
   if (config->disable.value) {
     t.mode.store(Mode::kPassThrough);
     return CUDA_SUCCESS;
