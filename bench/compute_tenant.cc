@@ -5,7 +5,9 @@
 // policies or targets and must not read Tessera's shared memory: it only launches and measures.
 //
 //   compute_tenant [options] saturate KERNEL_NS SECONDS
-//       keep the stream full of back-to-back kernels; no synchronisation until the end
+//       keep the stream full of back-to-back kernels; no synchronisation until the end (with
+//       --sync: one kernel at a time, cuCtxSynchronize after each, as a training step that reads
+//       its loss back does)
 //   compute_tenant [options] sporadic KERNEL_NS PERIOD_MS SECONDS
 //       one kernel every PERIOD_MS (± jitter); reports each kernel's admission latency
 //   compute_tenant [options] idle-after SECONDS_BUSY SECONDS_TOTAL KERNEL_NS
@@ -16,7 +18,8 @@
 // cuLaunchKernel_ptsz; cuGraphLaunch of a captured stream), --streams N (round-robin over N
 // created streams), --graph-kernels N (kernels per captured graph), --depth-ms MS (most device
 // work kept queued per stream; the launch queue is bounded as a real one is), --seed S and
-// --jitter-ms J (sporadic), --module PATH (a module image for a real GPU; simgpu takes any).
+// --jitter-ms J (sporadic), --sync (saturate: synchronise after every launch), --module PATH (a
+// module image for a real GPU; simgpu takes any).
 //
 // Output (key=value lines, read by compute_scenario_bench): ready=1 once set up, then at the end
 // kernels, device_ns, bucket_ns, buckets=FIRST:v0,v1,... (ns of this tenant's device time in each
@@ -75,7 +78,7 @@ void SleepUntilNs(uint64_t t) {
   std::fprintf(stderr,
                "compute_tenant: %s\nusage: compute_tenant [--start-ns N] [--launch "
                "plain|ptsz|graph] [--streams N] [--graph-kernels N] [--depth-ms MS] [--seed S] "
-               "[--jitter-ms J] [--module PATH]\n"
+               "[--jitter-ms J] [--sync] [--module PATH]\n"
                "         saturate KERNEL_NS SECONDS | sporadic KERNEL_NS PERIOD_MS SECONDS |\n"
                "         idle-after SECONDS_BUSY SECONDS_TOTAL KERNEL_NS\n",
                why.c_str());
@@ -101,6 +104,7 @@ struct Options {
   double depth_ms = 100;
   uint64_t seed = 1;
   double jitter_ms = -1;  // negative: half the period
+  bool sync = false;      // saturate: cuCtxSynchronize after every launch
   std::string module_path;
 };
 
@@ -208,6 +212,10 @@ class Tenant {
     size_t next = 0;
     while (NowNs() < until) {
       Launch(next);
+      if (opt_.sync) {
+        CHECK(cuCtxSynchronize());
+        Harvest(lanes_[next]);
+      }
       next = (next + 1) % lanes_.size();
     }
   }
@@ -387,6 +395,8 @@ int main(int argc, char** argv) {
       opt.seed = static_cast<uint64_t>(ParseNumber(value(), "--seed"));
     } else if (a == "--jitter-ms") {
       opt.jitter_ms = ParseNumber(value(), "--jitter-ms");
+    } else if (a == "--sync") {
+      opt.sync = true;
     } else if (a == "--module") {
       opt.module_path = value();
     } else if (a.rfind("--", 0) == 0) {

@@ -395,7 +395,8 @@ std::string Registry::StatusJson() const {
            {"target_percent",
             share != nullptr && share->target ? Json(percent(*share->target)) : Json(nullptr)},
            {"achieved_percent", share != nullptr ? percent(share->achieved) : 0.0},
-           {"holder", share != nullptr && share->holder}});
+           {"holder", share != nullptr && share->holder},
+           {"grants", share != nullptr ? share->grants : uint64_t{0}}});
     }
     Json processes = Json::array();
     for (int p = 0; p < ledger::kMaxProcesses; ++p) {
