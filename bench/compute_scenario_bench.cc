@@ -9,8 +9,11 @@
 // It holds no policy logic and reads none of the daemon's state: targets come from DESIGN §6 and
 // the measurements from the tenants. It must not judge from NVML or the arbiter's books.
 //
-//   compute_scenario_bench [--duration S] [--quick] [--case GLOB[,GLOB...]] [--json PATH]
-//                          [--no-daemon-flags] [--strict] [--list]
+//   compute_scenario_bench [--duration S] [--quick] [--case GLOB[,GLOB...]] [--repeat N]
+//                          [--json PATH] [--trace DIR] [--no-daemon-flags] [--strict] [--list]
+//
+// --repeat N runs each case N times (both rounds each time) and judges the medians; --trace DIR
+// keeps each tenant's per-kernel times and the arbiter's trace of every round there.
 //
 // Until tesserad knows --policy/--max-inst, it refuses them with a usage error (exit 2); the bench
 // notices, says so, and runs both rounds without them (the JSON then says "gated": false).
@@ -268,6 +271,10 @@ struct Settings {
   bool quick = false;
   bool daemon_flags = true;  // pass --policy/--max-inst; cleared when tesserad refuses them
   bool flags_refused = false;
+  // --trace DIR: each tenant's units (compute_tenant --trace) and the arbiter's trace
+  // (TESSERA_TRACE_ARBITER) of every round go there, named CASE-POLICY-RUN.*.
+  std::string trace_dir;
+  int trace_run = 0;
 };
 
 struct TenantResult {
@@ -355,6 +362,11 @@ RoundResult RunRound(const Case& c, int policy, Settings* s) {
                                             "TESSERA_SIM_GPUS=SimScenario:16GiB:80"};
   auto cleanup = [&] { shm_unlink(("/tessera-sim-" + state).c_str()); };
 
+  std::string trace_prefix;
+  if (!s->trace_dir.empty()) {
+    trace_prefix = s->trace_dir + "/" + c.name + "-p" + std::to_string(policy) + "-" +
+                   std::to_string(s->trace_run++);
+  }
   std::unique_ptr<Tracked> daemon;
   for (int attempt = 0; attempt < 2 && !daemon; ++attempt) {
     std::vector<std::string> argv = {s->build + "/bin/tesserad", "--sim", "--socket", socket,
@@ -365,7 +377,15 @@ RoundResult RunRound(const Case& c, int policy, Settings* s) {
       if (c.max_inst > 0) argv.insert(argv.end(), {"--max-inst", std::to_string(c.max_inst)});
     }
     bool refused = false;
-    daemon = StartDaemon(argv, sim_env, socket, &refused);
+    std::vector<std::string> daemon_env = sim_env;
+    if (!trace_prefix.empty()) {
+      // The daemon's stderr, through a shell: its trace lines, one per publication.
+      daemon_env.push_back("TESSERA_TRACE_ARBITER=1");
+      std::string cmd = "exec";
+      for (const std::string& a : argv) cmd += " '" + a + "'";
+      argv = {"/bin/sh", "-c", cmd + " 2>'" + trace_prefix + ".arbiter'"};
+    }
+    daemon = StartDaemon(argv, daemon_env, socket, &refused);
     if (daemon) {
       result.gated = flags;
     } else if (refused && flags) {
@@ -394,6 +414,9 @@ RoundResult RunRound(const Case& c, int policy, Settings* s) {
     std::vector<std::string> argv = {s->build + "/bench/compute_tenant", "--start-ns",
                                      std::to_string(start_ns), "--seed", std::to_string(i + 1)};
     argv.insert(argv.end(), t.options.begin(), t.options.end());
+    if (!trace_prefix.empty()) {
+      argv.insert(argv.end(), {"--trace", trace_prefix + "." + t.name});
+    }
     const std::string k = std::to_string(t.kernel_ns ? t.kernel_ns : c.kernel_ns),
                       secs = Fmt("%.3f", d);
     switch (t.role) {
@@ -777,8 +800,8 @@ void PrintRow(const char* run, const Metrics& m, double grants_per_s) {
 int Usage(const std::string& why) {
   std::fprintf(stderr,
                "compute_scenario_bench: %s\nusage: compute_scenario_bench [--duration S] "
-               "[--quick] [--case GLOB[,GLOB...]] [--repeat N] [--json PATH] [--no-daemon-flags] "
-               "[--strict] [--list]\n",
+               "[--quick] [--case GLOB[,GLOB...]] [--repeat N] [--json PATH] [--trace DIR] "
+               "[--no-daemon-flags] [--strict] [--list]\n",
                why.c_str());
   return 2;
 }
@@ -828,6 +851,10 @@ int main(int argc, char** argv) {
         return Usage("--repeat: expected a whole number from 1 to 20");
       }
       repeat = static_cast<int>(n);
+    } else if (a == "--trace") {
+      const char* v = value();
+      if (v == nullptr) return Usage("--trace needs a directory");
+      s.trace_dir = v;
     } else if (a == "--json") {
       const char* v = value();
       if (v == nullptr) return Usage("--json needs a path");
