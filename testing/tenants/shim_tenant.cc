@@ -457,7 +457,10 @@ int main(int argc, char** argv) {
         if (r != CUDA_SUCCESS) failure.store(static_cast<int>(r));
         kernels.fetch_add(1);
         if (slot != nullptr) {
-          for (auto& ns : slot->gpu_ns) ns.store(0);  // the lie: it never ran
+          // The lie: it never ran (no time, and no intervals: the ring starts over, empty).
+          for (auto& ns : slot->gpu_ns) ns.store(0);
+          slot->interval_head.store(0);
+          for (auto& interval : slot->intervals) interval.seq.store(0);
         }
       }
     });
