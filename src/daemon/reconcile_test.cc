@@ -344,7 +344,7 @@ TEST_F(ReconcilerTest, IntervalsLaidOverAnothersWorkHideNothing) {
   std::vector<ReconcileEvent> events;
   for (int pass = 0; pass < 3 && Count(events, Kind::kGpuTimeUnseen) == 0; ++pass) {
     const uint64_t t = ipc::MonotonicNs() - 250'000'000;
-    Interval(101, t, t + 200'000'000);             // the honest tenant's 200 ms
+    Interval(101, t, t + 200'000'000);               // the honest tenant's 200 ms
     Interval(202, t + 50'000'000, t + 200'001'000);  // the liar's 150 ms, laid over them
     compute_->RunOnce();
     busy_ = {{101, 200'000'000}, {202, 150'000'000}};  // the liar ran its 150 ms elsewhere
