@@ -396,6 +396,7 @@ std::string Registry::StatusJson() const {
             share != nullptr && share->target ? Json(percent(*share->target)) : Json(nullptr)},
            {"achieved_percent", share != nullptr ? percent(share->achieved) : 0.0},
            {"holder", share != nullptr && share->holder},
+           {"gpu_seconds", share != nullptr ? share->gpu_seconds : 0.0},
            {"grants", share != nullptr ? share->grants : uint64_t{0}}});
     }
     Json processes = Json::array();
