@@ -10,7 +10,12 @@
 // whatever order the samplers report them; one that arrives after a later-ending one it overlaps
 // takes that part back, and the owner it takes it from is refunded (negative deltas). Parts of an
 // interval that no earlier-ending one covers are its own; parts of two intervals of the same
-// process or container never count twice.
+// container never count twice.
+//
+// Two readings: Add's deltas at once (provisional: a later report may still move time between
+// owners, for an arbiter that must not wait), and Settle's pieces once they ended `settle` ago
+// (final: never moved again, so counters built from them never go down). A report that arrives
+// after the part it overlaps was settled gets none of it.
 //
 // Exact when each mark covers one launch, or a run of launches no other container's work ran in
 // between; a mark whose launches interleave with another container's is charged from where its
@@ -30,11 +35,18 @@ namespace tessera::arbiter {
 
 class DeviceTimeline {
  public:
-  // A change of one process's attributed time (ns; negative: refunded).
+  // A change of one process's provisional time (ns; negative: refunded).
   struct Delta {
     int process = 0;
     int container = 0;
     int64_t ns = 0;
+  };
+  // Device time settled as one process's: [end - ns, end].
+  struct Piece {
+    int process = 0;
+    int container = 0;
+    uint64_t end = 0;
+    uint64_t ns = 0;
   };
 
   // Keeps `horizon_ns` of history; at most `max_segments` pieces (the oldest are forgotten first).
@@ -42,14 +54,24 @@ class DeviceTimeline {
       : horizon_ns_(horizon_ns), max_segments_(max_segments) {}
 
   // Adds the busy interval [start, end) that process `process` of container `container` measured;
-  // appends the resulting changes to *deltas (the newcomer's own time, and refunds to those it
+  // appends the provisional changes to *deltas (the newcomer's own time, and refunds to those it
   // took instants back from). Ignored when end <= start.
   void Add(int process, int container, uint64_t start, uint64_t end, std::vector<Delta>* deltas);
 
-  // Forgets what ended before `now - horizon`.
-  void Expire(uint64_t now);
+  // Settles everything that ended by `until` (non-decreasing from call to call) and appends it to
+  // *pieces, each instant once.
+  void Settle(uint64_t until, std::vector<Piece>* pieces);
+
+  // Forgets what ended before `now - horizon` (settling it first if it was not).
+  void Expire(uint64_t now, std::vector<Piece>* pieces);
 
   size_t segment_count() const { return segments_.size(); }
+  // Whether some of what was added is not settled yet.
+  bool unsettled() const {
+    return !late_.empty() || (!segments_.empty() && !segments_.back().settled);
+  }
+  // Everything that ended by this instant is settled (the latest Settle).
+  uint64_t settled_until() const { return settled_until_; }
 
  private:
   struct Segment {
@@ -58,12 +80,16 @@ class DeviceTimeline {
     uint64_t source_end;  // the end of the interval this piece came from
     int process;
     int container;
+    bool settled;
   };
 
   uint64_t horizon_ns_;
   size_t max_segments_;
   std::deque<Segment> segments_;  // ordered by start, disjoint
   uint64_t forgotten_until_ = 0;  // nothing is known before this instant any more
+  uint64_t settled_until_ = 0;    // every segment that ended by then is settled
+  // Settled in Add (a late report's part that lies before settled_until_), for the next Settle.
+  std::vector<Piece> late_;
 };
 
 }  // namespace tessera::arbiter

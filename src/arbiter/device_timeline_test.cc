@@ -22,6 +22,13 @@ std::map<int, int64_t> Totals(const std::vector<DeviceTimeline::Delta>& deltas) 
   return out;
 }
 
+// Each container's total of the settled pieces.
+std::map<int, int64_t> Settled(const std::vector<DeviceTimeline::Piece>& pieces) {
+  std::map<int, int64_t> out;
+  for (const auto& p : pieces) out[p.container] += static_cast<int64_t>(p.ns);
+  return out;
+}
+
 TEST(DeviceTimelineTest, AnIntervalNobodyElseCoversIsItsOwn) {
   DeviceTimeline t;
   std::vector<DeviceTimeline::Delta> deltas;
@@ -69,8 +76,10 @@ TEST(DeviceTimelineTest, BeyondTheHorizonAnIntervalIsChargedAsReported) {
   DeviceTimeline t(/*horizon_ns=*/1000 * kUs);
   std::vector<DeviceTimeline::Delta> deltas;
   t.Add(0, 0, 0, 2000 * kUs, &deltas);
-  t.Expire(10'000 * kUs);
+  std::vector<DeviceTimeline::Piece> pieces;
+  t.Expire(10'000 * kUs, &pieces);
   EXPECT_EQ(t.segment_count(), 0u);
+  EXPECT_EQ(Settled(pieces)[0], static_cast<int64_t>(2000 * kUs));  // settled as it went
   deltas.clear();
   t.Add(1, 1, 1000 * kUs, 1500 * kUs, &deltas);  // a late report of forgotten time
   EXPECT_EQ(Totals(deltas)[1], static_cast<int64_t>(500 * kUs));
@@ -88,6 +97,31 @@ TEST(DeviceTimelineTest, NobodyIsChargedBeyondTheUnionOfItsOwnIntervals) {
   auto totals = Totals(deltas);
   EXPECT_EQ(totals[0], static_cast<int64_t>(1100 * kUs));  // [1.9, 3): the rest it gave the liar
   EXPECT_EQ(totals[1], static_cast<int64_t>(1900 * kUs));  // the liar pays for what it claimed
+}
+
+// Settled time is final: each instant is settled once, to the owner it had then; a report that
+// arrives after the part it overlaps was settled gets none of it, and nothing settled is moved.
+TEST(DeviceTimelineTest, SettledTimeIsFinalAndCountedOnce) {
+  DeviceTimeline t;
+  std::vector<DeviceTimeline::Delta> deltas;
+  std::vector<DeviceTimeline::Piece> pieces;
+  t.Add(1, 1, 1000 * kUs, 4500 * kUs, &deltas);  // reported first; ends last
+  t.Settle(3000 * kUs, &pieces);                 // nothing has ended by 3 ms
+  EXPECT_TRUE(pieces.empty());
+  t.Settle(5000 * kUs, &pieces);
+  EXPECT_EQ(Settled(pieces)[1], static_cast<int64_t>(3500 * kUs));
+  // The holder it queued behind reports only now: too late for what was settled.
+  deltas.clear();
+  t.Add(0, 0, 0, 4000 * kUs, &deltas);
+  auto totals = Totals(deltas);
+  EXPECT_EQ(totals[0], static_cast<int64_t>(1000 * kUs));  // [0, 1 ms): nobody's until now
+  EXPECT_EQ(totals[1], 0);
+  t.Settle(5000 * kUs, &pieces);  // its own piece ended before 5 ms: settled at once
+  auto settled = Settled(pieces);
+  EXPECT_EQ(settled[0], static_cast<int64_t>(1000 * kUs));
+  EXPECT_EQ(settled[1], static_cast<int64_t>(3500 * kUs));
+  t.Settle(9000 * kUs, &pieces);  // nothing twice
+  EXPECT_EQ(Settled(pieces)[1], static_cast<int64_t>(3500 * kUs));
 }
 
 // The property the daemon relies on: on a device that runs work in submission order, with one
@@ -127,10 +161,20 @@ TEST(DeviceTimelineTest, MatchesASubmissionOrderDeviceWhateverTheReportOrder) {
     }
     DeviceTimeline t;
     std::vector<DeviceTimeline::Delta> deltas;
-    for (const Interval& in : intervals)
+    std::vector<DeviceTimeline::Piece> pieces;
+    for (size_t i = 0; i < intervals.size(); ++i) {
+      const Interval& in = intervals[i];
       t.Add(in.container, in.container, in.start, in.end, &deltas);
+      // Settled well behind the reports (each comes within a few of its turn).
+      if (i >= 10) t.Settle(intervals[i - 10].start, &pieces);
+    }
+    t.Settle(~uint64_t{0}, &pieces);
     auto totals = Totals(deltas);
-    for (int c = 0; c < 3; ++c) EXPECT_EQ(totals[c], truth[c]) << "round " << round << " c " << c;
+    auto settled = Settled(pieces);
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_EQ(totals[c], truth[c]) << "round " << round << " c " << c;
+      EXPECT_EQ(settled[c], truth[c]) << "round " << round << " c " << c;
+    }
   }
 }
 

@@ -43,6 +43,11 @@ constexpr uint64_t kTailLeadNs = 500'000;
 // no later; time a process reports without intervals is charged at most this much per pass.
 constexpr uint64_t kFutureSlackNs = 10'000'000;
 constexpr uint64_t kMaxPlainChargeNs = 10'000'000'000;
+// The reported figures (Shares, the book's gate_gpu_ns) take a GPU's timeline as settled this
+// long after it ran: by then the samplers have reported what ran, on a loaded node too, so the
+// figures are final and counters never go down. The arbiter uses it at once.
+constexpr uint64_t kSettleNs = 50'000'000;
+constexpr uint64_t kSettlePassNs = 10'000'000;
 
 uint64_t ToNs(Nanos n) { return static_cast<uint64_t>(std::max<int64_t>(n.count(), 0)); }
 
@@ -177,6 +182,10 @@ DeviceShares ComputeService::Shares(int device) const {
   arbiter::Arbiter& a = const_cast<arbiter::Arbiter&>(*dev.arbiter);  // UsedInWindow reads
   const arbiter::ArbiterConfig& config = a.config();
   out.config = config;
+  // The figures run to where the arbiter thread last settled the timeline (kSettleNs before its
+  // last pass, which comes at least every kSettlePassNs while anything is left to settle).
+  const arbiter::Nanos until = Nanos(static_cast<int64_t>(dev.timeline.settled_until()));
+  out.gpu_time_until_ns = ToNs(until);
   out.free_weight = a.free_weight();
   int weight_sum = 0;
   int active = 0;
@@ -217,7 +226,7 @@ DeviceShares ComputeService::Shares(int device) const {
     }
     // What it ran (not what the arbiter's order was charged: no deadline charges or credits).
     const arbiter::Nanos ran =
-        const_cast<arbiter::UsageWindow&>(dev.ran[static_cast<size_t>(c)]).Used(clock_.Now());
+        const_cast<arbiter::UsageWindow&>(dev.ran[static_cast<size_t>(c)]).Used(until);
     share.achieved = 100.0 * static_cast<double>(ran.count()) / window;
     const ledger::LedgerBook::Container& slot = book_->containers[c];
     share.gpu_seconds =
@@ -279,7 +288,6 @@ void ComputeService::SyncContainers() {
       if (dev.present.test(c) && (!live || replaced)) {
         (void)a.RemoveContainer(c);
         dev.ran[static_cast<size_t>(c)].Clear();
-        container_debt_ns_[static_cast<size_t>(c) * ledger::kMaxDevices + d] = 0;
         dev.present.reset(c);
         dev.pending.reset(c);
         dev.grants[static_cast<size_t>(c)] = 0;
@@ -309,20 +317,11 @@ void ComputeService::SyncContainers() {
   }
 }
 
-void ComputeService::Attribute(int p, uint32_t c, int d, int64_t ns) {
-  auto apply = [ns](std::atomic<uint64_t>& counter, uint64_t& debt) {
-    if (ns < 0) {
-      debt += static_cast<uint64_t>(-ns);
-      return;
-    }
-    const uint64_t pay = std::min(debt, static_cast<uint64_t>(ns));
-    debt -= pay;
-    counter.fetch_add(static_cast<uint64_t>(ns) - pay, std::memory_order_relaxed);
-  };
-  apply(compute_book_->processes[p].gate_gpu_ns[d],
-        process_debt_ns_[static_cast<size_t>(p) * ledger::kMaxDevices + d]);
-  apply(compute_book_->containers[c].gate_gpu_ns[d],
-        container_debt_ns_[static_cast<size_t>(c) * ledger::kMaxDevices + d]);
+void ComputeService::Attribute(int p, uint32_t c, int d, uint64_t end, uint64_t ns) {
+  compute_book_->processes[p].gate_gpu_ns[d].fetch_add(ns, std::memory_order_relaxed);
+  compute_book_->containers[c].gate_gpu_ns[d].fetch_add(ns, std::memory_order_relaxed);
+  devices_[static_cast<size_t>(d)].ran[c].Add(Nanos(static_cast<int64_t>(end)),
+                                              Nanos(static_cast<int64_t>(ns)));
 }
 
 void ComputeService::ReadIntervals(int p, uint32_t c, uint64_t now,
@@ -343,7 +342,7 @@ void ComputeService::ReadIntervals(int p, uint32_t c, uint64_t now,
     // charged as it is, no more than a grant's worth of a window per pass from one process.
     ns = std::min<uint64_t>(ns, kMaxPlainChargeNs);
     (*charge)[static_cast<size_t>(d)][c] += static_cast<int64_t>(ns);
-    Attribute(p, c, d, static_cast<int64_t>(ns));
+    Attribute(p, c, d, now - kSettleNs, ns);  // settled at once, where the reported window ends
   };
   for (; next < head; ++next) {
     const ledger::GpuInterval& e = ps.intervals[next % ledger::kIntervalRing];
@@ -373,8 +372,7 @@ void ComputeService::ReadIntervals(int p, uint32_t c, uint64_t now,
     dev.placed_until_ns[c] = std::max(dev.placed_until_ns[c], to);
     for (const arbiter::DeviceTimeline::Delta& delta : deltas_) {
       const uint32_t owner = static_cast<uint32_t>(delta.container) % ledger::kMaxContainers;
-      (*charge)[d][owner] += delta.ns;
-      Attribute(delta.process, owner, static_cast<int>(d), delta.ns);
+      (*charge)[d][owner] += delta.ns;  // for the arbiter at once; reported once settled
     }
     accounted[d] = sum;
   }
@@ -436,8 +434,6 @@ uint64_t ComputeService::Step(uint64_t now) {
       process_tracked_[p] = true;
       std::fill(seen, seen + ledger::kMaxDevices, 0);
       ring_next_[p] = 0;
-      std::fill_n(process_debt_ns_.begin() + static_cast<ptrdiff_t>(p) * ledger::kMaxDevices,
-                  ledger::kMaxDevices, 0);
     }
     // The process last seen live here, just reclaimed: its last report is still charged below.
     const bool just_reclaimed =
@@ -495,7 +491,17 @@ uint64_t ComputeService::Step(uint64_t now) {
     arbiter::Arbiter& a = *dev.arbiter;
     const arbiter::ArbiterConfig& config = a.config();
     const bool native = config.policy == ArbiterPolicy::kNative;
-    dev.timeline.Expire(now);
+    // What ended long enough ago to be final: the reported figures and the book's counters.
+    pieces_.clear();
+    dev.timeline.Settle(now - kSettleNs, &pieces_);
+    dev.timeline.Expire(now, &pieces_);
+    std::sort(pieces_.begin(), pieces_.end(),
+              [](const auto& x, const auto& y) { return x.end < y.end; });
+    for (const arbiter::DeviceTimeline::Piece& piece : pieces_) {
+      const uint32_t owner = static_cast<uint32_t>(piece.container) % ledger::kMaxContainers;
+      if (!dev.present.test(owner)) continue;  // it left meanwhile
+      Attribute(piece.process, owner, d, piece.end, piece.ns);
+    }
     bool high_priority_present = false;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
       if (!dev.present.test(c)) continue;
@@ -508,18 +514,21 @@ uint64_t ComputeService::Step(uint64_t now) {
         generation = slot.generation.load();
         charged = 0;
       }
-      if (unseen > charged) charge[d][c] += static_cast<int64_t>(unseen - charged);
-      charged = std::max(charged, unseen);
       const size_t ci = static_cast<size_t>(c);
-      // What it ran, for the reported figures; a refund (the timeline found part of an earlier
-      // charge another's) comes off at once.
+      if (unseen > charged) {
+        // Time the device ran for it beyond its gates: what it ran too (placed now: when is not
+        // known), and charged.
+        charge[d][c] += static_cast<int64_t>(unseen - charged);
+        dev.ran[ci].Add(Nanos(static_cast<int64_t>(now - kSettleNs)),
+                        Nanos(static_cast<int64_t>(unseen - charged)));
+      }
+      charged = std::max(charged, unseen);
+      // A refund (the timeline found part of an earlier charge another's) comes off at once.
       uint64_t ran = 0;
       if (charge[d][c] < 0) {
-        dev.ran[ci].Remove(Nanos(-charge[d][c]));
         (void)a.Refund(c, Nanos(-charge[d][c]));
       } else {
         ran = static_cast<uint64_t>(charge[d][c]);
-        dev.ran[ci].Add(Nanos(static_cast<int64_t>(now)), Nanos(charge[d][c]));
       }
       // A revoked holder's measured time counts against the drain wait it was charged ahead
       // (below): that wait was this work, still running, so it is charged once.
@@ -660,6 +669,7 @@ uint64_t ComputeService::Step(uint64_t now) {
     }
     if (changed) Publish(d, !native);
     if (decision.until != Nanos::max()) next = std::min(next, ToNs(decision.until));
+    if (dev.timeline.unsettled()) next = std::min(next, now + kSettlePassNs);
   }
   return next;
 }

@@ -73,6 +73,9 @@ struct ContainerShare {
 struct DeviceShares {
   arbiter::ArbiterConfig config;
   int free_weight = 0;
+  // The instant (CLOCK_MONOTONIC ns) the containers' GPU-time figures run to: a little before
+  // now, once what ran has been reported by every process (they are final from there).
+  uint64_t gpu_time_until_ns = 0;
   std::vector<ContainerShare> containers;
 };
 
@@ -144,8 +147,9 @@ class ComputeService {
   // Reads process `p`'s new intervals (and what its gpu_ns holds beyond them) into the devices'
   // timelines and *charge (per device and container; negative: refunds).
   void ReadIntervals(int p, uint32_t c, uint64_t now, std::vector<std::vector<int64_t>>* charge);
-  // Adds `ns` (negative: a refund) to the book's counters of process `p` and its container `c`.
-  void Attribute(int p, uint32_t c, int d, int64_t ns);
+  // Adds `ns` of settled device time, ending at `end`, to the book's counters of process `p` and
+  // its container `c` and to the container's reported window on GPU `d`.
+  void Attribute(int p, uint32_t c, int d, uint64_t end, uint64_t ns);
   void Publish(int d, bool gated);
   // Whether a process of `containers` still has work on GPU `d` that is not ending within the
   // hand-off lead (the tail lead for those in `tails`); *wake: when the next published end comes
@@ -183,12 +187,6 @@ class ComputeService {
       std::vector<uint64_t>(ledger::kMaxProcesses * ledger::kMaxDevices);
   // Per process slot: the next entry of its ring of intervals to read.
   std::vector<uint64_t> ring_next_ = std::vector<uint64_t>(ledger::kMaxProcesses);
-  // Refunds (DeviceTimeline) not yet taken off the book's counters, which never decrease: later
-  // attributions pay them off first. Per process slot and GPU, and per container slot and GPU.
-  std::vector<uint64_t> process_debt_ns_ =
-      std::vector<uint64_t>(ledger::kMaxProcesses * ledger::kMaxDevices);
-  std::vector<uint64_t> container_debt_ns_ =
-      std::vector<uint64_t>(ledger::kMaxContainers * ledger::kMaxDevices);
   bool trace_ = false;  // TESSERA_TRACE_ARBITER=1: every publication to stderr (debugging)
   // With trace_: each container's charges on GPU 0 so far, printed about once a second.
   std::vector<uint64_t> trace_charged_ = std::vector<uint64_t>(ledger::kMaxContainers);
@@ -197,6 +195,7 @@ class ComputeService {
   // With trace_: each process slot's last idle_at_ns on GPU 0 (printed when it changes, in us).
   std::vector<uint64_t> trace_idle_at_ = std::vector<uint64_t>(ledger::kMaxProcesses);
   std::vector<arbiter::DeviceTimeline::Delta> deltas_;  // scratch for ReadIntervals
+  std::vector<arbiter::DeviceTimeline::Piece> pieces_;  // scratch for Step
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -373,6 +373,7 @@ std::string Registry::StatusJson() const {
       device["prio_ratio"] = config.prio_ratio.value();
       device["free_weight"] = shares[d].free_weight;
       device["holder"] = l->gate.devices[d].holder.load();
+      device["gpu_time_until_ns"] = shares[d].gpu_time_until_ns;
     }
     out["devices"].push_back(std::move(device));
   }

@@ -1056,6 +1056,25 @@ void Forget(Match match) {
 }
 }  // namespace
 
+void BeforeSynchronize() {
+  if (g == nullptr || !g->started.load(std::memory_order_acquire)) return;
+  std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  CUcontext ctx = nullptr;
+  if (g->driver.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
+  for (Track* t : g->tracks) {
+    if (!t->live.load() || t->ctx != ctx || t->since_mark.load(std::memory_order_relaxed) == 0) {
+      continue;
+    }
+    // Another thread's per-thread stream is that thread's to mark (a mark there must be recorded
+    // by its owner).
+    if (t->per_thread && t->owner != &t_thread_tag) continue;
+    t->lock.Lock();
+    MarkLocked(t, /*by_sampler=*/false);
+    t->lock.Unlock();
+  }
+}
+
 void ForgetStream(CUstream stream) {
   if (stream == nullptr || stream == TESSERA_CU_STREAM_LEGACY ||
       stream == TESSERA_CU_STREAM_PER_THREAD) {
