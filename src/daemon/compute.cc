@@ -255,9 +255,11 @@ void ComputeService::Loop() {
     // A pass far later than due stalls every launcher waiting for the token: say so.
     if (due != 0 && after > due + kLatePassNs) {
       std::fprintf(stderr,
-                   "tesserad: arbiter: a pass ended %llu ms after it was due (woke %llu ms late, "
-                   "waited %llu ms for its lock, ran %llu ms)\n",
+                   "tesserad: arbiter: a pass ended %llu ms after it was due at %.3f s "
+                   "(CLOCK_MONOTONIC; woke %llu ms late, waited %llu ms for its lock, ran %llu "
+                   "ms)\n",
                    static_cast<unsigned long long>((after - due) / 1'000'000),
+                   static_cast<double>(due) / 1e9,
                    static_cast<unsigned long long>((woke > due ? woke - due : 0) / 1'000'000),
                    static_cast<unsigned long long>((locked - woke) / 1'000'000),
                    static_cast<unsigned long long>((after - locked) / 1'000'000));

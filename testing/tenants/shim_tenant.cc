@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
           longest.store(took);
           longest_start.store(before);
         }
-        if (took > 500'000'000) {  // for the soak's diagnosis: when the slowest launches began
+        if (took > 250'000'000) {  // for the soak's diagnosis: when the slowest launches began
           std::printf("slow_launch_ms=%.1f\nslow_launch_start_ns=%llu\n",
                       static_cast<double>(took) / 1e6, static_cast<unsigned long long>(before));
           std::fflush(stdout);
