@@ -341,7 +341,8 @@ void ComputeService::ReadIntervals(int p, uint32_t c, uint64_t now,
   if (head - next > ledger::kIntervalRing) next = head - ledger::kIntervalRing;
   auto plain = [&](int d, uint64_t ns) {
     // Time with no interval to place it (the ring lapped, or a gate that reports only totals):
-    // charged as it is, no more than a grant's worth of a window per pass from one process.
+    // charged as it is, at most kMaxPlainChargeNs a pass from one process (a forged total moves
+    // its own books only, and never past what they can hold).
     ns = std::min<uint64_t>(ns, kMaxPlainChargeNs);
     (*charge)[static_cast<size_t>(d)][c] += static_cast<int64_t>(ns);
     Attribute(p, c, d, now - kSettleNs, ns);  // settled at once, where the reported window ends
