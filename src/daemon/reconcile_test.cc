@@ -99,9 +99,26 @@ class ReconcilerTest : public ::testing::Test {
     return Reconciler(
         registry_.get(), 1, [this](int) { return Result(device_); }, options);
   }
-  // Process `pid`'s gate measured `ns` more GPU time (its counter in the ledger).
+  // Process `pid`'s gate measured `ns` more GPU time (its counter in the ledger), which the
+  // arbiter takes into its books.
   void Gate(int32_t pid, uint64_t ns) {
     registry_->ledger().process(process_of_[pid]).gpu_ns[0] += ns;
+    compute_->RunOnce();
+  }
+  // Process `pid`'s gate measured the interval [start, end) on GPU 0 (written as the gate writes
+  // it: the ring entry, then the total), which the arbiter places on the GPU's timeline.
+  void Interval(int32_t pid, uint64_t start, uint64_t end) {
+    ledger::ProcessCounters& ps = registry_->ledger().process(process_of_[pid]);
+    const uint64_t head = ps.interval_head.load();
+    const uint64_t total = ps.gpu_ns[0].load() + (end - start);
+    ledger::GpuInterval& e = ps.intervals[head % ledger::kIntervalRing];
+    e.start_ns.store(start);
+    e.end_ns.store(end);
+    e.total_ns.store(total);
+    e.device.store(0);
+    e.seq.store(static_cast<uint32_t>(head + 1));
+    ps.interval_head.store(head + 1);
+    ps.gpu_ns[0].store(total);
   }
   // Up to `passes` passes, each after the gates of pids 101 and 202 measured `gate101`/`gate202`
   // more and the device saw `busy_`, until one reports time no gate measured: that pass's events.
@@ -411,6 +428,33 @@ TEST_F(ReconcilerTest, TimeTheGatesChargedToEachOtherIsNotACheat) {
   ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
   EXPECT_EQ(events[0].container, "holder");
   EXPECT_EQ(registry_->ledger().book().containers[holder].unseen_gpu_ns[0].load(), 200'000'000u);
+}
+
+// A tenant that writes its GPU time where another container's work ran (an interval laid over
+// theirs and ending just after, so the GPU's timeline gives those instants to them) while its own
+// kernels ran elsewhere hides nothing: the reconciler compares what the device saw with what the
+// timeline attributed to each process, not with the totals the tenant wrote (which match).
+TEST_F(ReconcilerTest, IntervalsLaidOverAnothersWorkHideNothing) {
+  const uint32_t honest = Container("honest", 101, 0);
+  const uint32_t liar = Container("liar", 202, 0);
+  device_ = {{101, 0}, {202, 0}};
+  Reconciler r = Make(OverLimitAction::kBlock);
+  r.RunOnce();  // notes the processes
+  std::vector<ReconcileEvent> events;
+  for (int pass = 0; pass < 3 && Count(events, Kind::kGpuTimeUnseen) == 0; ++pass) {
+    const uint64_t t = ipc::MonotonicNs() - 250'000'000;
+    Interval(101, t, t + 200'000'000);               // the honest tenant's 200 ms
+    Interval(202, t + 50'000'000, t + 200'001'000);  // the liar's 150 ms, laid over them
+    compute_->RunOnce();
+    busy_ = {{101, 200'000'000}, {202, 150'000'000}};  // the liar ran its 150 ms elsewhere
+    events = r.RunOnce();
+    std::this_thread::sleep_for(250ms);  // the next pass's intervals come after these
+  }
+  ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
+  EXPECT_EQ(events[0].container, "liar");
+  EXPECT_GT(registry_->ledger().book().containers[liar].unseen_gpu_ns[0].load(), 100'000'000u);
+  // The honest tenant was charged its own 200 ms, not the liar's.
+  EXPECT_EQ(registry_->ledger().book().containers[honest].gate_gpu_ns[0].load(), 200'000'000u);
 }
 
 // ---- End to end

@@ -389,7 +389,9 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
       continue;
     }
     const uint32_t c = entry.container.load();
-    const uint64_t now = ledger.process(static_cast<uint32_t>(p)).gpu_ns[d].load();
+    // What its gates measured, as the arbiter placed it on the device's timeline (time spent
+    // queued behind other containers' work taken out: LedgerBook::Process::gate_gpu_ns).
+    const uint64_t now = entry.gate_gpu_ns[d].load();
     const uint32_t generation = entry.generation.load();
     // A process first seen this pass has no interval yet: its time counts from the next one.
     uint64_t delta = 0;
