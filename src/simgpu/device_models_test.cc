@@ -194,6 +194,7 @@ TEST(DeviceModelsTest, EveryAttributeOfTheEnumIsAnsweredAsARealGpuWould) {
       std::set<int> zero = kZeroOnDiscreteLinux;
       if (g.arch->cc_major < 8) zero.insert({107, 108, 109, 111});  // before Ampere
       if (g.arch->cc_major < 9) zero.insert({120, 127});             // before Hopper
+      if (g.arch->cc_minor == 0) zero.insert(76);                    // compute capability x.0
       if (a == 131) {
         EXPECT_EQ(v, -1) << "NUMA_ID: the GPU is no NUMA node";
       } else if (zero.count(a) != 0) {
