@@ -20,14 +20,58 @@ namespace {
 // driver reserves per block from 8.0 on), and "Arithmetic Instructions" (FP32 and FP64 results per
 // clock per SM, whose quotient is the single-to-double ratio). Core counts per SM: the Turing
 // (TU104), Ampere (GA100) and Ada (AD104) whitepapers and the H100 Tensor Core GPU whitepaper.
-constexpr ArchSpec kTuring{"Turing", kNvmlArchTuring, 7, 5, 1024, 16, 65536, 65536,
-                           65536,    65536,           0, 64, 32};
-constexpr ArchSpec kAmpereGA100{"Ampere", kNvmlArchAmpere, 8, 0, 2048, 32, 65536, 65536,
-                                167936,   166912,          1024, 64, 2};
-constexpr ArchSpec kAda{"Ada", kNvmlArchAda, 8, 9, 1536, 24, 65536, 65536,
-                        102400, 101376,     1024, 128, 64};
-constexpr ArchSpec kHopper{"Hopper", kNvmlArchHopper, 9, 0, 2048, 32, 65536, 65536,
-                           233472,   232448,          1024, 128, 2};
+constexpr ArchSpec kTuring{.name = "Turing",
+                           .nvml_arch = kNvmlArchTuring,
+                           .cc_major = 7,
+                           .cc_minor = 5,
+                           .max_threads_per_sm = 1024,
+                           .max_blocks_per_sm = 16,
+                           .registers_per_sm = 65536,
+                           .registers_per_block = 65536,
+                           .shared_per_sm = 65536,
+                           .shared_per_block_optin = 65536,
+                           .reserved_shared_per_block = 0,
+                           .fp32_cores_per_sm = 64,
+                           .fp32_to_fp64_ratio = 32};
+constexpr ArchSpec kAmpereGA100{.name = "Ampere",
+                                .nvml_arch = kNvmlArchAmpere,
+                                .cc_major = 8,
+                                .cc_minor = 0,
+                                .max_threads_per_sm = 2048,
+                                .max_blocks_per_sm = 32,
+                                .registers_per_sm = 65536,
+                                .registers_per_block = 65536,
+                                .shared_per_sm = 167936,
+                                .shared_per_block_optin = 166912,
+                                .reserved_shared_per_block = 1024,
+                                .fp32_cores_per_sm = 64,
+                                .fp32_to_fp64_ratio = 2};
+constexpr ArchSpec kAda{.name = "Ada",
+                        .nvml_arch = kNvmlArchAda,
+                        .cc_major = 8,
+                        .cc_minor = 9,
+                        .max_threads_per_sm = 1536,
+                        .max_blocks_per_sm = 24,
+                        .registers_per_sm = 65536,
+                        .registers_per_block = 65536,
+                        .shared_per_sm = 102400,
+                        .shared_per_block_optin = 101376,
+                        .reserved_shared_per_block = 1024,
+                        .fp32_cores_per_sm = 128,
+                        .fp32_to_fp64_ratio = 64};
+constexpr ArchSpec kHopper{.name = "Hopper",
+                           .nvml_arch = kNvmlArchHopper,
+                           .cc_major = 9,
+                           .cc_minor = 0,
+                           .max_threads_per_sm = 2048,
+                           .max_blocks_per_sm = 32,
+                           .registers_per_sm = 65536,
+                           .registers_per_block = 65536,
+                           .shared_per_sm = 233472,
+                           .shared_per_block_optin = 232448,
+                           .reserved_shared_per_block = 1024,
+                           .fp32_cores_per_sm = 128,
+                           .fp32_to_fp64_ratio = 2};
 
 constexpr uint64_t kGB = 1000ull * 1000 * 1000;
 constexpr int kMiB = 1 << 20;
@@ -42,6 +86,9 @@ constexpr int kMiB = 1 << 20;
 // datasheet's figure within 3 % (device_models_test checks it). Copy engines: deviceQuery's
 // "Concurrent copy and kernel execution: Yes with N copy engine(s)" for the product. PCI device
 // IDs: the PCI ID Repository (pci.ids, vendor 10de). Product names: NVML's nvmlDeviceGetName.
+// Columns: name, NVML product name, architecture, SMs, memory, boost MHz, memory MHz, bus bits, L2,
+// copy engines, PCI device ID, TDP W, bandwidth GB/s, MIG model.
+// clang-format off
 constexpr GpuSpec kSpecs[] = {
     // The default (index 0) is the H100 SXM5: what a name that names no model simulates.
     {"H100-SXM5-80GB", "NVIDIA H100 80GB HBM3", &kHopper, 132, 80 * kGB, 1980, 2619, 5120,
@@ -65,6 +112,7 @@ constexpr GpuSpec kSpecs[] = {
     {"T4-16GB", "Tesla T4", &kTuring, 40, 16 * kGB, 1590, 5001, 256, 4 * kMiB, 3, 0x1eb8, 70, 320,
      ""},
 };
+// clang-format on
 
 int SpecIndex(std::string_view name) {
   for (size_t i = 0; i < std::size(kSpecs); ++i) {
@@ -116,7 +164,9 @@ int SpecFromName(std::string_view name, uint64_t total_bytes) {
 // SMs per MIG profile on a GPU with the model's full SM count, from `nvidia-smi mig -lgip`
 // listings as NVIDIA's MIG User Guide ("Supported MIG Profiles") and published captures give them:
 // A100 (108 SMs): 14 per compute slice, 98 for 7g; A30 (56 SMs): 14 per slice; H100/H200 (132
-// SMs): 1g 16, 1g with two memory slices 26, 2g 32, 3g 60, 4g 64, 7g 132.
+// SMs): 1g 16, 1g with two memory slices 26, 2g 32, 3g 60, 4g 64, 7g 132. The H100 94GB (H100 NVL)
+// listing gives the same counts; for the H200 the captures show 1g 16, 2g 32 and 7g 132, and its
+// other profiles are taken from the H100's (the same GH100 die and slice layout).
 struct MigSms {
   std::string_view model;
   int gpu_sms;
@@ -125,16 +175,16 @@ struct MigSms {
   int sms;
 };
 constexpr MigSms kMigSms[] = {
-    {"A100-40GB", 108, 1, 0, 14},  {"A100-40GB", 108, 2, 0, 28},  {"A100-40GB", 108, 3, 0, 42},
-    {"A100-40GB", 108, 4, 0, 56},  {"A100-40GB", 108, 7, 0, 98},  {"A100-80GB", 108, 1, 0, 14},
-    {"A100-80GB", 108, 2, 0, 28},  {"A100-80GB", 108, 3, 0, 42},  {"A100-80GB", 108, 4, 0, 56},
-    {"A100-80GB", 108, 7, 0, 98},  {"A30", 56, 1, 0, 14},         {"A30", 56, 2, 0, 28},
-    {"A30", 56, 4, 0, 56},         {"H100-80GB", 132, 1, 1, 16},  {"H100-80GB", 132, 1, 2, 26},
-    {"H100-80GB", 132, 2, 0, 32},  {"H100-80GB", 132, 3, 0, 60},  {"H100-80GB", 132, 4, 0, 64},
-    {"H100-80GB", 132, 7, 0, 132}, {"H100-94GB", 132, 1, 1, 16},  {"H100-94GB", 132, 1, 2, 26},
-    {"H100-94GB", 132, 2, 0, 32},  {"H100-94GB", 132, 3, 0, 60},  {"H100-94GB", 132, 4, 0, 64},
-    {"H100-94GB", 132, 7, 0, 132}, {"H200-141GB", 132, 1, 1, 16}, {"H200-141GB", 132, 1, 2, 26},
-    {"H200-141GB", 132, 2, 0, 32}, {"H200-141GB", 132, 3, 0, 60}, {"H200-141GB", 132, 4, 0, 64},
+    {"A100-40GB", 108, 1, 0, 14},   {"A100-40GB", 108, 2, 0, 28},  {"A100-40GB", 108, 3, 0, 42},
+    {"A100-40GB", 108, 4, 0, 56},   {"A100-40GB", 108, 7, 0, 98},  {"A100-80GB", 108, 1, 0, 14},
+    {"A100-80GB", 108, 2, 0, 28},   {"A100-80GB", 108, 3, 0, 42},  {"A100-80GB", 108, 4, 0, 56},
+    {"A100-80GB", 108, 7, 0, 98},   {"A30", 56, 1, 0, 14},         {"A30", 56, 2, 0, 28},
+    {"A30", 56, 4, 0, 56},          {"H100-80GB", 132, 1, 1, 16},  {"H100-80GB", 132, 1, 2, 26},
+    {"H100-80GB", 132, 2, 0, 32},   {"H100-80GB", 132, 3, 0, 60},  {"H100-80GB", 132, 4, 0, 64},
+    {"H100-80GB", 132, 7, 0, 132},  {"H100-94GB", 132, 1, 1, 16},  {"H100-94GB", 132, 1, 2, 26},
+    {"H100-94GB", 132, 2, 0, 32},   {"H100-94GB", 132, 3, 0, 60},  {"H100-94GB", 132, 4, 0, 64},
+    {"H100-94GB", 132, 7, 0, 132},  {"H200-141GB", 132, 1, 1, 16}, {"H200-141GB", 132, 1, 2, 26},
+    {"H200-141GB", 132, 2, 0, 32},  {"H200-141GB", 132, 3, 0, 60}, {"H200-141GB", 132, 4, 0, 64},
     {"H200-141GB", 132, 7, 0, 132},
 };
 
@@ -187,6 +237,7 @@ bool DeviceAttribute(const DeviceFacts& device, int attribute, int* value) {
   int v = 0;
   // Texture, surface and grid limits: the programming guide's per-compute-capability table, the
   // same for every compute capability from 5.0 on (cudaDeviceProp's maxTexture*, maxSurface*).
+  // clang-format off
   switch (attribute) {
     case 1: v = 1024; break;                  // MAX_THREADS_PER_BLOCK
     case 2: v = 1024; break;                  // MAX_BLOCK_DIM_X
@@ -346,6 +397,7 @@ bool DeviceAttribute(const DeviceFacts& device, int attribute, int* value) {
     default:
       return false;
   }
+  // clang-format on
   *value = v;
   return true;
 }

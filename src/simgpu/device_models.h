@@ -40,9 +40,9 @@ struct ArchSpec {
   int cc_minor;
   int max_threads_per_sm;
   int max_blocks_per_sm;
-  int registers_per_sm;      // 32-bit registers
-  int registers_per_block;   // 32-bit registers
-  int shared_per_sm;         // bytes (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
+  int registers_per_sm;        // 32-bit registers
+  int registers_per_block;     // 32-bit registers
+  int shared_per_sm;           // bytes (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)
   int shared_per_block_optin;  // bytes (..._MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
   int reserved_shared_per_block;  // bytes the driver keeps per block
   int fp32_cores_per_sm;
@@ -60,10 +60,10 @@ struct GpuSpec {
   int memory_clock_mhz;  // peak memory clock as CUDA and NVML report it
   int bus_width_bits;
   int l2_bytes;
-  int copy_engines;       // CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT
-  uint16_t pci_device_id;  // vendor 0x10de
-  int power_limit_w;       // default (TDP) power limit
-  int bandwidth_gbs;       // published memory bandwidth, GB/s (a check on clock and bus width)
+  int copy_engines;            // CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT
+  uint16_t pci_device_id;      // vendor 0x10de
+  int power_limit_w;           // default (TDP) power limit
+  int bandwidth_gbs;           // published memory bandwidth, GB/s (a check on clock and bus width)
   std::string_view mig_model;  // the mig::GpuModel name when MIG-capable, else empty
 };
 
@@ -84,7 +84,7 @@ struct DeviceFacts {
   uint32_t sms = 0;          // its SMs (a MIG device: its instance's)
   uint64_t total_bytes = 0;  // its memory
   int pci_bus = 0;
-  int gpu_index = 0;      // the physical GPU it is or belongs to
+  int gpu_index = 0;         // the physical GPU it is or belongs to
   int mig_fraction_num = 1;  // a MIG device's share of the GPU's memory slices (L2 follows it)
   int mig_fraction_den = 1;
   int mig_copy_engines = 0;  // a MIG device's copy engines; 0 for a whole GPU

@@ -71,8 +71,7 @@ TEST(GpuSpecForTest, TheMigModelDecidesWhenTheNameDoesNot) {
   EXPECT_EQ(SpecName(GpuSpecFor("SimH", 8 * kGiB, MigModelIndex("H100-80GB"))), "H100-SXM5-80GB");
   EXPECT_EQ(SpecName(GpuSpecFor("SimA", 8 * kGiB, MigModelIndex("A100-80GB"))), "A100-SXM4-80GB");
   EXPECT_EQ(SpecName(GpuSpecFor("SimX", 8 * kGiB, MigModelIndex("A30"))), "A30-24GB");
-  EXPECT_EQ(SpecName(GpuSpecFor("SimX", 8 * kGiB, MigModelIndex("H200-141GB"))),
-            "H200-SXM5-141GB");
+  EXPECT_EQ(SpecName(GpuSpecFor("SimX", 8 * kGiB, MigModelIndex("H200-141GB"))), "H200-SXM5-141GB");
   EXPECT_EQ(GpuSpecFor("SimX", 8 * kGiB, MigModelIndex("B200")), -1) << "B200 is not in the table";
   // The name wins over the MIG model.
   EXPECT_EQ(SpecName(GpuSpecFor("NVIDIA H100 PCIe", 8 * kGiB, MigModelIndex("H100-80GB"))),
@@ -173,9 +172,9 @@ TEST(DeviceModelsTest, EveryModelHasItsPublishedNumbers) {
 // atomics or pageable access over PCIe, no remote-write flush, no Win32 handles, no fabric or
 // multicast without NVSwitch/IMEX, no NUMA node of its own, no MPS, no CIG, no decompression
 // engine before Blackwell, RDMA write ordering "none".
-const std::set<int> kZeroOnDiscreteLinux = {17, 18, 20, 34, 35, 50, 84, 86, 88, 98, 100, 101,
-                                            104, 105, 118, 128, 129, 130, 132, 133, 134, 135, 136,
-                                            137, 138, 143, 146, 147};
+const std::set<int> kZeroOnDiscreteLinux = {17,  18,  20,  34,  35,  50,  84,  86,  88,  98,
+                                            100, 101, 104, 105, 118, 128, 129, 130, 132, 133,
+                                            134, 135, 136, 137, 138, 143, 146, 147};
 
 TEST(DeviceModelsTest, EveryAttributeOfTheEnumIsAnsweredAsARealGpuWould) {
   for (const GpuSpec& g : GpuSpecs()) {
@@ -193,8 +192,8 @@ TEST(DeviceModelsTest, EveryAttributeOfTheEnumIsAnsweredAsARealGpuWould) {
       ASSERT_TRUE(known) << a;
       std::set<int> zero = kZeroOnDiscreteLinux;
       if (g.arch->cc_major < 8) zero.insert({107, 108, 109, 111});  // before Ampere
-      if (g.arch->cc_major < 9) zero.insert({120, 127});             // before Hopper
-      if (g.arch->cc_minor == 0) zero.insert(76);                    // compute capability x.0
+      if (g.arch->cc_major < 9) zero.insert({120, 127});            // before Hopper
+      if (g.arch->cc_minor == 0) zero.insert(76);                   // compute capability x.0
       if (a == 131) {
         EXPECT_EQ(v, -1) << "NUMA_ID: the GPU is no NUMA node";
       } else if (zero.count(a) != 0) {

@@ -294,15 +294,14 @@ TEST_F(SimMigTest, ConcurrentCreatorsNeverOverlap) {
 // profile info and CUDA's MULTIPROCESSOR_COUNT agree, and a tenant that sizes a launch limiter
 // from threads per SM x SMs on the MIG device runs.
 TEST_F(SimMigTest, MigDevicesHaveTheirProfilesSmCounts) {
-  const std::pair<const char*, int> published[] = {
-      {"1g.10gb", 16}, {"1g.20gb", 26}, {"2g.20gb", 32}, {"3g.40gb", 60},
-      {"4g.40gb", 64}, {"7g.80gb", 132}};
+  const std::pair<const char*, int> published[] = {{"1g.10gb", 16}, {"1g.20gb", 26},
+                                                   {"2g.20gb", 32}, {"3g.40gb", 60},
+                                                   {"4g.40gb", 64}, {"7g.80gb", 132}};
   for (const auto& [profile, sms] : published) {
     SCOPED_TRACE(profile);
     const tessera::mig::MigProfile& p = *tessera::mig::FindProfile(H100(), profile, "p").value();
     nvmlGpuInstanceProfileInfo_t info{};
-    ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceProfileInfo)(gpu_, p.nvml_profile, &info),
-              NVML_SUCCESS);
+    ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceProfileInfo)(gpu_, p.nvml_profile, &info), NVML_SUCCESS);
     EXPECT_EQ(info.multiprocessorCount, static_cast<unsigned int>(sms));
     DestroyAll();
     const std::string uuid = CreateMigDevice(profile, 0);

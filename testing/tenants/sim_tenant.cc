@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
     if (!attribute.ok()) return Usage();
     int sms = 0, threads_per_sm = 0, major = 0, minor = 0;
     CHECK_CU((*attribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-    CHECK_CU((*attribute)(&threads_per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev));
+    CHECK_CU(
+        (*attribute)(&threads_per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev));
     CHECK_CU((*attribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
     CHECK_CU((*attribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
     const int64_t capacity = static_cast<int64_t>(sms) * threads_per_sm;
