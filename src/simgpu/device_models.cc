@@ -84,7 +84,9 @@ constexpr int kMiB = 1 << 20;
 // datasheets). The memory clock is the one CUDA's deviceQuery and nvidia-smi report for the
 // product; bandwidth = bus width / 8 x 2 (double data rate) x memory clock agrees with the
 // datasheet's figure within 3 % (device_models_test checks it). Copy engines: deviceQuery's
-// "Concurrent copy and kernel execution: Yes with N copy engine(s)" for the product. PCI device
+// "Concurrent copy and kernel execution: Yes with N copy engine(s)" for the product (published
+// listings confirm 3 for the A100 and T4; the H100, H200, A30 and L4 counts are the least certain
+// numbers here, and only the attribute ASYNC_ENGINE_COUNT depends on them). PCI device
 // IDs: the PCI ID Repository (pci.ids, vendor 10de). Product names: NVML's nvmlDeviceGetName.
 // Columns: name, NVML product name, architecture, SMs, memory, boost MHz, memory MHz, bus bits, L2,
 // copy engines, PCI device ID, TDP W, bandwidth GB/s, MIG model.
