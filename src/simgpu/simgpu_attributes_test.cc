@@ -193,15 +193,24 @@ class LimiterTenantTest : public ::testing::Test {
   void TearDown() override {
     for (const std::string& s : states_) shm_unlink(("/tessera-sim-" + s).c_str());
   }
-  std::unique_ptr<ChildProcess> Tenant(const char* gpus) {
+  // `through_shim`: the tenant opens the libcuda shim, which forwards to simgpu (no tesserad:
+  // the shim fails open, so only the pass-through of the attributes is under test).
+  std::unique_ptr<ChildProcess> Tenant(const char* gpus, bool through_shim = false) {
     states_.push_back(UniqueName("limiter"));
+    const std::string simgpu = BuildDir() + "/lib/libtessera-simgpu.so";
     // Empty TESSERA_SIM_GPUS is the default machine (this process's own value is inherited
     // otherwise).
     std::vector<std::string> env = {"TESSERA_SIM_STATE=" + states_.back(),
                                     std::string("TESSERA_SIM_GPUS=") + (gpus ? gpus : "")};
+    if (through_shim) {
+      env.push_back("TESSERA_REAL_LIBCUDA=" + simgpu);
+      env.push_back("TESSERA_FAIL_OPEN=1");
+      env.push_back("TESSERA_SOCKET=/tmp/" + states_.back() + ".sock");  // nobody listens
+    }
     auto child = std::make_unique<ChildProcess>(
         std::vector<std::string>{BuildDir() + "/tests/sim_tenant",
-                                 BuildDir() + "/lib/libtessera-simgpu.so", "limiter", "200"},
+                                 through_shim ? BuildDir() + "/lib/tessera/libcuda.so.1" : simgpu,
+                                 "limiter", "200"},
         env);
     EXPECT_TRUE(child->started());
     return child;
@@ -215,14 +224,17 @@ TEST_F(LimiterTenantTest, ALimiterSizedFromTheAttributesLetsLaunchesThrough) {
     const char* sms;
     const char* threads_per_sm;
     const char* cc;
+    bool through_shim;
   } cases[] = {
-      {nullptr, "80", "2048", "9.0"},  // SimGPU:16GiB:80, the default model's architecture
-      {"Tesla T4:2GiB", "40", "1024", "7.5"},
-      {"NVIDIA L4:2GiB", "58", "1536", "8.9"},
+      {nullptr, "80", "2048", "9.0", false},  // SimGPU:16GiB:80, the default model's architecture
+      {"Tesla T4:2GiB", "40", "1024", "7.5", false},
+      {"NVIDIA L4:2GiB", "58", "1536", "8.9", false},
+      {"NVIDIA L4:2GiB", "58", "1536", "8.9", true},
   };
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.gpus == nullptr ? "default" : c.gpus);
-    auto tenant = Tenant(c.gpus);
+    SCOPED_TRACE(std::string(c.gpus == nullptr ? "default" : c.gpus) +
+                 (c.through_shim ? " through the shim" : ""));
+    auto tenant = Tenant(c.gpus, c.through_shim);
     ASSERT_EQ(tenant->Wait(30s), 0) << "the limiter stalled (exit 1) or the tenant failed";
     tenant->DrainOutput(5s);
     EXPECT_EQ(tenant->values().at("sms"), c.sms);
