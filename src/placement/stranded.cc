@@ -1,6 +1,8 @@
 // Stranded GPUs (see stranded.h). Reads the cluster only.
 #include "placement/stranded.h"
 
+#include <algorithm>
+
 namespace tessera::placement {
 
 bool GpuHasFree(const Cluster& cluster, int node, int gpu) {
@@ -42,10 +44,27 @@ StrandedCount CountStranded(const Cluster& cluster, std::span<const Request> dem
   return out;
 }
 
+namespace {
+
+bool SameRequest(const Request& a, const Request& b) {
+  return a.cpu_milli == b.cpu_milli && a.memory_mib == b.memory_mib && a.gpu_count == b.gpu_count &&
+         a.gpu_milli == b.gpu_milli && a.gpu_mem_mib == b.gpu_mem_mib && a.allowed == b.allowed &&
+         a.mig_profile == b.mig_profile;
+}
+
+}  // namespace
+
 std::vector<Request> StrandingDemand(std::span<const Request> waiting,
                                      const TargetWorkload& workload) {
-  if (!waiting.empty()) return {waiting.begin(), waiting.end()};
   std::vector<Request> out;
+  if (!waiting.empty()) {
+    // Each distinct request once: a thousand waiting pods are usually a few shapes.
+    for (const Request& r : waiting) {
+      if (std::none_of(out.begin(), out.end(), [&](const Request& o) { return SameRequest(o, r); }))
+        out.push_back(r);
+    }
+    return out;
+  }
   for (const TargetShape& s : workload.shapes()) {
     if (s.gpu_count == 0) continue;
     Request r;
