@@ -245,8 +245,10 @@ int Run() {
       "  GPUs stranded       %7d   %7d   (free capacity none of the waiting pods can use)\n",
       burst.size() - t.waiting, burst.size() - b.waiting, t.waiting, b.waiting, t.in_use, b.in_use,
       t.stranded, b.stranded);
-  std::printf("\nAct 2 took %.1f s. The cluster page of each extender: GET /ui.\n",
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  std::printf(
+      "\nAct 2 took %.1f s. tessera-extender draws the same picture per GPU as a page at "
+      "/ui\n(ctest -L browser keeps one as build/browser/cluster_page.png).\n",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   tessera.Stop();
   binpack.Stop();
   return 0;
