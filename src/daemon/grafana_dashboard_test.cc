@@ -85,13 +85,14 @@ TEST(GrafanaDashboardTest, ParsesAndQueriesOnlyExportedFamilies) {
     }
   }
   EXPECT_GE(queries, 12) << path << " has too few panel queries (\"expr\")";
-  // The panels the README describes: memory used vs limit, compute target vs achieved, token wait
-  // and grants, OOM refusals, processes, daemon health.
+  // The panels the README describes: memory used vs limit, compute target vs achieved and the
+  // GPU time used, token wait and grants, OOM refusals, processes, daemon health.
   for (const char* needed :
        {"tessera_container_memory_used_bytes", "tessera_container_memory_limit_bytes",
         "tessera_container_compute_target_percent", "tessera_container_compute_achieved_percent",
         "tessera_container_token_wait_seconds_total", "tessera_container_token_grants_total",
-        "tessera_container_oom_refusals_total", "tessera_container_processes", "tessera_processes",
+        "tessera_container_oom_refusals_total", "tessera_container_gpu_seconds_total",
+        "tessera_container_processes", "tessera_processes",
         "tessera_up", "tessera_arbiter_beat_age_seconds"}) {
     EXPECT_TRUE(used.count(needed)) << path << " has no query on " << needed;
   }

@@ -18,11 +18,17 @@
 //                                                (after the synchronisation) and late_ms
 //   sim_tenant LIB devices                       print count= and, per ordinal i, name_i= and
 //                                                total_i= (before any context exists)
+//   sim_tenant LIB hello SOCKET CONTAINER        send "HELLO version=1 container=CONTAINER" on
+//                                                SOCKET as a raw client (no shim) and print
+//                                                reply=THE REPLY LINE
 //   sim_tenant LIB processes                     NVML's compute processes on device 0 as this
 //                                                process sees them: processes=N, pid_i=, mem_i=
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +36,7 @@
 #include <vector>
 
 #include "driver/cuda_driver.h"
+#include "driver/library.h"
 #include "driver/nvml_api.h"
 
 namespace {
@@ -91,6 +98,24 @@ int main(int argc, char** argv) {
   const std::string mode = argv[2];
   auto arg = [&](int i) -> uint64_t { return i < argc ? std::strtoull(argv[i], nullptr, 10) : 0; };
 
+  if (mode == "hello" && argc > 4) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", argv[3]);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      std::printf("reply=connect: %s\n", std::strerror(errno));
+      return 0;
+    }
+    const std::string hello = std::string("HELLO version=1 container=") + argv[4] + "\n";
+    if (write(fd, hello.data(), hello.size()) != static_cast<ssize_t>(hello.size())) return 1;
+    std::string line;
+    char c = 0;
+    while (line.size() < 4096 && read(fd, &c, 1) == 1 && c != '\n') line += c;
+    std::printf("reply=%s\n", line.c_str());
+    close(fd);
+    return 0;
+  }
   if (mode == "processes") {
     auto init = library->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
     auto handle =
