@@ -485,7 +485,7 @@ TEST_F(DoorsTest, SlowClientsDoNotTurnScrapesAway) {
   EXPECT_EQ(quiet.failed, 0) << quiet.first_failure;
   EXPECT_EQ(attacked.failed, 0) << attacked.Format();
   EXPECT_GE(attacked.ms.size(), 20u);
-  EXPECT_LT(attacked.Max(), 2000.0) << attacked.Format();
+  EXPECT_LT(attacked.Max(), 5000.0) << attacked.Format();  // Prometheus waits 10 s by default
   EXPECT_EQ(Http(port_, "GET", "/metrics").status, 200);  // and after
 }
 

@@ -54,6 +54,9 @@ constexpr size_t kMaxHeadBytes = 8 * 1024;
 constexpr size_t kChunkAllowance = 64 * 1024;
 // Requests one connection may carry before it is closed (advertised in Keep-Alive: max=N).
 constexpr size_t kMaxRequestsPerConnection = 10000;
+// Connections in the book (served, and closed to make room but not yet ended) beyond which a new
+// one is closed at once: a multiple of max_connections.
+constexpr size_t kBookFactor = 4;
 // How long a connection beyond max_connections may take to send the request it gets 503 for.
 constexpr milliseconds kRefusalTimeout{1000};
 // Bytes read from the socket at a time.
@@ -611,7 +614,8 @@ thread_local Connection* t_connection = nullptr;
 
 // One thread per connection. cpp-httplib's own ThreadPool has a fixed number of threads that a
 // connection holds for as long as it is open, so a few idle keep-alive or slow clients would stall
-// everyone else. The threads are bounded by Impl (twice max_connections). Each blocks SIGPIPE:
+// everyone else. A thread whose connection is not to be served (Impl::Admit) ends at once. Each
+// blocks SIGPIPE:
 // OpenSSL writes with write(2), and a client gone mid-response must not end the process (the
 // signal stays pending on the thread and goes with it).
 class ThreadPerConnection : public httplib::TaskQueue {
@@ -806,7 +810,9 @@ class HttpServer::Impl : public httplib::Server {
     std::string note;
     {
       std::lock_guard<std::mutex> lock(slots_mu_);
-      if (slots_.size() >= 2 * options_.max_connections) return false;
+      // Connections closed to make room stay in the book until their threads end them, within
+      // milliseconds; only if those pile up are new ones not served at all.
+      if (slots_.size() >= kBookFactor * options_.max_connections) return false;
       const Clock::time_point now = Clock::now();
       *slot = slots_.insert(slots_.end(), Slot{fd, ip, Step::kHandshake, now, false});
       ++per_ip_[ip];

@@ -39,7 +39,8 @@
 //   connections, the one waiting longest in its current step first. So a client that opens many
 //   idle or slow connections loses its own, and one with a single connection is served. When every
 //   connection is running a handler, a new client's request gets 503 and its connection closes;
-//   beyond twice the limit, new connections are closed at once.
+//   only if connections closed to make room pile up past four times the limit before their
+//   threads end them are new ones closed at once.
 // - Bodies of error responses are one line of text saying what was wrong.
 //
 // The handler runs on the connection's thread, so several run at once: it must be thread-safe

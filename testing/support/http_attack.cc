@@ -2,7 +2,6 @@
 #include "testing/support/http_attack.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -31,7 +30,7 @@ SlowClients::~SlowClients() {
 
 bool SlowClients::WaitOpen(std::chrono::milliseconds timeout) const {
   const auto end = Clock::now() + timeout;
-  while (open_now_ < count_) {
+  while (open_now_ + static_cast<int64_t>(closed_) < count_) {
     if (Clock::now() >= end) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -39,7 +38,7 @@ bool SlowClients::WaitOpen(std::chrono::milliseconds timeout) const {
 }
 
 int SlowClients::Connect() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
   sockaddr_in source{};
   source.sin_family = AF_INET;
@@ -48,22 +47,23 @@ int SlowClients::Connect() {
   target.sin_family = AF_INET;
   target.sin_port = htons(port_);
   target.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // Non-blocking: a server whose backlog is full makes a blocking connect wait for SYN retries.
   if (bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0 ||
-      connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof(target)) != 0) {
+      (connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof(target)) != 0 &&
+       errno != EINPROGRESS)) {
     close(fd);
     return -1;
-  }
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  if (kind_ == Kind::kPartialHead) {
-    static const char kHead[] = "POST /filter HTTP/1.1\r\nHost: t\r\nX-Slow: ";
-    (void)!send(fd, kHead, sizeof(kHead) - 1, MSG_NOSIGNAL);
   }
   ++opened_;
   return fd;
 }
 
 void SlowClients::Run() {
-  std::vector<int> fds;
+  struct Conn {
+    int fd;
+    bool connected;
+  };
+  std::vector<Conn> conns;
   Clock::time_point window = Clock::now();
   int reopened_in_window = 0;
   Clock::time_point next_trickle = Clock::now() + trickle_;
@@ -74,39 +74,59 @@ void SlowClients::Run() {
       window = now;
       reopened_in_window = 0;
     }
-    while (static_cast<int>(fds.size()) < count_ && (first_round || reopened_in_window < count_)) {
+    while (static_cast<int>(conns.size()) < count_ &&
+           (first_round || reopened_in_window < count_)) {
       const int fd = Connect();
       if (fd < 0) break;
-      fds.push_back(fd);
+      conns.push_back({fd, false});
       if (!first_round) ++reopened_in_window;
     }
-    if (static_cast<int>(fds.size()) >= count_) first_round = false;
-    open_now_ = static_cast<int>(fds.size());
+    if (static_cast<int>(conns.size()) >= count_) first_round = false;
     std::vector<pollfd> polled;
-    for (int fd : fds) polled.push_back({fd, POLLIN, 0});
+    int connected = 0;
+    for (const Conn& c : conns) {
+      polled.push_back({c.fd, static_cast<short>(c.connected ? POLLIN : POLLOUT), 0});
+      connected += c.connected;
+    }
+    open_now_ = connected;
     (void)poll(polled.data(), polled.size(), 10);
-    std::vector<int> kept;
-    for (const pollfd& p : polled) {
+    std::vector<Conn> kept;
+    for (size_t i = 0; i < polled.size(); ++i) {
+      Conn c = conns[i];
       bool gone = false;
-      if (p.revents != 0) {
+      if (!c.connected && polled[i].revents != 0) {
+        int error = 0;
+        socklen_t length = sizeof(error);
+        getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &error, &length);
+        gone = error != 0 || (polled[i].revents & (POLLERR | POLLHUP)) != 0;
+        if (!gone) {
+          c.connected = true;
+          if (kind_ == Kind::kPartialHead) {
+            static const char kHead[] = "POST /filter HTTP/1.1\r\nHost: t\r\nX-Slow: ";
+            (void)!send(c.fd, kHead, sizeof(kHead) - 1, MSG_NOSIGNAL);
+          }
+        }
+      } else if (c.connected && polled[i].revents != 0) {
         char sink[4096];
-        const ssize_t n = recv(p.fd, sink, sizeof(sink), 0);
+        const ssize_t n = recv(c.fd, sink, sizeof(sink), 0);
         gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
       }
       if (gone) {
         ++closed_;
-        close(p.fd);
+        close(c.fd);
       } else {
-        kept.push_back(p.fd);
+        kept.push_back(c);
       }
     }
-    fds.swap(kept);
+    conns.swap(kept);
     if (kind_ == Kind::kPartialHead && Clock::now() >= next_trickle) {
       next_trickle = Clock::now() + trickle_;
-      for (int fd : fds) (void)!send(fd, "a", 1, MSG_NOSIGNAL);
+      for (const Conn& c : conns) {
+        if (c.connected) (void)!send(c.fd, "a", 1, MSG_NOSIGNAL);
+      }
     }
   }
-  for (int fd : fds) close(fd);
+  for (const Conn& c : conns) close(c.fd);
   open_now_ = 0;
 }
 

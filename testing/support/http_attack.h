@@ -30,11 +30,12 @@ class SlowClients {
   SlowClients(const SlowClients&) = delete;
   SlowClients& operator=(const SlowClients&) = delete;
 
-  // Waits until `count` connections are open at once (false after `timeout`).
+  // Waits until the first `count` connections have each been established or closed by the
+  // server (false after `timeout`).
   bool WaitOpen(std::chrono::milliseconds timeout) const;
-  uint64_t opened() const { return opened_; }            // connections made so far
-  uint64_t closed_by_server() const { return closed_; }  // of those, closed by the server
-  int open_now() const { return open_now_; }
+  uint64_t opened() const { return opened_; }            // connections begun so far
+  uint64_t closed_by_server() const { return closed_; }  // of those, closed or refused
+  int open_now() const { return open_now_; }             // established now
 
  private:
   void Run();
@@ -79,5 +80,21 @@ Result<TlsFiles> MakeTlsFiles(const std::string& dir);
 
 // The resident set of process `pid` (0: this one), in bytes, from /proc; 0 when unreadable.
 uint64_t ResidentBytes(int pid = 0);
+
+// True in an AddressSanitizer build, whose allocator keeps freed memory (its quarantine): tests of
+// memory handed back measure only without it.
+constexpr bool UnderAddressSanitizer() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
 
 }  // namespace tessera::testing

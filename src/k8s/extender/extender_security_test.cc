@@ -262,8 +262,9 @@ void SlowClientsDoNotDelayTheScheduler(k8s::TestApiServer& api, ExtenderApp& app
   EXPECT_EQ(quiet.failed, 0) << quiet.first_failure;
   EXPECT_EQ(attacked.failed, 0) << attacked.Format();
   EXPECT_GE(attacked.ms.size(), 10u);
-  // kube-scheduler gives up after httpTimeout (10 s in deploy/kubernetes); far under it, loosely.
-  EXPECT_LT(attacked.Max(), 2000.0) << attacked.Format();
+  // kube-scheduler gives up after httpTimeout (10 s in deploy/kubernetes): loosely under it (the
+  // machine may be loaded, the build a sanitizer's).
+  EXPECT_LT(attacked.Max(), 5000.0) << attacked.Format();
 }
 
 TEST_F(ExtenderSecurityTest, SlowClientsDoNotDelayTheScheduler) {
@@ -361,6 +362,10 @@ TEST_F(ExtenderSecurityTest, ALargeBodyIsRefusedAndLargeRequestsGiveTheirMemoryB
     EXPECT_LT(ms, 2000.0);
   }
   const uint64_t after_refused = attack::ResidentBytes();
+  if (attack::UnderAddressSanitizer()) {
+    GTEST_SKIP() << "the 62 MB body was refused unread; ASan's allocator holds freed memory in "
+                    "quarantine, so what the rest hands back is measured in plain builds";
+  }
   // Bodies under the limit (3.8 MB, 120000 node objects to parse): answered, and what parsing
   // them took is handed back.
   uint64_t peak = 0;
