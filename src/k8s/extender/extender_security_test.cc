@@ -215,13 +215,14 @@ TEST_F(ExtenderSecurityTest, MadeUpPodsReserveNothing) {
 }
 
 // kube-scheduler's calls for real pods (filter, then bind; one pod after another, each created
-// just before, as a stream of pods arrives), over `driver`, for `duration`.
+// just before, as a stream of pods arrives), over `driver`, for `duration` and at least 10 pods (a
+// sanitizer build on a loaded machine is slow).
 attack::Latencies ScheduleStream(k8s::TestApiServer& api, SchedulerDriver& driver,
                                  const std::string& prefix, std::chrono::milliseconds duration) {
   attack::Latencies out;
   const std::vector<std::string> nodes = {"s1", "s2", "s3", "s4"};
   const auto end = Clock::now() + duration;
-  for (int i = 0; Clock::now() < end; ++i) {
+  for (int i = 0; Clock::now() < end || i < 10; ++i) {
     testing::TestContainer small;  // so that the nodes never fill up
     small.limits = {{"tessera.io/gpu-core", "1"}};
     small.cpu = "10m";
@@ -261,7 +262,6 @@ void SlowClientsDoNotDelayTheScheduler(k8s::TestApiServer& api, ExtenderApp& app
               mode, static_cast<unsigned long long>(closed), attacked.Format().c_str());
   EXPECT_EQ(quiet.failed, 0) << quiet.first_failure;
   EXPECT_EQ(attacked.failed, 0) << attacked.Format();
-  EXPECT_GE(attacked.ms.size(), 10u);
   // kube-scheduler gives up after httpTimeout (10 s in deploy/kubernetes): loosely under it (the
   // machine may be loaded, the build a sanitizer's).
   EXPECT_LT(attacked.Max(), 5000.0) << attacked.Format();
