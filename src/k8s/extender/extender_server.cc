@@ -1,5 +1,5 @@
-// The extender's HTTP routes over src/http: verbs, health, metrics, inspect, and which pods the
-// verbs may act on. No policy here.
+// The extender's HTTP routes over src/http: verbs, health, metrics, inspect, the cluster page,
+// and which pods the verbs may act on. No policy here.
 #include "k8s/extender/extender_server.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/text.h"
+#include "pages/pages.h"
 
 namespace tessera::extender {
 
@@ -125,10 +126,17 @@ http::Response ExtenderServer::Route(const http::Request& request, bool verbs) {
   }
   const bool inspect_one =
       path.rfind("/inspect/", 0) == 0 && path.size() > 9 && path.find('/', 9) == std::string::npos;
-  if (path != "/healthz" && path != "/metrics" && path != "/inspect" && !inspect_one) {
+  const bool page = path == "/" || path == "/ui";
+  if (path != "/healthz" && path != "/metrics" && path != "/inspect" && !inspect_one && !page) {
     return http::Response::Text(404, "no route for " + path);
   }
   if (!get) return http::Response::Text(405, path + " takes GET, not " + request.method);
+  if (page) {
+    http::Response r;
+    r.content_type = std::string(pages::kContentType);
+    r.body = std::string(pages::ClusterPage());
+    return r;
+  }
   if (path == "/healthz") {
     return ready_ ? http::Response::Text(200, "ok") : http::Response::Text(503, kNotReady);
   }

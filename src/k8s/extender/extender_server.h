@@ -1,7 +1,8 @@
 // ExtenderServer: tessera-extender's HTTP door (src/http's HttpServer). kube-scheduler POSTs to
 // <prefix>/filter, <prefix>/prioritize and <prefix>/bind (any prefix; the last path segment names
 // the verb); operators GET /healthz (200 once the first list of Nodes and Pods is in, else 503),
-// /metrics (Prometheus text) and /inspect[/NODE] (JSON: each node's GPUs and who holds what).
+// /metrics (Prometheus text), /inspect[/NODE] (JSON: each node's GPUs and who holds what) and
+// / or /ui (the cluster page, over /inspect).
 //
 // Who may drive it: the verbs are served on one address (ListenOptions::host/port), over HTTPS
 // with client certificates when ListenOptions::tls is set (kube-scheduler's enableHTTPS and
@@ -72,7 +73,8 @@ struct ListenOptions {
   std::string host = "127.0.0.1";
   int port = 8888;                                  // 0: an ephemeral port
   std::optional<http::HttpServer::TlsOptions> tls;  // nullopt: plain HTTP, anyone may call
-  // The read-only address (GET /healthz, /metrics, /inspect), plain HTTP; port < 0: none.
+  // The read-only address (GET /healthz, /metrics, /inspect, the page), plain HTTP; port < 0:
+  // none.
   std::string metrics_host = "0.0.0.0";
   int metrics_port = -1;
   size_t max_body_bytes = 4 << 20;  // kube-scheduler's NodeNames for 5000 nodes and a large pod
