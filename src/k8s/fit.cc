@@ -112,8 +112,10 @@ std::string ShapeRefusal(placement::FitResult fit, const GpuRequest& r, NodeMode
       }
       if (static_cast<int>(r.Gpus()) > node.max_gpus_per_request) {
         return "node mode " + mode_name + " gives a container " +
-               std::to_string(node.max_gpus_per_request) +
-               " GPU (that GPU's MPS server); it asks " +
+               (node.max_gpus_per_request == 1
+                    ? std::string("one GPU")
+                    : std::to_string(node.max_gpus_per_request) + " GPUs") +
+               " (that GPU's MPS server); it asks " +
                std::string(GpuResourceName(GpuResource::kCount, r.ack)) + "=" +
                std::to_string(r.Gpus());
       }

@@ -342,12 +342,12 @@ TEST_F(DevicePluginTest, TwoPodsWithTheSameRequestAllocatedAtOnce) {
   const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
   const Json a =
       Place(PodJson("ns", "twin-a",
-                    {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}}),
-            {{"c", {{gpu0, 2 * kGiB, 100}}}});
+                    {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "10"}}}}),
+            {{"c", {{gpu0, 2 * kGiB, 10}}}});
   const Json b =
       Place(PodJson("ns", "twin-b",
-                    {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}}),
-            {{"c", {{gpu1, 2 * kGiB, 100}}}});
+                    {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "10"}}}}),
+            {{"c", {{gpu1, 2 * kGiB, 10}}}});
   // Both bound before kubelet admits either; kubelet admits them in the order they were bound.
   auto admitted_a = Admit(a);
   auto admitted_b = Admit(b);
@@ -386,12 +386,12 @@ TEST_F(DevicePluginTest, TwoPodsWithTheSameRequestAllocatedAtOnce) {
   // order, so their GPUs are swapped, and the cgroup check says so on the pod.
   const Json c =
       Place(PodJson("ns", "twin-c",
-                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
-            {{"c", {{gpu0, 1 * kGiB, 100}}}});
+                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "10"}}}}),
+            {{"c", {{gpu0, 1 * kGiB, 10}}}});
   const Json d =
       Place(PodJson("ns", "twin-d",
-                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
-            {{"c", {{gpu1, 1 * kGiB, 100}}}});
+                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "10"}}}}),
+            {{"c", {{gpu1, 1 * kGiB, 10}}}});
   auto admitted_d = Admit(d);
   ASSERT_TRUE(admitted_d.ok()) << admitted_d.error();
   ChildProcess* hd = Run(d, (*admitted_d)[0], {Tenant("shim_tenant"), "hold", std::to_string(256 << 20)}, cgroup(d));
@@ -508,6 +508,7 @@ TEST_F(DevicePluginTest, APluginRestartRebuildsItsStateAndCountsNothingTwice) {
 
   StopPlugin(SIGKILL);
   ASSERT_TRUE(api_.DeletePod("ns", "lose"));  // while no plugin runs
+  kubelet_->RemovePod(lose["metadata"]["uid"]);  // kubelet frees its devices as it sees it go
   StartPlugin();
   WaitServing(2);
   ASSERT_TRUE(WaitUntil([&] { return InTesserad(IdOf(lose, "c")) == nullptr; }, 5s))
@@ -1036,8 +1037,8 @@ TEST_F(MpsNodeTest, AContainerAskingTwoGpusIsRefused) {
   auto refused = Admit(pod);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.error(),
-              HasSubstr("is in mode mps, which gives a container one GPU (that GPU's "
-                        "MPS server); it asks tessera.io/gpu-count=2"));
+              HasSubstr("node mode mps gives a container one GPU (that GPU's MPS server); it "
+                        "asks tessera.io/gpu-count=2"));
 }
 
 // A node labelled mps whose tesserad runs without --mps: no container is set up half-way.
