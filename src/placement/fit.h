@@ -15,12 +15,13 @@
 // Only what these do not cover depends on the node's state (CPU, memory, free shares, free MIG
 // instances): those failures may be cured by preemption, these never.
 //
-// Pure functions of plain values; no I/O, no Kubernetes.
+// Pure functions of plain values, inline (every filter runs them per node); no I/O, no Kubernetes.
 #pragma once
 
 #include <cstdint>
 
 #include "placement/cluster.h"
+#include "placement/mig.h"
 #include "placement/model.h"
 
 namespace tessera::placement {
@@ -35,13 +36,35 @@ struct NodeShape {
 };
 
 // The node shape of node spec `spec`, whose GPUs have `gpu_memory_mib` each.
-NodeShape ShapeOf(const NodeSpec& spec, int64_t gpu_memory_mib, const mig::GpuModel* mig_model);
+inline NodeShape ShapeOf(const NodeSpec& spec, int64_t gpu_memory_mib,
+                         const mig::GpuModel* mig_model) {
+  return NodeShape{spec.mode, spec.gpu_count, gpu_memory_mib, mig_model, spec.max_gpus_per_request};
+}
 
 // kFits, or the first of kMode, kGpuCount, kGpuSize, kMigProfile that holds. A CPU-only request
-// (gpu_count 0) fits every shape.
-FitResult ShapeFits(const Request& request, const NodeShape& node);
+// (gpu_count 0) fits every shape. Inline: Cluster::Fits runs it for every node a filter checks.
+inline FitResult ShapeFits(const Request& r, const NodeShape& node) {
+  if (r.gpu_count == 0) return FitResult::kFits;
+  if (r.mig() != (node.mode == NodeMode::kMig)) return FitResult::kMode;
+  if (r.mig()) {
+    if (node.mig_model == nullptr) return FitResult::kMode;
+    if (MigProfileOn(*node.mig_model, r.mig_profile) == nullptr) return FitResult::kMigProfile;
+    return node.gpu_count >= 1 ? FitResult::kFits : FitResult::kGpuCount;
+  }
+  if (!r.whole_gpus() && (node.mode == NodeMode::kWholeGpus ||
+                          r.memory_only() != (node.mode == NodeMode::kMemoryOnly))) {
+    return FitResult::kMode;
+  }
+  if (r.gpu_count > node.max_gpus_per_request) return FitResult::kMode;
+  if (node.gpu_count < r.gpu_count) return FitResult::kGpuCount;
+  if (r.gpu_mem_mib > node.gpu_memory_mib) return FitResult::kGpuSize;
+  return FitResult::kFits;
+}
 
 // Whether `fit` is a failure of the shape rule (so nothing freed on the node would cure it).
-bool IsShapeFailure(FitResult fit);
+inline bool IsShapeFailure(FitResult fit) {
+  return fit == FitResult::kMode || fit == FitResult::kGpuCount || fit == FitResult::kGpuSize ||
+         fit == FitResult::kMigProfile;
+}
 
 }  // namespace tessera::placement

@@ -744,6 +744,7 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
   auto st = std::shared_ptr<State>(new State, [this, id](State* state) {
     std::lock_guard<std::mutex> lock(mu_);
     watch_positions_.erase(id);
+    TrimHistory();  // what only this watch still needed goes now
     delete state;
   });
   st->id = id;
@@ -979,8 +980,12 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
   if (std::string why = AnnotationProblem(updated["metadata"], &code); !why.empty()) {
     return Fail(res, code, code == 400 ? "BadRequest" : "Invalid", why);
   }
-  if (kind == "Pod" && !status_only &&
-      updated.value("spec", Json()) != current.value("spec", Json())) {
+  static const Json kNoSpec;
+  const auto updated_spec = updated.find("spec");
+  const auto current_spec = current.find("spec");
+  const Json& new_spec = updated_spec != updated.end() ? *updated_spec : kNoSpec;
+  const Json& old_spec = current_spec != current.end() ? *current_spec : kNoSpec;
+  if (kind == "Pod" && !status_only && new_spec != old_spec) {
     return Fail(res, 422, "Invalid",
                 "Pod \"" + key.substr(key.find('/') + 1) +
                     "\" is invalid: spec: Forbidden: pod updates may not change fields other than "
