@@ -10,10 +10,12 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <thread>
 
-#include "testing/standins/test_apiserver.h"
 #include "process/child_process.h"
+#include "testing/standins/test_apiserver.h"
 
 namespace tessera::k8s {
 namespace {
@@ -124,11 +126,16 @@ TEST_F(ApiClientTest, PatchesAnnotationsWithAResourceVersionPrecondition) {
   EXPECT_FALSE(after["metadata"]["annotations"].contains("tessera.io/phase"));
   EXPECT_EQ(after["metadata"]["annotations"]["x"], "1");
 
-  // A patch cannot change identity or status through the main resource.
-  ASSERT_TRUE(client_->MergePatch("/api/v1/namespaces/ns/pods/a",
-                                  {{"metadata", {{"uid", "forged"}}}, {"status", {{"phase", "Running"}}}})
-                  .ok());
+  // A patch cannot change identity (422, as the registry's update validation answers), nor status
+  // through the main resource (ignored there).
+  auto forged =
+      client_->MergePatch("/api/v1/namespaces/ns/pods/a", {{"metadata", {{"uid", "forged"}}}});
+  EXPECT_EQ(forged.kind(), ApiErrorKind::kInvalid);
+  EXPECT_THAT(forged.error().message, HasSubstr("field is immutable"));
   EXPECT_NE((*server_.GetPod("ns", "a"))["metadata"]["uid"], "forged");
+  ASSERT_TRUE(
+      client_->MergePatch("/api/v1/namespaces/ns/pods/a", {{"status", {{"phase", "Running"}}}})
+          .ok());
   EXPECT_EQ((*server_.GetPod("ns", "a"))["status"]["phase"], "Pending");
   ASSERT_TRUE(client_->MergePatch("/api/v1/namespaces/ns/pods/a/status",
                                   {{"status", {{"phase", "Running"}}}})
@@ -295,6 +302,243 @@ TEST_F(ApiClientTest, ReflectorListsThenWatchesAndRelistsOnDemand) {
   EXPECT_TRUE(wait_for({"b", "c"}));
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_GE(replaces, 2);
+}
+
+// ---- the client and the Reflector under the API server's behaviours -----------------------------
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout = 5s) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return done();
+}
+
+// A reflector of the pods on n1 that keeps their names; Wait checks for a set of names.
+struct PodNames {
+  std::mutex mu;
+  std::set<std::string> names;
+  Reflector::Handlers Handlers() {
+    return {[this](const std::vector<Json>& items) {
+              std::lock_guard<std::mutex> lock(mu);
+              names.clear();
+              for (const Json& p : items) names.insert(p["metadata"]["name"].get<std::string>());
+            },
+            [this](const WatchEvent& e) {
+              std::lock_guard<std::mutex> lock(mu);
+              const std::string n = e.object["metadata"]["name"];
+              if (e.type == "DELETED") {
+                names.erase(n);
+              } else {
+                names.insert(n);
+              }
+            }};
+  }
+  bool Wait(const std::set<std::string>& want, std::chrono::milliseconds timeout = 10s) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (names == want) return true;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+};
+
+TEST_F(ApiClientTest, ABearerTokenIsSentAndARefusalIsForbiddenByName) {
+  server_.RequireToken("s3cret");
+  ClientConfig good;
+  good.server = server_.url();
+  good.token = "s3cret";
+  ApiClient with(good);
+  ASSERT_TRUE(with.Create("/api/v1/nodes", NodeJson("n1")).ok());
+  EXPECT_TRUE(with.ListNodes().ok());
+  // From a file, as a service account's token is read (and read again as it rotates).
+  const std::string file = "/tmp/" + std::to_string(getpid()) + "-apitoken";
+  std::ofstream(file) << "s3cret\n";
+  ClientConfig from_file;
+  from_file.server = server_.url();
+  from_file.token_file = file;
+  EXPECT_TRUE(ApiClient(from_file).GetNode("n1").ok());
+  unlink(file.c_str());
+  auto refused = client_->GetNode("n1");  // no token
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.kind(), ApiErrorKind::kForbidden);
+  EXPECT_EQ(refused.error().http_status, 401);
+  EXPECT_THAT(refused.error().message, HasSubstr("Unauthorized"));
+  ClientConfig wrong = good;
+  wrong.token = "guess";
+  EXPECT_EQ(ApiClient(wrong).ListPods("").kind(), ApiErrorKind::kForbidden);
+  EXPECT_EQ(server_.unauthorized(), 2);
+  // A watch is refused the same way, and says so.
+  ApiErrorKind kind = ApiErrorKind::kOther;
+  Status w = client_->Watch(
+      "/api/v1/pods", {}, [](const WatchEvent&) { return true; }, &kind);
+  EXPECT_FALSE(w.ok());
+  EXPECT_EQ(kind, ApiErrorKind::kForbidden);
+}
+
+// What the client writes passes the server's validation; what the server refuses is its own kind.
+TEST_F(ApiClientTest, WhatTheClientWritesPassesTheServersValidation) {
+  ASSERT_TRUE(client_->Create("/api/v1/nodes", NodeJson("n1")).ok());
+  auto pod = client_->Create("/api/v1/namespaces/ns/pods", PodJson("a"));
+  ASSERT_TRUE(pod.ok()) << pod.error().message;
+  EXPECT_TRUE(client_
+                  ->PatchPodAnnotations("ns", "a", {{"tessera.io/phase", "assumed"}},
+                                        (*pod)["metadata"]["resourceVersion"])
+                  .ok());
+  EXPECT_TRUE(client_->PatchNodeAnnotations("n1", {{"tessera.io/gpu-inventory", "{}"}}).ok());
+  EventSpec e;
+  e.kind = "Pod";
+  e.ns = "ns";
+  e.name = "a";
+  e.uid = (*pod)["metadata"]["uid"];
+  e.reason = "TesseraAllocated";
+  e.message = "ok";
+  e.component = "tessera-device-plugin";
+  e.host = "n1";
+  EXPECT_TRUE(client_->CreateEvent(e).ok());
+  e.kind = "Node";
+  e.ns = "";
+  e.name = "n1";
+  EXPECT_TRUE(client_->CreateEvent(e).ok()) << "a Node's event goes to default";
+  EXPECT_TRUE(client_->BindPod("ns", "a", (*pod)["metadata"]["uid"], "n1").ok());
+  // And what it refuses: a pod's spec, annotations that are not strings, too much of them,
+  // identity changes, an Event whose namespace is not its object's.
+  auto spec = client_->MergePatch("/api/v1/namespaces/ns/pods/a", {{"spec", {{"nodeName", "n2"}}}});
+  EXPECT_EQ(spec.kind(), ApiErrorKind::kInvalid);
+  EXPECT_EQ(spec.error().http_status, 422);
+  auto number =
+      client_->MergePatch("/api/v1/nodes/n1", {{"metadata", {{"annotations", {{"x", 1}}}}}});
+  EXPECT_EQ(number.error().http_status, 400);
+  auto huge = client_->PatchNodeAnnotations("n1", {{"big", std::string(300 * 1024, 'x')}});
+  EXPECT_EQ(huge.error().http_status, 422);
+  EXPECT_THAT(huge.error().message, HasSubstr("must have at most 262144 bytes"));
+  auto rename = client_->MergePatch("/api/v1/nodes/n1", {{"metadata", {{"name", "n9"}}}});
+  EXPECT_EQ(rename.kind(), ApiErrorKind::kInvalid);
+  Json stray = {{"metadata", {{"generateName", "a."}, {"namespace", "ns"}}},
+                {"involvedObject", {{"kind", "Pod"}, {"name", "a"}, {"namespace", "other"}}},
+                {"reason", "X"}};
+  auto event = client_->Create("/api/v1/namespaces/ns/events", stray);
+  EXPECT_EQ(event.error().http_status, 422);
+  EXPECT_THAT(event.error().message, HasSubstr("does not match event.namespace"));
+  // A second Binding conflicts; a Binding of another name is refused.
+  EXPECT_EQ(client_->BindPod("ns", "a", "", "n1").kind(), ApiErrorKind::kConflict);
+  auto misnamed =
+      client_->Create("/api/v1/namespaces/ns/pods/a/binding", {{"apiVersion", "v1"},
+                                                               {"kind", "Binding"},
+                                                               {"metadata", {{"name", "b"}}},
+                                                               {"target", {{"name", "n1"}}}});
+  EXPECT_EQ(misnamed.error().http_status, 400);
+  EXPECT_THAT(misnamed.error().message,
+              HasSubstr("name in URL does not match name in Binding object"));
+}
+
+// 5xx answers and dropped connections are errors of their own (transport for a drop, other for a
+// 5xx), never a success or a hang; a slow server is waited for up to the client's timeout.
+TEST_F(ApiClientTest, ServerErrorsDropsAndSlowAnswers) {
+  ASSERT_TRUE(client_->Create("/api/v1/nodes", NodeJson("n1")).ok());
+  server_.InjectFault({"GET", "/api/v1/nodes/n1", 1, 503});
+  auto unavailable = client_->GetNode("n1");
+  ASSERT_FALSE(unavailable.ok());
+  EXPECT_EQ(unavailable.error().http_status, 503);
+  EXPECT_THAT(unavailable.error().message, HasSubstr("ServiceUnavailable"));
+  server_.InjectFault({"PATCH", "/api/v1/nodes/n1", 1, 500});
+  EXPECT_EQ(client_->PatchNodeAnnotations("n1", {{"k", "v"}}).error().http_status, 500);
+  EXPECT_TRUE(client_->GetNode("n1").ok()) << "the faults were one each";
+  // A dropped connection (a fresh client: a kept-alive connection that fails is tried once more on
+  // a new one, which would meet no fault).
+  ClientConfig plain;
+  plain.server = server_.url();
+  ApiClient fresh(plain);
+  server_.InjectFault({"GET", "/api/v1/nodes/n1", 1, 0});
+  auto dropped = fresh.GetNode("n1");
+  ASSERT_FALSE(dropped.ok());
+  EXPECT_EQ(dropped.kind(), ApiErrorKind::kTransport);
+  // Slow, within the timeout: answered; slower than it: a transport error, in about the timeout.
+  server_.SetLatency(300ms);
+  EXPECT_TRUE(client_->GetNode("n1").ok());
+  server_.SetLatency(0ms);
+  ClientConfig quick;
+  quick.server = server_.url();
+  quick.timeout = std::chrono::seconds(1);
+  ApiClient impatient(quick);
+  server_.InjectFault({"GET", "/api/v1/nodes/n1", 1, 503, 2500ms});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto late = impatient.GetNode("n1");
+  EXPECT_FALSE(late.ok());
+  EXPECT_EQ(late.kind(), ApiErrorKind::kTransport);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2400ms);
+  EXPECT_EQ(server_.faults_served(), 4);
+}
+
+// The server ends watches (its timeout), drops them, and forgets old versions: the Reflector
+// watches again from where it was, and lists again only when told its version is gone (410).
+TEST_F(ApiClientTest, ReflectorRidesOutEndedDroppedAndExpiredWatches) {
+  server_.SetWatchTimeout(300ms);
+  server_.CreatePod(PodJson("a", "n1"));
+  PodNames seen;
+  Reflector r(client_.get(), "/api/v1/pods", Opts("spec.nodeName=n1"), seen.Handlers());
+  r.Start();
+  ASSERT_TRUE(r.WaitSynced(5s));
+  for (const char* name : {"b", "c"}) {
+    std::this_thread::sleep_for(400ms);  // past the watch's end: a new watch sees it
+    server_.CreatePod(PodJson(name, "n1"));
+  }
+  EXPECT_TRUE(seen.Wait({"a", "b", "c"}));
+  EXPECT_EQ(r.relists(), 1) << "an ended watch is watched again from its version, not relisted";
+  EXPECT_GE(server_.Requests("GET", "/api/v1/pods"), 3) << "a list and at least two watches";
+  // Dropped mid-stream, the next watches refused (503) while the window moves on: 410, a new
+  // list, and nothing lost.
+  server_.SetWatchTimeout(0ms);
+  server_.SetHistoryLimit(2);
+  server_.InjectFault({"GET", "/api/v1/pods", 2, 503});
+  server_.DropWatches();
+  for (const char* name : {"d", "e", "f", "g"}) server_.CreatePod(PodJson(name, "n1"));
+  server_.DeletePod("ns", "a");
+  EXPECT_TRUE(seen.Wait({"b", "c", "d", "e", "f", "g"}));
+  EXPECT_TRUE(WaitFor([&] { return r.relists() >= 2; })) << "no list after the 410";
+  r.Stop();
+}
+
+// Bookmarks carry the collection's version on while nothing of the selection changes, so a watch
+// that ends is taken up again inside the window instead of listing everything again.
+TEST_F(ApiClientTest, BookmarksKeepAQuietWatchInsideTheWindow) {
+  server_.SetBookmarkInterval(100ms);
+  server_.SetWatchTimeout(600ms);
+  server_.CreatePod(PodJson("a", "n1"));
+  PodNames seen;
+  Reflector r(client_.get(), "/api/v1/pods", Opts("spec.nodeName=n1"), seen.Handlers());
+  r.Start();
+  ASSERT_TRUE(r.WaitSynced(5s));
+  ASSERT_TRUE(WaitFor([&] { return server_.Requests("GET", "/api/v1/pods") >= 2; }))
+      << "the reflector never watched";
+  std::this_thread::sleep_for(100ms);
+  // Nothing of the watch's selection changes while the window moves far past the list's version;
+  // the watches end and start again meanwhile.
+  server_.SetHistoryLimit(3);
+  for (int i = 0; i < 20; ++i) server_.CreatePod(PodJson("other-" + std::to_string(i), "n2"));
+  std::this_thread::sleep_for(1500ms);
+  server_.CreatePod(PodJson("b", "n1"));
+  EXPECT_TRUE(seen.Wait({"a", "b"}));
+  EXPECT_EQ(r.relists(), 1) << "the watch fell out of the window although bookmarks came";
+  EXPECT_GE(server_.Requests("GET", "/api/v1/pods"), 3) << "the watch did not end and start again";
+  r.Stop();
+}
+
+TEST_F(ApiClientTest, ReflectorListsAgainAfterServerErrors) {
+  server_.CreatePod(PodJson("a", "n1"));
+  server_.InjectFault({"GET", "/api/v1/pods", 2, 503});
+  PodNames seen;
+  Reflector r(client_.get(), "/api/v1/pods", Opts("spec.nodeName=n1"), seen.Handlers());
+  r.Start();
+  ASSERT_TRUE(r.WaitSynced(10s)) << "two 503s, then the list";
+  EXPECT_TRUE(seen.Wait({"a"}));
+  EXPECT_EQ(server_.faults_served(), 2);
+  r.Stop();
 }
 
 TEST(ApiClient, ATransportErrorIsItsOwnKind) {

@@ -40,6 +40,7 @@ Status AddContainers(const Json& spec, const char* key, bool init, PodView* pod)
     ContainerView view;
     view.name = StringAt(c, "name");
     view.init = init;
+    view.restartable = init && StringAt(c, "restartPolicy") == "Always";
     const Json& resources = ObjectAt(c, "resources");
     view.limits = StringMap(resources, "limits");
     view.requests = StringMap(resources, "requests");

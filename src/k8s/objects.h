@@ -29,6 +29,9 @@ Result<uint64_t> ParseQuantity(std::string_view text, std::string_view input_nam
 struct ContainerView {
   std::string name;
   bool init = false;
+  // An init container with restartPolicy Always: a native sidecar, which runs beside the app
+  // containers for the pod's life (kubelet keeps its devices its own).
+  bool restartable = false;
   std::map<std::string, std::string> limits;    // resources.limits, quantities as written
   std::map<std::string, std::string> requests;  // resources.requests
 };

@@ -6,6 +6,8 @@
 #include <bit>
 #include <utility>
 
+#include "placement/fit.h"
+
 namespace tessera::placement {
 
 std::string_view FitResultName(FitResult result) {
@@ -22,6 +24,8 @@ std::string_view FitResultName(FitResult result) {
       return "share form does not match the node's mode";
     case FitResult::kGpuCount:
       return "node has too few GPUs";
+    case FitResult::kGpuSize:
+      return "the node's GPUs are smaller than the memory asked on each";
     case FitResult::kGpuCompute:
       return "too few GPUs with the compute share free";
     case FitResult::kGpuMemory:
@@ -134,12 +138,9 @@ FitResult Cluster::Fits(int node, const Request& r) const {
   if (r.gpu_count == 0) return FitResult::kFits;
   const NodeSpec& s = specs_[n];
   if (s.gpu_count == 0 || !r.allowed.Contains(s.model)) return FitResult::kModel;
-  if (r.mig() || s.mode == NodeMode::kMig) return r.mig() ? MigFits(node, r) : FitResult::kMode;
-  if (!r.whole_gpus() && (s.mode == NodeMode::kWholeGpus ||
-                          r.memory_only() != (s.mode == NodeMode::kMemoryOnly))) {
-    return FitResult::kMode;
-  }
-  if (s.gpu_count < r.gpu_count) return FitResult::kGpuCount;
+  const FitResult shape = ShapeFits(r, ShapeOf(s, gpu_mem_cap_[n], mig_model(node)));
+  if (shape != FitResult::kFits) return shape;
+  if (r.mig()) return MigFits(node, r);
   if (r.whole_gpus()) {
     return whole_free_[n] >= r.gpu_count ? FitResult::kFits : FitResult::kGpuCompute;
   }

@@ -3,11 +3,11 @@
 // request may go where) and applies and removes assignments; policies only read it.
 //
 // Fit rules, all of which must hold for a request on a node:
-//   CPU and host memory fit what is free; the node's GPU model is allowed; the request's form
-//   matches the node's mode (fractional compute shares need memory+compute, memory-only shares
-//   need memory-only; whole GPUs fit every mode but MIG, and are all a whole-GPU node takes); at
-//   least `gpu_count` distinct GPUs each have the per-GPU compute share and memory free, and for
-//   whole-GPU requests those GPUs are entirely free.
+//   CPU and host memory fit what is free; the node's GPU model is allowed; the request's shape
+//   fits the node's (placement/fit.h: its form matches the node's mode, the node has its GPU
+//   count, its GPUs are as large as the memory it asks on each); at least `gpu_count` distinct
+//   GPUs each have the per-GPU compute share and memory free, and for whole-GPU requests those
+//   GPUs are entirely free.
 //   A MIG request fits only a MIG node, whose model has its profile, with a free instance of that
 //   profile on some GPU (or a GPU it may cut again: all its instances free, on a node with
 //   mig_relayout). A MIG GPU's free compute and memory are what its taken instances leave (an
@@ -36,6 +36,7 @@ enum class FitResult : uint8_t {
   kModel,        // the node's GPU model is not allowed (or the node has no GPUs)
   kMode,         // the share's form does not match the node's mode
   kGpuCount,     // the node has fewer GPUs than requested, free or not
+  kGpuSize,      // the node's GPUs have less memory than the request asks on each
   kGpuCompute,   // too few GPUs with the compute share free (entirely free, for whole GPUs)
   kGpuMemory,    // too few GPUs with the memory free
   kMigProfile,   // the node's GPU model has no MIG profile of the request's name

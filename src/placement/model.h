@@ -95,6 +95,9 @@ struct NodeSpec {
   // whether the engine may cut a GPU again while all its instances are free (placement/mig.h).
   std::vector<mig::Layout> mig_gpus{};
   bool mig_relayout = false;
+  // The most GPUs one request may span here (an MPS node gives a container one GPU, its MPS
+  // server's; trace mode `mps`).
+  int max_gpus_per_request = kMaxGpusPerNode;
 };
 
 struct Request {

@@ -253,9 +253,11 @@ Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name)
         node.mode = NodeMode::kWholeGpus;
       } else if (csv.Field(c_mode) == "mig") {
         node.mode = NodeMode::kMig;
+      } else if (csv.Field(c_mode) == "mps") {
+        node.max_gpus_per_request = 1;  // memory+compute, one GPU (its MPS server) per request
       } else if (csv.Field(c_mode) != "memory+compute") {
         return Status::Error(csv.ColumnError(c_mode, "is not a sharing mode",
-                                             "memory+compute, memory-only, whole-gpu or mig"));
+                                             "memory+compute, memory-only, whole-gpu, mps or mig"));
       }
     }
     const bool mig_given = c_mig >= 0 && !csv.Field(c_mig).empty();

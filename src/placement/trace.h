@@ -2,7 +2,8 @@
 // extensions of them, as CSV with a header row.
 //
 // Node list columns (any order, extra columns ignored): sn, cpu_milli, memory_mib, gpu, model;
-// optional: mode ("memory+compute", the default, "memory-only", "whole-gpu" or "mig"),
+// optional: mode ("memory+compute", the default, "memory-only", "whole-gpu", "mps" (memory+compute
+// with one GPU per request, as an MPS node gives a container its GPU's server) or "mig"),
 // gpu_memory_mib (per GPU; default: the model's known size) and mig. A `mig` node's model is a MIG
 // model of `tessera mig profiles` (H100-80GB, A30, ...; its memory, unless given, from its
 // full-GPU profile's name), and its mig column says how every GPU of it is cut: profile counts as

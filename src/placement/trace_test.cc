@@ -48,7 +48,7 @@ TEST(NodeCsvTest, OptionalModeAndGpuMemoryColumns) {
   auto bad = ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model,mode\nx,1,1,1,T4,shared\n", "n.csv");
   ASSERT_FALSE(bad.ok());
   ExpectError(bad.error(), "n.csv:2: column 6 (mode): \"shared\"",
-              "memory+compute, memory-only, whole-gpu or mig");
+              "memory+compute, memory-only, whole-gpu, mps or mig");
 }
 
 TEST(NodeCsvTest, RejectsMalformedRowsWithFileLineAndColumn) {

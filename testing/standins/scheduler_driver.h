@@ -1,7 +1,12 @@
-// SchedulerDriver: drives a tessera-extender's HTTP verbs the way kube-scheduler does for one pod
-// (filter with the candidate nodes, prioritize the ones that passed, pick the highest score, bind),
-// for tests and the whole-cluster test. Test tooling: it is not kube-scheduler (no queue, no
-// backoff, no plugins of its own), only its calls to an extender.
+// SchedulerDriver: a STAND-IN for kube-scheduler's HTTP extender client (pkg/scheduler/extender.go
+// and its callers in schedule_one.go and framework/preemption), for tests. It drives a
+// tessera-extender's verbs the way kube-scheduler does for one pod: filter with the candidate
+// nodes, prioritize the ones that passed (skipped when one is left), pick the highest score, bind;
+// and preempt with the victims its own preemption chose. What it copies: a POST with
+// Content-Type application/json; an answer other than 200 is an error that names only the verb,
+// the URL and the code (the body is never read); a 200 answer's Error (filter, bind) is the error;
+// a prioritize error gives no scores (kube-scheduler ignores it); a preempt answer naming a node
+// with no victim is an error. It is not kube-scheduler: no queue, backoff or plugins of its own.
 #pragma once
 
 #include <map>
@@ -9,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/result.h"
 #include "k8s/objects.h"
 
 namespace httplib {
@@ -42,11 +48,16 @@ class SchedulerDriver {
 
   // One scheduling attempt of `pod` (a v1.Pod as the API server returned it) over `nodes`.
   ScheduleResult Schedule(const k8s::Json& pod, const std::vector<std::string>& nodes);
+  // kube-scheduler's preempt call with nodeCacheCapable: `victims` (node -> pod UIDs) in
+  // NodeNameToMetaVictims; the nodes and victims the extender keeps, or its error.
+  Result<std::map<std::string, std::vector<std::string>>> Preempt(
+      const k8s::Json& pod, const std::map<std::string, std::vector<std::string>>& victims);
   // A raw POST; returns the HTTP status (0: no answer) and sets *body.
   int Post(const std::string& path, const std::string& request, std::string* body);
 
  private:
   std::unique_ptr<httplib::Client> http_;
+  int port_ = 0;
 };
 
 }  // namespace tessera::extender::testing

@@ -1,14 +1,17 @@
 // TestApiServer: the stand-in kube-apiserver (see the header for what it is and is not).
 #include "testing/standins/test_apiserver.h"
 
-#include "k8s/api_client.h"
-
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <ctime>
+#include <functional>
 #include <random>
+
+#include "k8s/api_client.h"
+#include "testing/standins/k8s_names.h"
 
 namespace tessera::k8s {
 namespace {
@@ -178,6 +181,108 @@ bool Matches(const Json& obj, const std::vector<Requirement>& fields,
 
 std::string ListKind(const std::string& kind) { return kind + "List"; }
 
+// The media type of a Content-Type header, without parameters, lowercase.
+std::string MediaType(const std::string& header) {
+  std::string t = header.substr(0, header.find(';'));
+  while (!t.empty() && t.back() == ' ') t.pop_back();
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t;
+}
+
+// What the API server's decoder answers a POST body that is not JSON it can read.
+bool RefuseMediaType(const httplib::Request& req, httplib::Response& res) {
+  const std::string type = MediaType(req.get_header_value("Content-Type"));
+  if (type == "application/json") return false;
+  Fail(res, 415, "UnsupportedMediaType",
+       "the body of the request was in an unknown format - accepted media types include: "
+       "application/json, application/yaml, application/vnd.kubernetes.protobuf (got \"" +
+           type + "\")");
+  return true;
+}
+
+// legacyValidateEvent (pkg/apis/core/validation/events.go), which is all a core/v1 Event create
+// is checked against: its namespace a DNS subdomain that agrees with the involved object's (a
+// cluster-scoped object's events go to "" or default); with eventTime set, the reporting fields
+// and lengths too. "" when fine.
+std::string EventProblem(const Json& e) {
+  const Json& meta = e["metadata"];
+  const std::string ns = meta.value("namespace", "");
+  const Json involved = e.value("involvedObject", Json::object());
+  const std::string object_ns = involved.is_object() ? involved.value("namespace", "") : "";
+  auto str = [&](const char* key) {
+    return e.contains(key) && e[key].is_string() ? e[key].get<std::string>() : "";
+  };
+  if (str("eventTime").empty()) {
+    if (object_ns.empty() ? (!ns.empty() && ns != "default") : ns != object_ns) {
+      return "involvedObject.namespace: Invalid value: \"" + object_ns +
+             "\": does not match event.namespace";
+    }
+  } else {
+    if (object_ns.empty() && ns != "default" && ns != "kube-system") {
+      return "involvedObject.namespace: Invalid value: \"\": does not match event.namespace";
+    }
+    const std::string controller = str("reportingComponent");
+    if (controller.empty()) return "reportingController: Required value";
+    if (!IsQualifiedName(controller))
+      return "reportingController: Invalid value: \"" + controller + "\"";
+    const std::string instance = str("reportingInstance");
+    if (instance.empty()) return "reportingInstance: Required value";
+    if (instance.size() > 128)
+      return "reportingInstance: Invalid value: \"\": can have at most 128 characters";
+    if (str("action").empty()) return "action: Required value";
+    if (str("action").size() > 128)
+      return "action: Invalid value: \"\": can have at most 128 characters";
+    if (str("reason").empty()) return "reason: Required value";
+    if (str("reason").size() > 128)
+      return "reason: Invalid value: \"\": can have at most 128 characters";
+    if (str("message").size() > 1024)
+      return "message: Invalid value: \"\": can have at most 1024 characters";
+  }
+  if (!IsDns1123Subdomain(ns)) {
+    return "namespace: Invalid value: \"" + ns +
+           "\": a lowercase RFC 1123 subdomain must consist "
+           "of lower case alphanumeric characters, '-' or '.'";
+  }
+  return "";
+}
+
+constexpr size_t kTotalAnnotationSizeLimit = 256 * 1024;  // ValidateAnnotations
+
+// ValidateObjectMeta's checks of the annotations: string values (a decode error, 400, otherwise),
+// qualified-name keys and at most 256 KiB in all (422). "" when fine; else `code` and the message.
+std::string AnnotationProblem(const Json& meta, int* code) {
+  auto it = meta.find("annotations");
+  if (it == meta.end() || it->is_null()) return "";
+  if (!it->is_object()) {
+    *code = 400;
+    return "json: cannot unmarshal " + std::string(it->type_name()) +
+           " into Go struct field ObjectMeta.metadata.annotations of type map[string]string";
+  }
+  size_t total = 0;
+  for (auto a = it->begin(); a != it->end(); ++a) {
+    if (!a->is_string()) {
+      *code = 400;
+      return "json: cannot unmarshal " + std::string(a->type_name()) +
+             " into Go struct field ObjectMeta.metadata.annotations of type string";
+    }
+    std::string lower = a.key();
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!IsQualifiedName(lower)) {
+      *code = 422;
+      return "metadata.annotations: Invalid value: \"" + a.key() +
+             "\": name part must consist of alphanumeric characters, '-', '_' or '.', and must "
+             "start and end with an alphanumeric character";
+    }
+    total += a.key().size() + a->get_ref<const std::string&>().size();
+  }
+  if (total > kTotalAnnotationSizeLimit) {
+    *code = 422;
+    return "metadata.annotations: Too long: must have at most " +
+           std::to_string(kTotalAnnotationSizeLimit) + " bytes";
+  }
+  return "";
+}
+
 std::string Plural(const std::string& kind) {
   return kind == "Node" ? "nodes" : kind == "Pod" ? "pods" : "events";
 }
@@ -239,10 +344,7 @@ std::map<std::string, Json>* TestApiServer::Objects(const std::string& kind) {
 void TestApiServer::Record(const std::string& kind, const std::string& type, Json object,
                            Json previous) {
   history_.push_back(Change{rv_, kind, type, std::move(object), std::move(previous)});
-  while (history_.size() > 100000) {
-    compacted_ = history_.front().rv;
-    history_.pop_front();
-  }
+  TrimHistory();
   changed_.at(kind).notify_all();
 }
 
@@ -372,6 +474,15 @@ std::vector<Json> TestApiServer::Events(const std::string& ns) const {
   return out;
 }
 
+void TestApiServer::TrimHistory() {
+  uint64_t oldest_live = UINT64_MAX;  // the oldest version a live watch has been sent up to
+  for (const auto& [id, rv] : watch_positions_) oldest_live = std::min(oldest_live, rv);
+  while (history_.size() > history_limit_ && history_.front().rv <= oldest_live) {
+    compacted_ = history_.front().rv;
+    history_.pop_front();
+  }
+}
+
 void TestApiServer::WakeAll() {
   for (auto& [kind, cv] : changed_) cv.notify_all();
 }
@@ -393,8 +504,133 @@ int TestApiServer::conflicts() const {
   return conflicts_;
 }
 
+void TestApiServer::RequireToken(std::string token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  token_ = std::move(token);
+}
+
+int TestApiServer::unauthorized() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unauthorized_;
+}
+
+void TestApiServer::InjectFault(Fault fault) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fault.count > 0) faults_.push_back(std::move(fault));
+}
+
+int TestApiServer::faults_served() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return faults_served_;
+}
+
+void TestApiServer::SetLatency(std::chrono::milliseconds delay) {
+  std::lock_guard<std::mutex> lock(mu_);
+  latency_ = delay;
+}
+
+void TestApiServer::DropWatches() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++drop_epoch_;
+  WakeAll();
+}
+
+void TestApiServer::SetWatchTimeout(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  watch_timeout_ = timeout;
+}
+
+void TestApiServer::SetBookmarkInterval(std::chrono::milliseconds interval) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bookmark_interval_ = interval;
+}
+
+void TestApiServer::SetHistoryLimit(size_t changes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  history_limit_ = std::max<size_t>(changes, 1);
+  TrimHistory();
+  WakeAll();
+}
+
+int TestApiServer::Requests(const std::string& method, const std::string& path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [m, p] : served_) {
+    if ((method.empty() || m == method) && p.find(path) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+bool TestApiServer::Intercept(const httplib::Request& req, httplib::Response& res) {
+  // Authentication, then the faults tests asked for, then the latency: in the route's handler,
+  // once the body is read (an answer before it would leave the body on a kept-alive connection).
+  std::optional<Fault> fault;
+  std::chrono::milliseconds latency{0};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    served_.emplace_back(req.method, req.path);
+    if (!token_.empty() && req.get_header_value("Authorization") != "Bearer " + token_) {
+      ++unauthorized_;
+      Fail(res, 401, "Unauthorized", "Unauthorized");
+      return true;
+    }
+    for (auto it = faults_.begin(); it != faults_.end(); ++it) {
+      if ((!it->method.empty() && it->method != req.method) ||
+          req.path.find(it->path) == std::string::npos) {
+        continue;
+      }
+      fault = *it;
+      ++faults_served_;
+      if (--it->count <= 0) faults_.erase(it);
+      break;
+    }
+    latency = latency_;
+  }
+  if (latency.count() > 0) std::this_thread::sleep_for(latency);
+  if (!fault) return false;
+  if (fault->delay.count() > 0) std::this_thread::sleep_for(fault->delay);
+  if (fault->status == 0) {
+    // The headers go out, then the connection closes with no body: a dropped connection.
+    res.set_chunked_content_provider("application/json",
+                                     [](size_t, httplib::DataSink&) { return false; });
+    return true;
+  }
+  const int code = fault->status;
+  const std::string reason = code == 429   ? "TooManyRequests"
+                             : code == 503 ? "ServiceUnavailable"
+                             : code == 504 ? "Timeout"
+                                           : "InternalError";
+  if (code == 429 || code == 503) res.set_header("Retry-After", "1");
+  Fail(res, code, reason,
+       "the stand-in API server was told to fail " + req.method + " " + req.path);
+  return true;
+}
+
 void TestApiServer::Route() {
-  httplib::Server& s = *server_;
+  httplib::Server& server = *server_;
+  // Every route goes through Intercept first.
+  auto guard = [this](httplib::Server::Handler h) {
+    return [this, h](const httplib::Request& req, httplib::Response& res) {
+      if (!Intercept(req, res)) h(req, res);
+    };
+  };
+  struct Routes {
+    httplib::Server& server;
+    std::function<httplib::Server::Handler(httplib::Server::Handler)> guard;
+    void Get(const std::string& p, httplib::Server::Handler h) {
+      server.Get(p, guard(std::move(h)));
+    }
+    void Post(const std::string& p, httplib::Server::Handler h) {
+      server.Post(p, guard(std::move(h)));
+    }
+    void Patch(const std::string& p, httplib::Server::Handler h) {
+      server.Patch(p, guard(std::move(h)));
+    }
+    void Delete(const std::string& p, httplib::Server::Handler h) {
+      server.Delete(p, guard(std::move(h)));
+    }
+  } s{server, guard};
+
   // A collection's GET: a list, or a watch with ?watch=true; namespaced ones take the namespace
   // from the path's first group.
   auto collection_get = [this](const std::string& kind, bool namespaced) {
@@ -449,7 +685,7 @@ void TestApiServer::Route() {
          [this](const httplib::Request& req, httplib::Response& res) {
            HandleBinding(req.matches[1], req.matches[2], req, res);
          });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.body.empty()) {
       Fail(res, res.status, res.status == 404 ? "NotFound" : "BadRequest",
            "the stand-in API server has no route for " + req.method + " " + req.path);
@@ -491,9 +727,27 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
     bool from_now = false;
     bool started = false;
     bool bookmarks = false;
+    uint64_t drop_epoch = 0;
+    uint64_t id = 0;
     std::chrono::steady_clock::time_point deadline, quiet_since;
   };
-  auto st = std::make_shared<State>();
+  // Registered as a watcher at the server's current version: the window keeps what it has not
+  // been sent yet (the cacher pushes every change to its live watchers), and the registration goes
+  // with the stream.
+  uint64_t id = 0;
+  {
+    const std::string from = req.get_param_value("resourceVersion");
+    std::lock_guard<std::mutex> lock(mu_);
+    id = ++next_watch_;
+    watch_positions_[id] = from.empty() || from == "0" ? rv_ : ParseRv(from);
+  }
+  auto st = std::shared_ptr<State>(new State, [this, id](State* state) {
+    std::lock_guard<std::mutex> lock(mu_);
+    watch_positions_.erase(id);
+    TrimHistory();  // what only this watch still needed goes now
+    delete state;
+  });
+  st->id = id;
   st->c = c;
   st->fields = *fields;
   st->labels = *labels;
@@ -502,11 +756,18 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
   st->last = ParseRv(rv);
   st->bookmarks = req.get_param_value("allowWatchBookmarks") == "true";
   const int timeout = std::atoi(req.get_param_value("timeoutSeconds").c_str());
-  st->deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout > 0 ? timeout : 1800);
+  std::chrono::milliseconds life = std::chrono::seconds(timeout > 0 ? timeout : 1800);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (watch_timeout_.count() > 0) life = std::min(life, watch_timeout_);
+    st->drop_epoch = drop_epoch_;
+  }
+  st->deadline = std::chrono::steady_clock::now() + life;
   st->quiet_since = std::chrono::steady_clock::now();
   res.set_chunked_content_provider("application/json", [this, st](size_t, httplib::DataSink& sink) {
     std::vector<std::string> lines;
     bool done = false;
+    bool drop = false;
     auto line = [](const std::string& type, const Json& obj) {
       return Json{{"type", type}, {"object", obj}}.dump() + "\n";
     };
@@ -559,13 +820,20 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
       }
       const auto now = std::chrono::steady_clock::now();
       if (stopping_ || now >= st->deadline) done = true;
-      if (lines.empty() && !done && st->bookmarks && now - st->quiet_since > 1s) {
+      drop = drop_epoch_ != st->drop_epoch;
+      watch_positions_[st->id] = st->last;
+      // A bookmark when the stream has been quiet a while, and one as a watch ends at its timeout
+      // (as the watch cache does), so the next watch starts at the newest version.
+      const bool ending = done && !stopping_ && lines.empty();
+      if (lines.empty() && st->bookmarks && !drop &&
+          (ending || (!done && now - st->quiet_since > bookmark_interval_))) {
         lines.push_back(line("BOOKMARK", {{"kind", st->c.kind},
                                           {"apiVersion", "v1"},
                                           {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}));
       }
       if (!lines.empty()) st->quiet_since = now;
     }
+    if (drop) return false;  // the connection goes without the stream's end
     for (const std::string& l : lines) {
       if (!sink.write(l.data(), l.size())) return false;
     }
@@ -576,10 +844,20 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
 
 void TestApiServer::HandleCreate(const Collection& c, const httplib::Request& req,
                                  httplib::Response& res) {
+  if (RefuseMediaType(req, res)) return;
   Json obj = Json::parse(req.body, nullptr, false);
   if (!obj.is_object()) return Fail(res, 400, "BadRequest", "the body is not a JSON object");
+  if (obj.contains("kind") && obj["kind"] != c.kind) {
+    return Fail(res, 400, "BadRequest",
+                "the body is a " + obj["kind"].dump() + ", not a " + c.kind + " (" +
+                    Plural(c.kind) + " takes " + c.kind + " objects)");
+  }
   Json& meta = obj["metadata"];
   if (!meta.is_object()) return Fail(res, 400, "BadRequest", "metadata is missing");
+  int code = 0;
+  if (std::string why = AnnotationProblem(meta, &code); !why.empty()) {
+    return Fail(res, code, code == 400 ? "BadRequest" : "Invalid", why);
+  }
   if (!c.ns.empty()) {
     const std::string ns = meta.value("namespace", c.ns);
     if (ns != c.ns) {
@@ -600,6 +878,11 @@ void TestApiServer::HandleCreate(const Collection& c, const httplib::Request& re
   }
   obj["apiVersion"] = "v1";
   obj["kind"] = c.kind;
+  if (c.kind == "Event") {
+    if (std::string why = EventProblem(obj); !why.empty()) {
+      return Fail(res, 422, "Invalid", "Event \"" + name + "\" is invalid: " + why);
+    }
+  }
   if (c.kind == "Pod" && (!obj.contains("status") || !obj["status"].contains("phase"))) {
     obj["status"]["phase"] = "Pending";
   }
@@ -663,13 +946,52 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
     const std::string asked = updated["metadata"].value("resourceVersion", "");
     if (asked != current_rv) return conflict(asked);
   } else {
-    if (patch.is_object() && patch.contains("metadata") && patch["metadata"].is_object() &&
+    if (!patch.is_object()) {
+      return Fail(res, 400, "BadRequest",
+                  "json: cannot unmarshal " + std::string(patch.type_name()) +
+                      " into Go value of type map[string]interface {}");
+    }
+    if (patch.contains("metadata") && patch["metadata"].is_object() &&
         patch["metadata"].contains("resourceVersion")) {
       const Json& asked = patch["metadata"]["resourceVersion"];
       const std::string text = asked.is_string() ? asked.get<std::string>() : asked.dump();
       if (text != current_rv) return conflict(text);
     }
     updated.merge_patch(patch);
+  }
+  // What the registry's update validation refuses.
+  if (!updated.is_object() || !updated["metadata"].is_object()) {
+    return Fail(res, 422, "Invalid", "the patch leaves no metadata");
+  }
+  for (const char* k : {"name", "namespace"}) {
+    if (updated["metadata"].value(k, "") != current["metadata"].value(k, "")) {
+      return Fail(res, 400, "BadRequest",
+                  std::string("the ") + k + " of the object (" + updated["metadata"].value(k, "") +
+                      ") does not match the " + k + " on the URL (" +
+                      current["metadata"].value(k, "") + ")");
+    }
+  }
+  if (updated["metadata"].value("uid", "") != current["metadata"].value("uid", "")) {
+    return Fail(res, 422, "Invalid",
+                "metadata.uid: Invalid value: " + updated["metadata"]["uid"].dump() +
+                    ": field is immutable");
+  }
+  int code = 0;
+  if (std::string why = AnnotationProblem(updated["metadata"], &code); !why.empty()) {
+    return Fail(res, code, code == 400 ? "BadRequest" : "Invalid", why);
+  }
+  static const Json kNoSpec;
+  const auto updated_spec = updated.find("spec");
+  const auto current_spec = current.find("spec");
+  const Json& new_spec = updated_spec != updated.end() ? *updated_spec : kNoSpec;
+  const Json& old_spec = current_spec != current.end() ? *current_spec : kNoSpec;
+  if (kind == "Pod" && !status_only && new_spec != old_spec) {
+    return Fail(res, 422, "Invalid",
+                "Pod \"" + key.substr(key.find('/') + 1) +
+                    "\" is invalid: spec: Forbidden: pod updates may not change fields other than "
+                    "`spec.containers[*].image`, `spec.initContainers[*].image`, "
+                    "`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to existing "
+                    "tolerations) or `spec.terminationGracePeriodSeconds`");
   }
   Json result;
   if (status_only) {
@@ -699,28 +1021,63 @@ void TestApiServer::HandleDelete(const std::string& kind, const std::string& key
 
 void TestApiServer::HandleBinding(const std::string& ns, const std::string& name,
                                   const httplib::Request& req, httplib::Response& res) {
+  // BindingREST.Create and ValidatePodBinding (pkg/registry/core/pod/storage/storage.go).
+  if (RefuseMediaType(req, res)) return;
   Json binding = Json::parse(req.body, nullptr, false);
-  if (!binding.is_object() || !binding.contains("target") ||
-      binding["target"].value("name", "").empty()) {
-    return Fail(res, 400, "BadRequest", "a Binding needs target.name");
+  if (!binding.is_object()) return Fail(res, 400, "BadRequest", "the body is not a JSON object");
+  if (binding.value("kind", "Binding") != "Binding" || binding.value("apiVersion", "v1") != "v1") {
+    return Fail(res, 400, "BadRequest",
+                "the body is a " + binding.value("apiVersion", "") + " " +
+                    binding.value("kind", "") + ", not a v1 Binding");
   }
-  const std::string node = binding["target"]["name"].get<std::string>();
+  const Json meta = binding.value("metadata", Json::object());
+  if (!meta.is_object() || meta.value("name", "") != name) {
+    return Fail(res, 400, "BadRequest", "name in URL does not match name in Binding object");
+  }
+  if (meta.contains("namespace") && meta.value("namespace", "") != ns) {
+    return Fail(res, 400, "BadRequest",
+                "the namespace of the provided object does not match the namespace sent on the "
+                "request");
+  }
+  const Json target = binding.value("target", Json::object());
+  if (!target.is_object() || target.value("name", "").empty()) {
+    return Fail(res, 422, "Invalid",
+                "Binding \"" + name + "\" is invalid: target.name: Required value");
+  }
+  if (!target.value("kind", "").empty() && target.value("kind", "") != "Node") {
+    return Fail(res, 422, "Invalid",
+                "Binding \"" + name + "\" is invalid: target.kind: Invalid value: \"" +
+                    target.value("kind", "") + "\": must be empty or 'Node'");
+  }
+  const std::string node = target["name"].get<std::string>();
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pods_.find(ns + "/" + name);
   if (it == pods_.end()) return Fail(res, 404, "NotFound", "pods \"" + name + "\" not found");
   Json pod = it->second;
-  const std::string uid = binding.contains("metadata") ? binding["metadata"].value("uid", "") : "";
+  auto conflict = [&](const std::string& why) {
+    Fail(res, 409, "Conflict",
+         "Operation cannot be fulfilled on pods/binding \"" + name + "\": " + why);
+  };
+  const std::string uid = meta.value("uid", "");
   if (!uid.empty() && uid != pod["metadata"].value("uid", "")) {
-    return Fail(res, 409, "Conflict",
-                "Operation cannot be fulfilled on pods/binding \"" + name +
-                    "\": the UID in the precondition (" + uid + ") does not match the UID in record");
+    return conflict("the UID in the precondition (" + uid + ") does not match the UID in record (" +
+                    pod["metadata"].value("uid", "") +
+                    "). The object might have been deleted and then recreated");
+  }
+  const std::string rv = meta.value("resourceVersion", "");
+  if (!rv.empty() && rv != pod["metadata"].value("resourceVersion", "")) {
+    ++conflicts_;
+    return conflict(
+        "the object has been modified; please apply your changes to the latest version and try "
+        "again");
+  }
+  if (pod["metadata"].contains("deletionTimestamp") &&
+      !pod["metadata"]["deletionTimestamp"].is_null()) {
+    return conflict("pod " + name + " is being deleted, cannot be assigned to a host");
   }
   const std::string bound = pod.contains("spec") ? pod["spec"].value("nodeName", "") : "";
-  if (!bound.empty()) {
-    return Fail(res, 409, "Conflict",
-                "Operation cannot be fulfilled on pods/binding \"" + name + "\": pod " + name +
-                    " is already assigned to node \"" + bound + "\"");
-  }
+  if (!bound.empty())
+    return conflict("pod " + name + " is already assigned to node \"" + bound + "\"");
   pod["spec"]["nodeName"] = node;
   Modify("Pod", ns + "/" + name, std::move(pod));
   Reply(res, 201, StatusBody(201, "", ""));

@@ -1,7 +1,8 @@
 // TestApiServer: a STAND-IN for kube-apiserver, for tests only. No Kubernetes control plane can
 // be installed on the machines that run Tessera's suite, so this is our own small server of the
 // parts of the API that the device plugin and the extender use, on the real paths and with the
-// real JSON shapes, as far as we know them:
+// real JSON shapes and answers, as kube-apiserver gives them (k8s.io/apiserver's handlers and
+// kubernetes/kubernetes pkg/registry/core/pod, pkg/apis/core/validation):
 //   /api/v1/nodes[/NAME]                                  GET (list, watch), POST, PATCH, DELETE
 //   /api/v1/pods                                          GET (list, watch; every namespace)
 //   /api/v1/namespaces/NS/pods[/NAME]                     GET, POST, PATCH, DELETE
@@ -11,18 +12,34 @@
 // Every object carries metadata.uid, creationTimestamp and a resourceVersion from one counter;
 // lists carry the counter's value. `?watch=true` streams chunked JSON lines
 // {"type":"ADDED|MODIFIED|DELETED|BOOKMARK","object":...} from a resourceVersion (from the
-// current state when it is empty or "0"), with bookmarks when asked, and an ERROR event carrying a
-// 410 Status once that version has been compacted away (Compact()). Field selectors (any dotted
-// path, = == !=, comma for AND) and label selectors (= == != in notin, existence) filter lists and
-// watches; an object entering or leaving a watch's selection is ADDED or DELETED, as on the real
-// server. PATCH takes merge patches (strategic merge is treated as a merge patch, which is what
-// it is for maps such as annotations) and JSON patches; a patch whose metadata.resourceVersion is
-// not the object's current one fails with 409 Conflict; missing objects give 404 with a Status.
-// What it does not do: authentication, admission, defaulting beyond status.phase=Pending, graceful
-// deletion (DELETE removes at once; MarkPodDeleting sets deletionTimestamp for a test), other
-// resource kinds, protobuf. It is honest about being a stand-in and must never ship in a product.
+// current state when it is empty or "0"), with BOOKMARKs when asked (allowWatchBookmarks) while
+// the stream is quiet, and an ERROR event carrying a 410 Expired Status ("too old resource
+// version") when that version is no longer in the watch window (Compact(), SetHistoryLimit()).
+// A watch ends at its timeoutSeconds or the server's own timeout (SetWatchTimeout), as
+// kube-apiserver's do; the client must watch again from its last version. Field selectors (any
+// dotted path, = == !=, comma for AND) and label selectors (= == != in notin, existence) filter
+// lists and watches; an object entering or leaving a watch's selection is ADDED or DELETED.
+// What it checks as the real server does:
+//   - authentication: with RequireToken, a request without "Authorization: Bearer <token>" gets
+//     401 Unauthorized;
+//   - content types: POST bodies must be application/json (415 otherwise); PATCH takes
+//     merge-patch, strategic-merge-patch (treated as a merge patch, which it is for maps such as
+//     annotations) and json-patch;
+//   - bodies: a Binding's name must be the pod's, its target a Node by name, the pod unbound and
+//     not being deleted (409), its uid and resourceVersion preconditions met (409); an Event's
+//     namespace must agree with its involved object's (422); a patch may not change an object's
+//     name, namespace or uid or a pod's spec (422), annotations must be strings (400) and at most
+//     256 KiB in all, keys qualified names (422); a patch carrying metadata.resourceVersion that is
+//     not the object's current one fails with 409 Conflict; missing objects give 404 with a Status.
+// It can be told to misbehave, for tests of its clients: answer some requests with an error code
+// (5xx, 429) or drop their connection, answer slowly (SetLatency), end every open watch abruptly
+// (DropWatches).
+// What it does not do: admission, defaulting beyond status.phase=Pending, graceful deletion (DELETE
+// removes at once; MarkPodDeleting sets deletionTimestamp for a test), other resource kinds,
+// protobuf, TLS. It is honest about being a stand-in and must never ship in a product.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -79,6 +96,36 @@ class TestApiServer {
   // How many PATCH requests failed with 409 so far.
   int conflicts() const;
 
+  // Every request must carry "Authorization: Bearer `token`" ("" : none needed, the default).
+  void RequireToken(std::string token);
+  int unauthorized() const;  // requests refused with 401 so far
+  // A fault for the next `count` requests whose method is `method` ("" any) and whose path
+  // contains `path` ("" any): after `delay`, answer `status` with a Status object (503
+  // ServiceUnavailable, 500 InternalError, 429 TooManyRequests with Retry-After: 1), or, with
+  // status 0, drop the connection before the answer is complete.
+  struct Fault {
+    std::string method;
+    std::string path;
+    int count = 1;
+    int status = 503;
+    std::chrono::milliseconds delay{0};
+  };
+  void InjectFault(Fault fault);
+  int faults_served() const;
+  // Every answer waits `delay` first (a slow server).
+  void SetLatency(std::chrono::milliseconds delay);
+  // Ends every watch open now abruptly: the connection drops without the stream's end.
+  void DropWatches();
+  // Watches end (cleanly) after `timeout` whatever their timeoutSeconds, as the server's own
+  // request timeout ends them; 0: only timeoutSeconds (default 1800 s).
+  void SetWatchTimeout(std::chrono::milliseconds timeout);
+  // A quiet watch that asked for bookmarks gets one this often (default 1 s).
+  void SetBookmarkInterval(std::chrono::milliseconds interval);
+  // The watch window keeps the last `changes` changes; a watch from an older version gets 410.
+  void SetHistoryLimit(size_t changes);
+  // Requests served so far whose method is `method` ("" any) and path contains `path`.
+  int Requests(const std::string& method, const std::string& path) const;
+
  private:
   struct Change {
     uint64_t rv;
@@ -93,6 +140,8 @@ class TestApiServer {
   };
 
   void Route();
+  // Authentication, injected faults and latency before a route's handler; true when answered.
+  bool Intercept(const httplib::Request& req, httplib::Response& res);
   void HandleList(const Collection& c, const httplib::Request& req, httplib::Response& res);
   void HandleWatch(const Collection& c, const httplib::Request& req, httplib::Response& res);
   void HandleCreate(const Collection& c, const httplib::Request& req, httplib::Response& res);
@@ -120,6 +169,8 @@ class TestApiServer {
   // Watchers of one kind wait on its own condition: a pod's change wakes no node watcher.
   std::map<std::string, std::condition_variable> changed_;  // by kind, made up front
   void WakeAll();
+  // Drops the oldest changes beyond history_limit_ that every live watch has been sent.
+  void TrimHistory();
   bool stopping_ = false;
   uint64_t rv_ = 1;
   uint64_t compacted_ = 0;  // history holds changes after this version
@@ -127,6 +178,18 @@ class TestApiServer {
   std::vector<std::string> event_order_;
   std::deque<Change> history_;
   int conflicts_ = 0;
+  std::string token_;
+  int unauthorized_ = 0;
+  std::vector<Fault> faults_;
+  int faults_served_ = 0;
+  std::chrono::milliseconds latency_{0};
+  uint64_t drop_epoch_ = 0;  // bumped by DropWatches
+  std::chrono::milliseconds watch_timeout_{0};
+  std::chrono::milliseconds bookmark_interval_{1000};
+  size_t history_limit_ = 100000;
+  uint64_t next_watch_ = 0;
+  std::map<uint64_t, uint64_t> watch_positions_;  // live watch -> the version it was sent up to
+  std::vector<std::pair<std::string, std::string>> served_;  // method, path
 };
 
 }  // namespace tessera::k8s

@@ -1,4 +1,4 @@
-// TestKubelet: the stand-in for kubelet's devicemanager (see the header).
+// TestKubelet: the stand-in for kubelet's device manager (see the header for what it copies).
 #include "testing/standins/test_kubelet.h"
 
 #include <dirent.h>
@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "k8s/deviceplugin/v1beta1/api.grpc.pb.h"
+#include "testing/standins/k8s_names.h"
 
 namespace tessera::k8s {
 
@@ -22,7 +23,7 @@ class TestKubelet::RegistrationService final : public pb::Registration::Service 
   grpc::Status Register(grpc::ServerContext*, const pb::RegisterRequest* request,
                         pb::Empty*) override {
     Status s = kubelet_->Register(request->version(), request->endpoint(), request->resource_name());
-    if (!s.ok()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, s.message());
+    if (!s.ok()) return grpc::Status(grpc::StatusCode::UNKNOWN, s.message());
     return grpc::Status::OK;
   }
 
@@ -40,7 +41,12 @@ struct TestKubelet::Endpoint {
   std::thread watcher;
 };
 
-TestKubelet::TestKubelet(std::string plugin_dir) : dir_(std::move(plugin_dir)) {}
+TestKubelet::TestKubelet(std::string plugin_dir, uint64_t seed)
+    : dir_(std::move(plugin_dir)),
+      seed_(seed != 0 ? seed
+                      : static_cast<uint64_t>(
+                            std::chrono::steady_clock::now().time_since_epoch().count())),
+      rng_(seed_) {}
 
 TestKubelet::~TestKubelet() { Stop(); }
 
@@ -66,20 +72,17 @@ void TestKubelet::Stop() {
   }
   if (server) {
     server->Shutdown(std::chrono::system_clock::now() + 2s);
-    server->Wait();
+    server->Wait();  // a Register in progress has finished (and installed its endpoint) here
   }
-  std::vector<std::thread> dialers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    dialers.swap(dialers_);
-  }
-  for (std::thread& t : dialers) t.join();  // each finds the server gone, or installs its endpoint
   std::map<std::string, std::shared_ptr<Endpoint>> endpoints;
+  std::vector<std::shared_ptr<Endpoint>> retired;
   {
     std::lock_guard<std::mutex> lock(mu_);
     endpoints.swap(endpoints_);
+    retired.swap(retired_);
   }
-  for (auto& [resource, e] : endpoints) {
+  for (auto& [resource, e] : endpoints) retired.push_back(e);
+  for (auto& e : retired) {
     e->watch_context.TryCancel();
     if (e->watcher.joinable()) e->watcher.join();
   }
@@ -101,6 +104,11 @@ Status TestKubelet::Restart() {
   return Start();
 }
 
+void TestKubelet::FailRegistrations(int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_registrations_ = n;
+}
+
 Status TestKubelet::Register(const std::string& version, const std::string& endpoint,
                              const std::string& resource) {
   auto refuse = [&](const std::string& why) {
@@ -109,58 +117,62 @@ Status TestKubelet::Register(const std::string& version, const std::string& endp
     return Status::Error(why);
   };
   if (version != "v1beta1") {
-    return refuse("Register: version \"" + version + "\" is not supported; expected v1beta1");
+    return refuse("Register: version \"" + version +
+                  "\" is not supported; expected one of [v1beta1]");
   }
-  const size_t slash = resource.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == resource.size() ||
-      resource.rfind("kubernetes.io/", 0) == 0 || resource.find("/", slash + 1) != std::string::npos) {
-    return refuse("Register: \"" + resource + "\" is not an extended resource name");
+  if (!IsExtendedResourceName(resource)) {
+    return refuse("Register: invalid name of device plugin socket: the ResourceName \"" + resource +
+                  "\" is invalid");
   }
   if (endpoint.empty() || endpoint.find('/') != std::string::npos) {
     return refuse("Register: endpoint \"" + endpoint + "\" must be a file name in " + dir_);
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fail_registrations_ > 0) {
+      --fail_registrations_;
+      refusals_.push_back("failed to dial device plugin: context deadline exceeded");
+      return Status::Error("failed to dial device plugin: context deadline exceeded");
+    }
+  }
+  // connectClient, inside the Register call: dial (blocking, 10 s), then the options.
   auto e = std::make_shared<Endpoint>();
   e->resource = resource;
   e->socket = dir_ + "/" + endpoint;
+  e->channel = grpc::CreateChannel("unix:" + e->socket, grpc::InsecureChannelCredentials());
+  if (!e->channel->WaitForConnected(std::chrono::system_clock::now() + 10s)) {
+    return refuse("failed to dial device plugin: context deadline exceeded (" + e->socket + ")");
+  }
+  e->stub = pb::DevicePlugin::NewStub(e->channel);
+  grpc::ClientContext options_context;
+  options_context.set_deadline(std::chrono::system_clock::now() + 30s);
+  pb::Empty empty;
+  grpc::Status s = e->stub->GetDevicePluginOptions(&options_context, empty, &e->options);
+  if (!s.ok()) return refuse("failed to get device plugin options: " + s.error_message());
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (server_ == nullptr) return Status::Error("kubelet is stopping");
     PluginState& st = states_[resource];
     st.endpoint = endpoint;
     ++st.registrations;
     st.connected = false;
     st.devices.clear();
-  }
-  // As kubelet: the registration returns, then kubelet dials the plugin on its own.
-  std::lock_guard<std::mutex> lock(mu_);
-  dialers_.emplace_back([this, e] { Watch(e); });
-  return Status::Ok();
-}
-
-void TestKubelet::Watch(std::shared_ptr<Endpoint> e) {
-  e->channel = grpc::CreateChannel("unix:" + e->socket, grpc::InsecureChannelCredentials());
-  e->stub = pb::DevicePlugin::NewStub(e->channel);
-  grpc::ClientContext options_context;
-  options_context.set_deadline(std::chrono::system_clock::now() + 10s);
-  pb::Empty empty;
-  grpc::Status s = e->stub->GetDevicePluginOptions(&options_context, empty, &e->options);
-  if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    refusals_.push_back("GetDevicePluginOptions of " + e->resource + ": " + s.error_message());
-    return;
-  }
-  std::shared_ptr<Endpoint> previous;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (server_ == nullptr) return;  // stopped meanwhile
-    previous = endpoints_[e->resource];
-    endpoints_[e->resource] = e;
-    PluginState& st = states_[e->resource];
     st.pre_start_required = e->options.pre_start_required();
     st.preferred_allocation = e->options.get_preferred_allocation_available();
   }
-  if (previous) {
-    previous->watch_context.TryCancel();
-    if (previous->watcher.joinable()) previous->watcher.join();
+  StartWatch(e);
+  return Status::Ok();
+}
+
+void TestKubelet::StartWatch(std::shared_ptr<Endpoint> e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto previous = endpoints_.find(e->resource);
+    if (previous != endpoints_.end()) {
+      previous->second->watch_context.TryCancel();
+      retired_.push_back(previous->second);
+    }
+    endpoints_[e->resource] = e;
   }
   Endpoint* raw = e.get();
   e->watcher = std::thread([this, raw] {
@@ -227,11 +239,25 @@ std::vector<std::string> TestKubelet::Refusals() const {
   return refusals_;
 }
 
+std::vector<TestKubelet::PreferredCall> TestKubelet::PreferredCalls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return preferred_calls_;
+}
+
+template <typename T>
+std::vector<T> TestKubelet::MapOrder(std::vector<T> items) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shuffle(items.begin(), items.end(), rng_);
+  return items;
+}
+
 Result<std::vector<TestKubelet::ContainerAllocation>> TestKubelet::Admit(const Json& pod_json) {
+  using Out = Result<std::vector<ContainerAllocation>>;
   auto pod = PodFromJson(pod_json);
   if (!pod.ok()) return pod.status();
   std::vector<ContainerAllocation> out;
-  std::map<std::string, std::vector<std::string>> reusable;  // init containers' devices
+  // devicesToReuse: what plain init containers leave to the containers after them.
+  std::map<std::string, std::set<std::string>> reusable;
   auto release = [&] {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [container, resources] : pod_devices_[pod->uid]) {
@@ -241,11 +267,20 @@ Result<std::vector<TestKubelet::ContainerAllocation>> TestKubelet::Admit(const J
     }
     pod_devices_.erase(pod->uid);
   };
+  auto fail = [&](const std::string& why) {
+    release();
+    return Out::Error("UnexpectedAdmissionError: Allocate failed due to " + why +
+                      ", which is unexpected");
+  };
   for (const ContainerView& c : pod->containers) {
     ContainerAllocation alloc;
     alloc.name = c.name;
     alloc.init = c.init;
-    for (const auto& [resource, quantity] : c.limits) {
+    alloc.restartable = c.restartable;
+    std::vector<std::string> resources;
+    for (const auto& [resource, quantity] : c.limits) resources.push_back(resource);
+    std::map<std::string, pb::ContainerAllocateResponse> responses;
+    for (const std::string& resource : MapOrder(resources)) {
       std::shared_ptr<Endpoint> e;
       PluginState st;
       {
@@ -256,65 +291,84 @@ Result<std::vector<TestKubelet::ContainerAllocation>> TestKubelet::Admit(const J
           st = states_[resource];
         }
       }
-      if (!e) {
-        // kubelet drops extended resources no plugin advertises before it admits a pod.
-        continue;
-      }
-      auto needed = ParseQuantity(quantity, resource);
-      if (!needed.ok()) {
-        release();
-        return needed.status();
-      }
+      if (!e) continue;  // not a device-plugin resource: kubelet leaves it alone
+      auto required = ParseQuantity(c.limits.at(resource), resource);
+      if (!required.ok()) return fail(required.error());
+      size_t needed = *required;
       std::vector<std::string> chosen;
-      std::vector<std::string> available;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (const auto& [id, health] : st.devices) {
-          if (health == "Healthy" && allocated_[resource].count(id) == 0) available.push_back(id);
-        }
+      // devicesToAllocate: devices of earlier init containers first (a set: any order).
+      for (const std::string& id : MapOrder(
+               std::vector<std::string>(reusable[resource].begin(), reusable[resource].end()))) {
+        if (needed == 0) break;
+        chosen.push_back(id);
+        --needed;
       }
-      std::vector<std::string>& reuse = reusable[resource];
-      while (chosen.size() < *needed && !reuse.empty()) {
-        chosen.push_back(reuse.back());
-        reuse.pop_back();
-      }
-      const size_t fresh = *needed - chosen.size();
-      if (fresh > available.size()) {
-        release();
-        return Result<std::vector<ContainerAllocation>>::Error(
-            "UnexpectedAdmissionError: Allocate failed due to requested number of devices "
-            "unavailable for " + resource + ". Requested: " + std::to_string(*needed) +
-            ", Available: " + std::to_string(available.size() + chosen.size()));
-      }
-      if (fresh > 0 && st.preferred_allocation) {
-        pb::PreferredAllocationRequest req;
-        auto* cr = req.add_container_requests();
-        for (const std::string& id : available) cr->add_available_deviceids(id);
-        for (const std::string& id : chosen) cr->add_must_include_deviceids(id);
-        cr->set_allocation_size(static_cast<int32_t>(*needed));
-        pb::PreferredAllocationResponse resp;
-        grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-        grpc::Status s = e->stub->GetPreferredAllocation(&ctx, req, &resp);
-        // As kubelet: a failed or unusable preference is ignored, never fatal.
-        if (s.ok() && resp.container_responses_size() == 1) {
-          std::vector<std::string> preferred(resp.container_responses(0).deviceids().begin(),
-                                             resp.container_responses(0).deviceids().end());
-          std::set<std::string> avail(available.begin(), available.end());
-          std::vector<std::string> picked = chosen;
-          for (const std::string& id : preferred) {
-            if (avail.count(id) != 0 &&
-                std::find(picked.begin(), picked.end(), id) == picked.end() &&
-                picked.size() < *needed) {
-              picked.push_back(id);
+      if (needed > 0) {
+        std::vector<std::string> available;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          for (const auto& [id, health] : st.devices) {
+            if (health == "Healthy" && allocated_[resource].count(id) == 0 &&
+                std::find(chosen.begin(), chosen.end(), id) == chosen.end()) {
+              available.push_back(id);
             }
           }
-          if (picked.size() == *needed) chosen = picked;
         }
-      }
-      for (const std::string& id : available) {
-        if (chosen.size() >= *needed) break;
-        if (std::find(chosen.begin(), chosen.end(), id) == chosen.end()) chosen.push_back(id);
+        if (available.size() < needed) {
+          return fail("requested number of devices unavailable for " + resource + ". Requested: " +
+                      std::to_string(needed) + ", Available: " + std::to_string(available.size()));
+        }
+        available = MapOrder(available);
+        if (st.preferred_allocation) {
+          // available ∪ allocated, must-include = allocated, size = the whole request.
+          pb::PreferredAllocationRequest req;
+          auto* cr = req.add_container_requests();
+          for (const std::string& id : MapOrder(chosen)) cr->add_available_deviceids(id);
+          for (const std::string& id : available) cr->add_available_deviceids(id);
+          for (const std::string& id : chosen) cr->add_must_include_deviceids(id);
+          cr->set_allocation_size(static_cast<int32_t>(*required));
+          pb::PreferredAllocationResponse resp;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + 30s);
+          grpc::Status s = e->stub->GetPreferredAllocation(&ctx, req, &resp);
+          PreferredCall call;
+          call.resource = resource;
+          call.available.assign(cr->available_deviceids().begin(), cr->available_deviceids().end());
+          call.must_include = chosen;
+          call.size = static_cast<int>(*required);
+          if (!s.ok()) {
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              preferred_calls_.push_back(call);
+            }
+            return fail("device plugin GetPreferredAllocation rpc failed with err: " +
+                        s.error_message());
+          }
+          if (resp.container_responses_size() > 0) {
+            const auto& ids = resp.container_responses(0).deviceids();
+            call.answer.assign(ids.begin(), ids.end());
+          }
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            preferred_calls_.push_back(call);
+          }
+          // preferred ∩ available, then the rest of available.
+          for (const std::string& id : call.answer) {
+            if (needed == 0) break;
+            if (std::find(available.begin(), available.end(), id) != available.end() &&
+                std::find(chosen.begin(), chosen.end(), id) == chosen.end()) {
+              chosen.push_back(id);
+              --needed;
+            }
+          }
+        }
+        for (const std::string& id : available) {
+          if (needed == 0) break;
+          if (std::find(chosen.begin(), chosen.end(), id) == chosen.end()) {
+            chosen.push_back(id);
+            --needed;
+          }
+        }
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -328,20 +382,32 @@ Result<std::vector<TestKubelet::ContainerAllocation>> TestKubelet::Admit(const J
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + 30s);
       grpc::Status s = e->stub->Allocate(&ctx, req, &resp);
-      if (!s.ok()) {
-        release();
-        return Result<std::vector<ContainerAllocation>>::Error(
-            "UnexpectedAdmissionError: Allocate failed due to " + s.error_message() +
-            ", which is unexpected");
+      alloc.allocate_order.push_back(resource);
+      if (!s.ok()) return fail(s.error_message());
+      if (resp.container_responses_size() == 0) {
+        return fail("no containers return in allocation response " + resp.ShortDebugString());
       }
-      if (resp.container_responses_size() != 1) {
-        release();
-        return Result<std::vector<ContainerAllocation>>::Error(
-            "UnexpectedAdmissionError: Allocate of " + resource + " answered " +
-            std::to_string(resp.container_responses_size()) + " containers for 1");
+      responses[resource] = resp.container_responses(0);
+      std::vector<std::string> sorted = chosen;
+      std::sort(sorted.begin(), sorted.end());
+      alloc.device_ids[resource] = sorted;
+    }
+    // A plain init container leaves its devices to the containers after it; what an app container
+    // or a native sidecar took stays its own.
+    for (const auto& [resource, ids] : alloc.device_ids) {
+      for (const std::string& id : ids) {
+        if (c.init && !c.restartable) {
+          reusable[resource].insert(id);
+        } else {
+          reusable[resource].erase(id);
+        }
       }
-      const pb::ContainerAllocateResponse& r = resp.container_responses(0);
-      alloc.device_ids[resource] = chosen;
+    }
+    // deviceRunContainerOptions: the responses in map order; the first setting of a key wins.
+    std::vector<std::string> merged;
+    for (const auto& [resource, r] : responses) merged.push_back(resource);
+    for (const std::string& resource : MapOrder(merged)) {
+      const pb::ContainerAllocateResponse& r = responses.at(resource);
       for (const auto& [k, v] : r.envs()) alloc.envs.emplace(k, v);
       for (const auto& [k, v] : r.annotations()) alloc.annotations.emplace(k, v);
       for (const pb::Mount& m : r.mounts()) {
@@ -351,9 +417,9 @@ Result<std::vector<TestKubelet::ContainerAllocation>> TestKubelet::Admit(const J
         if (!dup) alloc.mounts.push_back({m.container_path(), m.host_path(), m.read_only()});
       }
       for (const pb::DeviceSpec& d : r.devices()) {
-        const bool dup = std::any_of(alloc.devices.begin(), alloc.devices.end(), [&](const DeviceNode& x) {
-          return x.container_path == d.container_path();
-        });
+        const bool dup = std::any_of(
+            alloc.devices.begin(), alloc.devices.end(),
+            [&](const DeviceNode& x) { return x.container_path == d.container_path(); });
         if (!dup) alloc.devices.push_back({d.container_path(), d.host_path(), d.permissions()});
       }
       for (const pb::CDIDevice& d : r.cdi_devices()) {
@@ -361,9 +427,6 @@ Result<std::vector<TestKubelet::ContainerAllocation>> TestKubelet::Admit(const J
             alloc.cdi_devices.end()) {
           alloc.cdi_devices.push_back(d.name());
         }
-      }
-      if (c.init) {
-        for (const std::string& id : chosen) reusable[resource].push_back(id);
       }
     }
     out.push_back(std::move(alloc));
@@ -380,22 +443,28 @@ Status TestKubelet::PreStart(const std::string& pod_uid, const std::string& cont
     auto c = p->second.find(container);
     if (c != p->second.end()) resources = c->second;
   }
-  for (const auto& [resource, ids] : resources) {
+  std::vector<std::string> order;
+  for (const auto& [resource, ids] : resources) order.push_back(resource);
+  for (const std::string& resource : MapOrder(order)) {
     std::shared_ptr<Endpoint> e;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = endpoints_.find(resource);
       if (it != endpoints_.end()) e = it->second;
     }
-    if (!e) return Status::Error("PreStartContainer: no plugin serves " + resource);
+    if (!e)
+      return Status::Error("endpoint not found in cache for a registered resource: " + resource);
     if (!e->options.pre_start_required()) continue;
     pb::PreStartContainerRequest req;
-    for (const std::string& id : ids) req.add_devices_ids(id);
+    for (const std::string& id : resources.at(resource)) req.add_devices_ids(id);
     pb::PreStartContainerResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 30s);
     grpc::Status s = e->stub->PreStartContainer(&ctx, req, &resp);
-    if (!s.ok()) return Status::Error("PreStartContainer of " + resource + ": " + s.error_message());
+    if (!s.ok()) {
+      return Status::Error("device plugin PreStartContainer rpc failed with err: " +
+                           s.error_message());
+    }
   }
   return Status::Ok();
 }

@@ -9,6 +9,8 @@
 #include <cstdio>
 
 #include "k8s/deviceplugin/cdi.h"
+#include "k8s/fit.h"
+#include "mig/profiles.h"
 #include "mps/mps.h"
 
 namespace tessera::k8s {
@@ -178,28 +180,11 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   };
   auto req = GpuRequestOf(container);
   if (!req.ok()) return fail(req.error());
-  const std::string mode_text =
-      "node " + config_.node + " is in mode " + std::string(NodeModeName(mode_));
-  if (mode_ == NodeMode::kMig && !req->mig()) {
-    return fail(mode_text + ", which gives a container one MIG instance (" + kResourceMigPrefix +
-                "<profile>: 1); it asks for a share of a GPU");
-  }
-  if (mode_ != NodeMode::kMig && req->mig()) {
-    return fail("asks " + MigResourceName(req->mig_profile) + ", which only mig nodes serve; " +
-                mode_text);
-  }
-  if (mode_ == NodeMode::kMps && req->Gpus() != 1) {
-    return fail(mode_text + ", which gives a container one GPU (that GPU's MPS server); it asks " +
-                std::string(GpuResourceName(GpuResource::kCount, req->ack)) + "=" +
-                std::to_string(req->Gpus()));
-  }
-  uint64_t largest = 0;
-  for (const TesseradGpu& g : status.gpus) largest = std::max(largest, g.total.count());
-  if (req->mem_gib != 0 && req->mem_gib * kBytesPerGiB / req->Gpus() > largest) {
-    return fail("asks " + std::string(GpuResourceName(GpuResource::kMem, req->ack)) + "=" +
-                std::to_string(req->mem_gib) + " over " + std::to_string(req->Gpus()) +
-                " GPU(s), more per GPU than the largest GPU of node " + config_.node + " has (" +
-                FormatBytes(Bytes(largest)) + ")");
+  // The one fit rule (k8s/fit.h), on this node's shape as tesserad and the mode say it is.
+  const placement::NodeShape shape = Shape(status);
+  if (const placement::FitResult fit = ShapeFitOf(*req, shape);
+      fit != placement::FitResult::kFits) {
+    return fail(ShapeRefusal(fit, *req, mode_, shape) + " (node " + config_.node + ")");
   }
   const std::string* annotation = pod.Annotation(kAssignmentAnnotation);
   if (annotation == nullptr) {
@@ -234,6 +219,7 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   rec.pod = pod.name;
   rec.container = container.name;
   rec.init = container.init;
+  const bool whole = !req->mig() && (req->core >= 100 || (req->core == 0 && req->mem_gib == 0));
   uint64_t total = 0;
   uint32_t max_weight = 256;
   for (const AssignedGpu& g : mine->gpus) {
@@ -257,6 +243,21 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
     if (mode_ == NodeMode::kMig) {
       if (Status s = CheckMigDevice(g, *req); !s.ok()) return fail(s.message());
     }
+    if (whole) {
+      // A whole GPU's cap is what the fit rule gives it (the extender writes the same).
+      const Bytes cap = WholeGpuCap(*req, mode_, gpu->total);
+      if (g.mem > cap || g.mem.count() + 2 * kBytesPerMiB < cap.count()) {
+        return fail(
+            std::string(kAssignmentAnnotation) + " mem_bytes=" + std::to_string(g.mem.count()) +
+            " on " + g.uuid + ", but a whole GPU" +
+            (req->mem_gib != 0
+                 ? " asked with " + std::string(GpuResourceName(GpuResource::kMem, req->ack)) +
+                       "=" + std::to_string(req->mem_gib)
+                 : std::string()) +
+            " on a " + std::string(NodeModeName(mode_)) + " node is capped at " +
+            std::to_string(cap.count()) + " bytes");
+      }
+    }
     if (g.core != mine->gpus[0].core) {
       return fail(std::string(kAssignmentAnnotation) + " gives it core_percent " +
                   std::to_string(mine->gpus[0].core.value()) + " and " + std::to_string(g.core.value()) +
@@ -271,7 +272,7 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
     max_weight = std::min(max_weight, gpu->max_inst);
     rec.gpus.push_back({g.uuid, gpu->index, g.mem, g.core});
   }
-  if (req->mem_gib != 0) {
+  if (req->mem_gib != 0 && !whole) {
     const uint64_t asked = req->mem_gib * kBytesPerGiB;
     const uint64_t slack = rec.gpus.size() * 2 * kBytesPerMiB;  // rounding to the 2 MiB granule
     if (total > asked || total + slack < asked) {
@@ -293,6 +294,22 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
     if (!env.ok()) return fail(std::string(kAssignmentAnnotation) + ": " + env.error());
   }
   return rec;
+}
+
+placement::NodeShape Allocator::Shape(const TesseradStatus& status) const {
+  const mig::GpuModel* mig_model = nullptr;
+  std::set<std::string> mig_gpus;
+  for (const NodeGpu& g : node_gpus_) {
+    if (!g.mig) continue;
+    mig_gpus.insert(g.mig->gpu);
+    if (mig_model == nullptr) {
+      if (auto m = mig::FindGpuModel(g.mig->model, "model"); m.ok()) mig_model = *m;
+    }
+  }
+  const int gpus = mode_ == NodeMode::kMig ? static_cast<int>(mig_gpus.size())
+                                           : static_cast<int>(status.gpus.size());
+  return NodeShapeOf(mode_, gpus, status.gpus.empty() ? Bytes(0) : status.gpus.front().total,
+                     mig_model);
 }
 
 Status Allocator::CheckMigDevice(const AssignedGpu& g, const GpuRequest& req) const {

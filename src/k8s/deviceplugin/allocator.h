@@ -44,6 +44,7 @@
 #include "k8s/deviceplugin/node_devices.h"
 #include "k8s/deviceplugin/tesserad_client.h"
 #include "k8s/objects.h"
+#include "placement/fit.h"
 
 namespace tessera::k8s {
 
@@ -174,6 +175,9 @@ class Allocator {
   // The environment and mounts a registered container needs (the answer's, or its CDI spec's).
   CdiEdits Edits(const AllocationRecord& record) const;
   ContainerResponse Response(const AllocationRecord& record) const;
+  // This node as the fit rule sees it (k8s/fit.h): its mode, its GPUs (a mig node's GPUs in MIG
+  // mode and their MIG model) and their memory.
+  placement::NodeShape Shape(const TesseradStatus& status) const;
   // The MIG-mode checks of one assigned device: a MIG device of the node, of the profile asked.
   Status CheckMigDevice(const AssignedGpu& gpu, const GpuRequest& request) const;
   // Registers the container with tesserad: its caps on its GPUs, 0 bytes on the node's others;

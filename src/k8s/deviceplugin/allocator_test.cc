@@ -149,17 +149,19 @@ TEST_F(AllocatorTest, APodGetsItsCapsRegisteredAndItsOwnSocket) {
 }
 
 TEST_F(AllocatorTest, ContainersOfAPodInKubeletsOrderInitContainersFirst) {
-  const PodView pod = pods_.Add(PodJson(
-      "ns", "multi",
-      {{"setup", {{"tessera.io/gpu-mem", "1"}}, true},
-       {"app", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "50"}}},
-       {"side", {{"tessera.io/gpu-mem", "3"}, {"tessera.io/gpu-core", "20"}}},
-       {"plain", {{"cpu", "1"}}}},
-      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"setup", {{uuid0_, 1 * kGiB, 100}}},
-                                                         {"app", {{uuid0_, 2 * kGiB, 50}}},
-                                                         {"side", {{uuid1_, 3 * kGiB, 20}}}})}}));
+  const PodView pod = pods_.Add(
+      PodJson("ns", "multi",
+              {{"setup", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}, true},
+               {"app", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "50"}}},
+               {"side", {{"tessera.io/gpu-mem", "3"}, {"tessera.io/gpu-core", "20"}}},
+               {"plain", {{"cpu", "1"}}}},
+              {{kAssignmentAnnotation, AssignmentJson(kNode, 1,
+                                                      {{"setup", {{uuid0_, 1 * kGiB, 100}}},
+                                                       {"app", {{uuid0_, 2 * kGiB, 50}}},
+                                                       {"side", {{uuid1_, 3 * kGiB, 20}}}})}}));
   // kubelet: the init container, then each container's resources in whatever order.
   ASSERT_TRUE(allocator_->Allocate("tessera.io/gpu-mem", Ids(1)).ok());
+  ASSERT_TRUE(allocator_->Allocate("tessera.io/gpu-core", Ids(100, "c")).ok());
   ASSERT_TRUE(allocator_->Allocate("tessera.io/gpu-core", Ids(50, "c")).ok());
   ASSERT_TRUE(allocator_->Allocate("tessera.io/gpu-mem", Ids(2)).ok());
   auto side = allocator_->Allocate("tessera.io/gpu-mem", Ids(3));
@@ -184,10 +186,12 @@ TEST_F(AllocatorTest, ContainersOfAPodInKubeletsOrderInitContainersFirst) {
 }
 
 TEST_F(AllocatorTest, PodsWithTheSameRequestGoInBindOrderAndTheChoiceIsRecorded) {
-  const PodView a = pods_.Add(PodJson("ns", "a", {{"c", {{"tessera.io/gpu-mem", "2"}}}},
-                                      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, 2 * kGiB, 100}}}})}}));
-  const PodView b = pods_.Add(PodJson("ns", "b", {{"c", {{"tessera.io/gpu-mem", "2"}}}},
-                                      {{kAssignmentAnnotation, AssignmentJson(kNode, 2, {{"c", {{uuid1_, 2 * kGiB, 100}}}})}}));
+  const PodView a = pods_.Add(PodJson(
+      "ns", "a", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, 2 * kGiB, 100}}}})}}));
+  const PodView b = pods_.Add(PodJson(
+      "ns", "b", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 2, {{"c", {{uuid1_, 2 * kGiB, 100}}}})}}));
   auto first = allocator_->Allocate("tessera.io/gpu-mem", Ids(2));
   ASSERT_TRUE(first.ok()) << first.error();
   EXPECT_EQ(first->envs.at("TESSERA_VISIBLE_DEVICES"), uuid0_) << "a was bound first";
@@ -203,11 +207,15 @@ TEST_F(AllocatorTest, PodsWithTheSameRequestGoInBindOrderAndTheChoiceIsRecorded)
 }
 
 TEST_F(AllocatorTest, APodUnderWayComesBeforeTheNextOne) {
-  pods_.Add(PodJson("ns", "two", {{"x", {{"tessera.io/gpu-mem", "2"}}}, {"y", {{"tessera.io/gpu-mem", "2"}}}},
-                    {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"x", {{uuid0_, 2 * kGiB, 100}}},
-                                                                       {"y", {{uuid1_, 2 * kGiB, 100}}}})}}));
-  const PodView one = pods_.Add(PodJson("ns", "one", {{"z", {{"tessera.io/gpu-mem", "2"}}}},
-                                        {{kAssignmentAnnotation, AssignmentJson(kNode, 2, {{"z", {{uuid0_, 2 * kGiB, 100}}}})}}));
+  pods_.Add(PodJson("ns", "two",
+                    {{"x", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}},
+                     {"y", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}},
+                    {{kAssignmentAnnotation, AssignmentJson(kNode, 1,
+                                                            {{"x", {{uuid0_, 2 * kGiB, 100}}},
+                                                             {"y", {{uuid1_, 2 * kGiB, 100}}}})}}));
+  const PodView one = pods_.Add(PodJson(
+      "ns", "one", {{"z", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 2, {{"z", {{uuid0_, 2 * kGiB, 100}}}})}}));
   ASSERT_TRUE(allocator_->Allocate("tessera.io/gpu-mem", Ids(2)).ok());
   auto y = allocator_->Allocate("tessera.io/gpu-mem", Ids(2));
   ASSERT_TRUE(y.ok());
@@ -218,23 +226,26 @@ TEST_F(AllocatorTest, APodUnderWayComesBeforeTheNextOne) {
 }
 
 TEST_F(AllocatorTest, APodTheCacheHasNotSeenYetIsFoundByListingAgain) {
-  pods_.Add(PodJson("ns", "fresh", {{"c", {{"tessera.io/gpu-mem", "1"}}}},
-                    {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, kGiB, 100}}}})}}),
-            /*late=*/true);
+  pods_.Add(
+      PodJson("ns", "fresh", {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}},
+              {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, kGiB, 100}}}})}}),
+      /*late=*/true);
   auto r = allocator_->Allocate("tessera.io/gpu-mem", Ids(1));
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_EQ(pods_.refreshes, 1);
 }
 
 TEST_F(AllocatorTest, ACallNoWaitingPodMatchesFailsAndSaysWhatIsWaiting) {
-  pods_.Add(PodJson("ns", "small", {{"c", {{"tessera.io/gpu-mem", "1"}}}},
-                    {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, kGiB, 100}}}})}}));
+  pods_.Add(
+      PodJson("ns", "small", {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}},
+              {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, kGiB, 100}}}})}}));
   auto r = allocator_->Allocate("tessera.io/gpu-mem", Ids(5));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error(),
-            "no pod bound to node node-1 is waiting for tessera.io/gpu-mem=5 at its next container asking "
+            "no pod bound to node node-1 is waiting for tessera.io/gpu-mem=5 at its next container "
+            "asking "
             "for it; "
-            "waiting here: ns/small (c:tessera.io/gpu-mem=1)");
+            "waiting here: ns/small (c:tessera.io/gpu-core=100 c:tessera.io/gpu-mem=1)");
   EXPECT_EQ(Containers(), 0u);
   auto unserved = allocator_->Allocate("nvidia.com/gpu", Ids(1));
   ASSERT_FALSE(unserved.ok());
@@ -254,25 +265,57 @@ TEST_F(AllocatorTest, BadInputsAreRefusedByNameAndChangeNothing) {
     return AssignmentJson(node, 1, {{ctr, {{uuid, mem, core}}}});
   };
   const std::vector<Case> cases = {
-      {{{"tessera.io/gpu-mem", "2"}}, {}, "pod ns/p0 container c: the pod has no tessera.io/assignment annotation, so it was not placed by tessera-extender"},
-      {{{"tessera.io/gpu-mem", "2"}}, {{kAssignmentAnnotation, "{\"version\":1,"}}, "pod ns/p1 container c: tessera.io/assignment: \"{\"version\":1,\" is not valid JSON"},
-      {{{"tessera.io/gpu-mem", "2"}}, {{kAssignmentAnnotation, assign(kNode, "c", big, 2 * kGiB, 100)}},
-       "tessera.io/assignment names GPU " + big + ", which node node-1 does not have (its GPUs: " + uuid0_ + "," + uuid1_ + ")"},
-      {{{"tessera.io/gpu-mem", "20"}}, {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 20 * kGiB, 100)}},
-       "asks tessera.io/gpu-mem=20 over 1 GPU(s), more per GPU than the largest GPU of node node-1 has (16GiB)"},
-      {{{"tessera.io/gpu-count", "1"}}, {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 17 * kGiB, 100)}},
-       "tessera.io/assignment mem_bytes=18253611008 on " + uuid0_ + " is more than that GPU's 17179869184 bytes"},
-      {{{"tessera.io/gpu-mem", "2"}}, {{kAssignmentAnnotation, assign("node-2", "c", uuid0_, 2 * kGiB, 100)}},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       {},
+       "pod ns/p0 container c: the pod has no tessera.io/assignment annotation, so it was not "
+       "placed by tessera-extender"},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       {{kAssignmentAnnotation, "{\"version\":1,"}},
+       "pod ns/p1 container c: tessera.io/assignment: \"{\"version\":1,\" is not valid JSON"},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", big, 2 * kGiB, 100)}},
+       "tessera.io/assignment names GPU " + big +
+           ", which node node-1 does not have (its GPUs: " + uuid0_ + "," + uuid1_ + ")"},
+      {{{"tessera.io/gpu-mem", "20"}, {"tessera.io/gpu-core", "100"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 20 * kGiB, 100)}},
+       "it asks tessera.io/gpu-mem=20, tessera.io/gpu-core=100, 20GiB on each of 1 GPU, more than "
+       "the node's GPUs have (16GiB each) (node node-1)"},
+      {{{"tessera.io/gpu-count", "1"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 17 * kGiB, 100)}},
+       "tessera.io/assignment mem_bytes=18253611008 on " + uuid0_ +
+           " is more than that GPU's 17179869184 bytes"},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       {{kAssignmentAnnotation, assign("node-2", "c", uuid0_, 2 * kGiB, 100)}},
        "tessera.io/assignment node=\"node-2\", but the pod is bound to node node-1"},
-      {{{"tessera.io/gpu-mem", "2"}}, {{kAssignmentAnnotation, assign(kNode, "other", uuid0_, 2 * kGiB, 100)}},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       {{kAssignmentAnnotation, assign(kNode, "other", uuid0_, 2 * kGiB, 100)}},
        "tessera.io/assignment has no entry for this container (it lists other)"},
-      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "30"}}, {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 2 * kGiB, 40)}},
-       "tessera.io/assignment core_percent=40 on " + uuid0_ + ", but the container asks tessera.io/gpu-core=30"},
-      {{{"tessera.io/gpu-mem", "2"}}, {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 1 * kGiB, 100)}},
-       "tessera.io/assignment caps its memory at 1073741824 bytes in all, but it asks tessera.io/gpu-mem=2 (2147483648 bytes)"},
-      {{{"tessera.io/gpu-mem", "2"}}, {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 2 * kGiB, 100)}, {kWeightAnnotation, "0"}},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "30"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 2 * kGiB, 40)}},
+       "tessera.io/assignment core_percent=40 on " + uuid0_ +
+           ", but the container asks tessera.io/gpu-core=30"},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "50"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 1 * kGiB, 50)}},
+       "tessera.io/assignment caps its memory at 1073741824 bytes in all, but it asks "
+       "tessera.io/gpu-mem=2 (2147483648 bytes)"},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 1 * kGiB, 100)}},
+       "tessera.io/assignment mem_bytes=1073741824 on " + uuid0_ +
+           ", but a whole GPU asked with tessera.io/gpu-mem=2 on a core_mem node is capped at "
+           "2147483648 bytes"},
+      {{{"tessera.io/gpu-mem", "2"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 2 * kGiB, 100)}},
+       "node mode core_mem does not take a memory-only share (tessera.io/gpu-mem without "
+       "tessera.io/gpu-core); mode mem does (node node-1)"},
+      {{{"tessera.io/gpu-count", "3"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 16 * kGiB, 100)}},
+       "node has fewer GPUs than tessera.io/gpu-count=3 (it has 2) (node node-1)"},
+      {{{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 2 * kGiB, 100)},
+        {kWeightAnnotation, "0"}},
        "tessera.io/weight=\"0\""},
-      {{{"aliyun.com/gpu-mem", "2"}, {"aliyun.com/gpu-core.percentage", "33"}}, {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 2 * kGiB, 33)}},
+      {{{"aliyun.com/gpu-mem", "2"}, {"aliyun.com/gpu-core.percentage", "33"}},
+       {{kAssignmentAnnotation, assign(kNode, "c", uuid0_, 2 * kGiB, 33)}},
        "aliyun.com/gpu-core.percentage=33: expected a multiple of 5 (as ACK requires)"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -297,8 +340,9 @@ TEST_F(AllocatorTest, ReleaseUnregistersAndRemovesTheCdiSpec) {
   config_.cdi = true;
   config_.cdi_dir = node_.Scratch("cdi");
   Make();
-  const PodView pod = pods_.Add(PodJson("ns", "cdi", {{"c", {{"tessera.io/gpu-mem", "4"}}}},
-                                        {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid1_, 4 * kGiB, 100}}}})}}));
+  const PodView pod = pods_.Add(PodJson(
+      "ns", "cdi", {{"c", {{"tessera.io/gpu-mem", "4"}, {"tessera.io/gpu-core", "100"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid1_, 4 * kGiB, 100}}}})}}));
   auto r = allocator_->Allocate("tessera.io/gpu-mem", Ids(4));
   ASSERT_TRUE(r.ok()) << r.error();
   const std::string id = Allocator::ContainerId(pod, "c");
@@ -326,8 +370,9 @@ TEST_F(AllocatorTest, ReleaseUnregistersAndRemovesTheCdiSpec) {
 }
 
 TEST_F(AllocatorTest, ResyncRegistersWhatTesseradLostAndDropsOrphans) {
-  const PodView pod = pods_.Add(PodJson("ns", "kept", {{"c", {{"tessera.io/gpu-mem", "2"}}}},
-                                        {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, 2 * kGiB, 100}}}})}}));
+  const PodView pod = pods_.Add(PodJson(
+      "ns", "kept", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, 2 * kGiB, 100}}}})}}));
   ASSERT_TRUE(allocator_->Allocate("tessera.io/gpu-mem", Ids(2)).ok());
   const std::string id = Allocator::ContainerId(pod, "c");
   ASSERT_TRUE(node_.client().Unregister(id).ok());  // as a tesserad with a fresh ledger would be
@@ -349,8 +394,9 @@ TEST_F(AllocatorTest, ResyncRegistersWhatTesseradLostAndDropsOrphans) {
 }
 
 TEST_F(AllocatorTest, PreferencesNameTheAssignedGpus) {
-  pods_.Add(PodJson("ns", "pref", {{"c", {{"tessera.io/gpu-mem", "3"}}}},
-                    {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid1_, 3 * kGiB, 100}}}})}}));
+  pods_.Add(PodJson(
+      "ns", "pref", {{"c", {{"tessera.io/gpu-mem", "3"}, {"tessera.io/gpu-core", "100"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid1_, 3 * kGiB, 100}}}})}}));
   std::vector<std::string> available;
   for (const std::string& u : {uuid0_, uuid1_}) {
     for (int k = 0; k < 4; ++k) available.push_back(u + "-m" + std::to_string(k));
@@ -375,8 +421,9 @@ TEST_F(AllocatorTest, ExclusiveAndShareNodesHandOutGpusWithoutTesserad) {
   ASSERT_FALSE(part.ok());
   EXPECT_THAT(part.error(), HasSubstr("node node-1 is exclusive (whole GPUs only), but tessera.io/assignment gives it 4GiB and 100% of " + uuid0_));
   Make(NodeMode::kShare, ResourceNames::kTessera);
-  pods_.Add(PodJson("ns", "shared", {{"c", {{"tessera.io/gpu-mem", "2"}}}},
-                    {{kAssignmentAnnotation, AssignmentJson(kNode, 3, {{"c", {{uuid0_, 2 * kGiB, 100}}}})}}));
+  pods_.Add(PodJson(
+      "ns", "shared", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 3, {{"c", {{uuid0_, 2 * kGiB, 100}}}})}}));
   auto shared = allocator_->Allocate("tessera.io/gpu-mem", Ids(2));
   ASSERT_TRUE(shared.ok()) << shared.error();
   EXPECT_EQ(shared->envs, (std::map<std::string, std::string>{{"NVIDIA_VISIBLE_DEVICES", uuid0_}}));
@@ -388,8 +435,9 @@ TEST_F(AllocatorTest, ExclusiveAndShareNodesHandOutGpusWithoutTesserad) {
 }
 
 TEST_F(AllocatorTest, PreStartRegistersAgainOrRefusesWithoutTesserad) {
-  const PodView pod = pods_.Add(PodJson("ns", "pre", {{"c", {{"tessera.io/gpu-mem", "2"}}}},
-                                        {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, 2 * kGiB, 100}}}})}}));
+  const PodView pod = pods_.Add(PodJson(
+      "ns", "pre", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, 2 * kGiB, 100}}}})}}));
   const std::vector<std::string> ids = Ids(2);
   ASSERT_TRUE(allocator_->Allocate("tessera.io/gpu-mem", ids).ok());
   const std::string id = Allocator::ContainerId(pod, "c");

@@ -15,13 +15,18 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "ipc/futex.h"
 #include "ipc/unix_socket.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/allocator.h"
+#include "k8s/deviceplugin/node_devices.h"
+#include "mig/profiles.h"
 #include "process/child_process.h"
+#include "testing/standins/k8s_names.h"
 #include "testing/standins/test_apiserver.h"
 #include "testing/standins/test_kubelet.h"
 #include "testing/support/test_support.h"
@@ -52,8 +57,11 @@ class DevicePluginTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(node_.Start());
     ASSERT_TRUE(api_.Start().ok());
+    // The plugin authenticates with its kubeconfig's token, as to a real API server.
+    api_.RequireToken("t");
     ClientConfig c;
     c.server = api_.url();
+    c.token = "t";
     client_ = std::make_unique<ApiClient>(c);
     api_.CreateNode({{"metadata", {{"name", kNode}, {"labels", labels_}}}});
     kubeconfig_ = node_.Scratch("kube") + "/config";
@@ -295,13 +303,14 @@ TEST_F(DevicePluginTest, ATwoContainerPodGetsEachContainersOwnCaps) {
   WaitServing();
   const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
   // An init container too: kubelet hands its devices on to the containers after it.
-  const Json pod = Place(PodJson("ns", "pair",
-                                 {{"setup", {{"tessera.io/gpu-mem", "1"}}, true},
-                                  {"small", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "20"}}},
-                                  {"large", {{"tessera.io/gpu-mem", "3"}, {"tessera.io/gpu-core", "50"}}}}),
-                         {{"setup", {{gpu1, 1 * kGiB, 100}}},
-                          {"small", {{gpu0, 1 * kGiB, 20}}},
-                          {"large", {{gpu1, 3 * kGiB, 50}}}});
+  const Json pod =
+      Place(PodJson("ns", "pair",
+                    {{"setup", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}, true},
+                     {"small", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "20"}}},
+                     {"large", {{"tessera.io/gpu-mem", "3"}, {"tessera.io/gpu-core", "50"}}}}),
+            {{"setup", {{gpu1, 1 * kGiB, 100}}},
+             {"small", {{gpu0, 1 * kGiB, 20}}},
+             {"large", {{gpu1, 3 * kGiB, 50}}}});
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   ASSERT_EQ(admitted->size(), 3u);
@@ -332,8 +341,14 @@ TEST_F(DevicePluginTest, TwoPodsWithTheSameRequestAllocatedAtOnce) {
   StartPlugin();
   WaitServing();
   const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
-  const Json a = Place(PodJson("ns", "twin-a", {{"c", {{"tessera.io/gpu-mem", "2"}}}}), {{"c", {{gpu0, 2 * kGiB, 100}}}});
-  const Json b = Place(PodJson("ns", "twin-b", {{"c", {{"tessera.io/gpu-mem", "2"}}}}), {{"c", {{gpu1, 2 * kGiB, 100}}}});
+  const Json a =
+      Place(PodJson("ns", "twin-a",
+                    {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "10"}}}}),
+            {{"c", {{gpu0, 2 * kGiB, 10}}}});
+  const Json b =
+      Place(PodJson("ns", "twin-b",
+                    {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "10"}}}}),
+            {{"c", {{gpu1, 2 * kGiB, 10}}}});
   // Both bound before kubelet admits either; kubelet admits them in the order they were bound.
   auto admitted_a = Admit(a);
   auto admitted_b = Admit(b);
@@ -370,8 +385,14 @@ TEST_F(DevicePluginTest, TwoPodsWithTheSameRequestAllocatedAtOnce) {
   if (root.empty()) GTEST_SKIP() << "no cgroup hierarchy this test may write: the cgroup check is not tried";
   // Two more, which this kubelet admits against their binding order: the plugin follows binding
   // order, so their GPUs are swapped, and the cgroup check says so on the pod.
-  const Json c = Place(PodJson("ns", "twin-c", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, 1 * kGiB, 100}}}});
-  const Json d = Place(PodJson("ns", "twin-d", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu1, 1 * kGiB, 100}}}});
+  const Json c =
+      Place(PodJson("ns", "twin-c",
+                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "10"}}}}),
+            {{"c", {{gpu0, 1 * kGiB, 10}}}});
+  const Json d =
+      Place(PodJson("ns", "twin-d",
+                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "10"}}}}),
+            {{"c", {{gpu1, 1 * kGiB, 10}}}});
   auto admitted_d = Admit(d);
   ASSERT_TRUE(admitted_d.ok()) << admitted_d.error();
   ChildProcess* hd = Run(d, (*admitted_d)[0], {Tenant("shim_tenant"), "hold", std::to_string(256 << 20)}, cgroup(d));
@@ -388,7 +409,10 @@ TEST_F(DevicePluginTest, ADeletedPodsMemoryIsBackInTesseradWithinFiveSeconds) {
   StartPlugin();
   WaitServing();
   const std::string gpu0 = node_.Uuid(0);
-  const Json pod = Place(PodJson("ns", "doomed", {{"c", {{"tessera.io/gpu-mem", "4"}}}}), {{"c", {{gpu0, 4 * kGiB, 100}}}});
+  const Json pod =
+      Place(PodJson("ns", "doomed",
+                    {{"c", {{"tessera.io/gpu-mem", "4"}, {"tessera.io/gpu-core", "100"}}}}),
+            {{"c", {{gpu0, 4 * kGiB, 100}}}});
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   ChildProcess* holder = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(3 * kGiB)});
@@ -413,8 +437,13 @@ TEST_F(DevicePluginTest, ADeletedPodsMemoryIsBackInTesseradWithinFiveSeconds) {
   EXPECT_EQ(used, 0u);
 
   // A pod that finished, and one deleted while tesserad was down: released all the same.
-  const Json done = Place(PodJson("ns", "batch", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
-  const Json gone = Place(PodJson("ns", "away", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  const Json done =
+      Place(PodJson("ns", "batch",
+                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
+            {{"c", {{gpu0, kGiB, 100}}}});
+  const Json gone = Place(
+      PodJson("ns", "away", {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
+      {{"c", {{gpu0, kGiB, 100}}}});
   ASSERT_TRUE(Admit(done).ok());
   ASSERT_TRUE(Admit(gone).ok());
   ASSERT_NE(InTesserad(IdOf(done, "c")), nullptr);
@@ -432,7 +461,10 @@ TEST_F(DevicePluginTest, AKubeletRestartReRegistersAndLeavesRunningContainersAlo
   StartPlugin();
   WaitServing();
   const std::string gpu0 = node_.Uuid(0);
-  const Json pod = Place(PodJson("ns", "steady", {{"c", {{"tessera.io/gpu-mem", "2"}}}}), {{"c", {{gpu0, 2 * kGiB, 100}}}});
+  const Json pod =
+      Place(PodJson("ns", "steady",
+                    {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}}),
+            {{"c", {{gpu0, 2 * kGiB, 100}}}});
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   ChildProcess* holder = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)});
@@ -448,7 +480,10 @@ TEST_F(DevicePluginTest, AKubeletRestartReRegistersAndLeavesRunningContainersAlo
   ChildProcess* more = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "meminfo"});
   EXPECT_EQ(more->WaitForKey("free", 30s), std::to_string(kGiB));
   // And pods admitted after the restart are served.
-  const Json next = Place(PodJson("ns", "after", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  const Json next =
+      Place(PodJson("ns", "after",
+                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
+            {{"c", {{gpu0, kGiB, 100}}}});
   auto again = Admit(next);
   ASSERT_TRUE(again.ok()) << again.error();
   EXPECT_NE(InTesserad(IdOf(next, "c")), nullptr);
@@ -460,7 +495,9 @@ TEST_F(DevicePluginTest, APluginRestartRebuildsItsStateAndCountsNothingTwice) {
   const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
   const Json keep = Place(PodJson("ns", "keep", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "40"}}}}),
                           {{"c", {{gpu1, 2 * kGiB, 40}}}});
-  const Json lose = Place(PodJson("ns", "lose", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  const Json lose = Place(
+      PodJson("ns", "lose", {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
+      {{"c", {{gpu0, kGiB, 100}}}});
   auto admitted = Admit(keep);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   ASSERT_TRUE(Admit(lose).ok());
@@ -472,6 +509,7 @@ TEST_F(DevicePluginTest, APluginRestartRebuildsItsStateAndCountsNothingTwice) {
 
   StopPlugin(SIGKILL);
   ASSERT_TRUE(api_.DeletePod("ns", "lose"));  // while no plugin runs
+  kubelet_->RemovePod(lose["metadata"]["uid"]);  // kubelet frees its devices as it sees it go
   StartPlugin();
   WaitServing(2);
   ASSERT_TRUE(WaitUntil([&] { return InTesserad(IdOf(lose, "c")) == nullptr; }, 5s))
@@ -491,7 +529,9 @@ TEST_F(DevicePluginTest, APluginRestartRebuildsItsStateAndCountsNothingTwice) {
       << "the restarted plugin wrote the pod again";
   // The pod's record was kept: its allocation still answers PreStartContainer.
   EXPECT_TRUE(kubelet_->PreStart(keep["metadata"]["uid"], "c").ok());
-  const Json next = Place(PodJson("ns", "new", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  const Json next = Place(
+      PodJson("ns", "new", {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
+      {{"c", {{gpu0, kGiB, 100}}}});
   auto again = Admit(next);
   ASSERT_TRUE(again.ok()) << again.error();
   EXPECT_EQ(node_.Status().containers.size(), 2u);
@@ -508,12 +548,24 @@ TEST_F(DevicePluginTest, BadInputsFailTheContainerByNameAndChangeNothingElse) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {"unplaced", {{"tessera.io/gpu-mem", "2"}}, std::nullopt, "has no tessera.io/assignment annotation"},
-      {"garbled", {{"tessera.io/gpu-mem", "2"}}, std::string("{\"version\":1,\"node\":"), "tessera.io/assignment: \"{\"version\":1,\"node\":\" is not valid JSON"},
-      {"stranger", {{"tessera.io/gpu-mem", "2"}}, AssignmentJson(kNode, 1, {{"c", {{"GPU-11111111-2222-4333-8444-555555555555", 2 * kGiB, 100}}}}),
+      {"unplaced",
+       {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       std::nullopt,
+       "has no tessera.io/assignment annotation"},
+      {"garbled",
+       {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       std::string("{\"version\":1,\"node\":"),
+       "tessera.io/assignment: \"{\"version\":1,\"node\":\" is not valid JSON"},
+      {"stranger",
+       {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}},
+       AssignmentJson(kNode, 1,
+                      {{"c", {{"GPU-11111111-2222-4333-8444-555555555555", 2 * kGiB, 100}}}}),
        "names GPU GPU-11111111-2222-4333-8444-555555555555, which node gpu-node-1 does not have"},
-      {"greedy", {{"tessera.io/gpu-mem", "20"}}, AssignmentJson(kNode, 1, {{"c", {{gpu0, 20 * kGiB, 100}}}}),
-       "asks tessera.io/gpu-mem=20 over 1 GPU(s), more per GPU than the largest GPU of node gpu-node-1 has (16GiB)"},
+      {"greedy",
+       {{"tessera.io/gpu-mem", "20"}, {"tessera.io/gpu-core", "100"}},
+       AssignmentJson(kNode, 1, {{"c", {{gpu0, 20 * kGiB, 100}}}}),
+       "it asks tessera.io/gpu-mem=20, tessera.io/gpu-core=100, 20GiB on each of 1 GPU, more than "
+       "the node's GPUs have (16GiB each) (node gpu-node-1)"},
   };
   for (const Case& c : cases) {
     Json pod = PodJson("bad", c.name, {{"c", c.limits}});
@@ -544,11 +596,14 @@ TEST_F(DevicePluginTest, BadInputsFailTheContainerByNameAndChangeNothingElse) {
   auto inv = ParseGpuInventory((*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
   ASSERT_TRUE(inv.ok());
   EXPECT_EQ(inv->mode, NodeMode::kCoreMem);
-  const Json fine = Place(PodJson("bad", "fine", {{"c", {{"tessera.io/gpu-mem", "1"}}}}), {{"c", {{gpu0, kGiB, 100}}}});
+  const Json fine =
+      Place(PodJson("bad", "fine",
+                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
+            {{"c", {{gpu0, kGiB, 100}}}});
   auto ok = Admit(fine);
   ASSERT_TRUE(ok.ok()) << ok.error();
   EXPECT_EQ(node_.Status().containers.size(), 1u);
-  // A known value changes the mode: exclusive serves whole GPUs (gpu-count) only.
+  // A known value changes the mode: on exclusive, one gpu-count device per GPU.
   ASSERT_TRUE(api_.SetNodeLabel(kNode, kScheduleLabel, std::string("exclusive")));
   EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-count", 30s, [](const TestKubelet::PluginState& s) {
     return s.connected && s.devices.size() == 2;
@@ -566,7 +621,9 @@ TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
   StartPlugin({"--cdi", "--cdi-dir", cdi_dir_});
   WaitServing();
   const std::string gpu0 = node_.Uuid(0);
-  const Json pod = Place(PodJson("ns", "cdi", {{"c", {{"tessera.io/gpu-mem", "3"}}}}), {{"c", {{gpu0, 3 * kGiB, 100}}}});
+  const Json pod = Place(
+      PodJson("ns", "cdi", {{"c", {{"tessera.io/gpu-mem", "3"}, {"tessera.io/gpu-core", "100"}}}}),
+      {{"c", {{gpu0, 3 * kGiB, 100}}}});
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   const TestKubelet::ContainerAllocation& a = (*admitted)[0];
@@ -604,6 +661,192 @@ TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
   EXPECT_TRUE(WaitUntil([&] {
     return stat((cdi_dir_ + "/tessera.io-container-" + IdOf(pod, "c") + ".json").c_str(), &st) != 0;
   }, 5s)) << "the CDI spec outlived the pod";
+}
+
+// ---- the API server as upstream's behaves
+// ---------------------------------------------------------
+
+// The plugin against an API server that fails, drops and expires: its inventory gets written, the
+// pods it learns of late are still admitted, and nothing it writes is refused as invalid.
+TEST_F(DevicePluginTest, UnderApiServerFaultsTheInventoryLandsAndPodsAreAdmitted) {
+  api_.InjectFault({"PATCH", std::string("/api/v1/nodes/") + kNode, 3, 503});
+  api_.InjectFault({"GET", "/api/v1/pods", 2, 0});
+  api_.SetWatchTimeout(500ms);
+  StartPlugin();
+  WaitServing();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto node = api_.GetNode(kNode);
+        return node && (*node)["metadata"]
+                           .value("annotations", Json::object())
+                           .contains(kInventoryAnnotation);
+      },
+      20s))
+      << "the inventory was never written";
+  const std::string gpu0 = node_.Uuid(0);
+  // Watches dropped and the window moved on: the plugin lists again and still finds the pod.
+  api_.SetHistoryLimit(2);
+  api_.DropWatches();
+  const Json pod = Place(
+      PodJson("ns", "late", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "25"}}}}),
+      {{"c", {{gpu0, 2 * kGiB, 25}}}});
+  api_.SetLatency(100ms);
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  EXPECT_EQ((*admitted)[0].envs.at("TESSERA_CORE_LIMIT"), "25");
+  EXPECT_TRUE(WaitUntil([&] { return PodAllocated(pod); }, 15s));
+  api_.SetLatency(0ms);
+  EXPECT_GE(api_.faults_served(), 5);
+  EXPECT_EQ(api_.unauthorized(), 0) << "the plugin sent its token";
+}
+
+// ---- kubelet as upstream's device manager behaves ----------------------------------------------
+
+// kubelet registers synchronously: it dials the plugin and asks GetDevicePluginOptions inside
+// Register and fails the registration when that fails. The plugin serves before it registers, and
+// a refused registration is tried again.
+TEST_F(DevicePluginTest, ARegistrationKubeletRefusesIsTriedAgainUntilItHolds) {
+  kubelet_->FailRegistrations(4);
+  StartPlugin();
+  WaitServing();
+  std::vector<std::string> refused = kubelet_->Refusals();
+  EXPECT_EQ(std::count_if(
+                refused.begin(), refused.end(),
+                [](const std::string& r) { return r.find("failed to dial") != std::string::npos; }),
+            4);
+  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count"}) {
+    EXPECT_TRUE(kubelet_->Resource(r)->pre_start_required) << r << ": options read inside Register";
+  }
+}
+
+// kubelet calls Allocate once per container per resource in Go map order (random) and merges the
+// answers in map order again: whatever the orders, every container gets its own caps.
+TEST_F(DevicePluginTest, EveryAllocateOrderGivesEachContainerItsOwnCaps) {
+  kubelet_.reset();
+  kubelet_ = std::make_unique<TestKubelet>(plugin_dir_, 20261127);
+  ASSERT_TRUE(kubelet_->Start().ok());
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
+  std::set<std::vector<std::string>> orders;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "order-" + std::to_string(i);
+    const Json pod =
+        Place(PodJson("ns", name,
+                      {{"a", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "10"}}},
+                       {"b", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "15"}}}}),
+              {{"a", {{gpu0, 1 * kGiB, 10}}}, {"b", {{gpu1, 2 * kGiB, 15}}}});
+    auto admitted = Admit(pod);
+    ASSERT_TRUE(admitted.ok()) << admitted.error() << " (kubelet seed " << kubelet_->seed() << ")";
+    for (const auto& [c, mem, core, gpu] :
+         {std::tuple{0, "1GiB", "10", gpu0}, std::tuple{1, "2GiB", "15", gpu1}}) {
+      const TestKubelet::ContainerAllocation& a = (*admitted)[static_cast<size_t>(c)];
+      orders.insert(a.allocate_order);
+      EXPECT_EQ(a.envs.at("TESSERA_CONTAINER"), IdOf(pod, a.name));
+      EXPECT_EQ(a.envs.at("TESSERA_MEM_LIMIT"), mem) << name << " " << a.name;
+      EXPECT_EQ(a.envs.at("TESSERA_CORE_LIMIT"), core) << name << " " << a.name;
+      EXPECT_EQ(a.envs.at("TESSERA_VISIBLE_DEVICES"), gpu) << name << " " << a.name;
+    }
+    EXPECT_TRUE(WaitUntil([&] { return PodAllocated(pod); }, 10s));
+  }
+  EXPECT_EQ(orders.size(), 2u) << "both orders of gpu-core and gpu-mem were tried";
+}
+
+// A plain init container's devices go on to the app container after it, which kubelet hands to
+// GetPreferredAllocation as must-include devices within the available list.
+TEST_F(DevicePluginTest, ReusedDevicesComeAsMustIncludeAndThePreferenceKeepsThem) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu1 = node_.Uuid(1);
+  const Json pod =
+      Place(PodJson("ns", "reuse",
+                    {{"init", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}, true},
+                     {"app", {{"tessera.io/gpu-mem", "4"}, {"tessera.io/gpu-core", "100"}}}}),
+            {{"init", {{gpu1, 2 * kGiB, 100}}}, {"app", {{gpu1, 4 * kGiB, 100}}}});
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  const std::vector<std::string> inits = (*admitted)[0].device_ids.at("tessera.io/gpu-mem");
+  const std::vector<std::string> apps = (*admitted)[1].device_ids.at("tessera.io/gpu-mem");
+  ASSERT_EQ(apps.size(), 4u);
+  for (const std::string& id : inits) {
+    EXPECT_NE(std::find(apps.begin(), apps.end(), id), apps.end()) << id << " was not reused";
+  }
+  bool checked = false;
+  for (const TestKubelet::PreferredCall& call : kubelet_->PreferredCalls()) {
+    if (call.resource != "tessera.io/gpu-mem" || call.must_include.empty()) continue;
+    checked = true;
+    EXPECT_EQ(call.size, 4);
+    for (const std::string& id : call.must_include) {
+      EXPECT_NE(std::find(call.available.begin(), call.available.end(), id), call.available.end())
+          << "kubelet lists must-include devices among the available ones";
+      EXPECT_NE(std::find(call.answer.begin(), call.answer.end(), id), call.answer.end())
+          << "the plugin's preference dropped a must-include device";
+    }
+    for (const std::string& id : call.answer) {
+      EXPECT_EQ(id.rfind(gpu1, 0), 0u) << id << " is not on the assigned GPU";
+    }
+  }
+  EXPECT_TRUE(checked) << "no GetPreferredAllocation call had must-include devices";
+  EXPECT_EQ((*admitted)[1].envs.at("TESSERA_MEM_LIMIT"), "4GiB");
+}
+
+// A native sidecar (an init container with restartPolicy Always) runs beside the app: kubelet
+// keeps its devices its own, and each has its own registration and cap.
+TEST_F(DevicePluginTest, ANativeSidecarKeepsItsOwnDevicesAndCap) {
+  StartPlugin();
+  WaitServing();
+  const std::string gpu0 = node_.Uuid(0);
+  Json spec =
+      PodJson("ns", "sidecar",
+              {{"proxy", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "10"}}, true},
+               {"app", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "30"}}}});
+  spec["spec"]["initContainers"][0]["restartPolicy"] = "Always";
+  const Json pod =
+      Place(spec, {{"proxy", {{gpu0, 1 * kGiB, 10}}}, {"app", {{gpu0, 2 * kGiB, 30}}}});
+  auto admitted = Admit(pod);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  ASSERT_TRUE((*admitted)[0].restartable);
+  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core"}) {
+    const auto& mine = (*admitted)[0].device_ids.at(r);
+    const auto& app = (*admitted)[1].device_ids.at(r);
+    for (const std::string& id : mine) {
+      EXPECT_EQ(std::find(app.begin(), app.end(), id), app.end())
+          << r << " " << id << " taken twice";
+    }
+  }
+  ChildProcess* proxy = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "meminfo"});
+  ChildProcess* app = Run(pod, (*admitted)[1], {Tenant("shim_tenant"), "meminfo"});
+  EXPECT_EQ(proxy->WaitForKey("total", 30s), std::to_string(1 * kGiB));
+  EXPECT_EQ(app->WaitForKey("total", 30s), std::to_string(2 * kGiB));
+  const TesseradContainer* p = InTesserad(IdOf(pod, "proxy"));
+  const TesseradContainer* a = status_.Find(IdOf(pod, "app"));
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(p->core_percent, 10u);
+  EXPECT_EQ(a->core_percent, 30u);
+}
+
+// kubelet accepts only extended resource names (v1helper.IsExtendedResourceName); every name the
+// plugin serves is one, on every mode and for every MIG profile.
+TEST(KubeletNames, EveryResourceThePluginServesIsOneKubeletAccepts) {
+  for (const char* bad : {"gpu", "kubernetes.io/gpu", "example.kubernetes.io/gpu", "requests.x/y",
+                          "tessera.io/mig-1g.10gb+me", "a/b/c", "Tessera.io/x", "tessera.io/-x"}) {
+    EXPECT_FALSE(IsExtendedResourceName(bad)) << bad;
+  }
+  std::vector<NodeGpu> mig;
+  for (std::string_view profile : mig::AllProfileNames()) {
+    NodeGpu g;
+    g.uuid = "MIG-" + std::string(profile);
+    g.mig = InventoryMig{"GPU-0", "H100-80GB", std::string(profile), 0};
+    mig.push_back(g);
+    EXPECT_TRUE(IsExtendedResourceName(MigResourceName(profile))) << MigResourceName(profile);
+  }
+  for (NodeMode mode : {NodeMode::kCoreMem, NodeMode::kMem, NodeMode::kShare, NodeMode::kExclusive,
+                        NodeMode::kMps, NodeMode::kMig}) {
+    for (const std::string& r : ServedResources(mode, ResourceNames::kBoth, mig)) {
+      EXPECT_TRUE(IsExtendedResourceName(r)) << r;
+    }
+  }
 }
 
 // ---- mig nodes ---------------------------------------------------------------------------------
@@ -821,8 +1064,8 @@ TEST_F(MpsNodeTest, AContainerAskingTwoGpusIsRefused) {
   auto refused = Admit(pod);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.error(),
-              HasSubstr("is in mode mps, which gives a container one GPU (that GPU's "
-                        "MPS server); it asks tessera.io/gpu-count=2"));
+              HasSubstr("node mode mps gives a container one GPU (that GPU's MPS server); it "
+                        "asks tessera.io/gpu-count=2"));
 }
 
 // A node labelled mps whose tesserad runs without --mps: no container is set up half-way.
@@ -834,8 +1077,10 @@ class MpsLabelWithoutMpsTest : public DevicePluginTest {
 TEST_F(MpsLabelWithoutMpsTest, AllocateSaysTesseradRunsNoMps) {
   StartPlugin();
   WaitServing();
-  const Json pod = Place(PodJson("ns", "nomps", {{"c", {{"tessera.io/gpu-mem", "1"}}}}),
-                         {{"c", {{node_.Uuid(0), kGiB, 100}}}});
+  const Json pod =
+      Place(PodJson("ns", "nomps",
+                    {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
+            {{"c", {{node_.Uuid(0), kGiB, 100}}}});
   auto refused = Admit(pod);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.error(), HasSubstr("is in mode mps, but tesserad at " + node_.socket() +

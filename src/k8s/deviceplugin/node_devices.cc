@@ -26,10 +26,10 @@ std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names,
     case NodeMode::kMem:
     case NodeMode::kShare:
     case NodeMode::kMps:
-      dims = {GpuResource::kMem, GpuResource::kCore, GpuResource::kCount};
-      break;
     case NodeMode::kExclusive:
-      dims = {GpuResource::kCount};
+      // All three everywhere: every shape the fit rule lets onto the node (on an exclusive node a
+      // whole GPU asked as gpu-core 100, or with a gpu-mem floor) must reach Allocate.
+      dims = {GpuResource::kMem, GpuResource::kCore, GpuResource::kCount};
       break;
     case NodeMode::kMig:
       for (const NodeGpu& g : gpus) {

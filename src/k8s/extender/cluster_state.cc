@@ -12,7 +12,9 @@
 #include "core/bytes.h"
 #include "core/text.h"
 #include "k8s/extender/quantity.h"
+#include "k8s/fit.h"
 #include "mig/profiles.h"
+#include "placement/fit.h"
 #include "placement/mig.h"
 #include "placement/stranded.h"
 
@@ -191,6 +193,7 @@ struct PodRec {
   bool terminal = false;
   bool deleting = false;
   PodDemand demand;
+  int64_t priority = 0;  // spec.priority (admission sets it from the PriorityClass; 0 without)
   std::optional<k8s::Assignment> assignment;
   std::string assignment_error;
   bool assumed = false;  // tessera.io/phase=assumed
@@ -225,6 +228,11 @@ Result<PodRec> ReadPodRec(const Json& pod) {
   rec.terminal = view->Terminal();
   rec.deleting = view->deleting;
   rec.demand = ReadPodDemand(*view, pod);
+  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
+    if (auto p = spec->find("priority"); p != spec->end() && p->is_number_integer()) {
+      rec.priority = p->get<int64_t>();
+    }
+  }
   if (const std::string* text = view->Annotation(k8s::kAssignmentAnnotation)) {
     auto a = k8s::ParseAssignment(*text);
     if (a.ok()) {
@@ -383,22 +391,6 @@ std::string NoNodeSummary(size_t asked, const std::vector<NodeFailure>& failed) 
   return out + ".";
 }
 
-pl::NodeMode PlacementMode(k8s::NodeMode mode) {
-  switch (mode) {
-    case k8s::NodeMode::kMem:
-      return pl::NodeMode::kMemoryOnly;
-    case k8s::NodeMode::kExclusive:
-      return pl::NodeMode::kWholeGpus;
-    case k8s::NodeMode::kMig:
-      return pl::NodeMode::kMig;
-    case k8s::NodeMode::kCoreMem:
-    case k8s::NodeMode::kShare:
-    case k8s::NodeMode::kMps:
-      break;
-  }
-  return pl::NodeMode::kMemoryAndCompute;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -415,7 +407,7 @@ struct ClusterState::Impl {
   struct PodRequests {
     std::vector<pl::Request> requests;
     std::vector<std::string> names;  // container per request ("" for the CPU-only one)
-    std::vector<int64_t> mem_mib;    // the memory each asked per GPU (0: none), even when whole
+    std::vector<k8s::GpuRequest> asked;  // each container's request (none: the CPU-only one)
     size_t primary = 0;
   };
   // The engine's choice: a node and, per request, where it goes (its GPUs; a MIG request's
@@ -542,7 +534,8 @@ struct ClusterState::Impl {
       s.name = name;
       s.cpu_milli = rec.cpu_milli;
       s.memory_mib = rec.memory_mib;
-      s.mode = PlacementMode(rec.mode);
+      s.mode = k8s::PlacementModeOf(rec.mode);
+      s.max_gpus_per_request = k8s::MaxGpusPerRequest(rec.mode);
       if (rec.mode == k8s::NodeMode::kMig) {
         AddMigGpus(rec, models, &s);
       } else if (!rec.gpus.empty()) {
@@ -876,6 +869,7 @@ struct ClusterState::Impl {
       r.memory_mib = memory_mib;
       out.requests.push_back(r);
       out.names.emplace_back();
+      out.asked.emplace_back();
       return out;
     }
     out.primary = 0;
@@ -888,16 +882,12 @@ struct ClusterState::Impl {
     for (size_t i = 0; i < d.asks.size(); ++i) {
       const ContainerAsk& a = d.asks[i];
       const bool primary = i == out.primary;
-      auto r = !a.mig_profile.empty()
-                   ? pl::RequestForMigProfile(primary ? d.cpu_milli : 0, primary ? memory_mib : 0,
-                                              a.mig_profile, allowed)
-                   : pl::RequestFromShares(primary ? d.cpu_milli : 0, primary ? memory_mib : 0,
-                                           a.gpu_count, a.whole() ? 0 : a.mem_mib,
-                                           a.whole() ? 100 : a.core_percent, allowed);
+      auto r = k8s::PlacementRequestOf(a.gpu, primary ? d.cpu_milli : 0, primary ? memory_mib : 0,
+                                       allowed);
       if (!r.ok()) return Result<PodRequests>::Error("container " + a.name + ": " + r.error());
       out.requests.push_back(*r);
       out.names.push_back(a.name);
-      out.mem_mib.push_back(a.mem_mib);
+      out.asked.push_back(a.gpu);
     }
     return out;
   }
@@ -1030,13 +1020,11 @@ struct ClusterState::Impl {
         GpuPart gp;
         gp.uuid = gpu.uuid;
         if (r.whole_gpus()) {
-          // A whole GPU; its memory cap is what the container asked, if it did (not on a `mem`
-          // node, where only the full size says "whole" when the annotation is read back).
+          // A whole GPU, capped as k8s/fit.h says (the device plugin checks the same).
           gp.core_percent = 100;
           gp.mem_bytes = static_cast<int64_t>(gpu.memory.count());
-          if (i < p.mem_mib.size() && p.mem_mib[i] > 0 && node.mode != k8s::NodeMode::kMem) {
-            gp.mem_bytes = std::min(gp.mem_bytes, p.mem_mib[i] * kMiB);
-          }
+          gp.mem_bytes =
+              static_cast<int64_t>(k8s::WholeGpuCap(p.asked[i], node.mode, gpu.memory).count());
         } else {
           gp.core_percent = r.memory_only() ? 100 : r.gpu_milli / 10;
           gp.mem_bytes = r.MemoryOn(cluster->gpu_memory_mib(c.node)) * kMiB;
@@ -1103,6 +1091,8 @@ struct ClusterState::Impl {
         return "gpu-core";
       case pl::FitResult::kGpuMemory:
         return "gpu-mem";
+      case pl::FitResult::kGpuSize:
+        return "gpu-size";
       case pl::FitResult::kMigProfile:
         return "mig-profile";
       case pl::FitResult::kMigInstance:
@@ -1114,26 +1104,17 @@ struct ClusterState::Impl {
   }
 
   static bool Unresolvable(pl::FitResult fit) {
-    return fit == pl::FitResult::kModel || fit == pl::FitResult::kMode ||
-           fit == pl::FitResult::kGpuCount || fit == pl::FitResult::kMigProfile;
+    return fit == pl::FitResult::kModel || pl::IsShapeFailure(fit);
   }
 
   // Why a MIG pod does not fit mig node `node` (placement node `n`), naming the profile and what
   // the node has.
-  std::string MigReason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult fit) const {
+  std::string MigReason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult) const {
     std::vector<std::string> asked;
     for (const ContainerAsk& a : rec.demand.asks) {
       if (!a.mig_profile.empty()) asked.push_back(a.mig_profile);
     }
     const std::string profile = asked.empty() ? "?" : asked.front();
-    const mig::GpuModel* model = cluster->mig_model(n);
-    if (fit == pl::FitResult::kMigProfile && model != nullptr) {
-      for (const std::string& p : asked) {
-        if (mig::FindProfile(*model, p, "").ok()) continue;
-        return "tessera: the node's GPUs (" + std::string(model->name) + ") have no MIG profile " +
-               p + "; theirs: " + mig::ProfileNames(*model);
-      }
-    }
     // What is free, per profile: "1g.10gb x2 free, 3g.40gb taken".
     std::map<std::string, std::pair<int, int>> count;  // profile -> (free, taken)
     for (const pl::MigGpu& g : cluster->mig_gpus(n)) {
@@ -1159,14 +1140,20 @@ struct ClusterState::Impl {
 
   std::string Reason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult fit) const {
     const PodDemand& d = rec.demand;
-    if (fit == pl::FitResult::kMigProfile || fit == pl::FitResult::kMigInstance) {
-      return MigReason(rec, node, n, fit);
+    if (fit == pl::FitResult::kMigInstance) return MigReason(rec, node, n, fit);
+    if (pl::IsShapeFailure(fit)) {
+      // The shape rule, worded as the device plugin words it, for the first container it refuses.
+      const pl::NodeShape shape =
+          pl::ShapeOf(cluster->spec(n), cluster->gpu_memory_mib(n), cluster->mig_model(n));
+      for (const ContainerAsk& a : d.asks) {
+        const pl::FitResult f = k8s::ShapeFitOf(a.gpu, shape);
+        if (f != pl::FitResult::kFits) {
+          return "tessera: " + k8s::ShapeRefusal(f, a.gpu, node.mode, shape);
+        }
+      }
     }
-    int most_gpus = 0;
-    bool memory_only = false, whole = false, compute = false, mig = false;
+    bool memory_only = false, whole = false, compute = false;
     for (const ContainerAsk& a : d.asks) {
-      mig |= !a.mig_profile.empty();
-      most_gpus = std::max(most_gpus, a.gpu_count);
       memory_only |= !a.whole() && a.core_percent == 0;
       whole |= a.whole();
       compute |= !a.whole() && a.core_percent > 0;
@@ -1182,34 +1169,6 @@ struct ClusterState::Impl {
         if (node.gpus.empty()) return "tessera: node has no healthy Tessera GPUs";
         return "tessera: GPU model \"" + node.gpus.front().model +
                "\" is not allowed by tessera.io/gpu-model";
-      case pl::FitResult::kMode: {
-        const std::string mode(k8s::NodeModeName(node.mode));
-        if (mig && node.mode != k8s::NodeMode::kMig) {
-          return "tessera: node mode " + mode + " serves no MIG instances (" +
-                 k8s::kResourceMigPrefix + "<profile>); mig nodes do";
-        }
-        if (node.mode == k8s::NodeMode::kMig) {
-          return "tessera: node mode mig gives MIG instances only (" +
-                 std::string(k8s::kResourceMigPrefix) + "<profile>: 1); the pod asks for a share";
-        }
-        if (node.mode == k8s::NodeMode::kExclusive) {
-          return "tessera: node mode exclusive (tessera.io/gpu.schedule) takes whole GPUs only; "
-                 "the pod asks for a share";
-        }
-        if (memory_only && node.mode != k8s::NodeMode::kMem) {
-          return "tessera: node mode " + mode +
-                 " does not take a memory-only share (tessera.io/gpu-mem without "
-                 "tessera.io/gpu-core); mode mem does";
-        }
-        if (compute && node.mode == k8s::NodeMode::kMem) {
-          return "tessera: node mode mem does not reserve GPU time (tessera.io/gpu-core); modes "
-                 "core_mem, share and mps do";
-        }
-        return "tessera: the pod's share does not match node mode " + mode;
-      }
-      case pl::FitResult::kGpuCount:
-        return "tessera: node has fewer GPUs than tessera.io/gpu-count=" +
-               std::to_string(most_gpus);
       case pl::FitResult::kGpuCompute:
         if (whole && !compute && !memory_only) {
           return "tessera: Insufficient tessera.io/gpu-count (too few entirely free GPUs)";
@@ -1217,11 +1176,10 @@ struct ClusterState::Impl {
         return "tessera: Insufficient tessera.io/gpu-core";
       case pl::FitResult::kGpuMemory:
         return "tessera: Insufficient tessera.io/gpu-mem";
-      case pl::FitResult::kMigProfile:
-      case pl::FitResult::kMigInstance:
-        break;  // MigReason
+      default:
+        break;
     }
-    return "tessera: does not fit";
+    return "tessera: does not fit (" + std::string(pl::FitResultName(fit)) + ")";
   }
 
   // The pod as asked at a verb: read it, release its own reservation (or the stale assumed
@@ -1524,6 +1482,100 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
   last.scores.clear();
   for (int n : candidates) {
     last.scores.push_back(scores.empty() ? 0 : scores[static_cast<size_t>(n)]);
+  }
+  return out;
+}
+
+Result<std::vector<PreemptCandidate>> ClusterState::Preempt(
+    const Json& pod, std::span<const PreemptCandidate> proposed) {
+  std::lock_guard lock(impl_->mu);
+  Impl& s = *impl_;
+  s.Prepare();
+  auto rec = ReadPodRec(pod);
+  if (!rec.ok()) return rec.status();
+  if (!rec->demand.demand_error.empty())
+    return Result<std::vector<PreemptCandidate>>::Error(rec->demand.demand_error);
+  auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+  if (!reqs.ok())
+    return Result<std::vector<PreemptCandidate>>::Error("pod " + rec->key + ": " + reqs.error());
+  // The pod's own reservation, if any, is not in its way.
+  std::optional<Hold> own;
+  if (auto it = s.holds.find(rec->uid); it != s.holds.end()) {
+    own = it->second;
+    s.Unapply(it->second);
+  }
+  std::vector<PreemptCandidate> out;
+  for (const PreemptCandidate& c : proposed) {
+    auto at = s.index_of.find(c.node);
+    if (at == s.index_of.end()) continue;
+    const int n = at->second;
+    const Impl::Verdict before = s.Check(*rec, *reqs, n);
+    if (before.gate != Impl::Gate::kOpen || (!before.fits() && Impl::Unresolvable(before.fit))) {
+      continue;
+    }
+    // Take the victims' holds off the node for a moment (only theirs on this node: a hold
+    // elsewhere is not freed by evicting the pod here), and see whether the pod fits then.
+    std::vector<Hold*> off;
+    auto take_off = [&](const std::string& uid) -> bool {
+      auto h = s.holds.find(uid);
+      if (h == s.holds.end() || h->second.node != c.node || h->second.applied.empty()) return false;
+      s.Unapply(h->second);
+      off.push_back(&h->second);
+      return true;
+    };
+    for (const std::string& uid : c.victims) take_off(uid);
+    bool fits = s.FitsAll(*reqs, n) == pl::FitResult::kFits;
+    PreemptCandidate answer = c;
+    if (!fits) {
+      // More of the node's bound pods of lower priority, lowest first (then the newest decision
+      // first), until the pod fits; then those not needed are spared again, the last taken first.
+      std::vector<std::pair<const PodRec*, Hold*>> more;
+      const std::set<std::string> proposed_uids(c.victims.begin(), c.victims.end());
+      for (auto& [uid, h] : s.holds) {
+        if (h.node != c.node || h.kind != HoldKind::kObserved || !h.bound || h.applied.empty() ||
+            proposed_uids.count(uid) != 0) {
+          continue;
+        }
+        auto p = s.pods.find(uid);
+        if (p == s.pods.end() || p->second.priority >= rec->priority) continue;
+        more.emplace_back(&p->second, &h);
+      }
+      std::sort(more.begin(), more.end(), [](const auto& a, const auto& b) {
+        if (a.first->priority != b.first->priority) return a.first->priority < b.first->priority;
+        if (a.second->seq != b.second->seq) return a.second->seq > b.second->seq;
+        return a.first->uid < b.first->uid;
+      });
+      std::vector<std::pair<const PodRec*, Hold*>> taken;
+      for (const auto& m : more) {
+        s.Unapply(*m.second);
+        off.push_back(m.second);
+        taken.push_back(m);
+        if (s.FitsAll(*reqs, n) == pl::FitResult::kFits) {
+          fits = true;
+          break;
+        }
+      }
+      if (fits) {
+        for (auto it = taken.rbegin(); it != taken.rend(); ++it) {
+          s.Apply(*it->second);
+          if (s.FitsAll(*reqs, n) == pl::FitResult::kFits) {
+            off.erase(std::find(off.begin(), off.end(), it->second));
+            continue;  // spared
+          }
+          s.Unapply(*it->second);
+          answer.victims.push_back(it->first->uid);
+        }
+        // Spared in reverse; name the added victims in the order they were taken.
+        std::reverse(answer.victims.begin() + static_cast<std::ptrdiff_t>(c.victims.size()),
+                     answer.victims.end());
+      }
+    }
+    for (Hold* h : off) s.Apply(*h);
+    // kube-scheduler refuses an answer naming a node with no victim.
+    if (fits && !answer.victims.empty()) out.push_back(std::move(answer));
+  }
+  if (own) {
+    if (auto it = s.holds.find(rec->uid); it != s.holds.end()) s.Apply(it->second);
   }
   return out;
 }

@@ -96,6 +96,15 @@ struct NodePriority {
   int64_t score = 0;  // 0..10: 10 for the node the engine chose, less for the others
 };
 
+// A node kube-scheduler's preemption proposes for a pod and the pods it would evict there (their
+// UIDs), and the PodDisruptionBudget violations that costs; the preempt verb's answer has the same
+// form.
+struct PreemptCandidate {
+  std::string node;
+  std::vector<std::string> victims;  // pod UIDs
+  int64_t pdb_violations = 0;
+};
+
 // A decision ready to be written: the assignment annotation and the pod's version it was made on.
 struct BindPlan {
   k8s::Assignment assignment;        // containers empty for a pod without Tessera resources
@@ -166,6 +175,17 @@ class ClusterState {
   Result<FilterOutcome> Filter(const k8s::Json& pod, std::span<const std::string> nodes);
   Result<std::vector<NodePriority>> Prioritize(const k8s::Json& pod,
                                                std::span<const std::string> nodes);
+  // The preempt verb: of `proposed` (nodes and the victims kube-scheduler's own preemption chose
+  // there), the nodes where evicting the victims frees what the pod needs under the engine's
+  // placement, each with the victims that takes. kube-scheduler counts devices; the engine places
+  // shares on particular GPUs (a 4 GiB share needs 4 GiB on one GPU, not 2 on each of two), so its
+  // victims may not be enough: then bound pods of the node of lower priority than the pod
+  // (spec.priority), lowest first, are added until it fits, and those not needed are spared. A node
+  // where even that does not free enough, or that the pod never fits (a shape the node cannot
+  // take, its GPU model, an unusable inventory), is left out. kube-scheduler's victims are kept
+  // whole: they are what its own filters need. Changes nothing.
+  Result<std::vector<PreemptCandidate>> Preempt(const k8s::Json& pod,
+                                                std::span<const PreemptCandidate> proposed);
   // Turns the pod's reservation on `node` (or, when it has none there, a fresh decision on that
   // node alone) into a binding hold and returns what to write. Fails, releasing nothing else,
   // when the pod is unknown or no longer fits there.

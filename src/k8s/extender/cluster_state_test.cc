@@ -647,8 +647,8 @@ TEST(ClusterStateTest, MigPodsTakeAFreeInstanceAndTheAssignmentNamesItsUuid) {
       s->Filter(Pod("share", {{"tessera.io/gpu-core", "30"}}), std::vector<std::string>{"mig"});
   EXPECT_EQ(
       FailureOf(*share, "mig")->reason,
-      "tessera: node mode mig gives MIG instances only (tessera.io/mig-<profile>: 1); the pod "
-      "asks for a share");
+      "tessera: node mode mig gives MIG instances only (tessera.io/mig-<profile>: 1); it asks "
+      "for a share (tessera.io/gpu-core=30)");
   // What the extender holds, per MIG device.
   auto j = s->Inspect(std::string("mig"));
   ASSERT_TRUE(j.has_value());
@@ -788,6 +788,92 @@ TEST(ClusterStateTest, OurCommitIsVerifiedWhenItsWatchEventArrivesBeforeTheWrite
   const NodeCommitView after = s->CommitView("n1");
   EXPECT_EQ(after.log.seq, log.seq);
   EXPECT_EQ(after.verified_seq, log.seq) << "our own commit was left for a catch-up";
+}
+
+// ---- preempt --------------------------------------------------------------------------------
+
+// `pod` with spec.priority `priority` (admission sets it from the pod's PriorityClass).
+k8s::Json WithPriority(k8s::Json pod, int priority) {
+  pod["spec"]["priority"] = priority;
+  return pod;
+}
+
+std::vector<std::string> VictimsOn(const std::vector<PreemptCandidate>& out,
+                                   const std::string& node) {
+  for (const PreemptCandidate& c : out) {
+    if (c.node == node) return c.victims;
+  }
+  return {};
+}
+
+TEST(ClusterStateTest, PreemptKeepsNodesWhereTheVictimsFreeWhatThePodNeeds) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("one", Gpus(1))).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("small", Gpus(1, 8))).ok());
+  ASSERT_TRUE(s->UpsertPod(WithPriority(Assigned("holder", "one", 100, 16), 0)).ok());
+  ASSERT_TRUE(s->UpsertPod(WithPriority(Assigned("tiny", "small", 100, 8), 0)).ok());
+  s->ReplacePods({WithPriority(Assigned("holder", "one", 100, 16), 0),
+                  WithPriority(Assigned("tiny", "small", 100, 8), 0)});
+  const k8s::Json urgent = WithPriority(
+      Pod("urgent", {{"tessera.io/gpu-core", "100"}, {"tessera.io/gpu-mem", "12"}}), 1000);
+  EXPECT_TRUE(s->Filter(urgent, std::vector<std::string>{"one", "small"})->fits.empty());
+  const std::vector<PreemptCandidate> proposed = {{"one", {"uid-holder"}, 0},
+                                                  {"small", {"uid-tiny"}, 0}};
+  auto out = s->Preempt(urgent, proposed);
+  ASSERT_TRUE(out.ok()) << out.error();
+  // On "one" evicting the holder frees a whole 16 GiB GPU; "small"'s 8 GiB GPU never holds 12.
+  ASSERT_EQ(out->size(), 1u);
+  EXPECT_EQ(VictimsOn(*out, "one"), std::vector<std::string>{"uid-holder"});
+  // Preempt changes nothing: the holder still holds its GPU.
+  EXPECT_TRUE(s->Filter(urgent, std::vector<std::string>{"one"})->fits.empty());
+}
+
+// kube-scheduler counts devices: two half-used GPUs have 100 gpu-core devices free, so its own
+// preemption proposes no victim there; a whole GPU needs one of them emptied.
+TEST(ClusterStateTest, PreemptAddsLowerPriorityVictimsTheEnginesPlacementNeeds) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(2))).ok());
+  const k8s::Json a = WithPriority(Assigned("a", "n", 50, 8, 0), 10);
+  const k8s::Json b = WithPriority(Assigned("b", "n", 50, 8, 1), 0);
+  const k8s::Json c = WithPriority(Assigned("c", "n", 40, 6, 1), 5000);
+  s->ReplacePods({a, b, c});
+  const k8s::Json whole = WithPriority(Pod("whole", {{"tessera.io/gpu-count", "1"}}), 1000);
+  EXPECT_TRUE(s->Filter(whole, std::vector<std::string>{"n"})->fits.empty());
+  const std::vector<PreemptCandidate> none = {{"n", {}, 0}};
+  auto out = s->Preempt(whole, none);
+  ASSERT_TRUE(out.ok()) << out.error();
+  // b has the lowest priority but shares GPU 1 with c, which outranks the pod: only evicting a
+  // frees a GPU. b was taken first, then spared.
+  EXPECT_EQ(VictimsOn(*out, "n"), std::vector<std::string>{"uid-a"});
+  // A pod of lower priority than a: nothing it may evict frees a GPU.
+  auto low = s->Preempt(WithPriority(Pod("low", {{"tessera.io/gpu-count", "1"}}), 5), none);
+  ASSERT_TRUE(low.ok()) << low.error();
+  EXPECT_TRUE(low->empty());
+}
+
+TEST(ClusterStateTest, PreemptNeverNamesANodeWithoutVictimsOrOneThePodNeverFits) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("free", Gpus(1))).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("mem", Gpus(1), "mem")).ok());
+  s->ReplacePods({WithPriority(Assigned("x", "free", 10, 1), 0)});
+  const k8s::Json pod = WithPriority(Pod("p", {{"tessera.io/gpu-core", "30"}}), 100);
+  // It fits "free" as it is: kube-scheduler's victims there (for its own CPU count, say) stay.
+  auto out = s->Preempt(pod, std::vector<PreemptCandidate>{{"free", {"uid-x"}, 1}, {"mem", {}, 0}});
+  ASSERT_TRUE(out.ok()) << out.error();
+  ASSERT_EQ(out->size(), 1u) << "a mem node never takes a compute share";
+  EXPECT_EQ(out->front().node, "free");
+  EXPECT_EQ(out->front().victims, std::vector<std::string>{"uid-x"});
+  EXPECT_EQ(out->front().pdb_violations, 1);
+  // No victims proposed and none needed: the node is left out (kube-scheduler refuses an answer
+  // naming a node with no victim).
+  auto empty = s->Preempt(pod, std::vector<PreemptCandidate>{{"free", {}, 0}});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+  // Unknown nodes and pods with an invalid ask: nothing.
+  EXPECT_TRUE(s->Preempt(pod, std::vector<PreemptCandidate>{{"nope", {"uid-x"}, 0}})->empty());
+  EXPECT_FALSE(s->Preempt(Pod("bad", {{"tessera.io/gpu-core", "300"}}),
+                          std::vector<PreemptCandidate>{{"free", {"uid-x"}, 0}})
+                   .ok());
 }
 
 }  // namespace

@@ -34,7 +34,9 @@ std::string_view VerbOf(std::string_view path) {
   const size_t slash = path.rfind('/');
   if (path.empty() || path[0] != '/' || slash == std::string_view::npos) return {};
   const std::string_view verb = path.substr(slash + 1);
-  return verb == "filter" || verb == "prioritize" || verb == "bind" ? verb : std::string_view();
+  return verb == "filter" || verb == "prioritize" || verb == "preempt" || verb == "bind"
+             ? verb
+             : std::string_view();
 }
 
 // ns, name and uid of the v1.Pod in a verb's request ("" where missing).
@@ -121,6 +123,7 @@ http::Response ExtenderServer::Route(const http::Request& request, bool verbs) {
     int status = 200;
     std::string body = verb == "filter"       ? Filter(request.body, &status)
                        : verb == "prioritize" ? Prioritize(request.body, &status)
+                       : verb == "preempt"    ? Preempt(request.body, &status)
                                               : Bind(request.body, &status);
     return Json(status, std::move(body));
   }
@@ -233,13 +236,13 @@ std::string ExtenderServer::Filter(std::string_view body, int* status) {
     metrics_.Request("filter", SecondsSince(start), ok);
     return out;
   };
+  (void)status;  // 200: kube-scheduler reads Error, and no body of any other status
   if (!ready_) {
-    *status = 503;
+    metrics_.PodRefused("filter", "not-ready");
     return finish(WriteFilterError(kNotReady), false);
   }
   auto args = ParseExtenderArgs(body);
   if (!args.ok()) {
-    *status = 400;
     metrics_.PodRefused("filter", "bad-request");
     return finish(WriteFilterError("filter: " + args.error()), false);
   }
@@ -253,7 +256,6 @@ std::string ExtenderServer::Filter(std::string_view body, int* status) {
   }
   auto outcome = state_.Filter(args->pod, args->nodes);
   if (!outcome.ok()) {
-    *status = 400;
     metrics_.PodRefused("filter", "bad-request");
     return finish(WriteFilterError("filter: " + outcome.error()), false);
   }
@@ -272,23 +274,16 @@ std::string ExtenderServer::Filter(std::string_view body, int* status) {
 
 std::string ExtenderServer::Prioritize(std::string_view body, int* status) {
   const auto start = std::chrono::steady_clock::now();
-  auto finish = [&](std::string out, bool ok) {
-    metrics_.Request("prioritize", SecondsSince(start), ok);
-    return out;
+  (void)status;  // 200 always (see the header)
+  // A bare list has no Error field: an error answers no score, and is logged.
+  auto fail = [&](const std::string& message) {
+    std::fprintf(stderr, "tessera-extender: %s; answered no score\n", message.c_str());
+    metrics_.Request("prioritize", SecondsSince(start), false);
+    return std::string("[]");
   };
-  // The answer is a bare list, which has no Error field: errors are an HTTP status and a message.
-  auto error = [](const std::string& message) {
-    return k8s::Json{{"Error", message}}.dump(-1, ' ', false, k8s::Json::error_handler_t::replace);
-  };
-  if (!ready_) {
-    *status = 503;
-    return finish(error(kNotReady), false);
-  }
+  if (!ready_) return fail(std::string("prioritize: ") + kNotReady);
   auto args = ParseExtenderArgs(body);
-  if (!args.ok()) {
-    *status = 400;
-    return finish(error("prioritize: " + args.error()), false);
-  }
+  if (!args.ok()) return fail("prioritize: " + args.error());
   {
     std::string ns, name, uid, kind;
     PodIdentity(args->pod, &ns, &name, &uid);
@@ -301,11 +296,36 @@ std::string ExtenderServer::Prioritize(std::string_view body, int* status) {
     }
   }
   auto scores = state_.Prioritize(args->pod, args->nodes);
-  if (!scores.ok()) {
-    *status = 400;
-    return finish(error("prioritize: " + scores.error()), false);
+  if (!scores.ok()) return fail("prioritize: " + scores.error());
+  metrics_.Request("prioritize", SecondsSince(start), true);
+  return WritePriorities(*scores);
+}
+
+std::string ExtenderServer::Preempt(std::string_view body, int* status) {
+  const auto start = std::chrono::steady_clock::now();
+  (void)status;  // 200 always (see the header)
+  // ExtenderPreemptionResult has no Error field: an error answers no node (nothing is evicted).
+  auto fail = [&](const std::string& kind, const std::string& message) {
+    std::fprintf(stderr, "tessera-extender: %s; answered no node to preempt on\n", message.c_str());
+    metrics_.PodRefused("preempt", kind);
+    metrics_.Request("preempt", SecondsSince(start), false);
+    return WritePreemptionResult({});
+  };
+  if (!ready_) return fail("not-ready", std::string("preempt: ") + kNotReady);
+  auto args = ParsePreemptionArgs(body);
+  if (!args.ok()) return fail("bad-request", "preempt: " + args.error());
+  {
+    std::string ns, name, uid, kind;
+    PodIdentity(args->pod, &ns, &name, &uid);
+    if (std::string why = Admit(ns, name, uid, &kind); !why.empty()) {
+      return fail(kind, "preempt: " + why);
+    }
   }
-  return finish(WritePriorities(*scores), true);
+  auto kept = state_.Preempt(args->pod, args->nodes);
+  if (!kept.ok()) return fail("bad-request", "preempt: " + kept.error());
+  if (kept->empty() && !args->nodes.empty()) metrics_.PodRefused("preempt", "no-node");
+  metrics_.Request("preempt", SecondsSince(start), true);
+  return WritePreemptionResult(*kept);
 }
 
 std::string ExtenderServer::Bind(std::string_view body, int* status) {
@@ -316,15 +336,10 @@ std::string ExtenderServer::Bind(std::string_view body, int* status) {
     std::fprintf(stderr, "tessera-extender: %s\n", message.c_str());
     return WriteBindingResult(message);
   };
-  if (!ready_) {
-    *status = 503;
-    return fail("not-ready", kNotReady);
-  }
+  (void)status;  // 200: kube-scheduler reads Error, and no body of any other status
+  if (!ready_) return fail("not-ready", kNotReady);
   auto args = ParseBindingArgs(body);
-  if (!args.ok()) {
-    *status = 400;
-    return fail("bad-request", "bind: " + args.error());
-  }
+  if (!args.ok()) return fail("bad-request", "bind: " + args.error());
   if (std::string kind, why = Admit(args->pod_namespace, args->pod_name, args->pod_uid, &kind);
       !why.empty()) {
     return fail(kind, "bind: " + why);

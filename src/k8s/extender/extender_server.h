@@ -1,5 +1,5 @@
 // ExtenderServer: tessera-extender's HTTP door (src/http's HttpServer). kube-scheduler POSTs to
-// <prefix>/filter, <prefix>/prioritize and <prefix>/bind (any prefix; the last path segment names
+// <prefix>/filter, <prefix>/prioritize, <prefix>/preempt and <prefix>/bind (any prefix; the last path segment names
 // the verb); operators GET /healthz (200 once the first list of Nodes and Pods is in, else 503),
 // /metrics (Prometheus text), /inspect[/NODE] (JSON: each node's GPUs and who holds what) and
 // / or /ui (the cluster page, over /inspect).
@@ -18,9 +18,16 @@
 // nothing: filter and bind answer HTTP 200 with the reason in Error (the field kube-scheduler
 // reads), prioritize scores every node 0.
 //
-// A malformed request gets its own error (HTTP 400 and the verb's result type with Error set)
-// and nothing else changes; every other request keeps being served. Until ready, the verbs answer
-// with an Error (deciding on an empty picture could give a GPU twice).
+// Every verb answers HTTP 200, errors included: kube-scheduler's extender client
+// (pkg/scheduler/extender.go, send) reads no body of any other status and logs only the code. So
+// an error goes where it reads one: filter and bind put it in Error (ExtenderFilterResult,
+// ExtenderBindingResult), which fails the pod's scheduling cycle with that message in its
+// FailedScheduling event. prioritize and preempt have no such field: prioritize answers an empty
+// list (no score from the extender, as kube-scheduler does with any prioritize error) and preempt
+// an empty NodeNameToMetaVictims (no node where preempting helps: nothing is evicted); their
+// message goes to the extender's log and metrics. A malformed request changes nothing; every other
+// request keeps being served. Until ready, the verbs answer with that error (deciding on an empty
+// picture could give a GPU twice).
 //
 // The decisions are ClusterState's; the writes of a bind are the Binder's (the API server), so
 // this file holds no policy and no Kubernetes client.
@@ -105,6 +112,7 @@ class ExtenderServer {
   // The verbs, body in and body out, with the HTTP status; what the HTTP routes call.
   std::string Filter(std::string_view body, int* status);
   std::string Prioritize(std::string_view body, int* status);
+  std::string Preempt(std::string_view body, int* status);
   std::string Bind(std::string_view body, int* status);
 
   ExtenderMetrics& metrics() { return metrics_; }

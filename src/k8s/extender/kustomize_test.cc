@@ -216,7 +216,7 @@ TEST_F(KustomizeTest, AUsersOverlayNamesTheImageOfEveryTesseraContainer) {
       for (const auto& c : pod[list]) ++images[Scalar(c["image"])];
   }
   EXPECT_EQ(images, (std::map<std::string, int>{{"registry.example.com/tessera:0.1", 7},
-                                                {"registry.k8s.io/kube-scheduler:v1.30.0", 1}}));
+                                                {"registry.k8s.io/kube-scheduler:v1.35.0", 1}}));
 }
 
 // kustomize v2.0.3 refuses `patches`, `components` and a directory under `resources`; today's

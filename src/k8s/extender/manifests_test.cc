@@ -355,6 +355,9 @@ TEST_F(ManifestsTest, TheSchedulerConfigurationCallsTheExtenderWhereItListens) {
   const YAML::Node ext = config["extenders"][0];
   EXPECT_EQ(Str(ext["filterVerb"]), "filter");
   EXPECT_EQ(Str(ext["prioritizeVerb"]), "prioritize");
+  // Without a preempt verb kube-scheduler's preemption evicts pods on nodes the extender refused
+  // without asking it (pkg/scheduler/framework/preemption: callExtenders skips such extenders).
+  EXPECT_EQ(Str(ext["preemptVerb"]), "preempt");
   EXPECT_EQ(Str(ext["bindVerb"]), "bind");
   EXPECT_TRUE(ext["nodeCacheCapable"].as<bool>());
   std::set<std::string> resources = {"tessera.io/gpu-mem",
@@ -395,6 +398,13 @@ TEST_F(ManifestsTest, TheSchedulerConfigurationCallsTheExtenderWhereItListens) {
     }
     if (cmd[0] == "kube-scheduler") {
       scheduler = true;
+      // A minor upstream still supports (docs/kubernetes.md, "Deploying"): 1.35 or newer.
+      const std::string image = Str(c["image"]);
+      std::smatch v;
+      ASSERT_TRUE(std::regex_match(
+          image, v, std::regex(R"(registry\.k8s\.io/kube-scheduler:v1\.(\d+)\.\d+)")))
+          << image;
+      EXPECT_GE(std::stoi(v[1]), 35) << image << ": a kube-scheduler minor past its end of life";
       const auto path = FlagValue(cmd, "--config");
       ASSERT_TRUE(path.has_value());
       bool mounted = false;

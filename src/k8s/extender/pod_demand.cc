@@ -67,16 +67,26 @@ PodDemand ReadPodDemand(const k8s::PodView& view, const k8s::Json& pod) {
   auto note = [](std::string& slot, const std::string& message) {
     if (slot.empty()) slot = message;
   };
-  CpuMem apps, inits;
+  // As kube-scheduler counts (k8s.io/component-helpers resource.PodRequests): the app containers
+  // and the native sidecars (restartable init containers) add up; each plain init container runs
+  // beside the sidecars started before it; the pod needs the larger of the two.
+  CpuMem apps, inits, sidecars;
   for (const k8s::ContainerView& c : view.containers) {
     const std::string who =
         pod_name + (c.init ? " init container \"" : " container \"") + c.name + "\"";
     auto cm = ReadCpuMem(c.requests, c.limits, who);
     if (!cm.ok()) {
       note(out.requests_error, cm.error());
+    } else if (c.restartable) {
+      apps.cpu_milli += cm->cpu_milli;
+      apps.memory_bytes += cm->memory_bytes;
+      sidecars.cpu_milli += cm->cpu_milli;
+      sidecars.memory_bytes += cm->memory_bytes;
+      inits.cpu_milli = std::max(inits.cpu_milli, sidecars.cpu_milli);
+      inits.memory_bytes = std::max(inits.memory_bytes, sidecars.memory_bytes);
     } else if (c.init) {
-      inits.cpu_milli = std::max(inits.cpu_milli, cm->cpu_milli);
-      inits.memory_bytes = std::max(inits.memory_bytes, cm->memory_bytes);
+      inits.cpu_milli = std::max(inits.cpu_milli, cm->cpu_milli + sidecars.cpu_milli);
+      inits.memory_bytes = std::max(inits.memory_bytes, cm->memory_bytes + sidecars.memory_bytes);
     } else {
       apps.cpu_milli += cm->cpu_milli;
       apps.memory_bytes += cm->memory_bytes;
@@ -94,6 +104,7 @@ PodDemand ReadPodDemand(const k8s::PodView& view, const k8s::Json& pod) {
     ask.core_percent = static_cast<int>(gpu->core);
     ask.mem_mib = static_cast<int64_t>(gpu->mem_gib) * 1024 / ask.gpu_count;
     ask.mig_profile = gpu->mig_profile;
+    ask.gpu = *gpu;
     out.asks.push_back(std::move(ask));
   }
   out.cpu_milli = std::max(apps.cpu_milli, inits.cpu_milli);

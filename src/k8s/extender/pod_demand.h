@@ -1,9 +1,10 @@
 // PodDemand: what a pod asks of a node, as the extender places it: its CPU and memory requests
-// (as kube-scheduler counts them: the larger of the app containers' sum and any init container,
-// plus spec.overhead) and, per container that asks for a Tessera resource, the share it wants on
-// each of its GPUs (DESIGN §8: gpu-mem is the container's memory split evenly over its
-// gpu-count GPUs; gpu-core the share on each; gpu-count alone, or gpu-core 100, whole GPUs), or
-// the MIG instance it asks (tessera.io/mig-<profile>: one instance, on a mig node).
+// (as kube-scheduler counts them: the larger of the app containers' and native sidecars' sum and
+// any init container beside the sidecars started before it, plus spec.overhead) and, per container
+// that asks for a Tessera resource, the share it wants on each of its GPUs (DESIGN §8: gpu-mem is
+// the container's memory split evenly over its gpu-count GPUs; gpu-core the share on each;
+// gpu-count alone, or gpu-core 100, whole GPUs), or the MIG instance it asks
+// (tessera.io/mig-<profile>: one instance, on a mig node).
 //
 // Built from the shared pod view (k8s/objects.h) and the users' annotations (k8s/annotations.h).
 // Reading never fails as a whole: a pod whose Tessera ask or annotation is invalid carries
@@ -27,6 +28,7 @@ struct ContainerAsk {
   int core_percent = 0;  // GPU-time share on each GPU, 1..100 (100: whole GPUs); 0 = none asked
   int64_t mem_mib = 0;   // GPU memory on each GPU; 0 = none asked (proportional to the share)
   std::string mig_profile;  // one MIG instance of this profile ("3g.40gb"); "" for a share
+  k8s::GpuRequest gpu;      // the request these were read from (k8s/fit.h translates it)
   // Whole GPUs: gpu-count alone, or a core share of 100.
   bool whole() const {
     return mig_profile.empty() && (core_percent >= 100 || (core_percent == 0 && mem_mib == 0));

@@ -31,6 +31,19 @@ TEST(PodDemandTest, CpuAndMemoryAsTheSchedulerCountsThem) {
   EXPECT_FALSE(d.wants_gpu());
 }
 
+// Native sidecars (init containers with restartPolicy Always) run beside the app containers and
+// beside every init container after them (k8s.io/component-helpers resource.PodRequests).
+TEST(PodDemandTest, NativeSidecarsAddUpAsTheSchedulerCountsThem) {
+  TestContainer sidecar{"proxy", {}, "1", "1Gi", true};
+  TestContainer setup{"setup", {}, "2", "256Mi", true};
+  TestContainer app{"app", {}, "500m", "512Mi"};
+  k8s::Json pod = Pod("p", {sidecar, setup, app});
+  pod["spec"]["initContainers"][0]["restartPolicy"] = "Always";
+  const PodDemand d = Read(pod);
+  EXPECT_EQ(d.cpu_milli, 3000);  // max(1 + 0.5 apps, 1 + 2 init beside the sidecar)
+  EXPECT_EQ(d.memory_bytes, int64_t{1536} << 20);  // max(1Gi + 512Mi, 1Gi + 256Mi)
+}
+
 TEST(PodDemandTest, AsksPerGpu) {
   const PodDemand d = Read(Pod("p", {TestContainer{"frac", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-mem", "6"}, {"tessera.io/gpu-count", "2"}}},
                                      TestContainer{"whole", {{"tessera.io/gpu-count", "2"}}},

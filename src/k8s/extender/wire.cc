@@ -425,6 +425,90 @@ std::string WritePriorities(const std::vector<NodePriority>& priorities) {
   return out;
 }
 
+Result<PreemptionArgs> ParsePreemptionArgs(std::string_view body) {
+  constexpr std::string_view kWhat = "ExtenderPreemptionArgs";
+  auto fail = [&](const std::string& message) {
+    return Result<PreemptionArgs>::Error(std::string(kWhat) + ": " + message);
+  };
+  auto j = ParseObject(body, kWhat);
+  if (!j.ok()) return j.status();
+  PreemptionArgs out;
+  const Json* pod = Member(*j, "Pod");
+  if (pod == nullptr || !pod->is_object()) {
+    return fail(std::string("Pod is ") + (pod == nullptr ? "missing" : pod->type_name()) +
+                "; expected a v1.Pod object");
+  }
+  out.pod = *pod;
+  const Json* meta = Member(*j, "NodeNameToMetaVictims");
+  const Json* full = Member(*j, "NodeNameToVictims");
+  const bool use_meta = meta != nullptr && !meta->is_null();
+  const Json* map = use_meta ? meta : full;
+  const std::string key = use_meta ? "NodeNameToMetaVictims" : "NodeNameToVictims";
+  if (map == nullptr || map->is_null()) return out;  // no candidates: nothing to answer
+  if (!map->is_object()) {
+    return fail(key + " is " + map->type_name() + "; expected an object of node name to victims");
+  }
+  for (auto it = map->begin(); it != map->end(); ++it) {
+    const std::string where = key + "[\"" + it.key() + "\"]";
+    if (it.key().empty()) return fail(key + " has an empty node name");
+    PreemptCandidate c;
+    c.node = it.key();
+    if (it->is_null()) return fail(where + " is null; expected victims");
+    if (!it->is_object()) return fail(where + " is " + it->type_name() + "; expected victims");
+    if (const Json* pdb = Member(*it, "NumPDBViolations"); pdb != nullptr && !pdb->is_null()) {
+      if (!pdb->is_number_integer() || pdb->get<int64_t>() < 0) {
+        return fail(where + ".NumPDBViolations is " + pdb->dump() +
+                    "; expected a whole number of at least 0");
+      }
+      c.pdb_violations = pdb->get<int64_t>();
+    }
+    const Json* pods = Member(*it, "Pods");
+    if (pods != nullptr && !pods->is_null() && !pods->is_array()) {
+      return fail(where + ".Pods is " + pods->type_name() + "; expected a list");
+    }
+    if (pods != nullptr && pods->is_array()) {
+      for (const Json& p : *pods) {
+        const Json* uid = nullptr;
+        if (p.is_object()) {
+          if (use_meta) {
+            uid = Member(p, "UID");
+          } else if (const Json* m = Member(p, "metadata"); m != nullptr && m->is_object()) {
+            uid = Member(*m, "uid");
+          }
+        }
+        if (uid == nullptr || !uid->is_string() || uid->get_ref<const std::string&>().empty()) {
+          return fail(where + ".Pods holds " +
+                      (use_meta ? "a MetaPod without a UID" : "a pod without metadata.uid") +
+                      "; expected every victim named by its UID");
+        }
+        c.victims.push_back(uid->get<std::string>());
+      }
+    }
+    out.nodes.push_back(std::move(c));
+  }
+  std::sort(out.nodes.begin(), out.nodes.end(),
+            [](const PreemptCandidate& a, const PreemptCandidate& b) { return a.node < b.node; });
+  return out;
+}
+
+std::string WritePreemptionResult(const std::vector<PreemptCandidate>& nodes) {
+  std::string out = "{\"NodeNameToMetaVictims\":{";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendString(out, nodes[i].node);
+    out += ":{\"Pods\":[";
+    for (size_t v = 0; v < nodes[i].victims.size(); ++v) {
+      if (v > 0) out.push_back(',');
+      out += "{\"UID\":";
+      AppendString(out, nodes[i].victims[v]);
+      out.push_back('}');
+    }
+    out += "],\"NumPDBViolations\":" + std::to_string(nodes[i].pdb_violations) + "}";
+  }
+  out += "}}";
+  return out;
+}
+
 Result<BindingArgs> ParseBindingArgs(std::string_view body) {
   constexpr std::string_view kWhat = "ExtenderBindingArgs";
   auto j = ParseObject(body, kWhat);

@@ -1,10 +1,13 @@
 // The kube-scheduler HTTP extender protocol (k8s.io/kube-scheduler/extender/v1): what the
-// scheduler POSTs to the filter, prioritize and bind verbs and what it expects back.
+// scheduler POSTs to the filter, prioritize, preempt and bind verbs and what it expects back.
 //
 // The Go structs carry no json tags, so the keys are the Go field names: ExtenderArgs {Pod, Nodes,
 // NodeNames}, ExtenderFilterResult {Nodes, NodeNames, FailedNodes, FailedAndUnresolvableNodes,
 // Error}, HostPriorityList [{Host, Score}], ExtenderBindingArgs {PodName, PodNamespace, PodUID,
-// Node}, ExtenderBindingResult {Error}. kube-scheduler sends them capitalised; Go's decoder
+// Node}, ExtenderBindingResult {Error}, ExtenderPreemptionArgs {Pod, NodeNameToVictims,
+// NodeNameToMetaVictims}, ExtenderPreemptionResult {NodeNameToMetaVictims}, Victims {Pods,
+// NumPDBViolations}, MetaVictims {Pods, NumPDBViolations}, MetaPod {UID}. kube-scheduler sends them
+// capitalised; Go's decoder
 // matches keys ignoring case, so the readers here do too. NodeNames is set when the extender is
 // nodeCacheCapable, else Nodes (a v1.NodeList); a filter answer uses the same form as its request.
 //
@@ -46,6 +49,17 @@ std::string WriteFilterResult(const ExtenderArgs& args, const FilterOutcome& out
 std::string WriteFilterError(std::string_view error);
 // HostPriorityList.
 std::string WritePriorities(const std::vector<NodePriority>& priorities);
+
+// ExtenderPreemptionArgs: the pod and, per node, the victims kube-scheduler's own preemption
+// chose there. A nodeCacheCapable extender gets NodeNameToMetaVictims (pod UIDs); otherwise
+// NodeNameToVictims (whole v1.Pods), whose UIDs are read here. Nodes come in name order.
+struct PreemptionArgs {
+  k8s::Json pod;
+  std::vector<PreemptCandidate> nodes;
+};
+Result<PreemptionArgs> ParsePreemptionArgs(std::string_view body);
+// ExtenderPreemptionResult: NodeNameToMetaVictims of `nodes` (an empty map when none).
+std::string WritePreemptionResult(const std::vector<PreemptCandidate>& nodes);
 
 struct BindingArgs {
   std::string pod_name;
