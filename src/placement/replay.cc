@@ -322,7 +322,8 @@ Result<bool> Run::Attempt(int pod, double now) {
                        r.gpu_milli, r.mig_profile, r.allowed.bits(), held_node};
   KnownFailure& known = known_[key];
   std::optional<Assignment> chosen;
-  if (known.capacity_gen != capacity_gen_ || known.reservation_gen != reservations_.generation()) {
+  if (!options_.skip_known_failures || known.capacity_gen != capacity_gen_ ||
+      known.reservation_gen != reservations_.generation()) {
     const auto t0 = std::chrono::steady_clock::now();
     auto decided = scheduler_.Attempt(cluster_, pod, r, reserving_ ? &reservations_ : nullptr);
     decision_us_.push_back(

@@ -56,6 +56,9 @@ struct ReplayOptions {
   // Plan reservations for waiting pods when the policy keeps them (false: never, to measure
   // what they give).
   bool reservations = true;
+  // An attempt whose request failed since the last departure and reservation change fails again
+  // without asking the scheduler (the outcome is the same; false asks every time).
+  bool skip_known_failures = true;
   double load = 1.2;     // GPU demand at the busiest instant / cluster GPUs, (0, 100]
   double speedup = 100;  // creation times are divided by this, [1e-6, 1e12]
   bool resample = true;  // false: every pod of the list once, as listed (load is then unused)

@@ -83,7 +83,8 @@ std::vector<Reservations::Deficit>& Reservations::DeficitsFor(const Cluster& c, 
   return it->second;
 }
 
-bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting) {
+bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting,
+                        std::span<const uint8_t> eligible) {
   std::vector<Held> held;
   std::vector<int> holder_of(static_cast<size_t>(c.node_count()), -1);
   for (const WaitingPod& w : waiting) {
@@ -95,6 +96,7 @@ bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting) {
       Deficit& d = deficits[static_cast<size_t>(n)];
       if (d.version != c.version(n)) d = Measure(c, n, w.request);
       if (!d.fits_empty || holder_of[static_cast<size_t>(n)] >= 0) continue;
+      if (!eligible.empty() && eligible[static_cast<size_t>(n)] == 0) continue;
       if (best_d == nullptr || d.gpu < best_d->gpu ||
           (d.gpu == best_d->gpu && d.rest < best_d->rest)) {
         best = n;

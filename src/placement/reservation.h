@@ -53,8 +53,10 @@ class Reservations {
   static bool FitsWhenEmpty(const Cluster& cluster, int node, const Request& r);
 
   // Plans the reservations on `cluster` for `waiting`, oldest first (pods that hold none are
-  // skipped). Returns true when the plan differs from the previous one.
-  bool Plan(const Cluster& cluster, std::span<const WaitingPod> waiting_oldest_first);
+  // skipped), on the nodes whose `eligible` entry is not 0 (empty: every node). Returns true when
+  // the plan differs from the previous one.
+  bool Plan(const Cluster& cluster, std::span<const WaitingPod> waiting_oldest_first,
+            std::span<const uint8_t> eligible = {});
   void Clear();
 
   bool empty() const { return held_.empty(); }

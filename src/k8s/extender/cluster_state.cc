@@ -189,6 +189,8 @@ struct PodRec {
   std::optional<k8s::Assignment> assignment;
   std::string assignment_error;
   bool assumed = false;  // tessera.io/phase=assumed
+  bool waiting = false;  // pending, and kube-scheduler found no node for it
+  std::string created;   // metadata.creationTimestamp
 };
 
 // A resourceVersion as a number, or nullopt (they are opaque strings; every server we know counts).
@@ -217,6 +219,8 @@ Result<PodRec> ReadPodRec(const Json& pod) {
   rec.resource_version = view->resource_version;
   rec.node_name = view->node_name;
   rec.terminal = view->Terminal();
+  rec.waiting = view->unschedulable && view->node_name.empty() && !rec.terminal;
+  rec.created = view->creation_timestamp;
   rec.demand = ReadPodDemand(*view, pod);
   if (const std::string* text = view->Annotation(k8s::kAssignmentAnnotation)) {
     auto a = k8s::ParseAssignment(*text);
@@ -390,6 +394,14 @@ struct ClusterState::Impl {
   std::unordered_map<std::string, Hold> holds;     // by uid
   std::set<std::string> reserved;                  // uids with a reserved hold
   std::set<std::string> conflicted;                // uids whose hold did not all fit
+  // Pending pods kube-scheduler marked unschedulable (uids), and the nodes drained for them.
+  std::set<std::string> waiting;
+  uint64_t waiting_version = 0;  // bumped when `waiting` changes
+  pl::Reservations drains;
+  uint64_t drains_changes = ~uint64_t{0};  // `changes` and `waiting_version` it was planned at
+  uint64_t drains_waiting = ~uint64_t{0};
+  std::unordered_map<std::string, uint64_t> drain_keys;  // uid -> the plan's key of the pod
+  std::vector<std::string> drain_pods;                   // key - 1 -> ns/name, for reasons
 
   bool dirty = true;
   uint64_t epoch = 0;
@@ -1190,6 +1202,88 @@ struct ClusterState::Impl {
     EnsureBuilt();
     EnsurePolicies();
     SweepReservations();
+    EnsureDrains();
+  }
+
+  // -- nodes drained for waiting pods -------------------------------------------------------------
+
+  void NoteWaiting(const PodRec& rec) {
+    const bool now = rec.waiting && rec.demand.demand_error.empty();
+    const bool was = waiting.count(rec.uid) > 0;
+    if (now == was) return;
+    if (now) {
+      waiting.insert(rec.uid);
+    } else {
+      waiting.erase(rec.uid);
+    }
+    ++waiting_version;
+  }
+
+  uint64_t DrainKey(const PodRec& rec) {
+    auto [it, fresh] = drain_keys.try_emplace(rec.uid, drain_pods.size() + 1);
+    if (fresh) drain_pods.push_back(rec.key);
+    return it->second;
+  }
+
+  // Plans the drained nodes again when the cluster or the waiting pods changed (the plan is a
+  // function of both, so planning more often than needed gives the same plan).
+  void EnsureDrains() {
+    auto tessera = policies.find(k8s::PlacementPolicy::kTessera);
+    const bool on = options.reserve_for_waiting && tessera != policies.end() &&
+                    tessera->second->ReservesForWaiting();
+    if (!on || waiting.empty()) {
+      drains.Clear();
+      return;
+    }
+    if (drains_changes == changes && drains_waiting == waiting_version) return;
+    struct Entry {
+      const PodRec* rec;
+      pl::Request request;
+    };
+    std::vector<Entry> entries;
+    for (const std::string& uid : waiting) {
+      auto it = pods.find(uid);
+      if (it == pods.end()) continue;
+      auto reqs = Requests(it->second.demand, Allowed(it->second.demand));
+      if (!reqs.ok() || !pl::Reservations::Holds(reqs->requests[reqs->primary])) continue;
+      entries.push_back({&it->second, reqs->requests[reqs->primary]});
+    }
+    // Oldest first: creation time (RFC 3339 in UTC sorts as text), then name.
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return a.rec->created != b.rec->created ? a.rec->created < b.rec->created
+                                              : a.rec->key < b.rec->key;
+    });
+    std::vector<pl::WaitingPod> oldest_first;
+    for (const Entry& e : entries) oldest_first.push_back({DrainKey(*e.rec), e.request});
+    std::vector<uint8_t> eligible(quick.size(), 0);
+    for (size_t n = 0; n < quick.size(); ++n) {
+      eligible[n] =
+          quick[n].gate == Gate::kOpen && quick[n].policy == k8s::PlacementPolicy::kTessera;
+    }
+    drains.Plan(*cluster, oldest_first, eligible);
+    drains_changes = changes;
+    drains_waiting = waiting_version;
+  }
+
+  // Whether `rec`'s pod (asking `primary`) may go to node `n`, and if not who holds it.
+  bool DrainAllows(const PodRec& rec, const pl::Request& primary, int n) {
+    if (drains.empty()) return true;
+    const pl::Reservations::Held* h = drains.On(n);
+    if (h == nullptr) return true;
+    pl::Request asked = primary;
+    if (rec.demand.wants_gpu() && asked.gpu_count == 0) asked.gpu_count = 1;
+    return drains.Allows(*cluster, n, DrainKey(rec), asked);
+  }
+
+  NodeFailure DrainFailure(int n) const {
+    const pl::Reservations::Held* h = drains.On(n);
+    const std::string holder =
+        h != nullptr && h->key - 1 < drain_pods.size() ? drain_pods[h->key - 1] : "?";
+    return NodeFailure{by_index[static_cast<size_t>(n)]->name,
+                       "tessera: node kept draining for pod " + holder + ", which waits for " +
+                           std::to_string(h != nullptr ? h->request.gpu_count : 0) +
+                           " GPUs on one node",
+                       false, "reserved"};
   }
 
   void SeedSeq(uint64_t seen) { next_seq = std::max(next_seq, seen + 1); }
@@ -1265,6 +1359,7 @@ Status ClusterState::UpsertPod(const Json& pod) {
   s.pods_changed = true;
   s.EnsureBuilt();
   s.Observe(*rec);
+  s.NoteWaiting(*rec);
   if (rec->terminal || !rec->node_name.empty()) s.asked.erase(rec->uid);
   s.pods[rec->uid] = std::move(*rec);
   return Status::Ok();
@@ -1276,6 +1371,7 @@ void ClusterState::RemovePod(const std::string& uid) {
   impl_->Drop(uid);
   impl_->pods.erase(uid);
   impl_->asked.erase(uid);
+  if (impl_->waiting.erase(uid) > 0) ++impl_->waiting_version;
 }
 
 void ClusterState::ReplaceNodes(const std::vector<Json>& nodes) {
@@ -1326,7 +1422,12 @@ void ClusterState::ReplacePods(const std::vector<Json>& pods) {
   }
   s.pods = std::move(listed);
   s.EnsureBuilt();
-  for (const auto& [uid, rec] : s.pods) s.Observe(rec);
+  s.waiting.clear();
+  ++s.waiting_version;
+  for (const auto& [uid, rec] : s.pods) {
+    s.Observe(rec);
+    s.NoteWaiting(rec);
+  }
 }
 
 namespace {
@@ -1376,6 +1477,7 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
     Impl::Verdict verdict;
   };
   std::vector<Rejected> rejected;
+  std::vector<size_t> drained;  // places in `names` of nodes kept for a waiting pod
   candidates.reserve(names.size());
   fit_at.reserve(names.size());
   const std::vector<int>& index = s.IndicesOf(names);
@@ -1393,6 +1495,11 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
     const Impl::Verdict v = s.Check(*rec, *reqs, n);
     if (!v.fits()) {
       rejected.push_back({i, n, v});
+      continue;
+    }
+    if (!s.DrainAllows(*rec, reqs->requests[reqs->primary], n)) {
+      drained.push_back(i);
+      ++out.rejected["reserved"];
       continue;
     }
     candidates.push_back(n);
@@ -1438,6 +1545,7 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
       out.failed.push_back(
           {name, "tessera: node " + name + " is not known to the extender", true, "node-unknown"});
     }
+    for (size_t at : drained) out.failed.push_back(s.DrainFailure(index[at]));
   }
   Impl::LastFilter& last = s.last_filter;
   last.uid = rec->uid;
@@ -1479,7 +1587,10 @@ Result<std::vector<NodePriority>> ClusterState::Prioritize(
   const std::vector<int>& index = s.IndicesOf(names);
   for (size_t i = 0; i < names.size(); ++i) {
     const int n = index[i];
-    if (n >= 0 && s.Check(*rec, *reqs, n).fits()) candidates.push_back(n);
+    if (n >= 0 && s.Check(*rec, *reqs, n).fits() &&
+        s.DrainAllows(*rec, reqs->requests[reqs->primary], n)) {
+      candidates.push_back(n);
+    }
   }
   candidates = s.SortedUnique(candidates);
   std::vector<int64_t> scores;
@@ -1535,6 +1646,10 @@ Result<BindPlan> ClusterState::PrepareBind(const std::string& ns, const std::str
     if (auto why = s.WhyNot(*rec, *reqs, n)) {
       return Result<BindPlan>::Error("pod " + key + " no longer fits node " + node + ": " +
                                      why->reason);
+    }
+    if (!s.DrainAllows(*rec, reqs->requests[reqs->primary], n)) {
+      return Result<BindPlan>::Error("pod " + key + " may not go to node " + node + ": " +
+                                     s.DrainFailure(n).reason);
     }
     auto choice = s.Choose(*reqs, {n}, nullptr);
     if (!choice) return Result<BindPlan>::Error("pod " + key + " no longer fits node " + node);
@@ -1720,6 +1835,8 @@ StateStats ClusterState::Stats() const {
   out.rebuilds = s.rebuilds;
   out.reservations_expired = s.expired;
   out.accounting_conflicts = s.conflicts;
+  out.pods_waiting = s.waiting.size();
+  out.nodes_reserved = s.drains.held().size();
   if (s.cluster) {
     out.gpu_milli_capacity = s.cluster->gpu_milli_capacity();
     out.gpu_milli_allocated = s.cluster->gpu_milli_allocated();
