@@ -12,9 +12,14 @@ paper's protocol (mean allocation at 100 % arrived) on the same traces.
 Traces: `default` (the openb default list), the names of tools/openb_variants.py (written into
 --variants-dir with --variant-seed), or paths to pod lists (upstream's variant files, for one).
 
+With --svg DIR, also draws the pods waiting over time (mean over seeds, one line per policy) per
+trace and load, as replay-waiting-TRACE-LOAD.svg; --from-json reads the runs a --json wrote
+instead of running them again.
+
 usage: tools/placement_replay_eval.py [--traces "default gpushare40 ..."] [--loads 1.0,1.2]
            [--seeds 1-5] [--policies all] [--jobs 2] [--queue kube-scheduler|fcfs]
-           [--variant-seed 2023] [--variants-dir DIR] [--json OUT] [--protocol]
+           [--variant-seed 2023] [--variants-dir DIR] [--json OUT] [--protocol] [--svg DIR]
+           [--from-json FILE]
 Needs build/bin/tessera; the trace is data/openb ($TESSERA_OPENB_DIR for another copy).
 """
 
@@ -65,6 +70,49 @@ def run(args):
                               "seconds")} | {"waiting_pods": r["waiting_pods"]}
 
 
+COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+          "#bcbd22"]
+
+
+def waiting_svg(title, curves, path):
+    """A line chart of pods waiting against the timeline's index (0..100), one line per policy."""
+    w, h, left, right, top, bottom = 720, 400, 60, 150, 30, 50
+    top_value = max([max(c) for c in curves.values()] + [1])
+    step = 10 ** max(0, len(str(int(top_value))) - 1)
+    top_value = (int(top_value / step) + 1) * step
+    def x(i, n):
+        return left + (w - left - right) * i / max(1, n - 1)
+    def y(v):
+        return top + (h - top - bottom) * (1 - v / top_value)
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+           'font-family="sans-serif" font-size="12">' % (w, h),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="18" font-size="14">%s</text>' % (left, title)]
+    for k in range(6):
+        v = top_value * k / 5
+        out.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/>' % (
+            left, w - right, y(v), y(v)))
+        out.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (left - 6, y(v) + 4, v))
+    for k in range(0, 101, 20):
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%d</text>' % (
+            x(k, 101), h - bottom + 16, k))
+    out.append('<text x="%d" y="%d" text-anchor="middle">time (%% of the way from a busy cluster '
+               'to the last arrival)</text>' % ((left + w - right) / 2, h - 12))
+    out.append('<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">pods '
+               'waiting</text>' % ((top + h - bottom) / 2, (top + h - bottom) / 2))
+    for n, (policy, c) in enumerate(curves.items()):
+        color = COLORS[n % len(COLORS)]
+        points = " ".join("%.1f,%.1f" % (x(i, len(c)), y(v)) for i, v in enumerate(c))
+        width = 2.5 if policy == "tessera" else 1.2
+        out.append('<polyline fill="none" stroke="%s" stroke-width="%s" points="%s"/>' % (
+            color, width, points))
+        out.append('<text x="%d" y="%d" fill="%s">%s</text>' % (w - right + 8, top + 16 * n + 10,
+                                                               color, policy))
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def protocol(tessera, nodes, pods, seeds):
     cmd = [tessera, "sim", "--json", "--nodes", nodes, "--pods", pods, "--policy", "tessera,fgd",
            "--seeds", seeds]
@@ -90,6 +138,8 @@ def main():
     ap.add_argument("--variant-seed", type=int, default=2023)
     ap.add_argument("--variants-dir", default=os.path.join(REPO, "build", "openb-variants"))
     ap.add_argument("--json", default="", help="also write every run's summary here")
+    ap.add_argument("--svg", default="", help="draw pods waiting over time into this directory")
+    ap.add_argument("--from-json", default="", help="read the runs a --json wrote")
     ap.add_argument("--protocol", action="store_true",
                     help="also tessera against fgd on the FGD protocol (seeds 42-51)")
     args = ap.parse_args()
@@ -118,13 +168,20 @@ def main():
         subprocess.run([sys.executable, os.path.join(HERE, "openb_variants.py"), "--data", data,
                         "--out", args.variants_dir, "--seed", str(args.variant_seed)] + names,
                        check=True, stdout=subprocess.DEVNULL)
-    jobs = [(tessera, nodes, pods, p, s, load, args.queue, args.reservations)
-            for name, pods in traces.items() for load in loads for p in policies for s in seeds]
     results = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for job, r in zip(jobs, pool.map(run, jobs)):
-            name = [n for n, p in traces.items() if p == job[2]][0]
-            results.setdefault((name, job[5]), {}).setdefault(r["policy"], []).append(r)
+    if args.from_json:
+        with open(args.from_json) as f:
+            for entry in json.load(f):
+                results[(entry["trace"], entry["load"])] = entry["runs"]
+        policies = [p for p in policies if all(p in r for r in results.values())]
+    else:
+        jobs = [(tessera, nodes, pods, p, s, load, args.queue, args.reservations)
+                for name, pods in traces.items() for load in loads for p in policies
+                for s in seeds]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            for job, r in zip(jobs, pool.map(run, jobs)):
+                name = [n for n, p in traces.items() if p == job[2]][0]
+                results.setdefault((name, job[5]), {}).setdefault(r["policy"], []).append(r)
     failures = 0
     summary = []
     for (name, load), by_policy in results.items():
@@ -153,6 +210,17 @@ def main():
             print("  " + v)
         summary.append({"trace": name, "load": load, "means": means, "verdicts": verdicts,
                         "runs": by_policy})
+        if args.svg:
+            os.makedirs(args.svg, exist_ok=True)
+            curves = {}
+            for p in policies:
+                runs = by_policy[p]
+                points = len(runs[0]["waiting_pods"])
+                curves[p] = [sum(r["waiting_pods"][str(i)] for r in runs) / len(runs)
+                             for i in range(points)]
+            waiting_svg("Pods waiting, %s, load %g (mean over %d seeds)" % (
+                name, load, len(by_policy["tessera"])), curves,
+                os.path.join(args.svg, "replay-waiting-%s-%g.svg" % (name, load)))
     if args.protocol:
         print("\nFGD protocol, mean allocation at 100 % arrived, seeds 42-51")
         print("| trace | tessera | fgd | difference |")

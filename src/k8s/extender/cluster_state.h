@@ -86,7 +86,8 @@ struct StateOptions {
 
 // Why a node does not take the pod; `unresolvable` when preempting pods there would not help.
 // `kind` is the reason's short name for metrics: cpu, memory, gpu-model, mode, gpu-count,
-// gpu-core, gpu-mem, no-gpus, node-invalid, node-unknown or pod-invalid.
+// gpu-core, gpu-mem, no-gpus, node-invalid, node-unknown, pod-invalid or reserved (kept draining
+// for a waiting multi-GPU pod).
 struct NodeFailure {
   std::string node;
   std::string reason;
