@@ -400,6 +400,10 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
     }
   }
   if (sim) {
+    // The node's simulated GPUs themselves, not a name each container would resolve in its own
+    // /dev/shm (a new, empty simulated machine per container).
+    out.mounts.push_back({config_.sim_state, kContainerSimState, false});
+    out.env.emplace_back("TESSERA_SIM_STATE", kContainerSimState);
     for (const auto& kv : config_.sim_env) out.env.push_back(kv);
   }
   return out;
@@ -467,6 +471,14 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
     return Result<ContainerResponse>::Error(why);
   };
   if (rec == nullptr) {
+    struct stat st {};
+    if (!config_.sim_library.empty() && stat(config_.sim_state.c_str(), &st) != 0) {
+      return refuse("pod " + pod.Key() + " container " + container.name +
+                        ": --sim: the simulated GPUs' state " + config_.sim_state +
+                        " does not exist (TESSERA_SIM_STATE of tesserad --sim, as this plugin "
+                        "sees it; a file both see at the host's path, e.g. under /run/tessera)",
+                    false);
+    }
     auto status = tesserad_->Status();
     if (!status.ok()) {
       return refuse("pod " + pod.Key() + " container " + container.name + ": " + status.error() +

@@ -50,6 +50,8 @@ namespace tessera::k8s {
 // Paths inside a container (fixed; documented in docs/kubernetes.md).
 inline constexpr char kContainerShimDir[] = "/usr/local/tessera/lib";
 inline constexpr char kContainerSimDir[] = "/usr/local/tessera/sim";
+// A simulated node: where a container sees the node's simulated GPUs (simgpu's state file).
+inline constexpr char kContainerSimState[] = "/usr/local/tessera/sim/state";
 inline constexpr char kContainerSocketDir[] = "/run/tessera";
 inline constexpr char kContainerPreload[] = "/etc/ld.so.preload";
 // mps nodes: where a container sees its GPU's MPS pipe folder, and the shared memory MPS uses.
@@ -89,9 +91,12 @@ struct AllocatorConfig {
   std::string preload_file;          // host file listing the shims, mounted as /etc/ld.so.preload
   bool cdi = false;
   std::string cdi_dir = "/var/run/cdi";
-  // A simulated node (tests): simgpu's library on the host and the environment that names the
-  // node's simulated GPUs, handed to every container; "" on a real node.
+  // A simulated node (tests): simgpu's library on the host, the file holding the node's
+  // simulated GPUs (simgpu's state, TESSERA_SIM_STATE resolved; a container has its own /dev/shm,
+  // so the file itself is mounted, at kContainerSimState) and the rest of the simulation's
+  // environment (TESSERA_SIM_GPUS), handed to every container; "" on a real node.
   std::string sim_library;
+  std::string sim_state;
   std::vector<std::pair<std::string, std::string>> sim_env;
 };
 

@@ -21,6 +21,7 @@
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/plugin.h"
 #include "process/child_process.h"
+#include "simgpu/sim_state.h"
 
 namespace {
 
@@ -85,7 +86,9 @@ int main(int argc, char** argv) {
   app.add_option("--resource-names", names_text, "tessera, aliyun (ACK's names) or both");
   app.add_flag("--cdi", cdi, "answer with CDI devices and write their specs");
   app.add_option("--cdi-dir", cdi_dir, "where CDI specs go");
-  app.add_flag("--sim", sim, "a simulated node: hand pods simgpu and $TESSERA_SIM_STATE/$TESSERA_SIM_GPUS");
+  app.add_flag("--sim", sim,
+               "a simulated node: hand pods simgpu, the state file $TESSERA_SIM_STATE names and "
+               "$TESSERA_SIM_GPUS");
   app.add_option("--reconcile-interval", interval_text, "how often to reconcile (100ms to 1m)");
   app.add_option("--proc-root", proc_root, "the host's /proc (to read processes' cgroups)");
   app.add_option("--nvml", nvml,
@@ -155,9 +158,12 @@ int main(int argc, char** argv) {
     if (Status s = CopyFile(process::ExecutableDir() + "/../lib/libtessera-simgpu.so", a.sim_library); !s.ok()) {
       return Fail("--sim: " + s.message());
     }
-    for (const char* var : {"TESSERA_SIM_STATE", "TESSERA_SIM_GPUS"}) {
-      if (const char* v = std::getenv(var)) a.sim_env.emplace_back(var, v);
-    }
+    // The node's simulated GPUs are a file (simgpu's state); containers get the file itself.
+    auto state = sim::SimStatePath(std::getenv("TESSERA_SIM_STATE"));
+    if (!state.ok()) return Fail("--sim: " + state.error());
+    a.sim_state = *state;
+    if (const char* v = std::getenv("TESSERA_SIM_GPUS"))
+      a.sim_env.emplace_back("TESSERA_SIM_GPUS", v);
   }
 
   auto config = kubeconfig.empty() ? InClusterConfig() : KubeconfigConfig(kubeconfig, context);
