@@ -335,6 +335,7 @@ Status Allocator::Register(AllocationRecord* rec) const {
   reg.core = rec->core;
   reg.weight = rec->weight;
   reg.high_priority = rec->high_priority;
+  reg.identify = config_.cdi && !config_.oci_hook.empty();
   auto reply = tesserad_->Register(reg);
   if (!reply.ok()) return reply.status();
   rec->registered = true;
@@ -379,6 +380,15 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
     out.mounts.push_back({config_.shim_dir, kContainerShimDir, true});
     out.mounts.push_back({config_.preload_file, kContainerPreload, true});
     out.mounts.push_back({config_.container_socket_dir + "/" + rec.id, kContainerSocketDir, true});
+    if (config_.cdi && !config_.oci_hook.empty()) {
+      // createRuntime: on the host, once the container's init process is in its cgroup and
+      // namespaces and before anything of the container runs (it waits for the hook).
+      out.hooks.push_back(
+          {"createRuntime",
+           config_.oci_hook,
+           {"tessera-oci-hook", "--container", rec.id, "--socket", config_.tesserad_socket},
+           15});
+    }
     if (!rec.mps_root.empty()) {
       // The MPS client side: the GPU's pipe folder (clients connect to the control socket there)
       // and the shared memory where the GPU's MPS clients and server meet: the server's own

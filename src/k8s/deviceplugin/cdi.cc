@@ -31,6 +31,13 @@ std::string CdiSpec(const std::string& device_name, const CdiEdits& edits) {
   for (const std::string& n : edits.device_nodes) nodes.push_back({{"path", n}});
   json container_edits = {{"env", env}, {"mounts", mounts}};
   if (!nodes.empty()) container_edits["deviceNodes"] = nodes;
+  json hooks = json::array();
+  for (const CdiEdits::Hook& h : edits.hooks) {
+    json hook = {{"hookName", h.hook_name}, {"path", h.path}, {"args", h.args}};
+    if (h.timeout_seconds > 0) hook["timeout"] = h.timeout_seconds;
+    hooks.push_back(hook);
+  }
+  if (!hooks.empty()) container_edits["hooks"] = hooks;
   const json spec = {{"cdiVersion", kCdiVersion},
                      {"kind", kCdiKind},
                      {"devices", json::array({{{"name", device_name}, {"containerEdits", container_edits}}})}};

@@ -1,7 +1,8 @@
 // CDI (Container Device Interface) specs for the device plugin's `--cdi` mode: one spec file per
 // container under /var/run/cdi, kind "tessera.io/container", device name = the container's id,
 // holding what the container needs (environment, the shims, /etc/ld.so.preload, its socket
-// folder). cdiVersion 0.5.0 and only fields that version knows, so podman 4.x and containerd 1.7
+// folder, and the OCI createRuntime hook that tells tesserad which runtime container it is).
+// cdiVersion 0.5.0 and only fields that version knows, so podman 4.x and containerd 1.7
 // (enable_cdi) read it. Writes files atomically; no policy.
 #pragma once
 
@@ -24,6 +25,14 @@ struct CdiEdits {
   };
   std::vector<Mount> mounts;
   std::vector<std::string> device_nodes;  // host paths, e.g. /dev/nvidia0
+  // OCI hooks the runtime runs (CDI containerEdits.hooks): hookName createRuntime, prestart,
+  // createContainer, startContainer, poststart or poststop; args include argv[0].
+  struct Hook {
+    std::string hook_name, path;
+    std::vector<std::string> args;
+    int timeout_seconds = 0;  // 0: none given
+  };
+  std::vector<Hook> hooks;
 };
 
 // The spec's JSON text.

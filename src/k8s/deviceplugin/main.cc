@@ -73,6 +73,7 @@ int main(int argc, char** argv) {
   std::string interval_text = "1s";
   std::string grace_text = "10s";
   std::string proc_root = "/proc";
+  std::string oci_hook = process::ExecutableDir() + "/tessera-oci-hook";
   std::string nvml = Env("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
   bool cdi = false, sim = false;
   app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
@@ -86,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--resource-names", names_text, "tessera, aliyun (ACK's names) or both");
   app.add_flag("--cdi", cdi, "answer with CDI devices and write their specs");
   app.add_option("--cdi-dir", cdi_dir, "where CDI specs go");
+  app.add_option("--oci-hook", oci_hook,
+                 "with --cdi: tessera-oci-hook, copied to --state-dir for the runtime to run "
+                 "(default: beside this program)");
   app.add_flag("--sim", sim,
                "a simulated node: hand pods simgpu, the state file $TESSERA_SIM_STATE names and "
                "$TESSERA_SIM_GPUS");
@@ -138,6 +142,7 @@ int main(int argc, char** argv) {
   a.preload_file = state_dir + "/ld.so.preload";
   a.cdi = cdi;
   a.cdi_dir = cdi_dir;
+  a.tesserad_socket = tesserad_socket;
   mkdir(state_dir.c_str(), 0755);
   mkdir(a.shim_dir.c_str(), 0755);
   for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
@@ -151,6 +156,14 @@ int main(int argc, char** argv) {
     preload << kContainerShimDir << "/libcuda.so.1\n" << kContainerShimDir << "/libnvidia-ml.so.1\n";
   }
   rename((a.preload_file + ".tmp").c_str(), a.preload_file.c_str());
+  if (cdi) {
+    // The runtime runs the hook on the host: from the state folder, a host path.
+    a.oci_hook = state_dir + "/tessera-oci-hook";
+    if (Status s = CopyFile(oci_hook, a.oci_hook); !s.ok()) {
+      return Fail("--oci-hook=\"" + oci_hook + "\": " + s.message() +
+                  "; expected tessera-oci-hook (build/bin)");
+    }
+  }
   if (sim) {
     const std::string sim_dir = state_dir + "/sim";
     mkdir(sim_dir.c_str(), 0755);
