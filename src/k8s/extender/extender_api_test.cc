@@ -246,10 +246,11 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   EXPECT_NE(metrics.find("tessera_extender_pods_refused_total{verb=\"filter\",reason=\"pod-invalid\"} 1"),
             std::string::npos);
   EXPECT_NE(metrics.find("tessera_extender_request_duration_seconds_bucket{verb=\"bind\""), std::string::npos);
-  // Every metric the Grafana dashboard of deploy/kubernetes/monitoring.yaml queries is served.
+  // Every metric the Grafana dashboard of deploy/kubernetes/monitoring/monitoring.yaml queries is
+  // served.
   std::string dashboard;
-  for (const YAML::Node& doc :
-       YAML::LoadAllFromFile(std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/monitoring.yaml")) {
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(
+           std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/monitoring/monitoring.yaml")) {
     if (doc["data"] && doc["data"]["tessera-scheduler.json"]) dashboard = doc["data"]["tessera-scheduler.json"].as<std::string>();
   }
   ASSERT_FALSE(dashboard.empty());

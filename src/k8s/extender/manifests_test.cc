@@ -1,9 +1,10 @@
-// The deployment manifests (deploy/kubernetes/*.yaml) checked as CI can without a cluster: every
-// document parses and has what its kind requires; names and ports agree across files (a Service's
-// selector and target ports, ServiceAccounts, ConfigMaps and Roles referred to, the scheduler
-// configuration's extender address against the extender's container, the Prometheus jobs against
-// the Service and the DaemonSet, the Grafana dashboard against deploy/grafana-dashboard.json);
-// RBAC lists its verbs and covers what each program does. Reads files only.
+// The deployment manifests (deploy/kubernetes/base/*.yaml, monitoring/*.yaml) checked as CI can
+// without a cluster: every document parses and has what its kind requires; names and ports agree
+// across files (a Service's selector and target ports, ServiceAccounts, ConfigMaps and Roles
+// referred to, the scheduler configuration's extender address against the extender's container, the
+// Prometheus jobs against the Service and the DaemonSet, the Grafana dashboard against
+// deploy/grafana-dashboard.json); RBAC lists its verbs and covers what each program does. Reads
+// files only.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -89,8 +90,14 @@ class ManifestsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::is_directory(kDir)) << kDir;
-    for (const auto& entry : fs::directory_iterator(kDir)) {
-      if (entry.path().extension() != ".yaml") continue;
+    // The base and the monitoring component; their kustomization.yaml files are kustomize's.
+    std::vector<fs::directory_entry> files;
+    for (const char* sub : {"/base", "/monitoring"}) {
+      for (const auto& entry : fs::directory_iterator(kDir + sub)) files.push_back(entry);
+    }
+    for (const auto& entry : files) {
+      if (entry.path().extension() != ".yaml" || entry.path().filename() == "kustomization.yaml")
+        continue;
       const std::string file = entry.path().filename().string();
       std::vector<YAML::Node> docs;
       try {
@@ -403,7 +410,7 @@ namespace node {
 
 // The node DaemonSets (those of tessera-node.yaml).
 std::vector<testing_support::ManifestDaemonSet> Load() {
-  auto sets = testing_support::LoadDaemonSets(kDir + "/tessera-node.yaml");
+  auto sets = testing_support::LoadDaemonSets(kDir + "/base/tessera-node.yaml");
   EXPECT_TRUE(sets.ok()) << sets.error();
   return sets.ok() ? *sets : std::vector<testing_support::ManifestDaemonSet>{};
 }
