@@ -187,7 +187,9 @@ struct PodRec {
   std::string key;  // ns/name
   std::string resource_version;
   std::string node_name;
+  std::string scheduler_name;
   bool terminal = false;
+  bool deleting = false;
   PodDemand demand;
   std::optional<k8s::Assignment> assignment;
   std::string assignment_error;
@@ -221,9 +223,11 @@ Result<PodRec> ReadPodRec(const Json& pod) {
   rec.key = view->Key();
   rec.resource_version = view->resource_version;
   rec.node_name = view->node_name;
+  rec.scheduler_name = view->scheduler_name;
   rec.terminal = view->Terminal();
   rec.waiting = view->unschedulable && view->node_name.empty() && !rec.terminal;
   rec.created = view->creation_timestamp;
+  rec.deleting = view->deleting;
   rec.demand = ReadPodDemand(*view, pod);
   if (const std::string* text = view->Annotation(k8s::kAssignmentAnnotation)) {
     auto a = k8s::ParseAssignment(*text);
@@ -1742,6 +1746,14 @@ void ClusterState::FinishBind(const std::string& uid, const BindPlan& plan, bool
   if (it != s.holds.end() && it->second.kind == HoldKind::kBinding) s.Drop(uid);
   // The pod may still hold what the API server says it holds (e.g. an earlier assignment).
   if (auto p = s.pods.find(uid); p != s.pods.end()) s.Observe(p->second);
+}
+
+std::optional<PodFacts> ClusterState::Observed(const std::string& uid) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->pods.find(uid);
+  if (it == impl_->pods.end()) return std::nullopt;
+  const PodRec& rec = it->second;
+  return PodFacts{rec.key, rec.node_name, rec.scheduler_name, rec.terminal, rec.deleting};
 }
 
 NodeCommitView ClusterState::CommitView(const std::string& node) const {

@@ -215,7 +215,9 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   EXPECT_EQ(driver.Post("/bind", "{}", &body), 400);
   EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("PodName is missing"), std::string::npos);
   EXPECT_EQ(driver.Post("/bind", R"({"PodName":"x","PodNamespace":"default","PodUID":"u","Node":"good"})", &body), 200);
-  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("not known"), std::string::npos);
+  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("pod default/x does not exist"),
+            std::string::npos)
+      << body;
   // A pod with an invalid annotation: every node says why.
   auto invalid = driver.Schedule(CreatePod(Pod("w", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/weight", "0"}})),
                                  {"bad", "good"});
@@ -357,7 +359,7 @@ TEST(ExtenderRestartTest, KilledDuringABurstOfBinds) {
   auto start = [&]() {
     auto p = std::make_unique<process::ChildProcess>(
         std::vector<std::string>{build + "/bin/tessera-extender", "--apiserver", *url, "--listen",
-                                 "127.0.0.1:0"},
+                                 "127.0.0.1:0", "--insecure-http"},
         std::vector<std::string>{});
     return p;
   };
