@@ -19,6 +19,15 @@
 //   - the baseline, measured in the same run: the same engine's decision in process (Simulate's
 //     decision_us p50/p99), and the ratio of the HTTP round to it.
 // Larger clusters (--nodes N > 1213) repeat the trace's node list; they measure latency only.
+//
+// --replay: the replay with departures instead (placement/replay.h, the seed's pods for --load,
+// the queue model of kube-scheduler's queue): every pod created on the API server at its arrival,
+// scheduled through the verbs (testing/standins/scheduler_replay.h), marked unschedulable when
+// it first fails, deleted when it leaves; the same replay in process (tessera sim --replay) in
+// the same run, and how many pods were placed elsewhere or waited otherwise (the acceptance asks
+// for none). --pods N replays the first N pods only. Attempts the replay knows to fail (no
+// departure and no change of the drained nodes since the same request failed) are not sent
+// (--every-attempt sends them too: the same result, many more rounds).
 // Writes JSON (default build/bench/extender_bench.json). A benchmark, not a test: nothing here
 // asserts a speed. Test tooling: the in-process API server is a stand-in.
 #include <httplib.h>
@@ -36,8 +45,10 @@
 
 #include "core/number.h"
 #include "k8s/extender/extender_app.h"
+#include "placement/replay.h"
 #include "placement/simulator.h"
 #include "placement/trace.h"
+#include "testing/standins/scheduler_replay.h"
 #include "testing/standins/test_apiserver.h"
 #include "testing/support/http_attack.h"
 #include "testing/support/test_objects.h"
@@ -55,6 +66,9 @@ struct Options {
   uint64_t seed = 42;
   std::string json = "build/bench/extender_bench.json";
   tessera::extender::FilterAnswer answer = tessera::extender::FilterAnswer::kChosen;
+  bool replay = false;
+  double load = 1.2;
+  bool every_attempt = false;
   bool tls = true;
 };
 
@@ -132,7 +146,129 @@ Json PodObject(const std::string& name, const pl::Request& r) {
   return pod;
 }
 
+// --replay: the replay with departures through the extender, and in process.
+int RunReplay(const Options& o) {
+  auto list = pl::LoadNodeCsv(o.dir + "/openb_node_list_gpu_node.csv");
+  if (!list.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", list.error().c_str());
+    return 1;
+  }
+  auto pods = pl::LoadPodCsv(o.dir + "/openb_pod_list_default.csv", list->models);
+  if (!pods.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", pods.error().c_str());
+    return 1;
+  }
+  const pl::Cluster cluster(list->models, list->nodes);
+  auto workload =
+      std::make_shared<pl::TargetWorkload>(pl::TargetWorkload::FromRequests(pods->requests));
+  pl::ReplayOptions ro;
+  ro.seed = o.seed;
+  ro.load = o.load;
+  ro.skip_known_failures = !o.every_attempt;
+  // The run's pods (the first --pods of them), as a list played as it is.
+  auto run_pods = pl::ReplayPodsFor(pods->requests, pods->times, cluster.gpu_milli_capacity(), ro);
+  if (!run_pods.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", run_pods.error().c_str());
+    return 1;
+  }
+  std::vector<pl::Request> requests;
+  std::vector<pl::PodTimes> times;
+  const size_t count = o.max_pods > 0
+                           ? std::min(run_pods->order.size(), static_cast<size_t>(o.max_pods))
+                           : run_pods->order.size();
+  for (size_t i = 0; i < count; ++i) {
+    const auto u = static_cast<size_t>(run_pods->order[i]);
+    requests.push_back(pods->requests[u]);
+    times.push_back(pods->times[u]);  // played as a list, in this (arrival) order
+  }
+  ro.resample = false;
+  const auto t_sim = Clock::now();
+  auto sim = pl::Replay(cluster, requests, times, *workload, "tessera", ro);
+  const double sim_s = std::chrono::duration<double>(Clock::now() - t_sim).count();
+  if (!sim.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", sim.error().c_str());
+    return 1;
+  }
+  tessera::k8s::TestApiServer api;
+  if (auto s = api.Start(0); !s.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", s.message().c_str());
+    return 1;
+  }
+  for (const auto& spec : list->nodes)
+    api.CreateNode(tessera::extender::testing::NodeFor(spec, list->models));
+  tessera::extender::AppConfig config;
+  config.api.server = api.url();
+  config.listen_host = "127.0.0.1";
+  config.listen_port = 0;
+  config.quiet = true;
+  config.state.workload = workload;
+  config.state.reservation_ttl = std::chrono::minutes(10);
+  config.state.filter_answer = o.answer;
+  tessera::extender::ExtenderApp app(config);
+  if (auto s = app.Start(); !s.ok() || !app.WaitReady(std::chrono::seconds(60))) {
+    std::fprintf(stderr, "extender_bench: the extender did not start: %s\n", s.message().c_str());
+    return 1;
+  }
+  tessera::extender::testing::ExtenderReplayScheduler scheduler(api, app, app.port(), cluster);
+  const auto t_ext = Clock::now();
+  auto ext = pl::ReplayWith(cluster, requests, times, scheduler, ro);
+  const double ext_s = std::chrono::duration<double>(Clock::now() - t_ext).count();
+  app.Stop();
+  api.Stop();
+  if (!ext.ok()) {
+    std::fprintf(stderr, "extender_bench: %s\n", ext.error().c_str());
+    return 1;
+  }
+  int64_t other_place = 0, other_wait = 0;
+  for (size_t i = 0; i < sim->pod_waits.size(); ++i) {
+    other_place += ext->pod_placements[i] == sim->pod_placements[i] ? 0 : 1;
+    other_wait += ext->pod_waits[i] == sim->pod_waits[i] ? 0 : 1;
+  }
+  auto summary = [](const pl::ReplayResult& r, double wall) {
+    return Json{{"pods", r.pods},
+                {"placed", r.placed},
+                {"waited", r.waited},
+                {"allocation_while_waiting", r.allocation_while_waiting},
+                {"wait_s_p50", r.wait_s_p50},
+                {"wait_s_p99", r.wait_s_p99},
+                {"wait_s_max", r.wait_s_max},
+                {"wait_s_mean", r.wait_s_mean},
+                {"attempts", r.attempts},
+                {"decisions", r.decisions},
+                {"reservations_made", r.reservations_made},
+                {"wall_seconds", wall}};
+  };
+  Json out = {{"benchmark", "extender_bench"},
+              {"mode", "replay"},
+              {"seed", o.seed},
+              {"load", o.load},
+              {"every_attempt", o.every_attempt},
+              {"extender", summary(*ext, ext_s)},
+              {"tessera_sim", summary(*sim, sim_s)},
+              {"rounds", scheduler.rounds()},
+              {"pods_placed_elsewhere", other_place},
+              {"pods_waiting_otherwise", other_wait}};
+  std::printf(
+      "extender_bench --replay: %zu pods, seed %llu, load %.2f; %lld HTTP rounds in %.0f s\n",
+      count, static_cast<unsigned long long>(o.seed), o.load,
+      static_cast<long long>(scheduler.rounds()), ext_s);
+  for (const auto& [name, r] : {std::pair{"extender   ", &*ext}, {"tessera sim", &*sim}}) {
+    std::printf(
+        "  %s: alloc while waiting %.2f %%, waits p99 %.0f s max %.0f s mean %.1f s, "
+        "%lld waited, %lld nodes drained\n",
+        name, r->allocation_while_waiting, r->wait_s_p99, r->wait_s_max, r->wait_s_mean,
+        static_cast<long long>(r->waited), static_cast<long long>(r->reservations_made));
+  }
+  std::printf("  pods placed elsewhere: %lld, pods waiting otherwise: %lld\n",
+              static_cast<long long>(other_place), static_cast<long long>(other_wait));
+  std::filesystem::create_directories(std::filesystem::path(o.json).parent_path());
+  std::ofstream(o.json) << out.dump(2) << "\n";
+  std::printf("  JSON: %s\n", o.json.c_str());
+  return other_place == 0 && other_wait == 0 ? 0 : 1;
+}
+
 int Run(const Options& o) {
+  if (o.replay) return RunReplay(o);
   auto list = pl::LoadNodeCsv(o.dir + "/openb_node_list_gpu_node.csv");
   if (!list.ok()) {
     std::fprintf(stderr, "extender_bench: %s\n", list.error().c_str());
@@ -391,6 +527,20 @@ int main(int argc, char** argv) {
       }
       o.answer = v == "fitting" ? tessera::extender::FilterAnswer::kFitting
                                 : tessera::extender::FilterAnswer::kChosen;
+    } else if (a == "--replay") {
+      o.replay = true;
+    } else if (a == "--every-attempt") {
+      o.every_attempt = true;
+    } else if (a == "--load") {
+      char* end = nullptr;
+      const std::string v = value("--load");
+      o.load = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(o.load > 0 && o.load <= 100)) {
+        std::fprintf(stderr,
+                     "extender_bench: --load %s: expected a multiple of the GPUs in (0, 100]\n",
+                     v.c_str());
+        return 2;
+      }
     } else if (a == "--tls") {
       const std::string v = value("--tls");
       if (v != "on" && v != "off") {
@@ -401,7 +551,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: extender_bench [--nodes N] [--pods N] [--seed S] [--json PATH] "
-                   "[--openb DIR] [--filter-answer chosen|fitting] [--tls on|off]\n");
+                   "[--openb DIR] [--filter-answer chosen|fitting] [--tls on|off] "
+                   "[--replay [--load L] [--every-attempt]]\n");
       return 2;
     }
   }

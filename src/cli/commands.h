@@ -45,7 +45,8 @@ struct DemoArgs {
 
 // `tessera sim`.
 struct SimArgs {
-  std::optional<std::string> nodes, pods, out, policy, seed, seeds, inflation, load, speedup;
+  std::optional<std::string> nodes, pods, out, policy, seed, seeds, inflation, load, speedup, queue,
+      reservations;
   bool json = false;
   bool replay = false;
 };

@@ -99,10 +99,11 @@ int main(int argc, char** argv) {
       "one by one with no departures and no retries. Prints the GPU allocation ratio and\n"
       "fragmentation against arrived workload; --json prints one JSON object per policy and seed\n"
       "(JSON Lines). With --replay, pods arrive at their creation times and leave after their run\n"
-      "times (deletion - creation); a pod that does not fit waits and is retried, first come "
-      "first\n"
-      "served, as capacity frees; it reports GPU allocation over time, pods waiting and each\n"
-      "pod's wait. MIG clusters: nodes with mode=mig and a mig column (a layout such as\n"
+      "times (deletion - creation); a pod that does not fit waits in a model of kube-scheduler's\n"
+      "scheduling queue (backoff 1-10 s, the unschedulable pool, the cluster events that move a\n"
+      "pod; --queue fcfs: retried in arrival order whenever capacity frees); it reports GPU\n"
+      "allocation over time, pods waiting and each pod's wait. MIG clusters: nodes with mode=mig "
+      "and a mig column (a layout such as\n"
       "\"3g.40gb=1 1g.10gb=4\", or dynamic), pods with a mig_profile column; data/mig has an\n"
       "example and docs/placement.md (\"MIG nodes\") the format.");
   sim_cmd
@@ -144,6 +145,16 @@ int main(int argc, char** argv) {
                    "replay: creation times are divided by K, 1e-6-1e12 (default 100; run times "
                    "are not scaled)")
       ->type_name("K");
+  sim_cmd
+      ->add_option("--queue", sim.queue,
+                   "replay: how waiting pods are retried: kube-scheduler (default: a model of its "
+                   "scheduling queue) or fcfs (in arrival order whenever capacity frees)")
+      ->type_name("MODEL");
+  sim_cmd
+      ->add_option("--reservations", sim.reservations,
+                   "replay: on (default: nodes drained for waiting multi-GPU pods, where the "
+                   "policy keeps them, as tessera does) or off")
+      ->type_name("on|off");
 
   // `tessera mig` parses its own words (mig.cc): everything after it is passed on, --help too.
   std::vector<std::string> mig_args;

@@ -138,16 +138,16 @@ int RunReplays(const pl::Cluster& cluster, const pl::PodList& pods,
   if (!json) {
     std::printf(
         "tessera sim --replay: %d nodes, %d GPUs; %zu pods in the list; peak load %.2f; "
-        "speed-up %g; %zu seed(s)\n",
+        "speed-up %g; queue %s; %zu seed(s)\n",
         cluster.node_count(), cluster.total_gpus(), pods.requests.size(), options.load,
-        options.speedup, seeds.size());
-    std::printf("%-11s %5s %7s %9s %8s %7s %8s %9s %9s %9s %7s\n", "policy", "runs", "pods",
+        options.speedup, std::string(pl::QueueModelName(options.queue)).c_str(), seeds.size());
+    std::printf("%-11s %5s %7s %9s %8s %7s %8s %9s %9s %9s %9s %7s\n", "policy", "runs", "pods",
                 "alloc", "alloc|w", "waited", "peak w", "wait p50", "wait p99", "wait max",
-                "s/run");
+                "wait mean", "s/run");
   }
   std::vector<pl::ReplayResult> all;
   for (const std::string& policy : policies) {
-    std::vector<double> count, alloc, alloc_waiting, waited, peak, p50, p99, max, secs;
+    std::vector<double> count, alloc, alloc_waiting, waited, peak, p50, p99, max, mean, secs;
     for (uint64_t seed : seeds) {
       options.seed = seed;
       auto result = pl::Replay(cluster, pods.requests, pods.times, workload, policy, options);
@@ -165,13 +165,15 @@ int RunReplays(const pl::Cluster& cluster, const pl::PodList& pods,
       p50.push_back(r.wait_s_p50);
       p99.push_back(r.wait_s_p99);
       max.push_back(r.wait_s_max);
+      mean.push_back(r.wait_s_mean);
       secs.push_back(r.seconds);
       if (!out_dir.empty()) all.push_back(r);
     }
     if (!json) {
-      std::printf("%-11s %5zu %7.0f %8.2f%% %7.2f%% %6.2f%% %8.0f %8.0fs %8.0fs %8.0fs %7.2f\n",
-                  policy.c_str(), seeds.size(), Mean(count), Mean(alloc), Mean(alloc_waiting),
-                  Mean(waited), Mean(peak), Mean(p50), Mean(p99), Mean(max), Mean(secs));
+      std::printf(
+          "%-11s %5zu %7.0f %8.2f%% %7.2f%% %6.2f%% %8.0f %8.0fs %8.0fs %8.0fs %8.1fs %7.2f\n",
+          policy.c_str(), seeds.size(), Mean(count), Mean(alloc), Mean(alloc_waiting), Mean(waited),
+          Mean(peak), Mean(p50), Mean(p99), Mean(max), Mean(mean), Mean(secs));
     }
   }
   if (!json) {
@@ -257,8 +259,26 @@ int RunSim(const SimArgs& args) {
   if (args.speedup && !ParseNumber(*args.speedup, 1e-6, 1e12, &replay_options.speedup)) {
     return Usage(FlagError("--speedup", *args.speedup, "a factor from 1e-6 to 1e12"));
   }
-  if (!args.replay && (args.load || args.speedup)) {
-    return Usage(std::string(args.load ? "--load" : "--speedup") + " needs --replay");
+  if (args.queue) {
+    if (*args.queue == "kube-scheduler") {
+      replay_options.queue = pl::QueueModel::kKubeScheduler;
+    } else if (*args.queue == "fcfs") {
+      replay_options.queue = pl::QueueModel::kFcfs;
+    } else {
+      return Usage(FlagError("--queue", *args.queue, "kube-scheduler or fcfs"));
+    }
+  }
+  if (args.reservations) {
+    if (*args.reservations != "on" && *args.reservations != "off") {
+      return Usage(FlagError("--reservations", *args.reservations, "on or off"));
+    }
+    replay_options.reservations = *args.reservations == "on";
+  }
+  for (const auto& [flag, given] : {std::pair{"--load", args.load.has_value()},
+                                    {"--speedup", args.speedup.has_value()},
+                                    {"--queue", args.queue.has_value()},
+                                    {"--reservations", args.reservations.has_value()}}) {
+    if (!args.replay && given) return Usage(std::string(flag) + " needs --replay");
   }
   if (args.replay && args.inflation) {
     return Usage(

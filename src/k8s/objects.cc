@@ -124,7 +124,16 @@ Result<PodView> PodFromJson(const Json& pod) {
   const Json& spec = ObjectAt(pod, "spec");
   view.node_name = StringAt(spec, "nodeName");
   view.scheduler_name = StringAt(spec, "schedulerName");
-  view.phase = StringAt(ObjectAt(pod, "status"), "phase");
+  const Json& status = ObjectAt(pod, "status");
+  view.phase = StringAt(status, "phase");
+  if (auto it = status.find("conditions"); it != status.end() && it->is_array()) {
+    for (const Json& c : *it) {
+      if (c.is_object() && StringAt(c, "type") == "PodScheduled") {
+        view.unschedulable =
+            StringAt(c, "status") == "False" && StringAt(c, "reason") == "Unschedulable";
+      }
+    }
+  }
   if (Status s = AddContainers(spec, "initContainers", true, &view); !s.ok()) return s;
   if (Status s = AddContainers(spec, "containers", false, &view); !s.ok()) return s;
   return view;

@@ -46,6 +46,9 @@ struct PodView {
   std::string node_name;           // spec.nodeName; empty while unbound
   std::string scheduler_name;      // spec.schedulerName
   std::string phase;               // status.phase (Pending, Running, Succeeded, Failed, Unknown)
+  // status.conditions has PodScheduled False with reason Unschedulable: kube-scheduler tried the
+  // pod and found no node for it (it writes this after every failed attempt).
+  bool unschedulable = false;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
   std::vector<ContainerView> containers;  // init containers first, in order, then the others

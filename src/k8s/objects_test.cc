@@ -47,6 +47,21 @@ TEST(PodView, ReadsIdentityContainersInOrderAndAnnotations) {
   EXPECT_FALSE(pod->Terminal());
 }
 
+TEST(PodView, ReadsWhetherKubeSchedulerFoundNoNode) {
+  Json pod = Pod({Ctr("app", Json::object())});
+  EXPECT_FALSE(PodFromJson(pod)->unschedulable);
+  pod["status"]["conditions"] =
+      Json::array({{{"type", "Ready"}, {"status", "False"}, {"reason", "Unschedulable"}},
+                   {{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}});
+  EXPECT_TRUE(PodFromJson(pod)->unschedulable);
+  pod["status"]["conditions"][1]["reason"] = "SchedulerError";  // not a verdict on the nodes
+  EXPECT_FALSE(PodFromJson(pod)->unschedulable);
+  pod["status"]["conditions"][1] = {{"type", "PodScheduled"}, {"status", "True"}};
+  EXPECT_FALSE(PodFromJson(pod)->unschedulable);
+  pod["status"]["conditions"] = "not a list";
+  EXPECT_FALSE(PodFromJson(pod)->unschedulable);
+}
+
 TEST(GpuRequest, ReadsLimitsInBothSpellings) {
   auto r = GpuRequestOf(*PodFromJson(Pod({Ctr("a", {{"tessera.io/gpu-mem", "2"},
                                                     {"tessera.io/gpu-core", "30"},

@@ -39,6 +39,7 @@ class MigAwarePolicy final : public Policy {
     auto a = MigAssignmentOn(c, node, r, Demand());
     return a ? a->gpus : 0;
   }
+  bool ReservesForWaiting() const override { return inner_->ReservesForWaiting(); }
   void OnPlaced(const Cluster& c, const Request& r, const Assignment& a) override {
     if (!r.mig()) inner_->OnPlaced(c, r, a);
   }

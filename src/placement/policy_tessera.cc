@@ -85,10 +85,18 @@ class TesseraPolicy final : public ScoredNodePolicy {
   TesseraPolicy(const PolicyOptions& o, bool memo)
       : ScoredNodePolicy(o, TieRule::kFirstNode), workload_(o.workload), memo_on_(memo) {}
   std::string_view name() const override { return "tessera"; }
+  bool ReservesForWaiting() const override { return true; }
 
  protected:
   void Attach(const Cluster& c) override {
     memo_.Clear();
+    largest_gpu_milli_ = 1;
+    largest_cpu_milli_ = 1;
+    for (int n = 0; n < c.node_count(); ++n) {
+      largest_gpu_milli_ =
+          std::max<int64_t>(largest_gpu_milli_, int64_t{c.spec(n).gpu_count} * kMilliPerGpu);
+      largest_cpu_milli_ = std::max(largest_cpu_milli_, c.spec(n).cpu_milli);
+    }
     eval_ = std::make_unique<FragEvaluator>(c, *workload_);
     const std::vector<ClassInfo> classes = ClusterClasses(c);
     const std::vector<double> pressure = ClassPressure(c, classes, *workload_);
@@ -153,6 +161,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
             std::floor((before - after + gain + ResidualGain(*t, from, to)) / kStepMilli);
         if (step > best.primary) best = {step, 0, uint32_t{1} << g};
       }
+      best.secondary = Drain(c, n, r);
       return best;
     }
     const uint32_t gpus = BestFitGpus(c, n, r);
@@ -165,7 +174,19 @@ class TesseraPolicy final : public ScoredNodePolicy {
             ResidualGain(*t, c.gpu_share_free(n)[static_cast<size_t>(g)], ShareAfter(c, n, g, r));
       }
     }
-    return {std::floor((before - after + gain + residual_gain) / kStepMilli), 0, gpus};
+    return {std::floor((before - after + gain + residual_gain) / kStepMilli), Drain(c, n, r), gpus};
+  }
+
+  // The drain preference, which decides equal steps: the node left with the least free after the
+  // placement (GPU share and CPU, each as a part of the largest node's), so that free capacity
+  // gathers on the nodes that are emptying and whole nodes form for multi-GPU pods. Higher is
+  // better.
+  double Drain(const Cluster& c, int n, const Request& r) const {
+    const double gpu_left = static_cast<double>(c.share_free_total(n) - r.total_gpu_milli()) /
+                            static_cast<double>(largest_gpu_milli_);
+    const double cpu_left =
+        static_cast<double>(c.cpu_free(n) - r.cpu_milli) / static_cast<double>(largest_cpu_milli_);
+    return -(gpu_left + cpu_left);
   }
 
   // What tessera knows of one node class of the attached cluster.
@@ -209,6 +230,8 @@ class TesseraPolicy final : public ScoredNodePolicy {
   NodeStateMemo<Score> memo_;
   std::unique_ptr<FragEvaluator> eval_;
   std::vector<int> class_of_;  // NodeClass -> index into tables_
+  int64_t largest_gpu_milli_ = 1;  // the largest node's GPU share and CPU, in milli
+  int64_t largest_cpu_milli_ = 1;
   std::vector<ClassTable> tables_;
   std::vector<std::vector<std::pair<int, double>>> fillers_;  // per class, W_k's fillers
 };

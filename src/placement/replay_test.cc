@@ -1,5 +1,7 @@
 // Tests of the replay with departures: a hand-made trace whose waits, timeline and means are
-// computed by hand below, the speed-up for a load, the errors, and one replay of the default
+// computed by hand below (under both queue models), a trace where kube-scheduler's backoff lets
+// a newer pod overtake an older one that first come first served would serve, the reservations
+// for a waiting multi-GPU pod, the speed-up for a load, the errors, and one replay of the default
 // openb trace per key policy.
 #include "placement/replay.h"
 
@@ -35,6 +37,16 @@ PodList HandTrace(const Cluster& c) {
   return *pods;
 }
 
+// Every policy under both queue models.
+std::vector<std::pair<QueueModel, std::string_view>> Combine(
+    std::span<const std::string_view> policies) {
+  std::vector<std::pair<QueueModel, std::string_view>> out;
+  for (QueueModel q : {QueueModel::kKubeScheduler, QueueModel::kFcfs}) {
+    for (std::string_view p : policies) out.emplace_back(q, p);
+  }
+  return out;
+}
+
 TEST(ReplayTest, HandComputedWaitsAndTimeline) {
   const Cluster c = OneNode();
   const PodList trace = HandTrace(c);
@@ -43,15 +55,19 @@ TEST(ReplayTest, HandComputedWaitsAndTimeline) {
   o.resample = false;
   o.speedup = 1;
   o.points = 12;  // from 0 (p0 asks half the GPUs at once) to the last arrival, 56 s
-  for (std::string_view policy : PolicyNames()) {
-    SCOPED_TRACE(std::string(policy));
+  o.reservations = false;  // below: what a reservation for p1 changes
+  for (auto [queue, policy] : Combine(PolicyNames())) {
+    SCOPED_TRACE(std::string(policy) + " " + std::string(QueueModelName(queue)));
+    o.queue = queue;
     auto r = Replay(c, trace.requests, trace.times, w, policy, o);
     ASSERT_TRUE(r.ok()) << r.error();
     // By hand: p0 at 0; p1 arrives at 10 and needs both GPUs; p2 takes the second GPU at 20;
     // p3 arrives at 30 and finds none; p2 leaves at 50: p1 is tried first and still does not
     // fit, p3 does (waited 20 s); p4 arrives at 55 and finds only p3's GPU half used; p3 leaves
     // at 60: p1 still does not fit, p4 does (waited 5 s); p0 leaves at 100 and p1 gets both
-    // GPUs (waited 90 s). p5 fits no node and is refused.
+    // GPUs (waited 90 s). p5 fits no node and is refused. Under kube-scheduler's queue the same:
+    // at 50 and 60 p1 and the newer pod are both past their backoff, so both go to the active
+    // queue, p1 first (its last failure is older), and only the newer one fits.
     EXPECT_EQ(r->pods, 6);
     EXPECT_EQ(r->placed, 5);
     EXPECT_EQ(r->unplaceable, 1);
@@ -84,6 +100,78 @@ TEST(ReplayTest, HandComputedWaitsAndTimeline) {
       EXPECT_DOUBLE_EQ(r->waiting_gpus[static_cast<size_t>(i)], gpus_waiting) << "t=" << t;
     }
   }
+}
+
+TEST(ReplayTest, KubeSchedulerBackoffLetsANewerPodOvertake) {
+  // Node g has 2 GPUs, node c none. a holds GPU 0 until 100, k GPU 1 from 5 to 62. b asks one
+  // GPU from 10; x1..x4 ask only CPU at 57..60; s asks one GPU from 61.
+  ModelTable models;
+  const int t4 = *models.Intern("T4");
+  const Cluster c =
+      *Cluster::Create(models, {{"g", 64000, 1 << 20, 2, t4, NodeMode::kMemoryAndCompute},
+                                {"c", 64000, 1 << 20, 0, -1, NodeMode::kMemoryAndCompute}});
+  auto pods = ParsePodCsv(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+      "a,1000,1024,1,1000,0,100\n"
+      "k,1000,1024,1,1000,5,62\n"
+      "b,1000,1024,1,1000,10,200\n"
+      "x1,1000,1024,0,0,57,300\n"
+      "x2,1000,1024,0,0,58,300\n"
+      "x3,1000,1024,0,0,59,300\n"
+      "x4,1000,1024,0,0,60,300\n"
+      "s,1000,1024,1,1000,61,300\n",
+      "overtake.csv", c.models());
+  ASSERT_TRUE(pods.ok()) << pods.error();
+  const TargetWorkload w = TargetWorkload::FromRequests(pods->requests);
+  ReplayOptions o;
+  o.resample = false;
+  o.speedup = 1;
+  // kube-scheduler: b fails at 10. Each of x1..x4's binds (the extender's commit on a node)
+  // moves it, since the extender rejected it, and it fails again at 57, 58, 59 and 60 (popped
+  // from the backoff queue early, the active queue being empty): five failures, a backoff of
+  // 10 s from 60. s fails at 61: 1 s. At 62 k leaves; both still back off, and the backoff
+  // queue serves the earlier expiry: s (62) before b (70). s gets GPU 1; b waits for a, at 100.
+  auto kube = Replay(c, pods->requests, pods->times, w, "bestfit", o);
+  ASSERT_TRUE(kube.ok()) << kube.error();
+  EXPECT_EQ(kube->pod_waits[2], 90);  // b, the third to arrive
+  EXPECT_EQ(kube->pod_waits[7], 1);   // s
+  // First come first served: at 62 b is tried first and takes GPU 1; s waits for a.
+  o.queue = QueueModel::kFcfs;
+  auto fcfs = Replay(c, pods->requests, pods->times, w, "bestfit", o);
+  ASSERT_TRUE(fcfs.ok()) << fcfs.error();
+  EXPECT_EQ(fcfs->pod_waits[2], 52);
+  EXPECT_EQ(fcfs->pod_waits[7], 39);
+}
+
+TEST(ReplayTest, AReservationDrainsANodeForTheWaitingMultiGpuPod) {
+  // The hand trace with reservations (tessera keeps them): p1, asking both GPUs, fails at 10 and
+  // holds the one node; no other GPU pod may go there until p1 is placed, at 100 when p0
+  // leaves. p1 runs until 150. Then (first come first served) p2 takes a GPU until 180 and p3
+  // half of the other until 160; p4, a whole GPU, waits for p3 to leave. Without the
+  // reservation p1 waits as long (it only fits once p0 leaves) and the others far less.
+  const Cluster c = OneNode();
+  const PodList trace = HandTrace(c);
+  const TargetWorkload w = TargetWorkload::FromRequests(trace.requests);
+  ReplayOptions o;
+  o.resample = false;
+  o.speedup = 1;
+  o.queue = QueueModel::kFcfs;
+  auto r = Replay(c, trace.requests, trace.times, w, "tessera", o);
+  ASSERT_TRUE(r.ok()) << r.error();
+  EXPECT_TRUE(r->reservations);
+  EXPECT_EQ(r->reservations_made, 1);
+  EXPECT_EQ(r->pod_waits, (std::vector<double>{0, 90, 130, 120, 105, -1}));
+  o.reservations = false;
+  auto free = Replay(c, trace.requests, trace.times, w, "tessera", o);
+  ASSERT_TRUE(free.ok()) << free.error();
+  EXPECT_FALSE(free->reservations);
+  EXPECT_EQ(free->pod_waits, (std::vector<double>{0, 90, 0, 20, 5, -1}));
+  // A policy that keeps none is not given any.
+  o.reservations = true;
+  auto fgd = Replay(c, trace.requests, trace.times, w, "fgd", o);
+  ASSERT_TRUE(fgd.ok());
+  EXPECT_FALSE(fgd->reservations);
+  EXPECT_EQ(fgd->pod_waits, free->pod_waits);
 }
 
 TEST(ReplayTest, ResamplesUntilTheBusiestInstantAsksTheLoad) {

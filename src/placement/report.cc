@@ -239,6 +239,8 @@ std::string ReplayResultJson(const ReplayResult& r) {
       {"mode", "replay"},
       {"policy", r.policy},
       {"seed", r.seed},
+      {"queue", r.queue},
+      {"reservations", r.reservations},
       {"pods", r.pods},
       {"placed", r.placed},
       {"unplaceable", r.unplaceable},
@@ -261,6 +263,9 @@ std::string ReplayResultJson(const ReplayResult& r) {
       {"wait_s_p99", Rounded(r.wait_s_p99, 1)},
       {"wait_s_max", Rounded(r.wait_s_max, 1)},
       {"wait_s_mean", Rounded(r.wait_s_mean, 1)},
+      {"attempts", r.attempts},
+      {"decisions", r.decisions},
+      {"reservations_made", r.reservations_made},
       {"decision_us_p50", Rounded(r.decision_us_p50, 1)},
       {"decision_us_p99", Rounded(r.decision_us_p99, 1)},
       {"seconds", Rounded(r.seconds, 3)}};

@@ -26,11 +26,12 @@ std::string SimResultJson(const SimResult& result);
 Status WriteReports(const std::vector<SimResult>& results, const std::string& dir);
 
 // One line of JSON for a replay with departures (`tessera sim --replay --json`): mode "replay",
-// policy, seed, pods, placed, unplaceable, never_placed, waited, total_gpus, speedup,
-// peak_demand_gpus, timeline_start_s, last_arrival_s, end_s, the timeline allocation_ratio /
-// waiting_pods / waiting_gpus (objects keyed by the instant's index, "0".."100" for 101 points),
-// allocation_mean, allocation_while_waiting, waiting_time_share, peak_waiting_pods, wait_s_p50,
-// wait_s_p99, wait_s_max, wait_s_mean, decision_us_p50, decision_us_p99, seconds.
+// policy, seed, queue ("kube-scheduler" or "fcfs"), reservations (bool), pods, placed, unplaceable,
+// never_placed, waited, total_gpus, speedup, peak_demand_gpus, timeline_start_s, last_arrival_s,
+// end_s, the timeline allocation_ratio / waiting_pods / waiting_gpus (objects keyed by the
+// instant's index, "0".."100" for 101 points), allocation_mean, allocation_while_waiting,
+// waiting_time_share, peak_waiting_pods, wait_s_p50, wait_s_p99, wait_s_max, wait_s_mean, attempts,
+// decisions, reservations_made, decision_us_p50, decision_us_p99, seconds.
 std::string ReplayResultJson(const ReplayResult& result);
 
 // Writes into `dir` (created if missing): replay_allocation.csv, replay_waiting_pods.csv and

@@ -197,6 +197,8 @@ struct PodRec {
   std::optional<k8s::Assignment> assignment;
   std::string assignment_error;
   bool assumed = false;  // tessera.io/phase=assumed
+  bool waiting = false;  // pending, and kube-scheduler found no node for it
+  std::string created;   // metadata.creationTimestamp
 };
 
 // A resourceVersion as a number, or nullopt (they are opaque strings; every server we know counts).
@@ -226,6 +228,8 @@ Result<PodRec> ReadPodRec(const Json& pod) {
   rec.node_name = view->node_name;
   rec.scheduler_name = view->scheduler_name;
   rec.terminal = view->Terminal();
+  rec.waiting = view->unschedulable && view->node_name.empty() && !rec.terminal;
+  rec.created = view->creation_timestamp;
   rec.deleting = view->deleting;
   rec.demand = ReadPodDemand(*view, pod);
   if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
@@ -430,6 +434,14 @@ struct ClusterState::Impl {
   std::unordered_map<std::string, Hold> holds;     // by uid
   std::set<std::string> reserved;                  // uids with a reserved hold
   std::set<std::string> conflicted;                // uids whose hold did not all fit
+  // Pending pods kube-scheduler marked unschedulable (uids), and the nodes drained for them.
+  std::set<std::string> unschedulable;
+  uint64_t unschedulable_version = 0;  // bumped when `unschedulable` changes
+  pl::Reservations drains;
+  uint64_t drains_changes = ~uint64_t{0};  // `changes` and `unschedulable_version` it was planned at
+  uint64_t drains_waiting = ~uint64_t{0};
+  std::unordered_map<std::string, uint64_t> drain_keys;  // uid -> the plan's key of the pod
+  std::vector<std::string> drain_pods;                   // key - 1 -> ns/name, for reasons
   // Pods whose latest filter found no node, by uid: the waiting pods /inspect lists, and the
   // demand stranded GPUs are judged by. Dropped when a filter finds the pod a node, and when it
   // is bound, ends or is deleted.
@@ -1207,6 +1219,88 @@ struct ClusterState::Impl {
     EnsureBuilt();
     EnsurePolicies();
     SweepReservations();
+    EnsureDrains();
+  }
+
+  // -- nodes drained for waiting pods -------------------------------------------------------------
+
+  void NoteWaiting(const PodRec& rec) {
+    const bool now = rec.waiting && rec.demand.demand_error.empty();
+    const bool was = unschedulable.count(rec.uid) > 0;
+    if (now == was) return;
+    if (now) {
+      unschedulable.insert(rec.uid);
+    } else {
+      unschedulable.erase(rec.uid);
+    }
+    ++unschedulable_version;
+  }
+
+  uint64_t DrainKey(const PodRec& rec) {
+    auto [it, fresh] = drain_keys.try_emplace(rec.uid, drain_pods.size() + 1);
+    if (fresh) drain_pods.push_back(rec.key);
+    return it->second;
+  }
+
+  // Plans the drained nodes again when the cluster or the waiting pods changed (the plan is a
+  // function of both, so planning more often than needed gives the same plan).
+  void EnsureDrains() {
+    auto tessera = policies.find(k8s::PlacementPolicy::kTessera);
+    const bool on = options.reserve_for_waiting && tessera != policies.end() &&
+                    tessera->second->ReservesForWaiting();
+    if (!on || unschedulable.empty()) {
+      drains.Clear();
+      return;
+    }
+    if (drains_changes == changes && drains_waiting == unschedulable_version) return;
+    struct Entry {
+      const PodRec* rec;
+      pl::Request request;
+    };
+    std::vector<Entry> entries;
+    for (const std::string& uid : unschedulable) {
+      auto it = pods.find(uid);
+      if (it == pods.end()) continue;
+      auto reqs = Requests(it->second.demand, Allowed(it->second.demand));
+      if (!reqs.ok() || !pl::Reservations::Holds(reqs->requests[reqs->primary])) continue;
+      entries.push_back({&it->second, reqs->requests[reqs->primary]});
+    }
+    // Oldest first: creation time (RFC 3339 in UTC sorts as text), then name.
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return a.rec->created != b.rec->created ? a.rec->created < b.rec->created
+                                              : a.rec->key < b.rec->key;
+    });
+    std::vector<pl::WaitingPod> oldest_first;
+    for (const Entry& e : entries) oldest_first.push_back({DrainKey(*e.rec), e.request});
+    std::vector<uint8_t> eligible(quick.size(), 0);
+    for (size_t n = 0; n < quick.size(); ++n) {
+      eligible[n] =
+          quick[n].gate == Gate::kOpen && quick[n].policy == k8s::PlacementPolicy::kTessera;
+    }
+    drains.Plan(*cluster, oldest_first, eligible);
+    drains_changes = changes;
+    drains_waiting = unschedulable_version;
+  }
+
+  // Whether `rec`'s pod (asking `primary`) may go to node `n`, and if not who holds it.
+  bool DrainAllows(const PodRec& rec, const pl::Request& primary, int n) {
+    if (drains.empty()) return true;
+    const pl::Reservations::Held* h = drains.On(n);
+    if (h == nullptr) return true;
+    pl::Request asked = primary;
+    if (rec.demand.wants_gpu() && asked.gpu_count == 0) asked.gpu_count = 1;
+    return drains.Allows(*cluster, n, DrainKey(rec), asked);
+  }
+
+  NodeFailure DrainFailure(int n) const {
+    const pl::Reservations::Held* h = drains.On(n);
+    const std::string holder =
+        h != nullptr && h->key - 1 < drain_pods.size() ? drain_pods[h->key - 1] : "?";
+    return NodeFailure{by_index[static_cast<size_t>(n)]->name,
+                       "tessera: node kept draining for pod " + holder + ", which waits for " +
+                           std::to_string(h != nullptr ? h->request.gpu_count : 0) +
+                           " GPUs on one node",
+                       false, "reserved"};
   }
 
   void SeedSeq(uint64_t seen) { next_seq = std::max(next_seq, seen + 1); }
@@ -1282,6 +1376,7 @@ Status ClusterState::UpsertPod(const Json& pod) {
   s.pods_changed = true;
   s.EnsureBuilt();
   s.Observe(*rec);
+  s.NoteWaiting(*rec);
   if (rec->terminal || !rec->node_name.empty()) {
     s.asked.erase(rec->uid);
     s.waiting.erase(rec->uid);
@@ -1296,6 +1391,7 @@ void ClusterState::RemovePod(const std::string& uid) {
   impl_->Drop(uid);
   impl_->pods.erase(uid);
   impl_->asked.erase(uid);
+  if (impl_->unschedulable.erase(uid) > 0) ++impl_->unschedulable_version;
   impl_->waiting.erase(uid);
 }
 
@@ -1352,7 +1448,12 @@ void ClusterState::ReplacePods(const std::vector<Json>& pods) {
   }
   s.pods = std::move(listed);
   s.EnsureBuilt();
-  for (const auto& [uid, rec] : s.pods) s.Observe(rec);
+  s.unschedulable.clear();
+  ++s.unschedulable_version;
+  for (const auto& [uid, rec] : s.pods) {
+    s.Observe(rec);
+    s.NoteWaiting(rec);
+  }
 }
 
 namespace {
@@ -1402,6 +1503,7 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
     Impl::Verdict verdict;
   };
   std::vector<Rejected> rejected;
+  std::vector<size_t> drained;  // places in `names` of nodes kept for a waiting pod
   candidates.reserve(names.size());
   fit_at.reserve(names.size());
   const std::vector<int>& index = s.IndicesOf(names);
@@ -1419,6 +1521,11 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
     const Impl::Verdict v = s.Check(*rec, *reqs, n);
     if (!v.fits()) {
       rejected.push_back({i, n, v});
+      continue;
+    }
+    if (!s.DrainAllows(*rec, reqs->requests[reqs->primary], n)) {
+      drained.push_back(i);
+      ++out.rejected["reserved"];
       continue;
     }
     candidates.push_back(n);
@@ -1465,6 +1572,7 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
       out.failed.push_back(
           {name, "tessera: node " + name + " is not known to the extender", true, "node-unknown"});
     }
+    for (size_t at : drained) out.failed.push_back(s.DrainFailure(index[at]));
   }
   if (!choice) {
     Impl::Waiting& w = s.waiting[rec->uid];
@@ -1608,7 +1716,10 @@ Result<std::vector<NodePriority>> ClusterState::Prioritize(
   const std::vector<int>& index = s.IndicesOf(names);
   for (size_t i = 0; i < names.size(); ++i) {
     const int n = index[i];
-    if (n >= 0 && s.Check(*rec, *reqs, n).fits()) candidates.push_back(n);
+    if (n >= 0 && s.Check(*rec, *reqs, n).fits() &&
+        s.DrainAllows(*rec, reqs->requests[reqs->primary], n)) {
+      candidates.push_back(n);
+    }
   }
   candidates = s.SortedUnique(candidates);
   std::vector<int64_t> scores;
@@ -1664,6 +1775,10 @@ Result<BindPlan> ClusterState::PrepareBind(const std::string& ns, const std::str
     if (auto why = s.WhyNot(*rec, *reqs, n)) {
       return Result<BindPlan>::Error("pod " + key + " no longer fits node " + node + ": " +
                                      why->reason);
+    }
+    if (!s.DrainAllows(*rec, reqs->requests[reqs->primary], n)) {
+      return Result<BindPlan>::Error("pod " + key + " may not go to node " + node + ": " +
+                                     s.DrainFailure(n).reason);
     }
     auto choice = s.Choose(*reqs, {n}, nullptr);
     if (!choice) return Result<BindPlan>::Error("pod " + key + " no longer fits node " + node);
@@ -1895,6 +2010,8 @@ StateStats ClusterState::Stats() const {
   out.rebuilds = s.rebuilds;
   out.reservations_expired = s.expired;
   out.accounting_conflicts = s.conflicts;
+  out.pods_waiting = s.unschedulable.size();
+  out.nodes_reserved = s.drains.held().size();
   if (s.cluster) {
     out.gpu_milli_capacity = s.cluster->gpu_milli_capacity();
     out.gpu_milli_allocated = s.cluster->gpu_milli_allocated();

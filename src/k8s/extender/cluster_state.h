@@ -17,6 +17,12 @@
 // the binding hold (FinishBind). No lock survives a restart: the new process rebuilds every
 // observed hold from the pods' annotations.
 //
+// Pending pods that kube-scheduler marked unschedulable (PodScheduled False, Unschedulable) and
+// that ask for two GPUs or more each keep a node draining for them, oldest (by creation time)
+// first, as `tessera sim --replay` plans them (placement/reservation.h): the filter leaves that
+// node to its holder. The plan is a function of what the API server shows, so a restarted
+// extender makes the same one.
+//
 // Decisions run the same placement code as `tessera sim`: the node's policy label
 // (`tessera.io/gpu.placement`: tessera, binpack, spread) picks the src/placement Policy, which
 // chooses among the candidate nodes (Policy::SelectAmong) and the GPUs on a node (GpusOn).
@@ -50,6 +56,7 @@
 #include "placement/cluster.h"
 #include "placement/frag.h"
 #include "placement/policy.h"
+#include "placement/reservation.h"
 
 namespace tessera::extender {
 
@@ -70,12 +77,17 @@ struct StateOptions {
   // How long a filter/prioritize reservation waits for its bind.
   std::chrono::milliseconds reservation_ttl{30000};
   FilterAnswer filter_answer = FilterAnswer::kChosen;
+  // Keep a node draining for each pending pod that asks for two GPUs or more and that
+  // kube-scheduler marked unschedulable (placement/reservation.h), on the nodes whose policy
+  // keeps such reservations (tessera).
+  bool reserve_for_waiting = true;
   Clock clock;  // defaults to steady_clock::now
 };
 
 // Why a node does not take the pod; `unresolvable` when preempting pods there would not help.
 // `kind` is the reason's short name for metrics: cpu, memory, gpu-model, mode, gpu-count,
-// gpu-core, gpu-mem, no-gpus, node-invalid, node-unknown or pod-invalid.
+// gpu-core, gpu-mem, no-gpus, node-invalid, node-unknown, pod-invalid or reserved (kept draining
+// for a waiting multi-GPU pod).
 struct NodeFailure {
   std::string node;
   std::string reason;
@@ -142,6 +154,8 @@ struct StateStats {
   uint64_t rebuilds = 0;
   uint64_t reservations_expired = 0;
   uint64_t accounting_conflicts = 0;  // observed shares that did not fit their GPUs
+  size_t pods_waiting = 0;            // pending pods kube-scheduler marked unschedulable
+  size_t nodes_reserved = 0;          // nodes drained for waiting multi-GPU pods
   int64_t gpu_milli_capacity = 0;
   int64_t gpu_milli_allocated = 0;
 };

@@ -360,6 +360,86 @@ TEST(ClusterStateTest, HoldsAreRebuiltFromAnnotationsAndReleasedWhenPodsEnd) {
   EXPECT_EQ(s->Stats().gpu_milli_allocated, 300);
 }
 
+// A pending pod kube-scheduler found no node for, as it leaves it: PodScheduled False.
+k8s::Json Unschedulable(k8s::Json pod, const std::string& created) {
+  pod["metadata"]["creationTimestamp"] = created;
+  pod["status"]["conditions"] = k8s::Json::array(
+      {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}});
+  return pod;
+}
+
+TEST(ClusterStateTest, AWaitingMultiGpuPodKeepsTheClosestNodeDrainingAcrossARestart) {
+  // Three 4-GPU nodes: a has 1 GPU taken, b 3, c 2. A pod asking 4 GPUs waits (kube-scheduler
+  // marked it); so does a younger one asking 4. The older gets a (3 free), the younger c (2).
+  std::vector<k8s::Json> nodes = {Node("a", Gpus(4)), Node("b", Gpus(4)), Node("c", Gpus(4))};
+  std::vector<k8s::Json> pods;
+  for (const auto& [node, taken] : {std::pair{"a", 1}, {"b", 3}, {"c", 2}}) {
+    for (int i = 0; i < taken; ++i) {
+      k8s::Json p =
+          Pod(std::string(node) + "-run" + std::to_string(i), {{"tessera.io/gpu-count", "1"}});
+      k8s::Assignment a;
+      a.node = node;
+      a.seq = static_cast<uint64_t>(pods.size() + 1);
+      a.containers = {{"app", {{GpuUuid(node, i), Bytes(16ull << 30), *Percent::FromInt(100)}}}};
+      p["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
+      pods.push_back(Bound(p, node));
+    }
+  }
+  pods.push_back(
+      Unschedulable(Pod("old", {{"tessera.io/gpu-count", "4"}}), "2026-01-01T00:00:00Z"));
+  pods.push_back(
+      Unschedulable(Pod("young", {{"tessera.io/gpu-count", "4"}}), "2026-01-01T00:00:05Z"));
+  const std::vector<std::string> names = {"a", "b", "c"};
+  for (int life = 0; life < 2; ++life) {  // the second: a restarted extender, from the lists
+    SCOPED_TRACE(life);
+    auto s = MakeState();
+    s->ReplaceNodes(nodes);
+    s->ReplacePods(pods);
+    EXPECT_EQ(s->Stats().pods_waiting, 2u);
+    // Another pod asking one GPU may only go to b, the node no one waits for.
+    auto one = s->Filter(Pod("one", {{"tessera.io/gpu-count", "1"}}), names);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ(one->fits, std::vector<std::string>{"b"});
+    EXPECT_EQ(s->Stats().nodes_reserved, 2u);
+    ASSERT_NE(FailureOf(*one, "a"), nullptr);
+    EXPECT_EQ(FailureOf(*one, "a")->kind, "reserved");
+    EXPECT_NE(FailureOf(*one, "a")->reason.find("default/old"), std::string::npos)
+        << FailureOf(*one, "a")->reason;
+    EXPECT_NE(FailureOf(*one, "c")->reason.find("default/young"), std::string::npos);
+    EXPECT_FALSE(FailureOf(*one, "a")->unresolvable);
+    EXPECT_EQ(one->rejected.at("reserved"), 2u);
+    // A bind there anyway (kube-scheduler's own choice) is refused.
+    EXPECT_FALSE(s->PrepareBind("default", "one", "uid-one", "a").ok());
+    // A pod asking no GPU may go beside the holder's CPU (the nodes have 32 cores, the pods ask 1).
+    TestContainer plain;
+    plain.cpu = "2";
+    auto cpu = s->Filter(Pod("cpu", std::vector<TestContainer>{plain}), names);
+    EXPECT_EQ(cpu->fits.size(), 3u);
+  }
+  // Once the older pod is bound (to a, its two others gone), its drain ends: c stays the
+  // younger pod's, and a is open again.
+  auto s = MakeState();
+  s->ReplaceNodes(nodes);
+  s->ReplacePods(pods);
+  s->RemovePod("uid-a-run0");
+  k8s::Json old = pods[pods.size() - 2];
+  old.erase("status");
+  k8s::Assignment a;
+  a.node = "a";
+  a.seq = 50;
+  a.containers = {{"app", {}}};
+  for (int i = 0; i < 4; ++i) {
+    a.containers[0].gpus.push_back({GpuUuid("a", i), Bytes(16ull << 30), *Percent::FromInt(100)});
+  }
+  old["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
+  old["metadata"]["resourceVersion"] = "99";
+  ASSERT_TRUE(s->UpsertPod(Bound(old, "a")).ok());
+  EXPECT_EQ(s->Stats().pods_waiting, 1u);
+  auto one = s->Filter(Pod("one", {{"tessera.io/gpu-count", "1"}}), names);
+  EXPECT_EQ(one->fits, std::vector<std::string>{"b"});  // a is full now; c is still held
+  EXPECT_EQ(s->Stats().nodes_reserved, 1u);
+}
+
 TEST(ClusterStateTest, BoundPodsWithoutTesseraResourcesHoldTheirCpu) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1), "core_mem", "4")).ok());

@@ -290,9 +290,10 @@ std::string ExtenderServer::Prioritize(std::string_view body, int* status) {
     if (std::string why = Admit(ns, name, uid, &kind); !why.empty()) {
       // Nothing to prefer and nothing reserved; kube-scheduler reads no error from prioritize.
       metrics_.PodRefused("prioritize", kind);
+      metrics_.Request("prioritize", SecondsSince(start), false);
       std::vector<NodePriority> zero;
       for (const std::string_view node : args->nodes) zero.push_back({std::string(node), 0});
-      return finish(WritePriorities(zero), false);
+      return WritePriorities(zero);
     }
   }
   auto scores = state_.Prioritize(args->pod, args->nodes);

@@ -1,0 +1,105 @@
+// Reservations: a node kept draining for a waiting pod that asks for several GPUs.
+//
+// With pods leaving, the GPUs they free are scattered over many partly used nodes. A pod that
+// needs several GPUs on one node fits only when one node happens to empty that far, while pods
+// asking one GPU or a share take whatever frees first, so it can wait for hours (the openb
+// replay's 8-GPU pods did). So every waiting pod that asks for two GPUs or more holds one node,
+// the oldest waiting pod first: the node that is closest to fitting it (the least GPU share
+// missing on its best GPUs for the pod, then the least CPU and memory missing as parts of the
+// node, then the lowest index) among those it fits when empty and no older holder took. While
+// it holds the node, no other pod that asks for GPUs may go there, and a pod that asks for none
+// only if it leaves the holder's CPU and memory; so the node only drains until the holder fits,
+// and the holder may still go wherever else it fits first. A pod that asks for one GPU, or a
+// share, holds nothing: any GPU that frees serves it, and the queue's order serves it in turn.
+//
+// The reservations are a function of the cluster and the waiting pods in age order, nothing
+// else: the simulator knows its waiting pods; the extender reads them from the API server (pods
+// kube-scheduler marked unschedulable, by creation time), so a restarted extender computes the
+// same reservations without storing any. The plan does not change when a pod is placed on a node
+// no one holds (that node only gets further from fitting anyone), which is what lets a caller
+// plan again only after a departure or a change of the waiting pods; planning more often gives
+// the same plan.
+//
+// Not thread-safe; no I/O.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "placement/cluster.h"
+#include "placement/model.h"
+
+namespace tessera::placement {
+
+// A pod waiting to be placed, as the reservations see it.
+struct WaitingPod {
+  uint64_t key = 0;  // the caller's identity of the pod
+  Request request;
+};
+
+class Reservations {
+ public:
+  struct Held {
+    uint64_t key = 0;
+    int node = -1;
+    Request request;
+  };
+
+  // Whether a waiting pod asking `r` holds a reservation: two GPUs or more (not MIG).
+  static bool Holds(const Request& r);
+  // Whether `r` fits `node` once everything on it has left: the node's shape, model and mode.
+  static bool FitsWhenEmpty(const Cluster& cluster, int node, const Request& r);
+
+  // Plans the reservations on `cluster` for `waiting`, oldest first (pods that hold none are
+  // skipped), on the nodes whose `eligible` entry is not 0 (empty: every node). Returns true when
+  // the plan differs from the previous one.
+  bool Plan(const Cluster& cluster, std::span<const WaitingPod> waiting_oldest_first,
+            std::span<const uint8_t> eligible = {});
+  void Clear();
+
+  bool empty() const { return held_.empty(); }
+  std::span<const Held> held() const { return held_; }
+  // Bumped whenever Plan changes the reservations.
+  uint64_t generation() const { return generation_; }
+  // The reservation on `node`, or nullptr.
+  const Held* On(int node) const;
+  // Whether pod `key`, asking `r`, may go to `node`.
+  bool Allows(const Cluster& cluster, int node, uint64_t key, const Request& r) const;
+  // The nodes of `candidates` (in their order) that pod `key`, asking `r`, may go to.
+  void Allowed(const Cluster& cluster, uint64_t key, const Request& r,
+               std::span<const int> candidates, std::vector<int>* out) const;
+  // Every node pod `key` may go to, in index order.
+  void AllowedNodes(const Cluster& cluster, uint64_t key, const Request& r,
+                    std::vector<int>* out) const;
+
+ private:
+  // How far a node is from fitting a request: GPU share missing (milli), then CPU and memory
+  // missing as parts of the node's.
+  struct Deficit {
+    uint64_t version = ~uint64_t{0};
+    bool fits_empty = false;
+    double gpu = 0;
+    double rest = 0;
+  };
+  struct ShapeKey {
+    int64_t cpu, memory, gpu_mem;
+    int32_t gpu_count, gpu_milli;
+    uint64_t allowed;
+    bool operator==(const ShapeKey&) const = default;
+  };
+  struct ShapeHash {
+    size_t operator()(const ShapeKey& k) const;
+  };
+  static Deficit Measure(const Cluster& cluster, int node, const Request& r);
+  std::vector<Deficit>& DeficitsFor(const Cluster& cluster, const Request& r);
+
+  std::vector<Held> held_;
+  std::vector<int> holder_of_;  // per node: index into held_, or -1
+  uint64_t generation_ = 0;
+  uint64_t cluster_id_ = 0;
+  std::unordered_map<ShapeKey, std::vector<Deficit>, ShapeHash> deficits_;
+};
+
+}  // namespace tessera::placement

@@ -1,0 +1,174 @@
+// Tests of the reservations for waiting multi-GPU pods: who holds one, which node (the closest to
+// fitting, oldest pod first, one node each), who may still use a held node, that a placement on
+// a node no one holds leaves the plan as it was, and FitsWhenEmpty's rules.
+#include "placement/reservation.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace tessera::placement {
+namespace {
+
+Request Gpus(int count, int milli = kMilliPerGpu, int64_t cpu = 1000) {
+  Request r;
+  r.cpu_milli = cpu;
+  r.memory_mib = 1024;
+  r.gpu_count = count;
+  r.gpu_milli = milli;
+  return r;
+}
+
+Request CpuOnly(int64_t cpu) {
+  Request r;
+  r.cpu_milli = cpu;
+  r.memory_mib = 1024;
+  return r;
+}
+
+// Four 8-GPU nodes with 64 cores and a 2-GPU node.
+Cluster Nodes() {
+  ModelTable models;
+  const int g2 = *models.Intern("G2");
+  std::vector<NodeSpec> specs;
+  for (int i = 0; i < 4; ++i) {
+    specs.push_back({"n" + std::to_string(i), 64000, 1 << 20, 8, g2, NodeMode::kMemoryAndCompute});
+  }
+  specs.push_back({"small", 64000, 1 << 20, 2, g2, NodeMode::kMemoryAndCompute});
+  return *Cluster::Create(models, specs);
+}
+
+// Puts whole GPUs (one pod each) on `node`.
+void Fill(Cluster& c, int node, int gpus) {
+  int placed = 0;
+  for (int g = 0; g < c.spec(node).gpu_count && placed < gpus; ++g) {
+    if (!c.GpuFits(node, g, Gpus(1))) continue;
+    ASSERT_TRUE(c.Place(Gpus(1), Assignment{node, uint32_t{1} << g}).ok());
+    ++placed;
+  }
+}
+
+TEST(ReservationsTest, OnlyPodsAskingSeveralGpusHoldOne) {
+  EXPECT_TRUE(Reservations::Holds(Gpus(2)));
+  EXPECT_TRUE(Reservations::Holds(Gpus(8)));
+  EXPECT_FALSE(Reservations::Holds(Gpus(1)));
+  EXPECT_FALSE(Reservations::Holds(Gpus(1, 500)));
+  EXPECT_FALSE(Reservations::Holds(CpuOnly(1000)));
+}
+
+TEST(ReservationsTest, EachHolderOldestFirstGetsTheNodeClosestToFittingIt) {
+  Cluster c = Nodes();
+  Fill(c, 0, 6);  // 2 free GPUs
+  Fill(c, 1, 3);  // 5 free
+  Fill(c, 2, 5);  // 3 free
+  Fill(c, 3, 8);  // none
+  Reservations r;
+  // The oldest 8-GPU pod gets node 1 (3 GPUs missing), the next node 2 (5), the third node 0
+  // (6); a fourth gets node 3; a fifth nothing (the 2-GPU node never fits it).
+  const std::vector<WaitingPod> waiting = {{10, Gpus(8)}, {11, Gpus(1)}, {12, Gpus(8)},
+                                           {13, Gpus(8)}, {14, Gpus(8)}, {15, Gpus(8)}};
+  EXPECT_TRUE(r.Plan(c, waiting));
+  ASSERT_EQ(r.held().size(), 4u);
+  EXPECT_EQ(r.held()[0].key, 10u);
+  EXPECT_EQ(r.held()[0].node, 1);
+  EXPECT_EQ(r.held()[1].key, 12u);
+  EXPECT_EQ(r.held()[1].node, 2);
+  EXPECT_EQ(r.held()[2].node, 0);
+  EXPECT_EQ(r.held()[3].node, 3);
+  EXPECT_EQ(r.On(4), nullptr);
+  // The same plan again changes nothing.
+  const uint64_t generation = r.generation();
+  EXPECT_FALSE(r.Plan(c, waiting));
+  EXPECT_EQ(r.generation(), generation);
+  // A 2-GPU pod alone takes the node where 2 GPUs are free already.
+  EXPECT_TRUE(r.Plan(c, std::vector<WaitingPod>{{20, Gpus(2)}}));
+  EXPECT_EQ(r.held()[0].node, 0);
+  EXPECT_GT(r.generation(), generation);
+}
+
+TEST(ReservationsTest, ShortCpuCountsOnlyAfterTheGpusAndAsAPartOfTheNode) {
+  Cluster c = Nodes();
+  Fill(c, 0, 4);
+  Fill(c, 1, 4);
+  Fill(c, 2, 8);
+  Fill(c, 3, 8);
+  // Node 0 has its GPUs' half free but no CPU to spare; node 1 the same GPUs and CPU.
+  ASSERT_TRUE(c.Place(CpuOnly(60000), Assignment{0, 0}).ok());
+  Reservations r;
+  r.Plan(c, std::vector<WaitingPod>{{1, Gpus(8, kMilliPerGpu, 32000)}});
+  ASSERT_EQ(r.held().size(), 1u);
+  EXPECT_EQ(r.held()[0].node, 1);
+}
+
+TEST(ReservationsTest, AHeldNodeTakesNoOtherGpuPodAndCpuOnlyPodsBesideTheHoldersNeeds) {
+  Cluster c = Nodes();
+  for (int n = 0; n < 4; ++n) Fill(c, n, 8 - n);  // node 3 is closest: 3 GPUs free
+  Reservations r;
+  r.Plan(c, std::vector<WaitingPod>{{7, Gpus(8, kMilliPerGpu, 40000)}});
+  ASSERT_EQ(r.held()[0].node, 3);
+  EXPECT_TRUE(r.Allows(c, 3, 7, Gpus(8, kMilliPerGpu, 40000)));  // the holder itself
+  EXPECT_FALSE(r.Allows(c, 3, 8, Gpus(1)));                      // any other GPU pod
+  EXPECT_FALSE(r.Allows(c, 3, 8, Gpus(1, 100)));
+  // Node 3 has 59 cores free: 19 leave the holder's 40.
+  EXPECT_TRUE(r.Allows(c, 3, 8, CpuOnly(19000)));
+  EXPECT_FALSE(r.Allows(c, 3, 8, CpuOnly(19001)));
+  EXPECT_TRUE(r.Allows(c, 2, 8, Gpus(1)));  // nodes no one holds: anyone
+  std::vector<int> out;
+  r.AllowedNodes(c, 8, Gpus(1), &out);
+  EXPECT_EQ(out, (std::vector<int>{0, 1, 2, 4}));
+  const std::vector<int> candidates = {4, 3, 1};
+  r.Allowed(c, 8, Gpus(1), candidates, &out);
+  EXPECT_EQ(out, (std::vector<int>{4, 1}));
+}
+
+TEST(ReservationsTest, PlacingOnANodeNoOneHoldsLeavesThePlanAsItWas) {
+  // The rule the replay relies on to plan again only after departures and changes of the
+  // waiting pods: checked over random placements on the nodes no one holds.
+  Cluster c = Nodes();
+  Fill(c, 0, 5);
+  Fill(c, 1, 6);
+  Fill(c, 2, 2);
+  const std::vector<WaitingPod> waiting = {{1, Gpus(8)}, {2, Gpus(4)}, {3, Gpus(2)}};
+  Reservations r;
+  r.Plan(c, waiting);
+  std::vector<std::pair<uint64_t, int>> before;
+  for (const auto& h : r.held()) before.emplace_back(h.key, h.node);
+  uint64_t state = 12345;
+  for (int step = 0; step < 200; ++step) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int node = static_cast<int>((state >> 33) % static_cast<uint64_t>(c.node_count()));
+    if (r.On(node) != nullptr) continue;
+    const Request one = Gpus(1, 100 * static_cast<int>(1 + (state >> 40) % 10));
+    const uint32_t fits = c.FittingGpus(node, one);
+    if (fits == 0 || c.Fits(node, one) != FitResult::kFits) continue;
+    ASSERT_TRUE(c.Place(one, Assignment{node, fits & (0 - fits)}).ok());
+    Reservations again;
+    again.Plan(c, waiting);
+    std::vector<std::pair<uint64_t, int>> after;
+    for (const auto& h : again.held()) after.emplace_back(h.key, h.node);
+    ASSERT_EQ(after, before) << "after a placement on node " << node;
+  }
+}
+
+TEST(ReservationsTest, FitsWhenEmptyChecksShapeModelAndMode) {
+  ModelTable models;
+  const int g2 = *models.Intern("G2");
+  const int t4 = *models.Intern("T4");
+  const Cluster c =
+      *Cluster::Create(models, {{"a", 64000, 1 << 20, 8, g2, NodeMode::kMemoryAndCompute},
+                                {"b", 16000, 1 << 20, 8, g2, NodeMode::kMemoryOnly},
+                                {"c", 64000, 1 << 20, 2, t4, NodeMode::kWholeGpus}});
+  EXPECT_TRUE(Reservations::FitsWhenEmpty(c, 0, Gpus(8)));
+  EXPECT_FALSE(Reservations::FitsWhenEmpty(c, 2, Gpus(8)));                       // 2 GPUs
+  EXPECT_FALSE(Reservations::FitsWhenEmpty(c, 1, Gpus(8, kMilliPerGpu, 32000)));  // 16 cores
+  EXPECT_TRUE(Reservations::FitsWhenEmpty(c, 2, Gpus(2)));                        // whole: any mode
+  EXPECT_FALSE(Reservations::FitsWhenEmpty(c, 1, Gpus(2, 500)));  // a compute share: not there
+  EXPECT_FALSE(Reservations::FitsWhenEmpty(c, 2, Gpus(2, 500)));
+  Request only_t4 = Gpus(2);
+  only_t4.allowed = ModelSet::Of(t4);
+  EXPECT_FALSE(Reservations::FitsWhenEmpty(c, 0, only_t4));
+  EXPECT_TRUE(Reservations::FitsWhenEmpty(c, 2, only_t4));
+}
+
+}  // namespace
+}  // namespace tessera::placement
