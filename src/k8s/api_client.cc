@@ -355,8 +355,10 @@ ApiResult<Json> ApiClient::Send(const std::string& method, const std::string& pa
       r = c->http->Patch(path.c_str(), text, content_type.c_str());
     } else if (method == "PUT") {
       r = c->http->Put(path.c_str(), text, content_type.c_str());
-    } else {
+    } else if (text.empty()) {
       r = c->http->Delete(path.c_str());
+    } else {
+      r = c->http->Delete(path.c_str(), text, content_type.c_str());
     }
     if (r || !reused) break;
     c.reset();
@@ -458,6 +460,20 @@ ApiResult<Json> ApiClient::Create(const std::string& collection_path, const Json
 
 ApiResult<Json> ApiClient::Delete(const std::string& path) {
   return Send("DELETE", path, nullptr, "");
+}
+
+ApiResult<Json> ApiClient::Delete(const std::string& path, const std::string& uid,
+                                  const std::string& resource_version) {
+  Json preconditions = Json::object();
+  if (!uid.empty()) preconditions["uid"] = uid;
+  if (!resource_version.empty()) preconditions["resourceVersion"] = resource_version;
+  const Json options = {
+      {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"preconditions", preconditions}};
+  return Send("DELETE", path, &options, "application/json");
+}
+
+ApiResult<Json> ApiClient::Update(const std::string& path, const Json& object) {
+  return Send("PUT", path, &object, "application/json");
 }
 
 Status ApiClient::Watch(const std::string& collection_path, const ListOptions& o,

@@ -144,6 +144,13 @@ class ApiClient {
   // POST of a new object to a collection path (tests and tools create Pods and Nodes this way).
   ApiResult<Json> Create(const std::string& collection_path, const Json& object);
   ApiResult<Json> Delete(const std::string& path);
+  // DELETE with DeleteOptions preconditions: only the object with this UID and (when not empty)
+  // resourceVersion goes; kConflict when it changed meanwhile.
+  ApiResult<Json> Delete(const std::string& path, const std::string& uid,
+                         const std::string& resource_version);
+  // PUT of a whole object (its metadata.resourceVersion is the precondition: kConflict when the
+  // object changed meanwhile).
+  ApiResult<Json> Update(const std::string& path, const Json& object);
 
   // Watches `collection_path` ("/api/v1/pods", "/api/v1/nodes") from options.resource_version
   // with bookmarks, calling `on_event` for each event until it returns false, the server ends the

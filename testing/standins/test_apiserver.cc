@@ -9,6 +9,7 @@
 #include <chrono>
 #include <ctime>
 #include <random>
+#include <set>
 
 namespace tessera::k8s {
 namespace {
@@ -179,6 +180,11 @@ bool Matches(const Json& obj, const std::vector<Requirement>& fields,
 std::string ListKind(const std::string& kind) { return kind + "List"; }
 
 std::string Plural(const std::string& kind) {
+  if (IsResourceKind(kind)) {
+    std::string lower;
+    for (char c : kind) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return lower + (lower.back() == 's' ? "es" : "s");
+  }
   return kind == "Node" ? "nodes" : kind == "Pod" ? "pods" : "events";
 }
 
@@ -191,8 +197,13 @@ uint64_t ParseRv(const std::string& text) {
 
 }  // namespace
 
+std::string RandomUid() { return NewUid(); }
+
 TestApiServer::TestApiServer() {
-  for (const char* kind : {"Node", "Pod", "Event"}) changed_[kind];
+  for (const char* kind : {"Node", "Pod", "Event", "ResourceSlice", "DeviceClass", "ResourceClaim",
+                           "ResourceClaimTemplate"}) {
+    changed_[kind];
+  }
 }
 
 TestApiServer::~TestApiServer() { Stop(); }
@@ -231,6 +242,7 @@ void TestApiServer::Stop() {
 }
 
 std::map<std::string, Json>* TestApiServer::Objects(const std::string& kind) {
+  if (IsResourceKind(kind)) return &resources_[kind];
   if (kind == "Node") return &nodes_;
   if (kind == "Pod") return &pods_;
   return &events_;
@@ -264,6 +276,9 @@ void TestApiServer::Modify(const std::string& kind, const std::string& key, Json
   Json previous = std::move(stored);
   ++rv_;
   object["metadata"]["resourceVersion"] = std::to_string(rv_);
+  if (IsResourceKind(kind) && object.value("spec", Json()) != previous.value("spec", Json())) {
+    object["metadata"]["generation"] = previous["metadata"].value("generation", int64_t{1}) + 1;
+  }
   stored = object;
   Record(kind, "MODIFIED", std::move(object), std::move(previous));
 }
@@ -455,6 +470,7 @@ void TestApiServer::Route() {
            "the stand-in API server has no route for " + req.method + " " + req.path);
     }
   });
+  RouteResource();
 }
 
 void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,
@@ -464,6 +480,17 @@ void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,
   if (!fields.ok() || !labels.ok()) {
     return Fail(res, 400, "BadRequest", fields.ok() ? labels.error() : fields.error());
   }
+  if (c.kind == "ResourceSlice") {
+    // Upstream's field selectors for ResourceSlices; any other field is refused.
+    for (const Requirement& r : *fields) {
+      static const std::set<std::string> kFields = {"spec.nodeName", "spec.driver", "spec.pool.name",
+                                                    "metadata.name"};
+      if (kFields.count(r.key) == 0) {
+        return Fail(res, 400, "BadRequest",
+                    "field label not supported: " + r.key);
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Json items = Json::array();
   for (const auto& [key, obj] : *Objects(c.kind)) {
@@ -472,7 +499,7 @@ void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,
   }
   Reply(res, 200,
         {{"kind", ListKind(c.kind)},
-         {"apiVersion", "v1"},
+         {"apiVersion", ApiVersionOf(c.kind)},
          {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
          {"items", items}});
 }
@@ -561,7 +588,7 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
       if (stopping_ || now >= st->deadline) done = true;
       if (lines.empty() && !done && st->bookmarks && now - st->quiet_since > 1s) {
         lines.push_back(line("BOOKMARK", {{"kind", st->c.kind},
-                                          {"apiVersion", "v1"},
+                                          {"apiVersion", ApiVersionOf(st->c.kind)},
                                           {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}));
       }
       if (!lines.empty()) st->quiet_since = now;
@@ -598,8 +625,17 @@ void TestApiServer::HandleCreate(const Collection& c, const httplib::Request& re
     name = prefix + NewUid().substr(0, 5);
     meta["name"] = name;
   }
-  obj["apiVersion"] = "v1";
+  obj["apiVersion"] = ApiVersionOf(c.kind);
   obj["kind"] = c.kind;
+  if (IsResourceKind(c.kind)) {
+    meta["generation"] = 1;
+    if (c.kind == "ResourceClaim") obj.erase("status");  // status is the scheduler's to write
+    if (c.kind == "ResourceSlice") {
+      if (Status s = ValidateResourceSlice(obj); !s.ok()) {
+        return Fail(res, 422, "Invalid", "ResourceSlice.resource.k8s.io \"" + name + "\" is invalid: " + s.message());
+      }
+    }
+  }
   if (c.kind == "Pod" && (!obj.contains("status") || !obj["status"].contains("phase"))) {
     obj["status"]["phase"] = "Pending";
   }
@@ -681,6 +717,11 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
     // Identity is not the client's to change.
     for (const char* k : {"name", "namespace", "uid", "creationTimestamp"}) {
       if (current["metadata"].contains(k)) result["metadata"][k] = current["metadata"][k];
+    }
+  }
+  if (IsResourceKind(kind)) {
+    if (Status s = ValidateResourceChange(kind, result, current); !s.ok()) {
+      return Fail(res, 422, "Invalid", s.message());
     }
   }
   Modify(kind, key, std::move(result));

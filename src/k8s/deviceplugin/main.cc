@@ -35,22 +35,6 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-// Copies `from` to `to` through a temporary file renamed over it: a process that has the old one
-// mapped keeps it intact.
-Status CopyFile(const std::string& from, const std::string& to) {
-  std::ifstream in(from, std::ios::binary);
-  if (!in) return Status::Error(from + ": cannot be read");
-  const std::string tmp = to + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << in.rdbuf();
-    if (!out) return Status::Error(tmp + ": cannot be written");
-  }
-  chmod(tmp.c_str(), 0755);
-  if (rename(tmp.c_str(), to.c_str()) != 0) return Status::Error(to + ": " + std::strerror(errno));
-  return Status::Ok();
-}
-
 std::string Env(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : fallback;
@@ -131,34 +115,16 @@ int main(int argc, char** argv) {
   a.node = node;
   a.checkpoint_path = state_dir + "/checkpoint.json";
   a.container_socket_dir = container_sockets;
-  a.shim_dir = state_dir + "/lib";
-  a.preload_file = state_dir + "/ld.so.preload";
   a.cdi = cdi;
   a.cdi_dir = cdi_dir;
-  mkdir(state_dir.c_str(), 0755);
-  mkdir(a.shim_dir.c_str(), 0755);
-  for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
-    if (Status s = CopyFile(shim_dir + "/" + lib, a.shim_dir + "/" + lib); !s.ok()) {
-      return Fail("--shim-dir=\"" + shim_dir + "\": " + s.message() +
-                  "; expected the folder of Tessera's shims (build/lib/tessera)");
-    }
-  }
-  {
-    std::ofstream preload(a.preload_file + ".tmp", std::ios::trunc);
-    preload << kContainerShimDir << "/libcuda.so.1\n" << kContainerShimDir << "/libnvidia-ml.so.1\n";
-  }
-  rename((a.preload_file + ".tmp").c_str(), a.preload_file.c_str());
-  if (sim) {
-    const std::string sim_dir = state_dir + "/sim";
-    mkdir(sim_dir.c_str(), 0755);
-    a.sim_library = sim_dir + "/libtessera-simgpu.so";
-    if (Status s = CopyFile(process::ExecutableDir() + "/../lib/libtessera-simgpu.so", a.sim_library); !s.ok()) {
-      return Fail("--sim: " + s.message());
-    }
-    for (const char* var : {"TESSERA_SIM_STATE", "TESSERA_SIM_GPUS"}) {
-      if (const char* v = std::getenv(var)) a.sim_env.emplace_back(var, v);
-    }
-  }
+  auto mounts = PrepareNodeMounts(
+      state_dir, shim_dir, container_sockets,
+      sim ? process::ExecutableDir() + "/../lib/libtessera-simgpu.so" : std::string());
+  if (!mounts.ok()) return Fail(mounts.error());
+  a.shim_dir = mounts->shim_dir;
+  a.preload_file = mounts->preload_file;
+  a.sim_library = mounts->sim_library;
+  a.sim_env = mounts->sim_env;
 
   auto config = kubeconfig.empty() ? InClusterConfig() : KubeconfigConfig(kubeconfig, context);
   if (!config.ok()) return Fail(config.error());

@@ -9,7 +9,7 @@
 
 #include "core/bytes.h"
 #include "core/text.h"
-#include "k8s/extender/quantity.h"
+#include "k8s/quantity.h"
 #include "mig/profiles.h"
 #include "placement/mig.h"
 

@@ -1,0 +1,86 @@
+// What a container isolated by tesserad needs from its node, whichever door set it up (the device
+// plugin's Allocate or the DRA plugin's NodePrepareResources): the environment the shim reads, the
+// shims, /etc/ld.so.preload and its own socket folder mounted, and on an mps node the MPS client
+// side. One function builds it for both doors, so they cannot drift apart; a hook the runtime must
+// run for every such container belongs in IsolatedContainerEdits too. Also the tesserad container
+// ids both doors make and the atomic file write their checkpoints use. No I/O but that write.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/bytes.h"
+#include "core/percent.h"
+#include "core/result.h"
+#include "k8s/deviceplugin/cdi.h"
+#include "k8s/deviceplugin/tesserad_client.h"
+
+namespace tessera::k8s {
+
+// Paths inside a container (fixed; documented in docs/kubernetes.md).
+inline constexpr char kContainerShimDir[] = "/usr/local/tessera/lib";
+inline constexpr char kContainerSimDir[] = "/usr/local/tessera/sim";
+inline constexpr char kContainerSocketDir[] = "/run/tessera";
+inline constexpr char kContainerPreload[] = "/etc/ld.so.preload";
+// mps nodes: where a container sees its GPU's MPS pipe folder, and the shared memory MPS uses.
+inline constexpr char kContainerMpsPipeDir[] = "/run/tessera-mps";
+inline constexpr char kContainerShm[] = "/dev/shm";
+
+// The node's side of those mounts (host paths) and, on a simulated node (tests), simgpu.
+struct NodeMounts {
+  std::string container_socket_dir;  // tesserad's --container-sockets
+  std::string shim_dir;              // holds libcuda.so.1 and libnvidia-ml.so.1
+  std::string preload_file;          // lists the shims; mounted as /etc/ld.so.preload
+  // A simulated node: simgpu's library on the host and the environment that names the node's
+  // simulated GPUs, handed to every container; "" on a real node.
+  std::string sim_library;
+  std::vector<std::pair<std::string, std::string>> sim_env;
+};
+
+// A container as tesserad knows it.
+struct IsolatedContainer {
+  std::string id;                  // tesserad's container id
+  std::vector<std::string> uuids;  // its GPUs (MIG- UUIDs for MIG devices)
+  std::vector<Bytes> limits;       // its memory cap on each of them
+  std::optional<Percent> core;     // its GPU-time cap; nullopt: none
+  uint32_t weight = 1;
+  bool high_priority = false;
+  std::string mps_root;  // tesserad's MPS folder on an mps node; "" elsewhere
+};
+
+// Fills the node's state folder with what pods mount, and says where it is: the shims copied from
+// `shim_source` into <state_dir>/lib (each through a file renamed over the old, so a process that
+// maps the old one keeps it whole), the preload list <state_dir>/ld.so.preload and, when
+// `sim_library_source` is not empty (a simulated node), simgpu under <state_dir>/sim with the
+// node's TESSERA_SIM_STATE and TESSERA_SIM_GPUS. Errors name the file.
+Result<NodeMounts> PrepareNodeMounts(const std::string& state_dir, const std::string& shim_source,
+                                     const std::string& container_sockets,
+                                     const std::string& sim_library_source);
+
+// The environment and mounts of `container`; `registered` false (share and exclusive nodes) gives
+// only the simulated node's environment.
+CdiEdits IsolatedContainerEdits(const NodeMounts& node, const IsolatedContainer& container,
+                                bool registered = true);
+
+// On an mps node: the MPS folder tesserad named in its answer to registering a container on GPU
+// `gpu_uuid`, once that GPU's pipe folder is seen here too (the plugin must see the host's folder
+// at the same path); the error says which of the two is missing.
+Result<std::string> MpsRootOf(const RegisterReply& reply, const std::string& gpu_uuid,
+                              const std::string& node, const std::string& tesserad_socket);
+
+// A tesserad container id of at most 63 characters of [A-Za-z0-9_.-]: `prefix` (with its dot),
+// `first`.`second` made safe and cut to fit, then "-" and 6 hex digits of a hash of `unique` (two
+// ids differ when `unique` does, whatever the cut).
+std::string MakeContainerId(std::string_view prefix, std::string_view first,
+                            std::string_view second, std::string_view unique);
+
+// Writes `text` to `path` through a temporary file in the same folder, synced and renamed over
+// it, so a reader sees the old or the new file whole. Errors name the file.
+Status WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode = 0600);
+
+}  // namespace tessera::k8s
