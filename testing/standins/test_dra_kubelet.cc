@@ -636,13 +636,13 @@ Result<std::vector<std::string>> TestDraKubelet::CdiDevices(const Json& pod,
   using Out = Result<std::vector<std::string>>;
   const std::string ns = pod["metadata"].value("namespace", "default");
   const Json spec = pod.value("spec", Json::object());
-  const Json* c = nullptr;
+  std::optional<Json> c;
   for (const char* list : {"initContainers", "containers"}) {
     for (const Json& x : spec.value(list, Json::array())) {
-      if (x.value("name", "") == container) c = &x;
+      if (x.value("name", "") == container) c = x;
     }
   }
-  if (c == nullptr) return Out::Error("pod has no container " + container);
+  if (!c) return Out::Error("pod has no container " + container);
   std::vector<std::string> out;
   for (const Json& ref : c->value("resources", Json::object()).value("claims", Json::array())) {
     for (const Json& pc : spec.value("resourceClaims", Json::array())) {

@@ -258,10 +258,10 @@ Status DraPluginServer::Start() {
                             if (e.type != "DELETED" && e.type != "BOOKMARK") ApplyNode(e.object);
                           }});
   node_watch_->Start();
-  Reconcile();  // the GPUs and the pool before kubelet can call
-  publisher_->Start();
+  Reconcile();  // the GPUs before kubelet can call
   services_ = std::make_unique<Services>(this);
   if (Status s = Serve(); !s.ok()) return s;
+  publisher_->Start();  // the pool once the plugin can prepare what is allocated from it
   loop_ = std::thread([this] { Loop(); });
   return Status::Ok();
 }
