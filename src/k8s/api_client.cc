@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <sstream>
 
 namespace tessera::k8s {
@@ -96,6 +98,19 @@ Json AnnotationPatch(const ApiClient::AnnotationChanges& changes, const std::str
 }
 
 }  // namespace
+
+std::string NewUuid() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  const uint64_t a = rng(), b = rng();
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%08x-%04x-4%03x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
+                static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
+                static_cast<unsigned long long>(b & 0xffffffffffffull));
+  return buf;
+}
 
 std::string Rfc3339Now() {
   std::time_t t = std::time(nullptr);

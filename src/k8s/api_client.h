@@ -190,6 +190,8 @@ std::string WithQuery(const std::string& path, const std::vector<std::pair<std::
 std::string UrlEncode(const std::string& value);
 // The current time as the API server writes timestamps ("2026-11-25T12:00:00Z").
 std::string Rfc3339Now();
+// A random UUID (version 4), as the API server makes UIDs and kube-scheduler share IDs.
+std::string NewUuid();
 
 // List-then-watch of one collection into callbacks, relisting when the watch falls too far behind
 // (410 Gone) and re-watching after errors (with a 1 s pause). on_replace gets every item of a

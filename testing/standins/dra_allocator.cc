@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "testing/standins/test_apiserver.h"
+#include "k8s/dra/allocation.h"
 
 namespace tessera::k8s {
 
@@ -365,7 +365,7 @@ struct DraAllocator::Search {
         return std::nullopt;
       }
       chosen.consumed = dra::ConsumedCapacity(r.capacity, d.capacities);
-      chosen.share_id = RandomUid();
+      chosen.share_id = dra::NewShareId();
       for (const auto& [name, amount] : chosen.consumed) allocating_capacity[d.id][name].milli += amount.milli;
     }
     for (const auto& [set, cs] : d.counters) {
@@ -541,78 +541,19 @@ Result<std::optional<std::vector<Json>>> DraAllocator::Allocate(const NodeInfo& 
 
   std::vector<Json> out;
   for (size_t c = 0; c < claims.size(); ++c) {
-    Json results = Json::array();
-    for (const Search::Chosen& ch : s.results[c]) {
-      Json r = {{"request", ch.request}, {"driver", ch.device->id.driver}, {"pool", ch.device->id.pool},
-                {"device", ch.device->id.device}};
-      if (ch.share_id) {
-        r["shareID"] = *ch.share_id;
-        Json consumed = Json::object();
-        for (const auto& [name, amount] : ch.consumed) consumed[name] = amount.text;
-        if (!consumed.empty()) r["consumedCapacity"] = consumed;
-      }
-      results.push_back(std::move(r));
-    }
-    // The configuration: each class's once (FromClass), then the claim's (FromClaim).
-    Json config = Json::array();
-    std::map<std::string, std::vector<size_t>> class_configs;
-    std::vector<std::string> names;
+    std::vector<dra::AllocatedRequest> requests;
     for (const Search::Alternatives& alts : s.requests[c]) {
       const Search::Request& r = alts.options[alts.chosen];
-      names.push_back(r.name);
-      const std::string klass = (*r.klass)["metadata"].value("name", "");
-      auto known = class_configs.find(klass);
-      if (known != class_configs.end()) {
-        for (size_t i : known->second) config[i]["requests"].push_back(r.name);
-        continue;
-      }
-      auto& indices = class_configs[klass];
-      for (const Json& cc : (*r.klass)["spec"].value("config", Json::array())) {
-        Json entry = cc;
-        entry["source"] = "FromClass";
-        entry["requests"] = Json::array({r.name});
-        indices.push_back(config.size());
-        config.push_back(std::move(entry));
-      }
+      requests.push_back({r.name, r.klass});
     }
-    const Json claim_config = claims[c]["spec"]["devices"].value("config", Json::array());
-    for (const Json& cc : claim_config) {
-      const Json requests = cc.value("requests", Json::array());
-      bool applies = requests.empty();
-      for (const Json& r : requests) {
-        for (const std::string& n : names) {
-          applies = applies || r == n || r == n.substr(0, n.find('/'));
-        }
-      }
-      if (!applies) continue;
-      Json entry = cc;
-      entry["source"] = "FromClaim";
-      if (requests.empty()) entry.erase("requests");
-      config.push_back(std::move(entry));
-    }
-    for (Json& entry : config) {
-      if (!entry.contains("requests")) continue;
-      bool all = true;
-      for (const std::string& n : names) {
-        bool has = false;
-        for (const Json& r : entry["requests"]) has = has || r == n || r == n.substr(0, n.find('/'));
-        all = all && has;
-      }
-      if (all) entry.erase("requests");
-    }
-    Json devices = {{"results", results}};
-    if (!config.empty()) devices["config"] = config;
-    Json allocation = {{"devices", devices}};
+    std::vector<dra::ChosenDevice> chosen;
     bool local = false;
-    for (const Search::Chosen& ch : s.results[c]) local = local || !ch.device->pool->node.empty();
-    if (local) {
-      allocation["nodeSelector"] = {
-          {"nodeSelectorTerms",
-           Json::array({{{"matchFields", Json::array({{{"key", "metadata.name"},
-                                                        {"operator", "In"},
-                                                        {"values", Json::array({node.name})}}})}}})}};
+    for (const Search::Chosen& ch : s.results[c]) {
+      chosen.push_back({ch.request, ch.device->id.driver, ch.device->id.pool, ch.device->id.device,
+                        ch.share_id, ch.consumed});
+      local = local || !ch.device->pool->node.empty();
     }
-    out.push_back(std::move(allocation));
+    out.push_back(dra::AllocationJson(claims[c], requests, chosen, local ? node.name : ""));
   }
   return std::optional<std::vector<Json>>(std::move(out));
 }

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
-#include <random>
 #include <set>
 
 namespace tessera::k8s {
@@ -16,18 +15,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string NewUid() {
-  static std::mutex mu;
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::lock_guard<std::mutex> lock(mu);
-  const uint64_t a = rng(), b = rng();
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%08x-%04x-4%03x-%04x-%012llx", static_cast<unsigned>(a >> 32),
-                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
-                static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
-                static_cast<unsigned long long>(b & 0xffffffffffffull));
-  return buf;
-}
+std::string NewUid() { return NewUuid(); }
 
 Json StatusBody(int code, const std::string& reason, const std::string& message) {
   return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", Json::object()},
@@ -196,8 +184,6 @@ uint64_t ParseRv(const std::string& text) {
 }
 
 }  // namespace
-
-std::string RandomUid() { return NewUid(); }
 
 TestApiServer::TestApiServer() {
   for (const char* kind : {"Node", "Pod", "Event", "ResourceSlice", "DeviceClass", "ResourceClaim",

@@ -162,9 +162,6 @@ class TestApiServer {
   int conflicts_ = 0;
 };
 
-// A random UID as the API server makes them (8-4-4-4-12 hex digits, version 4).
-std::string RandomUid();
-
 // Whether `kind` is one of the resource.k8s.io/v1 kinds served, and its apiVersion.
 bool IsResourceKind(const std::string& kind);
 std::string ApiVersionOf(const std::string& kind);

@@ -1,7 +1,7 @@
 // resource.k8s.io/v1 and Pod JSON builders for the DRA tests (see the header).
 #include "testing/support/dra_objects.h"
 
-#include "testing/standins/test_apiserver.h"
+#include "k8s/api_client.h"
 
 namespace tessera::k8s::testing {
 
@@ -90,6 +90,6 @@ Json PodWithClaims(const std::string& ns, const std::string& name,
           {"spec", {{"containers", list}, {"resourceClaims", entries}}}};
 }
 
-std::string NewShareId() { return RandomUid(); }
+std::string NewShareId() { return NewUuid(); }
 
 }  // namespace tessera::k8s::testing
