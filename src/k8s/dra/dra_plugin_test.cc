@@ -24,6 +24,7 @@
 #include "testing/standins/test_apiserver.h"
 #include "testing/standins/test_dra_kubelet.h"
 #include "testing/support/dra_objects.h"
+#include "testing/support/dra_node.h"
 #include "testing/support/test_support.h"
 
 namespace tessera::k8s::dra {
@@ -34,77 +35,36 @@ using ::testing::HasSubstr;
 using k8s::testing::AllocatedStatus;
 using k8s::testing::ClaimJson;
 using k8s::testing::DraContainer;
+using k8s::testing::DraNode;
 using k8s::testing::DraRequest;
 using k8s::testing::DraResult;
 using k8s::testing::kGiB;
 using k8s::testing::PodWithClaims;
 using k8s::testing::SimNode;
+using k8s::testing::TestProgram;
 using k8s::testing::WaitUntil;
-using process::BuildDir;
 using process::ChildProcess;
 
 constexpr char kNode[] = "gpu-node-1";
 
 class DraPluginTest : public ::testing::Test {
  protected:
-  DraPluginTest() : node_("SimA:16GiB:80,SimA:16GiB:80", {"--policy", "3"}) {}
-
   void SetUp() override {
-    ASSERT_TRUE(node_.Start());
     ASSERT_TRUE(api_.Start().ok());
-    ClientConfig c;
-    c.server = api_.url();
-    client_ = std::make_unique<ApiClient>(c);
-    api_.CreateNode({{"metadata", {{"name", kNode}, {"labels", labels_}}}});
-    kubeconfig_ = node_.Scratch("kube") + "/config";
-    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                                  "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
-                                  "clusters: [{name: c, cluster: {server: \""
-                               << api_.url() << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
-    registry_ = node_.Scratch("plugins_registry");
-    plugins_ = node_.Scratch("plugins");
-    state_ = node_.Scratch("state");
-    cdi_ = node_.Scratch("cdi");
-    TestDraKubelet::Options o;
-    o.registry_dir = registry_;
-    o.node = kNode;
-    o.api = client_.get();
-    o.wiping_delay = 2s;
-    kubelet_ = std::make_unique<TestDraKubelet>(o);
-    ASSERT_TRUE(kubelet_->Start().ok());
+    api_.CreateNode({{"metadata", {{"name", kNode}, {"labels", Json::object()}}}});
+    node_ = std::make_unique<DraNode>(kNode, "SimA:16GiB:80,SimA:16GiB:80", api_.url(), 2s);
+    ASSERT_TRUE(node_->Start());
   }
   void TearDown() override {
-    containers_.clear();
-    StopPlugin(SIGTERM);
-    kubelet_.reset();
-    client_->Stop();
+    node_.reset();
     api_.Stop();
   }
 
-  void StartPlugin() {
-    plugin_ = std::make_unique<ChildProcess>(
-        std::vector<std::string>{BuildDir() + "/bin/tessera-dra-plugin", "--node-name", kNode,
-                                 "--kubeconfig", kubeconfig_, "--plugins-dir", plugins_,
-                                 "--registry-dir", registry_, "--tesserad-socket", node_.socket(),
-                                 "--container-sockets", node_.container_sockets(), "--state-dir",
-                                 state_, "--cdi-dir", cdi_, "--sim", "--reconcile-interval", "200ms",
-                                 "--unhealthy-after", "1s"},
-        node_.SimEnv());
-    ASSERT_TRUE(plugin_->started());
-  }
-  void StopPlugin(int signal) {
-    if (!plugin_) return;
-    plugin_->Kill(signal);
-    const std::optional<int> status = plugin_->Wait(20s);
-    if (signal == SIGTERM) {
-      EXPECT_EQ(status, 0) << "tessera-dra-plugin did not stop cleanly";
-    }
-    plugin_.reset();
-  }
-  void WaitRegistered(int registrations = 1) {
-    ASSERT_TRUE(kubelet_->WaitForPlugin(kDriverName, 30s, registrations))
-        << "refusals: " << ::testing::PrintToString(kubelet_->Refusals());
-  }
+  void StartPlugin() { node_->StartPlugin(); }
+  void StopPlugin(int signal) { node_->StopPlugin(signal); }
+  void WaitRegistered(int registrations = 1) { ASSERT_TRUE(node_->WaitRegistered(registrations)); }
+  TestDraKubelet* kubelet() { return &node_->kubelet(); }
+  SimNode& sim() { return node_->sim(); }
   std::vector<Json> Slices() {
     std::vector<Json> out;
     for (const Json& s : api_.ListResources("ResourceSlice")) {
@@ -131,7 +91,7 @@ class DraPluginTest : public ::testing::Test {
     EXPECT_TRUE(api_.SetClaimStatus("team", name,
                                     AllocatedStatus(kNode, {{"gpu", "", device, consumed}}, config,
                                                     name, pod["metadata"]["uid"])));
-    EXPECT_TRUE(client_->BindPod("team", name, pod["metadata"]["uid"], kNode).ok());
+    EXPECT_TRUE(node_->client().BindPod("team", name, pod["metadata"]["uid"], kNode).ok());
     return *api_.GetPod("team", name);
   }
   std::string ClaimUid(const std::string& name) {
@@ -140,59 +100,39 @@ class DraPluginTest : public ::testing::Test {
   std::string ContainerOf(const std::string& claim) {
     return MakeContainerId(kClaimContainerPrefix, "team", claim, ClaimUid(claim));
   }
-
-  // Starts `argv` in container `container` of `pod` with the CDI devices kubelet hands it.
   ChildProcess* Run(const Json& pod, const std::string& container, std::vector<std::string> argv) {
-    auto cdi = kubelet_->CdiDevices(pod, container);
-    EXPECT_TRUE(cdi.ok()) << cdi.error();
-    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
-                                    node_.Scratch("ctr" + std::to_string(containers_.size())),
-                                    "--cdi-dir", cdi_};
-    for (const std::string& d : cdi.ok() ? *cdi : std::vector<std::string>{}) {
-      cmd.insert(cmd.end(), {"--cdi", d});
-    }
-    cmd.push_back("--");
-    cmd.insert(cmd.end(), argv.begin(), argv.end());
-    containers_.push_back(std::make_unique<ChildProcess>(
-        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"}));
-    return containers_.back().get();
+    return node_->Run(pod, container, std::move(argv));
   }
-  std::string Tenant(const std::string& name) { return BuildDir() + "/tests/" + name; }
+  std::string Tenant(const std::string& name) { return TestProgram(name); }
 
-  Json labels_ = Json::object();
-  SimNode node_;
   TestApiServer api_;
-  std::unique_ptr<ApiClient> client_;
-  std::unique_ptr<TestDraKubelet> kubelet_;
-  std::unique_ptr<ChildProcess> plugin_;
-  std::vector<std::unique_ptr<ChildProcess>> containers_;
-  std::string kubeconfig_, registry_, plugins_, state_, cdi_;
+  std::unique_ptr<DraNode> node_;
 };
 
 TEST_F(DraPluginTest, RegistersThroughThePluginWatcherAndReportsHealth) {
   StartPlugin();
   WaitRegistered();
-  auto p = kubelet_->Plugin(kDriverName);
+  auto p = kubelet()->Plugin(kDriverName);
   ASSERT_TRUE(p);
-  EXPECT_EQ(p->socket, registry_ + "/gpu.tessera.io-reg.sock");
-  EXPECT_EQ(p->endpoint, plugins_ + "/gpu.tessera.io/dra.sock");
+  EXPECT_EQ(p->socket, node_->registry() + "/gpu.tessera.io-reg.sock");
+  EXPECT_EQ(p->endpoint, node_->plugins() + "/gpu.tessera.io/dra.sock");
   EXPECT_EQ(p->supported, (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin",
                                                     "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"}));
   EXPECT_EQ(p->service, "v1.DRAPlugin") << "kubelet takes the first it knows";
   EXPECT_EQ(p->health_service, "v1.DRAResourceHealth");
-  ASSERT_TRUE(WaitUntil([&] { return kubelet_->Health(kDriverName).size() == 2; }, 10s));
+  ASSERT_TRUE(WaitUntil([&] { return kubelet()->Health(kDriverName).size() == 2; }, 10s));
   for (const char* d : {"gpu-node-1/gpu-0", "gpu-node-1/gpu-1"}) {
-    EXPECT_EQ(kubelet_->Health(kDriverName)[d].first, "HEALTHY") << d;
+    EXPECT_EQ(kubelet()->Health(kDriverName)[d].first, "HEALTHY") << d;
   }
   // tesserad gone: the devices turn unhealthy, naming why, and healthy again when it is back.
-  node_.Stop();
+  sim().Stop();
   EXPECT_TRUE(WaitUntil([&] {
-    auto h = kubelet_->Health(kDriverName);
+    auto h = kubelet()->Health(kDriverName);
     return h.size() == 2 && h["gpu-node-1/gpu-0"].first == "UNHEALTHY";
   }, 15s));
-  EXPECT_THAT(kubelet_->Health(kDriverName)["gpu-node-1/gpu-0"].second, HasSubstr("is not reachable"));
-  ASSERT_TRUE(node_.Start());
-  EXPECT_TRUE(WaitUntil([&] { return kubelet_->Health(kDriverName)["gpu-node-1/gpu-0"].first == "HEALTHY"; }, 15s));
+  EXPECT_THAT(kubelet()->Health(kDriverName)["gpu-node-1/gpu-0"].second, HasSubstr("is not reachable"));
+  ASSERT_TRUE(sim().Start());
+  EXPECT_TRUE(WaitUntil([&] { return kubelet()->Health(kDriverName)["gpu-node-1/gpu-0"].first == "HEALTHY"; }, 15s));
 }
 
 TEST_F(DraPluginTest, PublishesTheNodesPoolAndFollowsTheNode) {
@@ -209,7 +149,7 @@ TEST_F(DraPluginTest, PublishesTheNodesPoolAndFollowsTheNode) {
   EXPECT_EQ(owner["uid"], (*api_.GetNode(kNode))["metadata"]["uid"]);
   const Json& dev = slice["spec"]["devices"][1];
   EXPECT_EQ(dev["name"], "gpu-1");
-  EXPECT_EQ(dev["attributes"]["uuid"]["string"], node_.Uuid(1));
+  EXPECT_EQ(dev["attributes"]["uuid"]["string"], sim().Uuid(1));
   EXPECT_EQ(dev["capacity"]["memory"]["value"], "16Gi");
   EXPECT_EQ(dev["allowMultipleAllocations"], true);
 
@@ -232,10 +172,10 @@ TEST_F(DraPluginTest, PublishesTheNodesPoolAndFollowsTheNode) {
   EXPECT_EQ(Slices()[0]["spec"]["pool"]["generation"], 1);
   EXPECT_NE(Slices()[0]["metadata"]["name"], slice["metadata"]["name"]);
   // The plugin goes: kubelet forgets it and, after its grace, deletes the node's slices.
-  const int wipes = kubelet_->wipes();
+  const int wipes = kubelet()->wipes();
   StopPlugin(SIGTERM);
   EXPECT_TRUE(WaitUntil([&] { return Slices().empty(); }, 15s));
-  EXPECT_GT(kubelet_->wipes(), wipes);
+  EXPECT_GT(kubelet()->wipes(), wipes);
   // Back: registered again, the pool published again.
   StartPlugin();
   WaitRegistered(2);
@@ -247,15 +187,15 @@ TEST_F(DraPluginTest, AClaimOfFourGibAndThirtyPercentStopsAtExactlyFourGib) {
   StartPlugin();
   WaitRegistered();
   const Json pod = ClaimAndPod("infer", "gpu-0", {{"memory", "4Gi"}, {"cores", "30"}});
-  Status prepared = kubelet_->PrepareResources(pod);
+  Status prepared = kubelet()->PrepareResources(pod);
   ASSERT_TRUE(prepared.ok()) << prepared.message();
   const std::string uid = ClaimUid("infer");
-  auto cdi = kubelet_->CdiDevices(pod, "app");
+  auto cdi = kubelet()->CdiDevices(pod, "app");
   ASSERT_TRUE(cdi.ok());
   EXPECT_EQ(*cdi, std::vector<std::string>{"gpu.tessera.io/claim=" + uid + "-0"});
   // tesserad holds the claim as one container: 4 GiB on GPU 0, nothing on GPU 1, 30 % of time.
   const TesseradContainer* c = nullptr;
-  TesseradStatus status = node_.Status();
+  TesseradStatus status = sim().Status();
   c = status.Find(ContainerOf("infer"));
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->limits[0], Bytes(4 * kGiB));
@@ -274,7 +214,7 @@ TEST_F(DraPluginTest, AClaimOfFourGibAndThirtyPercentStopsAtExactlyFourGib) {
 
   // Idempotent: preparing again (kubelet restarted) changes nothing; a restarted plugin keeps
   // the claim (its checkpoint) and registers nothing twice.
-  const std::string spec_file = cdi_ + "/gpu.tessera.io-claim-" + uid + ".json";
+  const std::string spec_file = node_->cdi() + "/gpu.tessera.io-claim-" + uid + ".json";
   struct stat before {};
   ASSERT_EQ(stat(spec_file.c_str(), &before), 0);
   StopPlugin(SIGKILL);
@@ -284,16 +224,16 @@ TEST_F(DraPluginTest, AClaimOfFourGibAndThirtyPercentStopsAtExactlyFourGib) {
   Json claim = *api_.GetResource("ResourceClaim", "team", "infer");
   claim["status"]["reservedFor"].push_back({{"resource", "pods"}, {"name", "infer-2"}, {"uid", second["metadata"]["uid"]}});
   ASSERT_TRUE(api_.SetClaimStatus("team", "infer", claim["status"]));
-  ASSERT_TRUE(kubelet_->PrepareResources(second).ok());
-  EXPECT_EQ(kubelet_->PreparedClaims()["team/infer"].size(), 2u) << "one claim, two pods";
+  ASSERT_TRUE(kubelet()->PrepareResources(second).ok());
+  EXPECT_EQ(kubelet()->PreparedClaims()["team/infer"].size(), 2u) << "one claim, two pods";
   int dra_containers = 0;
-  for (const TesseradContainer& t : node_.Status().containers) dra_containers += t.id.rfind("dra.", 0) == 0;
+  for (const TesseradContainer& t : sim().Status().containers) dra_containers += t.id.rfind("dra.", 0) == 0;
   EXPECT_EQ(dra_containers, 1);
   // Unprepared when its last pod goes: the container leaves tesserad and the spec is deleted.
-  ASSERT_TRUE(kubelet_->UnprepareResources(pod).ok());
-  EXPECT_NE(node_.Status().Find(ContainerOf("infer")), nullptr) << "the second pod still uses it";
-  ASSERT_TRUE(kubelet_->UnprepareResources(second).ok());
-  EXPECT_EQ(node_.Status().Find(ContainerOf("infer")), nullptr);
+  ASSERT_TRUE(kubelet()->UnprepareResources(pod).ok());
+  EXPECT_NE(sim().Status().Find(ContainerOf("infer")), nullptr) << "the second pod still uses it";
+  ASSERT_TRUE(kubelet()->UnprepareResources(second).ok());
+  EXPECT_EQ(sim().Status().Find(ContainerOf("infer")), nullptr);
   struct stat after {};
   EXPECT_NE(stat(spec_file.c_str(), &after), 0) << "the claim's CDI spec is deleted";
 }
@@ -305,9 +245,9 @@ TEST_F(DraPluginTest, WeightAndPriorityComeFromTheClaimsConfig) {
       "parameters": {"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig", "weight": 4,
                      "highPriority": true}}}])");
   const Json pod = ClaimAndPod("weighted", "gpu-1", {{"memory", "2Gi"}, {"cores", "100"}}, config);
-  Status prepared = kubelet_->PrepareResources(pod);
+  Status prepared = kubelet()->PrepareResources(pod);
   ASSERT_TRUE(prepared.ok()) << prepared.message();
-  const TesseradStatus status = node_.Status();
+  const TesseradStatus status = sim().Status();
   const TesseradContainer* c = status.Find(ContainerOf("weighted"));
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->weight, 4u);
@@ -320,7 +260,7 @@ TEST_F(DraPluginTest, BadClaimsAreRefusedByNameAndChangeNothing) {
   StartPlugin();
   WaitRegistered();
   const Json over = ClaimAndPod("over", "gpu-0", {{"memory", "20Gi"}, {"cores", "30"}});
-  Status s = kubelet_->PrepareResources(over);
+  Status s = kubelet()->PrepareResources(over);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(), "prepare dynamic resources: NodePrepareResources failed for ResourceClaim over: "
                          "ResourceClaim team/over (uid " + ClaimUid("over") +
@@ -329,7 +269,7 @@ TEST_F(DraPluginTest, BadClaimsAreRefusedByNameAndChangeNothing) {
   const Json odd = Json::parse(R"([{"source": "FromClaim", "opaque": {"driver": "gpu.tessera.io",
       "parameters": {"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig", "priority": "high"}}}])");
   const Json unknown = ClaimAndPod("unknown", "gpu-0", {{"memory", "1Gi"}, {"cores", "30"}}, odd);
-  s = kubelet_->PrepareResources(unknown);
+  s = kubelet()->PrepareResources(unknown);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("ResourceClaim team/unknown (uid " + ClaimUid("unknown") +
                                      "): status.allocation.devices.config[0].opaque.parameters."
@@ -337,19 +277,19 @@ TEST_F(DraPluginTest, BadClaimsAreRefusedByNameAndChangeNothing) {
   // Two claims that together ask more of a GPU than it has: the second is refused (the
   // scheduler's view was stale), naming who holds it.
   const Json first = ClaimAndPod("first", "gpu-1", {{"memory", "12Gi"}, {"cores", "50"}});
-  ASSERT_TRUE(kubelet_->PrepareResources(first).ok());
+  ASSERT_TRUE(kubelet()->PrepareResources(first).ok());
   const Json twice = ClaimAndPod("twice", "gpu-1", {{"memory", "8Gi"}, {"cores", "20"}});
-  s = kubelet_->PrepareResources(twice);
+  s = kubelet()->PrepareResources(twice);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("would be given twice: it asks 8GiB and 20% there, and claims "
                                      "team/first hold it already (12GiB, 50%)"));
   // Nothing of the refused claims reached tesserad or the CDI folder.
-  const TesseradStatus status = node_.Status();
+  const TesseradStatus status = sim().Status();
   ASSERT_EQ(status.containers.size(), 1u);
   EXPECT_EQ(status.containers[0].id, ContainerOf("first"));
   for (const char* name : {"over", "unknown", "twice"}) {
     struct stat st {};
-    EXPECT_NE(stat((cdi_ + "/gpu.tessera.io-claim-" + ClaimUid(name) + ".json").c_str(), &st), 0) << name;
+    EXPECT_NE(stat((node_->cdi() + "/gpu.tessera.io-claim-" + ClaimUid(name) + ".json").c_str(), &st), 0) << name;
   }
 }
 
@@ -360,8 +300,8 @@ TEST_F(DraPluginTest, ClaimsOfThirtyAndSeventyPercentShareAGpuUnderContention) {
   WaitRegistered();
   const Json low = ClaimAndPod("thirty", "gpu-0", {{"memory", "4Gi"}, {"cores", "30"}});
   const Json high = ClaimAndPod("seventy", "gpu-0", {{"memory", "4Gi"}, {"cores", "70"}});
-  ASSERT_TRUE(kubelet_->PrepareResources(low).ok());
-  ASSERT_TRUE(kubelet_->PrepareResources(high).ok());
+  ASSERT_TRUE(kubelet()->PrepareResources(low).ok());
+  ASSERT_TRUE(kubelet()->PrepareResources(high).ok());
   const uint64_t start = ipc::MonotonicNs() + 2'000'000'000ull;
   const int seconds = 10;
   auto spin = [&](const Json& pod) {
