@@ -671,4 +671,18 @@ void Reflector::Run() {
   }
 }
 
+std::unique_ptr<Reflector> NodeReflector(ApiClient* client, const std::string& node,
+                                         std::function<void(const Json& node)> on_node) {
+  ListOptions o;
+  o.field_selector = "metadata.name=" + node;
+  return std::make_unique<Reflector>(
+      client, "/api/v1/nodes", o,
+      Reflector::Handlers{[on_node](const std::vector<Json>& items) {
+                            if (!items.empty()) on_node(items[0]);
+                          },
+                          [on_node](const WatchEvent& e) {
+                            if (e.type != "DELETED" && e.type != "BOOKMARK") on_node(e.object);
+                          }});
+}
+
 }  // namespace tessera::k8s

@@ -233,4 +233,9 @@ class Reflector {
   bool synced_ = false;
 };
 
+// The list-then-watch of one Node: `on_node` gets the node as listed and at every change (not its
+// deletion). Not started.
+std::unique_ptr<Reflector> NodeReflector(ApiClient* client, const std::string& node,
+                                         std::function<void(const Json& node)> on_node);
+
 }  // namespace tessera::k8s

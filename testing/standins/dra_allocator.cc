@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "k8s/dra/allocation.h"
+#include "k8s/dra/slices.h"
 
 namespace tessera::k8s {
 
@@ -88,31 +89,16 @@ void DraAllocator::SetSlices(const std::vector<Json>& slices) {
   pools_by_node_.clear();
   shared_pools_.clear();
   matches_.clear();
-  // Per pool, the slices of its highest generation.
-  std::map<std::pair<std::string, std::string>, std::vector<const Json*>> by_pool;
-  for (const Json& s : slices) {
-    const Json& spec = s["spec"];
-    auto& list = by_pool[{spec.value("driver", ""), spec["pool"].value("name", "")}];
-    const int64_t gen = spec["pool"].value("generation", int64_t{0});
-    if (!list.empty()) {
-      const int64_t have = (*list[0])["spec"]["pool"].value("generation", int64_t{0});
-      if (gen < have) continue;
-      if (gen > have) list.clear();
-    }
-    list.push_back(&s);
-  }
-  for (auto& [key, list] : by_pool) {
-    std::sort(list.begin(), list.end(), [](const Json* a, const Json* b) {
-      return (*a)["metadata"].value("name", "") < (*b)["metadata"].value("name", "");
-    });
+  for (const dra::CurrentPool& current : dra::CurrentPools(slices)) {
+    const std::vector<const Json*>& list = current.slices;
     auto pool = std::make_unique<Pool>();
-    pool->driver = key.first;
-    pool->name = key.second;
+    pool->driver = current.driver;
+    pool->name = current.name;
     const Json& first = (*list[0])["spec"];
     pool->node = first.value("nodeName", "");
     pool->all_nodes = first.value("allNodes", false);
     pool->node_selector = first.value("nodeSelector", Json());
-    pool->incomplete = static_cast<int64_t>(list.size()) != first["pool"].value("resourceSliceCount", int64_t{1});
+    pool->incomplete = !current.complete;
     for (const Json* s : list) {
       for (const Json& set : (*s)["spec"].value("sharedCounters", Json::array())) {
         auto& counters = pool->counter_sets[set.value("name", "")];

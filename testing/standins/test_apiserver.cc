@@ -396,17 +396,8 @@ int TestApiServer::conflicts() const {
 
 void TestApiServer::Route() {
   httplib::Server& s = *server_;
-  // A collection's GET: a list, or a watch with ?watch=true; namespaced ones take the namespace
-  // from the path's first group.
   auto collection_get = [this](const std::string& kind, bool namespaced) {
-    return [this, kind, namespaced](const httplib::Request& req, httplib::Response& res) {
-      const Collection c{kind, namespaced ? std::string(req.matches[1]) : std::string()};
-      if (req.get_param_value("watch") == "true" || req.get_param_value("watch") == "1") {
-        HandleWatch(c, req, res);
-      } else {
-        HandleList(c, req, res);
-      }
-    };
+    return CollectionGet(kind, namespaced);
   };
   s.Get("/api/v1/nodes", collection_get("Node", false));
   s.Get("/api/v1/pods", collection_get("Pod", false));
@@ -457,6 +448,18 @@ void TestApiServer::Route() {
     }
   });
   RouteResource();
+}
+
+std::function<void(const httplib::Request&, httplib::Response&)> TestApiServer::CollectionGet(
+    const std::string& kind, bool namespaced) {
+  return [this, kind, namespaced](const httplib::Request& req, httplib::Response& res) {
+    const Collection c{kind, namespaced ? std::string(req.matches[1]) : std::string()};
+    if (req.get_param_value("watch") == "true" || req.get_param_value("watch") == "1") {
+      HandleWatch(c, req, res);
+    } else {
+      HandleList(c, req, res);
+    }
+  };
 }
 
 void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,

@@ -39,6 +39,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -126,6 +127,10 @@ class TestApiServer {
   void HandleDelete(const std::string& kind, const std::string& key, httplib::Response& res);
   void HandleBinding(const std::string& ns, const std::string& name, const httplib::Request& req,
                      httplib::Response& res);
+  // A collection's GET: a list, or a watch with ?watch=true; a namespaced one takes the namespace
+  // from the path's first group.
+  std::function<void(const httplib::Request&, httplib::Response&)> CollectionGet(
+      const std::string& kind, bool namespaced);
   // resource.k8s.io/v1 (test_apiserver_resource.cc).
   void RouteResource();
   void HandleUpdate(const std::string& kind, const std::string& key, const httplib::Request& req,

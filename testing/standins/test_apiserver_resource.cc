@@ -392,14 +392,7 @@ void TestApiServer::RouteResource() {
   httplib::Server& s = *server_;
   const std::string base = kBase;
   auto get_collection = [this](const std::string& kind, bool namespaced) {
-    return [this, kind, namespaced](const httplib::Request& req, httplib::Response& res) {
-      const Collection c{kind, namespaced ? std::string(req.matches[1]) : std::string()};
-      if (req.get_param_value("watch") == "true" || req.get_param_value("watch") == "1") {
-        HandleWatch(c, req, res);
-      } else {
-        HandleList(c, req, res);
-      }
-    };
+    return CollectionGet(kind, namespaced);
   };
   for (const auto& [kind, plural] :
        std::vector<std::pair<std::string, std::string>>{{"ResourceSlice", "resourceslices"},

@@ -385,19 +385,14 @@ void TestDraKubelet::HealthLoop(std::shared_ptr<PluginConn> p) {
       }
       ++health_messages_[p->driver];
     };
-    if (p->health_service == "v1.DRAResourceHealth") {
-      auto stub = ::v1::DRAResourceHealth::NewStub(p->channel);
-      auto reader = stub->NodeWatchResources(&ctx, ::v1::NodeWatchResourcesRequest());
-      ::v1::NodeWatchResourcesResponse r;
-      while (reader->Read(&r)) record(r);
-      reader->Finish();
-    } else {
-      auto stub = ::v1alpha1::DRAResourceHealth::NewStub(p->channel);
-      auto reader = stub->NodeWatchResources(&ctx, ::v1alpha1::NodeWatchResourcesRequest());
-      ::v1alpha1::NodeWatchResourcesResponse r;
-      while (reader->Read(&r)) record(r);
-      reader->Finish();
-    }
+    auto v1 = ::v1::DRAResourceHealth::NewStub(p->channel);
+    auto v1alpha1 = ::v1alpha1::DRAResourceHealth::NewStub(p->channel);
+    auto reader = p->health_service == "v1.DRAResourceHealth"
+                      ? v1->NodeWatchResources(&ctx, ::v1::NodeWatchResourcesRequest())
+                      : v1alpha1->NodeWatchResources(&ctx, ::v1::NodeWatchResourcesRequest());
+    ::v1::NodeWatchResourcesResponse r;
+    while (reader->Read(&r)) record(r);
+    reader->Finish();
     // The stream ended: its health is forgotten; another in 5 s (upstream's period).
     std::unique_lock<std::mutex> lock(mu_);
     p->health_call = nullptr;
@@ -568,39 +563,18 @@ Status TestDraKubelet::PrepareResources(const Json& pod) {
     if (!p) return fail("DRA driver " + driver + " is not registered");
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline(options_.call_timeout));
-    drav1::NodePrepareResourcesResponse response;
-    grpc::Status s;
-    if (p->service == "v1.DRAPlugin") {
-      drav1::NodePrepareResourcesRequest req;
-      for (const ClaimInfo& c : claims) {
-        auto* pc = req.add_claims();
-        pc->set_namespace_(c.ns);
-        pc->set_uid(c.uid);
-        pc->set_name(c.name);
-      }
-      s = p->v1->NodePrepareResources(&ctx, req, &response);
-    } else {
-      drav1beta1::NodePrepareResourcesRequest req;
-      for (const ClaimInfo& c : claims) {
-        auto* pc = req.add_claims();
-        pc->set_namespace_(c.ns);
-        pc->set_uid(c.uid);
-        pc->set_name(c.name);
-      }
-      drav1beta1::NodePrepareResourcesResponse old;
-      s = p->v1beta1->NodePrepareResources(&ctx, req, &old);
-      for (const auto& [uid, r] : old.claims()) {
-        auto& out = (*response.mutable_claims())[uid];
-        out.set_error(r.error());
-        for (const auto& d : r.devices()) {
-          auto* nd = out.add_devices();
-          *nd->mutable_request_names() = d.request_names();
-          nd->set_pool_name(d.pool_name());
-          nd->set_device_name(d.device_name());
-          *nd->mutable_cdi_device_ids() = d.cdi_device_ids();
-        }
-      }
+    // v1beta1's messages are v1's without the share ID (our protos share them).
+    drav1::NodePrepareResourcesRequest req;
+    for (const ClaimInfo& c : claims) {
+      auto* pc = req.add_claims();
+      pc->set_namespace_(c.ns);
+      pc->set_uid(c.uid);
+      pc->set_name(c.name);
     }
+    drav1::NodePrepareResourcesResponse response;
+    const grpc::Status s = p->service == "v1.DRAPlugin"
+                               ? p->v1->NodePrepareResources(&ctx, req, &response)
+                               : p->v1beta1->NodePrepareResources(&ctx, req, &response);
     if (!s.ok()) return fail("NodePrepareResources: " + s.error_message());
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [uid, result] : response.claims()) {
@@ -616,7 +590,7 @@ Status TestDraKubelet::PrepareResources(const Json& pod) {
         dev.requests.assign(d.request_names().begin(), d.request_names().end());
         dev.pool = d.pool_name();
         dev.device = d.device_name();
-        if (d.has_share_id()) dev.share_id = d.share_id();
+        if (d.has_share_id() && p->service == "v1.DRAPlugin") dev.share_id = d.share_id();
         dev.cdi.assign(d.cdi_device_ids().begin(), d.cdi_device_ids().end());
         info.devices.push_back(std::move(dev));
       }
@@ -693,34 +667,20 @@ Status TestDraKubelet::UnprepareResources(const Json& pod) {
     if (!p) return fail("DRA driver " + driver + " is not registered");
     grpc::ClientContext ctx;
     ctx.set_deadline(Deadline(options_.call_timeout));
-    std::map<std::string, std::string> errors;
-    size_t answered = 0;
-    grpc::Status s;
-    if (p->service == "v1.DRAPlugin") {
-      drav1::NodeUnprepareResourcesRequest req;
-      for (const ClaimInfo& c : claims) {
-        auto* pc = req.add_claims();
-        pc->set_namespace_(c.ns);
-        pc->set_uid(c.uid);
-        pc->set_name(c.name);
-      }
-      drav1::NodeUnprepareResourcesResponse r;
-      s = p->v1->NodeUnprepareResources(&ctx, req, &r);
-      for (const auto& [uid, e] : r.claims()) errors[uid] = e.error();
-      answered = static_cast<size_t>(r.claims_size());
-    } else {
-      drav1beta1::NodeUnprepareResourcesRequest req;
-      for (const ClaimInfo& c : claims) {
-        auto* pc = req.add_claims();
-        pc->set_namespace_(c.ns);
-        pc->set_uid(c.uid);
-        pc->set_name(c.name);
-      }
-      drav1beta1::NodeUnprepareResourcesResponse r;
-      s = p->v1beta1->NodeUnprepareResources(&ctx, req, &r);
-      for (const auto& [uid, e] : r.claims()) errors[uid] = e.error();
-      answered = static_cast<size_t>(r.claims_size());
+    drav1::NodeUnprepareResourcesRequest req;
+    for (const ClaimInfo& c : claims) {
+      auto* pc = req.add_claims();
+      pc->set_namespace_(c.ns);
+      pc->set_uid(c.uid);
+      pc->set_name(c.name);
     }
+    drav1::NodeUnprepareResourcesResponse r;
+    const grpc::Status s = p->service == "v1.DRAPlugin"
+                               ? p->v1->NodeUnprepareResources(&ctx, req, &r)
+                               : p->v1beta1->NodeUnprepareResources(&ctx, req, &r);
+    std::map<std::string, std::string> errors;
+    for (const auto& [uid, e] : r.claims()) errors[uid] = e.error();
+    const size_t answered = static_cast<size_t>(r.claims_size());
     if (!s.ok()) return fail("NodeUnprepareResources: " + s.error_message());
     for (const auto& [uid, e] : errors) {
       auto c = std::find_if(claims.begin(), claims.end(), [&](const ClaimInfo& x) { return x.uid == uid; });

@@ -310,28 +310,26 @@ Status Allocator::CheckMigDevice(const AssignedGpu& g, const GpuRequest& req) co
 Status Allocator::Register(AllocationRecord* rec) const {
   auto status = tesserad_->Status();
   if (!status.ok()) return status.status();
-  ContainerRegistration reg;
-  reg.id = rec->id;
-  // Nothing on the node's other GPUs, whatever a process in it declares as visible.
-  reg.limits.assign(status->gpus.size(), Bytes(0));
+  IsolatedContainer c;
+  c.id = rec->id;
+  std::vector<int> indices;
   for (const AllocatedGpu& g : rec->gpus) {
-    if (g.index >= 0 && static_cast<size_t>(g.index) < reg.limits.size()) reg.limits[static_cast<size_t>(g.index)] = g.mem;
+    c.uuids.push_back(g.uuid);
+    c.limits.push_back(g.mem);
+    indices.push_back(g.index);
   }
-  reg.core = rec->core;
-  reg.weight = rec->weight;
-  reg.high_priority = rec->high_priority;
-  auto reply = tesserad_->Register(reg);
-  if (!reply.ok()) return reply.status();
-  rec->registered = true;
-  if (mode_ != NodeMode::kMps) return Status::Ok();
-  // An mps node: tesserad must run the GPU's MPS control daemon, whose pipe folder the container
-  // mounts (from the plugin's view of the host, which must be the same path).
-  auto root = MpsRootOf(*reply, rec->gpus[0].uuid, config_.node, tesserad_->socket());
+  c.core = rec->core;
+  c.weight = rec->weight;
+  c.high_priority = rec->high_priority;
+  auto root = RegisterIsolated(*tesserad_, c, indices, status->gpus.size(), mode_ == NodeMode::kMps,
+                               config_.node);
   if (!root.ok()) {
-    (void)tesserad_->Unregister(rec->id);
     rec->registered = false;
-    return Status::Error(root.error() + "; the container gets no GPU without MPS on an mps node");
+    return Status::Error(
+        root.error() +
+        (mode_ == NodeMode::kMps ? "; the container gets no GPU without MPS on an mps node" : ""));
   }
+  rec->registered = true;
   rec->mps_root = *root;
   return Status::Ok();
 }

@@ -118,22 +118,42 @@ CdiEdits IsolatedContainerEdits(const NodeMounts& node, const IsolatedContainer&
   return out;
 }
 
-Result<std::string> MpsRootOf(const RegisterReply& reply, const std::string& gpu_uuid,
-                              const std::string& node, const std::string& tesserad_socket) {
-  if (reply.mps_root.empty()) {
-    return Result<std::string>::Error("node " + node + " is in mode mps, but tesserad at " +
-                                      tesserad_socket +
-                                      " runs no MPS control daemons (start it with --mps)");
+Result<std::string> RegisterIsolated(const TesseradClient& tesserad, const IsolatedContainer& c,
+                                     const std::vector<int>& indices, size_t devices, bool mps,
+                                     const std::string& node) {
+  ContainerRegistration reg;
+  reg.id = c.id;
+  reg.limits.assign(devices, Bytes(0));
+  for (size_t i = 0; i < indices.size() && i < c.limits.size(); ++i) {
+    if (indices[i] < 0 || static_cast<size_t>(indices[i]) >= devices) {
+      return Result<std::string>::Error("tesserad has no device " + std::to_string(indices[i]) +
+                                        (i < c.uuids.size() ? " (GPU " + c.uuids[i] + ")" : "") +
+                                        " any more");
+    }
+    reg.limits[static_cast<size_t>(indices[i])] = c.limits[i];
   }
-  const std::string pipe = mps::PathsFor(reply.mps_root, gpu_uuid).pipe_dir;
+  reg.core = c.core;
+  reg.weight = c.weight;
+  reg.high_priority = c.high_priority;
+  auto reply = tesserad.Register(reg);
+  if (!reply.ok()) return reply.status();
+  if (!mps || c.uuids.empty()) return std::string();
+  std::string why;
+  const std::string pipe = mps::PathsFor(reply->mps_root, c.uuids[0]).pipe_dir;
   struct stat st {};
-  if (stat(pipe.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return Result<std::string>::Error(
-        "tesserad's MPS pipe folder of GPU " + gpu_uuid + ", " + pipe +
-        ", is not a folder here (does the plugin see the host's " + reply.mps_root +
-        " at the same path?)");
+  if (reply->mps_root.empty()) {
+    why = "node " + node + " is in mode mps, but tesserad at " + tesserad.socket() +
+          " runs no MPS control daemons (start it with --mps)";
+  } else if (stat(pipe.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    why = "tesserad's MPS pipe folder of GPU " + c.uuids[0] + ", " + pipe +
+          ", is not a folder here (does the plugin see the host's " + reply->mps_root +
+          " at the same path?)";
   }
-  return reply.mps_root;
+  if (!why.empty()) {
+    (void)tesserad.Unregister(c.id);
+    return Result<std::string>::Error(why);
+  }
+  return reply->mps_root;
 }
 
 std::string MakeContainerId(std::string_view prefix, std::string_view first,

@@ -67,11 +67,16 @@ Result<NodeMounts> PrepareNodeMounts(const std::string& state_dir, const std::st
 CdiEdits IsolatedContainerEdits(const NodeMounts& node, const IsolatedContainer& container,
                                 bool registered = true);
 
-// On an mps node: the MPS folder tesserad named in its answer to registering a container on GPU
-// `gpu_uuid`, once that GPU's pipe folder is seen here too (the plugin must see the host's folder
-// at the same path); the error says which of the two is missing.
-Result<std::string> MpsRootOf(const RegisterReply& reply, const std::string& gpu_uuid,
-                              const std::string& node, const std::string& tesserad_socket);
+// Registers `container` with tesserad: its caps on `indices` (tesserad's device index of each of
+// its GPUs, in order), 0 bytes on the others of the node's `devices`, whatever a process in it
+// declares visible; its core cap, weight and priority. On an mps node (`mps`) tesserad must also
+// run its first GPU's MPS control daemon, whose pipe folder the container mounts (seen here at the
+// same path as on the host); the answer is then tesserad's MPS folder ("" elsewhere), and a
+// registration without it is taken back. Errors say what is missing.
+Result<std::string> RegisterIsolated(const TesseradClient& tesserad,
+                                     const IsolatedContainer& container,
+                                     const std::vector<int>& indices, size_t devices, bool mps,
+                                     const std::string& node);
 
 // A tesserad container id of at most 63 characters of [A-Za-z0-9_.-]: `prefix` (with its dot),
 // `first`.`second` made safe and cut to fit, then "-" and 6 hex digits of a hash of `unique` (two

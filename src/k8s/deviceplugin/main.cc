@@ -2,17 +2,9 @@
 // tesserad, one per node). A thin door: flags, the state folder (the shims and /etc/ld.so.preload
 // that pods mount, and the checkpoint), then DevicePluginServer until SIGTERM. docs/kubernetes.md
 // says how to deploy it.
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -20,6 +12,7 @@
 #include "core/path.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/plugin.h"
+#include "k8s/door.h"
 #include "process/child_process.h"
 
 namespace {
@@ -27,27 +20,19 @@ namespace {
 using namespace tessera;
 using namespace tessera::k8s;
 
-volatile sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tessera-device-plugin: %s\n", message.c_str());
   return 2;
-}
-
-std::string Env(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : fallback;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera-device-plugin: kubelet device plugin for Tessera GPU nodes"};
-  std::string node = Env("NODE_NAME", "");
+  std::string node = EnvOr("NODE_NAME", "");
   std::string kubeconfig, context;
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
-  std::string tesserad_socket = Env("TESSERA_SOCKET", "/run/tessera/tessera.sock");
+  std::string tesserad_socket = EnvOr("TESSERA_SOCKET", "/run/tessera/tessera.sock");
   std::string container_sockets = "/run/tessera/containers";
   std::string state_dir = "/var/lib/tessera/device-plugin";
   std::string shim_dir = process::ExecutableDir() + "/../lib/tessera";
@@ -56,7 +41,7 @@ int main(int argc, char** argv) {
   std::string interval_text = "1s";
   std::string grace_text = "10s";
   std::string proc_root = "/proc";
-  std::string nvml = Env("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+  std::string nvml = EnvOr("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
   bool cdi = false, sim = false;
   app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
   app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: the pod's service account)");
@@ -126,16 +111,11 @@ int main(int argc, char** argv) {
   a.sim_library = mounts->sim_library;
   a.sim_env = mounts->sim_env;
 
-  auto config = kubeconfig.empty() ? InClusterConfig() : KubeconfigConfig(kubeconfig, context);
+  auto config = ClientConfigFor(kubeconfig, context, "tessera-device-plugin/" + node);
   if (!config.ok()) return Fail(config.error());
-  config->user_agent = "tessera-device-plugin/" + node;
   ApiClient api(*config);
 
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  InstallStopSignals();
 
   DevicePluginServer server(options, &api);
   if (Status s = server.Start(); !s.ok()) {
@@ -144,7 +124,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "tessera-device-plugin: node %s, plugin folder %s, tesserad %s, state %s\n",
                node.c_str(), plugin_dir.c_str(), tesserad_socket.c_str(), state_dir.c_str());
-  while (g_stop == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   server.Stop();
   api.Stop();
   return 0;

@@ -2,17 +2,16 @@
 // beside tesserad, one per node). A thin door: flags, the state folder (the shims and
 // /etc/ld.so.preload that claims' containers mount, and the checkpoint), then DraPluginServer
 // until SIGTERM. docs/kubernetes.md ("DRA") says how to deploy it.
-#include <signal.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <thread>
 
 #include "core/duration.h"
 #include "core/path.h"
 #include "k8s/api_client.h"
+#include "k8s/door.h"
 #include "k8s/dra/plugin.h"
 #include "process/child_process.h"
 
@@ -21,35 +20,27 @@ namespace {
 using namespace tessera;
 using namespace tessera::k8s;
 
-volatile sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tessera-dra-plugin: %s\n", message.c_str());
   return 2;
-}
-
-std::string Env(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : fallback;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera-dra-plugin: the DRA kubelet plugin of driver gpu.tessera.io"};
-  std::string node = Env("NODE_NAME", "");
+  std::string node = EnvOr("NODE_NAME", "");
   std::string kubeconfig, context;
   std::string plugins_dir = "/var/lib/kubelet/plugins";
   std::string registry_dir = "/var/lib/kubelet/plugins_registry";
-  std::string tesserad_socket = Env("TESSERA_SOCKET", "/run/tessera/tessera.sock");
+  std::string tesserad_socket = EnvOr("TESSERA_SOCKET", "/run/tessera/tessera.sock");
   std::string container_sockets = "/run/tessera/containers";
   std::string state_dir = "/var/lib/tessera/dra-plugin";
   std::string shim_dir = process::ExecutableDir() + "/../lib/tessera";
   std::string cdi_dir = "/var/run/cdi";
   std::string interval_text = "1s";
   std::string grace_text = "10s";
-  std::string nvml = Env("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+  std::string nvml = EnvOr("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
   std::string driver_version;
   bool sim = false, no_mig_counters = false;
   app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
@@ -119,16 +110,11 @@ int main(int argc, char** argv) {
   options.preparer.mounts = *mounts;
   options.preparer.nvidia_cdi = !sim;
 
-  auto config = kubeconfig.empty() ? InClusterConfig() : KubeconfigConfig(kubeconfig, context);
+  auto config = ClientConfigFor(kubeconfig, context, "tessera-dra-plugin/" + node);
   if (!config.ok()) return Fail(config.error());
-  config->user_agent = "tessera-dra-plugin/" + node;
   ApiClient api(*config);
 
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  InstallStopSignals();
 
   dra::DraPluginServer server(options, &api);
   if (Status s = server.Start(); !s.ok()) {
@@ -137,7 +123,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "tessera-dra-plugin: node %s, endpoint %s, tesserad %s, state %s\n",
                node.c_str(), server.endpoint().c_str(), tesserad_socket.c_str(), state_dir.c_str());
-  while (g_stop == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   server.Stop();
   api.Stop();
   return 0;

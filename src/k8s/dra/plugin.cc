@@ -33,10 +33,8 @@ bool SocketExists(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-// kubelet's request and answer of one version, into and out of the preparer. Both versions have
-// the same messages but the share ID, so one template serves them.
-template <typename Request, typename Response>
-void PrepareAll(ClaimPreparer* preparer, const Request& req, Response* out) {
+void PrepareAll(ClaimPreparer* preparer, const drav1::NodePrepareResourcesRequest& req,
+                drav1::NodePrepareResourcesResponse* out) {
   for (const auto& c : req.claims()) {
     auto& entry = (*out->mutable_claims())[c.uid()];
     if (c.uid().empty() || c.namespace_().empty() || c.name().empty()) {
@@ -56,15 +54,13 @@ void PrepareAll(ClaimPreparer* preparer, const Request& req, Response* out) {
       dev->set_pool_name(d.pool);
       dev->set_device_name(d.device);
       for (const std::string& id : d.cdi_ids) dev->add_cdi_device_ids(id);
-      if constexpr (std::is_same_v<Response, drav1::NodePrepareResourcesResponse>) {
-        if (d.share_id) dev->set_share_id(*d.share_id);
-      }
+      if (d.share_id) dev->set_share_id(*d.share_id);
     }
   }
 }
 
-template <typename Request, typename Response>
-void UnprepareAll(ClaimPreparer* preparer, const Request& req, Response* out) {
+void UnprepareAll(ClaimPreparer* preparer, const drav1::NodeUnprepareResourcesRequest& req,
+                  drav1::NodeUnprepareResourcesResponse* out) {
   for (const auto& c : req.claims()) {
     auto& entry = (*out->mutable_claims())[c.uid()];
     Status s = preparer->Unprepare({c.namespace_(), c.uid(), c.name()});
@@ -111,9 +107,11 @@ class DraPluginServer::Services {
     DraPluginServer* owner_;
   };
 
-  class V1 final : public drav1::DRAPlugin::Service {
+  // DRAPlugin of v1 or v1beta1 (one set of messages).
+  template <typename Base>
+  class Node final : public Base {
    public:
-    explicit V1(DraPluginServer* o) : owner_(o) {}
+    explicit Node(DraPluginServer* o) : owner_(o) {}
     grpc::Status NodePrepareResources(grpc::ServerContext*, const drav1::NodePrepareResourcesRequest* req,
                                       drav1::NodePrepareResourcesResponse* out) override {
       PrepareAll(owner_->preparer_.get(), *req, out);
@@ -130,37 +128,18 @@ class DraPluginServer::Services {
     DraPluginServer* owner_;
   };
 
-  class V1beta1 final : public drav1beta1::DRAPlugin::Service {
-   public:
-    explicit V1beta1(DraPluginServer* o) : owner_(o) {}
-    grpc::Status NodePrepareResources(grpc::ServerContext*,
-                                      const drav1beta1::NodePrepareResourcesRequest* req,
-                                      drav1beta1::NodePrepareResourcesResponse* out) override {
-      PrepareAll(owner_->preparer_.get(), *req, out);
-      return grpc::Status::OK;
-    }
-    grpc::Status NodeUnprepareResources(grpc::ServerContext*,
-                                        const drav1beta1::NodeUnprepareResourcesRequest* req,
-                                        drav1beta1::NodeUnprepareResourcesResponse* out) override {
-      UnprepareAll(owner_->preparer_.get(), *req, out);
-      return grpc::Status::OK;
-    }
-
-   private:
-    DraPluginServer* owner_;
-  };
-
   // Streams every device's health: at once, on every change, and every 20 s.
-  template <typename Pb, typename Base>
+  template <typename Base>
   class Health final : public Base {
    public:
     explicit Health(DraPluginServer* o) : owner_(o) {}
-    grpc::Status NodeWatchResources(grpc::ServerContext* ctx, const typename Pb::NodeWatchResourcesRequest*,
-                                    grpc::ServerWriter<typename Pb::NodeWatchResourcesResponse>* writer) override {
+    grpc::Status NodeWatchResources(
+        grpc::ServerContext* ctx, const healthv1::NodeWatchResourcesRequest*,
+        grpc::ServerWriter<healthv1::NodeWatchResourcesResponse>* writer) override {
       uint64_t sent = 0;
       auto last = std::chrono::steady_clock::now();
       while (!ctx->IsCancelled() && !owner_->stop_.load()) {
-        typename Pb::NodeWatchResourcesResponse response;
+        healthv1::NodeWatchResourcesResponse response;
         {
           std::unique_lock<std::mutex> lock(owner_->mu_);
           owner_->wake_.wait_for(lock, 250ms, [&] {
@@ -176,7 +155,7 @@ class DraPluginServer::Services {
             h->mutable_device()->set_pool_name(owner_->options_.node);
             h->mutable_device()->set_device_name(d.name);
             const bool healthy = reachable && d.gpu.healthy;
-            h->set_health(healthy ? Pb::HEALTHY : Pb::UNHEALTHY);
+            h->set_health(healthy ? healthv1::HEALTHY : healthv1::UNHEALTHY);
             h->set_last_updated_time(now);
             h->set_health_check_timeout_seconds(60);
             if (!healthy) {
@@ -196,22 +175,10 @@ class DraPluginServer::Services {
   };
 
   Registration registration;
-  V1 v1;
-  V1beta1 v1beta1;
-  struct HealthV1Types {
-    using NodeWatchResourcesRequest = healthv1::NodeWatchResourcesRequest;
-    using NodeWatchResourcesResponse = healthv1::NodeWatchResourcesResponse;
-    static constexpr healthv1::HealthStatus HEALTHY = healthv1::HEALTHY;
-    static constexpr healthv1::HealthStatus UNHEALTHY = healthv1::UNHEALTHY;
-  };
-  struct HealthV1alpha1Types {
-    using NodeWatchResourcesRequest = healthv1alpha1::NodeWatchResourcesRequest;
-    using NodeWatchResourcesResponse = healthv1alpha1::NodeWatchResourcesResponse;
-    static constexpr healthv1alpha1::HealthStatus HEALTHY = healthv1alpha1::HEALTHY;
-    static constexpr healthv1alpha1::HealthStatus UNHEALTHY = healthv1alpha1::UNHEALTHY;
-  };
-  Health<HealthV1Types, healthv1::DRAResourceHealth::Service> health;
-  Health<HealthV1alpha1Types, healthv1alpha1::DRAResourceHealth::Service> health_alpha;
+  Node<drav1::DRAPlugin::Service> v1;
+  Node<drav1beta1::DRAPlugin::Service> v1beta1;
+  Health<healthv1::DRAResourceHealth::Service> health;
+  Health<healthv1alpha1::DRAResourceHealth::Service> health_alpha;
 };
 
 DraPluginServer::DraPluginServer(DraPluginOptions options, ApiClient* api)
@@ -247,16 +214,7 @@ Status DraPluginServer::Start() {
   ApplyNode(*node);
   publisher_ = std::make_unique<SlicePublisher>(api_, kDriverName, options_.node,
                                                 (*node)["metadata"].value("uid", ""));
-  ListOptions o;
-  o.field_selector = "metadata.name=" + options_.node;
-  node_watch_ = std::make_unique<Reflector>(
-      api_, "/api/v1/nodes", o,
-      Reflector::Handlers{[this](const std::vector<Json>& items) {
-                            if (!items.empty()) ApplyNode(items[0]);
-                          },
-                          [this](const WatchEvent& e) {
-                            if (e.type != "DELETED" && e.type != "BOOKMARK") ApplyNode(e.object);
-                          }});
+  node_watch_ = NodeReflector(api_, options_.node, [this](const Json& n) { ApplyNode(n); });
   node_watch_->Start();
   Reconcile();  // the GPUs before kubelet can call
   services_ = std::make_unique<Services>(this);

@@ -137,30 +137,25 @@ CdiEdits ClaimPreparer::Edits(const PreparedClaim& claim) const {
 }
 
 Status ClaimPreparer::Register(PreparedClaim* claim, const TesseradStatus& status) const {
-  ContainerRegistration reg;
-  reg.id = claim->container;
-  // Nothing on the node's other GPUs, whatever a process of the claim declares as visible.
-  reg.limits.assign(status.gpus.size(), Bytes(0));
+  IsolatedContainer c;
+  c.id = claim->container;
+  std::vector<int> indices;
   for (const ClaimGpu& g : claim->gpus) {
-    if (g.index < 0 || static_cast<size_t>(g.index) >= reg.limits.size()) {
-      return Status::Error("tesserad has no device " + std::to_string(g.index) + " (GPU " + g.uuid +
-                           ") any more");
-    }
-    reg.limits[static_cast<size_t>(g.index)] = g.memory;
+    c.uuids.push_back(g.uuid);
+    c.limits.push_back(g.memory);
+    indices.push_back(g.index);
   }
-  if (claim->core) reg.core = Percent::FromInt(*claim->core);
-  reg.weight = claim->weight;
-  reg.high_priority = claim->high_priority;
-  auto reply = tesserad_->Register(reg);
-  if (!reply.ok()) return reply.status();
-  claim->registered = true;
-  if (mode_ != NodeMode::kMps) return Status::Ok();
-  auto root = MpsRootOf(*reply, claim->gpus[0].uuid, config_.node, tesserad_->socket());
+  if (claim->core) c.core = Percent::FromInt(*claim->core);
+  c.weight = claim->weight;
+  c.high_priority = claim->high_priority;
+  const bool mps = mode_ == NodeMode::kMps;
+  auto root = RegisterIsolated(*tesserad_, c, indices, status.gpus.size(), mps, config_.node);
   if (!root.ok()) {
-    (void)tesserad_->Unregister(claim->container);
     claim->registered = false;
-    return Status::Error(root.error() + "; a claim gets no GPU without MPS on an mps node");
+    return Status::Error(root.error() +
+                         (mps ? "; a claim gets no GPU without MPS on an mps node" : ""));
   }
+  claim->registered = true;
   claim->mps_root = *root;
   return Status::Ok();
 }

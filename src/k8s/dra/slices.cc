@@ -127,6 +127,30 @@ std::vector<Json> PoolSlices(NodeMode mode, const std::vector<NodeGpu>& gpus,
   return out;
 }
 
+std::vector<CurrentPool> CurrentPools(const std::vector<Json>& slices) {
+  std::map<std::pair<std::string, std::string>, std::vector<const Json*>> by_pool;
+  for (const Json& s : slices) {
+    const Json& spec = s["spec"];
+    auto& list = by_pool[{spec.value("driver", ""), spec["pool"].value("name", "")}];
+    const int64_t gen = spec["pool"].value("generation", int64_t{0});
+    if (!list.empty()) {
+      const int64_t have = (*list[0])["spec"]["pool"].value("generation", int64_t{0});
+      if (gen < have) continue;
+      if (gen > have) list.clear();
+    }
+    list.push_back(&s);
+  }
+  std::vector<CurrentPool> out;
+  for (auto& [key, list] : by_pool) {
+    std::sort(list.begin(), list.end(), [](const Json* a, const Json* b) {
+      return (*a)["metadata"].value("name", "") < (*b)["metadata"].value("name", "");
+    });
+    const int64_t count = (*list[0])["spec"]["pool"].value("resourceSliceCount", int64_t{1});
+    out.push_back({key.first, key.second, list, static_cast<int64_t>(list.size()) == count});
+  }
+  return out;
+}
+
 std::string SemverOf(const std::string& version) {
   std::vector<std::string> parts;
   std::string cur;

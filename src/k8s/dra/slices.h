@@ -74,6 +74,16 @@ std::vector<PublishedDevice> PoolDevices(NodeMode mode, const std::vector<NodeGp
 std::vector<Json> PoolSlices(NodeMode mode, const std::vector<NodeGpu>& gpus,
                              const PoolOptions& options);
 
+// A pool as a consumer must read it (ResourceSlice's contract): of a pool's slices, only those of
+// its highest generation count, and the pool is whole when there are resourceSliceCount of them.
+struct CurrentPool {
+  std::string driver, name;
+  std::vector<const Json*> slices;  // of the highest generation, by name
+  bool complete = false;
+};
+// Every pool of `slices`, by driver then name; the pointers point into `slices`.
+std::vector<CurrentPool> CurrentPools(const std::vector<Json>& slices);
+
 // `version` as semver 2.0.0 ("535.104.05" -> "535.104.5", "470.82" -> "470.82.0"), or "" when it
 // cannot be one.
 std::string SemverOf(const std::string& version);

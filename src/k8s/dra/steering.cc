@@ -61,19 +61,12 @@ Result<std::unique_ptr<DraSteering>> DraSteering::Create(
   s->workload_ = std::move(workload);
   for (const Json& c : classes) s->classes_[c["metadata"].value("name", "")] = c;
   std::sort(nodes.begin(), nodes.end(), [](const SteeringNode& a, const SteeringNode& b) { return a.name < b.name; });
-  // Each node's pool: the slices of our driver naming it, of the highest generation, if complete.
+  // Each node's pool of our driver, when whole: the slices of its highest generation.
   std::map<std::string, std::vector<const Json*>> pools;
-  for (const Json& slice : slices) {
-    const Json& spec = slice["spec"];
-    if (spec.value("driver", "") != kDriverName || !spec.contains("nodeName")) continue;
-    auto& list = pools[spec["pool"].value("name", "")];
-    const int64_t gen = spec["pool"].value("generation", int64_t{0});
-    if (!list.empty()) {
-      const int64_t have = (*list[0])["spec"]["pool"].value("generation", int64_t{0});
-      if (gen < have) continue;
-      if (gen > have) list.clear();
+  for (const CurrentPool& p : CurrentPools(slices)) {
+    if (p.driver == kDriverName && p.complete && (*p.slices[0])["spec"].contains("nodeName")) {
+      pools[p.name] = p.slices;
     }
-    list.push_back(&slice);
   }
   pl::ModelTable models;
   std::vector<pl::NodeSpec> specs;
@@ -85,13 +78,8 @@ Result<std::unique_ptr<DraSteering>> DraSteering::Create(
     spec.cpu_milli = n.cpu_milli;
     spec.memory_mib = n.memory_mib;
     auto pool = pools.find(n.name);
-    if (pool != pools.end() && !pool->second.empty() &&
-        static_cast<int64_t>(pool->second.size()) ==
-            (*pool->second[0])["spec"]["pool"].value("resourceSliceCount", int64_t{1})) {
-      std::vector<const Json*> list = pool->second;
-      std::sort(list.begin(), list.end(), [](const Json* a, const Json* b) {
-        return (*a)["metadata"].value("name", "") < (*b)["metadata"].value("name", "");
-      });
+    if (pool != pools.end()) {
+      const std::vector<const Json*>& list = pool->second;
       for (const Json* slice : list) {
         for (const Json& d : (*slice)["spec"].value("devices", Json::array())) {
           const Json attrs = d.value("attributes", Json::object());
@@ -137,21 +125,20 @@ Result<std::unique_ptr<DraSteering>> DraSteering::Create(
 }
 
 Status DraSteering::AddPod(const std::string& node, int64_t cpu, int64_t memory) {
-  auto it = node_index_.find(node);
-  if (it == node_index_.end()) return Status::Error("node " + node + " is not in the picture");
-  pl::Request r;
-  r.cpu_milli = cpu;
-  r.memory_mib = memory;
-  return cluster_->Place(r, {it->second, 0});
+  return Pod(node, cpu, memory, true);
 }
 
 Status DraSteering::RemovePod(const std::string& node, int64_t cpu, int64_t memory) {
+  return Pod(node, cpu, memory, false);
+}
+
+Status DraSteering::Pod(const std::string& node, int64_t cpu, int64_t memory, bool add) {
   auto it = node_index_.find(node);
   if (it == node_index_.end()) return Status::Error("node " + node + " is not in the picture");
   pl::Request r;
   r.cpu_milli = cpu;
   r.memory_mib = memory;
-  return cluster_->Remove(r, {it->second, 0});
+  return add ? cluster_->Place(r, {it->second, 0}) : cluster_->Remove(r, {it->second, 0});
 }
 
 Status DraSteering::AddAllocation(const Json& allocation) { return Apply(allocation, true); }

@@ -101,6 +101,7 @@ class DraSteering {
   // rules (selectors, capacity beside what the node's allocations consume).
   std::optional<std::vector<int>> GpusFor(int node, const Ask& ask, uint32_t preferred);
   Status Apply(const Json& allocation, bool add);
+  Status Pod(const std::string& node, int64_t cpu_milli, int64_t memory_mib, bool add);
 
   std::vector<Node> nodes_;
   std::map<std::string, int> node_index_;  // by node (and pool) name
