@@ -1,7 +1,7 @@
 // `tessera ctl get|set|ls PATH [VALUE] [--force]`: the control tree (DESIGN.md section 6) through
 // the node daemon's socket (the CTL verb; see src/daemon/ctl_door.h). The daemon decides
-// everything: paths, values, and whether this user may write (root or tesserad's --ctl-group).
-// This door only frames the request and prints the answer.
+// everything: paths, values, and whether this user may write (an administrator of tesserad: root,
+// its own user or its --admin-group). This door only frames the request and prints the answer.
 //   get PATH          prints the file's text
 //   ls [PATH]         prints a folder's entries: "rw  name", "ro  name", "dir name/"
 //   set PATH VALUE    changes a file; --force lets memsize go below the container's usage

@@ -146,6 +146,9 @@ class Loader {
                           "\"" + (quota_max_at_ ? "" : " (its default)") +
                           "; expected quota_min <= quota_max");
     }
+    if (Status limits = CheckSocketLimits(config_.socket_limits); !limits.ok()) {
+      return Fail(limits_at_.value_or(Position{}), limits.message());
+    }
     return config_;
   }
 
@@ -230,7 +233,26 @@ class Loader {
     if (key == "container_sockets") {
       return Read(v, key, at, ParseDirectoryPath, &config_.container_sockets);
     }
-    if (key == "ctl_group") return Read(v, key, at, ParseGroupName, &config_.ctl_group);
+    if (key == "admin_group" || key == "ctl_group") {
+      // Two spellings of one setting: the second one given would silently win.
+      if (!admin_group_key_.empty()) {
+        return Fail(at, key + " and " + admin_group_key_ +
+                            " are two names of one setting (the admin group); give one");
+      }
+      admin_group_key_ = key;
+      return Read(v, key, at, ParseGroupName, &config_.admin_group);
+    }
+    for (const char* limit : kSocketLimitKeys) {
+      if (key != limit) continue;
+      Result<std::string> text = Scalar(v, key, at);
+      if (!text.ok()) return text.status();
+      auto parsed = ParseSocketLimit(key, *text, key, &config_.socket_limits);
+      if (!parsed.ok()) return Fail(PositionOf(v.Mark()), parsed.error());
+      if (key == "container_max_connections" || key == "container_max_processes") {
+        limits_at_ = PositionOf(v.Mark());
+      }
+      return Status::Ok();
+    }
     if (key == "reconcile_interval") {
       return Read(v, key, at, ParseReconcileInterval, &config_.reconcile_interval);
     }
@@ -245,8 +267,10 @@ class Loader {
                 "unknown key " + QuoteValue(key) +
                     "; allowed keys: socket, sim, ledger, allow_self_declared, context_overhead, "
                     "policy, max_inst, prio_ratio, quota_min, quota_max, default_memsize, http, "
-                    "ctl_mount, ctl_group, container_sockets, reconcile_interval, "
-                    "over_limit_action, daemon_loss_timeout, gpus");
+                    "ctl_mount, admin_group (or ctl_group), container_sockets, "
+                    "reconcile_interval, over_limit_action, daemon_loss_timeout, "
+                    "max_request_line, max_reply_backlog, request_timeout, idle_timeout, "
+                    "container_max_connections, container_max_processes, refusal_log_rate, gpus");
   }
 
   Status LoadGpus(const YAML::Node& gpus) {
@@ -436,9 +460,67 @@ class Loader {
   DaemonConfig config_;
   std::optional<Position> quota_min_at_;  // where the file set them, if it did
   std::optional<Position> quota_max_at_;
+  std::optional<Position> limits_at_;  // the last of container_max_connections/_processes set
+  std::string admin_group_key_;        // admin_group or ctl_group, whichever the file used
 };
 
 }  // namespace
+
+Result<bool> ParseSocketLimit(std::string_view key, std::string_view text,
+                              std::string_view input_name, SocketLimits* limits) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  auto bytes = [&](Bytes min, Bytes max, Bytes* out) -> Result<bool> {
+    auto parsed = ParseBytes(text, input_name);
+    if (!parsed.ok()) return parsed.status();
+    if (*parsed < min || *parsed > max) {
+      return Result<bool>::Error(InputError(input_name, text, "out of range",
+                                            "a size from " + FormatBytes(min) + " to " +
+                                                FormatBytes(max) + ", such as " +
+                                                FormatBytes(*out)));
+    }
+    *out = *parsed;
+    return true;
+  };
+  auto duration = [&](nanoseconds min, nanoseconds max, nanoseconds* out) -> Result<bool> {
+    auto parsed = ParseDuration(text, input_name, min, max);
+    if (!parsed.ok()) return parsed.status();
+    *out = *parsed;
+    return true;
+  };
+  auto number = [&](uint64_t min, uint64_t max, int* out) -> Result<bool> {
+    auto parsed = ParseUnsigned(text, input_name, min, max);
+    if (!parsed.ok()) return parsed.status();
+    *out = static_cast<int>(*parsed);
+    return true;
+  };
+  if (key == "max_request_line") {
+    return bytes(Bytes(1024), Bytes(64 * 1024), &limits->max_request_line);
+  }
+  if (key == "max_reply_backlog") {
+    return bytes(Bytes(64 * 1024), Bytes(16 * 1024 * 1024), &limits->max_reply_backlog);
+  }
+  if (key == "request_timeout") {
+    return duration(milliseconds(100), seconds(60), &limits->request_timeout);
+  }
+  if (key == "idle_timeout") return duration(seconds(1), seconds(3600), &limits->idle_timeout);
+  if (key == "container_max_connections") {
+    return number(1, 65536, &limits->container_max_connections);
+  }
+  if (key == "container_max_processes") return number(1, 1024, &limits->container_max_processes);
+  if (key == "refusal_log_rate") return number(1, 10000, &limits->refusal_log_rate);
+  return false;
+}
+
+Status CheckSocketLimits(const SocketLimits& limits) {
+  if (limits.container_max_connections >= limits.container_max_processes) return Status::Ok();
+  return Status::Error("container_max_connections=\"" +
+                       std::to_string(limits.container_max_connections) +
+                       "\" is less than container_max_processes=\"" +
+                       std::to_string(limits.container_max_processes) +
+                       "\"; expected at least as many connections as processes (each registered "
+                       "process holds one)");
+}
 
 std::string_view OverLimitActionName(OverLimitAction action) {
   switch (action) {

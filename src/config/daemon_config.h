@@ -47,6 +47,45 @@ struct GpuOverrides {
   std::optional<Percent> prio_ratio;
 };
 
+// The bounds of tesserad's socket server and registry that keep one client from stalling or
+// starving the daemon (src/daemon/server.h says what each does). Each is a config key and a flag
+// of the same name (`--max-request-line` for max_request_line), read by ParseSocketLimit.
+struct SocketLimits {
+  // max_request_line: the longest request line, '\n' included: 1KiB to 64KiB.
+  Bytes max_request_line = Bytes(8 * 1024);
+  // max_reply_backlog: reply bytes held for a client not reading them, beyond the kernel's
+  // socket buffer, before it is dropped: 64KiB to 16MiB.
+  Bytes max_reply_backlog = Bytes(256 * 1024);
+  // request_timeout: a request line must arrive whole, and a held reply be taken, within this of
+  // its first byte: 100ms to 60s.
+  std::chrono::nanoseconds request_timeout = std::chrono::seconds(5);
+  // idle_timeout: a connection that registered no process and sends nothing for this long is
+  // closed: 1s to 1h.
+  std::chrono::nanoseconds idle_timeout = std::chrono::seconds(60);
+  // container_max_connections: connections at once on one container's socket (and per user on the
+  // node socket, root and the daemon's user aside): 1 to 65536; at least container_max_processes.
+  int container_max_connections = 256;
+  // container_max_processes: processes one container may have registered at once: 1 to 1024.
+  int container_max_processes = 128;
+  // refusal_log_rate: lines a second, at most, logged about refused requests and dropped
+  // connections (the rest are counted): 1 to 10000.
+  int refusal_log_rate = 10;
+};
+
+// The SocketLimits keys, in the order above.
+inline constexpr const char* kSocketLimitKeys[] = {
+    "max_request_line",          "max_reply_backlog",       "request_timeout", "idle_timeout",
+    "container_max_connections", "container_max_processes", "refusal_log_rate"};
+
+// Parses `text` as the value of SocketLimits key `key` (one of kSocketLimitKeys) into `limits`;
+// `input_name` starts an error message (the key, or the flag). False (and no error) when `key` is
+// not one of them.
+Result<bool> ParseSocketLimit(std::string_view key, std::string_view text,
+                              std::string_view input_name, SocketLimits* limits);
+// What must hold between the limits (container_max_connections >= container_max_processes: every
+// registered process holds a connection). The error names both values.
+Status CheckSocketLimits(const SocketLimits& limits);
+
 // The largest GPU index `gpus:` accepts (the same bound as device selectors).
 inline constexpr int kMaxConfigGpuIndex = 63;
 // The largest config file LoadDaemonConfig reads.
@@ -83,8 +122,10 @@ struct DaemonConfig {
   std::string ctl_mount;
   // container_sockets: a directory for one socket per registered container; empty: none.
   std::string container_sockets;
-  // ctl_group: the group allowed to write the control tree (socket, mount); empty: root only.
-  std::string ctl_group;
+  // admin_group (also spelt ctl_group): the group whose members administer the daemon besides
+  // root and the daemon's own user: write the control tree (socket, mount) and register, change
+  // or remove containers (CONTAINER). Empty: none.
+  std::string admin_group;
   // reconcile_interval: how often NVML's view is compared with the ledger; 100ms to 10s.
   std::chrono::nanoseconds reconcile_interval = std::chrono::seconds(1);
   // over_limit_action: what the reconciler does about a container above its limit.
@@ -92,6 +133,8 @@ struct DaemonConfig {
   // daemon_loss_timeout: how long a process keeps running without a daemon connection before it
   // fails closed; 1s to 1h.
   std::chrono::nanoseconds daemon_loss_timeout = std::chrono::seconds(30);
+  // The socket server's bounds (SocketLimits), each its own top-level key.
+  SocketLimits socket_limits;
   // gpus: per-GPU overrides keyed by GPU index (0 to kMaxConfigGpuIndex).
   std::map<int, GpuOverrides> gpus;
 };

@@ -33,7 +33,15 @@ TEST(LoadDaemonConfig, LoadsTheSampleFileWithEveryKey) {
   EXPECT_EQ(c.http, "127.0.0.1:9400");
   EXPECT_EQ(c.ctl_mount, "/run/tessera/ctl");
   EXPECT_EQ(c.container_sockets, "/run/tessera/containers");
-  EXPECT_EQ(c.ctl_group, "tessera");
+  EXPECT_EQ(c.admin_group, "tessera");
+  const SocketLimits defaults;
+  EXPECT_EQ(c.socket_limits.max_request_line, defaults.max_request_line);
+  EXPECT_EQ(c.socket_limits.max_reply_backlog, defaults.max_reply_backlog);
+  EXPECT_EQ(c.socket_limits.request_timeout, defaults.request_timeout);
+  EXPECT_EQ(c.socket_limits.idle_timeout, defaults.idle_timeout);
+  EXPECT_EQ(c.socket_limits.container_max_connections, defaults.container_max_connections);
+  EXPECT_EQ(c.socket_limits.container_max_processes, defaults.container_max_processes);
+  EXPECT_EQ(c.socket_limits.refusal_log_rate, defaults.refusal_log_rate);
   EXPECT_EQ(c.reconcile_interval, 1s);
   EXPECT_EQ(c.over_limit_action, OverLimitAction::kLog);
   EXPECT_EQ(c.daemon_loss_timeout, 30s);
@@ -76,6 +84,13 @@ TEST(ParseDaemonConfig, ReadsEveryKeyInItsOtherForms) {
       "reconcile_interval: 100ms\n"
       "over_limit_action: KILL\n"
       "daemon_loss_timeout: 1h\n"
+      "max_request_line: 1KiB\n"
+      "max_reply_backlog: 16MiB\n"
+      "request_timeout: 100ms\n"
+      "idle_timeout: 1h\n"
+      "container_max_connections: 65536\n"
+      "container_max_processes: 1024\n"
+      "refusal_log_rate: 10000\n"
       "gpus:\n"
       "  3:\n"
       "    prio_ratio: 20\n",
@@ -95,7 +110,14 @@ TEST(ParseDaemonConfig, ReadsEveryKeyInItsOtherForms) {
   EXPECT_EQ(c.default_memsize, Bytes(GiB(1).count() + MiB(512).count()));
   EXPECT_EQ(c.http, "127.0.0.1:0");
   EXPECT_EQ(c.ctl_mount, "/mnt/ctl");
-  EXPECT_EQ(c.ctl_group, "gpu-admins");
+  EXPECT_EQ(c.admin_group, "gpu-admins");  // ctl_group is its other name
+  EXPECT_EQ(c.socket_limits.max_request_line, Bytes(1024));
+  EXPECT_EQ(c.socket_limits.max_reply_backlog, MiB(16));
+  EXPECT_EQ(c.socket_limits.request_timeout, 100ms);
+  EXPECT_EQ(c.socket_limits.idle_timeout, 1h);
+  EXPECT_EQ(c.socket_limits.container_max_connections, 65536);
+  EXPECT_EQ(c.socket_limits.container_max_processes, 1024);
+  EXPECT_EQ(c.socket_limits.refusal_log_rate, 10000);
   EXPECT_EQ(c.container_sockets, "/var/run/tessera-c");
   EXPECT_EQ(c.reconcile_interval, 100ms);
   EXPECT_EQ(c.over_limit_action, OverLimitAction::kKill);
@@ -164,6 +186,26 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"bad_mount", "ctl_mount: ctl\n", "1:12", "ctl_mount=\"ctl\"",
                   "not an absolute path"},
         BadConfig{"bad_group", "ctl_group: 9x\n", "1:12", "ctl_group=\"9x\"", "starts with"},
+        BadConfig{"bad_admin_group", "admin_group: a b\n", "1:14", "admin_group=\"a b\"",
+                  "not allowed"},
+        BadConfig{"both_group_names", "admin_group: a\nctl_group: b\n", "2:1", "ctl_group",
+                  "two names of one setting"},
+        BadConfig{"line_too_short", "max_request_line: 100B\n", "1:19", "max_request_line=\"100B\"",
+                  "from 1KiB to 64KiB"},
+        BadConfig{"backlog_below_a_reply", "max_reply_backlog: 1KiB\n", "1:20",
+                  "max_reply_backlog=\"1KiB\"", "from 64KiB to 16MiB"},
+        BadConfig{"request_timeout_high", "request_timeout: 2m\n", "1:18", "request_timeout",
+                  "from 100ms to 1m"},
+        BadConfig{"idle_timeout_no_unit", "idle_timeout: 60\n", "1:15", "idle_timeout=\"60\"",
+                  "missing unit"},
+        BadConfig{"connections_zero", "container_max_connections: 0\n", "1:28",
+                  "container_max_connections=\"0\"", "from 1 to 65536"},
+        BadConfig{"processes_big", "container_max_processes: 1025\n", "1:26",
+                  "container_max_processes=\"1025\"", "out of range"},
+        BadConfig{"fewer_connections_than_processes", "container_max_connections: 64\n", "1:28",
+                  "container_max_connections=\"64\"", "less than container_max_processes=\"128\""},
+        BadConfig{"log_rate_zero", "refusal_log_rate: 0\n", "1:19", "refusal_log_rate=\"0\"",
+                  "from 1 to 10000"},
         BadConfig{"bad_interval", "reconcile_interval: 50ms\n", "1:21", "reconcile_interval",
                   "from 100ms to 10s"},
         BadConfig{"bad_action", "over_limit_action: warn\n", "1:20", "over_limit_action=\"warn\"",

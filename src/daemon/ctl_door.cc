@@ -16,10 +16,11 @@
 
 namespace tessera::daemon {
 
-bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group) {
-  if (peer.uid == 0) return true;
-  if (!writer_group) return false;
-  if (peer.gid == *writer_group) return true;
+bool PeerIsAdministrator(const ipc::PeerCredentials& peer, const Administrators& admins) {
+  if (peer.uid == 0 || peer.uid == admins.daemon_uid) return true;
+  if (!admins.group) return false;
+  const gid_t writer_group = *admins.group;
+  if (peer.gid == writer_group) return true;
   // Supplementary groups: the kernel's view of the peer process now.
   std::ifstream status("/proc/" + std::to_string(peer.pid) + "/status");
   std::string line;
@@ -28,10 +29,19 @@ bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_
     std::istringstream groups(line.substr(7));
     long g;
     while (groups >> g) {
-      if (static_cast<gid_t>(g) == *writer_group) return true;
+      if (static_cast<gid_t>(g) == writer_group) return true;
     }
   }
   return false;
+}
+
+std::string WhoMayAdminister(const ipc::PeerCredentials& peer, const Administrators& admins) {
+  std::string who =
+      "it needs root, tesserad's own user (uid " + std::to_string(admins.daemon_uid) + ")";
+  who += admins.group ? " or a member of its admin group (gid " + std::to_string(*admins.group) +
+                            ", tesserad --admin-group)"
+                      : " (tesserad --admin-group names a group that may too)";
+  return who + "; the peer is uid " + std::to_string(peer.uid) + " gid " + std::to_string(peer.gid);
 }
 
 Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Message& request,
@@ -63,8 +73,8 @@ Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Mess
     }
     if (!may_write) {
       return R::Error(path +
-                      ": permission denied; writing the control tree needs root or the "
-                      "writer group (tesserad --ctl-group)");
+                      ": permission denied; writing the control tree needs an administrator of "
+                      "tesserad (root, its own user, or its admin group: tesserad --admin-group)");
     }
     ctl::WriteOptions options;
     options.force = force == "1";

@@ -28,9 +28,20 @@
 
 namespace tessera::daemon {
 
-// Whether the peer may write the control tree: root, or a member (primary or supplementary group,
-// the latter read from /proc/PID/status) of `writer_group`.
-bool PeerMayWrite(const ipc::PeerCredentials& peer, std::optional<gid_t> writer_group);
+// Who administers this tesserad: may write the control tree (CTL set) and register, change or
+// remove containers (CONTAINER) on the node socket. Root, the daemon's own user (a private daemon
+// of `tessera run`, or one a user started for themselves: they own its memory anyway), and the
+// members of the admin group (tesserad --admin-group, also spelt --ctl-group).
+struct Administrators {
+  uid_t daemon_uid = 0;
+  std::optional<gid_t> group;
+};
+
+// Whether the peer (SO_PEERCRED) is an administrator: root, the daemon's user, or a member of
+// the group (its primary group, or a supplementary one read from /proc/PID/status now).
+bool PeerIsAdministrator(const ipc::PeerCredentials& peer, const Administrators& admins);
+// What a refusal for want of it says (after "permission denied: "): who may, and who asked.
+std::string WhoMayAdminister(const ipc::PeerCredentials& peer, const Administrators& admins);
 
 // The CTL verb: the JSON after "OK ", or the reason after "ERR ".
 Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Message& request,

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "metrics/exposition.h"
+#include "pages/pages.h"
 
 namespace tessera::daemon {
 namespace {
@@ -83,7 +84,7 @@ http::Response HandleHttp(const http::Request& request, const HttpDoor& door) {
                     door.allow_write);
   }
   const bool get = request.method == "GET" || request.method == "HEAD";
-  if (path == "/v1/state" || path == "/metrics") {
+  if (path == "/v1/state" || path == "/metrics" || path == "/" || path == "/ui") {
     if (!get) {
       http::Response r = http::Response::Text(
           405, request.method + " is not served on " + path + "; expected GET");
@@ -91,13 +92,20 @@ http::Response HandleHttp(const http::Request& request, const HttpDoor& door) {
       return r;
     }
     if (path == "/v1/state") return Json(200, door.state());
+    if (path == "/" || path == "/ui") {
+      http::Response page;
+      page.content_type = std::string(pages::kContentType);
+      page.body = std::string(pages::NodePage());
+      return page;
+    }
     http::Response r;
     r.content_type = std::string(metrics::kContentType);
     r.body = door.metrics();
     return r;
   }
   return http::Response::Text(
-      404, "no route " + path + "; expected /v1/ctl/PATH, /v1/state or /metrics");
+      404,
+      "no route " + path + "; expected /v1/ctl/PATH, /v1/state, /metrics or / (the node page)");
 }
 
 }  // namespace tessera::daemon

@@ -6,10 +6,13 @@
 //   tesserad [--config FILE] [--socket PATH] [--sim] [--allow-self-declared true|false]
 //            [--ledger NAME] [--ephemeral] [--context-overhead SIZE|measure] [--policy N]
 //            [--max-inst N] [--prio-ratio P] [--quota-min MS] [--quota-max MS]
-//            [--daemon-loss-timeout MS] [--ctl-mount DIR] [--ctl-group NAME] [--http HOST:PORT]
+//            [--daemon-loss-timeout MS] [--ctl-mount DIR] [--admin-group NAME] [--http HOST:PORT]
 //            [--http-allow-write] [--gpu-policy GPU:POLICY] [--reconcile-interval DURATION]
 //            [--over-limit-action log|block|kill] [--container-sockets DIR]
-//            [--mps [--mps-control PATH] [--mps-dir DIR]]
+//            [--mps [--mps-control PATH] [--mps-dir DIR]] [--max-request-line SIZE]
+//            [--max-reply-backlog SIZE] [--request-timeout D] [--idle-timeout D]
+//            [--container-max-connections N] [--container-max-processes N]
+//            [--refusal-log-rate N]
 // --config loads a YAML file (deploy/tesserad.yaml); flags given on the command line override it.
 // The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
 // The control tree (DESIGN.md section 6) has three doors onto one DaemonNodeControl: the CTL verb
@@ -19,6 +22,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,8 +89,10 @@ int Usage(const std::string& problem) {
 // the command line override the config file.
 struct Flags {
   std::optional<std::string> config, socket, ledger, context_overhead, policy, max_inst, prio_ratio,
-      quota_min, quota_max, daemon_loss_timeout, ctl_mount, ctl_group, http, reconcile_interval,
+      quota_min, quota_max, daemon_loss_timeout, ctl_mount, admin_group, http, reconcile_interval,
       over_limit_action, container_sockets, allow_self_declared, mps_control, mps_dir;
+  // The socket server's bounds, by config key (config::kSocketLimitKeys), as given.
+  std::map<std::string, std::optional<std::string>> socket_limits;
   std::vector<std::string> gpu_policy;
   bool sim = false, ephemeral = false, http_allow_write = false, mps = false;
 };
@@ -123,7 +129,9 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Flags* flags) {
       ->type_name("GPU:POLICY")
       ->allow_extra_args(false);  // one value per --gpu-policy
   option("--ctl-mount", &flags->ctl_mount, "DIR", "mount the control tree here with FUSE");
-  option("--ctl-group", &flags->ctl_group, "NAME", "group that may write the control tree");
+  option("--admin-group,--ctl-group", &flags->admin_group, "NAME",
+         "group that administers the daemon besides root and its own user: control-tree writes "
+         "and CONTAINER on the node socket");
   option("--http", &flags->http, "HOST:PORT", "serve /v1/ctl, /v1/state and /metrics here");
   app.add_flag("--http-allow-write", flags->http_allow_write, "serve PUT /v1/ctl/ over HTTP");
   option("--reconcile-interval", &flags->reconcile_interval, "100ms-10s",
@@ -139,6 +147,21 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Flags* flags) {
          "the MPS control program (default /usr/bin/nvidia-cuda-mps-control)");
   option("--mps-dir", &flags->mps_dir, "DIR",
          "MPS pipe and log directories go under DIR (default /run/tessera/mps)");
+  // The socket server's bounds: --max-request-line for max_request_line, and so on.
+  const std::map<std::string, std::pair<const char*, const char*>> limit_help = {
+      {"max_request_line", {"SIZE", "longest request line (default 8KiB)"}},
+      {"max_reply_backlog", {"SIZE", "reply bytes held for a client not reading (256KiB)"}},
+      {"request_timeout", {"DURATION", "a request must arrive whole, a reply be taken (5s)"}},
+      {"idle_timeout", {"DURATION", "close a connection with no process after (60s)"}},
+      {"container_max_connections", {"N", "connections per container socket (256)"}},
+      {"container_max_processes", {"N", "registered processes per container (128)"}},
+      {"refusal_log_rate", {"N", "refusal lines logged a second, at most (10)"}}};
+  for (const char* key : tessera::config::kSocketLimitKeys) {
+    std::string flag = std::string("--") + key;
+    for (char& c : flag) c = c == '_' ? '-' : c;
+    const auto& [type, help] = limit_help.at(key);
+    app.add_option(flag, flags->socket_limits[key], help)->type_name(type);
+  }
   return tessera::cmdline::Parse(app, argc, argv);
 }
 
@@ -205,6 +228,20 @@ tessera::Result<gid_t> LookUpGroup(const std::string& name, const std::string& i
                                          "from /etc/group");
   }
   return found->gr_gid;
+}
+
+// Every connection is a descriptor: the soft open-files limit goes up to the hard one (systemd's
+// LimitNOFILE sets both; a shell's soft 1024 would cap the daemon at a few hundred clients).
+void RaiseOpenFilesLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+unsigned long long OpenFilesLimit() {
+  rlimit limit{};
+  return getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 0;
 }
 
 }  // namespace
@@ -322,7 +359,8 @@ int main(int argc, char** argv) {
   bool ephemeral = false;
   std::string context_overhead = "measure";
   tessera::daemon::ComputeOptions compute_options;
-  std::string ctl_mount, ctl_group, http_listen, http_input = "--http";
+  std::string ctl_mount, admin_group, http_listen, http_input = "--http";
+  tessera::config::SocketLimits socket_limits;
   std::string container_sockets;  // --container-sockets DIR: one socket per registered container
   bool http_allow_write = false;
   tessera::Bytes default_memsize = tessera::Bytes::Zero();  // 0: no default limit
@@ -336,6 +374,7 @@ int main(int argc, char** argv) {
 
   Flags flags;
   if (std::optional<int> exit_status = ParseCommandLine(argc, argv, &flags)) return *exit_status;
+  RaiseOpenFilesLimit();
   // The config file first, so every flag on the command line overrides it whatever their order.
   const std::string config_path = flags.config.value_or("");
   if (flags.config) {
@@ -360,7 +399,8 @@ int main(int argc, char** argv) {
     http_listen = c.http;
     http_input = config_path + ": http";
     ctl_mount = c.ctl_mount;
-    ctl_group = c.ctl_group;
+    admin_group = c.admin_group;
+    socket_limits = c.socket_limits;
     container_sockets = c.container_sockets;
     gpu_overrides = c.gpus;
     reconcile_interval = c.reconcile_interval;
@@ -380,7 +420,7 @@ int main(int argc, char** argv) {
   if (flags.ledger) ledger_name = *flags.ledger;
   if (flags.context_overhead) context_overhead = *flags.context_overhead;
   for (const auto& [flag, value, out] : {std::tuple{"--ctl-mount", &flags.ctl_mount, &ctl_mount},
-                                         {"--ctl-group", &flags.ctl_group, &ctl_group},
+                                         {"--admin-group", &flags.admin_group, &admin_group},
                                          {"--http", &flags.http, &http_listen}}) {
     if (!*value) continue;
     if ((*value)->empty()) return Usage(std::string(flag) + " needs a value");
@@ -489,11 +529,21 @@ int main(int argc, char** argv) {
     // stays (policy 5); an explicit --policy or --gpu-policy still wins.
     compute_options.defaults.policy = tessera::ArbiterPolicy::kNative;
   }
-  std::optional<gid_t> writer_group;
-  if (!ctl_group.empty()) {
-    auto gid = LookUpGroup(ctl_group, "--ctl-group");
+  for (const auto& [key, value] : flags.socket_limits) {
+    if (!value) continue;
+    std::string flag = "--" + key;
+    for (char& c : flag) c = c == '_' ? '-' : c;
+    auto parsed = tessera::config::ParseSocketLimit(key, *value, flag, &socket_limits);
+    if (!parsed.ok()) return Usage(parsed.error());
+  }
+  if (tessera::Status s = tessera::config::CheckSocketLimits(socket_limits); !s.ok()) {
+    return Usage(s.message());
+  }
+  std::optional<gid_t> admin_gid;
+  if (!admin_group.empty()) {
+    auto gid = LookUpGroup(admin_group, "--admin-group");
     if (!gid.ok()) return Usage(gid.error());
-    writer_group = *gid;
+    admin_gid = *gid;
   }
   if (socket_path.empty() || socket_path[0] != '/' || socket_path.size() > 107) {
     return Usage("--socket \"" + socket_path +
@@ -542,8 +592,9 @@ int main(int argc, char** argv) {
   }
   auto compute = tessera::daemon::ComputeService::Create(*ledger, compute_options);
   if (!compute.ok()) return Usage(compute.error());
-  tessera::daemon::Registry registry(std::move(*ledger), {allow_self_declared, context_bytes},
-                                     compute->get());
+  tessera::daemon::Registry registry(
+      std::move(*ledger),
+      {allow_self_declared, context_bytes, socket_limits.container_max_processes}, compute->get());
   const int reclaimed = registry.ReclaimDeadProcesses();
   if (default_memsize.count() != 0) registry.SetDefaultLimit(default_memsize.count());
   // The config file's per-GPU settings (flags given on the command line already removed theirs).
@@ -606,7 +657,7 @@ int main(int argc, char** argv) {
     mkdir(ctl_mount.c_str(), 0755);  // one level, as systemd's RuntimeDirectory leaves it
     tessera::ctl::FuseMountOptions options;
     options.mount_point = ctl_mount;
-    options.writer_group = writer_group;
+    options.writer_group = admin_gid;
     options.log = [](std::string_view line) {
       std::fprintf(stderr, "tesserad: ctl mount: %.*s\n", static_cast<int>(line.size()),
                    line.data());
@@ -669,7 +720,24 @@ int main(int argc, char** argv) {
                                          reconcile);
   reconciler.Start();
   if (!container_sockets.empty()) mkdir(container_sockets.c_str(), 0755);
-  tessera::daemon::Server server(&registry, *listen_fd, &tree, writer_group, container_sockets);
+  tessera::daemon::ServerOptions server_options;
+  server_options.admins = {geteuid(), admin_gid};
+  server_options.container_socket_dir = container_sockets;
+  server_options.max_request_line = socket_limits.max_request_line.count();
+  server_options.max_reply_backlog = socket_limits.max_reply_backlog.count();
+  server_options.request_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(socket_limits.request_timeout);
+  server_options.idle_timeout =
+      std::chrono::duration_cast<std::chrono::milliseconds>(socket_limits.idle_timeout);
+  server_options.container_max_connections = socket_limits.container_max_connections;
+  server_options.refusal_log_rate = socket_limits.refusal_log_rate;
+  tessera::daemon::Server server(&registry, *listen_fd, &tree, server_options);
+  std::printf(
+      "tesserad: at most %zu connections (open-files limit %llu); per container %d "
+      "connections and %d processes\n",
+      server.max_connections(), static_cast<unsigned long long>(OpenFilesLimit()),
+      server_options.container_max_connections, socket_limits.container_max_processes);
+  std::fflush(stdout);
   // tessera run (and the device plugin) derive each GPU's MPS pipe directory from this root.
   if (mps_supervisor) server.set_container_reply_fields({{"mps_root", mps_dir}});
   tessera::Status run = server.Run(g_stop);

@@ -1,6 +1,7 @@
 // DaemonNodeControl over a real ledger segment, registry and (not started) ComputeService: what
 // the snapshot shows, and the invariants each setter re-checks on its own (the tree's checks are
-// control_tree_test's). Also the registry's reserved ids and default limit, and PeerMayWrite.
+// control_tree_test's). Also the registry's reserved ids and default limit, and
+// PeerIsAdministrator.
 #include "daemon/node_control.h"
 
 #include <gmock/gmock.h>
@@ -151,11 +152,17 @@ TEST_F(NodeControlTest, RegistryRefusesReservedIdsAndAppliesTheDefaultLimit) {
   EXPECT_EQ(Find(s, 1, "own")->memsize, Bytes(kGiB));        // declared its own
 }
 
-TEST(PeerMayWriteTest, RootOrTheWriterGroup) {
-  EXPECT_TRUE(PeerMayWrite({getpid(), 0, 0}, std::nullopt));
-  EXPECT_FALSE(PeerMayWrite({getpid(), 1000, 1000}, std::nullopt));
-  EXPECT_TRUE(PeerMayWrite({getpid(), 1000, 4242}, gid_t{4242}));
-  EXPECT_FALSE(PeerMayWrite({getpid(), 1000, 4242}, gid_t{4243}));
+TEST(PeerIsAdministratorTest, RootTheDaemonsUserOrTheAdminGroup) {
+  const Administrators root_daemon{0, std::nullopt};
+  EXPECT_TRUE(PeerIsAdministrator({getpid(), 0, 0}, root_daemon));
+  EXPECT_FALSE(PeerIsAdministrator({getpid(), 1000, 1000}, root_daemon));
+  EXPECT_TRUE(PeerIsAdministrator({getpid(), 1000, 4242}, {0, gid_t{4242}}));
+  EXPECT_FALSE(PeerIsAdministrator({getpid(), 1000, 4242}, {0, gid_t{4243}}));
+  // A daemon a user runs for themselves is theirs to administer, and nobody else's.
+  EXPECT_TRUE(PeerIsAdministrator({getpid(), 1000, 1000}, {1000, std::nullopt}));
+  EXPECT_FALSE(PeerIsAdministrator({getpid(), 1001, 1001}, {1000, std::nullopt}));
+  EXPECT_NE(WhoMayAdminister({getpid(), 1001, 1001}, {1000, std::nullopt}).find("uid 1001"),
+            std::string::npos);
 }
 
 }  // namespace

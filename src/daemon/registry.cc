@@ -223,6 +223,14 @@ Result<protocol::Message> Registry::Hello(const protocol::Message& request, pid_
     }
     local_pid = static_cast<int32_t>(v);
   }
+  const uint32_t processes = ledger_.book().containers[c].process_count.load();
+  if (processes >= static_cast<uint32_t>(options_.max_processes_per_container)) {
+    return Result<protocol::Message>::Error(
+        "container " + id + " has " + std::to_string(processes) +
+        " processes registered, the most one container may have (container_max_processes " +
+        std::to_string(options_.max_processes_per_container) +
+        "); this process was not registered");
+  }
   auto p = ledger_.AddProcess(static_cast<uint32_t>(c), pid, local_pid);
   if (!p.ok()) return p.status();
   *process_slot = *p;

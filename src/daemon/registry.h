@@ -32,6 +32,10 @@ inline constexpr uint32_t kNoProcess = ~uint32_t{0};
 struct RegistryOptions {
   bool allow_self_declared = true;
   uint64_t context_bytes = 0;  // charged once per process and device for the driver's context
+  // Processes one container may have registered at once (HELLO through any socket), so that one
+  // tenant cannot take the node's ledger::kMaxProcesses slots from its neighbours: 1 to
+  // kMaxProcesses (tesserad --container-max-processes).
+  int max_processes_per_container = 128;
 };
 
 class Registry {

@@ -1,24 +1,91 @@
-// Server implementation: epoll over the listening socket and every client connection.
+// Server implementation: epoll over the listening sockets and every client connection, all
+// non-blocking; per-connection input and reply backlogs with their bounds and timeouts.
 #include "daemon/server.h"
 
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string>
 #include <vector>
 
-#include "daemon/ctl_door.h"
-#include "ipc/unix_socket.h"
 #include "ledger/ledger_layout.h"
 
 namespace tessera::daemon {
+namespace {
+
+// Bytes read from one connection in one turn of the loop, requests answered, connections accepted
+// on one listener: small enough that one busy client cannot hold the others back for long.
+constexpr size_t kReadPerTurn = 4096;
+constexpr int kRequestsPerTurn = 32;
+constexpr int kAcceptsPerTurn = 64;
+// How long a listener rests after accept(2) failed for want of descriptors or memory.
+constexpr std::chrono::milliseconds kAcceptPause{200};
+
+// Connections the open-files limit leaves room for: the rest (half, at most 1024) is kept for the
+// daemon's own descriptors (container listeners and segments, the FUSE and HTTP doors, /proc).
+size_t MaxConnections() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  const auto soft = static_cast<size_t>(limit.rlim_cur);
+  return soft - std::min<size_t>(soft / 2, 1024);
+}
+
+void ToStderr(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+
+std::string Describe(const std::optional<std::string>& scope) {
+  return scope ? "container " + *scope + "'s socket" : std::string("the node socket");
+}
+
+// Sends what the kernel takes of `bytes` past `sent`, never waiting (`fds` go with the first byte
+// and are closed here once sent). False on an error that ends the connection.
+bool Write(int fd, std::string& bytes, std::vector<int>& fds, size_t& sent) {
+  while (sent < bytes.size()) {
+    iovec iov{bytes.data() + sent, bytes.size() - sent};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * ipc::kMaxPassedFds)];
+    if (!fds.empty()) {
+      const size_t n = sizeof(int) * std::min(fds.size(), ipc::kMaxPassedFds);
+      msg.msg_control = control;
+      msg.msg_controllen = CMSG_SPACE(n);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(n);
+      std::memcpy(CMSG_DATA(c), fds.data(), n);
+    }
+    const ssize_t n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    for (int passed : fds) close(passed);  // the peer holds them now
+    fds.clear();
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+Server::Server(Registry* registry, int listen_fd, const ctl::ControlTree* tree,
+               ServerOptions options)
+    : registry_(registry),
+      listen_fd_(listen_fd),
+      tree_(tree),
+      options_(std::move(options)),
+      max_connections_(MaxConnections()),
+      log_(options_.refusal_log_rate, ToStderr) {}
 
 Status Server::Run(const std::atomic<bool>& stop) {
   const int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -27,38 +94,57 @@ Status Server::Run(const std::atomic<bool>& stop) {
   ev.events = EPOLLIN;
   ev.data.fd = listen_fd_;
   epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd_, &ev);
-  epoll_event events[64];
-  auto next_sweep = std::chrono::steady_clock::now();
+  listeners_[listen_fd_] = Listener{};
+  epoll_event events[256];
+  auto next_sweep = Clock::now();
+  auto next_expiry = Clock::now();
   while (!stop.load()) {
+    const auto now = Clock::now();
     // Processes registered with an earlier daemon (before a restart) have no connection here:
     // their deaths are found by a sweep once a second instead of by a close.
-    if (std::chrono::steady_clock::now() >= next_sweep) {
+    if (now >= next_sweep) {
       registry_->ReclaimDeadProcesses();
       registry_->Repair();
       SyncContainerSockets(ep);
-      next_sweep = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      next_sweep = now + std::chrono::seconds(1);
     }
-    const int n = epoll_wait(ep, events, 64, 100);
+    if (now >= next_expiry) {
+      Expire(ep, now);
+      next_expiry = now + std::chrono::milliseconds(100);
+    }
+    log_.Flush(now);
+    ++turn_;
+    const int n = epoll_wait(ep, events, 256, backlogged_.empty() ? 100 : 0);
     if (n < 0 && errno != EINTR) {
       close(ep);
       return Status::Error(std::string("epoll_wait: ") + std::strerror(errno));
     }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == listen_fd_) {
-        Accept(ep, fd, std::nullopt);
-        continue;
-      }
-      if (auto l = container_listeners_.find(fd); l != container_listeners_.end()) {
-        Accept(ep, fd, l->second);
+      if (listeners_.count(fd) != 0) {
+        Accept(ep, fd);
         continue;
       }
       auto it = connections_.find(fd);
       if (it == connections_.end()) continue;
-      if ((events[i].events & (EPOLLHUP | EPOLLERR)) != 0 && (events[i].events & EPOLLIN) == 0) {
-        Close(ep, fd);
-      } else if (!Readable(ep, fd, it->second)) {
-        Close(ep, fd);
+      bool keep = true;
+      if ((events[i].events & EPOLLOUT) != 0) keep = Flush(ep, fd, it->second);
+      if (keep && (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) {
+        keep = Readable(ep, fd, it->second);
+      }
+      if (!keep) Close(ep, fd);
+    }
+    // Complete requests left from an earlier turn (a client that sent many at once), one turn's
+    // share each, after everyone else's.
+    if (!backlogged_.empty()) {
+      const std::vector<int> waiting(backlogged_.begin(), backlogged_.end());
+      for (int fd : waiting) {
+        auto it = connections_.find(fd);
+        if (it == connections_.end()) {
+          backlogged_.erase(fd);
+        } else if (it->second.turn != turn_ && !Answer(ep, fd, it->second)) {
+          Close(ep, fd);
+        }
       }
     }
   }
@@ -66,32 +152,106 @@ Status Server::Run(const std::atomic<bool>& stop) {
   // to the next daemon (HELLO resume) or are found by its sweep. Their connections close without
   // reclaiming anything (a SIGTERM used to hand every live tenant's bytes back).
   for (auto& [fd, conn] : connections_) {
+    for (Reply& r : conn.out) {
+      for (int passed : r.fds) close(passed);
+    }
     epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
   }
   connections_.clear();
-  while (!container_listeners_.empty())
-    CloseContainerSocket(ep, container_listeners_.begin()->first, /*container_gone=*/false);
+  door_connections_.clear();
+  backlogged_.clear();
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
+    const int fd = it->first;
+    const bool container = it->second.scope.has_value();
+    ++it;
+    if (container) CloseContainerSocket(ep, fd, /*container_gone=*/false);
+  }
+  listeners_.clear();
   close(ep);
   return Status::Ok();
 }
 
-void Server::Accept(int ep, int listen_fd, const std::optional<std::string>& scope) {
-  for (;;) {
+void Server::Accept(int ep, int listen_fd) {
+  auto found = listeners_.find(listen_fd);
+  if (found == listeners_.end() || found->second.paused_until) return;
+  const Listener listener = found->second;
+  for (int i = 0; i < kAcceptsPerTurn; ++i) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      // Out of descriptors (or memory): the connection stays queued and the socket readable, so
+      // trying again at once would only spin. That listener rests for a moment instead.
+      Refused("tesserad: cannot accept on " + Describe(listener.scope) + ": " +
+              std::strerror(errno) + "; not accepting there for " +
+              std::to_string(kAcceptPause.count()) + " ms");
+      epoll_event ev{};
+      ev.events = 0;
+      ev.data.fd = listen_fd;
+      epoll_ctl(ep, EPOLL_CTL_MOD, listen_fd, &ev);
+      found->second.paused_until = Clock::now() + kAcceptPause;
+      return;
+    }
+    auto peer = ipc::PeerOf(fd);
+    std::string door;
+    std::optional<std::string> refusal =
+        peer.ok() ? Admit(listener, *peer, &door) : std::optional<std::string>(peer.error());
+    if (refusal) {
+      // Said to the client (its first read gets it) and logged, then closed.
+      const std::string line = "ERR " + *refusal + "\n";
+      (void)send(fd, line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      close(fd);
+      Refused("tesserad: refused a connection on " + Describe(listener.scope) +
+              (peer.ok()
+                   ? " from pid " + std::to_string(peer->pid) + " uid " + std::to_string(peer->uid)
+                   : std::string()) +
+              ": " + *refusal);
+      continue;
+    }
+    // The kernel holds at most one reply of the longest kind for a client (it doubles the value
+    // set): what a client does not read waits in the backlog, where it is counted and bounded.
+    const int send_buffer = static_cast<int>(ipc::kMaxMessage / 2);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof(send_buffer));
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
     Connection conn;
-    conn.scope = scope;
+    conn.scope = listener.scope;
+    conn.peer = *peer;
+    conn.door = door;
+    conn.last_request = Clock::now();
+    if (!door.empty()) ++door_connections_[door];
     connections_[fd] = std::move(conn);
   }
 }
 
+std::optional<std::string> Server::Admit(const Listener& listener, const ipc::PeerCredentials& peer,
+                                         std::string* door) const {
+  if (connections_.size() >= max_connections_) {
+    return "tesserad holds " + std::to_string(connections_.size()) +
+           " connections, the most its open-files limit leaves room for; try again later (the "
+           "operator raises LimitNOFILE)";
+  }
+  if (listener.scope) {
+    *door = "container " + *listener.scope;
+  } else if (peer.uid != 0 && peer.uid != options_.admins.daemon_uid) {
+    *door = "uid " + std::to_string(peer.uid) + " on the node socket";
+  } else {
+    return std::nullopt;  // root and the daemon's own user: bounded by the total only
+  }
+  auto open = door_connections_.find(*door);
+  if (open != door_connections_.end() && open->second >= options_.container_max_connections) {
+    return *door + " has " + std::to_string(open->second) +
+           " connections open, the most one container (or user) may have " +
+           "(container_max_connections " + std::to_string(options_.container_max_connections) + ")";
+  }
+  return std::nullopt;
+}
+
 void Server::SyncContainerSockets(int ep) {
-  if (container_socket_dir_.empty()) return;
+  if (options_.container_socket_dir.empty()) return;
   const std::set<std::string> wanted = registry_->WithLedger([](const ledger::MemoryLedger& l) {
     std::set<std::string> ids;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
@@ -104,11 +264,13 @@ void Server::SyncContainerSockets(int ep) {
     return ids;
   });
   std::set<std::string> have;
-  for (auto it = container_listeners_.begin(); it != container_listeners_.end();) {
+  for (auto it = listeners_.begin(); it != listeners_.end();) {
     const int fd = it->first;
-    const bool gone = wanted.count(it->second) == 0;
-    if (!gone) have.insert(it->second);
+    const std::optional<std::string> scope = it->second.scope;
     ++it;
+    if (!scope) continue;  // the node socket
+    const bool gone = wanted.count(*scope) == 0;
+    if (!gone) have.insert(*scope);
     if (gone) CloseContainerSocket(ep, fd, /*container_gone=*/true);
   }
   for (const std::string& id : wanted) {
@@ -116,7 +278,7 @@ void Server::SyncContainerSockets(int ep) {
     // A folder per container, kept across daemon restarts, so a pod's bind mount of the folder
     // sees the socket a restarted daemon opens anew (a mount of the socket file would keep the
     // old, unlinked one).
-    const std::string folder = container_socket_dir_ + "/" + id;
+    const std::string folder = options_.container_socket_dir + "/" + id;
     mkdir(folder.c_str(), 0755);
     const std::string path = folder + "/" + kContainerSocketName;
     auto fd = ipc::Listen(path);
@@ -132,123 +294,259 @@ void Server::SyncContainerSockets(int ep) {
     ev.events = EPOLLIN;
     ev.data.fd = *fd;
     epoll_ctl(ep, EPOLL_CTL_ADD, *fd, &ev);
-    container_listeners_[*fd] = id;
+    listeners_[*fd] = Listener{id, std::nullopt};
   }
 }
 
 void Server::CloseContainerSocket(int ep, int listen_fd, bool container_gone) {
-  auto it = container_listeners_.find(listen_fd);
-  if (it == container_listeners_.end()) return;
-  const std::string folder = container_socket_dir_ + "/" + it->second;
+  auto it = listeners_.find(listen_fd);
+  if (it == listeners_.end() || !it->second.scope) return;
+  const std::string folder = options_.container_socket_dir + "/" + *it->second.scope;
   unlink((folder + "/" + kContainerSocketName).c_str());
   if (container_gone) rmdir(folder.c_str());
   epoll_ctl(ep, EPOLL_CTL_DEL, listen_fd, nullptr);
   close(listen_fd);
-  container_listeners_.erase(it);
+  listeners_.erase(it);
 }
 
-bool Server::Readable(int epoll_fd, int fd, Connection& conn) {
-  char data[4096];
-  for (;;) {
-    const ssize_t n = recv(fd, data, sizeof(data), 0);
+bool Server::Readable(int ep, int fd, Connection& conn) {
+  // A connection with complete requests still waiting reads nothing more until they are answered:
+  // what it sends meanwhile waits in its own socket buffer, not in the daemon's memory.
+  if (backlogged_.count(fd) == 0) {
+    char data[kReadPerTurn];
+    ssize_t n;
+    do {
+      n = recv(fd, data, sizeof(data), 0);
+    } while (n < 0 && errno == EINTR);
     if (n == 0) return false;  // closed: for a registered process, its death
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) break;
-      return false;
-    }
-    conn.buffer.append(data, static_cast<size_t>(n));
-    if (conn.buffer.size() > ipc::kMaxMessage) return false;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK;
+    if (conn.in.empty()) conn.line_started = Clock::now();
+    conn.in.append(data, static_cast<size_t>(n));
   }
-  size_t nl;
-  while ((nl = conn.buffer.find('\n')) != std::string::npos) {
-    const std::string line = conn.buffer.substr(0, nl);
-    conn.buffer.erase(0, nl + 1);
-    auto request = protocol::ParseMessage(line);
-    std::string reply;
-    std::vector<int> pass_fds;  // closed after the reply is sent
-    if (request.ok() && conn.scope && request->verb == "HELLO") {
-      // A container socket registers into its own container only.
-      const std::string named = request->Get("container", *conn.scope);
-      if (named == *conn.scope) request->fields["container"] = *conn.scope;
-    }
-    if (!request.ok()) {
-      reply = "ERR " + request.error();
-    } else if (conn.scope && request->verb == "HELLO" && request->Get("container") != *conn.scope) {
-      reply = "ERR this socket belongs to container " + *conn.scope +
-              "; HELLO container=" + request->Get("container") + " is not allowed on it";
-    } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS")) {
-      reply = "ERR " + request->verb + " is node-wide and not served on container " + *conn.scope +
-              "'s socket; use the node socket, or CTL for this container's view";
-    } else if (request->verb == "HELLO") {
-      if (conn.registered) {
-        reply = "ERR this connection already registered a process";
-      } else {
-        auto peer = ipc::PeerOf(fd);
-        uint32_t slot = 0;
-        auto hello = peer.ok() ? registry_->Hello(*request, peer->pid, &slot)
-                               : Result<protocol::Message>(peer.status());
-        if (hello.ok()) {
-          conn.registered = true;
-          conn.process_slot = slot;
-          conn.generation = static_cast<uint32_t>(
-              std::strtoul(hello->Get("generation", "0").c_str(), nullptr, 10));
-          // The ledger as this process may map it: the node view read-only, its own
-          // container's segment, the exchange (ledger_layout.h).
-          const auto c = static_cast<uint32_t>(
-              std::strtoul(hello->Get("container", "0").c_str(), nullptr, 10));
-          auto fds = registry_->ledger().OpenForTenant(c % ledger::kMaxContainers);
-          if (fds.ok()) {
-            reply = protocol::FormatMessage(*hello);
-            pass_fds = {fds->node, fds->container, fds->exchange};
-          } else {
-            reply = "ERR " + fds.error();
-          }
-        } else {
-          reply = "ERR " + hello.error();
-        }
-      }
-    } else if (request->verb == "CONTAINER") {
-      auto set = registry_->SetContainer(*request);
-      if (set.ok())
-        set->fields.insert(container_reply_fields_.begin(), container_reply_fields_.end());
-      reply = set.ok() ? protocol::FormatMessage(*set) : "ERR " + set.error();
-      if (set.ok()) SyncContainerSockets(epoll_fd);
-    } else if (request->verb == "STATUS") {
-      reply = "OK " + registry_->StatusJson();
-    } else if (request->verb == "CTL") {
-      if (tree_ == nullptr) {
-        reply = "ERR this tesserad serves no control tree";
-      } else {
-        auto peer = ipc::PeerOf(fd);
-        const bool may_write = !conn.scope && peer.ok() && PeerMayWrite(*peer, writer_group_);
-        const ctl::ControlTree view = conn.scope ? tree_->ScopedTo(*conn.scope) : *tree_;
-        auto answer = HandleCtl(view, *request, may_write);
-        reply = answer.ok() ? "OK " + *answer : "ERR " + answer.error();
-      }
-    } else {
-      reply = "ERR unknown verb " + request->verb + "; expected HELLO, CONTAINER, STATUS or CTL";
-    }
-    if (!reply.empty() && reply.rfind("ERR ", 0) == 0) {
-      std::fprintf(stderr, "tesserad: refused \"%s\": %s\n", line.substr(0, 200).c_str(),
-                   reply.c_str() + 4);
-    }
-    for (char& c : reply) {
-      if (c == '\n' || c == '\r') c = ' ';  // one reply, one line (JSON escapes its own)
-    }
-    const bool sent = ipc::SendLine(fd, reply, pass_fds).ok();
-    for (int passed : pass_fds) close(passed);
-    if (!sent) return false;
+  return Answer(ep, fd, conn);
+}
+
+bool Server::Answer(int ep, int fd, Connection& conn) {
+  conn.turn = turn_;
+  const auto now = Clock::now();
+  size_t pos = 0;
+  for (int answered = 0; answered < kRequestsPerTurn; ++answered) {
+    const size_t nl = conn.in.find('\n', pos);
+    if (nl == std::string::npos || nl - pos + 1 > options_.max_request_line) break;
+    const std::string line = conn.in.substr(pos, nl - pos);
+    pos = nl + 1;
+    conn.last_request = now;
+    std::vector<int> pass_fds;
+    std::string reply = Handle(ep, fd, conn, line, &pass_fds);
+    if (!Send(ep, fd, conn, std::move(reply), std::move(pass_fds))) return false;
+  }
+  conn.in.erase(0, pos);
+  if (pos > 0 && !conn.in.empty()) conn.line_started = now;  // the rest came with the last read
+  const size_t nl = conn.in.find('\n');
+  const size_t line_bytes = nl == std::string::npos ? conn.in.size() : nl + 1;
+  if (line_bytes > options_.max_request_line ||
+      (nl == std::string::npos && line_bytes >= options_.max_request_line)) {
+    const std::string refusal = "ERR a request line is at most " +
+                                std::to_string(options_.max_request_line) +
+                                " bytes (max_request_line); this one is longer\n";
+    if (conn.out.empty())
+      (void)send(fd, refusal.data(), refusal.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    Refused("tesserad: closed a connection on " + Describe(conn.scope) + " from pid " +
+            std::to_string(conn.peer.pid) + ": a request line longer than " +
+            std::to_string(options_.max_request_line) + " bytes");
+    return false;
+  }
+  if (nl != std::string::npos) {
+    backlogged_.insert(fd);
+  } else {
+    backlogged_.erase(fd);
   }
   return true;
 }
 
+std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std::string& line,
+                           std::vector<int>* pass_fds_out) {
+  std::string reply;
+  std::vector<int>& pass_fds = *pass_fds_out;  // closed once sent
+  auto request = protocol::ParseMessage(line);
+  if (request.ok() && conn.scope && request->verb == "HELLO") {
+    // A container socket registers into its own container only.
+    const std::string named = request->Get("container", *conn.scope);
+    if (named == *conn.scope) request->fields["container"] = *conn.scope;
+  }
+  if (!request.ok()) {
+    reply = "ERR " + request.error();
+  } else if (conn.scope && request->verb == "HELLO" && request->Get("container") != *conn.scope) {
+    reply = "ERR this socket belongs to container " + *conn.scope +
+            "; HELLO container=" + request->Get("container") + " is not allowed on it";
+  } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS")) {
+    reply = "ERR " + request->verb + " is node-wide and not served on container " + *conn.scope +
+            "'s socket; use the node socket, or CTL for this container's view";
+  } else if (request->verb == "HELLO") {
+    if (conn.registered) {
+      reply = "ERR this connection already registered a process";
+    } else {
+      uint32_t slot = 0;
+      auto hello = registry_->Hello(*request, conn.peer.pid, &slot);
+      if (hello.ok()) {
+        conn.registered = true;
+        conn.process_slot = slot;
+        conn.generation =
+            static_cast<uint32_t>(std::strtoul(hello->Get("generation", "0").c_str(), nullptr, 10));
+        // The ledger as this process may map it: the node view read-only, its own
+        // container's segment, the exchange (ledger_layout.h).
+        const auto c =
+            static_cast<uint32_t>(std::strtoul(hello->Get("container", "0").c_str(), nullptr, 10));
+        auto fds = registry_->ledger().OpenForTenant(c % ledger::kMaxContainers);
+        if (fds.ok()) {
+          reply = protocol::FormatMessage(*hello);
+          pass_fds = {fds->node, fds->container, fds->exchange};
+        } else {
+          reply = "ERR " + fds.error();
+        }
+      } else {
+        reply = "ERR " + hello.error();
+      }
+    }
+  } else if (request->verb == "CONTAINER" && !PeerIsAdministrator(conn.peer, options_.admins)) {
+    // Registering, changing and removing containers is the operator's (the device plugin runs
+    // as root): who can reach the socket does not matter, who the peer is does.
+    reply = "ERR permission denied: CONTAINER registers, changes and removes containers; " +
+            WhoMayAdminister(conn.peer, options_.admins);
+  } else if (request->verb == "CONTAINER") {
+    auto set = registry_->SetContainer(*request);
+    if (set.ok())
+      set->fields.insert(container_reply_fields_.begin(), container_reply_fields_.end());
+    reply = set.ok() ? protocol::FormatMessage(*set) : "ERR " + set.error();
+    if (set.ok()) SyncContainerSockets(epoll_fd);
+  } else if (request->verb == "STATUS") {
+    reply = "OK " + registry_->StatusJson();
+  } else if (request->verb == "CTL") {
+    if (tree_ == nullptr) {
+      reply = "ERR this tesserad serves no control tree";
+    } else {
+      const bool may_write = !conn.scope && PeerIsAdministrator(conn.peer, options_.admins);
+      const ctl::ControlTree view = conn.scope ? tree_->ScopedTo(*conn.scope) : *tree_;
+      auto answer = HandleCtl(view, *request, may_write);
+      reply = answer.ok() ? "OK " + *answer : "ERR " + answer.error();
+    }
+  } else {
+    reply = "ERR unknown verb " + request->verb + "; expected HELLO, CONTAINER, STATUS or CTL";
+  }
+  if (!reply.empty() && reply.rfind("ERR ", 0) == 0) {
+    Refused("tesserad: refused \"" + line.substr(0, 200) + "\" on " + Describe(conn.scope) + ": " +
+            reply.substr(4));
+  }
+  return reply;
+}
+
+bool Server::Send(int ep, int fd, Connection& conn, std::string reply, std::vector<int> fds) {
+  for (char& c : reply) {
+    if (c == '\n' || c == '\r') c = ' ';  // one reply, one line (JSON escapes its own)
+  }
+  reply += '\n';
+  if (reply.size() > ipc::kMaxMessage) {
+    for (int passed : fds) close(passed);
+    Refused("tesserad: closed a connection on " + Describe(conn.scope) + ": its reply of " +
+            std::to_string(reply.size()) + " bytes is longer than the protocol's " +
+            std::to_string(ipc::kMaxMessage));
+    return false;
+  }
+  Reply r{std::move(reply), std::move(fds), 0};
+  if (conn.out.empty()) {
+    if (!Write(fd, r.bytes, r.fds, r.sent)) {
+      for (int passed : r.fds) close(passed);
+      return false;
+    }
+    if (r.sent == r.bytes.size()) return true;
+    conn.out_since = Clock::now();
+  }
+  conn.out_bytes += r.bytes.size() - r.sent;
+  conn.out.push_back(std::move(r));
+  if (conn.out_bytes > options_.max_reply_backlog) {
+    Refused("tesserad: dropped a connection on " + Describe(conn.scope) + " from pid " +
+            std::to_string(conn.peer.pid) + ": it does not read its replies (" +
+            std::to_string(conn.out_bytes) + " bytes waiting; max_reply_backlog " +
+            std::to_string(options_.max_reply_backlog) + ")");
+    return false;
+  }
+  WatchWritable(ep, fd, conn);
+  return true;
+}
+
+bool Server::Flush(int ep, int fd, Connection& conn) {
+  while (!conn.out.empty()) {
+    Reply& r = conn.out.front();
+    const size_t before = r.sent;
+    if (!Write(fd, r.bytes, r.fds, r.sent)) return false;
+    conn.out_bytes -= r.sent - before;
+    if (r.sent < r.bytes.size()) break;
+    conn.out.pop_front();
+  }
+  WatchWritable(ep, fd, conn);
+  return true;
+}
+
+void Server::WatchWritable(int ep, int fd, Connection& conn) {
+  const bool want = !conn.out.empty();
+  if (want == conn.writing) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u);
+  ev.data.fd = fd;
+  epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+  conn.writing = want;
+}
+
+void Server::Expire(int ep, Clock::time_point now) {
+  std::vector<std::pair<int, std::string>> expired;
+  for (const auto& [fd, c] : connections_) {
+    if (!c.in.empty() && backlogged_.count(fd) == 0 &&
+        now - c.line_started > options_.request_timeout) {
+      expired.emplace_back(fd, "its request line was not finished within " +
+                                   std::to_string(options_.request_timeout.count()) +
+                                   " ms (request_timeout)");
+    } else if (!c.out.empty() && now - c.out_since > options_.request_timeout) {
+      // Not "no progress": a client reading a byte now and then would hold its backlog forever.
+      expired.emplace_back(fd, "it did not take its replies within " +
+                                   std::to_string(options_.request_timeout.count()) +
+                                   " ms (request_timeout)");
+    } else if (!c.registered && c.in.empty() && c.out.empty() &&
+               now - c.last_request > options_.idle_timeout) {
+      expired.emplace_back(fd, "no request for " + std::to_string(options_.idle_timeout.count()) +
+                                   " ms and no process registered (idle_timeout)");
+    }
+  }
+  for (const auto& [fd, why] : expired) {
+    const Connection& c = connections_.at(fd);
+    Refused("tesserad: closed a connection on " + Describe(c.scope) + " from pid " +
+            std::to_string(c.peer.pid) + ": " + why);
+    Close(ep, fd);
+  }
+  for (auto& [fd, listener] : listeners_) {
+    if (!listener.paused_until || now < *listener.paused_until) continue;
+    listener.paused_until.reset();
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+  }
+}
+
 void Server::Close(int ep, int fd) {
   auto it = connections_.find(fd);
-  if (it != connections_.end() && it->second.registered) {
-    registry_->Disconnected(it->second.process_slot, it->second.generation);
+  if (it != connections_.end()) {
+    Connection& c = it->second;
+    if (c.registered) registry_->Disconnected(c.process_slot, c.generation);
+    for (Reply& r : c.out) {
+      for (int passed : r.fds) close(passed);
+    }
+    if (!c.door.empty()) {
+      auto open = door_connections_.find(c.door);
+      if (open != door_connections_.end() && --open->second <= 0) door_connections_.erase(open);
+    }
+    connections_.erase(it);
   }
-  connections_.erase(fd);
+  backlogged_.erase(fd);
   epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
   close(fd);
 }

@@ -43,22 +43,40 @@ bool WaitFor(int fd, short events, std::chrono::milliseconds timeout) {
 Result<int> Connect(const std::string& path, std::chrono::milliseconds timeout) {
   auto addr = Address(path);
   if (!addr.ok()) return addr.status();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Result<int>::Error(Errno("socket"));
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
-    if (errno != EINPROGRESS && errno != EAGAIN) {
+  // A Unix socket whose listener's backlog is full refuses a non-blocking connect with EAGAIN and
+  // stays unconnected (it is not in progress, as a TCP connect would be): try again until the
+  // listener makes room or the time is up.
+  while (connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN && std::chrono::steady_clock::now() < deadline) {
+      timespec pause{0, 2'000'000};
+      nanosleep(&pause, nullptr);
+      continue;
+    }
+    if (errno == EAGAIN) {
+      close(fd);
+      return Result<int>::Error("cannot connect to " + path +
+                                ": timed out (the daemon is not accepting connections)");
+    }
+    if (errno != EINPROGRESS) {
       const std::string message = Errno("cannot connect to " + path);
       close(fd);
       return Result<int>::Error(message);
     }
     int err = 0;
     socklen_t len = sizeof(err);
-    if (!WaitFor(fd, POLLOUT, timeout) || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ||
-        err != 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || !WaitFor(fd, POLLOUT, left) ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
       close(fd);
       return Result<int>::Error("cannot connect to " + path + ": " +
                                 (err != 0 ? std::strerror(err) : "timed out"));
     }
+    break;
   }
   const int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
@@ -113,7 +131,9 @@ Result<int> Listen(const std::string& path) {
   return fd;
 }
 
-Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fds) {
+Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fds,
+                std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (pass_fds.size() > kMaxPassedFds) return Status::Error("too many descriptors to pass");
   std::string data = line + "\n";
   if (data.size() > kMaxMessage) return Status::Error("message too long");
@@ -138,8 +158,13 @@ Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fd
     const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        WaitFor(fd, POLLOUT, std::chrono::milliseconds(1000));
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || !WaitFor(fd, POLLOUT, left)) {
+          return Status::Error("send: the peer took no data for " +
+                               std::to_string(timeout.count()) + " ms");
+        }
         continue;
       }
       return Status::Error(Errno("send"));
@@ -150,8 +175,8 @@ Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fd
   return Status::Ok();
 }
 
-Status SendLine(int fd, const std::string& line, int pass_fd) {
-  return SendLine(fd, line, pass_fd >= 0 ? std::vector<int>{pass_fd} : std::vector<int>{});
+Status SendLine(int fd, const std::string& line, int pass_fd, std::chrono::milliseconds timeout) {
+  return SendLine(fd, line, pass_fd >= 0 ? std::vector<int>{pass_fd} : std::vector<int>{}, timeout);
 }
 
 Result<std::string> RecvLine(int fd, std::string* buffer, std::vector<int>* received_fds,

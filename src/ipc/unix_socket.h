@@ -32,9 +32,14 @@ bool WaitUntilListening(const std::string& path, std::chrono::milliseconds timeo
 // Binds and listens at `path`. A stale socket file (nobody listening) is replaced; a live one is
 // refused. The returned fd is non-blocking and close-on-exec.
 Result<int> Listen(const std::string& path);
-// Sends one line (a '\n' is appended) and optionally a descriptor, or up to kMaxPassedFds.
-Status SendLine(int fd, const std::string& line, int pass_fd = -1);
-Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fds);
+// Sends one line (a '\n' is appended) and optionally a descriptor, or up to kMaxPassedFds. On a
+// non-blocking socket whose peer is not reading, it waits for room at most `timeout` in all, then
+// fails: a sender is never held by its peer for longer.
+inline constexpr std::chrono::milliseconds kSendTimeout{5000};
+Status SendLine(int fd, const std::string& line, int pass_fd = -1,
+                std::chrono::milliseconds timeout = kSendTimeout);
+Status SendLine(int fd, const std::string& line, const std::vector<int>& pass_fds,
+                std::chrono::milliseconds timeout = kSendTimeout);
 // Receives one line (without '\n') and, if one came with it, a descriptor (else -1). Bytes read
 // past the line stay in `buffer` for the next call.
 Result<std::string> RecvLine(int fd, std::string* buffer, int* received_fd,

@@ -88,9 +88,11 @@ nvmlReturn_t RunningProcesses(int d, unsigned int* count, Info* infos) {
       if (p.state.load() != tessera::sim::kSlotLive) continue;
       const uint64_t used = p.used_bytes[slot].load();
       if (used == 0 && (p.context_mask.load() & (1ull << slot)) == 0) continue;
+      int32_t pid = 0;  // as the caller's PID namespace sees it
+      if (!State()->SlotAlive(i, &pid)) continue;
       if (n < capacity) {
         Info info{};
-        info.pid = static_cast<unsigned int>(p.pid.load());
+        info.pid = static_cast<unsigned int>(pid);
         info.usedGpuMemory = used;
         if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
           const bool mig = slot >= tessera::sim::kMaxGpus;
@@ -341,9 +343,11 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     const tessera::sim::SimProcess& p = State()->layout()->processes[i];
     if (p.state.load() != tessera::sim::kSlotLive) continue;
     if ((p.context_mask.load() & (1ull << d)) == 0 && p.used_bytes[d].load() == 0) continue;
+    int32_t pid = 0;  // as the caller's PID namespace sees it
+    if (!State()->SlotAlive(i, &pid)) continue;
     if (n < capacity) {
       nvmlProcessUtilizationSample_t s{};
-      s.pid = static_cast<unsigned int>(p.pid.load());
+      s.pid = static_cast<unsigned int>(pid);
       s.timeStamp = now_ns / 1000;
       s.smUtil = static_cast<unsigned int>(State()->ProcessBusyFraction(i, d, window) * 100 + 0.5);
       samples[n] = s;

@@ -324,10 +324,11 @@ Result<SimState*> SimState::Attach() {
       continue;
     }
     void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
     if (mem == MAP_FAILED) {
+      const int err = errno;
+      close(fd);
       return Result<SimState*>::Error("simgpu: cannot map shared state " + *name + ": " +
-                                      std::strerror(errno));
+                                      std::strerror(err));
     }
     auto* layout = static_cast<SimStateLayout*>(mem);
     if (creator) {
@@ -358,6 +359,7 @@ Result<SimState*> SimState::Attach() {
       if (layout->ready.load(std::memory_order_acquire) == 0) {
         const bool creator_alive = ProcessAlive(layout->creator_pid, 0);
         munmap(mem, size);
+        close(fd);
         if (!creator_alive) {
           unlink(name->c_str());  // its creator died half-way: start again
           continue;
@@ -369,12 +371,14 @@ Result<SimState*> SimState::Attach() {
       if (layout->magic != kSimStateMagic || layout->version != kSimStateVersion ||
           layout->size != size) {
         munmap(mem, size);
+        close(fd);
         return Result<SimState*>::Error("simgpu: shared state /dev/shm" + *name +
                                         " has another layout version; remove it or pick another "
                                         "TESSERA_SIM_STATE");
       }
     }
-    return new SimState(layout, *name);
+    // The descriptor stays open for the process's life: its slot's record lock lives on it.
+    return new SimState(layout, *name, fd);
   }
   return Result<SimState*>::Error("simgpu: could not create shared state " + *name);
 }
@@ -400,6 +404,7 @@ int SimState::ClaimSlot() {
       }
       p.context_mask.store(0);
       p.start_ticks.store(ticks);
+      p.locked.store(SetSlotLock(i, F_WRLCK) ? 1 : 0);
       p.pid.store(me);
       p.state.store(kSlotLive, std::memory_order_release);
       slot_ = i;
@@ -415,7 +420,47 @@ void SimState::ReleaseSlot() {
   SimProcess& p = layout_->processes[slot_];
   uint32_t expected = kSlotLive;
   if (p.state.compare_exchange_strong(expected, kSlotReaping)) ReapSlot(slot_);
+  SetSlotLock(slot_, F_UNLCK);
   slot_ = -1;
+}
+
+off_t SimState::SlotLockByte(int index) {
+  return static_cast<off_t>(offsetof(SimStateLayout, processes) +
+                            static_cast<size_t>(index) * sizeof(SimProcess));
+}
+
+bool SimState::SetSlotLock(int index, short type) const {
+  if (fd_ < 0) return false;
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = SlotLockByte(index);
+  fl.l_len = 1;
+  return fcntl(fd_, F_SETLK, &fl) == 0;
+}
+
+bool SimState::SlotAlive(int index, int32_t* pid_here) const {
+  const SimProcess& p = layout_->processes[index];
+  const int32_t recorded = p.pid.load();
+  if (index == slot_ && recorded == getpid()) {
+    if (pid_here != nullptr) *pid_here = recorded;
+    return true;
+  }
+  if (p.locked.load() == 1 && fd_ >= 0) {
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = SlotLockByte(index);
+    fl.l_len = 1;
+    if (fcntl(fd_, F_GETLK, &fl) == 0) {
+      // The kernel gives the holder's pid as this process's PID namespace sees it (0 when it
+      // cannot see it), as a GPU driver knows its clients' pids whatever namespace they are in.
+      if (pid_here != nullptr) *pid_here = fl.l_type == F_UNLCK ? 0 : std::max(fl.l_pid, 0);
+      return fl.l_type != F_UNLCK;
+    }
+  }
+  if (pid_here != nullptr) *pid_here = recorded;
+  return ProcessAlive(recorded, p.start_ticks.load());
 }
 
 void SimState::ReapSlot(int index) {
@@ -431,6 +476,7 @@ void SimState::ReapSlot(int index) {
     }
   }
   p.context_mask.store(0);
+  p.locked.store(0);
   p.pid.store(0);
   p.generation.fetch_add(1);
   p.state.store(kSlotFree, std::memory_order_release);
@@ -442,7 +488,7 @@ int SimState::ReapDead() {
     SimProcess& p = layout_->processes[i];
     if (p.state.load(std::memory_order_acquire) != kSlotLive) continue;
     const int32_t pid = p.pid.load();
-    if (ProcessAlive(pid, p.start_ticks.load())) continue;
+    if (SlotAlive(i, nullptr)) continue;
     uint32_t expected = kSlotLive;
     if (!p.state.compare_exchange_strong(expected, kSlotReaping)) continue;  // someone else won
     if (p.pid.load() != pid) {  // re-claimed in between: not ours to reap

@@ -20,6 +20,8 @@
 // the object at a different address) and every change bumps kSimStateVersion.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +34,8 @@
 namespace tessera::sim {
 
 inline constexpr uint32_t kSimStateMagic = 0x47534d54;  // "TMSG" little-endian
-inline constexpr uint32_t kSimStateVersion = 2;  // 2: MIG instance slots, 64-bit context mask
+// 2: MIG instance slots, 64-bit context mask; 3: a slot's owner holds a record lock on it
+inline constexpr uint32_t kSimStateVersion = 3;
 inline constexpr int kMaxGpus = 8;               // physical GPUs (TESSERA_SIM_GPUS entries)
 inline constexpr int kMigSlotsPerGpu = 7;        // no MIG model has more than 7 instances
 // Device slots: GPUs 0..kMaxGpus-1, then GPU g's MIG instances at MigSlot(g, 0..6).
@@ -102,8 +105,11 @@ enum SlotState : uint32_t { kSlotFree = 0, kSlotClaiming = 1, kSlotLive = 2, kSl
 struct SimProcess {
   std::atomic<uint32_t> state;       // SlotState
   std::atomic<uint32_t> generation;  // bumped every time the slot is freed
-  std::atomic<int32_t> pid;          // host pid of the owner
-  uint32_t reserved0;
+  std::atomic<int32_t> pid;          // the owner's pid in its own PID namespace
+  // 1: the owner holds a write record lock (fcntl F_SETLK) on the first byte of its slot in the
+  // state file: it is alive exactly while the lock is held, and F_GETLK gives its pid as the
+  // asking process's namespace sees it (containers have PID namespaces of their own).
+  std::atomic<uint32_t> locked;
   std::atomic<uint64_t> start_ticks;   // /proc/<pid>/stat starttime, guards against pid reuse
   std::atomic<uint64_t> context_mask;  // bit d: the process has a context on device slot d
   std::atomic<uint64_t> used_bytes[kMaxDevices];
@@ -205,18 +211,28 @@ class SimState {
 
   // Takes back everything held by slots whose process has died. Returns how many were reaped.
   int ReapDead();
+  // Whether slot `index`'s owner is alive; if so and `pid_here` is set, its pid as this process's
+  // PID namespace sees it (0 when this namespace cannot see it: another container's process).
+  bool SlotAlive(int index, int32_t* pid_here) const;
 
   // Busy fraction (0..1) of device `d` over the last `window_ns`; per process when slot >= 0.
   double DeviceBusyFraction(int d, uint64_t window_ns) const;
   double ProcessBusyFraction(int slot, int d, uint64_t window_ns) const;
 
  private:
-  SimState(SimStateLayout* layout, std::string object_name)
-      : layout_(layout), object_name_(std::move(object_name)) {}
+  SimState(SimStateLayout* layout, std::string object_name, int fd)
+      : layout_(layout), object_name_(std::move(object_name)), fd_(fd) {}
   void ReapSlot(int index);
+  // The byte of the state file a slot's owner locks, and taking (F_WRLCK) or dropping (F_UNLCK)
+  // this process's lock on it.
+  static off_t SlotLockByte(int index);
+  bool SetSlotLock(int index, short type) const;
 
   SimStateLayout* layout_;
   std::string object_name_;  // the shared-memory object's name (MIG UUIDs are derived from it)
+  // The state file, open for the process's life (closing any descriptor of the file would drop
+  // the process's record locks on it, so simgpu never opens it twice).
+  int fd_ = -1;
   int slot_ = -1;
 };
 

@@ -1,12 +1,16 @@
 // The simulated machine's configuration parsers (TESSERA_SIM_GPUS, TESSERA_SIM_STATE) and the
-// liveness check the reaper relies on. Every rejection names the variable and the value.
+// liveness checks the reaper relies on (a pid's, and a slot owner's record lock, which holds
+// across PID namespaces). Every rejection names the variable and the value.
 #include "simgpu/sim_state.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 namespace tessera::sim {
@@ -131,6 +135,72 @@ TEST(ProcessAliveTest, SeesLiveDeadZombieAndReusedPids) {
   EXPECT_FALSE(ProcessAlive(child, 0));
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
   EXPECT_FALSE(ProcessAlive(child, 0));
+}
+
+// A process in a PID namespace of its own (a container's) is pid 1 there: its slot is alive while
+// it lives, named by the pid this namespace sees, and reaped once it dies.
+TEST(SlotAliveTest, AnOwnerInAnotherPidNamespaceIsAliveAndNamedByTheHostsPid) {
+  const std::string name = "slot-alive-" + std::to_string(getpid());
+  setenv("TESSERA_SIM_STATE", name.c_str(), 1);
+  setenv("TESSERA_SIM_GPUS", "SimT:1GiB", 1);
+  auto state = SimState::Attach();
+  ASSERT_TRUE(state.ok()) << state.error();
+  static SimState* const kept = *state;  // a process's view lives as long as the process
+  (void)kept;
+  int up[2], hold[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(hold), 0);
+  const pid_t middle = fork();
+  if (middle == 0) {
+    close(hold[1]);  // the owner sees EOF once the test closes its end
+    close(up[0]);
+    // unshare(CLONE_NEWPID) puts this process's next child in a new namespace, as pid 1.
+    if (unshare(CLONE_NEWPID) != 0) {
+      int32_t none = -1;
+      (void)!write(up[1], &none, sizeof(none));
+      _exit(0);
+    }
+    const pid_t owner = fork();
+    if (owner == 0) {
+      auto own = SimState::Attach();  // its own descriptor, as a new process has
+      const int slot = own.ok() ? (*own)->ClaimSlot() : -1;
+      int32_t report[2] = {slot >= 0 && (*own)->Reserve(0, 1 << 20) ? slot : -1,
+                           static_cast<int32_t>(getpid())};
+      (void)!write(up[1], report, sizeof(report));
+      char c;
+      (void)!read(hold[0], &c, 1);  // until the test closes its end
+      _exit(0);
+    }
+    int32_t host_pid = owner;
+    (void)!write(up[1], &host_pid, sizeof(host_pid));
+    waitpid(owner, nullptr, 0);
+    _exit(0);
+  }
+  close(hold[0]);
+  close(up[1]);
+  int32_t host_pid = 0, report[2] = {-1, 0};
+  ASSERT_EQ(read(up[0], &host_pid, sizeof(host_pid)), static_cast<ssize_t>(sizeof(host_pid)));
+  if (host_pid == -1) {
+    close(hold[1]);
+    waitpid(middle, nullptr, 0);
+    GTEST_SKIP() << "unshare(CLONE_NEWPID) is not permitted here (needs root)";
+  }
+  ASSERT_EQ(read(up[0], report, sizeof(report)), static_cast<ssize_t>(sizeof(report)));
+  const int slot = report[0];
+  ASSERT_GE(slot, 0);
+  EXPECT_EQ(report[1], 1) << "the owner is pid 1 in its namespace";
+  EXPECT_EQ((*state)->layout()->processes[slot].pid.load(), 1);
+  int32_t seen = 0;
+  EXPECT_TRUE((*state)->SlotAlive(slot, &seen));
+  EXPECT_EQ(seen, host_pid) << "named by the pid this namespace sees";
+  EXPECT_EQ((*state)->ReapDead(), 0) << "a live container process was reaped";
+  EXPECT_EQ((*state)->device(0).used_bytes.load(), 1u << 20);
+  close(hold[1]);
+  waitpid(middle, nullptr, 0);
+  EXPECT_FALSE((*state)->SlotAlive(slot, nullptr));
+  EXPECT_EQ((*state)->ReapDead(), 1);
+  EXPECT_EQ((*state)->device(0).used_bytes.load(), 0u);
+  unlink(SimStatePath(name.c_str())->c_str());
 }
 
 }  // namespace

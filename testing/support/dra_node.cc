@@ -41,7 +41,7 @@ bool DraNode::Start() {
   registry_ = sim_.Scratch("plugins_registry");
   plugins_ = sim_.Scratch("plugins");
   state_ = sim_.Scratch("state");
-  cdi_ = sim_.Scratch("cdi");
+  if (cdi_.empty()) cdi_ = sim_.Scratch("cdi");
   TestDraKubelet::Options o;
   o.registry_dir = registry_;
   o.node = name_;

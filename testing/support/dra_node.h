@@ -28,6 +28,9 @@ class DraNode {
 
   // Starts tesserad and the stand-in kubelet.
   bool Start();
+  // Where the plugin writes its CDI specs (before StartPlugin; a scratch folder unless set): a
+  // real container runtime reads them only from its own folders (podman: /var/run/cdi).
+  void SetCdiDir(std::string dir) { cdi_ = std::move(dir); }
   void StartPlugin();
   // SIGTERM must end it with status 0 (reported as a test failure otherwise).
   void StopPlugin(int signal);

@@ -18,6 +18,8 @@
 //                                                (after the synchronisation) and late_ms
 //   sim_tenant LIB devices                       print count= and, per ordinal i, name_i= and
 //                                                total_i= (before any context exists)
+//   sim_tenant LIB processes                     NVML's compute processes on device 0 as this
+//                                                process sees them: processes=N, pid_i=, mem_i=
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "driver/cuda_driver.h"
+#include "driver/nvml_api.h"
 
 namespace {
 
@@ -88,6 +91,27 @@ int main(int argc, char** argv) {
   const std::string mode = argv[2];
   auto arg = [&](int i) -> uint64_t { return i < argc ? std::strtoull(argv[i], nullptr, 10) : 0; };
 
+  if (mode == "processes") {
+    auto init = library->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
+    auto handle =
+        library->Resolve<decltype(&nvmlDeviceGetHandleByIndex_v2)>("nvmlDeviceGetHandleByIndex_v2");
+    auto list = library->Resolve<decltype(&nvmlDeviceGetComputeRunningProcesses_v3)>(
+        "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (!init.ok() || !handle.ok() || !list.ok()) return Usage();
+    nvmlDevice_t d = nullptr;
+    nvmlProcessInfo_t procs[64];
+    unsigned int n = 64;
+    if ((*init)() != NVML_SUCCESS || (*handle)(0, &d) != NVML_SUCCESS ||
+        (*list)(d, &n, procs) != NVML_SUCCESS) {
+      std::printf("error=nvml\n");
+      return 1;
+    }
+    std::printf("processes=%u\n", n);
+    for (unsigned int i = 0; i < n; ++i) {
+      std::printf("pid_%u=%u\nmem_%u=%llu\n", i, procs[i].pid, i, procs[i].usedGpuMemory);
+    }
+    return 0;
+  }
   CHECK_CU(cu.cuInit(0));
   if (mode == "devices") {
     int count = 0;

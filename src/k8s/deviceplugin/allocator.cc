@@ -346,7 +346,7 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
   c.high_priority = rec.high_priority;
   c.mps_root = rec.mps_root;
   const NodeMounts node{config_.container_socket_dir, config_.shim_dir, config_.preload_file,
-                        config_.sim_library, config_.sim_env};
+                        config_.sim_library, config_.sim_state, config_.sim_env};
   return IsolatedContainerEdits(node, c, rec.registered);
 }
 
@@ -412,6 +412,11 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
     return Result<ContainerResponse>::Error(why);
   };
   if (rec == nullptr) {
+    const NodeMounts node{config_.container_socket_dir, config_.shim_dir, config_.preload_file,
+                          config_.sim_library, config_.sim_state, config_.sim_env};
+    if (Status s = SimStateReachable(node); !s.ok()) {
+      return refuse("pod " + pod.Key() + " container " + container.name + ": " + s.message(), false);
+    }
     auto status = tesserad_->Status();
     if (!status.ok()) {
       return refuse("pod " + pod.Key() + " container " + container.name + ": " + status.error() +

@@ -82,9 +82,12 @@ struct AllocatorConfig {
   std::string preload_file;          // host file listing the shims, mounted as /etc/ld.so.preload
   bool cdi = false;
   std::string cdi_dir = "/var/run/cdi";
-  // A simulated node (tests): simgpu's library on the host and the environment that names the
-  // node's simulated GPUs, handed to every container; "" on a real node.
+  // A simulated node (tests): simgpu's library on the host, the file holding the node's
+  // simulated GPUs (simgpu's state, TESSERA_SIM_STATE resolved; a container has its own /dev/shm,
+  // so the file itself is mounted, at kContainerSimState) and the rest of the simulation's
+  // environment (TESSERA_SIM_GPUS), handed to every container; "" on a real node.
   std::string sim_library;
+  std::string sim_state;
   std::vector<std::pair<std::string, std::string>> sim_env;
 };
 

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "mps/mps.h"
+#include "simgpu/sim_state.h"
 
 namespace tessera::k8s {
 namespace {
@@ -69,11 +70,22 @@ Result<NodeMounts> PrepareNodeMounts(const std::string& state_dir, const std::st
     if (Status s = CopyFile(sim_library_source, m.sim_library); !s.ok()) {
       return Result<NodeMounts>::Error("--sim: " + s.message());
     }
-    for (const char* var : {"TESSERA_SIM_STATE", "TESSERA_SIM_GPUS"}) {
-      if (const char* v = std::getenv(var)) m.sim_env.emplace_back(var, v);
-    }
+    // The node's simulated GPUs are a file (simgpu's state); containers get the file itself.
+    auto state = sim::SimStatePath(std::getenv("TESSERA_SIM_STATE"));
+    if (!state.ok()) return Result<NodeMounts>::Error("--sim: " + state.error());
+    m.sim_state = *state;
+    if (const char* v = std::getenv("TESSERA_SIM_GPUS"))
+      m.sim_env.emplace_back("TESSERA_SIM_GPUS", v);
   }
   return m;
+}
+
+Status SimStateReachable(const NodeMounts& node) {
+  struct stat st {};
+  if (node.sim_library.empty() || stat(node.sim_state.c_str(), &st) == 0) return Status::Ok();
+  return Status::Error("--sim: the simulated GPUs' state " + node.sim_state +
+                       " does not exist (TESSERA_SIM_STATE of tesserad --sim, as this plugin sees "
+                       "it; a file both see at the host's path, e.g. under /run/tessera)");
 }
 
 CdiEdits IsolatedContainerEdits(const NodeMounts& node, const IsolatedContainer& c,
@@ -113,6 +125,10 @@ CdiEdits IsolatedContainerEdits(const NodeMounts& node, const IsolatedContainer&
     }
   }
   if (sim) {
+    // The node's simulated GPUs themselves, not a name each container would resolve in its own
+    // /dev/shm (a new, empty simulated machine per container).
+    out.mounts.push_back({node.sim_state, kContainerSimState, false});
+    out.env.emplace_back("TESSERA_SIM_STATE", kContainerSimState);
     for (const auto& kv : node.sim_env) out.env.push_back(kv);
   }
   return out;

@@ -25,6 +25,8 @@ namespace tessera::k8s {
 // Paths inside a container (fixed; documented in docs/kubernetes.md).
 inline constexpr char kContainerShimDir[] = "/usr/local/tessera/lib";
 inline constexpr char kContainerSimDir[] = "/usr/local/tessera/sim";
+// A simulated node: where a container sees the node's simulated GPUs (simgpu's state file).
+inline constexpr char kContainerSimState[] = "/usr/local/tessera/sim/state";
 inline constexpr char kContainerSocketDir[] = "/run/tessera";
 inline constexpr char kContainerPreload[] = "/etc/ld.so.preload";
 // mps nodes: where a container sees its GPU's MPS pipe folder, and the shared memory MPS uses.
@@ -36,9 +38,12 @@ struct NodeMounts {
   std::string container_socket_dir;  // tesserad's --container-sockets
   std::string shim_dir;              // holds libcuda.so.1 and libnvidia-ml.so.1
   std::string preload_file;          // lists the shims; mounted as /etc/ld.so.preload
-  // A simulated node: simgpu's library on the host and the environment that names the node's
-  // simulated GPUs, handed to every container; "" on a real node.
+  // A simulated node (tests): simgpu's library on the host, the file holding the node's
+  // simulated GPUs (simgpu's state, TESSERA_SIM_STATE resolved; a container has its own /dev/shm,
+  // so the file itself is mounted, at kContainerSimState) and the rest of the simulation's
+  // environment (TESSERA_SIM_GPUS), handed to every container; "" on a real node.
   std::string sim_library;
+  std::string sim_state;
   std::vector<std::pair<std::string, std::string>> sim_env;
 };
 
@@ -56,11 +61,16 @@ struct IsolatedContainer {
 // Fills the node's state folder with what pods mount, and says where it is: the shims copied from
 // `shim_source` into <state_dir>/lib (each through a file renamed over the old, so a process that
 // maps the old one keeps it whole), the preload list <state_dir>/ld.so.preload and, when
-// `sim_library_source` is not empty (a simulated node), simgpu under <state_dir>/sim with the
-// node's TESSERA_SIM_STATE and TESSERA_SIM_GPUS. Errors name the file.
+// `sim_library_source` is not empty (a simulated node), simgpu under <state_dir>/sim, the file of
+// the node's simulated GPUs (TESSERA_SIM_STATE resolved) and its TESSERA_SIM_GPUS. Errors name
+// the file.
 Result<NodeMounts> PrepareNodeMounts(const std::string& state_dir, const std::string& shim_source,
                                      const std::string& container_sockets,
                                      const std::string& sim_library_source);
+
+// On a simulated node: OK when its simulated GPUs' state file exists; an error naming it
+// otherwise (nothing a container could use). OK on a real node.
+Status SimStateReachable(const NodeMounts& node);
 
 // The environment and mounts of `container`; `registered` false (share and exclusive nodes) gives
 // only the simulated node's environment.

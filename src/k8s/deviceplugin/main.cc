@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
   app.add_option("--resource-names", names_text, "tessera, aliyun (ACK's names) or both");
   app.add_flag("--cdi", cdi, "answer with CDI devices and write their specs");
   app.add_option("--cdi-dir", cdi_dir, "where CDI specs go");
-  app.add_flag("--sim", sim, "a simulated node: hand pods simgpu and $TESSERA_SIM_STATE/$TESSERA_SIM_GPUS");
+  app.add_flag("--sim", sim,
+               "a simulated node: hand pods simgpu, the state file $TESSERA_SIM_STATE names and "
+               "$TESSERA_SIM_GPUS");
   app.add_option("--reconcile-interval", interval_text, "how often to reconcile (100ms to 1m)");
   app.add_option("--proc-root", proc_root, "the host's /proc (to read processes' cgroups)");
   app.add_option("--nvml", nvml,
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
   a.shim_dir = mounts->shim_dir;
   a.preload_file = mounts->preload_file;
   a.sim_library = mounts->sim_library;
+  a.sim_state = mounts->sim_state;
   a.sim_env = mounts->sim_env;
 
   auto config = ClientConfigFor(kubeconfig, context, "tessera-device-plugin/" + node);

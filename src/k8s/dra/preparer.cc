@@ -168,6 +168,8 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::Prepare(const ClaimRef& ref) 
   auto claim = api_->Get(std::string(kResourceApiPrefix) + "/namespaces/" + ref.ns +
                          "/resourceclaims/" + ref.name);
   if (!claim.ok()) return Out::Error(who + ": reading it from the API server: " + claim.error().message);
+  if (Status s = SimStateReachable(config_.mounts); !s.ok())
+    return Out::Error(who + ": " + s.message());
   auto status = tesserad_->Status();
   if (!status.ok()) return Out::Error(who + ": " + status.error() + "; nothing is prepared without it");
   uint32_t max_weight = 256;

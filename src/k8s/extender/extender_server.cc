@@ -1,4 +1,5 @@
-// The extender's HTTP routes over cpp-httplib: verbs, health, metrics, inspect. No policy here.
+// The extender's HTTP routes over cpp-httplib: verbs, health, metrics, inspect and
+// the cluster page. No policy here.
 #include "k8s/extender/extender_server.h"
 
 #include <httplib.h>
@@ -6,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+
+#include "pages/pages.h"
 
 namespace tessera::extender {
 
@@ -49,6 +52,9 @@ ExtenderServer::ExtenderServer(ClusterState& state, Binder* binder)
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.Render(state_.Stats(), ready_), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get(R"(/|/ui)", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(pages::ClusterPage()), std::string(pages::kContentType));
   });
   s.Get("/inspect", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(state_.Inspect(std::nullopt)->dump(2, ' ', false, k8s::Json::error_handler_t::replace) + "\n",

@@ -20,11 +20,13 @@
 
 #include "k8s/annotations.h"
 #include "mig/profiles.h"
+#include "testing/support/node_manifest.h"
 
 namespace tessera::extender {
 namespace {
 
 namespace fs = std::filesystem;
+namespace testing_support = ::tessera::k8s::testing;
 
 const std::string kDir = std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes";
 
@@ -393,6 +395,157 @@ TEST_F(ManifestsTest, GrafanaDashboardsAreTheProjectsOwn) {
   ASSERT_FALSE(scheduler.is_discarded());
   ASSERT_FALSE(scheduler["panels"].empty());
   for (const auto& p : scheduler["panels"]) EXPECT_FALSE(p["targets"].empty()) << p["title"];
+}
+
+// ---- the node DaemonSets (tessera-node.yaml) ------------------------------------------------
+
+namespace node {
+
+// The node DaemonSets (those of tessera-node.yaml).
+std::vector<testing_support::ManifestDaemonSet> Load() {
+  auto sets = testing_support::LoadDaemonSets(kDir + "/tessera-node.yaml");
+  EXPECT_TRUE(sets.ok()) << sets.error();
+  return sets.ok() ? *sets : std::vector<testing_support::ManifestDaemonSet>{};
+}
+
+// `flag`'s value in `command` ("" when absent, "present" for a flag without a value).
+std::string Flag(const YAML::Node& command, const std::string& flag) {
+  for (size_t i = 0; i < command.size(); ++i) {
+    if (Str(command[i]) != flag) continue;
+    if (i + 1 < command.size() && Str(command[i + 1]).rfind("--", 0) != 0)
+      return Str(command[i + 1]);
+    return "present";
+  }
+  return "";
+}
+
+std::map<std::string, std::string> Env(const YAML::Node& container) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : container["env"]) out[Str(e["name"])] = Str(e["value"]);
+  return out;
+}
+
+YAML::Node Container(const testing_support::ManifestDaemonSet& ds, const std::string& name) {
+  for (const auto& c : ds.pod_spec["containers"]) {
+    if (Str(c["name"]) == name) return c;
+  }
+  return YAML::Node(YAML::NodeType::Undefined);
+}
+
+}  // namespace node
+
+TEST_F(ManifestsTest, EachNodeModeRunsExactlyOneNodeDaemonSetAndAnUnlabelledNodeNone) {
+  const auto sets = node::Load();
+  ASSERT_FALSE(sets.empty());
+  const std::map<std::string, std::string> expected = {
+      {"core_mem", "tessera-node"},  {"mem", "tessera-node"},     {"share", "tessera-node"},
+      {"exclusive", "tessera-node"}, {"mig", "tessera-node-mig"}, {"mps", "tessera-node-mps"}};
+  for (const auto& [mode, name] : expected) {
+    auto matching = testing_support::DaemonSetsFor(
+        sets, {{"tessera.io/gpu.schedule", mode}, {"kubernetes.io/os", "linux"}});
+    ASSERT_TRUE(matching.ok()) << matching.error();
+    ASSERT_EQ(matching->size(), 1u)
+        << "DaemonSets on a node labelled tessera.io/gpu.schedule=" << mode;
+    EXPECT_EQ((*matching)[0]->name, name) << mode;
+  }
+  for (const std::map<std::string, std::string>& labels :
+       std::vector<std::map<std::string, std::string>>{
+           {}, {{"ack.node.gpu.schedule", "core_mem"}}, {{"tessera.io/gpu.schedule", "other"}}}) {
+    auto matching = testing_support::DaemonSetsFor(sets, labels);
+    ASSERT_TRUE(matching.ok()) << matching.error();
+    EXPECT_TRUE(matching->empty())
+        << "a node without a Tessera mode label runs " << matching->size();
+  }
+  // Each DaemonSet's selector picks its own pods only (overlapping selectors make controllers
+  // fight over pods), and every node pod keeps app=tessera-node (Prometheus keeps those).
+  for (const auto& a : sets) {
+    const Object* o = Find("DaemonSet", a.ns, a.name);
+    ASSERT_NE(o, nullptr);
+    EXPECT_EQ(Str(a.pod_labels["app"]), "tessera-node") << a.name;
+    for (const auto& b : sets) {
+      if (&a == &b) continue;
+      EXPECT_FALSE(Subset(Labels(o->doc["spec"]["selector"]["matchLabels"]), Labels(b.pod_labels)))
+          << a.name << "'s selector also selects " << b.name << "'s pods";
+    }
+  }
+}
+
+TEST_F(ManifestsTest, NodeDaemonSetsReachTheDriverThroughNvidiasToolkit) {
+  for (const auto& ds : node::Load()) {
+    EXPECT_EQ(Str(ds.pod_spec["runtimeClassName"]), "nvidia") << ds.name;
+    const YAML::Node tesserad = node::Container(ds, "tesserad");
+    ASSERT_TRUE(tesserad) << ds.name;
+    const auto env = node::Env(tesserad);
+    EXPECT_EQ(env.count("NVIDIA_VISIBLE_DEVICES") ? env.at("NVIDIA_VISIBLE_DEVICES") : "", "all")
+        << ds.name << ": tesserad manages every GPU of the node";
+    const std::string caps =
+        env.count("NVIDIA_DRIVER_CAPABILITIES") ? env.at("NVIDIA_DRIVER_CAPABILITIES") : "";
+    EXPECT_NE(caps.find("utility"), std::string::npos) << ds.name << ": NVML needs utility";
+    EXPECT_NE(caps.find("compute"), std::string::npos) << ds.name << ": libcuda needs compute";
+    EXPECT_TRUE(tesserad["securityContext"]["privileged"].as<bool>()) << ds.name;
+  }
+}
+
+TEST_F(ManifestsTest, MigAndMpsNodesGetTheirOwnArguments) {
+  for (const auto& ds : node::Load()) {
+    const YAML::Node tesserad = node::Container(ds, "tesserad");
+    const YAML::Node plugin = node::Container(ds, "device-plugin");
+    ASSERT_TRUE(tesserad && plugin) << ds.name;
+    const bool mig = ds.name == "tessera-node-mig", mps = ds.name == "tessera-node-mps";
+    EXPECT_EQ(node::Flag(tesserad["command"], "--mps").empty(), !mps) << ds.name << ": --mps";
+    for (const YAML::Node& c : {tesserad, plugin}) {
+      const auto env = node::Env(c);
+      EXPECT_EQ(env.count("NVIDIA_MIG_MONITOR_DEVICES") == 1, mig)
+          << ds.name << " " << Str(c["name"])
+          << ": NVIDIA_MIG_MONITOR_DEVICES (NVML lists MIG instances)";
+    }
+    if (mig) {
+      // The plugin reads the instances' profiles through the driver's NVML.
+      EXPECT_EQ(node::Flag(plugin["command"], "--nvml"),
+                "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+      EXPECT_EQ(node::Env(plugin).at("NVIDIA_VISIBLE_DEVICES"), "all");
+    }
+    if (mps) {
+      // The MPS folders are under a host path the plugin mounts at the same path (it hands them
+      // to pods), and tesserad needs CAP_SYS_ADMIN for each control daemon's mount namespace.
+      const std::string dir = node::Flag(tesserad["command"], "--mps-dir");
+      ASSERT_FALSE(dir.empty()) << ds.name;
+      bool reached = false;
+      for (const auto& m : plugin["volumeMounts"]) {
+        const std::string path = Str(m["mountPath"]);
+        reached |= dir.rfind(path + "/", 0) == 0;
+      }
+      EXPECT_TRUE(reached) << ds.name << ": --mps-dir " << dir
+                           << " is not under a folder the plugin mounts";
+      EXPECT_NE(node::Flag(tesserad["command"], "--mps-control"), "") << ds.name;
+    }
+  }
+}
+
+TEST_F(ManifestsTest, NodeHostPathsAreMountedAtTheirOwnPath) {
+  // kubelet mounts the host paths the plugin writes into allocations (its state folder, the
+  // container sockets, CDI specs) into pods: the plugin must see each at the host's path.
+  for (const auto& ds : node::Load()) {
+    std::map<std::string, std::string> host;  // volume -> host path
+    for (const auto& v : ds.pod_spec["volumes"]) host[Str(v["name"])] = Str(v["hostPath"]["path"]);
+    const YAML::Node plugin = node::Container(ds, "device-plugin");
+    ASSERT_TRUE(plugin) << ds.name;
+    std::set<std::string> seen;
+    for (const auto& m : plugin["volumeMounts"]) {
+      if (host[Str(m["name"])] == Str(m["mountPath"])) seen.insert(Str(m["mountPath"]));
+    }
+    for (const char* flag : {"--state-dir", "--container-sockets", "--tesserad-socket"}) {
+      const std::string path = node::Flag(plugin["command"], flag);
+      ASSERT_FALSE(path.empty()) << ds.name << " " << flag;
+      bool under = false;
+      for (const std::string& s : seen) under |= path == s || path.rfind(s + "/", 0) == 0;
+      EXPECT_TRUE(under) << ds.name << ": " << flag << " " << path
+                         << " is not under a host path mounted at its own path";
+    }
+    EXPECT_EQ(node::Flag(plugin["command"], "--container-sockets"),
+              node::Flag(node::Container(ds, "tesserad")["command"], "--container-sockets"))
+        << ds.name;
+  }
 }
 
 }  // namespace
