@@ -168,6 +168,8 @@ class Soak {
   std::mt19937_64 rng_;
   // Each daemon restart: when it was killed and when the new one listened (CLOCK_MONOTONIC).
   std::vector<std::pair<uint64_t, uint64_t>> restart_log_;
+  // Every round's action on a pool tenant: when, and what ("SIGSTOP pool-1 pid 123").
+  std::vector<std::pair<uint64_t, std::string>> action_log_;
   uint64_t run_start_ = 0;
   std::string state_, socket_, ledger_;
   std::unique_ptr<ChildProcess> daemon_;
@@ -219,7 +221,9 @@ int Soak::Run() {
       }
     } else {
       Member& m = pool[rng_() % pool.size()];
+      const std::string who = m.container + " pid " + std::to_string(m.process->pid());
       if (rng_() % 2 == 0) {
+        action_log_.push_back({tessera::ipc::MonotonicNs(), "SIGKILL " + who});
         if (m.stopped) m.process->Kill(SIGCONT);
         m.process->Kill(SIGKILL);
         m.process->Wait(10s);
@@ -228,10 +232,12 @@ int Soak::Run() {
         m.process = Churn(m.container, end, m.shared);
         m.stopped = false;
       } else if (m.stopped) {
+        action_log_.push_back({tessera::ipc::MonotonicNs(), "SIGCONT " + who});
         m.process->Kill(SIGCONT);
         m.stopped = false;
         ++conts;
       } else {
+        action_log_.push_back({tessera::ipc::MonotonicNs(), "SIGSTOP " + who});
         m.process->Kill(SIGSTOP);
         m.stopped = true;
         ++stops;
@@ -264,6 +270,25 @@ int Soak::Run() {
     }
     const double longest = Double(c, "longest_launch_ms");
     if (judged) {
+      // Where the longest wait of each steady tenant fell, past the bound or not: the daemon
+      // restarts around it (and the daemon's late passes, which it logs with their instants).
+      const uint64_t at = Value(c, "longest_launch_start_ns");
+      std::printf("chaos_soak: %s: longest launch %.1f ms from %.3f s (CLOCK_MONOTONIC %.3f s)",
+                  container.c_str(), longest, static_cast<double>(at - run_start_) / 1e9,
+                  static_cast<double>(at) / 1e9);
+      for (const auto& [killed, back] : restart_log_) {
+        if (killed + 3'000'000'000ull > at && killed < at + 3'000'000'000ull) {
+          std::printf("; daemon killed at %.3f s, listening again at %.3f s",
+                      static_cast<double>(killed - run_start_) / 1e9,
+                      static_cast<double>(back - run_start_) / 1e9);
+        }
+      }
+      for (const auto& [when, what] : action_log_) {
+        if (when + 1'000'000'000ull > at && when < at + 1'000'000'000ull) {
+          std::printf("; %s at %.3f s", what.c_str(), static_cast<double>(when - run_start_) / 1e9);
+        }
+      }
+      std::printf("\n");
       max_wait_ms = std::max(max_wait_ms, longest);
       if (longest >= kBoundMs) {
         ++waits_past_bound;

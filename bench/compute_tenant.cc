@@ -5,7 +5,9 @@
 // policies or targets and must not read Tessera's shared memory: it only launches and measures.
 //
 //   compute_tenant [options] saturate KERNEL_NS SECONDS
-//       keep the stream full of back-to-back kernels; no synchronisation until the end
+//       keep the stream full of back-to-back kernels; no synchronisation until the end (with
+//       --sync: one kernel at a time, cuCtxSynchronize after each, as a training step that reads
+//       its loss back does)
 //   compute_tenant [options] sporadic KERNEL_NS PERIOD_MS SECONDS
 //       one kernel every PERIOD_MS (± jitter); reports each kernel's admission latency
 //   compute_tenant [options] idle-after SECONDS_BUSY SECONDS_TOTAL KERNEL_NS
@@ -16,7 +18,9 @@
 // cuLaunchKernel_ptsz; cuGraphLaunch of a captured stream), --streams N (round-robin over N
 // created streams), --graph-kernels N (kernels per captured graph), --depth-ms MS (most device
 // work kept queued per stream; the launch queue is bounded as a real one is), --seed S and
-// --jitter-ms J (sporadic), --module PATH (a module image for a real GPU; simgpu takes any).
+// --jitter-ms J (sporadic), --sync (saturate: synchronise after every launch), --trace PATH (one
+// line per completed unit: host ns before its launch call, device begin and end, for chasing idle
+// time), --module PATH (a module image for a real GPU; simgpu takes any).
 //
 // Output (key=value lines, read by compute_scenario_bench): ready=1 once set up, then at the end
 // kernels, device_ns, bucket_ns, buckets=FIRST:v0,v1,... (ns of this tenant's device time in each
@@ -75,7 +79,7 @@ void SleepUntilNs(uint64_t t) {
   std::fprintf(stderr,
                "compute_tenant: %s\nusage: compute_tenant [--start-ns N] [--launch "
                "plain|ptsz|graph] [--streams N] [--graph-kernels N] [--depth-ms MS] [--seed S] "
-               "[--jitter-ms J] [--module PATH]\n"
+               "[--jitter-ms J] [--sync] [--trace PATH] [--module PATH]\n"
                "         saturate KERNEL_NS SECONDS | sporadic KERNEL_NS PERIOD_MS SECONDS |\n"
                "         idle-after SECONDS_BUSY SECONDS_TOTAL KERNEL_NS\n",
                why.c_str());
@@ -101,6 +105,8 @@ struct Options {
   double depth_ms = 100;
   uint64_t seed = 1;
   double jitter_ms = -1;  // negative: half the period
+  bool sync = false;      // saturate: cuCtxSynchronize after every launch
+  std::string trace_path;
   std::string module_path;
 };
 
@@ -208,6 +214,10 @@ class Tenant {
     size_t next = 0;
     while (NowNs() < until) {
       Launch(next);
+      if (opt_.sync) {
+        CHECK(cuCtxSynchronize());
+        Harvest(lanes_[next]);
+      }
       next = (next + 1) % lanes_.size();
     }
   }
@@ -223,6 +233,7 @@ class Tenant {
   }
 
   void set_record_latency(bool v) { record_latency_ = v; }
+  void set_trace(FILE* f) { trace_ = f; }
   uint64_t kernels() const { return kernels_; }
 
   void Print() const {
@@ -305,6 +316,10 @@ class Tenant {
       const uint64_t end = CompletionNs(lane.events[p.event]);
       const uint64_t begin = end > p.device_ns ? end - p.device_ns : 0;
       AddBusy(begin, end);
+      if (trace_ != nullptr) {
+        std::fprintf(trace_, "%llu %llu %llu\n", static_cast<unsigned long long>(p.launch_host),
+                     static_cast<unsigned long long>(begin), static_cast<unsigned long long>(end));
+      }
       if (record_latency_) {
         latencies_.push_back(static_cast<int64_t>(begin) - static_cast<int64_t>(p.launch_host));
       }
@@ -344,6 +359,7 @@ class Tenant {
   uint64_t start_ns_ = 0;
   uint64_t kernels_ = 0;
   bool record_latency_ = false;
+  FILE* trace_ = nullptr;
   std::vector<std::pair<int64_t, uint64_t>> buckets_;  // (bucket index, ns), mostly in order
   std::vector<int64_t> latencies_;
 };
@@ -387,6 +403,10 @@ int main(int argc, char** argv) {
       opt.seed = static_cast<uint64_t>(ParseNumber(value(), "--seed"));
     } else if (a == "--jitter-ms") {
       opt.jitter_ms = ParseNumber(value(), "--jitter-ms");
+    } else if (a == "--trace") {
+      opt.trace_path = value();
+    } else if (a == "--sync") {
+      opt.sync = true;
     } else if (a == "--module") {
       opt.module_path = value();
     } else if (a.rfind("--", 0) == 0) {
@@ -422,6 +442,12 @@ int main(int argc, char** argv) {
   Tenant tenant(opt, kernel_ns);
   tenant.SetUp();
   tenant.set_record_latency(mode == "sporadic");
+  FILE* trace = nullptr;
+  if (!opt.trace_path.empty()) {
+    trace = std::fopen(opt.trace_path.c_str(), "w");
+    if (trace == nullptr) Usage("--trace \"" + opt.trace_path + "\": cannot write it");
+    tenant.set_trace(trace);
+  }
   std::printf("ready=1\n");
   std::fflush(stdout);
 
@@ -455,6 +481,7 @@ int main(int argc, char** argv) {
   CHECK(cuCtxSynchronize());
   std::printf("start_late_ns=%llu\n", static_cast<unsigned long long>(late));
   tenant.Print();
+  if (trace != nullptr) std::fclose(trace);
   std::printf("ok=1\n");
   std::fflush(stdout);
   return 0;

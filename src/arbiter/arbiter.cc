@@ -256,6 +256,30 @@ Status Arbiter::Charge(int id, Nanos gpu_time) {
   return Status::Ok();
 }
 
+Status Arbiter::Refund(int id, Nanos gpu_time) {
+  if (Status status = CheckId(id, "refund"); !status.ok()) {
+    return status;
+  }
+  Slot& slot = slots_[id];
+  if (!slot.present) {
+    return Status::Error("refund: container " + std::to_string(id) + ": not added");
+  }
+  if (gpu_time < Nanos{0}) {
+    return Status::Error("refund: container " + std::to_string(id) +
+                         ": gpu_time=" + FormatNanos(gpu_time) + ": negative; expected >= 0");
+  }
+  slot.usage.Remove(gpu_time);
+  slot.virtual_time = std::max(Nanos{0}, slot.virtual_time - gpu_time);
+  const Nanos cap = Cap(slot);
+  slot.share_time =
+      std::max(0.0, slot.share_time - (cap == Nanos::max() || cap <= Nanos{0}
+                                           ? static_cast<double>(gpu_time.count())
+                                           : static_cast<double>(gpu_time.count()) *
+                                                 static_cast<double>(config_.window.count()) /
+                                                 static_cast<double>(cap.count())));
+  return Status::Ok();
+}
+
 Status Arbiter::SetQuotaHint(int id, Nanos hint) {
   if (Status status = CheckId(id, "set quota hint"); !status.ok()) {
     return status;
@@ -268,6 +292,18 @@ Status Arbiter::SetQuotaHint(int id, Nanos hint) {
                          ": hint=" + FormatNanos(hint) + ": negative; expected >= 0");
   }
   slots_[id].quota_hint = hint;
+  return Status::Ok();
+}
+
+Status Arbiter::Yield(int id, Nanos queued) {
+  if (Status status = CheckId(id, "yield"); !status.ok()) {
+    return status;
+  }
+  if (current_ && current_->holder == id && !current_->high_priority_lane) {
+    current_.reset();
+    yielded_ = id;
+    yielded_queued_ = std::max(queued, Nanos{0});
+  }
   return Status::Ok();
 }
 
@@ -362,6 +398,10 @@ Decision Arbiter::Grant(int id, Nanos now, Nanos budget, bool lane) {
 
 Decision Arbiter::Decide() {
   const Nanos now = clock_->Now();
+  const int yielded = yielded_;
+  const Nanos yielded_queued = yielded_queued_;
+  yielded_ = -1;
+  yielded_queued_ = Nanos{0};
   if (config_.policy == ArbiterPolicy::kNative) {
     current_.reset();
     Decision decision;
@@ -413,9 +453,16 @@ Decision Arbiter::Decide() {
       if (!slot.pending || (!subscribed && used_[id] >= cap)) {
         continue;
       }
-      const double key = IsWorkConserving(config_.policy)
-                             ? static_cast<double>(slot.virtual_time.count())
-                             : slot.share_time;
+      double key = IsWorkConserving(config_.policy) ? static_cast<double>(slot.virtual_time.count())
+                                                    : slot.share_time;
+      if (id == yielded && yielded_queued > Nanos{0}) {
+        // Its queued work, as it will be charged (see Yield).
+        const double queued = static_cast<double>(yielded_queued.count());
+        key += IsWorkConserving(config_.policy) || cap == Nanos::max() || cap <= Nanos{0}
+                   ? queued
+                   : queued * static_cast<double>(config_.window.count()) /
+                         static_cast<double>(cap.count());
+      }
       if (best < 0 || key < best_key ||
           (key == best_key && slot.last_grant < slots_[best].last_grant)) {
         best = id;

@@ -155,9 +155,22 @@ class Arbiter {
   Status SetPending(int id, bool has_work);
   // `gpu_time` (>= 0) of measured GPU time the container used, ending now.
   Status Charge(int id, Nanos gpu_time);
+  // Takes back `gpu_time` (>= 0) of what the container was charged: time found to be another
+  // container's after all (DeviceTimeline). Its window, virtual and share times go down by it.
+  Status Refund(int id, Nanos gpu_time);
   // The quota the container's kernel bursts call for (adaptive quota): its grants last
   // min(hint, remaining budget), within [quota_min, quota_max]. Zero: no hint (quota_max).
   Status SetQuotaHint(int id, Nanos hint);
+
+  // The holder `id` offers its grant back before its end: its queued work is about to end and it
+  // has launched nothing more (a host round trip, a synchronisation), though it still has work.
+  // The next Decide() chooses again among everyone with work, `id` included, so the token moves
+  // only to a container further behind its share (or level with it and granted less recently).
+  // `queued` is the holder's work still running and not charged yet: that choice counts it as
+  // charged (else a holder would look a kernel lighter at every tail and keep the token for a
+  // second kernel, idling the GPU through a second round trip). Nothing happens when `id` does
+  // not hold a grant or holds it through the high-priority lane.
+  Status Yield(int id, Nanos queued = Nanos{0});
 
   // Who may run now, and until when.
   Decision Decide();
@@ -213,6 +226,9 @@ class Arbiter {
   double share_floor_ = 0;                                        // the same for share_time
   std::vector<Nanos> used_ = std::vector<Nanos>(kMaxContainers);  // scratch for Decide()
   std::optional<Decision> current_;                               // the grant in force, if any
+  // Set by Yield for the next Decide(): the yielding holder and its work not charged yet.
+  int yielded_ = -1;
+  Nanos yielded_queued_{0};
 };
 
 }  // namespace tessera::arbiter

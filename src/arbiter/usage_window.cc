@@ -45,6 +45,22 @@ void UsageWindow::Add(Nanos end, Nanos used) {
   }
 }
 
+void UsageWindow::Remove(Nanos amount) {
+  while (amount > Nanos{0} && !spans_.empty()) {
+    Span& last = spans_.back();
+    const Nanos take = std::min(amount, last.used);
+    last.used -= take;
+    total_ -= take;
+    amount -= take;
+    if (last.used <= Nanos{0}) {
+      spans_.pop_back();
+    } else {
+      // What is left of the span stays where it ended.
+      last.start = std::max(last.start, last.end - last.used);
+    }
+  }
+}
+
 void UsageWindow::Expire(Nanos now) {
   const Nanos window_start = now - length_;
   while (!spans_.empty() && spans_.front().end <= window_start) {

@@ -25,6 +25,9 @@ class UsageWindow {
 
   // Records `used` GPU time that ended at `end`. A non-positive `used` is ignored.
   void Add(Nanos end, Nanos used);
+  // Takes back `amount` of what was recorded (a charge later found to be another's), from the
+  // latest spans first; never below zero. A non-positive `amount` is ignored.
+  void Remove(Nanos amount);
 
   // GPU time used in (now - length, now]. Forgets spans that ended before the window.
   Nanos Used(Nanos now);

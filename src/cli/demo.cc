@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -108,26 +109,33 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
     }
   }
   for (auto& c : children) c->CloseStdin();  // "go"
+  // Each live line: when its snapshot was taken and each tenant's figure in it (-1: none).
+  std::vector<std::pair<uint64_t, std::vector<double>>> lines;
   if (daemon) {
-    // Live, once a second: what the daemon's arbiter measured over its last second.
+    // Live, once a second: the GPU time each tenant's kernels occupied over the last second, as
+    // the daemon's arbiter measured it.
     for (int second = 1; second < static_cast<int>(seconds + 0.5); ++second) {
       std::this_thread::sleep_for(1s);
       auto status = ipc::Call(round.socket, "STATUS", nullptr, 2s);
       if (!status.ok() || status->rfind("OK ", 0) != 0) continue;
+      uint64_t at = 0;  // the second the figures cover ends here (gpu_time_until_ns)
       // Each tenant is a container of its own name; its share on GPU 0.
       std::string line = Fmt("   t=%2.0fs  GPU time over the last second:", second);
+      std::vector<double> figures(count, -1);
       try {
         const nlohmann::json doc = nlohmann::json::parse(status->substr(3));
+        at = doc.at("devices").at(0).at("gpu_time_until_ns").get<uint64_t>();
         for (size_t i = 0; i < count; ++i) {
           for (const nlohmann::json& c : doc.at("containers")) {
             if (c.at("id") != tenants[i].name) continue;
-            line += std::string("  ") + tenants[i].name + " " +
-                    Fmt("%5.1f%%", c.at("compute").at(0).at("achieved_percent").get<double>());
+            figures[i] = c.at("compute").at(0).at("achieved_percent").get<double>();
+            line += std::string("  ") + tenants[i].name + " " + Fmt("%5.1f%%", figures[i]);
           }
         }
       } catch (const nlohmann::json::exception&) {
         continue;  // a snapshot without the share yet: the next second's line shows it
       }
+      lines.push_back({at, figures});
       std::printf("%s\n", line.c_str());
       std::fflush(stdout);
     }
@@ -179,6 +187,40 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
   }
   std::printf("   device busy %.1f%% of %.2f s.\n",
               wall_s > 0 ? 100.0 * total_device_s / wall_s : 0.0, wall_s);
+  if (!lines.empty()) {
+    // The live lines against what each tenant ran in the same second (its kernels' ends, which
+    // it reports: each kernel ran for its length up to the end its synchronisation saw).
+    double worst = 0;
+    for (size_t i = 0; i < children.size(); ++i) {
+      const auto& v = children[i]->values();
+      auto it = v.find("ran");
+      if (it == v.end()) continue;
+      const std::string& text = it->second;
+      const size_t colon = text.find(':');
+      if (colon == std::string::npos) continue;
+      const uint64_t base = std::strtoull(text.c_str(), nullptr, 10);
+      std::vector<uint64_t> ends;
+      for (size_t pos = colon + 1; pos < text.size();) {
+        char* next = nullptr;
+        ends.push_back(base + std::strtoull(text.c_str() + pos, &next, 10) * 1000);
+        pos = static_cast<size_t>(next - text.c_str()) + 1;
+      }
+      const uint64_t kernel_ns = tenants[i].kernel_us * 1000;
+      for (const auto& [at, figures] : lines) {
+        if (figures[i] < 0) continue;
+        const uint64_t from = at - 1'000'000'000ull;
+        uint64_t ran = 0;
+        for (uint64_t end : ends) {
+          const uint64_t start = end - kernel_ns;
+          const uint64_t lo = std::max(start, from), hi = std::min(end, at);
+          if (hi > lo) ran += hi - lo;
+        }
+        worst = std::max(worst, std::fabs(figures[i] - static_cast<double>(ran) / 1e7));
+      }
+    }
+    std::printf("   each per-second figure above is within %.1f points of what its tenant ran then.\n",
+                worst);
+  }
   if (!ok) return Fail("a tenant failed; see its error above");
   return 0;
 }
@@ -298,6 +340,7 @@ int RunDemoTenant(const std::vector<std::string>& args) {
 
   uint64_t kernels = 0;
   std::vector<uint64_t> latencies;  // launch call to kernel start, for a periodic tenant
+  std::vector<uint64_t> ends;       // each kernel's end, as its synchronisation saw it
   const uint64_t start = MonotonicNs();
   while (MonotonicNs() - start < run_ns) {
     uint64_t ns = kernel_ns;
@@ -306,6 +349,7 @@ int RunDemoTenant(const std::vector<std::string>& args) {
     check(cu.cuLaunchKernel(spin, 1, 1, 1, 128, 1, 1, 0, nullptr, params, nullptr),
           "cuLaunchKernel");
     check(cu.cuCtxSynchronize(), "cuCtxSynchronize");
+    ends.push_back(MonotonicNs());
     ++kernels;
     if (period_ms > 0) {
       const uint64_t done = MonotonicNs();
@@ -321,6 +365,12 @@ int RunDemoTenant(const std::vector<std::string>& args) {
                 latencies[std::min(latencies.size() - 1, latencies.size() * 99 / 100)] / 1e3);
   }
   for (CUdeviceptr p : held) check(cu.cuMemFree_v2(p), "cuMemFree");
+  // ran=START:END,END,... (microseconds after START): for comparing the live per-second lines.
+  std::string ran = "ran=" + std::to_string(start) + ":";
+  for (size_t i = 0; i < ends.size(); ++i) {
+    ran += (i ? "," : "") + std::to_string((ends[i] - start) / 1000);
+  }
+  std::printf("%s\n", ran.c_str());
   std::printf(
       "kernels=%llu\ndevice_ns=%llu\nwall_ns=%llu\n", static_cast<unsigned long long>(kernels),
       static_cast<unsigned long long>(kernels * kernel_ns), static_cast<unsigned long long>(wall));

@@ -259,6 +259,12 @@ class Loader {
     if (key == "over_limit_action") {
       return Read(v, key, at, ParseOverLimitAction, &config_.over_limit_action);
     }
+    if (key == "unattributed_action") {
+      return Read(v, key, at, ParseUnattributedAction, &config_.unattributed_action);
+    }
+    if (key == "require_identity") {
+      return Read(v, key, at, ParseBoolFlag, &config_.require_identity);
+    }
     if (key == "daemon_loss_timeout") {
       return Read(v, key, at, ParseDaemonLossTimeout, &config_.daemon_loss_timeout);
     }
@@ -268,9 +274,10 @@ class Loader {
                     "; allowed keys: socket, sim, ledger, allow_self_declared, context_overhead, "
                     "policy, max_inst, prio_ratio, quota_min, quota_max, default_memsize, http, "
                     "ctl_mount, admin_group (or ctl_group), container_sockets, "
-                    "reconcile_interval, over_limit_action, daemon_loss_timeout, "
-                    "max_request_line, max_reply_backlog, request_timeout, idle_timeout, "
-                    "container_max_connections, container_max_processes, refusal_log_rate, gpus");
+                    "reconcile_interval, over_limit_action, unattributed_action, "
+                    "require_identity, daemon_loss_timeout, max_request_line, max_reply_backlog, "
+                    "request_timeout, idle_timeout, container_max_connections, "
+                    "container_max_processes, refusal_log_rate, gpus");
   }
 
   Status LoadGpus(const YAML::Node& gpus) {
@@ -456,6 +463,18 @@ class Loader {
         InputError(name, text, s.empty() ? "empty value" : "not an action", "log, block or kill"));
   }
 
+  static Result<UnattributedAction> ParseUnattributedAction(std::string_view text,
+                                                            std::string_view name) {
+    const std::string_view s = TrimSpaces(text);
+    for (UnattributedAction action : {UnattributedAction::kReport, UnattributedAction::kKill}) {
+      if (EqualsIgnoreCase(s, UnattributedActionName(action))) {
+        return action;
+      }
+    }
+    return Result<UnattributedAction>::Error(
+        InputError(name, text, s.empty() ? "empty value" : "not an action", "report or kill"));
+  }
+
   std::string_view file_;
   DaemonConfig config_;
   std::optional<Position> quota_min_at_;  // where the file set them, if it did
@@ -529,6 +548,16 @@ std::string_view OverLimitActionName(OverLimitAction action) {
     case OverLimitAction::kBlock:
       return "block";
     case OverLimitAction::kKill:
+      return "kill";
+  }
+  return "unknown";
+}
+
+std::string_view UnattributedActionName(UnattributedAction action) {
+  switch (action) {
+    case UnattributedAction::kReport:
+      return "report";
+    case UnattributedAction::kKill:
       return "kill";
   }
   return "unknown";

@@ -40,6 +40,14 @@ enum class OverLimitAction {
 };
 std::string_view OverLimitActionName(OverLimitAction action);  // "log", "block", "kill"
 
+// What the reconciler does about a process on a managed GPU that belongs to no container (it never
+// registered, and its cgroup is no identified container's).
+enum class UnattributedAction {
+  kReport,  // log it once (and what it holds or runs)
+  kKill,    // kill it
+};
+std::string_view UnattributedActionName(UnattributedAction action);  // "report", "kill"
+
 // Per-GPU overrides of the node-wide arbiter settings (the `gpus:` mapping). Unset: node-wide.
 struct GpuOverrides {
   std::optional<ArbiterPolicy> policy;
@@ -130,6 +138,11 @@ struct DaemonConfig {
   std::chrono::nanoseconds reconcile_interval = std::chrono::seconds(1);
   // over_limit_action: what the reconciler does about a container above its limit.
   OverLimitAction over_limit_action = OverLimitAction::kLog;
+  // unattributed_action: what it does about a process on a GPU that belongs to no container.
+  UnattributedAction unattributed_action = UnattributedAction::kReport;
+  // require_identity: a container's socket serves only processes identified as the container's
+  // (IDENTIFY, from the container runtime's hook); one without a record serves nobody.
+  bool require_identity = false;
   // daemon_loss_timeout: how long a process keeps running without a daemon connection before it
   // fails closed; 1s to 1h.
   std::chrono::nanoseconds daemon_loss_timeout = std::chrono::seconds(30);

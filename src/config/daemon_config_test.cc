@@ -44,6 +44,8 @@ TEST(LoadDaemonConfig, LoadsTheSampleFileWithEveryKey) {
   EXPECT_EQ(c.socket_limits.refusal_log_rate, defaults.refusal_log_rate);
   EXPECT_EQ(c.reconcile_interval, 1s);
   EXPECT_EQ(c.over_limit_action, OverLimitAction::kLog);
+  EXPECT_EQ(c.unattributed_action, UnattributedAction::kReport);
+  EXPECT_FALSE(c.require_identity);
   EXPECT_EQ(c.daemon_loss_timeout, 30s);
   ASSERT_EQ(c.gpus.size(), 2u);
   EXPECT_EQ(c.gpus.at(0).policy, ArbiterPolicy::kWeightedPreemptive);
@@ -83,6 +85,8 @@ TEST(ParseDaemonConfig, ReadsEveryKeyInItsOtherForms) {
       "container_sockets: /var/run/tessera-c\n"
       "reconcile_interval: 100ms\n"
       "over_limit_action: KILL\n"
+      "unattributed_action: Kill\n"
+      "require_identity: yes\n"
       "daemon_loss_timeout: 1h\n"
       "max_request_line: 1KiB\n"
       "max_reply_backlog: 16MiB\n"
@@ -121,6 +125,8 @@ TEST(ParseDaemonConfig, ReadsEveryKeyInItsOtherForms) {
   EXPECT_EQ(c.container_sockets, "/var/run/tessera-c");
   EXPECT_EQ(c.reconcile_interval, 100ms);
   EXPECT_EQ(c.over_limit_action, OverLimitAction::kKill);
+  EXPECT_EQ(c.unattributed_action, UnattributedAction::kKill);
+  EXPECT_TRUE(c.require_identity);
   EXPECT_EQ(c.daemon_loss_timeout, 1h);
   ASSERT_EQ(c.gpus.count(3), 1u);
   EXPECT_FALSE(c.gpus.at(3).policy.has_value());
@@ -210,6 +216,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "from 100ms to 10s"},
         BadConfig{"bad_action", "over_limit_action: warn\n", "1:20", "over_limit_action=\"warn\"",
                   "log, block or kill"},
+        BadConfig{"bad_unattributed", "unattributed_action: block\n", "1:22",
+                  "unattributed_action=\"block\"", "report or kill"},
+        BadConfig{"bad_identity", "require_identity: maybe\n", "1:19", "require_identity", "maybe"},
         BadConfig{"bad_loss", "daemon_loss_timeout: 0s\n", "1:22", "daemon_loss_timeout",
                   "from 1s to 1h"},
         BadConfig{"no_value", "policy:\n", "1:1", "policy", "has no value"},

@@ -247,6 +247,27 @@ Result<TenantConfig> LoadTenantConfig(const Environment& environment) {
   return config;
 }
 
+void ApplyManagedContainer(TenantConfig* config) {
+  auto ignored = [config](const auto& setting, const std::string& why) {
+    config->notes.push_back(std::string(setting.source) + "=" + QuoteValue(setting.raw) +
+                            " is ignored in a container Tessera manages (" +
+                            kManagedContainerMarker + " exists): " + why);
+  };
+  if (config->disable.is_set() && config->disable.value) {
+    ignored(config->disable, "the shim stays on");
+  }
+  config->disable = {};
+  if (config->fail_open.is_set() && config->fail_open.value) {
+    ignored(config->fail_open, "without its daemon the process gets no GPU");
+  }
+  config->fail_open = {};
+  if (config->socket_path.is_set() && config->socket_path.value != kDefaultSocketPath) {
+    ignored(config->socket_path,
+            "the container's own socket " + std::string(kDefaultSocketPath) + " is used");
+  }
+  config->socket_path = {.value = std::string(kDefaultSocketPath), .source = {}, .raw = {}};
+}
+
 std::string DescribeTenantConfig(const TenantConfig& config) {
   std::string out;
   auto row = [&out](std::string_view label, const std::string& value, std::string_view source) {

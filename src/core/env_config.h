@@ -55,6 +55,9 @@ inline constexpr std::string_view kEnvAliyunSchdWeight = "ALIYUN_COM_GPU_SCHD_WE
 inline constexpr std::string_view kEnvAliyunHighPrio = "ALIYUN_COM_GPU_HIGH_PRIO";
 
 inline constexpr std::string_view kDefaultSocketPath = "/run/tessera/tessera.sock";
+// A file tesserad keeps beside each container's socket (its folder is what a pod mounts at
+// /run/tessera): a process that sees it runs in a container Tessera manages.
+inline constexpr char kManagedContainerMarker[] = "/run/tessera/container";
 // The daemon bounds weights by its max_inst; this is the widest bound it may use.
 inline constexpr uint64_t kMaxWeight = 1024;
 
@@ -144,6 +147,12 @@ struct TenantConfig {
 
 // Reads and validates every variable of DESIGN.md section 5 (rules at the top of this file).
 Result<TenantConfig> LoadTenantConfig(const Environment& environment);
+
+// In a container Tessera manages (kManagedContainerMarker exists) the shim cannot be turned off
+// or pointed elsewhere: TESSERA_DISABLE / CGPU_DISABLE and TESSERA_FAIL_OPEN are ignored and
+// TESSERA_SOCKET is the container's own socket (kDefaultSocketPath). Adds a note for each
+// setting it overrode (the shim prints them).
+void ApplyManagedContainer(TenantConfig* config);
 
 // A multi-line table of every setting, its value and its source ("default" when unset), followed
 // by the notes; for `tessera` diagnostics.

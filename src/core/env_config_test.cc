@@ -366,3 +366,41 @@ TEST(LoadTenantConfigTest, DescribeListsValuesAndSources) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// In a container Tessera manages, nothing in the environment turns the shim off or points it
+// away from the container's own socket; each setting overridden is named in a note.
+TEST(ApplyManagedContainerTest, TheShimCannotBeTurnedOffOrPointedElsewhere) {
+  for (const char* disable : {"TESSERA_DISABLE", "CGPU_DISABLE"}) {
+    MapEnvironment env{{disable, "1"},
+                       {"TESSERA_FAIL_OPEN", "1"},
+                       {"TESSERA_SOCKET", "/tmp/elsewhere.sock"},
+                       {"TESSERA_CONTAINER", "web"}};
+    auto config = LoadTenantConfig(env);
+    ASSERT_TRUE(config.ok()) << config.error();
+    ASSERT_TRUE(config->disable.value);
+    ApplyManagedContainer(&*config);
+    EXPECT_FALSE(config->disable.value);
+    EXPECT_FALSE(config->fail_open.value);
+    EXPECT_EQ(config->socket_path.value, kDefaultSocketPath);
+    EXPECT_EQ(config->container_id.value, "web") << "what the daemon checks itself is left alone";
+    ASSERT_EQ(config->notes.size(), 3u);
+    EXPECT_EQ(config->notes[0], std::string(disable) +
+                                    "=\"1\" is ignored in a container Tessera manages "
+                                    "(/run/tessera/container exists): the shim stays on");
+    EXPECT_NE(config->notes[1].find("TESSERA_FAIL_OPEN=\"1\" is ignored"), std::string::npos);
+    EXPECT_NE(config->notes[2].find("TESSERA_SOCKET=\"/tmp/elsewhere.sock\" is ignored"),
+              std::string::npos);
+  }
+  // Settings that change nothing are not noted.
+  MapEnvironment quiet{{"TESSERA_DISABLE", "0"}, {"TESSERA_SOCKET", "/run/tessera/tessera.sock"}};
+  auto config = LoadTenantConfig(quiet);
+  ASSERT_TRUE(config.ok());
+  ApplyManagedContainer(&*config);
+  EXPECT_TRUE(config->notes.empty());
+}
+
+}  // namespace
+}  // namespace tessera

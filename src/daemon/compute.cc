@@ -32,16 +32,32 @@ constexpr uint64_t kNativeBoundNs = 1'000'000'000;
 // The next holder is let in this long before the previous one's queued work is expected to end:
 // enough for this thread's publication and the next launcher's wake-up on a loaded node.
 constexpr uint64_t kHandoffLeadNs = 200'000;
+// The same where the previous holder's queue is one launch it made before going quiet (a tenant
+// that synchronises after each kernel, or a high-priority request): its end is known to the
+// kernel, and the wake-ups on the way (its sampler's, this thread's, the next launcher's) are
+// all that keep the GPU idle; a high-priority request arriving meanwhile waits for at most this
+// and one best-effort kernel. A revoked saturating holder's drain keeps the shorter lead: the
+// next holder's queue adds to it, and a high-priority request would wait for both.
+constexpr uint64_t kTailLeadNs = 500'000;
+// An interval may end this far after the arbiter's now (a gate's calibration error) and is placed
+// no later; time a process reports without intervals is charged at most this much per pass.
+constexpr uint64_t kFutureSlackNs = 10'000'000;
+constexpr uint64_t kMaxPlainChargeNs = 10'000'000'000;
+// The reported figures (Shares, the book's gate_gpu_ns) take a GPU's timeline as settled this
+// long after it ran: by then the samplers have reported what ran, on a loaded node too, so the
+// figures are final and counters never go down. The arbiter uses it at once.
+constexpr uint64_t kSettleNs = 50'000'000;
+constexpr uint64_t kSettlePassNs = 10'000'000;
 
 uint64_t ToNs(Nanos n) { return static_cast<uint64_t>(std::max<int64_t>(n.count(), 0)); }
 
-// Whether `ps` published that its queued work on GPU `d` ends within the hand-off lead (it
-// launches no more: see ProcessCounters::idle_at_ns). A later end lowers *wake to when it is due.
-bool Ending(const ledger::ProcessCounters& ps, int d, uint64_t now, uint64_t* wake) {
+// Whether `ps` published that its queued work on GPU `d` ends within `lead` (it launches no more:
+// see ProcessCounters::idle_at_ns). A later end lowers *wake to when it is due.
+bool Ending(const ledger::ProcessCounters& ps, int d, uint64_t now, uint64_t* wake, uint64_t lead) {
   const uint64_t idle_at = ps.idle_at_ns[d].load(std::memory_order_acquire);
   if (idle_at == 0) return false;
-  if (idle_at <= now + kHandoffLeadNs) return true;
-  *wake = std::min(*wake, idle_at - kHandoffLeadNs);
+  if (idle_at <= now + lead) return true;
+  *wake = std::min(*wake, idle_at - lead);
   return false;
 }
 
@@ -59,12 +75,14 @@ ComputeService::ComputeService(const ledger::MemoryLedger& ledger, const Compute
       segments_(ledger.segments()),
       exchange_(&ledger.exchange()),
       book_(&ledger.book()),
+      compute_book_(&ledger.compute_book()),
       options_(options),
       devices_(static_cast<size_t>(ledger.device_count())) {
   const int devices = ledger.device_count();
   for (Device& d : devices_) {
     Result<arbiter::Arbiter> a = arbiter::Arbiter::Create(&clock_, options.defaults);
     d.arbiter.emplace(std::move(a).value());  // validated in Create
+    for (arbiter::UsageWindow& w : d.ran) w.SetLength(options.defaults.window);
   }
   const char* trace = std::getenv("TESSERA_TRACE_ARBITER");
   trace_ = trace != nullptr && *trace == '1';
@@ -82,6 +100,7 @@ ComputeService::ComputeService(const ledger::MemoryLedger& ledger, const Compute
       process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices + d] =
           live ? ps.gpu_ns[d].load() : 0;
     }
+    ring_next_[p] = live ? ps.interval_head.load() : 0;
   }
   layout_->gate.arbiter_pid.store(static_cast<uint32_t>(getpid()));
   // A restarted daemon starts from no grant: whoever held the token under the previous one asks
@@ -127,6 +146,7 @@ Status ComputeService::Configure(int device, const arbiter::ArbiterConfig& confi
   }
   Device& dev = devices_[static_cast<size_t>(device)];
   if (Status s = dev.arbiter->Configure(config); !s.ok()) return s;
+  for (arbiter::UsageWindow& w : dev.ran) w.SetLength(config.window);
   dev.next_ns = 0;
   exchange_->demand_seq.fetch_add(1);
   ipc::FutexWakeAll(&exchange_->demand_seq);
@@ -162,6 +182,10 @@ DeviceShares ComputeService::Shares(int device) const {
   arbiter::Arbiter& a = const_cast<arbiter::Arbiter&>(*dev.arbiter);  // UsedInWindow reads
   const arbiter::ArbiterConfig& config = a.config();
   out.config = config;
+  // The figures run to where the arbiter thread last settled the timeline (kSettleNs before its
+  // last pass, which comes at least every kSettlePassNs while anything is left to settle).
+  const arbiter::Nanos until = Nanos(static_cast<int64_t>(dev.timeline.settled_until()));
+  out.gpu_time_until_ns = ToNs(until);
   out.free_weight = a.free_weight();
   int weight_sum = 0;
   int active = 0;
@@ -200,9 +224,14 @@ DeviceShares ComputeService::Shares(int device) const {
       case ArbiterPolicy::kNative:
         break;
     }
-    if (auto used = a.UsedInWindow(c); used.ok()) {
-      share.achieved = 100.0 * static_cast<double>(used->count()) / window;
-    }
+    // What it ran (not what the arbiter's order was charged: no deadline charges or credits).
+    const arbiter::Nanos ran =
+        const_cast<arbiter::UsageWindow&>(dev.ran[static_cast<size_t>(c)]).Used(until);
+    share.achieved = 100.0 * static_cast<double>(ran.count()) / window;
+    const ledger::LedgerBook::Container& slot = book_->containers[c];
+    share.gpu_seconds =
+        static_cast<double>(slot.gate_gpu_ns[device].load() + slot.unseen_gpu_ns[device].load()) /
+        1e9;
     out.containers.push_back(share);
   }
   return out;
@@ -226,9 +255,11 @@ void ComputeService::Loop() {
     // A pass far later than due stalls every launcher waiting for the token: say so.
     if (due != 0 && after > due + kLatePassNs) {
       std::fprintf(stderr,
-                   "tesserad: arbiter: a pass ended %llu ms after it was due (woke %llu ms late, "
-                   "waited %llu ms for its lock, ran %llu ms)\n",
+                   "tesserad: arbiter: a pass ended %llu ms after it was due at %.3f s "
+                   "(CLOCK_MONOTONIC; woke %llu ms late, waited %llu ms for its lock, ran %llu "
+                   "ms)\n",
                    static_cast<unsigned long long>((after - due) / 1'000'000),
+                   static_cast<double>(due) / 1e9,
                    static_cast<unsigned long long>((woke > due ? woke - due : 0) / 1'000'000),
                    static_cast<unsigned long long>((locked - woke) / 1'000'000),
                    static_cast<unsigned long long>((after - locked) / 1'000'000));
@@ -258,6 +289,7 @@ void ComputeService::SyncContainers() {
       arbiter::Arbiter& a = *dev.arbiter;
       if (dev.present.test(c) && (!live || replaced)) {
         (void)a.RemoveContainer(c);
+        dev.ran[static_cast<size_t>(c)].Clear();
         dev.present.reset(c);
         dev.pending.reset(c);
         dev.grants[static_cast<size_t>(c)] = 0;
@@ -287,8 +319,76 @@ void ComputeService::SyncContainers() {
   }
 }
 
-bool ComputeService::Draining(const std::bitset<ledger::kMaxContainers>& containers, int d,
-                              uint64_t now, uint64_t* wake, uint64_t* end) const {
+void ComputeService::Attribute(int p, uint32_t c, int d, uint64_t end, uint64_t ns) {
+  compute_book_->processes[p].gate_gpu_ns[d].fetch_add(ns, std::memory_order_relaxed);
+  compute_book_->containers[c].gate_gpu_ns[d].fetch_add(ns, std::memory_order_relaxed);
+  devices_[static_cast<size_t>(d)].ran[c].Add(Nanos(static_cast<int64_t>(end)),
+                                              Nanos(static_cast<int64_t>(ns)));
+}
+
+void ComputeService::ReadIntervals(int p, uint32_t c, uint64_t now,
+                                   std::vector<std::vector<int64_t>>* charge) {
+  const ledger::ProcessCounters& ps = Process(p);
+  const int devices = device_count();
+  uint64_t* accounted = &process_seen_ns_[static_cast<size_t>(p) * ledger::kMaxDevices];
+  // The totals first: the gate adds to gpu_ns after it publishes the interval (Record in
+  // compute_gate.cc), so every nanosecond seen here has its interval in the ring read below.
+  uint64_t total[ledger::kMaxDevices] = {};
+  for (int d = 0; d < devices; ++d) total[d] = ps.gpu_ns[d].load(std::memory_order_acquire);
+  const uint64_t head = ps.interval_head.load(std::memory_order_acquire);
+  uint64_t& next = ring_next_[static_cast<size_t>(p)];
+  if (head < next) next = head;  // a new process (or a rewritten head): nothing to read
+  if (head - next > ledger::kIntervalRing) next = head - ledger::kIntervalRing;
+  auto plain = [&](int d, uint64_t ns) {
+    // Time with no interval to place it (the ring lapped, or a gate that reports only totals):
+    // charged as it is, at most kMaxPlainChargeNs a pass from one process (a forged total moves
+    // its own books only, and never past what they can hold).
+    ns = std::min<uint64_t>(ns, kMaxPlainChargeNs);
+    (*charge)[static_cast<size_t>(d)][c] += static_cast<int64_t>(ns);
+    Attribute(p, c, d, now - kSettleNs, ns);  // settled at once, where the reported window ends
+  };
+  for (; next < head; ++next) {
+    const ledger::GpuInterval& e = ps.intervals[next % ledger::kIntervalRing];
+    const uint32_t seq = e.seq.load(std::memory_order_acquire);
+    const uint64_t start = e.start_ns.load(std::memory_order_relaxed);
+    const uint64_t end = e.end_ns.load(std::memory_order_relaxed);
+    const uint64_t sum = e.total_ns.load(std::memory_order_relaxed);
+    const uint32_t d = e.device.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    // Rewritten meanwhile (the ring lapped): its time is charged from the totals below.
+    if (seq != e.seq.load(std::memory_order_relaxed) || seq != static_cast<uint32_t>(next + 1)) {
+      continue;
+    }
+    if (d >= static_cast<uint32_t>(devices)) continue;
+    Device& dev = devices_[d];
+    // Charged once its container is on the GPU's arbiter (a process can go live between
+    // SyncContainers and here); until then its time waits in the totals.
+    if (!dev.present.test(c) || end <= start || sum <= accounted[d]) continue;
+    const uint64_t unread = sum - accounted[d];
+    const uint64_t len = end - start;
+    if (unread > len) plain(static_cast<int>(d), unread - len);  // lapped before this one
+    // Placed no later than now (a gate's clock cannot run ahead by more than its calibration).
+    const uint64_t to = std::min(end, now + kFutureSlackNs);
+    const uint64_t own = std::min({len, unread, to});
+    deltas_.clear();
+    dev.timeline.Add(p, static_cast<int>(c), to - own, to, &deltas_);
+    dev.placed_until_ns[c] = std::max(dev.placed_until_ns[c], to);
+    for (const arbiter::DeviceTimeline::Delta& delta : deltas_) {
+      const uint32_t owner = static_cast<uint32_t>(delta.container) % ledger::kMaxContainers;
+      (*charge)[d][owner] += delta.ns;  // for the arbiter at once; reported once settled
+    }
+    accounted[d] = sum;
+  }
+  for (int d = 0; d < devices; ++d) {
+    if (!devices_[static_cast<size_t>(d)].present.test(c) || total[d] <= accounted[d]) continue;
+    plain(d, total[d] - accounted[d]);
+    accounted[d] = total[d];
+  }
+}
+
+bool ComputeService::Draining(const std::bitset<ledger::kMaxContainers>& containers,
+                              const std::bitset<ledger::kMaxContainers>& tails, int d, uint64_t now,
+                              uint64_t* wake, uint64_t* end) const {
   if (containers.none()) return false;
   bool draining = false;
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
@@ -299,7 +399,8 @@ bool ComputeService::Draining(const std::bitset<ledger::kMaxContainers>& contain
     if ((ps.busy_mask.load() & (1u << d)) == 0 || beat + kBeatFreshNs <= now) continue;
     const uint64_t idle_at = ps.idle_at_ns[d].load(std::memory_order_acquire);
     if (idle_at > now) *end = std::max(*end, idle_at);
-    if (!Ending(ps, d, now, wake)) draining = true;
+    const bool tail = tails.test(entry.container.load() % ledger::kMaxContainers);
+    if (!Ending(ps, d, now, wake, tail ? kTailLeadNs : kHandoffLeadNs)) draining = true;
   }
   return draining;
 }
@@ -309,11 +410,17 @@ uint64_t ComputeService::Step(uint64_t now) {
   SyncContainers();
   const int devices = device_count();
   // Charges and demand from every live process.
-  std::vector<std::vector<uint64_t>> charge(static_cast<size_t>(devices),
-                                            std::vector<uint64_t>(ledger::kMaxContainers));
+  std::vector<std::vector<int64_t>> charge(static_cast<size_t>(devices),
+                                           std::vector<int64_t>(ledger::kMaxContainers));
   std::vector<std::vector<uint64_t>> hint(static_cast<size_t>(devices),
                                           std::vector<uint64_t>(ledger::kMaxContainers));
   std::vector<std::bitset<ledger::kMaxContainers>> pending(static_cast<size_t>(devices));
+  // Containers with work beyond the hand-off lead: waiting at the gate, or queued work not about
+  // to end. A pending container outside it is at its tail (see Arbiter::Yield).
+  std::vector<std::bitset<ledger::kMaxContainers>> beyond_tail(static_cast<size_t>(devices));
+  // Per device and container: where its processes said their queued work ends (idle_at_ns).
+  std::vector<std::vector<uint64_t>> queue_end(static_cast<size_t>(devices),
+                                               std::vector<uint64_t>(ledger::kMaxContainers));
   std::vector<uint64_t> wake(static_cast<size_t>(devices), UINT64_MAX);  // see Ending
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::ProcessCounters& ps = Process(p);
@@ -329,23 +436,20 @@ uint64_t ComputeService::Step(uint64_t now) {
       process_generation_[p] = generation;
       process_tracked_[p] = true;
       std::fill(seen, seen + ledger::kMaxDevices, 0);
+      ring_next_[p] = 0;
     }
     // The process last seen live here, just reclaimed: its last report is still charged below.
     const bool just_reclaimed =
         !live && process_tracked_[p] && generation == process_generation_[p] + 1;
     if (!live && !just_reclaimed) continue;
-    const uint32_t c = entry.container.load();
+    const uint32_t c = entry.container.load() % ledger::kMaxContainers;
+    ReadIntervals(p, c, now, &charge);
+    if (!live) continue;
     const uint64_t beat = ps.beat_ns.load();
     const bool fresh = beat + kBeatFreshNs > now;
     const uint32_t busy = ps.busy_mask.load();
     for (int d = 0; d < devices; ++d) {
-      // Charged once its container is on the GPU's arbiter (a process can go live between
-      // SyncContainers and here); until then its time waits in the slot.
       if (!devices_[static_cast<size_t>(d)].present.test(c)) continue;
-      const uint64_t used = ps.gpu_ns[d].load();
-      if (used > seen[d]) charge[d][c] += used - seen[d];
-      seen[d] = std::max(seen[d], used);
-      if (!live) continue;
       if (trace_ && d == 0) {
         const uint64_t idle_at = ps.idle_at_ns[0].load();
         if (idle_at != trace_idle_at_[static_cast<size_t>(p)]) {
@@ -357,11 +461,19 @@ uint64_t ComputeService::Step(uint64_t now) {
       }
       // A process counts only while it beats: a stopped one (SIGSTOP, a debugger) neither waits
       // nor works, and must not keep the token or the arbiter's attention. A high-priority one
-      // whose work is about to end stops counting then, so the token goes on in time.
-      const bool working =
-          (busy & (1u << d)) != 0 &&
-          !(members_[c].spec.high_priority && Ending(ps, d, now, &wake[static_cast<size_t>(d)]));
-      if (fresh && (ps.waiting[d].load() > 0 || working)) pending[d].set(c);
+      // whose work is about to end stops counting then, so the token goes on in time; a
+      // best-effort one still counts (it is likely between two launches), but its container is
+      // at its tail unless another of its processes has work beyond the lead.
+      const bool busy_here = (busy & (1u << d)) != 0;
+      const bool ending =
+          busy_here && Ending(ps, d, now, &wake[static_cast<size_t>(d)], kTailLeadNs);
+      const bool working = busy_here && !(members_[c].spec.high_priority && ending);
+      const bool waits = ps.waiting[d].load() > 0;
+      if (fresh && (waits || working)) pending[d].set(c);
+      if (fresh && (waits || (busy_here && !ending))) beyond_tail[d].set(c);
+      if (ending) {
+        queue_end[d][c] = std::max(queue_end[d][c], ps.idle_at_ns[d].load());
+      }
       hint[d][c] = std::max(hint[d][c], ps.quota_hint_ns[d].load());
     }
   }
@@ -382,6 +494,17 @@ uint64_t ComputeService::Step(uint64_t now) {
     arbiter::Arbiter& a = *dev.arbiter;
     const arbiter::ArbiterConfig& config = a.config();
     const bool native = config.policy == ArbiterPolicy::kNative;
+    // What ended long enough ago to be final: the reported figures and the book's counters.
+    pieces_.clear();
+    dev.timeline.Settle(now - kSettleNs, &pieces_);
+    dev.timeline.Expire(now, &pieces_);
+    std::sort(pieces_.begin(), pieces_.end(),
+              [](const auto& x, const auto& y) { return x.end < y.end; });
+    for (const arbiter::DeviceTimeline::Piece& piece : pieces_) {
+      const uint32_t owner = static_cast<uint32_t>(piece.container) % ledger::kMaxContainers;
+      if (!dev.present.test(owner)) continue;  // it left meanwhile
+      Attribute(piece.process, owner, d, piece.end, piece.ns);
+    }
     bool high_priority_present = false;
     for (int c = 0; c < ledger::kMaxContainers; ++c) {
       if (!dev.present.test(c)) continue;
@@ -394,20 +517,33 @@ uint64_t ComputeService::Step(uint64_t now) {
         generation = slot.generation.load();
         charged = 0;
       }
-      if (unseen > charged) charge[d][c] += unseen - charged;
+      const size_t ci = static_cast<size_t>(c);
+      if (unseen > charged) {
+        // Time the device ran for it beyond its gates: what it ran too (placed now: when is not
+        // known), and charged.
+        charge[d][c] += static_cast<int64_t>(unseen - charged);
+        dev.ran[ci].Add(Nanos(static_cast<int64_t>(now - kSettleNs)),
+                        Nanos(static_cast<int64_t>(unseen - charged)));
+      }
       charged = std::max(charged, unseen);
+      // A refund (the timeline found part of an earlier charge another's) comes off at once.
+      uint64_t ran = 0;
+      if (charge[d][c] < 0) {
+        (void)a.Refund(c, Nanos(-charge[d][c]));
+      } else {
+        ran = static_cast<uint64_t>(charge[d][c]);
+      }
       // A revoked holder's measured time counts against the drain wait it was charged ahead
       // (below): that wait was this work, still running, so it is charged once.
-      const size_t ci = static_cast<size_t>(c);
-      if (dev.draining.test(ci)) dev.drained_ns[ci] += charge[d][c];
+      if (dev.draining.test(ci)) dev.drained_ns[ci] += ran;
       if (uint64_t& credit = dev.overrun_credit_ns[ci]; credit > 0) {
-        const uint64_t back = std::min(credit, charge[d][c]);
-        charge[d][c] -= back;
+        const uint64_t back = std::min(credit, ran);
+        ran -= back;
         credit -= back;
       }
-      if (charge[d][c] > 0) (void)a.Charge(c, Nanos(charge[d][c]));
+      if (ran > 0) (void)a.Charge(c, Nanos(ran));
       if (trace_ && d == 0) {
-        trace_charged_[static_cast<size_t>(c)] += charge[d][c];
+        trace_charged_[static_cast<size_t>(c)] += ran;
         if (pending[d].test(c) && !dev.pending.test(c)) ++trace_returns_[static_cast<size_t>(c)];
       }
       (void)a.SetPending(c, pending[d].test(c));
@@ -434,6 +570,20 @@ uint64_t ComputeService::Step(uint64_t now) {
         (void)a.Charge(c, Nanos(ahead));
         dev.overrun_credit_ns[ci] += ahead;
       }
+    }
+    // A best-effort holder at its tail (its queued work ends within the lead and it has launched
+    // nothing more) offers the token back: the arbiter grants it again if it is still the one
+    // furthest behind its share, else the next holder's first kernels queue behind its last one
+    // instead of the GPU idling through its host round trip.
+    std::optional<int> yielded;
+    if (dev.holder && !dev.lane && pending[d].test(static_cast<size_t>(*dev.holder)) &&
+        !beyond_tail[d].test(static_cast<size_t>(*dev.holder))) {
+      yielded = dev.holder;
+      // Its work since the last interval placed is still to be charged: the choice counts it.
+      const size_t h = static_cast<size_t>(*dev.holder);
+      const uint64_t end = queue_end[d][h], placed = dev.placed_until_ns[h];
+      const uint64_t queued = end > placed ? std::min(end - placed, ToNs(config.quota_max)) : 0;
+      (void)a.Yield(*dev.holder, Nanos(static_cast<int64_t>(queued)));
     }
     const arbiter::Decision decision = a.Decide();
     std::bitset<ledger::kMaxContainers> desired;
@@ -464,6 +614,9 @@ uint64_t ComputeService::Step(uint64_t now) {
           if (revoke.test(static_cast<size_t>(c))) dev.drained_ns[static_cast<size_t>(c)] = 0;
         }
         dev.draining |= revoke;
+        if (yielded && revoke.test(static_cast<size_t>(*yielded))) {
+          dev.tail_revoked.set(static_cast<size_t>(*yielded));
+        }
       }
       changed = true;
     }
@@ -471,9 +624,11 @@ uint64_t ComputeService::Step(uint64_t now) {
     // When the revoked holders' queued work ends, as they published it (GateDevice::drain_end_ns),
     // no further ahead than a grant can last: it is theirs to say, and it moves only estimates.
     uint64_t drain_end = 0;
-    if (dev.draining.any() && !Draining(dev.draining, d, now, &drain_wake, &drain_end)) {
+    if (dev.draining.any() &&
+        !Draining(dev.draining, dev.tail_revoked, d, now, &drain_wake, &drain_end)) {
       dev.draining.reset();
     }
+    dev.tail_revoked &= dev.draining;
     layout_->gate.devices[d].drain_end_ns.store(std::min(drain_end, now + ToNs(config.quota_max)));
     const auto grant = desired & ~dev.published;
     if (grant.any()) {
@@ -493,7 +648,10 @@ uint64_t ComputeService::Step(uint64_t now) {
         // The lane goes in at once, but the holders it revoked still drain: the best-effort
         // holder after it waits for that too (forgotten here, the next one was let in at the
         // lane's end with a whole 10 ms kernel still queued, and the next request waited 20 ms).
-        if (!decision.high_priority_lane) dev.draining.reset();
+        if (!decision.high_priority_lane) {
+          dev.draining.reset();
+          dev.tail_revoked.reset();
+        }
         changed = true;
       } else {
         next = std::min(next, now + kDrainPollNs);
@@ -514,6 +672,7 @@ uint64_t ComputeService::Step(uint64_t now) {
     }
     if (changed) Publish(d, !native);
     if (decision.until != Nanos::max()) next = std::min(next, ToNs(decision.until));
+    if (dev.timeline.unsettled()) next = std::min(next, now + kSettlePassNs);
   }
   return next;
 }

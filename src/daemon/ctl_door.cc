@@ -179,7 +179,7 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
       }
     }
     family("tessera_container_compute_achieved_percent",
-           "The GPU time the container got over the arbiter's window, in percent");
+           "The GPU time the container's kernels occupied over the arbiter's window, in percent");
     for (const Live& c : live) {
       for (int d = 0; d < devices; ++d) {
         const ContainerShare* s = share_of(d, c.slot);
@@ -226,6 +226,17 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
     for (const Live& c : live) {
       const uint64_t ns = ledger.counters(static_cast<uint32_t>(c.slot)).token_wait_ns.load();
       (void)w.AddSample({{"container", c.id}}, static_cast<double>(ns) / 1e9);
+    }
+    family("tessera_container_gpu_seconds_total",
+           "GPU time the container's kernels occupied on the GPU (not the time they waited behind "
+           "others'), since it took its slot or tesserad started",
+           MetricType::kCounter);
+    for (const Live& c : live) {
+      for (int d = 0; d < devices; ++d) {
+        const ContainerShare* s = share_of(d, c.slot);
+        (void)w.AddSample({{"container", c.id}, {"gpu", std::to_string(d)}},
+                          s != nullptr ? s->gpu_seconds : 0.0);
+      }
     }
     family("tessera_container_token_grants_total",
            "Times the arbiter granted the container the compute token on the GPU",

@@ -56,7 +56,9 @@ Result<std::string> HandleCtl(const ctl::ControlTree& tree, const protocol::Mess
 //   {container,gpu} (absent when unlimited), tessera_container_compute_target_percent
 //   {container,gpu} (absent under policy 5), tessera_container_compute_achieved_percent
 //   {container,gpu}, tessera_container_weight{container}, tessera_container_high_priority
-//   {container}, tessera_container_processes{container}
+//   {container}, tessera_container_processes{container}; counters (docs/architecture.md lists
+//   where each is written), among them tessera_container_gpu_seconds_total{container,gpu}: the
+//   device time the container's kernels occupied
 // Allocations the shim refused are not exported: the ledger does not count them (a counter in
 // the shared layout would be the way; not done yet).
 std::string RenderMetrics(const Registry& registry, const ComputeService& compute,

@@ -1,7 +1,8 @@
 // deploy/grafana-dashboard.json against what tesserad exports: the file must be well-formed JSON
 // (nlohmann-json, strict: no comments, no trailing commas), every
 // `tessera_...` name in any of its strings (queries, template variables) must be a family that
-// RenderMetrics in src/daemon/ctl_door.cc begins, and the panels the README promises must be there.
+// RenderMetrics in src/daemon/ctl_door.cc begins, and the panels docs/monitoring.md promises must
+// be there.
 // Both files are read from the source tree at test time (TESSERA_SOURCE_DIR), so renaming a family
 // without the dashboard, or the other way round, fails here.
 #include <gtest/gtest.h>
@@ -85,13 +86,14 @@ TEST(GrafanaDashboardTest, ParsesAndQueriesOnlyExportedFamilies) {
     }
   }
   EXPECT_GE(queries, 12) << path << " has too few panel queries (\"expr\")";
-  // The panels the README describes: memory used vs limit, compute target vs achieved, token wait
-  // and grants, OOM refusals, processes, daemon health.
+  // The panels docs/monitoring.md describes: memory used vs limit, compute target vs achieved and
+  // the GPU time used, token wait and grants, OOM refusals, processes, daemon health.
   for (const char* needed :
        {"tessera_container_memory_used_bytes", "tessera_container_memory_limit_bytes",
         "tessera_container_compute_target_percent", "tessera_container_compute_achieved_percent",
         "tessera_container_token_wait_seconds_total", "tessera_container_token_grants_total",
-        "tessera_container_oom_refusals_total", "tessera_container_processes", "tessera_processes",
+        "tessera_container_oom_refusals_total", "tessera_container_gpu_seconds_total",
+        "tessera_container_processes", "tessera_processes",
         "tessera_up", "tessera_arbiter_beat_age_seconds"}) {
     EXPECT_TRUE(used.count(needed)) << path << " has no query on " << needed;
   }

@@ -8,7 +8,8 @@
 //            [--max-inst N] [--prio-ratio P] [--quota-min MS] [--quota-max MS]
 //            [--daemon-loss-timeout MS] [--ctl-mount DIR] [--admin-group NAME] [--http HOST:PORT]
 //            [--http-allow-write] [--gpu-policy GPU:POLICY] [--reconcile-interval DURATION]
-//            [--over-limit-action log|block|kill] [--container-sockets DIR]
+//            [--over-limit-action log|block|kill] [--unattributed-action report|kill]
+//            [--container-sockets DIR] [--require-identity true|false]
 //            [--mps [--mps-control PATH] [--mps-dir DIR]] [--max-request-line SIZE]
 //            [--max-reply-backlog SIZE] [--request-timeout D] [--idle-timeout D]
 //            [--container-max-connections N] [--container-max-processes N]
@@ -35,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -54,6 +56,7 @@
 #include "daemon/ctl_door.h"
 #include "daemon/devices.h"
 #include "daemon/http_door.h"
+#include "daemon/identity.h"
 #include "daemon/node_control.h"
 #include "daemon/reconciler.h"
 #include "daemon/registry.h"
@@ -90,7 +93,8 @@ int Usage(const std::string& problem) {
 struct Flags {
   std::optional<std::string> config, socket, ledger, context_overhead, policy, max_inst, prio_ratio,
       quota_min, quota_max, daemon_loss_timeout, ctl_mount, admin_group, http, reconcile_interval,
-      over_limit_action, container_sockets, allow_self_declared, mps_control, mps_dir;
+      over_limit_action, container_sockets, allow_self_declared, mps_control, mps_dir,
+      unattributed_action, require_identity;
   // The socket server's bounds, by config key (config::kSocketLimitKeys), as given.
   std::map<std::string, std::optional<std::string>> socket_limits;
   std::vector<std::string> gpu_policy;
@@ -138,8 +142,12 @@ std::optional<int> ParseCommandLine(int argc, char** argv, Flags* flags) {
          "how often NVML's view is compared with the ledger (default 1s)");
   option("--over-limit-action", &flags->over_limit_action, "log|block|kill",
          "what to do about a container over its limit (default log)");
+  option("--unattributed-action", &flags->unattributed_action, "report|kill",
+         "what to do about a process on a GPU that belongs to no container (default report)");
   option("--container-sockets", &flags->container_sockets, "DIR",
          "one socket per registered container in DIR");
+  option("--require-identity", &flags->require_identity, "true|false",
+         "a container's socket serves only processes identified as its own (default false)");
   app.add_flag("--mps", flags->mps,
                "MPS mode: run and supervise one nvidia-cuda-mps-control per GPU (policy 5 unless "
                "--policy is given)");
@@ -264,12 +272,20 @@ tessera::daemon::BusyLister NvmlBusyLister() {
     return [](int) { return Result<List>::Error("NVML has no nvmlDeviceGetProcessUtilization"); };
   }
   auto marks = std::make_shared<std::map<int, unsigned long long>>();  // per GPU, newest sample
-  return [util = *util, handle = *handle, marks](int device) -> Result<List> {
+  // Per GPU, when the previous call was made (by this process's clock).
+  auto called = std::make_shared<std::map<int, std::chrono::steady_clock::time_point>>();
+  return [util = *util, handle = *handle, marks, called](int device) -> Result<List> {
     nvmlDevice_t dev = nullptr;
     if (nvmlReturn_t r = handle(static_cast<unsigned int>(device), &dev); r != NVML_SUCCESS) {
       return Result<List>::Error("nvmlDeviceGetHandleByIndex_v2 failed with " + std::to_string(r));
     }
     const unsigned long long since = (*marks)[device];
+    const auto now = std::chrono::steady_clock::now();
+    const bool first_call = called->count(device) == 0;
+    const double elapsed_ns =
+        first_call ? 0.0
+                   : std::chrono::duration<double, std::nano>(now - (*called)[device]).count();
+    (*called)[device] = now;
     std::vector<nvmlProcessUtilizationSample_t> samples(64);
     unsigned int count = 0;
     nvmlReturn_t r = NVML_ERROR_INSUFFICIENT_SIZE;
@@ -278,7 +294,8 @@ tessera::daemon::BusyLister NvmlBusyLister() {
       r = util(dev, samples.data(), &count, since);
       if (r == NVML_ERROR_INSUFFICIENT_SIZE) samples.resize(static_cast<size_t>(count) + 16);
     }
-    if (r == NVML_ERROR_NOT_FOUND) count = 0;  // no sample since the mark: nobody ran
+    if (r == NVML_ERROR_NOT_FOUND)
+      count = 0;  // no sample since the mark: nobody ran
     else if (r != NVML_SUCCESS) {
       return Result<List>::Error("nvmlDeviceGetProcessUtilization failed with " +
                                  std::to_string(r));
@@ -293,8 +310,13 @@ tessera::daemon::BusyLister NvmlBusyLister() {
     }
     (*marks)[device] = newest;
     List out;
-    if (since == 0 || newest <= since) return out;  // the first call only sets the mark
-    const double interval_ns = static_cast<double>(newest - since) * 1000.0;
+    // The first call only sets the mark. Samples since the mark were taken since the previous
+    // call, so they cover at most the time since then: also when the mark is old (no process ran
+    // in between) or unset (none had run yet, so the previous calls found nothing).
+    if (first_call || newest <= since) return out;
+    const double interval_ns =
+        since == 0 ? elapsed_ns
+                   : std::min(static_cast<double>(newest - since) * 1000.0, elapsed_ns);
     for (const auto& [pid, sum_n] : mean) {
       const double percent = sum_n.first / sum_n.second;
       out.push_back({pid, static_cast<uint64_t>(percent / 100.0 * interval_ns)});
@@ -368,6 +390,9 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, tessera::ArbiterPolicy>> gpu_policies;  // --gpu-policy, applied last
   std::chrono::nanoseconds reconcile_interval = std::chrono::seconds(1);
   tessera::config::OverLimitAction over_limit_action = tessera::config::OverLimitAction::kLog;
+  tessera::config::UnattributedAction unattributed_action =
+      tessera::config::UnattributedAction::kReport;
+  bool require_identity = false;
   // MPS mode (mps/mps.h): one nvidia-cuda-mps-control per GPU, supervised.
   bool mps = false, policy_given = false;
   std::string mps_control = tessera::mps::kDefaultControl, mps_dir = tessera::mps::kDefaultRoot;
@@ -405,6 +430,8 @@ int main(int argc, char** argv) {
     gpu_overrides = c.gpus;
     reconcile_interval = c.reconcile_interval;
     over_limit_action = c.over_limit_action;
+    unattributed_action = c.unattributed_action;
+    require_identity = c.require_identity;
     // Not applied: the file's key means "fail closed after", the gate's --daemon-loss-timeout
     // "run ungated after". Said once, never silently ignored.
     if (c.daemon_loss_timeout != defaults.daemon_loss_timeout) {
@@ -518,6 +545,25 @@ int main(int argc, char** argv) {
       return Usage("--over-limit-action \"" + *flags.over_limit_action +
                    "\": expected log, block or kill");
     }
+  }
+  if (flags.unattributed_action) {
+    bool known = false;
+    for (auto a : {tessera::config::UnattributedAction::kReport,
+                   tessera::config::UnattributedAction::kKill}) {
+      if (*flags.unattributed_action == tessera::config::UnattributedActionName(a)) {
+        unattributed_action = a;
+        known = true;
+      }
+    }
+    if (!known) {
+      return Usage("--unattributed-action \"" + *flags.unattributed_action +
+                   "\": expected report or kill");
+    }
+  }
+  if (flags.require_identity) {
+    auto parsed = tessera::ParseBoolFlag(*flags.require_identity, "--require-identity");
+    if (!parsed.ok()) return Usage(parsed.error());
+    require_identity = *parsed;
   }
   if (flags.allow_self_declared) {
     auto parsed = tessera::ParseBoolFlag(*flags.allow_self_declared, "--allow-self-declared");
@@ -708,6 +754,19 @@ int main(int argc, char** argv) {
       http ? http->address().c_str() : "off");
   std::fflush(stdout);
   (*compute)->Start();
+  if (!container_sockets.empty()) {
+    // Root's alone: a pod reaches its own folder through its bind mount, nobody else any.
+    mkdir(container_sockets.c_str(), 0700);
+    chmod(container_sockets.c_str(), 0700);
+  }
+  // Container identities (IDENTIFY), kept beside the container sockets over a restart.
+  tessera::daemon::IdentityBook identities(
+      "/proc", container_sockets.empty()
+                   ? ""
+                   : container_sockets + "/" + tessera::daemon::kIdentityStoreName);
+  for (const std::string& line : identities.Load()) {
+    std::fprintf(stderr, "tesserad: %s\n", line.c_str());
+  }
   tessera::daemon::ReconcilerOptions reconcile;
   reconcile.busy = NvmlBusyLister();
   reconcile.measured = [&compute](int device) {
@@ -715,11 +774,17 @@ int main(int argc, char** argv) {
   };
   reconcile.interval = reconcile_interval;
   reconcile.action = over_limit_action;
+  reconcile.unattributed = unattributed_action;
+  // Who a process on the GPU belongs to, when it never registered: its cgroup (identity.h).
+  reconcile.container_of = [&identities](const std::set<int32_t>& pids) {
+    return identities.ContainersOf(pids);
+  };
+  // tesserad's own (the MPS control daemons and their servers) are the node's, never a tenant's.
+  reconcile.exempt = [](int32_t pid) { return tessera::daemon::DescendsFrom(pid, getpid()); };
   reconcile.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   tessera::daemon::Reconciler reconciler(&registry, (*compute)->device_count(), NvmlProcessLister(),
                                          reconcile);
   reconciler.Start();
-  if (!container_sockets.empty()) mkdir(container_sockets.c_str(), 0755);
   tessera::daemon::ServerOptions server_options;
   server_options.admins = {geteuid(), admin_gid};
   server_options.container_socket_dir = container_sockets;
@@ -732,6 +797,7 @@ int main(int argc, char** argv) {
   server_options.container_max_connections = socket_limits.container_max_connections;
   server_options.refusal_log_rate = socket_limits.refusal_log_rate;
   tessera::daemon::Server server(&registry, *listen_fd, &tree, server_options);
+  server.set_identities(&identities, require_identity);
   std::printf(
       "tesserad: at most %zu connections (open-files limit %llu); per container %d "
       "connections and %d processes\n",

@@ -10,12 +10,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -75,9 +77,19 @@ class ReconcilerTest : public ::testing::Test {
     process_of_[pid] = *p;
     return static_cast<uint32_t>(c);
   }
-  Reconciler Make(OverLimitAction action) {
+  Reconciler Make(OverLimitAction action,
+                  config::UnattributedAction unattributed = config::UnattributedAction::kReport) {
     ReconcilerOptions options;
     options.action = action;
+    options.unattributed = unattributed;
+    options.container_of = [this](const std::set<int32_t>& pids) {
+      std::map<int32_t, std::string> out;
+      for (int32_t pid : pids) {
+        if (auto it = cgroup_of_.find(pid); it != cgroup_of_.end()) out[pid] = it->second;
+      }
+      return out;
+    };
+    options.exempt = [](int32_t pid) { return pid == 4242; };
     options.signal = [this](pid_t pid, int sig) {
       signalled_.push_back({pid, sig});
       return 0;
@@ -87,9 +99,26 @@ class ReconcilerTest : public ::testing::Test {
     return Reconciler(
         registry_.get(), 1, [this](int) { return Result(device_); }, options);
   }
-  // Process `pid`'s gate measured `ns` more GPU time (its counter in the ledger).
+  // Process `pid`'s gate measured `ns` more GPU time (its counter in the ledger), which the
+  // arbiter takes into its books.
   void Gate(int32_t pid, uint64_t ns) {
     registry_->ledger().process(process_of_[pid]).gpu_ns[0] += ns;
+    compute_->RunOnce();
+  }
+  // Process `pid`'s gate measured the interval [start, end) on GPU 0 (written as the gate writes
+  // it: the ring entry, then the total), which the arbiter places on the GPU's timeline.
+  void Interval(int32_t pid, uint64_t start, uint64_t end) {
+    ledger::ProcessCounters& ps = registry_->ledger().process(process_of_[pid]);
+    const uint64_t head = ps.interval_head.load();
+    const uint64_t total = ps.gpu_ns[0].load() + (end - start);
+    ledger::GpuInterval& e = ps.intervals[head % ledger::kIntervalRing];
+    e.start_ns.store(start);
+    e.end_ns.store(end);
+    e.total_ns.store(total);
+    e.device.store(0);
+    e.seq.store(static_cast<uint32_t>(head + 1));
+    ps.interval_head.store(head + 1);
+    ps.gpu_ns[0].store(total);
   }
   // Up to `passes` passes, each after the gates of pids 101 and 202 measured `gate101`/`gate202`
   // more and the device saw `busy_`, until one reports time no gate measured: that pass's events.
@@ -118,6 +147,7 @@ class ReconcilerTest : public ::testing::Test {
   std::vector<DeviceProcess> busy_;    // its busy time per process since the last pass (ns)
   std::vector<std::pair<pid_t, int>> signalled_;
   std::vector<std::string> log_;
+  std::map<int32_t, std::string> cgroup_of_;  // whose cgroup a process is in (identity.h)
 };
 
 TEST_F(ReconcilerTest, ChargesWhatTheShimDidNotSeeToTheRightContainer) {
@@ -218,6 +248,92 @@ TEST_F(ReconcilerTest, AnUnregisteredProcessIsReportedOnceAndChargedToNobody) {
   EXPECT_TRUE(r.RunOnce().empty());
 }
 
+// Issue 26, finding 1: a process of container web that never registered (TESSERA_DISABLE=1, or
+// the driver opened by path) holds 3 GiB against web's 1 GiB. By its cgroup it is web's: all of
+// it is charged to web, web is over, and under kill web's processes go, that one with them; the
+// victim's never. Before attribution it was "not registered" and nothing was done.
+TEST_F(ReconcilerTest, AProcessThatNeverRegisteredIsChargedToTheContainerItsCgroupIsIn) {
+  const uint32_t web = Container("web", 101, 100 * kMiB);
+  Container("victim", 202, 500 * kMiB);
+  cgroup_of_ = {{303, "web"}, {101, "web"}, {202, "victim"}};
+  device_ = {{101, 100 * kMiB}, {202, 500 * kMiB}, {303, 3 * kGiB}};
+  Reconciler r = Make(OverLimitAction::kKill);
+  auto events = r.RunOnce();
+  EXPECT_EQ(layout_->containers[web].unseen[0].load(), 3 * kGiB);
+  ASSERT_EQ(Count(events, Kind::kAttributed), 1) << ::testing::PrintToString(log_);
+  ASSERT_EQ(Count(events, Kind::kOverLimit), 1);
+  std::set<pid_t> killed;
+  for (const auto& [pid, sig] : signalled_) killed.insert(pid);
+  EXPECT_EQ(killed, (std::set<pid_t>{101, 303})) << "web's processes, and only web's";
+  EXPECT_NE(std::find_if(log_.begin(), log_.end(),
+                         [](const std::string& l) {
+                           return l.find(
+                                      "pid 303 on GPU 0 never registered with tesserad; its "
+                                      "cgroup is container web's") != std::string::npos;
+                         }),
+            log_.end())
+      << ::testing::PrintToString(log_);
+  signalled_.clear();
+  EXPECT_EQ(Count(r.RunOnce(), Kind::kAttributed), 0) << "said once";
+}
+
+// A process of no container (not registered, in no identified container's cgroup) follows the
+// node's policy: reported once by default, killed under kill; the node's own are exempt.
+TEST_F(ReconcilerTest, AProcessOfNoContainerFollowsTheUnattributedAction) {
+  Container("web", 101, 100 * kMiB);
+  device_ = {{101, 100 * kMiB}, {999, 3 * kGiB}, {4242, 1 * kGiB}};
+  Reconciler report = Make(OverLimitAction::kKill);
+  auto events = report.RunOnce();
+  ASSERT_EQ(Count(events, Kind::kUnregistered), 1);
+  EXPECT_EQ(events[0].pid, 999);
+  EXPECT_TRUE(signalled_.empty());
+  EXPECT_NE(log_.back().find("pid 999 holds 3GiB on GPU 0 and belongs to no container"),
+            std::string::npos)
+      << log_.back();
+  EXPECT_NE(log_.back().find("action report"), std::string::npos) << log_.back();
+  Reconciler kill = Make(OverLimitAction::kLog, config::UnattributedAction::kKill);
+  events = kill.RunOnce();
+  ASSERT_EQ(signalled_.size(), 1u);
+  EXPECT_EQ(signalled_[0], std::make_pair(pid_t{999}, SIGKILL));
+  ASSERT_EQ(Count(events, Kind::kKilled), 1);
+  EXPECT_TRUE(events.back().unattributed);
+  EXPECT_NE(log_.back().find("killed pid 999 on GPU 0 (it belongs to no container"),
+            std::string::npos)
+      << log_.back();
+}
+
+// The same for GPU time: a process of web that never registered spins 700 ms a pass; no gate
+// measured any of it, so web is charged and acted on; a process of no container that runs is
+// reported (it held no memory, so only its time shows) and killed under kill.
+TEST_F(ReconcilerTest, DeviceTimeOfProcessesThatNeverRegisteredIsChargedOrActedOn) {
+  const uint32_t web = Container("web", 101, 0);
+  Container("victim", 202, 0);
+  cgroup_of_ = {{303, "web"}};
+  device_ = {{101, 0}, {202, 0}, {303, 0}, {999, 0}};
+  Reconciler r = Make(OverLimitAction::kKill, config::UnattributedAction::kKill);
+  r.RunOnce();
+  busy_ = {{101, 100'000'000}, {202, 200'000'000}, {303, 700'000'000}, {999, 300'000'000}};
+  Gate(101, 100'000'000);
+  Gate(202, 200'000'000);
+  auto events = r.RunOnce();
+  ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
+  for (const ReconcileEvent& e : events) {
+    if (e.kind == Kind::kGpuTimeUnseen) EXPECT_EQ(e.container, "web");
+  }
+  EXPECT_EQ(registry_->ledger().book().containers[web].unseen_gpu_ns[0].load(), 700'000'000u);
+  std::set<pid_t> killed;
+  for (const auto& [pid, sig] : signalled_) killed.insert(pid);
+  EXPECT_EQ(killed, (std::set<pid_t>{101, 303, 999}));
+  EXPECT_NE(std::find_if(log_.begin(), log_.end(),
+                         [](const std::string& l) {
+                           return l.find(
+                                      "pid 999 ran on GPU 0 for 300 ms and belongs to no "
+                                      "container") != std::string::npos;
+                         }),
+            log_.end())
+      << ::testing::PrintToString(log_);
+}
+
 TEST_F(ReconcilerTest, AFailingProcessListIsSaidOnceAndChangesNothing) {
   const uint32_t web = Container("web", 101, 100 * kMiB);
   ReconcilerOptions options;
@@ -312,6 +428,33 @@ TEST_F(ReconcilerTest, TimeTheGatesChargedToEachOtherIsNotACheat) {
   ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
   EXPECT_EQ(events[0].container, "holder");
   EXPECT_EQ(registry_->ledger().book().containers[holder].unseen_gpu_ns[0].load(), 200'000'000u);
+}
+
+// A tenant that writes its GPU time where another container's work ran (an interval laid over
+// theirs and ending just after, so the GPU's timeline gives those instants to them) while its own
+// kernels ran elsewhere hides nothing: the reconciler compares what the device saw with what the
+// timeline attributed to each process, not with the totals the tenant wrote (which match).
+TEST_F(ReconcilerTest, IntervalsLaidOverAnothersWorkHideNothing) {
+  const uint32_t honest = Container("honest", 101, 0);
+  const uint32_t liar = Container("liar", 202, 0);
+  device_ = {{101, 0}, {202, 0}};
+  Reconciler r = Make(OverLimitAction::kBlock);
+  r.RunOnce();  // notes the processes
+  std::vector<ReconcileEvent> events;
+  for (int pass = 0; pass < 3 && Count(events, Kind::kGpuTimeUnseen) == 0; ++pass) {
+    const uint64_t t = ipc::MonotonicNs() - 250'000'000;
+    Interval(101, t, t + 200'000'000);               // the honest tenant's 200 ms
+    Interval(202, t + 50'000'000, t + 200'001'000);  // the liar's 150 ms, laid over them
+    compute_->RunOnce();
+    busy_ = {{101, 200'000'000}, {202, 150'000'000}};  // the liar ran its 150 ms elsewhere
+    events = r.RunOnce();
+    std::this_thread::sleep_for(250ms);  // the next pass's intervals come after these
+  }
+  ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
+  EXPECT_EQ(events[0].container, "liar");
+  EXPECT_GT(registry_->ledger().book().containers[liar].unseen_gpu_ns[0].load(), 100'000'000u);
+  // The honest tenant was charged its own 200 ms, not the liar's.
+  EXPECT_EQ(registry_->ledger().book().containers[honest].gate_gpu_ns[0].load(), 200'000'000u);
 }
 
 // ---- End to end

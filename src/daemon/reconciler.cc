@@ -29,6 +29,30 @@ uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return b > ~uint64_t{0} - a ? ~
 
 }  // namespace
 
+bool DescendsFrom(int32_t pid, int32_t ancestor) {
+  for (int depth = 0; depth < 64 && pid > 1; ++depth) {
+    if (pid == ancestor) return true;
+    char path[48];
+    std::snprintf(path, sizeof(path), "/proc/%d/stat", static_cast<int>(pid));
+    std::FILE* f = std::fopen(path, "re");
+    if (f == nullptr) return false;
+    char buf[512];
+    const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // "PID (COMM) STATE PPID ...": the command may hold spaces and parentheses.
+    const char* close = std::strrchr(buf, ')');
+    if (close == nullptr || close[1] == '\0' || close[2] == '\0') return false;
+    pid = static_cast<int32_t>(std::strtol(close + 4, nullptr, 10));
+  }
+  return pid == ancestor;
+}
+
+bool Reconciler::Exempt(int32_t pid) const {
+  if (pid == static_cast<int32_t>(getpid())) return true;
+  return options_.exempt && options_.exempt(pid);
+}
+
 Reconciler::Reconciler(Registry* registry, int devices, ProcessLister lister,
                        ReconcilerOptions options)
     : registry_(registry),
@@ -92,6 +116,11 @@ void Reconciler::Log(const ReconcileEvent& e) {
                    " reserved + " + Human(e.unseen) + " unseen <= " + Human(e.limit) + ")");
       break;
     case ReconcileEvent::Kind::kKilled:
+      if (e.unattributed) {
+        options_.log("tesserad: reconcile: killed pid " + std::to_string(e.pid) + " on " + gpu +
+                     " (it belongs to no container; unattributed action kill)");
+        break;
+      }
       options_.log("tesserad: reconcile: killed pid " + std::to_string(e.pid) + " of container " +
                    e.container + (e.gpu_time ? " (it ran on " + gpu + " around its gate)"
                                              : " (over its limit on " + gpu + ")"));
@@ -117,11 +146,22 @@ void Reconciler::Log(const ReconcileEvent& e) {
                    " (the device saw " + Millis(e.unseen) + ", its gates measured " +
                    Millis(e.reserved) + ")");
       break;
-    case ReconcileEvent::Kind::kUnregistered:
-      options_.log("tesserad: reconcile: pid " + std::to_string(e.pid) + " holds " +
-                   Human(e.unseen) + " on " + gpu +
-                   " and is not registered with tesserad (it runs without the shim: no limit "
-                   "applies to it)");
+    case ReconcileEvent::Kind::kUnregistered: {
+      const std::string what = e.unseen > 0 ? "holds " + Human(e.unseen) + " on " + gpu
+                                            : "ran on " + gpu + " for " + Millis(e.limit);
+      options_.log("tesserad: reconcile: pid " + std::to_string(e.pid) + " " + what +
+                   " and belongs to no container (it never registered with tesserad, and its "
+                   "cgroup is no identified container's); action " +
+                   std::string(config::UnattributedActionName(options_.unattributed)) +
+                   (options_.unattributed == config::UnattributedAction::kKill
+                        ? ": it is killed"
+                        : ": no container's limit applies to it"));
+      break;
+    }
+    case ReconcileEvent::Kind::kAttributed:
+      options_.log("tesserad: reconcile: pid " + std::to_string(e.pid) + " on " + gpu +
+                   " never registered with tesserad; its cgroup is container " + e.container +
+                   "'s, which is charged with what it holds (" + Human(e.unseen) + ") and runs");
       break;
   }
 }
@@ -151,12 +191,30 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
     }
     list_error_reported_.erase(d);
     std::vector<ReconcileEvent> to_kill;  // kKilled events, for the processes still to kill
-    const int32_t self_pid = static_cast<int32_t>(getpid());
     // The device's busy time per process, where it reports one and the GPU's policy measures.
     std::optional<std::vector<DeviceProcess>> busy;
     if (options_.busy && (!options_.measured || options_.measured(d))) {
       if (auto b = options_.busy(d); b.ok()) busy = std::move(*b);
     }
+    // Processes on the device that hold no process slot: whose they are, by their cgroups, is
+    // read from /proc outside the registry's lock.
+    std::set<int32_t> registered;
+    registry_->WithLedger([&](const ledger::MemoryLedger& ledger) {
+      for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+        const ledger::LedgerBook::Process& ps = ledger.book().processes[p];
+        if (ps.state.load() == ledger::kLive) registered.insert(ps.host_pid.load());
+      }
+    });
+    std::set<int32_t> strangers;
+    for (const DeviceProcess& dp : *listed) {
+      if (registered.count(dp.pid) == 0 && !Exempt(dp.pid)) strangers.insert(dp.pid);
+    }
+    for (const DeviceProcess& dp : busy ? *busy : std::vector<DeviceProcess>{}) {
+      if (registered.count(dp.pid) == 0 && !Exempt(dp.pid)) strangers.insert(dp.pid);
+    }
+    const std::map<int32_t, std::string> owner = options_.container_of && !strangers.empty()
+                                                     ? options_.container_of(strangers)
+                                                     : std::map<int32_t, std::string>{};
     std::set<int32_t> unregistered_now;
     registry_->WithLedger([&](ledger::MemoryLedger& ledger) {
       // Who is who comes from the daemon's book; what a process holds, from its counters.
@@ -166,17 +224,39 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
         const ledger::LedgerBook::Process& ps = book.processes[p];
         if (ps.state.load() == ledger::kLive) slot_of_pid[ps.host_pid.load()] = p;
       }
+      // Processes that never registered, charged to the container their cgroup is in.
+      std::map<int32_t, uint32_t> attributed;
+      for (const auto& [pid, id] : owner) {
+        if (slot_of_pid.count(pid) != 0) continue;  // registered since
+        const int c = ledger.FindContainer(id);
+        if (c >= 0) attributed[pid] = static_cast<uint32_t>(c);
+      }
       std::vector<uint64_t> unseen(ledger::kMaxContainers, 0);
       std::vector<std::vector<int32_t>> pids(ledger::kMaxContainers);
       for (const DeviceProcess& dp : *listed) {
         auto found = slot_of_pid.find(dp.pid);
         if (found == slot_of_pid.end()) {
-          // tesserad itself holds a context on a real driver (it measured the context overhead).
-          if (dp.pid == self_pid) continue;
+          if (Exempt(dp.pid)) continue;
+          if (auto a = attributed.find(dp.pid); a != attributed.end()) {
+            // Everything it holds went around the shim.
+            unseen[a->second] = SaturatingAdd(unseen[a->second], dp.bytes);
+            pids[a->second].push_back(dp.pid);
+            const std::string id = book.containers[a->second].id;
+            if (attributed_reported_.insert({d, dp.pid, id}).second) {
+              events.push_back({ReconcileEvent::Kind::kAttributed, d, id, dp.pid, 0, dp.bytes, 0});
+            }
+            continue;
+          }
           unregistered_now.insert(dp.pid);
-          if (dp.bytes > 0 && unregistered_reported_.insert({d, dp.pid}).second) {
+          if (dp.bytes == 0) continue;  // a context and nothing in it
+          if (unregistered_reported_.insert({d, dp.pid}).second) {
             ReconcileEvent e{ReconcileEvent::Kind::kUnregistered, d, "", dp.pid, 0, dp.bytes, 0};
             events.push_back(e);
+          }
+          if (options_.unattributed == config::UnattributedAction::kKill) {
+            ReconcileEvent kill{ReconcileEvent::Kind::kKilled, d, "", dp.pid, 0, 0, 0};
+            kill.unattributed = true;
+            to_kill.push_back(kill);
           }
           continue;
         }
@@ -216,7 +296,7 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
           }
         }
       }
-      if (busy) CheckGpuTime(ledger, d, *busy, &events, &to_kill);
+      if (busy) CheckGpuTime(ledger, d, *busy, attributed, &events, &to_kill);
       // Forget containers that went away while over their limit.
       for (auto it = over_.begin(); it != over_.end();) {
         const auto [dev, c, generation] = *it;
@@ -230,8 +310,19 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
       const bool stale = it->first == d && unregistered_now.count(it->second) == 0;
       it = stale ? unregistered_reported_.erase(it) : std::next(it);
     }
+    for (auto it = attributed_reported_.begin(); it != attributed_reported_.end();) {
+      const bool stale = std::get<0>(*it) == d && owner.count(std::get<1>(*it)) == 0;
+      it = stale ? attributed_reported_.erase(it) : std::next(it);
+    }
+    for (auto it = unregistered_busy_reported_.begin(); it != unregistered_busy_reported_.end();) {
+      const bool stale = it->first == d && strangers.count(it->second) == 0;
+      it = stale ? unregistered_busy_reported_.erase(it) : std::next(it);
+    }
+    // One signal per process, whichever rule (memory, GPU time, unattributed) asked for it.
+    std::set<int32_t> signalled;
     for (const ReconcileEvent& kill : to_kill) {
-      if (kill.pid > 0 && options_.signal(kill.pid, SIGKILL) == 0) events.push_back(kill);
+      if (kill.pid <= 0 || !signalled.insert(kill.pid).second) continue;
+      if (options_.signal(kill.pid, SIGKILL) == 0) events.push_back(kill);
     }
   }
   // The block flag follows the state every pass, over every GPU (a container over on one GPU stays
@@ -257,6 +348,7 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
 
 void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
                               const std::vector<DeviceProcess>& busy,
+                              const std::map<int32_t, uint32_t>& attributed,
                               std::vector<ReconcileEvent>* events,
                               std::vector<ReconcileEvent>* to_kill) {
   const ledger::LedgerBook& book = ledger.book();
@@ -265,6 +357,30 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
   std::vector<uint64_t> seen_by_device(ledger::kMaxContainers, 0);
   std::vector<uint64_t> measured_by_gate(ledger::kMaxContainers, 0);
   std::vector<std::vector<int32_t>> pids(ledger::kMaxContainers);
+  std::set<int32_t> registered;
+  for (int p = 0; p < ledger::kMaxProcesses; ++p) {
+    if (book.processes[p].state.load() == ledger::kLive) {
+      registered.insert(book.processes[p].host_pid.load());
+    }
+  }
+  // Processes that never registered: a container's by its cgroup (no gate measured any of their
+  // time), or nobody's (the unattributed action).
+  for (const auto& [pid, ns] : device_ns) {
+    if (registered.count(pid) != 0 || Exempt(pid) || ns == 0) continue;
+    if (auto a = attributed.find(pid); a != attributed.end()) {
+      seen_by_device[a->second] = SaturatingAdd(seen_by_device[a->second], ns);
+      pids[a->second].push_back(pid);
+      continue;
+    }
+    if (unregistered_busy_reported_.insert({d, pid}).second) {
+      events->push_back({ReconcileEvent::Kind::kUnregistered, d, "", pid, 0, 0, ns});
+    }
+    if (options_.unattributed == config::UnattributedAction::kKill) {
+      ReconcileEvent kill{ReconcileEvent::Kind::kKilled, d, "", pid, 0, 0, 0};
+      kill.unattributed = true;
+      to_kill->push_back(kill);
+    }
+  }
   for (int p = 0; p < ledger::kMaxProcesses; ++p) {
     const ledger::LedgerBook::Process& entry = book.processes[p];
     Seen& seen = seen_gpu_ns_[static_cast<size_t>(p) * ledger::kMaxDevices + d];
@@ -273,7 +389,9 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
       continue;
     }
     const uint32_t c = entry.container.load();
-    const uint64_t now = ledger.process(static_cast<uint32_t>(p)).gpu_ns[d].load();
+    // What its gates measured, as the arbiter placed it on the device's timeline (time spent
+    // queued behind other containers' work taken out: LedgerBook::Process::gate_gpu_ns).
+    const uint64_t now = entry.gate_gpu_ns[d].load();
     const uint32_t generation = entry.generation.load();
     // A process first seen this pass has no interval yet: its time counts from the next one.
     uint64_t delta = 0;

@@ -8,8 +8,14 @@
 //          until it is back under its limit (the flag is cleared then);
 //   kill   also SIGKILLs the container's processes on that GPU (the registry reclaims them when
 //          their sockets close).
-// Processes NVML lists that no container registered are reported once each (they escape every
-// limit; nothing can be charged to a container for them).
+// A process NVML lists (holding memory, or running work) that never registered belongs to the
+// container whose identity its cgroup matches (daemon/identity.h: recorded by the container
+// runtime's hook), and is charged to it like any process of it: all it holds is unseen, all the
+// device time it ran was measured by no gate, and the over-limit action applies to the container,
+// killing under `kill` the container's processes, this one with them (and never another
+// container's). A process of no container (not registered, no identified container's cgroup)
+// follows the node's unattributed action: `report` (a line, once) or `kill`. tesserad itself and
+// its descendants (MPS servers) are exempt.
 //
 // GPU time the gate did not see (issue 17): where the device reports per-process busy time (NVML's
 // process utilisation), each pass compares, per container, what the device saw its processes run
@@ -60,9 +66,21 @@ using ProcessLister = std::function<Result<std::vector<DeviceProcess>>(int devic
 // GPU (NVML's process utilisation in tesserad; a fake in tests). An error: not available.
 using BusyLister = std::function<Result<std::vector<DeviceProcess>>(int device)>;
 
+// The container each of several host pids belongs to by its cgroup (unlisted: none).
+using ContainerOfPids = std::function<std::map<int32_t, std::string>(const std::set<int32_t>&)>;
+
+// Whether `pid` is `ancestor` or one of its descendants (by /proc/PID/stat's parent links).
+bool DescendsFrom(int32_t pid, int32_t ancestor);
+
 struct ReconcilerOptions {
   std::chrono::nanoseconds interval = std::chrono::seconds(1);
   config::OverLimitAction action = config::OverLimitAction::kLog;
+  // A process of no container (see the file comment).
+  config::UnattributedAction unattributed = config::UnattributedAction::kReport;
+  // Attribution of processes that never registered (unset: none is attributed).
+  ContainerOfPids container_of;
+  // Processes that are the node's own (unset: only this process).
+  std::function<bool(int32_t pid)> exempt;
   // Sends the kill action's signal (kill(2) in tesserad; tests may observe it instead).
   std::function<int(pid_t, int)> signal = [](pid_t pid, int sig) { return ::kill(pid, sig); };
   // Receives each log line (stderr in tesserad).
@@ -79,8 +97,17 @@ struct ReconcilerOptions {
 struct ReconcileEvent {
   // kGpuTimeUnseen / kGpuTimeBackInLine: a container's processes ran on the device for more time
   // than their gates measured (see the file comment), and then no longer.
-  enum class Kind { kOverLimit, kBackUnder, kKilled, kUnregistered, kGpuTimeUnseen,
-                    kGpuTimeBackInLine };
+  // kUnregistered: a process of no container holds memory (`unseen` bytes) or ran (`limit` ns).
+  // kAttributed: a process that never registered is charged to `container` by its cgroup.
+  enum class Kind {
+    kOverLimit,
+    kBackUnder,
+    kKilled,
+    kUnregistered,
+    kGpuTimeUnseen,
+    kGpuTimeBackInLine,
+    kAttributed
+  };
   Kind kind;
   int device = 0;
   std::string container;  // empty for kUnregistered
@@ -89,6 +116,7 @@ struct ReconcileEvent {
   uint64_t unseen = 0;    // bytes the device reports beyond them; kGpuTime*: ns the device saw
   uint64_t limit = 0;     // kGpuTimeUnseen: ns charged to the container for the difference
   bool gpu_time = false;  // kKilled: for GPU time around its gate (else: over its memory limit)
+  bool unattributed = false;  // kKilled: a process of no container (the unattributed action)
 };
 
 class Reconciler {
@@ -107,8 +135,11 @@ class Reconciler {
   void Loop();
   void Log(const ReconcileEvent& e);
   // The GPU-time comparison of one GPU (under the registry's lock, from RunOnce).
+  // `attributed`: processes that never registered, by host pid, and their container slots.
   void CheckGpuTime(ledger::MemoryLedger& ledger, int d, const std::vector<DeviceProcess>& busy,
+                    const std::map<int32_t, uint32_t>& attributed,
                     std::vector<ReconcileEvent>* events, std::vector<ReconcileEvent>* to_kill);
+  bool Exempt(int32_t pid) const;
 
   Registry* registry_;
   int devices_;
@@ -117,6 +148,8 @@ class Reconciler {
   // (device, container slot, container generation) pairs over their limit at the last pass.
   std::set<std::tuple<int, int, uint32_t>> over_;
   std::set<std::pair<int, int32_t>> unregistered_reported_;
+  std::set<std::pair<int, int32_t>> unregistered_busy_reported_;
+  std::set<std::tuple<int, int32_t, std::string>> attributed_reported_;
   std::set<int> list_error_reported_;  // GPUs whose process list failed (said once)
   // GPU-time check: each process slot's counter at the last pass (with its generation, so a new
   // process starts from its own zero), and per (GPU, container slot, generation) the balance.

@@ -381,6 +381,7 @@ std::string Registry::StatusJson() const {
       device["prio_ratio"] = config.prio_ratio.value();
       device["free_weight"] = shares[d].free_weight;
       device["holder"] = l->gate.devices[d].holder.load();
+      device["gpu_time_until_ns"] = shares[d].gpu_time_until_ns;
     }
     out["devices"].push_back(std::move(device));
   }
@@ -403,7 +404,9 @@ std::string Registry::StatusJson() const {
            {"target_percent",
             share != nullptr && share->target ? Json(percent(*share->target)) : Json(nullptr)},
            {"achieved_percent", share != nullptr ? percent(share->achieved) : 0.0},
-           {"holder", share != nullptr && share->holder}});
+           {"holder", share != nullptr && share->holder},
+           {"gpu_seconds", share != nullptr ? share->gpu_seconds : 0.0},
+           {"grants", share != nullptr ? share->grants : uint64_t{0}}});
     }
     Json processes = Json::array();
     for (int p = 0; p < ledger::kMaxProcesses; ++p) {

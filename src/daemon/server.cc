@@ -2,6 +2,7 @@
 // non-blocking; per-connection input and reply backlogs with their bounds and timeouts.
 #include "daemon/server.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -76,6 +77,19 @@ bool Write(int fd, std::string& bytes, std::vector<int>& fds, size_t& sent) {
   return true;
 }
 
+// Writes `folder`/container (the container's id, read-only for all), replacing it atomically.
+void WriteContainerMarker(const std::string& folder, const std::string& id) {
+  const std::string path = folder + "/" + kContainerMarkerName;
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0444);
+  if (fd < 0) return;
+  const std::string text = id + "\n";
+  const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  fchmod(fd, 0444);
+  close(fd);
+  if (!written || rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
+}
+
 }  // namespace
 
 Server::Server(Registry* registry, int listen_fd, const ctl::ControlTree* tree,
@@ -106,6 +120,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
       registry_->ReclaimDeadProcesses();
       registry_->Repair();
       SyncContainerSockets(ep);
+      if (identities_ != nullptr) SweepIdentities(*identities_, *registry_);
       next_sweep = now + std::chrono::seconds(1);
     }
     if (now >= next_expiry) {
@@ -223,6 +238,11 @@ void Server::Accept(int ep, int listen_fd) {
     conn.door = door;
     conn.last_request = Clock::now();
     if (!door.empty()) ++door_connections_[door];
+    if (listener.scope && identities_ != nullptr) {
+      // The peer as the kernel saw it at connect(): a process of the container, or refused.
+      conn.refusal = AdmitToContainerSocket(*identities_, require_identity_, *listener.scope,
+                                            peer->pid);
+    }
     connections_[fd] = std::move(conn);
   }
 }
@@ -279,7 +299,9 @@ void Server::SyncContainerSockets(int ep) {
     // sees the socket a restarted daemon opens anew (a mount of the socket file would keep the
     // old, unlinked one).
     const std::string folder = options_.container_socket_dir + "/" + id;
-    mkdir(folder.c_str(), 0755);
+    mkdir(folder.c_str(), 0711);
+    chmod(folder.c_str(), 0711);  // one made by an earlier tesserad, 0755
+    WriteContainerMarker(folder, id);
     const std::string path = folder + "/" + kContainerSocketName;
     auto fd = ipc::Listen(path);
     if (!fd.ok()) {
@@ -287,8 +309,8 @@ void Server::SyncContainerSockets(int ep) {
                    fd.error().c_str());
       continue;
     }
-    // Any local user may connect (the pod that mounts it runs as whoever it runs as); what a
-    // connection may do is decided per request.
+    // Any user of the pod that mounts the folder may connect (it runs as whoever it runs as);
+    // the folder above is root's alone, and who the caller is, the identity check decides.
     chmod(path.c_str(), 0666);
     epoll_event ev{};
     ev.events = EPOLLIN;
@@ -303,7 +325,10 @@ void Server::CloseContainerSocket(int ep, int listen_fd, bool container_gone) {
   if (it == listeners_.end() || !it->second.scope) return;
   const std::string folder = options_.container_socket_dir + "/" + *it->second.scope;
   unlink((folder + "/" + kContainerSocketName).c_str());
-  if (container_gone) rmdir(folder.c_str());
+  if (container_gone) {
+    unlink((folder + "/" + kContainerMarkerName).c_str());
+    rmdir(folder.c_str());
+  }
   epoll_ctl(ep, EPOLL_CTL_DEL, listen_fd, nullptr);
   close(listen_fd);
   listeners_.erase(it);
@@ -339,6 +364,7 @@ bool Server::Answer(int ep, int fd, Connection& conn) {
     std::vector<int> pass_fds;
     std::string reply = Handle(ep, fd, conn, line, &pass_fds);
     if (!Send(ep, fd, conn, std::move(reply), std::move(pass_fds))) return false;
+    if (!conn.refusal.empty()) return false;  // a stranger on a container's socket: said, closed
   }
   conn.in.erase(0, pos);
   if (pos > 0 && !conn.in.empty()) conn.line_started = now;  // the rest came with the last read
@@ -374,12 +400,15 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
     const std::string named = request->Get("container", *conn.scope);
     if (named == *conn.scope) request->fields["container"] = *conn.scope;
   }
-  if (!request.ok()) {
+  if (!conn.refusal.empty()) {
+    reply = "ERR " + conn.refusal;
+  } else if (!request.ok()) {
     reply = "ERR " + request.error();
   } else if (conn.scope && request->verb == "HELLO" && request->Get("container") != *conn.scope) {
     reply = "ERR this socket belongs to container " + *conn.scope +
             "; HELLO container=" + request->Get("container") + " is not allowed on it";
-  } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS")) {
+  } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS" ||
+                            request->verb == "IDENTIFY")) {
     reply = "ERR " + request->verb + " is node-wide and not served on container " + *conn.scope +
             "'s socket; use the node socket, or CTL for this container's view";
   } else if (request->verb == "HELLO") {
@@ -387,8 +416,20 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
       reply = "ERR this connection already registered a process";
     } else {
       uint32_t slot = 0;
-      auto hello = registry_->Hello(*request, conn.peer.pid, &slot);
+      // A process of an identified container registers into that container only.
+      const std::string refused =
+          identities_ != nullptr && !request->Has("resume")
+              ? AdmitHello(*identities_,
+                           request->Get("container", "proc-" + std::to_string(conn.peer.pid)),
+                           conn.peer.pid)
+              : "";
+      auto hello = !refused.empty() ? Result<protocol::Message>::Error(refused)
+                                    : registry_->Hello(*request, conn.peer.pid, &slot);
       if (hello.ok()) {
+        // A process of the container that owns this socket: its cgroup is the container's.
+        if (conn.scope && identities_ != nullptr && slot != kNoProcess) {
+          identities_->NoteRegistrant(*conn.scope, conn.peer.pid);
+        }
         conn.registered = true;
         conn.process_slot = slot;
         conn.generation =
@@ -414,11 +455,29 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
     reply = "ERR permission denied: CONTAINER registers, changes and removes containers; " +
             WhoMayAdminister(conn.peer, options_.admins);
   } else if (request->verb == "CONTAINER") {
-    auto set = registry_->SetContainer(*request);
+    // identify=1: the container runtime will identify the container's processes (IDENTIFY); none
+    // is served before it has.
+    protocol::Message update = *request;
+    const std::optional<std::string> identify =
+        update.Has("identify") ? std::optional(update.Get("identify")) : std::nullopt;
+    update.fields.erase("identify");
+    auto set = identify && *identify != "0" && *identify != "1"
+                   ? Result<protocol::Message>::Error("CONTAINER identify=" + *identify +
+                                                      ": expected 0 or 1")
+                   : registry_->SetContainer(update);
     if (set.ok())
       set->fields.insert(container_reply_fields_.begin(), container_reply_fields_.end());
     reply = set.ok() ? protocol::FormatMessage(*set) : "ERR " + set.error();
+    if (set.ok() && identify && identities_ != nullptr) {
+      identities_->Expect(request->Get("id"), *identify == "1");
+    }
     if (set.ok()) SyncContainerSockets(epoll_fd);
+  } else if (request->verb == "IDENTIFY") {
+    auto identified =
+        identities_ == nullptr
+            ? Result<protocol::Message>::Error("this tesserad keeps no container identities")
+            : Identify(*identities_, *registry_, *request, conn.peer.uid);
+    reply = identified.ok() ? protocol::FormatMessage(*identified) : "ERR " + identified.error();
   } else if (request->verb == "STATUS") {
     reply = "OK " + registry_->StatusJson();
   } else if (request->verb == "CTL") {
@@ -431,7 +490,8 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
       reply = answer.ok() ? "OK " + *answer : "ERR " + answer.error();
     }
   } else {
-    reply = "ERR unknown verb " + request->verb + "; expected HELLO, CONTAINER, STATUS or CTL";
+    reply = "ERR unknown verb " + request->verb +
+            "; expected HELLO, CONTAINER, STATUS, CTL or IDENTIFY";
   }
   if (!reply.empty() && reply.rfind("ERR ", 0) == 0) {
     Refused("tesserad: refused \"" + line.substr(0, 200) + "\" on " + Describe(conn.scope) + ": " +

@@ -34,6 +34,13 @@
 // (node-wide) are refused. The sockets follow the containers: created within a second of a
 // registration (at once for one made on this server), removed when the container goes (with its
 // folder; at the daemon's exit only the socket goes).
+//
+// Identity (daemon/identity.h): with an IdentityBook, a connection on a container's socket is
+// checked at accept() against the container's recorded identity (the peer's cgroup, by its
+// SO_PEERCRED pid) and a stranger's requests are refused; HELLO on any socket registers a process
+// of an identified container into that container only; IDENTIFY (node socket, root) records one.
+// The container-sockets folder is root's alone (0700): a pod reaches its own folder through its
+// bind mount, and no one else reaches any.
 #pragma once
 
 #include <sys/types.h>
@@ -53,6 +60,7 @@
 #include "core/result.h"
 #include "ctl/control_tree.h"
 #include "daemon/ctl_door.h"
+#include "daemon/identity.h"
 #include "daemon/rate_limited_log.h"
 #include "daemon/registry.h"
 #include "ipc/unix_socket.h"
@@ -61,6 +69,13 @@ namespace tessera::daemon {
 
 // The file name of a container's socket in its folder under --container-sockets.
 inline constexpr char kContainerSocketName[] = "tessera.sock";
+// A file beside it holding the container's id: a process that sees it (at
+// /run/tessera/container in a pod, kManagedContainerMarker in core/env_config.h) is in a container
+// Tessera manages, where the shim cannot be turned off.
+inline constexpr char kContainerMarkerName[] = "container";
+// The folder under --container-sockets where container identities are kept over a restart (a
+// name no container id can have).
+inline constexpr char kIdentityStoreName[] = "+identity";
 
 // The bounds that keep one client from stalling or starving the loop. The defaults are
 // tesserad's; each is a flag and a config key (docs/contracts.md), validated in the ranges below.
@@ -102,6 +117,12 @@ class Server {
   // The most connections held at once: the open-files limit (RLIMIT_NOFILE, read at
   // construction) less room for the daemon's own descriptors.
   size_t max_connections() const { return max_connections_; }
+  // The identity book (must outlive the server); with `require`, a container's socket serves no
+  // process before the container's identity is recorded.
+  void set_identities(IdentityBook* book, bool require) {
+    identities_ = book;
+    require_identity_ = require;
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -123,6 +144,7 @@ class Server {
     Clock::time_point out_since;     // when `out` last went from empty to not
     bool writing = false;            // EPOLLOUT armed
     uint64_t turn = 0;               // the loop's turn in which it was last answered
+    std::string refusal;             // the peer is not the container's: every request gets it
     bool registered = false;
     uint32_t process_slot = 0;
     uint32_t generation = 0;  // the slot's generation at registration
@@ -174,6 +196,8 @@ class Server {
   uint64_t turn_ = 0;         // turns of the loop so far
   std::map<std::string, std::string> container_reply_fields_;
   RateLimitedLog log_;
+  IdentityBook* identities_ = nullptr;
+  bool require_identity_ = false;
 };
 
 }  // namespace tessera::daemon

@@ -141,6 +141,45 @@ typedef struct nvmlProcessUtilizationSample_st {
 } nvmlProcessUtilizationSample_t;
 
 // PCI location of a GPU.
+// Static properties: nvmlDeviceGetArchitecture, nvmlDeviceGetBrand, the clock queries, the serial.
+typedef unsigned int nvmlDeviceArchitecture_t;
+#define NVML_DEVICE_ARCH_TURING 6
+#define NVML_DEVICE_ARCH_AMPERE 7
+#define NVML_DEVICE_ARCH_ADA 8
+#define NVML_DEVICE_ARCH_HOPPER 9
+#define NVML_DEVICE_ARCH_BLACKWELL 10
+
+typedef enum nvmlBrandType_enum {
+  NVML_BRAND_UNKNOWN = 0,
+  NVML_BRAND_QUADRO = 1,
+  NVML_BRAND_TESLA = 2,
+  NVML_BRAND_NVS = 3,
+  NVML_BRAND_GRID = 4,
+  NVML_BRAND_GEFORCE = 5,
+  NVML_BRAND_TITAN = 6,
+  NVML_BRAND_NVIDIA_VAPPS = 7,
+  NVML_BRAND_NVIDIA_VPC = 8,
+  NVML_BRAND_NVIDIA_VCS = 9,
+  NVML_BRAND_NVIDIA_VWS = 10,
+  NVML_BRAND_NVIDIA_CLOUD_GAMING = 11,
+  NVML_BRAND_QUADRO_RTX = 12,
+  NVML_BRAND_NVIDIA_RTX = 13,
+  NVML_BRAND_NVIDIA = 14,
+  NVML_BRAND_GEFORCE_RTX = 15,
+  NVML_BRAND_TITAN_RTX = 16,
+  NVML_BRAND_COUNT = 17,
+} nvmlBrandType_t;
+
+typedef enum nvmlClockType_enum {
+  NVML_CLOCK_GRAPHICS = 0,
+  NVML_CLOCK_SM = 1,
+  NVML_CLOCK_MEM = 2,
+  NVML_CLOCK_VIDEO = 3,
+  NVML_CLOCK_COUNT = 4,
+} nvmlClockType_t;
+
+#define NVML_DEVICE_SERIAL_BUFFER_SIZE 30
+
 typedef struct nvmlPciInfo_st {
   char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];  // "domain:bus:device.function".
   unsigned int domain;
@@ -244,6 +283,28 @@ TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device,
 TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci);
 TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device,
                                                          unsigned int* multiGpuBool);
+
+// Static properties of the GPU (a MIG device answers its GPU's). Clocks in MHz, power in mW.
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
+                                                                 int* minor);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device,
+                                                        nvmlDeviceArchitecture_t* arch);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t* type);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char* serial,
+                                                  unsigned int length);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                     unsigned int* clock);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                        unsigned int* clock);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device,
+                                                          unsigned int* busWidth);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device,
+                                                                unsigned int* limit);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
+                                                                       unsigned int* defaultLimit);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device,
+                                                              unsigned int* limit);
+TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int* numCores);
 
 // Memory and utilisation.
 TESSERA_NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);

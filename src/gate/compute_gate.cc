@@ -54,6 +54,10 @@ constexpr unsigned long kSamplerTimerSlackNs = 5'000;
 struct Mark {
   CUevent event = nullptr;
   uint64_t start_ns = 0;  // host time of the first launch it covers
+  // The revoked holders' drain end (GateDevice::drain_end_ns) when it was recorded: its work
+  // queued behind theirs. Taken then, not when its end is estimated: by then the drain end may be
+  // this process's own, published because it was revoked in turn.
+  uint64_t ahead_ns = 0;
   uint32_t launches = 0;
 };
 
@@ -107,7 +111,9 @@ struct Track {
   CUevent ref = nullptr;  // a completed event whose device instant is ref_ns
   uint64_t ref_ns = 0;
   uint64_t last_end_ns = 0;     // device instant the previous completed mark ended
-  uint64_t last_marked_ns = 0;  // host time the latest mark was recorded
+  // Host time of the launchers' latest activity on the track: their latest mark, or the first
+  // launch of a batch the sampler closed for them (the sampler's own marks are not activity).
+  uint64_t last_marked_ns = 0;
   double kernel_ns = 0;         // average device time per launch (EWMA)
   bool measured = false;        // kernel_ns holds a measurement (until then: one launch per mark)
   // Sampler side.
@@ -129,6 +135,9 @@ struct DeviceGate {
   // bump withdraws it (the process launched more meanwhile).
   std::atomic<uint32_t> mark_epoch{0};
   uint64_t published_idle_at = 0;  // the sampler's last idle_at_ns for this device
+  // Launchers waiting in AwaitInflight for room in flight: they launch more as soon as a mark
+  // completes, so the process is not done launching however long ago its last mark was.
+  std::atomic<uint32_t> room_waiters{0};
 };
 
 struct GateState {
@@ -150,6 +159,7 @@ struct GateState {
   std::atomic<bool> exiting{false};
   std::atomic<bool> sampler_done{true};
   std::mutex mu;  // tracks list; the sampler's tick
+  TrackLock ring_lock;  // this process's ring of intervals (Record)
   std::vector<Track*> tracks;
   std::vector<Track*> free_tracks;
 };
@@ -205,13 +215,39 @@ uint64_t RaiseTo(std::atomic<uint64_t>& word, uint64_t value) {
   return cur;
 }
 
-// Adds [start, end) of device time on `device` to this process, minus what is already charged:
-// the container's own earlier intervals (another stream or process of it) and, except under the
-// weak policy (where tenants overlap by design), while its container holds the token, what came
-// before the instant the arbiter said its turn's charging starts (GateDevice::charge_from_ns: the
-// revoked holders' queued work this interval waited behind). Returns where this interval's own
-// work began: after another container's work it waited behind (the container's own streams
-// overlapping each other do not count: they share the GPU, not wait for it).
+// Adds [from, end) of device time on `device` to this process's ring of intervals and then to its
+// gpu_ns (ledger_layout.h: GpuInterval), which the arbiter reads in the other order: every time it
+// sees in gpu_ns has its interval visible. Called by launchers consuming their marks and by the
+// sampler, one at a time (the ring's lock).
+void Record(int device, uint64_t from, uint64_t end) {
+  ledger::ProcessCounters& self = Self();
+  g->ring_lock.Lock();
+  const uint64_t total = self.gpu_ns[device].load(std::memory_order_relaxed) + (end - from);
+  const uint64_t head = self.interval_head.load(std::memory_order_relaxed);
+  ledger::GpuInterval& e = self.intervals[head % ledger::kIntervalRing];
+  e.seq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  e.start_ns.store(from, std::memory_order_relaxed);
+  e.end_ns.store(end, std::memory_order_relaxed);
+  e.total_ns.store(total, std::memory_order_relaxed);
+  e.device.store(static_cast<uint32_t>(device), std::memory_order_relaxed);
+  e.seq.store(static_cast<uint32_t>(head + 1), std::memory_order_release);
+  self.interval_head.store(head + 1, std::memory_order_release);
+  self.gpu_ns[device].store(total, std::memory_order_release);
+  g->ring_lock.Unlock();
+  // Half a ring since the arbiter was last rung for it: it reads them before the ring laps.
+  if ((head + 1) % (ledger::kIntervalRing / 2) == 0) WakeArbiter();
+}
+
+// Adds [start, end) of device time on `device` to this process, minus what its container already
+// charged (another stream or process of it: overlapping work of one container is never counted
+// twice). Time this interval waited behind other containers' work is the arbiter's to take out
+// (it compares the intervals of all containers: arbiter/device_timeline.h). Returns where this
+// interval's own work began, for the kernel-length estimate: after another container's work it
+// waited behind, as far as the arbiter said so (GateDevice::charge_from_ns: while its container
+// holds the token, the revoked holders' queued work ends there; except under the weak policy,
+// where tenants overlap by design). The container's own streams overlapping each other do not
+// count: they share the GPU, not wait for it.
 uint64_t Charge(int device, uint64_t start, uint64_t end) {
   const ledger::GateDevice& gd = g->layout->gate.devices[device];
   const bool overlap = gd.policy.load(std::memory_order_relaxed) == 4;
@@ -220,8 +256,8 @@ uint64_t Charge(int device, uint64_t start, uint64_t end) {
           ? std::min(gd.charge_from_ns.load(std::memory_order_acquire), end)
           : 0;
   const uint64_t container_until = RaiseTo(g->own->counters.charged_until_ns[device], end);
-  const uint64_t from = std::max({start, handed, container_until});
-  if (end > from) Self().gpu_ns[device].fetch_add(end - from, std::memory_order_acq_rel);
+  const uint64_t from = std::max(start, container_until);
+  if (end > from) Record(device, from, end);
   const uint64_t behind = handed > container_until ? handed : 0;
   return std::min(std::max(start, behind), end);
 }
@@ -311,7 +347,8 @@ void MarkLocked(Track* t, bool by_sampler) {
   t->since_mark.store(0, std::memory_order_relaxed);
   if (g->driver.event_record(m.event, on) != CUDA_SUCCESS) return;  // e.g. a capturing stream
   m.start_ns = t->first_launch_ns.load(std::memory_order_relaxed);
-  t->last_marked_ns = MonotonicNs();
+  m.ahead_ns = g->layout->gate.devices[t->device].drain_end_ns.load(std::memory_order_relaxed);
+  t->last_marked_ns = by_sampler ? std::max(t->last_marked_ns, m.start_ns) : MonotonicNs();
   m.launches = n;
   ++t->count;
   t->outstanding.store(t->count, std::memory_order_release);
@@ -425,6 +462,15 @@ uint64_t DrainEnd(int device) {
   return g->layout->gate.devices[device].drain_end_ns.load(std::memory_order_acquire);
 }
 
+// The same while this process's container holds `device`'s token (may_run), else 0: a revoked
+// process's own queue is among what the drain end covers.
+uint64_t HeldDrainEnd(int device) {
+  const ledger::GateDevice& gd = g->layout->gate.devices[device];
+  return (gd.may_run[g->word_index].load(std::memory_order_acquire) & g->bit) != 0
+             ? DrainEnd(device)
+             : 0;
+}
+
 void AwaitToken(int device) {
   ledger::ProcessCounters& self = Self();
   const ledger::GateDevice& gd = g->layout->gate.devices[device];
@@ -501,16 +547,18 @@ uint64_t ExpectedEndLocked(const Track* t) {
   const Mark& m = t->ring[t->head];
   // Not before the revoked holders' drain ends: a mark launched during it queued behind it (a
   // launch anchored on itself looked due a whole 10 ms kernel early, and the next one went in
-  // early behind it, doubling a high-priority request's wait).
-  const uint64_t ahead = DrainEnd(t->device);
-  return std::max({m.start_ns, t->last_end_ns, ahead}) +
+  // early behind it, doubling a high-priority request's wait). The drain as it was when the mark
+  // was recorded, or as it is now while this process holds the token (a high-priority launch
+  // through its open lane is recorded before the arbiter revokes the holders it queues behind).
+  return std::max({m.start_ns, t->last_end_ns, m.ahead_ns, HeldDrainEnd(t->device)}) +
          static_cast<uint64_t>(m.launches * t->kernel_ns);
 }
 
 // When everything marked on the track is expected to have run: each mark at the measured kernel
 // length, after the one before it, the first no earlier than the last completed one and `ahead`
-// (other holders' queued work that it waits behind). 0 when unknown: launches unmarked, or the
-// kernel length not measured. Caller holds t->lock.
+// (other holders' queued work that it waits behind now), each no earlier than the drain it was
+// recorded behind. 0 when unknown: launches unmarked, or the kernel length not measured. Caller
+// holds t->lock.
 uint64_t QueueEndLocked(const Track* t, uint64_t ahead) {
   if (t->since_mark.load(std::memory_order_relaxed) != 0) return 0;
   if (t->count == 0) return std::max<uint64_t>(t->last_end_ns, 1);
@@ -518,7 +566,8 @@ uint64_t QueueEndLocked(const Track* t, uint64_t ahead) {
   uint64_t end = std::max(t->last_end_ns, ahead);
   for (uint32_t i = 0; i < t->count; ++i) {
     const Mark& m = t->ring[(t->head + i) % kRing];
-    end = std::max(end, m.start_ns) + static_cast<uint64_t>(m.launches * t->kernel_ns);
+    end =
+        std::max({end, m.start_ns, m.ahead_ns}) + static_cast<uint64_t>(m.launches * t->kernel_ns);
   }
   return end;
 }
@@ -543,6 +592,12 @@ bool PriorityWaiting(int device, uint64_t now) {
 // (see kSpinNs). Otherwise, and for a mark whose end is not known or that runs past its
 // estimate, it waits on the mark's event.
 bool AwaitInflight(Track* t) {
+  std::atomic<uint32_t>& waiters = g->devices[t->device].room_waiters;
+  waiters.fetch_add(1, std::memory_order_relaxed);
+  struct Leave {
+    std::atomic<uint32_t>& w;
+    ~Leave() { w.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{waiters};
   t->lock.Lock();
   ConsumeLocked(t, /*wait_first=*/false);
   while (t->count >= t->max_outstanding.load(std::memory_order_relaxed)) {
@@ -620,8 +675,9 @@ bool DrainDevice(int device) {
   const ledger::GateDevice& gd = g->layout->gate.devices[device];
   auto holds = [&] { return (gd.may_run[g->word_index].load() & g->bit) != 0; };
   const uint32_t epoch = g->devices[device].mark_epoch.load();
-  // Work this process launched during an earlier drain queued behind it (see ExpectedEndLocked).
-  const uint64_t ahead = DrainEnd(device);
+  // Its marks recorded during an earlier drain queued behind it (Mark::ahead_ns); the drain end
+  // published now may be its own.
+  const uint64_t ahead = 0;
   uint64_t end = 0;
   bool known = true;
   for (Track* t : g->tracks) {
@@ -672,22 +728,19 @@ uint64_t Tick(uint64_t now) {
   bool worked[ledger::kMaxDevices] = {};  // had work since the last tick (done or not)
   double kernel[ledger::kMaxDevices] = {};
   uint64_t last_end = UINT64_MAX;  // the soonest expected end of a track's last outstanding mark
-  // A high-priority holder's estimate of when its queued work ends (see kLauncherQuietNs): 0 when
-  // some track's end is unknown; the latest mark its launchers recorded.
-  const bool high_priority = HighPriority();
+  // A holder's estimate of when its queued work ends (see kLauncherQuietNs): 0 when some track's
+  // end is unknown; the latest activity of its launchers.
   uint64_t queue_end[ledger::kMaxDevices] = {};
   bool end_known[ledger::kMaxDevices] = {};
   uint64_t last_mark[ledger::kMaxDevices] = {};
   uint32_t epoch[ledger::kMaxDevices] = {};
   uint64_t ahead[ledger::kMaxDevices] = {};
-  if (high_priority) {
-    for (int d = 0; d < ledger::kMaxDevices; ++d) {
-      const ledger::GateDevice& gd = g->layout->gate.devices[d];
-      epoch[d] = g->devices[d].mark_epoch.load();
-      end_known[d] = true;
-      // Work it launched while holding the token queues behind what revoked holders still drain.
-      if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = DrainEnd(d);
-    }
+  for (int d = 0; d < ledger::kMaxDevices; ++d) {
+    const ledger::GateDevice& gd = g->layout->gate.devices[d];
+    epoch[d] = g->devices[d].mark_epoch.load();
+    end_known[d] = true;
+    // Work it launched while holding the token queues behind what revoked holders still drain.
+    if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = DrainEnd(d);
   }
   for (Track* t : g->tracks) {
     if (!t->live.load() || !t->lock.TryLock()) {
@@ -711,7 +764,7 @@ uint64_t Tick(uint64_t now) {
     if (const uint64_t due = ExpectedEndLocked(t); t->count == 1 && due != 0) {
       last_end = std::min(last_end, due);
     }
-    if (high_priority) {
+    {
       const uint64_t end = QueueEndLocked(t, ahead[t->device]);
       end_known[t->device] = end_known[t->device] && end != 0;
       queue_end[t->device] = std::max(queue_end[t->device], end);
@@ -777,14 +830,18 @@ uint64_t Tick(uint64_t now) {
     self.quota_hint_ns[d].store(
         dg.burst_ns > 0 ? static_cast<uint64_t>(std::max(dg.burst_ns, 8.0 * kernel[d])) : 0,
         std::memory_order_relaxed);
-    // A high-priority holder done launching says when its work ends: the arbiter lets the next
-    // holder in just before then, so the GPU does not idle while this process finds out that its
-    // last kernel finished and hands the token back.
-    if (high_priority) {
+    // A holder done launching for now says when its work ends: a high-priority one hands the
+    // lane back just before then, and a best-effort one offers the token to the others at its
+    // tail (the arbiter keeps it there while it is still the furthest behind its share), so the
+    // GPU does not idle while this process finds out that its last kernel finished, nor while it
+    // makes its host round trip (a synchronisation) before the next. A launcher waiting for room
+    // in flight is not done launching.
+    {
       uint64_t idle_at = 0;
       // Quiet since its last mark, or since it was handed the token (it launches next).
       const uint64_t quiet_from = std::max(last_mark[d], granted);
-      if (dg.busy && holds && gated_now && end_known[d] && queue_end[d] != 0) {
+      if (dg.busy && holds && gated_now && end_known[d] && queue_end[d] != 0 &&
+          dg.room_waiters.load(std::memory_order_relaxed) == 0) {
         if (quiet_from + kLauncherQuietNs <= now) {
           idle_at = queue_end[d];
         } else {
@@ -892,6 +949,7 @@ void ResetGateAfterFork() {
   if (g == nullptr) return;
   // The parent's threads do not exist here: the mutex may have been held by one of them.
   new (&g->mu) std::mutex();
+  g->ring_lock.Unlock();
   for (Track* t : g->tracks) t->live.store(false);
   g->tracks.clear();  // the parent's events are not ours to destroy (CUDA forbids it anyway)
   g->free_tracks.clear();
@@ -997,6 +1055,25 @@ void Forget(Match match) {
   g_stream_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 }  // namespace
+
+void BeforeSynchronize() {
+  if (g == nullptr || !g->started.load(std::memory_order_acquire)) return;
+  std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  CUcontext ctx = nullptr;
+  if (g->driver.ctx_get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return;
+  for (Track* t : g->tracks) {
+    if (!t->live.load() || t->ctx != ctx || t->since_mark.load(std::memory_order_relaxed) == 0) {
+      continue;
+    }
+    // Another thread's per-thread stream is that thread's to mark (a mark there must be recorded
+    // by its owner).
+    if (t->per_thread && t->owner != &t_thread_tag) continue;
+    t->lock.Lock();
+    MarkLocked(t, /*by_sampler=*/false);
+    t->lock.Unlock();
+  }
+}
 
 void ForgetStream(CUstream stream) {
   if (stream == nullptr || stream == TESSERA_CU_STREAM_LEGACY ||

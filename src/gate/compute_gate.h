@@ -93,6 +93,11 @@ Track* BeforeLaunch(CUstream stream, bool per_thread);
 // After the launch was submitted (whatever it returned).
 void AfterLaunch(Track* track, CUresult launched);
 
+// The calling thread is about to wait for the device (a synchronize call): marks the current
+// context's streams it launched on since their last mark (slow path; skipped when the sampler is
+// in its tick, which closes them itself).
+void BeforeSynchronize();
+
 // The application destroys a stream or a context: drop their tracks first (slow path).
 void ForgetStream(CUstream stream);
 void ForgetContext(CUcontext ctx);

@@ -53,7 +53,7 @@ namespace tessera::ledger {
 inline constexpr uint32_t kLedgerMagic = 0x4c525354;     // "TSRL": the node segment
 inline constexpr uint32_t kContainerMagic = 0x43525354;  // "TSRC": a container segment
 inline constexpr uint32_t kExchangeMagic = 0x58525354;   // "TSRX": the exchange segment
-inline constexpr uint32_t kLedgerVersion = 8;
+inline constexpr uint32_t kLedgerVersion = 9;            // 9: each process's ring of GPU intervals
 inline constexpr int kMaxDevices = 16;
 inline constexpr int kMaxContainers = 256;
 inline constexpr int kMaxProcesses = 1024;
@@ -184,10 +184,25 @@ struct ContainerCounters {
 static_assert(offsetof(ContainerCounters, charged_until_ns) == 8 * kMaxDevices);
 static_assert(sizeof(ContainerCounters) == 16 * kMaxDevices + 16);
 
+// One busy interval a process's gate measured on a device: [start_ns, end_ns) on CLOCK_MONOTONIC,
+// from its first launch (or its container's previous charge) to the completion its event gave.
+// The arbiter rebuilds from these who held the device when (arbiter/device_timeline.h), so each
+// container is charged the time its kernels occupied rather than the time they waited behind
+// another's. Written as a seqlock: `seq` is 0 while the entry is written, then its index + 1.
+struct GpuInterval {
+  std::atomic<uint64_t> start_ns;
+  std::atomic<uint64_t> end_ns;
+  std::atomic<uint64_t> total_ns;  // the process's gpu_ns[device] once this interval was added
+  std::atomic<uint32_t> device;
+  std::atomic<uint32_t> seq;
+};
+static_assert(sizeof(GpuInterval) == 32);
+inline constexpr int kIntervalRing = 128;  // a power of two
+
 struct ProcessCounters {
   std::atomic<uint64_t> used[kMaxDevices];  // bytes this process holds (its share of `used`)
   // ---- Compute gate (written by the process, read by the arbiter) ----
-  std::atomic<uint64_t> gpu_ns[kMaxDevices];         // GPU time measured so far (cumulative)
+  std::atomic<uint64_t> gpu_ns[kMaxDevices];  // GPU time measured so far (cumulative; intervals)
   std::atomic<uint64_t> quota_hint_ns[kMaxDevices];  // the quota its kernel bursts call for
   std::atomic<uint32_t> waiting[kMaxDevices];        // its threads blocked at the gate
   std::atomic<uint32_t> busy_mask;                   // bit d: work launched and not finished
@@ -198,11 +213,18 @@ struct ProcessCounters {
   // its launcher quiet. 0: it may launch more, or the end cannot be estimated. The arbiter hands
   // the token on this much ahead of the end, so the next holder's first launch meets a busy GPU.
   std::atomic<uint64_t> idle_at_ns[kMaxDevices];
+  // The intervals behind gpu_ns, newest at interval_head - 1 (entry i at intervals[i %
+  // kIntervalRing]); interval_head is stored after the entry it counts. The arbiter reads what
+  // came since its last look; what the ring lapped meanwhile it charges from total_ns.
+  std::atomic<uint64_t> interval_head;
+  GpuInterval intervals[kIntervalRing];
 };
 static_assert(offsetof(ProcessCounters, gpu_ns) == 8 * kMaxDevices);
 static_assert(offsetof(ProcessCounters, waiting) == 24 * kMaxDevices);
 static_assert(offsetof(ProcessCounters, idle_at_ns) == 28 * kMaxDevices + 16);
-static_assert(sizeof(ProcessCounters) == 36 * kMaxDevices + 16);
+static_assert(offsetof(ProcessCounters, interval_head) == 36 * kMaxDevices + 16);
+static_assert(offsetof(ProcessCounters, intervals) == 36 * kMaxDevices + 24);
+static_assert(sizeof(ProcessCounters) == 36 * kMaxDevices + 24 + 32 * kIntervalRing);
 
 // Process p's counters live at processes[p] of its container's segment (the rest of the array is
 // never touched, so the file stays sparse: a page or two per live process).

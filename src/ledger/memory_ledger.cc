@@ -519,6 +519,7 @@ Result<uint32_t> MemoryLedger::UpsertContainer(const std::string& id,
     for (int d = 0; d < kMaxDevices; ++d) {
       entry.unseen[d].store(0);
       entry.unseen_gpu_ns[d].store(0);
+      entry.gate_gpu_ns[d].store(0);
     }
     entry.flags.store(0);
     entry.core_percent.store(100);
@@ -562,6 +563,10 @@ Result<uint32_t> MemoryLedger::AddProcess(uint32_t c, int32_t host_pid, int32_t 
     }
     slot.busy_mask.store(0);
     slot.beat_ns.store(0);
+    slot.interval_head.store(0);
+    for (int d = 0; d < kMaxDevices; ++d) {
+      book_->processes[p].gate_gpu_ns[d].store(0);
+    }
     entry.host_pid.store(host_pid);
     entry.local_pid.store(local_pid > 0 ? local_pid : host_pid);
     entry.container.store(c);

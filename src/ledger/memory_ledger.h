@@ -52,6 +52,11 @@ struct LedgerBook {
     std::atomic<uint32_t> container{0};  // always < kMaxContainers
     std::atomic<int32_t> host_pid{0};
     std::atomic<int32_t> local_pid{0};
+    // GPU time the arbiter attributed to the process from its gates' intervals (cumulative ns,
+    // never decreasing): the device time its kernels occupied, not the time they waited behind
+    // others' (arbiter/device_timeline.h). Written by ComputeService alone; the reconciler
+    // compares it with what the device says the process used. Daemon memory only.
+    std::atomic<uint64_t> gate_gpu_ns[kMaxDevices] = {};
   };
   struct Container {
     std::atomic<uint32_t> state{kFree};
@@ -63,6 +68,10 @@ struct LedgerBook {
     // charged by reconciliation (cumulative ns; the arbiter charges its increase). Daemon memory
     // only: not in the segment, and zero again after a restart.
     std::atomic<uint64_t> unseen_gpu_ns[kMaxDevices] = {};
+    // GPU time its gates' intervals were attributed, over all its processes so far (cumulative ns,
+    // never decreasing; written by ComputeService alone, zero again after a restart): with
+    // unseen_gpu_ns, the container's GPU seconds (tessera_container_gpu_seconds_total).
+    std::atomic<uint64_t> gate_gpu_ns[kMaxDevices] = {};
     std::atomic<uint32_t> core_percent{100};
     std::atomic<uint32_t> weight{1};
     std::atomic<uint32_t> high_priority{0};
@@ -193,6 +202,9 @@ class MemoryLedger {
 
   // ---- The daemon's book (tesserad only: these need CreateOrOpen's ledger) ----
   const LedgerBook& book() const { return *book_; }
+  // The book, writable, for the one part of it that ComputeService (the arbiter thread) keeps:
+  // the gate_gpu_ns counters. Everything else in it changes through this class's methods only.
+  LedgerBook& compute_book() const { return *book_; }
   // A live container's id (empty for a free slot).
   std::string ContainerId(uint32_t c) const;
   // Setters of daemon-owned container fields: each writes the book and the segment.

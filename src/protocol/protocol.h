@@ -7,7 +7,9 @@
 // only reads its container's view and holds no process slot), CONTAINER (register
 // or update a container's limits: `tessera run`, `tessera ctl`), STATUS (a JSON snapshot for
 // `tessera smi`; the reply is "OK " followed by the JSON), CTL (the control tree: `op=ls|get|set
-// path=P [value=V] [force=1]`, reply "OK " followed by JSON; see daemon/ctl_door.h).
+// path=P [value=V] [force=1]`, reply "OK " followed by JSON; see daemon/ctl_door.h), IDENTIFY
+// (`id=X pid=P`, root only on the node socket: container X's processes are those in the cgroup
+// of process P, its runtime container's init; see daemon/identity.h).
 // Keys are [a-z_]{1,32}; values are 1-512 bytes of [A-Za-z0-9_.,:/+-]. A line breaking these rules
 // is refused with a message naming the offending token. This file holds framing only, no policy.
 // Both sides of the socket use it (tesserad, the shims, the CLI, the device plugin), so it may

@@ -649,6 +649,30 @@ TESSERA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) {
 
 // Streams and contexts the gate tracks must be forgotten before the driver destroys them, and a
 // thread's cached track is re-resolved after its current context changes.
+// The application is about to wait for the device: the launches it made since the gate's last
+// mark are closed there, so the host time it spends waiting and then preparing its next launch is
+// never inside one of its measured intervals (the GPU idles then, unless another's work runs).
+TESSERA_EXPORT CUresult cuCtxSynchronize() {
+  if (Enforcing()) tessera::gate::BeforeSynchronize();
+  return REAL(cuCtxSynchronize)();
+}
+TESSERA_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  if (Enforcing()) tessera::gate::BeforeSynchronize();
+  return REAL(cuCtxSynchronize_v2)(ctx);
+}
+TESSERA_EXPORT CUresult cuStreamSynchronize(CUstream s) {
+  if (Enforcing()) tessera::gate::BeforeSynchronize();
+  return REAL(cuStreamSynchronize)(s);
+}
+TESSERA_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s) {
+  if (Enforcing()) tessera::gate::BeforeSynchronize();
+  return REAL(cuStreamSynchronize_ptsz)(s);
+}
+TESSERA_EXPORT CUresult cuEventSynchronize(CUevent e) {
+  if (Enforcing()) tessera::gate::BeforeSynchronize();
+  return REAL(cuEventSynchronize)(e);
+}
+
 TESSERA_EXPORT CUresult cuStreamDestroy(CUstream s) {
   tessera::gate::ForgetStream(s);
   return REAL(cuStreamDestroy)(s);

@@ -197,20 +197,26 @@ ResumeResult TryResume(const char* socket_path, std::string* error) {
 }
 
 // Waits for the daemon connection to end (the daemon never writes unprompted, so any event on it
-// is its end), then re-attaches to the daemon that takes over the socket, every 250 ms until one
-// answers. A refusal (the slot is no longer this process's) ends the watch: the ledger mapping
-// stays, so limits keep holding, but the new daemon learns of this process's exit only by its
-// once-a-second sweep. `arg`: the socket path, a copy of its own (never freed: the thread runs
-// while the process exits, after static strings are destroyed).
+// is its end), then re-attaches to the daemon that takes over the socket: every 20 ms for the
+// first 2 s (a restart takes about that), then every 250 ms, until one answers. Promptly, because
+// until then this process reads the old daemon's view: a holder keeps running on its last grant
+// and is charged for it by the new daemon, which then makes it wait while the others catch up (a
+// 250 ms retry let a holder run 220 ms alone and then wait 900 ms in the chaos soak), and a
+// waiter waits for a grant that can no longer come. A refusal (the slot is no longer this process's) ends the
+// watch: the ledger mapping stays, so limits keep holding, but the new daemon learns of this
+// process's exit only by its once-a-second sweep. `arg`: the socket path, a copy of its own (never
+// freed: the thread runs while the process exits, after static strings are destroyed).
 void* WatchDaemon(void* arg) {
   const char* socket_path = static_cast<const char*>(arg);
   TenantState& t = g_tenant;
+  int tries = 0;
   for (;;) {
     if (t.socket_fd >= 0) {
       pollfd p{t.socket_fd, POLLRDHUP, 0};
       if (poll(&p, 1, -1) <= 0) continue;  // EINTR
       close(t.socket_fd);
       t.socket_fd = -1;
+      tries = 0;
     }
     std::string error;
     switch (TryResume(socket_path, &error)) {
@@ -225,7 +231,7 @@ void* WatchDaemon(void* arg) {
       case ResumeResult::kRetry:
         break;
     }
-    timespec ts{0, 250'000'000};
+    timespec ts{0, ++tries <= 100 ? 20'000'000L : 250'000'000L};
     nanosleep(&ts, nullptr);
   }
 }
@@ -273,6 +279,14 @@ CUresult InitialiseTenant(bool observer) {
   if (!config.ok()) {
     std::fprintf(stderr, "tessera: %s\n", config.error().c_str());
     return fail(CUDA_ERROR_INVALID_VALUE);
+  }
+  if (access(kManagedContainerMarker, F_OK) == 0) {
+    // A container Tessera manages: nothing in the environment turns the shim off.
+    const size_t before = config->notes.size();
+    ApplyManagedContainer(&*config);
+    for (size_t i = before; i < config->notes.size(); ++i) {
+      std::fprintf(stderr, "tessera: %s\n", config->notes[i].c_str());
+    }
   }
   if (config->disable.value) {
     t.mode.store(Mode::kPassThrough);

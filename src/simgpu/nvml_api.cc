@@ -109,6 +109,23 @@ nvmlReturn_t RunningProcesses(int d, unsigned int* count, Info* infos) {
   return fits ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
 }
 
+nvmlReturn_t ClockOf(int d, nvmlClockType_t type, unsigned int* clock) {
+  if (clock == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const tessera::sim::GpuSpec& g = State()->Spec(d);
+  switch (type) {
+    case NVML_CLOCK_GRAPHICS:
+    case NVML_CLOCK_SM:
+      *clock = static_cast<unsigned int>(g.max_clock_mhz);
+      return NVML_SUCCESS;
+    case NVML_CLOCK_MEM:
+      *clock = static_cast<unsigned int>(g.memory_clock_mhz);
+      return NVML_SUCCESS;
+    case NVML_CLOCK_VIDEO:
+      return NVML_ERROR_NOT_SUPPORTED;  // the table holds no video clocks
+    default:
+      return NVML_ERROR_INVALID_ARGUMENT;
+  }
+}
 }  // namespace
 
 extern "C" {
@@ -242,13 +259,90 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int len
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
   NVML_REQUIRE_DEVICE(device, d);
   if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const tessera::sim::DeviceFacts f = State()->Facts(d);  // a MIG device answers its GPU's
   std::memset(pci, 0, sizeof(*pci));
-  pci->bus = static_cast<unsigned int>(0x10 + d);
-  pci->pciDeviceId = 0x233010de;  // vendor 0x10de (NVIDIA)
+  pci->bus = static_cast<unsigned int>(f.pci_bus);
+  // device << 16 | vendor 0x10de (NVIDIA); NVIDIA's own boards carry subsystem vendor 0x10de too.
+  pci->pciDeviceId = (static_cast<unsigned int>(f.spec->pci_device_id) << 16) | 0x10deu;
+  pci->pciSubSystemId = pci->pciDeviceId;
   std::snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02X:00.0",
-                static_cast<unsigned>(0x10 + d) & 0xffu);
+                static_cast<unsigned>(f.pci_bus) & 0xffu);
   std::snprintf(pci->busId, sizeof(pci->busId), "00000000:%02X:00.0",
-                static_cast<unsigned>(0x10 + d) & 0xffu);
+                static_cast<unsigned>(f.pci_bus) & 0xffu);
+  return NVML_SUCCESS;
+}
+
+// ---- Static properties: the simulated model's published values (device_models.cc) ----------
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major, int* minor) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const tessera::sim::ArchSpec& a = *State()->Spec(d).arch;
+  *major = a.cc_major;
+  *minor = a.cc_minor;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t* arch) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (arch == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *arch = State()->Spec(d).arch->nvml_arch;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t* type) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (type == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *type = static_cast<nvmlBrandType_t>(tessera::sim::kNvmlBrandNvidia);  // data-center boards
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char* serial, unsigned int length) {
+  NVML_REQUIRE_DEVICE(device, d);
+  char text[14];
+  tessera::sim::SerialFromUuid(State()->device(State()->Facts(d).gpu_index).uuid, text);
+  return CopyString(text, serial, length);
+}
+
+// simgpu's device clock never throttles: it runs at the boost clock.
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                    unsigned int* clock) {
+  NVML_REQUIRE_DEVICE(device, d);
+  return ClockOf(d, type, clock);
+}
+
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                       unsigned int* clock) {
+  NVML_REQUIRE_DEVICE(device, d);
+  return ClockOf(d, type, clock);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device, unsigned int* width) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (width == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *width = static_cast<unsigned int>(State()->Spec(d).bus_width_bits);
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device, unsigned int* limit) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (limit == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *limit = static_cast<unsigned int>(State()->Spec(d).power_limit_w) * 1000u;
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int* limit) {
+  return nvmlDeviceGetPowerManagementDefaultLimit(device, limit);  // never changed
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int* limit) {
+  return nvmlDeviceGetPowerManagementDefaultLimit(device, limit);
+}
+
+nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int* cores) {
+  NVML_REQUIRE_DEVICE(device, d);
+  if (cores == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const tessera::sim::DeviceFacts f = State()->Facts(d);
+  *cores = f.sms * static_cast<unsigned int>(f.spec->arch->fp32_cores_per_sm);
   return NVML_SUCCESS;
 }
 

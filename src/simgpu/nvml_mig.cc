@@ -181,8 +181,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
     info->id = p.id;
     info->sliceCount = static_cast<unsigned int>(p.compute_slices);
     info->instanceCount = static_cast<unsigned int>(p.published_max);
-    info->multiprocessorCount = g.sm_count * static_cast<unsigned int>(p.compute_slices) /
-                                static_cast<unsigned int>(model.compute_slices);
+    info->multiprocessorCount = tessera::sim::MigInstanceSms(model, p, g.sm_count);
     info->copyEngineCount = static_cast<unsigned int>(p.compute_slices);
     info->decoderCount = p.media_extensions ? 1 : 0;
     info->jpegCount = p.media_extensions ? 1 : 0;

@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "core/bytes.h"
+#include "simgpu/device_models.h"
 
 namespace tessera::sim {
 namespace {
@@ -210,6 +211,7 @@ Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text) {
     if (dev.total_bytes < (64ull << 20) || dev.total_bytes > (1ull << 44)) {
       return fail("memory of " + dev.name + " must be between 64MiB and 16TiB");
     }
+    bool sms_given = false;
     for (size_t f = 1; f < fields.size(); ++f) {
       const std::string& field = fields[f];
       if (field.rfind("mig=", 0) == 0) {
@@ -234,6 +236,12 @@ Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text) {
         return fail("SM count \"" + sms + "\" of " + dev.name + " must be an integer 1-1024");
       }
       dev.sm_count = static_cast<uint32_t>(v);
+      sms_given = true;
+    }
+    const int spec = GpuSpecFor(dev.name, dev.total_bytes, dev.mig_model);
+    dev.spec = spec >= 0 ? spec : kDefaultGpuSpec;
+    if (spec >= 0 && !sms_given) {
+      dev.sm_count = static_cast<uint32_t>(GpuSpecs()[static_cast<size_t>(spec)].sms);
     }
     out.push_back(dev);
     if (comma == all.size()) break;
@@ -344,6 +352,7 @@ Result<SimState*> SimState::Attach() {
         MakeUuid("GPU", static_cast<int>(i), 0, *name, d.uuid, sizeof(d.uuid));
         d.total_bytes = (*configs)[i].total_bytes;
         d.sm_count = (*configs)[i].sm_count;
+        d.spec = static_cast<uint32_t>((*configs)[i].spec);
         d.mig_parent = -1;
         if ((*configs)[i].mig_model >= 0) {
           d.mig_model = static_cast<uint32_t>((*configs)[i].mig_model + 1);
@@ -565,6 +574,29 @@ const mig::GpuModel* SimState::MigModel(int gpu) const {
   return &mig::GpuModels()[m - 1];
 }
 
+DeviceFacts SimState::Facts(int d) const {
+  const SimDevice& dev = layout_->devices[d];
+  const bool mig = d >= kMaxGpus && dev.mig_parent >= 0 && dev.mig_parent < kMaxGpus;
+  const int gpu = mig ? dev.mig_parent : d;
+  const uint32_t spec = layout_->devices[gpu].spec;
+  DeviceFacts f;
+  f.spec = &GpuSpecs()[spec < GpuSpecs().size() ? spec : kDefaultGpuSpec];
+  f.sms = dev.sm_count;
+  f.total_bytes = dev.total_bytes;
+  f.pci_bus = 0x10 + gpu;
+  f.gpu_index = gpu;
+  if (mig) {
+    if (const mig::GpuModel* model = MigModel(gpu);
+        model != nullptr && dev.mig_profile < static_cast<uint32_t>(model->profile_count)) {
+      const mig::MigProfile& p = model->profiles[dev.mig_profile];
+      f.mig_fraction_num = p.memory_slices;
+      f.mig_fraction_den = model->memory_slices;
+      f.mig_copy_engines = p.compute_slices;
+    }
+  }
+  return f;
+}
+
 bool SimState::MigEnabled(int gpu) const {
   return MigModel(gpu) != nullptr && layout_->devices[gpu].mig_state.load() == 1;
 }
@@ -643,8 +675,8 @@ int SimState::CreateGpuInstance(int gpu, int profile_index, int start, MigRefusa
     const uint64_t share = g.total_bytes / static_cast<uint64_t>(model->memory_slices) *
                            static_cast<uint64_t>(p.memory_slices);
     d.total_bytes = share / (2ull << 20) * (2ull << 20);
-    d.sm_count = std::max<uint32_t>(1, g.sm_count * static_cast<uint32_t>(p.compute_slices) /
-                                           static_cast<uint32_t>(model->compute_slices));
+    d.sm_count = MigInstanceSms(*model, p, g.sm_count);
+    d.spec = g.spec;
     d.used_bytes.store(0);
     d.busy_until_ns.store(0);
     d.kernels.store(0);

@@ -30,12 +30,14 @@
 
 #include "core/result.h"
 #include "mig/profiles.h"
+#include "simgpu/device_models.h"
 
 namespace tessera::sim {
 
 inline constexpr uint32_t kSimStateMagic = 0x47534d54;  // "TMSG" little-endian
-// 2: MIG instance slots, 64-bit context mask; 3: a slot's owner holds a record lock on it
-inline constexpr uint32_t kSimStateVersion = 3;
+// 2: MIG instance slots, 64-bit context mask; 3: a slot's owner holds a record lock on it;
+// 4: each device names its model (SimDevice::spec)
+inline constexpr uint32_t kSimStateVersion = 4;
 inline constexpr int kMaxGpus = 8;               // physical GPUs (TESSERA_SIM_GPUS entries)
 inline constexpr int kMigSlotsPerGpu = 7;        // no MIG model has more than 7 instances
 // Device slots: GPUs 0..kMaxGpus-1, then GPU g's MIG instances at MigSlot(g, 0..6).
@@ -92,7 +94,7 @@ struct SimDevice {
   int32_t mig_parent;    // instance: the GPU's index; a GPU: -1
   uint32_t mig_profile;  // instance: index in its model's profiles
   uint32_t mig_start;    // instance: first memory slice
-  uint32_t reserved0;
+  uint32_t spec;         // index in GpuSpecs() (device_models.h): the model simulated
   BusyBucket busy[kDeviceBuckets];
 };
 static_assert(offsetof(SimDevice, total_bytes) == 112);
@@ -141,12 +143,15 @@ struct SimDeviceConfig {
   uint64_t total_bytes = 0;
   uint32_t sm_count = 80;
   int mig_model = -1;  // index in mig::GpuModels(): MIG-capable, in MIG mode at start
+  int spec = 0;        // index in GpuSpecs() (device_models.h): the model it simulates
 };
 
 // Parses TESSERA_SIM_GPUS. Empty or unset text means the default, one "SimGPU:16GiB:80". An
 // entry's optional last field `mig=MODEL` (a model of `tessera mig profiles`, e.g.
 // mig=H100-80GB) makes that GPU MIG-capable with MIG mode on; its instances get the model's
-// profiles, with memory and SMs in proportion to their slices of this GPU's.
+// profiles, with memory in proportion to their slices of this GPU's and the SMs NVIDIA lists for
+// the profile (MigInstanceSms). The entry simulates the model GpuSpecFor finds for it; with no SM
+// count given, a device whose name or MIG model names a model has that model's SMs, others 80.
 Result<std::vector<SimDeviceConfig>> ParseSimGpus(const char* text);
 // Validates TESSERA_SIM_STATE as a name and returns the shared-memory object name
 // ("/tessera-sim-NAME"). Unset means "per user" (tessera-sim-uid<UID>).
@@ -166,6 +171,12 @@ class SimState {
   // Physical GPUs; MIG instances are device slots beyond them (MigSlot).
   int device_count() const { return static_cast<int>(layout_->device_count); }
   SimDevice& device(int d) const { return layout_->devices[d]; }
+
+  // What device slot `d` (a GPU or a MIG device) is, for the attribute and NVML answers: its
+  // model (a MIG device's is its GPU's), SMs, memory, PCI bus and share of the GPU.
+  DeviceFacts Facts(int d) const;
+  // The model device slot `d` simulates.
+  const GpuSpec& Spec(int d) const { return *Facts(d).spec; }
 
   // ---- MIG ----
   // True when device slot `d` is a MIG instance slot in state kMigReady (a usable MIG device).

@@ -35,7 +35,8 @@ TEST(ParseSimGpusTest, ParsesNamesSizesAndSmCounts) {
   ASSERT_EQ(gpus->size(), 4u);
   EXPECT_EQ((*gpus)[0].total_bytes, 40ull << 30);
   EXPECT_EQ((*gpus)[0].sm_count, 108u);
-  EXPECT_EQ((*gpus)[1].sm_count, 80u);
+  EXPECT_EQ((*gpus)[1].sm_count, 40u) << "a name that names a T4 has a T4's SMs";
+  EXPECT_EQ((*gpus)[2].sm_count, 4u);
   EXPECT_EQ((*gpus)[2].total_bytes, 1536ull << 20);
   EXPECT_EQ((*gpus)[3].total_bytes, 2ull << 30) << "a bare integer is GiB";
 }
@@ -78,7 +79,7 @@ TEST(ParseSimGpusTest, MigOptionNamesAModel) {
   EXPECT_EQ(mig::GpuModels()[static_cast<size_t>((*gpus)[0].mig_model)].name, "H100-80GB");
   EXPECT_EQ((*gpus)[0].sm_count, 132u);
   EXPECT_EQ(mig::GpuModels()[static_cast<size_t>((*gpus)[1].mig_model)].name, "A100-40GB");
-  EXPECT_EQ((*gpus)[1].sm_count, 80u);
+  EXPECT_EQ((*gpus)[1].sm_count, 108u) << "mig=A100-40GB simulates an A100's 108 SMs";
   EXPECT_EQ((*gpus)[2].mig_model, -1);
 }
 
@@ -147,17 +148,21 @@ TEST(SlotAliveTest, AnOwnerInAnotherPidNamespaceIsAliveAndNamedByTheHostsPid) {
   ASSERT_TRUE(state.ok()) << state.error();
   static SimState* const kept = *state;  // a process's view lives as long as the process
   (void)kept;
-  int up[2], hold[2];
+  // Two pipes up: the owner's report and the middle's word on the owner's pid are written by two
+  // processes in no fixed order, so they must not share one.
+  int up[2], hold[2], pid_up[2];
   ASSERT_EQ(pipe(up), 0);
   ASSERT_EQ(pipe(hold), 0);
+  ASSERT_EQ(pipe(pid_up), 0);
   const pid_t middle = fork();
   if (middle == 0) {
     close(hold[1]);  // the owner sees EOF once the test closes its end
     close(up[0]);
+    close(pid_up[0]);
     // unshare(CLONE_NEWPID) puts this process's next child in a new namespace, as pid 1.
     if (unshare(CLONE_NEWPID) != 0) {
       int32_t none = -1;
-      (void)!write(up[1], &none, sizeof(none));
+      (void)!write(pid_up[1], &none, sizeof(none));
       _exit(0);
     }
     const pid_t owner = fork();
@@ -172,14 +177,15 @@ TEST(SlotAliveTest, AnOwnerInAnotherPidNamespaceIsAliveAndNamedByTheHostsPid) {
       _exit(0);
     }
     int32_t host_pid = owner;
-    (void)!write(up[1], &host_pid, sizeof(host_pid));
+    (void)!write(pid_up[1], &host_pid, sizeof(host_pid));
     waitpid(owner, nullptr, 0);
     _exit(0);
   }
   close(hold[0]);
   close(up[1]);
+  close(pid_up[1]);
   int32_t host_pid = 0, report[2] = {-1, 0};
-  ASSERT_EQ(read(up[0], &host_pid, sizeof(host_pid)), static_cast<ssize_t>(sizeof(host_pid)));
+  ASSERT_EQ(read(pid_up[0], &host_pid, sizeof(host_pid)), static_cast<ssize_t>(sizeof(host_pid)));
   if (host_pid == -1) {
     close(hold[1]);
     waitpid(middle, nullptr, 0);

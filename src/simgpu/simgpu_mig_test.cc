@@ -290,6 +290,31 @@ TEST_F(SimMigTest, ConcurrentCreatorsNeverOverlap) {
   }
 }
 
+// Each MIG device has the SMs NVIDIA lists for its profile on an H100 SXM5 (132 SMs): NVML's
+// profile info and CUDA's MULTIPROCESSOR_COUNT agree, and a tenant that sizes a launch limiter
+// from threads per SM x SMs on the MIG device runs.
+TEST_F(SimMigTest, MigDevicesHaveTheirProfilesSmCounts) {
+  const std::pair<const char*, int> published[] = {{"1g.10gb", 16}, {"1g.20gb", 26},
+                                                   {"2g.20gb", 32}, {"3g.40gb", 60},
+                                                   {"4g.40gb", 64}, {"7g.80gb", 132}};
+  for (const auto& [profile, sms] : published) {
+    SCOPED_TRACE(profile);
+    const tessera::mig::MigProfile& p = *tessera::mig::FindProfile(H100(), profile, "p").value();
+    nvmlGpuInstanceProfileInfo_t info{};
+    ASSERT_EQ(NVML(nvmlDeviceGetGpuInstanceProfileInfo)(gpu_, p.nvml_profile, &info), NVML_SUCCESS);
+    EXPECT_EQ(info.multiprocessorCount, static_cast<unsigned int>(sms));
+    DestroyAll();
+    const std::string uuid = CreateMigDevice(profile, 0);
+    auto tenant = Tenant({"limiter", "50"}, uuid);
+    ASSERT_EQ(tenant->Wait(30s), 0);
+    tenant->DrainOutput(5s);
+    EXPECT_EQ(tenant->values().at("sms"), std::to_string(sms));
+    EXPECT_EQ(tenant->values().at("threads_per_sm"), "2048");
+    EXPECT_EQ(tenant->values().at("cc"), "9.0");
+    EXPECT_EQ(tenant->values().at("launched"), "50");
+  }
+}
+
 TEST_F(SimMigTest, CudaGivenAMigUuidSeesOneDeviceOfTheInstancesMemory) {
   const std::string a = CreateMigDevice("3g.40gb", 0);
   const std::string b = CreateMigDevice("1g.10gb", 4);

@@ -6,6 +6,8 @@
 #include <time.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,6 +120,58 @@ TEST_F(SimMultiProcessTest, SigkilledProcessMemoryIsFreeWithinOneSecond) {
   EXPECT_EQ(free_bytes, 8 * kGiB);
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 1s);
   EXPECT_EQ(holder->Wait(10s), 128 + SIGKILL);
+}
+
+// A tenant in a pid namespace of its own (pid 1 there), as in a container: the real driver's NVML
+// gives a daemon on the host the tenant's host pid, and a process that cannot see the tenant's
+// namespace must never take it for dead. Before slot owners held their slot's record lock, the
+// host's reaper checked "pid 1" against the host's init and took the tenant's 2 GiB back while it
+// ran, and the process list named pid 1.
+TEST_F(SimMultiProcessTest, ATenantInAnotherPidNamespaceIsListedByItsPidHereAndNeverReaped) {
+  if (std::system("unshare --pid --fork --kill-child true >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "cannot create a pid namespace here (needs root and unshare(1))";
+  }
+  auto in_namespace = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"/usr/bin/unshare",
+                                     "--pid",
+                                     "--fork",
+                                     "--kill-child",
+                                     BuildDir() + "/tests/sim_tenant",
+                                     BuildDir() + "/lib/libtessera-simgpu.so"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return std::make_unique<ChildProcess>(
+        argv,
+        std::vector<std::string>{"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80"});
+  };
+  auto holder = in_namespace({"hold", std::to_string(2 * kGiB)});
+  ASSERT_EQ(holder->WaitForKey("ready", 30s), "1");
+  // unshare's child is the tenant: its pid here.
+  std::ifstream children("/proc/" + std::to_string(holder->pid()) + "/task/" +
+                         std::to_string(holder->pid()) + "/children");
+  pid_t tenant = 0;
+  children >> tenant;
+  ASSERT_GT(tenant, 1);
+  EXPECT_EQ(FreeBytes(), 6 * kGiB) << "a reaper here took the tenant's memory back while it runs";
+  auto here = Tenant({"processes"});
+  EXPECT_EQ(here->WaitForKey("processes", 10s),
+            std::to_string(tenant) + ":" + std::to_string(2 * kGiB))
+      << "the list must name the tenant by its pid in the lister's namespace";
+  EXPECT_EQ(here->Wait(10s), 0);
+  // A lister in a namespace of its own cannot see the tenant: pid 0, as the kernel reports an
+  // invisible process; the tenant's memory is still listed and still held.
+  auto elsewhere = in_namespace({"processes"});
+  EXPECT_EQ(elsewhere->WaitForKey("processes", 10s), "0:" + std::to_string(2 * kGiB));
+  EXPECT_EQ(elsewhere->WaitForKey("self", 1s), "1");
+  EXPECT_EQ(elsewhere->Wait(10s), 0);
+  EXPECT_EQ(FreeBytes(), 6 * kGiB);
+  holder->Kill(SIGKILL);  // unshare --kill-child takes the tenant with it
+  EXPECT_EQ(holder->Wait(10s), 128 + SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  uint64_t free_bytes = 0;
+  while (std::chrono::steady_clock::now() - killed < 2s && free_bytes != 8 * kGiB) {
+    free_bytes = FreeBytes();
+  }
+  EXPECT_EQ(free_bytes, 8 * kGiB) << "the dead tenant's memory was not taken back";
 }
 
 TEST_F(SimMultiProcessTest, FillThenCopyToHostMovesTheRightBytes) {

@@ -6,33 +6,48 @@
 // container sees the host's root, where targets that do not exist (/etc/ld.so.preload,
 // /run/tessera, /usr/local/tessera/...) are created in an overlay of their top folder (/etc, /run,
 // /usr) private to the namespace, so nothing changes on the host. Optionally it first joins a
-// cgroup (a kubelet-style pod<uid> path), as the runtime puts a container in its pod's.
+// cgroup (a kubelet-style pod<uid> path), as the runtime puts a container in its pod's. The CDI
+// edits' createRuntime and prestart hooks run as runc runs them: once the container's cgroup and
+// namespaces exist and before its program starts, with the OCI state on stdin (this process is
+// the container's init, so its pid is the state's), the hook's own args and env, and its timeout;
+// a hook that fails stops the container (exit 125, "error running hook #N"). Other hook names are
+// refused, so a test never passes by a hook this stand-in does not run.
 //   k8s_container_run [--mount HOST:CONTAINER[:ro]]... [--env K=V]... [--cdi-dir DIR]
 //                     [--cdi NAME]... [--cgroup DIR] [--scratch DIR] -- PROGRAM ARGS...
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace {
 
 struct Mount {
   std::string host, container;
   bool read_only = false;
+};
+
+struct Hook {
+  std::string path;
+  std::vector<std::string> args, env;
+  int timeout_seconds = 0;
 };
 
 [[noreturn]] void Die(const std::string& message) {
@@ -51,7 +66,8 @@ void MkdirP(const std::string& path) {
 // does, a spec's own containerEdits are applied once for a container that uses any of its
 // devices, before each device's edits, and a spec with a device without edits is not loaded.
 void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
-              std::vector<Mount>* mounts, std::map<std::string, std::string>* env) {
+              std::vector<Mount>* mounts, std::map<std::string, std::string>* env,
+              std::vector<Hook>* hooks) {
   std::map<std::string, nlohmann::json> edits;  // qualified name -> containerEdits
   std::map<std::string, std::string> spec_of;   // qualified name -> its spec's file
   std::map<std::string, nlohmann::json> spec_edits;  // file -> the spec's containerEdits
@@ -102,6 +118,16 @@ void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
       for (const auto& o : m.value("options", nlohmann::json::array())) mount.read_only |= o == "ro";
       mounts->push_back(mount);
     }
+    for (const auto& h : e.value("hooks", nlohmann::json::array())) {
+      const std::string name = h.value("hookName", "");
+      if (name != "createRuntime" && name != "prestart") {
+        Die("CDI edits: hook \"" + name + "\" is not run by this stand-in");
+      }
+      Hook hook{h.value("path", ""), {}, {}, h.value("timeout", 0)};
+      for (const auto& a : h.value("args", nlohmann::json::array())) hook.args.push_back(a);
+      for (const auto& v : h.value("env", nlohmann::json::array())) hook.env.push_back(v);
+      hooks->push_back(hook);
+    }
   };
   std::set<std::string> specs_applied;
   for (const std::string& name : names) {
@@ -109,6 +135,48 @@ void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
     if (it == edits.end()) Die("unresolvable CDI devices " + name);
     if (specs_applied.insert(spec_of[name]).second) apply(spec_edits[spec_of[name]]);
     apply(it->second);
+  }
+}
+
+// Runs `hook` with the OCI state of this process's container on stdin (runc's way: its args,
+// its env only, killed at its timeout). Dies when it fails.
+void RunHook(size_t index, const Hook& hook, const std::string& state) {
+  int in[2];
+  if (pipe(in) != 0) Die(std::string("pipe: ") + std::strerror(errno));
+  const pid_t child = fork();
+  if (child < 0) Die(std::string("fork: ") + std::strerror(errno));
+  if (child == 0) {
+    dup2(in[0], 0);
+    close(in[0]);
+    close(in[1]);
+    std::vector<char*> argv, envp;
+    for (const std::string& a : hook.args) argv.push_back(const_cast<char*>(a.c_str()));
+    if (argv.empty()) argv.push_back(const_cast<char*>(hook.path.c_str()));
+    argv.push_back(nullptr);
+    for (const std::string& e : hook.env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    execve(hook.path.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  close(in[0]);
+  const ssize_t written = write(in[1], state.data(), state.size());
+  (void)written;
+  close(in[1]);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::seconds(hook.timeout_seconds > 0 ? hook.timeout_seconds : 60);
+  int status = 0;
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      Die("error running hook #" + std::to_string(index) + ": timeout after " +
+          std::to_string(hook.timeout_seconds) + "s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    Die("error running hook #" + std::to_string(index) + ": exit status " +
+        std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)));
   }
 }
 
@@ -153,8 +221,16 @@ int main(int argc, char** argv) {
     procs << getpid() << "\n";
     if (!procs) Die("cannot join cgroup " + cgroup);
   }
-  ApplyCdi(cdi_dir, cdi, &mounts, &env);
+  std::vector<Hook> hooks;
+  ApplyCdi(cdi_dir, cdi, &mounts, &env, &hooks);
   if (unshare(CLONE_NEWNS) != 0) Die(std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno));
+  const std::string state = nlohmann::json{
+      {"ociVersion", "1.0.2"},
+      {"id", "k8s-container-run-" + std::to_string(getpid())},
+      {"status", "creating"},
+      {"pid", getpid()},
+      {"bundle", scratch}}.dump();
+  for (size_t h = 0; h < hooks.size(); ++h) RunHook(h, hooks[h], state);
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     Die(std::string("making / private: ") + std::strerror(errno));
   }

@@ -108,18 +108,6 @@ std::string AssignmentJson(const std::string& node, uint64_t seq,
   return WriteAssignment(a);
 }
 
-std::string WritableCgroupRoot() {
-  for (const char* root : {"/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"}) {
-    const std::string probe = std::string(root) + "/tessera-probe-" + std::to_string(getpid());
-    if (mkdir(probe.c_str(), 0755) != 0) continue;
-    struct stat st {};
-    const bool cgroup = stat((probe + "/cgroup.procs").c_str(), &st) == 0;
-    rmdir(probe.c_str());
-    if (cgroup) return root;
-  }
-  return "";
-}
-
 bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < end) {

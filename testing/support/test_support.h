@@ -14,6 +14,7 @@
 #include "k8s/deviceplugin/tesserad_client.h"
 #include "k8s/objects.h"
 #include "process/child_process.h"
+#include "testing/support/cgroup_container.h"
 
 namespace tessera::k8s::testing {
 
@@ -71,10 +72,8 @@ Json PodJson(const std::string& ns, const std::string& name, const std::vector<C
 std::string AssignmentJson(const std::string& node, uint64_t seq,
                            const std::map<std::string, std::vector<GpuShare>>& containers);
 
-// A cgroup hierarchy this process may create groups in and move processes into (cgroup v1 pids,
-// the v2 unified mount, or the v2 root), to put test containers in kubelet-style pod<uid> groups;
-// "" when there is none (no root, or a read-only /sys/fs/cgroup).
-std::string WritableCgroupRoot();
+// A cgroup hierarchy tests may write (testing/support/cgroup_container.h).
+using ::tessera::testing::WritableCgroupRoot;
 
 // Polls `done` every 20 ms until it is true or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout);

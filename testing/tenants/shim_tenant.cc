@@ -22,8 +22,10 @@
 //   hold
 //   shim_tenant spin KERNEL_US SECONDS START_NS HOW   from CLOCK_MONOTONIC START_NS, launch simgpu
 //                                           spin kernels back to back for SECONDS through HOW
-//                                           (legacy, ptsz, stream, ex or graph); prints
-//                                           kernels=N and the longest single launch call
+//                                           (legacy, ptsz, stream, ex or graph; `sync`: one at a
+//                                           time, cuCtxSynchronize after each; `sporadic`: one
+//                                           every 20 ms, synchronised); prints kernels=N and the
+//                                           longest single launch call
 //   shim_tenant cheat HOW KERNEL_US SECONDS  a tenant that takes GPU time its gate does not grant,
 //                                           HOW: `around` launches spin kernels through the real
 //                                           driver's own cuLaunchKernel (dlsym on
@@ -402,6 +404,16 @@ int main(int argc, char** argv) {
       } else if (how == "graph") {
         CHECK(cuGraphLaunch(exec, stream));
         kernels += 3;
+      } else if (how == "sync" || how == "sporadic") {
+        CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
+        CHECK(cuCtxSynchronize());
+        if (how == "sporadic") {
+          const uint64_t next = before + 20'000'000;
+          const uint64_t wait = next > NowNs() ? next - NowNs() : 0;
+          timespec ts{static_cast<time_t>(wait / 1'000'000'000),
+                      static_cast<long>(wait % 1'000'000'000)};
+          nanosleep(&ts, nullptr);
+        }
       } else {
         CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
       }
@@ -457,7 +469,10 @@ int main(int argc, char** argv) {
         if (r != CUDA_SUCCESS) failure.store(static_cast<int>(r));
         kernels.fetch_add(1);
         if (slot != nullptr) {
-          for (auto& ns : slot->gpu_ns) ns.store(0);  // the lie: it never ran
+          // The lie: it never ran (no time, and no intervals: the ring starts over, empty).
+          for (auto& ns : slot->gpu_ns) ns.store(0);
+          slot->interval_head.store(0);
+          for (auto& interval : slot->intervals) interval.seq.store(0);
         }
       }
     });
@@ -512,7 +527,7 @@ int main(int argc, char** argv) {
           longest.store(took);
           longest_start.store(before);
         }
-        if (took > 500'000'000) {  // for the soak's diagnosis: when the slowest launches began
+        if (took > 250'000'000) {  // for the soak's diagnosis: when the slowest launches began
           std::printf("slow_launch_ms=%.1f\nslow_launch_start_ns=%llu\n",
                       static_cast<double>(took) / 1e6, static_cast<unsigned long long>(before));
           std::fflush(stdout);

@@ -18,11 +18,25 @@
 //                                                (after the synchronisation) and late_ms
 //   sim_tenant LIB devices                       print count= and, per ordinal i, name_i= and
 //                                                total_i= (before any context exists)
+//   sim_tenant LIB hello SOCKET CONTAINER        send "HELLO version=1 container=CONTAINER" on
+//                                                SOCKET as a raw client (no shim) and print
+//                                                reply=THE REPLY LINE
 //   sim_tenant LIB processes                     NVML's compute processes on device 0 as this
 //                                                process sees them: processes=N, pid_i=, mem_i=
+//   sim_tenant LIB limiter LAUNCHES              sizes a launch limiter from device 0's
+//                                                attributes as a peer interposer does (tokens =
+//                                                threads per SM x SMs, refilled every 10 ms, a
+//                                                launch takes its grid's blocks) and launches
+//                                                LAUNCHES kernels of 1024 blocks x 256 threads
+//                                                through it: prints sms=, threads_per_sm=,
+//                                                capacity=, cc=, then launched=N, or stalled=1
+//                                                (exit 1) when a launch waited over 5 s
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +44,7 @@
 #include <vector>
 
 #include "driver/cuda_driver.h"
+#include "driver/library.h"
 #include "driver/nvml_api.h"
 
 namespace {
@@ -91,6 +106,24 @@ int main(int argc, char** argv) {
   const std::string mode = argv[2];
   auto arg = [&](int i) -> uint64_t { return i < argc ? std::strtoull(argv[i], nullptr, 10) : 0; };
 
+  if (mode == "hello" && argc > 4) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", argv[3]);
+    if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      std::printf("reply=connect: %s\n", std::strerror(errno));
+      return 0;
+    }
+    const std::string hello = std::string("HELLO version=1 container=") + argv[4] + "\n";
+    if (write(fd, hello.data(), hello.size()) != static_cast<ssize_t>(hello.size())) return 1;
+    std::string line;
+    char c = 0;
+    while (line.size() < 4096 && read(fd, &c, 1) == 1 && c != '\n') line += c;
+    std::printf("reply=%s\n", line.c_str());
+    close(fd);
+    return 0;
+  }
   if (mode == "processes") {
     auto init = library->Resolve<decltype(&nvmlInit_v2)>("nvmlInit_v2");
     auto handle =
@@ -137,6 +170,48 @@ int main(int argc, char** argv) {
   CHECK_CU(cu.cuModuleGetFunction(&spin, mod, "spin"));
   CHECK_CU(cu.cuModuleGetFunction(&fill, mod, "fill"));
 
+  if (mode == "limiter") {
+    auto attribute = library->Resolve<decltype(&cuDeviceGetAttribute)>("cuDeviceGetAttribute");
+    if (!attribute.ok()) return Usage();
+    int sms = 0, threads_per_sm = 0, major = 0, minor = 0;
+    CHECK_CU((*attribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+    CHECK_CU(
+        (*attribute)(&threads_per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, dev));
+    CHECK_CU((*attribute)(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CHECK_CU((*attribute)(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    const int64_t capacity = static_cast<int64_t>(sms) * threads_per_sm;
+    std::printf("sms=%d\nthreads_per_sm=%d\ncapacity=%lld\ncc=%d.%d\n", sms, threads_per_sm,
+                static_cast<long long>(capacity), major, minor);
+    std::fflush(stdout);
+    constexpr unsigned kGrid = 1024, kBlock = 256;
+    constexpr uint64_t kRefillNs = 10'000'000, kPatienceNs = 5'000'000'000;
+    int64_t tokens = capacity;
+    uint64_t refilled = MonotonicNs();
+    uint64_t launched = 0;
+    for (uint64_t i = 0; i < arg(3); ++i) {
+      const uint64_t asked = MonotonicNs();
+      while (tokens < static_cast<int64_t>(kGrid)) {  // wait for the next refill
+        if (MonotonicNs() - asked > kPatienceNs) {
+          std::printf("launched=%llu\nstalled=1\n", static_cast<unsigned long long>(launched));
+          return 1;
+        }
+        timespec ts{0, 1'000'000};
+        nanosleep(&ts, nullptr);
+        if (MonotonicNs() - refilled >= kRefillNs) {
+          tokens = capacity;
+          refilled = MonotonicNs();
+        }
+      }
+      tokens -= kGrid;
+      uint64_t ns = 1000;
+      void* params[] = {&ns};
+      CHECK_CU(cu.cuLaunchKernel(spin, kGrid, 1, 1, kBlock, 1, 1, 0, nullptr, params, nullptr));
+      ++launched;
+    }
+    CHECK_CU(cu.cuCtxSynchronize());
+    std::printf("launched=%llu\n", static_cast<unsigned long long>(launched));
+    return 0;
+  }
   if (mode == "alloc-until-oom") {
     const uint64_t chunk = arg(3) << 20;
     uint64_t total = 0;

@@ -321,6 +321,7 @@ Status Allocator::Register(AllocationRecord* rec) const {
   c.core = rec->core;
   c.weight = rec->weight;
   c.high_priority = rec->high_priority;
+  c.identify = config_.cdi && !config_.oci_hook.empty();
   auto root = RegisterIsolated(*tesserad_, c, indices, status->gpus.size(), mode_ == NodeMode::kMps,
                                config_.node);
   if (!root.ok()) {
@@ -334,6 +335,18 @@ Status Allocator::Register(AllocationRecord* rec) const {
   return Status::Ok();
 }
 
+// The node's side of a container's edits; the OCI hook only with CDI (a response of mounts and
+// environment has no hooks).
+static NodeMounts MountsOf(const AllocatorConfig& config) {
+  NodeMounts m{config.container_socket_dir, config.shim_dir, config.preload_file,
+               config.sim_library,          config.sim_state, config.sim_env};
+  if (config.cdi) {
+    m.oci_hook = config.oci_hook;
+    m.tesserad_socket = config.tesserad_socket;
+  }
+  return m;
+}
+
 CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
   IsolatedContainer c;
   c.id = rec.id;
@@ -345,9 +358,7 @@ CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
   c.weight = rec.weight;
   c.high_priority = rec.high_priority;
   c.mps_root = rec.mps_root;
-  const NodeMounts node{config_.container_socket_dir, config_.shim_dir, config_.preload_file,
-                        config_.sim_library, config_.sim_state, config_.sim_env};
-  return IsolatedContainerEdits(node, c, rec.registered);
+  return IsolatedContainerEdits(MountsOf(config_), c, rec.registered);
 }
 
 ContainerResponse Allocator::Response(const AllocationRecord& rec) const {
@@ -412,9 +423,7 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
     return Result<ContainerResponse>::Error(why);
   };
   if (rec == nullptr) {
-    const NodeMounts node{config_.container_socket_dir, config_.shim_dir, config_.preload_file,
-                          config_.sim_library, config_.sim_state, config_.sim_env};
-    if (Status s = SimStateReachable(node); !s.ok()) {
+    if (Status s = SimStateReachable(MountsOf(config_)); !s.ok()) {
       return refuse("pod " + pod.Key() + " container " + container.name + ": " + s.message(), false);
     }
     auto status = tesserad_->Status();

@@ -82,6 +82,11 @@ struct AllocatorConfig {
   std::string preload_file;          // host file listing the shims, mounted as /etc/ld.so.preload
   bool cdi = false;
   std::string cdi_dir = "/var/run/cdi";
+  // With cdi: the host path of tessera-oci-hook and tesserad's node socket, for the createRuntime
+  // hook each container's spec carries (tesserad then knows the container's processes by their
+  // cgroup, and serves none before). Empty: no hook, and the container is not identified.
+  std::string oci_hook;
+  std::string tesserad_socket;
   // A simulated node (tests): simgpu's library on the host, the file holding the node's
   // simulated GPUs (simgpu's state, TESSERA_SIM_STATE resolved; a container has its own /dev/shm,
   // so the file itself is mounted, at kContainerSimState) and the rest of the simulation's

@@ -35,6 +35,13 @@ json EditsJson(const CdiEdits& edits) {
   if (!env.empty()) container_edits["env"] = env;
   if (!mounts.empty()) container_edits["mounts"] = mounts;
   if (!nodes.empty()) container_edits["deviceNodes"] = nodes;
+  json hooks = json::array();
+  for (const CdiEdits::Hook& h : edits.hooks) {
+    json hook = {{"hookName", h.hook_name}, {"path", h.path}, {"args", h.args}};
+    if (h.timeout_seconds > 0) hook["timeout"] = h.timeout_seconds;
+    hooks.push_back(hook);
+  }
+  if (!hooks.empty()) container_edits["hooks"] = hooks;
   return container_edits;
 }
 

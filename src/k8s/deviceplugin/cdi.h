@@ -1,9 +1,10 @@
 // CDI (Container Device Interface) specs: one spec file per device under /var/run/cdi holding what
-// a container needs (environment, the shims, /etc/ld.so.preload, its socket folder). The device
-// plugin's `--cdi` mode writes kind "tessera.io/container", one device per container (its id);
-// the DRA plugin kind "gpu.tessera.io/claim", one device per ResourceClaim (its UID). cdiVersion
-// 0.5.0 and only fields that version knows, so podman 4.x and containerd 1.7 (enable_cdi) read
-// them. Writes files atomically; no policy.
+// a container needs (environment, the shims, /etc/ld.so.preload, its socket folder, and for the
+// device plugin the OCI createRuntime hook that tells tesserad which runtime container it is). The
+// device plugin's `--cdi` mode writes kind "tessera.io/container", one device per container (its
+// id); the DRA plugin kind "gpu.tessera.io/claim", one device per ResourceClaim (its UID).
+// cdiVersion 0.5.0 and only fields that version knows, so podman 4.x and containerd 1.7
+// (enable_cdi) read them. Writes files atomically; no policy.
 #pragma once
 
 #include <string>
@@ -25,6 +26,14 @@ struct CdiEdits {
   };
   std::vector<Mount> mounts;
   std::vector<std::string> device_nodes;  // host paths, e.g. /dev/nvidia0
+  // OCI hooks the runtime runs (CDI containerEdits.hooks): hookName createRuntime, prestart,
+  // createContainer, startContainer, poststart or poststop; args include argv[0].
+  struct Hook {
+    std::string hook_name, path;
+    std::vector<std::string> args;
+    int timeout_seconds = 0;  // 0: none given
+  };
+  std::vector<Hook> hooks;
 };
 
 // The spec's JSON text, for one device `device_name` of `kind`.

@@ -26,9 +26,6 @@ std::string Join(const std::vector<std::string>& items) {
 
 }  // namespace
 
-namespace {
-
-// Copies `from` to `to` through a temporary file renamed over it.
 Status CopyFile(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   if (!in) return Status::Error(from + ": cannot be read");
@@ -42,8 +39,6 @@ Status CopyFile(const std::string& from, const std::string& to) {
   if (rename(tmp.c_str(), to.c_str()) != 0) return Status::Error(to + ": " + std::strerror(errno));
   return Status::Ok();
 }
-
-}  // namespace
 
 Result<NodeMounts> PrepareNodeMounts(const std::string& state_dir, const std::string& shim_source,
                                      const std::string& container_sockets,
@@ -105,6 +100,14 @@ CdiEdits IsolatedContainerEdits(const NodeMounts& node, const IsolatedContainer&
     out.mounts.push_back({node.shim_dir, kContainerShimDir, true});
     out.mounts.push_back({node.preload_file, kContainerPreload, true});
     out.mounts.push_back({node.container_socket_dir + "/" + c.id, kContainerSocketDir, true});
+    if (!node.oci_hook.empty()) {
+      // createRuntime: on the host, once the container's init process is in its cgroup and
+      // namespaces and before anything of the container runs (it waits for the hook).
+      out.hooks.push_back({"createRuntime",
+                           node.oci_hook,
+                           {"tessera-oci-hook", "--container", c.id, "--socket", node.tesserad_socket},
+                           15});
+    }
     if (!c.mps_root.empty() && !c.uuids.empty() && !c.limits.empty()) {
       // The MPS client side: the GPU's pipe folder (clients connect to the control socket there)
       // and the shared memory where the GPU's MPS clients and server meet: the server's own
@@ -151,6 +154,7 @@ Result<std::string> RegisterIsolated(const TesseradClient& tesserad, const Isola
   reg.core = c.core;
   reg.weight = c.weight;
   reg.high_priority = c.high_priority;
+  reg.identify = c.identify;
   auto reply = tesserad.Register(reg);
   if (!reply.ok()) return reply.status();
   if (!mps || c.uuids.empty()) return std::string();

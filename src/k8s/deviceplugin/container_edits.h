@@ -45,6 +45,11 @@ struct NodeMounts {
   std::string sim_library;
   std::string sim_state;
   std::vector<std::pair<std::string, std::string>> sim_env;
+  // The OCI createRuntime hook every registered container's edits carry (tessera-oci-hook, a
+  // host path, run with --socket `tesserad_socket`), so tesserad learns which runtime container it
+  // is (IDENTIFY); "" for none (then nothing is registered for identification).
+  std::string oci_hook;
+  std::string tesserad_socket;
 };
 
 // A container as tesserad knows it.
@@ -56,6 +61,7 @@ struct IsolatedContainer {
   uint32_t weight = 1;
   bool high_priority = false;
   std::string mps_root;  // tesserad's MPS folder on an mps node; "" elsewhere
+  bool identify = false;  // the runtime identifies it (the OCI hook of NodeMounts.oci_hook)
 };
 
 // Fills the node's state folder with what pods mount, and says where it is: the shims copied from
@@ -96,6 +102,10 @@ std::string MakeContainerId(std::string_view prefix, std::string_view first,
 
 // Writes `text` to `path` through a temporary file in the same folder, synced and renamed over
 // it, so a reader sees the old or the new file whole. Errors name the file.
+// Copies `from` to `to` (mode 0755) through a temporary file renamed over it, so a process that
+// maps or runs the old one keeps it whole.
+Status CopyFile(const std::string& from, const std::string& to);
+
 Status WriteFileAtomically(const std::string& path, const std::string& text, mode_t mode = 0600);
 
 }  // namespace tessera::k8s

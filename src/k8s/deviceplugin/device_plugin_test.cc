@@ -18,12 +18,13 @@
 #include <thread>
 
 #include "ipc/futex.h"
+#include "ipc/unix_socket.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/allocator.h"
+#include "process/child_process.h"
+#include "testing/standins/test_apiserver.h"
 #include "testing/standins/test_kubelet.h"
 #include "testing/support/test_support.h"
-#include "testing/standins/test_apiserver.h"
-#include "process/child_process.h"
 
 namespace tessera::k8s {
 namespace {
@@ -554,7 +555,13 @@ TEST_F(DevicePluginTest, BadInputsFailTheContainerByNameAndChangeNothingElse) {
   }));
 }
 
+// With CDI the container's spec also carries the createRuntime hook (tessera-oci-hook) that tells
+// tesserad which runtime container it is: the stand-in runtime runs it as runc does, tesserad
+// records the container's cgroup, and the container's socket then serves its processes only.
 TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
+  const std::string root = testing::WritableCgroupRoot();
+  if (root.empty())
+    GTEST_SKIP() << "no cgroup hierarchy this test may write: a container's identity needs one";
   cdi_dir_ = node_.Scratch("cdi");
   StartPlugin({"--cdi", "--cdi-dir", cdi_dir_});
   WaitServing();
@@ -563,13 +570,33 @@ TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   const TestKubelet::ContainerAllocation& a = (*admitted)[0];
-  EXPECT_EQ(a.cdi_devices, std::vector<std::string>{"tessera.io/container=" + IdOf(pod, "c")});
+  const std::string id = IdOf(pod, "c");
+  EXPECT_EQ(a.cdi_devices, std::vector<std::string>{"tessera.io/container=" + id});
   EXPECT_TRUE(a.mounts.empty());
-  ChildProcess* oom = Run(pod, a, {Tenant("shim_tenant"), "alloc-until-oom", "64"});
+  std::ifstream spec_file(cdi_dir_ + "/tessera.io-container-" + id + ".json");
+  const Json spec = Json::parse(spec_file);
+  const Json& hooks = spec["devices"][0]["containerEdits"]["hooks"];
+  ASSERT_EQ(hooks.size(), 1u) << spec.dump();
+  EXPECT_EQ(hooks[0]["hookName"], "createRuntime");
+  EXPECT_EQ(hooks[0]["path"], state_dir_ + "/tessera-oci-hook");
+  EXPECT_EQ(hooks[0]["args"],
+            Json({"tessera-oci-hook", "--container", id, "--socket", node_.socket()}));
+  // Until the runtime has identified the container, its socket serves nobody.
+  const std::string socket = node_.container_sockets() + "/" + id + "/tessera.sock";
+  auto early = ipc::Call(socket, "HELLO version=1 container=" + id, nullptr, 5s);
+  ASSERT_TRUE(early.ok()) << early.error();
+  EXPECT_THAT(*early, HasSubstr("has no recorded identity yet"));
+  const std::string cgroup =
+      root + "/kubepods/pod" + pod["metadata"]["uid"].get<std::string>() + "/c";
+  ChildProcess* oom = Run(pod, a, {Tenant("shim_tenant"), "alloc-until-oom", "64"}, cgroup);
   auto allocated = oom->WaitForKey("allocated", 30s);
   ASSERT_TRUE(allocated.has_value());
   EXPECT_EQ(*allocated, std::to_string(3 * kGiB));
   EXPECT_EQ(oom->values().at("failure"), "2");
+  // A process outside the container's cgroup (this test) is not one of its own.
+  auto stranger = ipc::Call(socket, "HELLO version=1 container=" + id, nullptr, 5s);
+  ASSERT_TRUE(stranger.ok()) << stranger.error();
+  EXPECT_THAT(*stranger, HasSubstr("is not a process of container " + id));
   oom->CloseStdin();
   EXPECT_EQ(oom->Wait(20s), 0);
   ASSERT_TRUE(api_.DeletePod("ns", "cdi"));

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   std::string interval_text = "1s";
   std::string grace_text = "10s";
   std::string proc_root = "/proc";
+  std::string oci_hook = process::ExecutableDir() + "/tessera-oci-hook";
   std::string nvml = EnvOr("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
   bool cdi = false, sim = false;
   app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
@@ -54,6 +55,9 @@ int main(int argc, char** argv) {
   app.add_option("--resource-names", names_text, "tessera, aliyun (ACK's names) or both");
   app.add_flag("--cdi", cdi, "answer with CDI devices and write their specs");
   app.add_option("--cdi-dir", cdi_dir, "where CDI specs go");
+  app.add_option("--oci-hook", oci_hook,
+                 "with --cdi: tessera-oci-hook, copied to --state-dir for the runtime to run "
+                 "(default: beside this program)");
   app.add_flag("--sim", sim,
                "a simulated node: hand pods simgpu, the state file $TESSERA_SIM_STATE names and "
                "$TESSERA_SIM_GPUS");
@@ -113,6 +117,15 @@ int main(int argc, char** argv) {
   a.sim_library = mounts->sim_library;
   a.sim_state = mounts->sim_state;
   a.sim_env = mounts->sim_env;
+  a.tesserad_socket = tesserad_socket;
+  if (cdi) {
+    // The runtime runs the hook on the host: from the state folder, a host path.
+    a.oci_hook = state_dir + "/tessera-oci-hook";
+    if (Status s = CopyFile(oci_hook, a.oci_hook); !s.ok()) {
+      return Fail("--oci-hook=\"" + oci_hook + "\": " + s.message() +
+                  "; expected tessera-oci-hook (build/bin)");
+    }
+  }
 
   auto config = ClientConfigFor(kubeconfig, context, "tessera-device-plugin/" + node);
   if (!config.ok()) return Fail(config.error());

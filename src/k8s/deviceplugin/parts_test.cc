@@ -187,7 +187,23 @@ TEST(Cdi, WritesAVersionZeroFiveSpecAtomically) {
   EXPECT_EQ(edits["mounts"][0]["options"], Json::array({"bind", "nosuid", "nodev", "ro"}));
   EXPECT_EQ(edits["mounts"][1]["options"], Json::array({"bind", "nosuid", "nodev"}));
   EXPECT_FALSE(spec.contains("annotations")) << "0.5.0 has no annotations";
+  EXPECT_FALSE(edits.contains("hooks")) << "no hook asked, none written";
   EXPECT_EQ(CdiQualifiedName("x"), "tessera.io/container=x");
+  // The createRuntime hook, as CDI 0.5.0 spells it (podman 4.3 + runc run it:
+  // container_identity_test).
+  e.hooks = {{"createRuntime",
+              "/var/lib/tessera/device-plugin/tessera-oci-hook",
+              {"tessera-oci-hook", "--container", "k8s.web.app-123abc"},
+              15}};
+  path = WriteCdiSpec(dir, "k8s.web.app-123abc", e);
+  ASSERT_TRUE(path.ok()) << path.error();
+  std::ifstream again(*path);
+  const Json hooked = Json::parse(again);
+  EXPECT_EQ(hooked["devices"][0]["containerEdits"]["hooks"],
+            Json::parse(R"([{"hookName":"createRuntime",
+                             "path":"/var/lib/tessera/device-plugin/tessera-oci-hook",
+                             "args":["tessera-oci-hook","--container","k8s.web.app-123abc"],
+                             "timeout":15}])"));
   std::system(("rm -rf " + dir).c_str());
 }
 

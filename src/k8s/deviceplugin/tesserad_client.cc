@@ -88,6 +88,7 @@ Result<RegisterReply> TesseradClient::Register(const ContainerRegistration& c) c
   m.fields["core"] = std::to_string(c.core ? c.core->value() : 100);
   m.fields["weight"] = std::to_string(c.weight);
   m.fields["high_prio"] = c.high_priority ? "1" : "0";
+  if (c.identify) m.fields["identify"] = "1";
   auto reply = Call(protocol::FormatMessage(m));
   if (!reply.ok()) {
     return Result<RegisterReply>::Error("registering container " + c.id + ": " + reply.error());

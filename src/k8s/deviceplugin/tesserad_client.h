@@ -49,6 +49,9 @@ struct ContainerRegistration {
   std::optional<Percent> core;               // nullopt: not limited
   uint32_t weight = 1;
   bool high_priority = false;
+  // The container runtime will identify the container's processes (IDENTIFY, from the CDI hook):
+  // tesserad serves none of them before it has.
+  bool identify = false;
 };
 
 // What tesserad answers a registration with, beyond OK: facts of the node for the container.
