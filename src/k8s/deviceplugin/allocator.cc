@@ -338,7 +338,7 @@ Status Allocator::Register(AllocationRecord* rec) const {
 // The node's side of a container's edits; the OCI hook only with CDI (a response of mounts and
 // environment has no hooks).
 static NodeMounts MountsOf(const AllocatorConfig& config) {
-  NodeMounts m{config.container_socket_dir, config.shim_dir, config.preload_file,
+  NodeMounts m{config.container_socket_dir, config.shim_dir,  config.preload_file,
                config.sim_library,          config.sim_state, config.sim_env};
   if (config.cdi) {
     m.oci_hook = config.oci_hook;

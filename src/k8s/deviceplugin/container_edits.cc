@@ -103,10 +103,11 @@ CdiEdits IsolatedContainerEdits(const NodeMounts& node, const IsolatedContainer&
     if (!node.oci_hook.empty()) {
       // createRuntime: on the host, once the container's init process is in its cgroup and
       // namespaces and before anything of the container runs (it waits for the hook).
-      out.hooks.push_back({"createRuntime",
-                           node.oci_hook,
-                           {"tessera-oci-hook", "--container", c.id, "--socket", node.tesserad_socket},
-                           15});
+      out.hooks.push_back(
+          {"createRuntime",
+           node.oci_hook,
+           {"tessera-oci-hook", "--container", c.id, "--socket", node.tesserad_socket},
+           15});
     }
     if (!c.mps_root.empty() && !c.uuids.empty() && !c.limits.empty()) {
       // The MPS client side: the GPU's pipe folder (clients connect to the control socket there)
