@@ -1,5 +1,6 @@
 // extender_bench: the openb trace replayed through tessera-extender's HTTP verbs, as
-// kube-scheduler would drive them, against the stand-in API server (testing/standins/test_apiserver.h).
+// kube-scheduler would drive them, against the stand-in API server
+// (testing/standins/test_apiserver.h).
 //
 // For each sampled pod (FGD's protocol, the same sequence `tessera sim` draws for the seed): the
 // pod is created on the API server, then POST /filter with every node's name, POST /prioritize
@@ -7,7 +8,10 @@
 // scoring), the highest score picked (kube-scheduler's selectHost), and POST /bind, which writes
 // the assignment, commits on the node and creates the Binding. --filter-answer picks the
 // extender's answer (chosen, its default: the one node; fitting: every node that fits, so every
-// pod is prioritized too). It reports:
+// pod is prioritized too). The verbs go over HTTPS with kube-scheduler's client certificate, as
+// deploy/kubernetes serves them (certificates made by deploy/kubernetes/extender-certs.sh under
+// the JSON's folder; one kept-alive connection, as Go's transport keeps it); --tls off measures
+// plain HTTP, so the two runs say what TLS costs. It reports:
 //   - the GPU allocation ratio at 90/95/100 % arrived, next to `tessera sim`'s on the same seed
 //     (placement::Simulate, run in the same process): the acceptance asks for the same ratio;
 //   - latency of filter, prioritize (when asked), bind and of the whole round (p50, p99, max) and
@@ -26,15 +30,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/number.h"
 #include "k8s/extender/extender_app.h"
-#include "testing/support/test_objects.h"
-#include "testing/standins/test_apiserver.h"
 #include "placement/simulator.h"
 #include "placement/trace.h"
+#include "testing/standins/test_apiserver.h"
+#include "testing/support/http_attack.h"
+#include "testing/support/test_objects.h"
 
 namespace {
 
@@ -49,6 +55,7 @@ struct Options {
   uint64_t seed = 42;
   std::string json = "build/bench/extender_bench.json";
   tessera::extender::FilterAnswer answer = tessera::extender::FilterAnswer::kChosen;
+  bool tls = true;
 };
 
 struct Series {
@@ -169,12 +176,29 @@ int Run(const Options& o) {
   config.state.workload = workload;
   config.state.reservation_ttl = std::chrono::minutes(10);
   config.state.filter_answer = o.answer;
+  std::optional<tessera::testing::TlsFiles> tls;
+  if (o.tls) {
+    const std::string dir =
+        (std::filesystem::path(o.json).parent_path() / "extender_bench_tls").string();
+    auto made = tessera::testing::MakeTlsFiles(dir);
+    if (!made.ok()) {
+      std::fprintf(stderr, "extender_bench: %s\n", made.error().c_str());
+      return 1;
+    }
+    tls = *made;
+    config.tls = tessera::http::HttpServer::TlsOptions{tls->cert, tls->key, tls->ca};
+  }
   tessera::extender::ExtenderApp app(config);
   if (auto s = app.Start(); !s.ok() || !app.WaitReady(std::chrono::seconds(60))) {
     std::fprintf(stderr, "extender_bench: the extender did not start: %s\n", s.message().c_str());
     return 1;
   }
-  httplib::Client http("127.0.0.1", app.port());
+  httplib::Client http = tls ? httplib::Client(app.url(), tls->client_cert, tls->client_key)
+                             : httplib::Client(app.url());
+  if (tls) {
+    http.set_ca_cert_path(tls->ca.c_str());
+    http.enable_server_certificate_verification(true);
+  }
   http.set_keep_alive(true);
   http.set_tcp_nodelay(true);  // as Go's net/http client, which kube-scheduler uses
   http.set_read_timeout(30, 0);
@@ -269,6 +293,7 @@ int Run(const Options& o) {
               {"seed", o.seed},
               {"filter_answer",
                o.answer == tessera::extender::FilterAnswer::kChosen ? "chosen" : "fitting"},
+              {"transport", o.tls ? "https" : "http"},
               {"pods", count},
               {"bound", bound},
               {"unschedulable", failed},
@@ -295,9 +320,11 @@ int Run(const Options& o) {
     }
     out["allocation_ratio"] = ar;
   }
-  std::printf("extender_bench: %d nodes, %zu pods (%lld bound, %lld unschedulable, %lld errors)\n",
-              o.nodes, count, static_cast<long long>(bound), static_cast<long long>(failed),
-              static_cast<long long>(errors));
+  std::printf(
+      "extender_bench: %d nodes, %zu pods over %s (%lld bound, %lld unschedulable, %lld "
+      "errors)\n",
+      o.nodes, count, o.tls ? "HTTPS" : "HTTP", static_cast<long long>(bound),
+      static_cast<long long>(failed), static_cast<long long>(errors));
   std::printf("  filter+prioritize+bind  p50 %.0f us  p99 %.0f us  max %.0f us  %.0f pods/s\n",
               total.Pct(0.5), total.Pct(0.99), total.Max(), out["pods_per_second"].get<double>());
   std::printf("  filter p50/p99 %.0f/%.0f us, prioritize %.0f/%.0f us, bind %.0f/%.0f us\n",
@@ -364,10 +391,17 @@ int main(int argc, char** argv) {
       }
       o.answer = v == "fitting" ? tessera::extender::FilterAnswer::kFitting
                                 : tessera::extender::FilterAnswer::kChosen;
+    } else if (a == "--tls") {
+      const std::string v = value("--tls");
+      if (v != "on" && v != "off") {
+        std::fprintf(stderr, "extender_bench: --tls %s: expected on or off\n", v.c_str());
+        return 2;
+      }
+      o.tls = v == "on";
     } else {
       std::fprintf(stderr,
                    "usage: extender_bench [--nodes N] [--pods N] [--seed S] [--json PATH] "
-                   "[--openb DIR] [--filter-answer chosen|fitting]\n");
+                   "[--openb DIR] [--filter-answer chosen|fitting] [--tls on|off]\n");
       return 2;
     }
   }

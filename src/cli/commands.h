@@ -38,6 +38,7 @@ struct CtlArgs {
 
 // `tessera demo`.
 struct DemoArgs {
+  std::optional<std::string> act;  // node or cluster; both when absent
   std::optional<std::string> seconds;
   std::optional<std::string> simgpu;
 };

@@ -1,15 +1,20 @@
-// `tessera demo`: the main job on the embedded default, a tour. It starts a private simulated GPU
+// `tessera demo`: the main job on the embedded default, a tour in two acts; `tessera demo node` and
+// `tessera demo cluster` run one. The node act starts a private simulated GPU
 // and runs three tenant processes on it (each one is this program re-executed as
 // `tessera __demo-tenant`): a 4 GiB / 30 % inference service, a 6 GiB / 70 % trainer and a
 // high-priority alerting job that launches one short kernel every 20 ms. Round 1 runs them against
 // the driver directly; round 2 runs them through Tessera (the shim, and a private tesserad under
 // policy 3) with a live smi-style line per second, then a summary of what each got: memory, GPU
-// time share and the high-priority job's latency. It holds no policy: it drives and reports.
+// time share and the high-priority job's latency. The cluster act is
+// build/tests/tessera-demo-cluster (testing/demo/cluster_demo.cc). It holds no policy: it drives
+// and reports.
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -229,7 +234,45 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
 
 std::string ExecutableDir() { return process::ExecutableDir(); }
 
+// The cluster act: build/tests/tessera-demo-cluster (testing/demo), the real extender over the
+// stand-in API server.
+int RunClusterAct() {
+  const std::string act = ExecutableDir() + "/../tests/tessera-demo-cluster";
+  if (access(act.c_str(), X_OK) != 0) {
+    return Fail(
+        "the cluster act is not built (" + act +
+        "); build it with `cmake --build build --target tessera-demo-cluster` (it needs the "
+        "Kubernetes doors' packages, see scripts/dev)");
+  }
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) return Fail(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {  // the act writes to this terminal
+    execl(act.c_str(), act.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return 0;
+  return Fail("the cluster act failed (wait status " + std::to_string(status) + ")");
+}
+
+int RunNodeAct(const DemoArgs& args);
+
 int RunDemo(const DemoArgs& args) {
+  if (args.act && *args.act != "node" && *args.act != "cluster") {
+    std::fprintf(stderr, "tessera demo: act \"%s\": expected node or cluster (or none: both)\n",
+                 args.act->c_str());
+    return 2;
+  }
+  if (args.act == "cluster") return RunClusterAct();
+  if (int r = RunNodeAct(args); r != 0 || args.act) return r;
+  std::printf("\n");
+  return RunClusterAct();
+}
+
+int RunNodeAct(const DemoArgs& args) {
   std::string simgpu = args.simgpu.value_or(ExecutableDir() + "/../lib/libtessera-simgpu.so");
   double seconds = 3.0;
   if (args.seconds) {

@@ -81,7 +81,11 @@ int main(int argc, char** argv) {
 
   DemoArgs demo;
   CLI::App* demo_cmd =
-      app.add_subcommand("demo", "run tenants on the simulated GPU and show what each one got");
+      app.add_subcommand("demo",
+                         "run tenants on the simulated GPU and show what each one got, "
+                         "then pods placed on a simulated cluster");
+  demo_cmd->add_option("act", demo.act, "node or cluster: run that act only (default: both)")
+      ->type_name("ACT");
   demo_cmd->add_option("--seconds", demo.seconds, "length of each round, 0.5-600 (default 3)")
       ->type_name("S");
   demo_cmd->add_option("--simgpu", demo.simgpu, "the simulated GPU library")->type_name("PATH");

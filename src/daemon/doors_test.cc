@@ -3,7 +3,8 @@
 // FUSE mount (in a unique temporary directory; skipped with the reason where FUSE cannot mount).
 // A container `web` is registered with CONTAINER and a real tenant (shim_tenant through the shim)
 // holds memory in it, so every kind of file has a real value. Also: refused writes leave the node
-// unchanged, a write through one door shows through the others, /metrics and /v1/state, --config.
+// unchanged, a write through one door shows through the others, /metrics and /v1/state, --config,
+// and /metrics scraped on time while slow clients hold more connections than the door serves.
 //
 // Every daemon gets its own socket, sim state and ledger; every wait is bounded.
 #include <arpa/inet.h>
@@ -38,6 +39,7 @@
 #include "ipc/futex.h"
 #include "ipc/unix_socket.h"
 #include "process/child_process.h"
+#include "testing/support/http_attack.h"
 
 namespace {
 
@@ -442,6 +444,49 @@ TEST_F(DoorsTest, MetricsShowTheContainer) {
   EXPECT_EQ(put.status, 403);
   EXPECT_NE(put.body.find("--http-allow-write"), std::string::npos) << put.body;
   EXPECT_EQ(Ctl("get 0/policy").output, "0\n");
+}
+
+// 300 connections that never finish a request (silent ones and slowloris ones, from two other
+// addresses, reopened when closed) against a door that serves 128 at once: a Prometheus-like
+// scraper on a fresh connection every 50 ms gets every /metrics, within a bound far under its
+// scrape timeout, measured against the same scraper with no attack in the same run.
+TEST_F(DoorsTest, SlowClientsDoNotTurnScrapesAway) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon({}));
+  // Scrapes for `duration`, and at least 20 (a sanitizer build on a loaded machine is slow).
+  auto scrape = [&](std::chrono::milliseconds duration) {
+    tessera::testing::Latencies out;
+    const auto end = std::chrono::steady_clock::now() + duration;
+    while (std::chrono::steady_clock::now() < end || out.ms.size() < 20) {
+      const auto start = std::chrono::steady_clock::now();
+      HttpResult m = Http(port_, "GET", "/metrics");
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
+      const bool ok = m.status == 200 && m.body.find("tessera_up 1") != std::string::npos;
+      out.Add(ms, ok, "HTTP " + std::to_string(m.status) + ": " + m.body.substr(0, 120));
+      std::this_thread::sleep_for(50ms);
+    }
+    return out;
+  };
+  const tessera::testing::Latencies quiet = scrape(1000ms);
+  tessera::testing::Latencies attacked;
+  uint64_t closed = 0;
+  {
+    using tessera::testing::SlowClients;
+    SlowClients silent(port_, "127.0.0.2", 150, SlowClients::Kind::kSilent);
+    SlowClients loris(port_, "127.0.0.3", 150, SlowClients::Kind::kPartialHead, 100ms);
+    ASSERT_TRUE(silent.WaitOpen(10s));
+    ASSERT_TRUE(loris.WaitOpen(10s));
+    attacked = scrape(3000ms);
+    closed = silent.closed_by_server() + loris.closed_by_server();
+  }
+  std::printf("tesserad /metrics, quiet: %s\n", quiet.Format().c_str());
+  std::printf("tesserad /metrics, 300 slow connections (%llu closed to make room): %s\n",
+              static_cast<unsigned long long>(closed), attacked.Format().c_str());
+  EXPECT_EQ(quiet.failed, 0) << quiet.first_failure;
+  EXPECT_EQ(attacked.failed, 0) << attacked.Format();
+  EXPECT_LT(attacked.Max(), 5000.0) << attacked.Format();  // Prometheus waits 10 s by default
+  EXPECT_EQ(Http(port_, "GET", "/metrics").status, 200);  // and after
 }
 
 // The monitoring counters move with real events: a tenant allocating past web's limit is refused

@@ -1,32 +1,42 @@
 // HttpServer on cpp-httplib: cpp-httplib parses requests and writes responses; this file gives
-// every connection a thread and a Stream with deadlines and a byte budget, and turns what the
-// library reports (a refused head, a body too large) into one-line answers. Holds no routes and
-// no policy: everything a request means is the handler's.
+// every connection a thread and a Stream with deadlines and a byte budget (over TLS through
+// OpenSSL when asked), keeps the book of open connections that decides which one makes room for a
+// new one, and turns what the library reports (a refused head, a body too large) into one-line
+// answers. Holds no routes and no policy: everything a request means is the handler's.
 //
 // How it hooks into cpp-httplib 0.11: the library accepts on its own thread and hands each socket
 // to Server::process_and_close_socket, a virtual function; Impl overrides it with a keep-alive
 // loop of its own that calls the library's Server::process_request once per request over a
 // Connection (an httplib::Stream). The library's own loop polls each idle connection every 10 ms,
 // gives a request no deadline as a whole (each byte restarts its read timeout) and serves
-// connections from a fixed pool of threads; none of that suits a port that changes a node's
-// policy.
+// connections from a fixed pool of threads; its SSLServer does the same over TLS, with a blocking
+// handshake. None of that suits a port that changes a node's policy or binds pods, so the TLS
+// session is ours too: a non-blocking OpenSSL session under the same deadlines.
 #include "http/server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <httplib.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <exception>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -44,12 +54,21 @@ constexpr size_t kMaxHeadBytes = 8 * 1024;
 constexpr size_t kChunkAllowance = 64 * 1024;
 // Requests one connection may carry before it is closed (advertised in Keep-Alive: max=N).
 constexpr size_t kMaxRequestsPerConnection = 10000;
+// Connections in the book (served, and closed to make room but not yet ended) beyond which a new
+// one is closed at once: a multiple of max_connections.
+constexpr size_t kBookFactor = 4;
 // How long a connection beyond max_connections may take to send the request it gets 503 for.
 constexpr milliseconds kRefusalTimeout{1000};
 // Bytes read from the socket at a time.
 constexpr size_t kReadChunk = 16 * 1024;
 // Response bytes buffered before they are sent (a response is sent whole once it is written).
 constexpr size_t kWriteChunk = 64 * 1024;
+// After a request of more bytes than this, the allocator's free memory goes back to the system.
+constexpr size_t kTrimAfterBytes = 1024 * 1024;
+// How often the TLS files are looked at for a change.
+constexpr milliseconds kTlsRecheck{1000};
+// At most one log line per this long; the ones left out are counted in the next.
+constexpr milliseconds kLogInterval{1000};
 
 // cpp-httplib adds these to every request's headers; they are not what the client sent.
 bool IsSyntheticHeader(const std::string& name) {
@@ -90,18 +109,295 @@ void SocketName(int fd, bool peer, std::string* ip, int* port) {
   *ip = text;
 }
 
-// One client connection as cpp-httplib reads and writes it: reads wait until the current
-// request's deadline (or Stop), stop at its byte budget, and never block past either; writes are
-// buffered and sent in one go by Flush(), before the next read and at the end of each response.
-// Remembers why a read failed, for the error handler.
+// The OpenSSL errors queued on this thread, as one line; the queue is left empty.
+std::string OpenSslErrors() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {
+    char text[256];
+    ERR_error_string_n(e, text, sizeof(text));
+    if (!out.empty()) out += "; ";
+    out += text;
+  }
+  return out.empty() ? "no reason given" : out;
+}
+
+// Options::log, at most one line per kLogInterval; the lines left out are counted in the next.
+class RateLimitedLog {
+ public:
+  explicit RateLimitedLog(std::function<void(std::string_view)> sink) : sink_(std::move(sink)) {}
+
+  void operator()(const std::string& line) {
+    if (!sink_) return;
+    std::string out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Clock::time_point now = Clock::now();
+      if (now < next_) {
+        ++left_out_;
+        return;
+      }
+      next_ = now + kLogInterval;
+      out = line;
+      if (left_out_ > 0) {
+        out += " (" + std::to_string(left_out_) + " more such lines left out since the last)";
+      }
+      left_out_ = 0;
+    }
+    sink_(out);
+  }
+
+ private:
+  std::function<void(std::string_view)> sink_;
+  std::mutex mu_;
+  Clock::time_point next_{};
+  uint64_t left_out_ = 0;
+};
+
+// What identifies a file's content for "has it changed": kubelet updates a Secret's files by
+// swapping a symlink, which gives them a new inode and mtime.
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  int64_t mtime_ns = 0;
+  bool exists = false;
+  bool operator==(const FileStamp&) const = default;
+};
+
+FileStamp StampOf(const std::string& path) {
+  FileStamp s;
+  struct stat st {};
+  if (path.empty() || stat(path.c_str(), &st) != 0) return s;
+  s.dev = st.st_dev;
+  s.ino = st.st_ino;
+  s.size = st.st_size;
+  s.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  s.exists = true;
+  return s;
+}
+
+using SslCtx = std::shared_ptr<SSL_CTX>;
+
+// Refuses to ask for a passphrase: an encrypted key fails to load instead of reading a terminal.
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
+// The server's TLS setup from its files, read again when they change (see server.h).
+class TlsContext {
+ public:
+  static Result<std::unique_ptr<TlsContext>> Load(const HttpServer::TlsOptions& options) {
+    auto ctx = Build(options);
+    if (!ctx.ok()) return ctx.status();
+    auto out = std::unique_ptr<TlsContext>(new TlsContext(options));
+    out->ctx_ = std::move(*ctx);
+    out->stamps_ = out->Stamps();
+    out->next_check_ = Clock::now() + kTlsRecheck;
+    return out;
+  }
+
+  bool verifies_clients() const { return !options_.client_ca_file.empty(); }
+
+  // The context for a new connection, from the files as they are now when they changed.
+  SslCtx Current(RateLimitedLog& log) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Clock::time_point now = Clock::now();
+    if (now < next_check_) return ctx_;
+    next_check_ = now + kTlsRecheck;
+    std::vector<FileStamp> stamps = Stamps();
+    if (stamps == stamps_ || stamps == failed_) return ctx_;
+    auto ctx = Build(options_);
+    if (!ctx.ok()) {
+      failed_ = stamps;  // said once per version of the files
+      log("http: the TLS files changed but do not load; still serving with the ones loaded "
+          "before: " +
+          ctx.error());
+      return ctx_;
+    }
+    ctx_ = std::move(*ctx);
+    stamps_ = std::move(stamps);
+    failed_.clear();
+    return ctx_;
+  }
+
+ private:
+  explicit TlsContext(HttpServer::TlsOptions options) : options_(std::move(options)) {}
+
+  std::vector<FileStamp> Stamps() const {
+    return {StampOf(options_.cert_file), StampOf(options_.key_file),
+            StampOf(options_.client_ca_file)};
+  }
+
+  static Result<SslCtx> Build(const HttpServer::TlsOptions& o) {
+    using R = Result<SslCtx>;
+    ERR_clear_error();
+    SslCtx ctx(SSL_CTX_new(TLS_server_method()), SSL_CTX_free);
+    if (!ctx) return R::Error("cannot set up TLS: " + OpenSslErrors());
+    SSL_CTX* c = ctx.get();
+    SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION);
+    uint64_t flags =
+        SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_CIPHER_SERVER_PREFERENCE;
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    flags |= SSL_OP_IGNORE_UNEXPECTED_EOF;  // a client that closes without close_notify is done
+#endif
+    SSL_CTX_set_options(c, flags);
+    SSL_CTX_set_mode(c, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
+                            SSL_MODE_RELEASE_BUFFERS);
+    SSL_CTX_set_default_passwd_cb(c, NoPassphrase);
+    if (o.cert_file.empty() || o.key_file.empty()) {
+      return R::Error("TLS needs both a certificate file and a private key file");
+    }
+    if (SSL_CTX_use_certificate_chain_file(c, o.cert_file.c_str()) != 1) {
+      return R::Error("certificate file " + QuoteValue(o.cert_file) +
+                      ": not a readable PEM certificate: " + OpenSslErrors());
+    }
+    if (SSL_CTX_use_PrivateKey_file(c, o.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
+      if (ERR_GET_REASON(ERR_peek_last_error()) != X509_R_KEY_VALUES_MISMATCH) {
+        return R::Error("private key file " + QuoteValue(o.key_file) +
+                        ": not a readable, unencrypted PEM private key: " + OpenSslErrors());
+      }
+      ERR_clear_error();
+    }
+    if (ERR_peek_error() != 0 || SSL_CTX_check_private_key(c) != 1) {
+      ERR_clear_error();
+      return R::Error("private key file " + QuoteValue(o.key_file) +
+                      " is not the key of certificate file " + QuoteValue(o.cert_file));
+    }
+    static const unsigned char kSessionContext[] = "tessera-http";
+    SSL_CTX_set_session_id_context(c, kSessionContext, sizeof(kSessionContext) - 1);
+    if (!o.client_ca_file.empty()) {
+      if (SSL_CTX_load_verify_locations(c, o.client_ca_file.c_str(), nullptr) != 1) {
+        return R::Error("client CA file " + QuoteValue(o.client_ca_file) +
+                        ": not readable PEM certificates: " + OpenSslErrors());
+      }
+      STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(o.client_ca_file.c_str());
+      if (names == nullptr) {
+        return R::Error("client CA file " + QuoteValue(o.client_ca_file) +
+                        ": holds no CA certificate: " + OpenSslErrors());
+      }
+      SSL_CTX_set_client_CA_list(c, names);  // the client picks its certificate by these
+      SSL_CTX_set_verify(c, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+    }
+    return ctx;
+  }
+
+  const HttpServer::TlsOptions options_;
+  std::mutex mu_;
+  SslCtx ctx_;
+  std::vector<FileStamp> stamps_;  // of the files ctx_ was built from
+  std::vector<FileStamp> failed_;  // of files that did not load (not tried again until changed)
+  Clock::time_point next_check_;
+};
+
+// Where a connection is; every step but kHandler may be closed to make room for a new one.
+enum class Step { kHandshake, kIdle, kRequest, kHandler, kWriting };
+
+std::string_view StepName(Step step) {
+  switch (step) {
+    case Step::kHandshake:
+      return "in its TLS handshake";
+    case Step::kIdle:
+      return "waiting for a request";
+    case Step::kRequest:
+      return "sending its request";
+    case Step::kHandler:
+      return "being answered";
+    case Step::kWriting:
+      return "taking its response";
+  }
+  return "?";
+}
+
+// One open connection in the server's book.
+struct Slot {
+  int fd = -1;
+  std::string ip;
+  Step step = Step::kHandshake;
+  Clock::time_point since;  // when it entered `step`
+  bool evicted = false;     // closed to make room: its thread is ending it
+};
+using Slots = std::list<Slot>;
+
+// One client connection as cpp-httplib reads and writes it, over TCP or TLS: reads wait until the
+// current deadline (or Stop), stop at the request's byte budget, and never block past either;
+// writes are buffered and sent in one go by Flush(), before the next read and at the end of each
+// response. Remembers why a read failed, for the error handler.
 class Connection : public httplib::Stream {
  public:
   Connection(int fd, int stop_fd) : fd_(fd), stop_fd_(stop_fd) {}
+  ~Connection() override {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
 
-  // Starts a request: it must arrive by `deadline`, its head carry at most kMaxHeadBytes, and
-  // its response be taken by the client within `write_timeout` of being sent.
-  void BeginRequest(Clock::time_point deadline, milliseconds write_timeout) {
-    deadline_ = deadline;
+  // The TLS handshake on `ctx`, until `deadline`. False (why() says why) when it fails.
+  bool StartTls(SSL_CTX* ctx, Clock::time_point deadline, milliseconds bound) {
+    ERR_clear_error();
+    ssl_ = SSL_new(ctx);
+    if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) {
+      why_ = "cannot start a TLS session: " + OpenSslErrors();
+      return false;
+    }
+    for (;;) {
+      ERR_clear_error();
+      const int r = SSL_accept(ssl_);
+      if (r == 1) break;
+      const int e = SSL_get_error(ssl_, r);
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        if (Wait(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline)) continue;
+        why_ = timed_out_ ? "the TLS handshake did not finish within " +
+                                std::to_string(bound.count()) + " ms"
+                          : std::string("the server stopped");
+        return false;
+      }
+      if (e == SSL_ERROR_SSL) {
+        const long verify = SSL_get_verify_result(ssl_);
+        why_ = "TLS handshake failed: " + OpenSslErrors();
+        if (verify != X509_V_OK) {
+          why_ +=
+              std::string(" (client certificate: ") + X509_verify_cert_error_string(verify) + ")";
+        }
+      } else {
+        why_ = "the client closed the connection during the TLS handshake";
+      }
+      broken_ = true;
+      return false;
+    }
+    if (X509* cert = SSL_get_peer_certificate(ssl_)) {
+      if (SSL_get_verify_result(ssl_) == X509_V_OK) {
+        BIO* bio = BIO_new(BIO_s_mem());
+        if (bio != nullptr) {
+          X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253);
+          char* data = nullptr;
+          const long n = BIO_get_mem_data(bio, &data);
+          if (n > 0) client_subject_.assign(data, static_cast<size_t>(n));
+          BIO_free(bio);
+        }
+      }
+      X509_free(cert);
+    }
+    return true;
+  }
+
+  // Sends TLS's close_notify (when the session is whole), then closes the socket.
+  void Close() {
+    if (ssl_ != nullptr && !broken_) {
+      ERR_clear_error();
+      SSL_shutdown(ssl_);  // non-blocking: one try
+    }
+    ERR_clear_error();
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+  }
+
+  // Starts a request whose first byte has come: its head must be in by `head_deadline`
+  // (`head_bound` after the first byte) and carry at most kMaxHeadBytes, all of it by
+  // `end` (`bound`), and its response be taken by the client within `write_timeout` of being sent.
+  void BeginRequest(Clock::time_point head_deadline, milliseconds head_bound, Clock::time_point end,
+                    milliseconds bound, milliseconds write_timeout) {
+    deadline_ = head_deadline;
+    deadline_bound_ = head_bound;
+    end_ = end;
+    end_bound_ = bound;
     budget_ = kMaxHeadBytes;
     write_timeout_ = write_timeout;
     request_bytes_ = 0;
@@ -110,50 +406,65 @@ class Connection : public httplib::Stream {
     timed_out_ = over_budget_ = false;
   }
 
-  // The head is in: the body may bring `body_bytes` more. With `ends_there` the body is exactly
-  // that long and reading past it finds its end (a request without Content-Length or
-  // Transfer-Encoding has no body, RFC 9112 6.3; cpp-httplib 0.11 would read a PUT's or a
-  // POST's until the client closes).
+  // The head is in: the body may bring `body_bytes` more, by the request's end. With `ends_there`
+  // the body is exactly that long and reading past it finds its end (a request without
+  // Content-Length or Transfer-Encoding has no body, RFC 9112 6.3; cpp-httplib 0.11 would read a
+  // PUT's or a POST's until the client closes).
   void BeginBody(size_t body_bytes, bool ends_there) {
     in_head_ = false;
+    deadline_ = end_;
+    deadline_bound_ = end_bound_;
     budget_ = request_bytes_ + body_bytes;
     body_ends_at_budget_ = ends_there;
   }
 
-  // Waits for the first byte of the next request (or the client's close). False on the
-  // deadline or Stop.
-  bool WaitForRequest() { return in_pos_ < in_.size() || Wait(POLLIN, deadline_); }
+  // Waits until `deadline` for the first byte of the next request (or the client's close). False
+  // on the deadline or Stop.
+  bool WaitForRequest(Clock::time_point deadline) {
+    timed_out_ = false;
+    if (in_pos_ < in_.size() || (ssl_ != nullptr && SSL_pending(ssl_) > 0)) return true;
+    return Wait(POLLIN, deadline);
+  }
 
   // Sends the buffered response bytes. False when the client did not take them in time.
   bool Flush() {
     const Clock::time_point deadline = Clock::now() + write_timeout_;
     size_t done = 0;
     while (done < out_.size() && !broken_) {
-      const ssize_t n = send(fd_, out_.data() + done, out_.size() - done, MSG_NOSIGNAL);
+      short want = 0;
+      const ssize_t n = WriteSome(out_.data() + done, out_.size() - done, &want);
       if (n > 0) {
         done += static_cast<size_t>(n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        if (!Wait(POLLOUT, deadline)) broken_ = true;
+      } else if (n < 0 && want != 0) {
+        if (!Wait(want, deadline)) broken_ = true;
       } else {
         broken_ = true;
       }
     }
     out_.clear();
+    if (out_.capacity() > 4 * kWriteChunk) std::string().swap(out_);  // after a large response
     return !broken_;
   }
 
   bool timed_out() const { return timed_out_; }
   bool over_budget() const { return over_budget_; }
   bool in_head() const { return in_head_; }
+  // The bound, in ms, of the deadline a read waited for (the head's or the request's).
+  int64_t bound_ms() const { return deadline_bound_.count(); }
+  // The request read so far was large (its memory is worth handing back).
+  bool large() const { return request_bytes_ > kTrimAfterBytes; }
+  const std::string& why() const { return why_; }
+  const std::string& client_subject() const { return client_subject_; }
 
   bool refusing = false;    // over max_connections: its request gets 503
   bool must_close = false;  // an error response said Connection: close
+  Slots::iterator slot;     // its entry in the server's book
 
   // httplib::Stream.
   using httplib::Stream::write;
-  bool is_readable() const override { return in_pos_ < in_.size(); }
+  bool is_readable() const override {
+    return in_pos_ < in_.size() || (ssl_ != nullptr && SSL_pending(ssl_) > 0);
+  }
   bool is_writable() const override { return !broken_; }
   ssize_t read(char* ptr, size_t size) override {
     if (body_ends_at_budget_ && request_bytes_ == budget_) return 0;  // the end of the body
@@ -203,19 +514,73 @@ class Connection : public httplib::Stream {
     }
   }
 
-  // Reads what the socket has into the buffer, waiting until the deadline. On a close by the
+  // Up to `size` bytes from the client: >0 read, 0 the client closed, -1 none yet (*want: the
+  // poll event to wait for), -2 failed.
+  ssize_t ReadSome(char* buffer, size_t size, short* want) {
+    if (ssl_ == nullptr) {
+      for (;;) {
+        const ssize_t n = recv(fd_, buffer, size, 0);
+        if (n >= 0) return n;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -2;
+        *want = POLLIN;
+        return -1;
+      }
+    }
+    ERR_clear_error();
+    const int n = SSL_read(ssl_, buffer, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+    if (n > 0) return n;
+    return SslOutcome(n, want);
+  }
+
+  // Up to `size` bytes to the client, as ReadSome.
+  ssize_t WriteSome(const char* buffer, size_t size, short* want) {
+    if (ssl_ == nullptr) {
+      for (;;) {
+        const ssize_t n = send(fd_, buffer, size, MSG_NOSIGNAL);
+        if (n >= 0) return n;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -2;
+        *want = POLLOUT;
+        return -1;
+      }
+    }
+    ERR_clear_error();
+    const int n = SSL_write(ssl_, buffer, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+    if (n > 0) return n;
+    return SslOutcome(n, want);
+  }
+
+  ssize_t SslOutcome(int result, short* want) {
+    switch (SSL_get_error(ssl_, result)) {
+      case SSL_ERROR_WANT_READ:
+        *want = POLLIN;
+        return -1;
+      case SSL_ERROR_WANT_WRITE:
+        *want = POLLOUT;
+        return -1;
+      case SSL_ERROR_ZERO_RETURN:
+        return 0;
+      default:
+        ERR_clear_error();
+        broken_ = true;  // no close_notify on a broken session
+        return -2;
+    }
+  }
+
+  // Reads what the client has into the buffer, waiting until the deadline. On a close by the
   // client the buffer is left empty and true is returned.
   bool Fill() {
     in_.resize(kReadChunk);
     in_pos_ = 0;
     for (;;) {
-      const ssize_t n = recv(fd_, in_.data(), in_.size(), 0);
+      short want = 0;
+      const ssize_t n = ReadSome(in_.data(), in_.size(), &want);
       if (n >= 0) {
         in_.resize(static_cast<size_t>(n));
         return true;
       }
-      if (errno == EINTR) continue;
-      if ((errno != EAGAIN && errno != EWOULDBLOCK) || !Wait(POLLIN, deadline_)) {
+      if (n == -2 || !Wait(want, deadline_)) {
         in_.clear();
         return false;
       }
@@ -224,7 +589,11 @@ class Connection : public httplib::Stream {
 
   int fd_;
   int stop_fd_;
-  Clock::time_point deadline_;
+  SSL* ssl_ = nullptr;
+  Clock::time_point deadline_;  // of the current read: the head's, then the request's
+  milliseconds deadline_bound_{0};
+  Clock::time_point end_;  // the whole request's
+  milliseconds end_bound_{0};
   milliseconds write_timeout_{0};
   size_t budget_ = 0;
   size_t request_bytes_ = 0;  // delivered to the library for the current request
@@ -236,6 +605,8 @@ class Connection : public httplib::Stream {
   bool timed_out_ = false;
   bool over_budget_ = false;
   bool broken_ = false;
+  std::string why_;             // why StartTls failed
+  std::string client_subject_;  // of a verified client certificate
 };
 
 // The connection the calling thread serves (cpp-httplib's handlers get no per-connection state).
@@ -243,7 +614,10 @@ thread_local Connection* t_connection = nullptr;
 
 // One thread per connection. cpp-httplib's own ThreadPool has a fixed number of threads that a
 // connection holds for as long as it is open, so a few idle keep-alive or slow clients would stall
-// everyone else. The threads are bounded by Impl (twice max_connections).
+// everyone else. A thread whose connection is not to be served (Impl::Admit) ends at once. Each
+// blocks SIGPIPE:
+// OpenSSL writes with write(2), and a client gone mid-response must not end the process (the
+// signal stays pending on the thread and goes with it).
 class ThreadPerConnection : public httplib::TaskQueue {
  public:
   void enqueue(std::function<void()> fn) override {
@@ -258,6 +632,10 @@ class ThreadPerConnection : public httplib::TaskQueue {
     }
     auto& entry = threads_.emplace_back();
     entry.thread = std::thread([this, &entry, fn = std::move(fn)] {
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
       fn();
       std::lock_guard<std::mutex> done_lock(mu_);
       entry.done = true;
@@ -289,8 +667,13 @@ class ThreadPerConnection : public httplib::TaskQueue {
 
 class HttpServer::Impl : public httplib::Server {
  public:
-  Impl(HttpServer::Handler handler, HttpServer::Options options, int stop_fd)
-      : handler_(std::move(handler)), options_(options), stop_fd_(stop_fd) {
+  Impl(HttpServer::Handler handler, HttpServer::Options options, int stop_fd,
+       std::unique_ptr<TlsContext> tls)
+      : handler_(std::move(handler)),
+        options_(options),
+        stop_fd_(stop_fd),
+        tls_(std::move(tls)),
+        log_(options_.log) {
     new_task_queue = [] { return new ThreadPerConnection(); };
     // SO_REUSEADDR only: the library's default also sets SO_REUSEPORT, with which a second
     // daemon could bind the same port and take half of its connections.
@@ -301,7 +684,7 @@ class HttpServer::Impl : public httplib::Server {
     });
     set_payload_max_length(options_.max_body_bytes);
     set_keep_alive_max_count(kMaxRequestsPerConnection);
-    set_keep_alive_timeout(std::max<time_t>(1, (options_.read_timeout.count() + 999) / 1000));
+    set_keep_alive_timeout(std::max<time_t>(1, (options_.idle_timeout.count() + 999) / 1000));
     set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
       return Early(request, response);
     });
@@ -365,34 +748,124 @@ class HttpServer::Impl : public httplib::Server {
     if (thread_.joinable()) thread_.join();       // and the task queue joins the connections
   }
 
+  bool tls() const { return tls_ != nullptr; }
+
  private:
   bool process_and_close_socket(socket_t sock) override {
-    const size_t open = ++open_connections_;
+    fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
+    fcntl(sock, F_SETFD, FD_CLOEXEC);  // the library accepts without SOCK_CLOEXEC
+    const int one = 1;
+    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::string ip;
+    int port = 0;
+    SocketName(sock, true, &ip, &port);
     Connection connection(sock, stop_fd_);
-    connection.refusing = open > options_.max_connections;
-    if (open <= 2 * options_.max_connections) {
-      fcntl(sock, F_SETFL, fcntl(sock, F_GETFL) | O_NONBLOCK);
-      fcntl(sock, F_SETFD, FD_CLOEXEC);  // the library accepts without SOCK_CLOEXEC
-      const int one = 1;
-      setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (Admit(sock, ip, &connection.slot, &connection.refusing)) {
       t_connection = &connection;
-      Clock::time_point deadline =
-          Clock::now() + (connection.refusing ? kRefusalTimeout : options_.read_timeout);
-      for (size_t served = 0; served < kMaxRequestsPerConnection && !stopping_; ++served) {
-        connection.BeginRequest(deadline, options_.read_timeout);
-        if (!connection.WaitForRequest()) break;  // idle past the deadline, or Stop()
-        const bool last = connection.refusing || served + 1 == kMaxRequestsPerConnection;
-        bool closed = false;
-        const bool ok = process_request(connection, last, closed, nullptr);
-        if (!connection.Flush() || !ok || closed || last || connection.must_close) break;
-        deadline = Clock::now() + options_.read_timeout;
-      }
+      ServeConnection(connection, ip + ":" + std::to_string(port));
       t_connection = nullptr;
+      Release(connection.slot);  // before the socket closes: eviction shuts down by descriptor
     }
-    shutdown(sock, SHUT_RDWR);
-    close(sock);
-    --open_connections_;
+    connection.Close();
     return true;
+  }
+
+  // Requests on one connection until it ends (see server.h for the deadlines).
+  void ServeConnection(Connection& connection, const std::string& peer) {
+    const milliseconds head_timeout = std::min(options_.header_timeout, options_.read_timeout);
+    const milliseconds request_timeout =
+        connection.refusing ? kRefusalTimeout : options_.read_timeout;
+    const milliseconds head_bound = std::min(head_timeout, request_timeout);
+    if (tls_ != nullptr) {
+      const SslCtx ctx = tls_->Current(log_);
+      if (!connection.StartTls(ctx.get(), Clock::now() + head_bound, head_bound)) {
+        if (!stopping_ && !Evicted(connection.slot)) {
+          log_("http: a client at " + peer + " was refused: " + connection.why());
+        }
+        return;
+      }
+    }
+    Clock::time_point wait_until =
+        Clock::now() + (connection.refusing ? kRefusalTimeout : options_.idle_timeout);
+    for (size_t served = 0; served < kMaxRequestsPerConnection && !stopping_; ++served) {
+      SetStep(connection.slot, Step::kIdle);
+      if (!connection.WaitForRequest(wait_until)) break;  // idle past the deadline, or Stop()
+      SetStep(connection.slot, Step::kRequest);
+      const Clock::time_point start = Clock::now();
+      connection.BeginRequest(start + head_bound, head_bound, start + request_timeout,
+                              request_timeout, options_.read_timeout);
+      const bool last = connection.refusing || served + 1 == kMaxRequestsPerConnection;
+      bool closed = false;
+      const bool ok = process_request(connection, last, closed, nullptr);
+      const bool flushed = connection.Flush();
+      if (connection.large()) malloc_trim(0);  // what a large body and its parsing took
+      if (!flushed || !ok || closed || last || connection.must_close) break;
+      wait_until = Clock::now() + options_.idle_timeout;
+    }
+  }
+
+  // Enters a new connection in the book, closing another to make room when the book is full (see
+  // server.h). False when this one is not to be served at all; *refusing when it is to get 503.
+  bool Admit(int fd, const std::string& ip, Slots::iterator* slot, bool* refusing) {
+    std::string note;
+    {
+      std::lock_guard<std::mutex> lock(slots_mu_);
+      // Connections closed to make room stay in the book until their threads end them, within
+      // milliseconds; only if those pile up are new ones not served at all.
+      if (slots_.size() >= kBookFactor * options_.max_connections) return false;
+      const Clock::time_point now = Clock::now();
+      *slot = slots_.insert(slots_.end(), Slot{fd, ip, Step::kHandshake, now, false});
+      ++per_ip_[ip];
+      if (++live_ > options_.max_connections) {
+        Slot* victim = nullptr;
+        size_t victim_count = 0;
+        for (Slot& s : slots_) {
+          if (&s == &**slot || s.evicted || s.step == Step::kHandler) continue;
+          const size_t count = per_ip_[s.ip];
+          if (victim == nullptr || count > victim_count ||
+              (count == victim_count && s.since < victim->since)) {
+            victim = &s;
+            victim_count = count;
+          }
+        }
+        if (victim == nullptr) {
+          *refusing = true;
+        } else {
+          victim->evicted = true;
+          --live_;
+          if (--per_ip_[victim->ip] == 0) per_ip_.erase(victim->ip);
+          ::shutdown(victim->fd, SHUT_RDWR);  // its thread wakes, finds it closed and ends it
+          note = "http: " + std::to_string(options_.max_connections) +
+                 " connections open; closed one of the " + std::to_string(victim_count) + " from " +
+                 victim->ip + ", " + std::string(StepName(victim->step)) + " for " +
+                 std::to_string(
+                     std::chrono::duration_cast<milliseconds>(now - victim->since).count()) +
+                 " ms, to serve a new one from " + ip;
+        }
+      }
+    }
+    if (!note.empty()) log_(note);
+    return true;
+  }
+
+  void SetStep(Slots::iterator slot, Step step) {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    slot->step = step;
+    slot->since = Clock::now();
+  }
+
+  bool Evicted(Slots::iterator slot) {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    return slot->evicted;
+  }
+
+  void Release(Slots::iterator slot) {
+    std::lock_guard<std::mutex> lock(slots_mu_);
+    if (!slot->evicted) {
+      --live_;
+      if (--per_ip_[slot->ip] == 0) per_ip_.erase(slot->ip);
+    }
+    slots_.erase(slot);
   }
 
   // Before the body is read: a refused connection's 503 and a body declared too large.
@@ -434,8 +907,8 @@ class HttpServer::Impl : public httplib::Server {
     std::string why;
     if (connection != nullptr && connection->timed_out()) {
       response.status = 408;
-      why = "the request did not arrive within " + std::to_string(options_.read_timeout.count()) +
-            " ms";
+      why = std::string(connection->in_head() ? "the request head" : "the request") +
+            " did not arrive within " + std::to_string(connection->bound_ms()) + " ms";
     } else if (connection != nullptr && connection->over_budget() && connection->in_head()) {
       response.status = 431;
       why = "the request head is larger than the limit of " + std::to_string(kMaxHeadBytes) +
@@ -470,6 +943,7 @@ class HttpServer::Impl : public httplib::Server {
                  " bytes");
       return;
     }
+    Connection* connection = t_connection;
     Request request;
     request.method = in.method;
     request.path = in.path;
@@ -477,10 +951,16 @@ class HttpServer::Impl : public httplib::Server {
     for (const auto& [name, value] : in.headers) {
       if (!IsSyntheticHeader(name)) request.headers.emplace_back(name, value);
     }
-    request.body = in.body;
+    // The library reads nothing of a request's body after routing it (no logger is set): the
+    // body moves instead of being copied, so a large one is held once.
+    request.body = std::move(const_cast<httplib::Request&>(in).body);
     const bool v6 = in.remote_addr.find(':') != std::string::npos;
     request.peer =
         (v6 ? "[" + in.remote_addr + "]" : in.remote_addr) + ":" + std::to_string(in.remote_port);
+    if (connection != nullptr) {
+      request.client_subject = connection->client_subject();
+      SetStep(connection->slot, Step::kHandler);
+    }
     Response response;
     try {
       response = handler_(request);
@@ -489,6 +969,7 @@ class HttpServer::Impl : public httplib::Server {
     } catch (...) {
       response = Response::Text(500, "the handler failed");
     }
+    if (connection != nullptr) SetStep(connection->slot, Step::kWriting);
     for (const auto& [name, value] : response.headers) {
       if (name.empty() || IsServerHeader(name) || HasLineBreakOrNul(name) ||
           HasLineBreakOrNul(value)) {
@@ -508,11 +989,17 @@ class HttpServer::Impl : public httplib::Server {
   HttpServer::Handler handler_;
   HttpServer::Options options_;
   int stop_fd_;  // eventfd written by Stop()
+  std::unique_ptr<TlsContext> tls_;
+  RateLimitedLog log_;
   std::thread thread_;
   bool started_ = false;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> listen_returned_{false};
-  std::atomic<size_t> open_connections_{0};
+  // The book of open connections (see Admit).
+  std::mutex slots_mu_;
+  Slots slots_;
+  std::map<std::string, size_t> per_ip_;  // connections not evicted, by client address
+  size_t live_ = 0;                       // connections not evicted
 };
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Create(std::string_view listen,
@@ -526,11 +1013,22 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Create(std::string_view listen,
   if (!handler) {
     return R::Error(std::string(input_name) + ": HttpServer needs a handler");
   }
+  if (options.max_connections == 0) {
+    return R::Error(std::string(input_name) + ": HttpServer needs max_connections of 1 or more");
+  }
+  std::unique_ptr<TlsContext> tls;
+  if (options.tls) {
+    auto loaded = TlsContext::Load(*options.tls);
+    if (!loaded.ok()) {
+      return R::Error(std::string(input_name) + "=" + std::string(listen) + ": " + loaded.error());
+    }
+    tls = std::move(*loaded);
+  }
   const int stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (stop_fd < 0) {
     return R::Error(std::string(input_name) + ": eventfd: " + std::strerror(errno));
   }
-  auto impl = std::make_unique<Impl>(std::move(handler), options, stop_fd);
+  auto impl = std::make_unique<Impl>(std::move(handler), options, stop_fd, std::move(tls));
   auto port = impl->Bind(*address, std::string(input_name) + "=" + FormatHostPort(*address));
   if (!port.ok()) {
     return port.status();
@@ -547,5 +1045,7 @@ HttpServer::~HttpServer() { Stop(); }
 Status HttpServer::Start() { return impl_->Start(); }
 
 void HttpServer::Stop() { impl_->Stop(); }
+
+bool HttpServer::tls() const { return impl_->tls(); }
 
 }  // namespace tessera::http

@@ -15,6 +15,19 @@ SchedulerDriver::SchedulerDriver(int port)
   http_->set_connection_timeout(5, 0);
 }
 
+SchedulerDriver::SchedulerDriver(int port, const SchedulerTls& tls)
+    : http_(std::make_unique<httplib::Client>("https://127.0.0.1:" + std::to_string(port),
+                                              tls.cert_file, tls.key_file)) {
+  http_->set_keep_alive(true);
+  http_->set_tcp_nodelay(true);
+  http_->set_read_timeout(30, 0);
+  http_->set_connection_timeout(5, 0);
+  // Upstream's makeTransport: with enableHTTPS and no CA, the extender's certificate is not
+  // checked (insecure); with one, it is, against the host it calls.
+  if (!tls.ca_file.empty()) http_->set_ca_cert_path(tls.ca_file.c_str());
+  http_->enable_server_certificate_verification(!tls.ca_file.empty());
+}
+
 SchedulerDriver::~SchedulerDriver() = default;
 
 int SchedulerDriver::Post(const std::string& path, const std::string& request, std::string* body) {

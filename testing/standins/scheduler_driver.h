@@ -24,9 +24,20 @@ struct ScheduleResult {
   std::string error;                             // a verb's HTTP or Error failure
 };
 
+// An extender entry's `enableHTTPS: true` with its `tlsConfig` (KubeSchedulerConfiguration v1):
+// kube-scheduler checks the extender's certificate against caFile (when given) and presents
+// certFile/keyFile as its client certificate.
+struct SchedulerTls {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
 class SchedulerDriver {
  public:
   explicit SchedulerDriver(int port);
+  // Over HTTPS, as kube-scheduler with `tls` (to https://127.0.0.1:PORT).
+  SchedulerDriver(int port, const SchedulerTls& tls);
   ~SchedulerDriver();
 
   // One scheduling attempt of `pod` (a v1.Pod as the API server returned it) over `nodes`.

@@ -22,7 +22,8 @@
 //                                                SOCKET as a raw client (no shim) and print
 //                                                reply=THE REPLY LINE
 //   sim_tenant LIB processes                     NVML's compute processes on device 0 as this
-//                                                process sees them: processes=N, pid_i=, mem_i=
+//                                                process sees them: self= (getpid()), then
+//                                                processes=N, pid_i=, mem_i=
 //   sim_tenant LIB limiter LAUNCHES              sizes a launch limiter from device 0's
 //                                                attributes as a peer interposer does (tokens =
 //                                                threads per SM x SMs, refilled every 10 ms, a
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
       std::printf("error=nvml\n");
       return 1;
     }
-    std::printf("processes=%u\n", n);
+    std::printf("self=%d\nprocesses=%u\n", static_cast<int>(getpid()), n);
     for (unsigned int i = 0; i < n; ++i) {
       std::printf("pid_%u=%u\nmem_%u=%llu\n", i, procs[i].pid, i, procs[i].usedGpuMemory);
     }

@@ -1,5 +1,6 @@
-// The node as shipped: the DaemonSet of deploy/kubernetes/tessera-node.yaml that runs on a node of
-// the mode under test is read from the file (yaml-cpp), and its pod's containers run under podman
+// The node as shipped: the DaemonSet of deploy/kubernetes/base/tessera-node.yaml that runs on a
+// node of the mode under test is read from the file (yaml-cpp), and its pod's containers run under
+// podman
 // + runc with what the manifest gives them: command, environment (the downward API's node name),
 // privileges, hostPID, and every volume at its host path with its read-only flag and mount
 // propagation. Then a pod placed on the node gets its allocation from the plugin through the
@@ -78,7 +79,7 @@ std::string ManifestPath() {
   const char* v = std::getenv("TESSERA_NODE_MANIFEST");
   return v != nullptr && *v != '\0'
              ? v
-             : std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/tessera-node.yaml";
+             : std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/base/tessera-node.yaml";
 }
 
 // The test process's own mount and network namespaces, made before any test (single-threaded).

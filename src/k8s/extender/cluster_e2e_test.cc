@@ -1,5 +1,6 @@
 // A whole cluster in one test (issue 15, item 6): the stand-in API server; tessera-extender (in
-// process, on its real HTTP verbs, driven as kube-scheduler drives an extender); three simulated
+// process, on its real HTTP verbs, driven as kube-scheduler drives an extender, over HTTPS with
+// kube-scheduler's client certificate as deploy/kubernetes wires it); three simulated
 // GPU nodes, each with its own simgpu state, a real tesserad and the real tessera-device-plugin;
 // a stand-in kubelet per node that admits pods as kubelet does (Allocate per container) and a
 // stand-in container runtime that starts each container's process in its own mount namespace with
@@ -14,23 +15,24 @@
 #include <algorithm>
 #include <bit>
 #include <fstream>
-#include <optional>
-#include <set>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "k8s/annotations.h"
-#include "testing/standins/test_kubelet.h"
-#include "testing/support/test_support.h"
 #include "k8s/extender/extender_app.h"
-#include "testing/standins/scheduler_driver.h"
-#include "testing/support/test_objects.h"
-#include "testing/standins/test_apiserver.h"
 #include "placement/policy.h"
 #include "process/child_process.h"
+#include "testing/standins/scheduler_driver.h"
+#include "testing/standins/test_apiserver.h"
+#include "testing/standins/test_kubelet.h"
+#include "testing/support/http_attack.h"
+#include "testing/support/test_objects.h"
+#include "testing/support/test_support.h"
 
 namespace tessera::extender {
 namespace {
@@ -203,10 +205,14 @@ class ClusterE2ETest : public ::testing::Test {
     placement::PolicyOptions po;
     po.workload = workload_.get();
     engine_ = std::move(placement::MakePolicy("tessera", po).value());
+    // The certificates as docs/kubernetes.md makes them (deploy/kubernetes/extender-certs.sh).
+    auto tls = tessera::testing::MakeTlsFiles(nodes_[0].sim->Scratch("extender-tls"));
+    ASSERT_TRUE(tls.ok()) << tls.error();
     AppConfig c;
     c.api.server = api_.url();
     c.listen_host = "127.0.0.1";
     c.listen_port = 0;
+    c.tls = http::HttpServer::TlsOptions{tls->cert, tls->key, tls->ca};
     c.state.workload = workload_;
     c.quiet = true;
     extender_ = std::make_unique<ExtenderApp>(c);
@@ -215,7 +221,8 @@ class ClusterE2ETest : public ::testing::Test {
     // The extender has read every node's inventory.
     ASSERT_TRUE(k8s::testing::WaitUntil(
         [&] { return extender_->state().Stats().gpu_milli_capacity == 6000; }, 10s));
-    driver_ = std::make_unique<testing::SchedulerDriver>(extender_->port());
+    driver_ = std::make_unique<testing::SchedulerDriver>(
+        extender_->port(), testing::SchedulerTls{tls->ca, tls->client_cert, tls->client_key});
   }
 
   // A pod as a user writes it (one container, "app").

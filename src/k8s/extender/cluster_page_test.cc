@@ -1,8 +1,9 @@
 // tessera-extender's cluster page in a real browser: headless Chromium loads /ui from a real
 // extender over the stand-in API server, after pods of several shapes were placed through the
 // verbs as kube-scheduler drives them, and the test reads what the page's script drew (nodes,
-// GPUs, each pod's memory and GPU-time share) from the rendered DOM. The screenshot is kept under
-// build/browser/ as a CI artifact.
+// GPUs, each pod's memory and GPU-time share; then a pod that fits nowhere listed as waiting, with
+// its reason, and the GPUs it leaves stranded marked) from the rendered DOM. The screenshot is kept
+// under build/browser/ as a CI artifact.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -78,6 +79,33 @@ TEST(ClusterPageTest, ABrowserDrawsEveryGpuWithThePodsThatHoldIt) {
       << *dom;
   EXPECT_NE(dom->find("data-pending=\"0\""), std::string::npos);
   EXPECT_EQ(dom->find("class=\"sub err\""), std::string::npos);
+  EXPECT_EQ(dom->find("gpu stranded"), std::string::npos) << "nothing waits: nothing is stranded";
+
+  // Two whole GPUs more fit no node (gpu-a has one free GPU and 20 % of the other): the pod waits,
+  // listed with what it asks and kube-scheduler's reason, and gpu-a's two GPUs are drawn stranded,
+  // free capacity the waiting pod cannot use.
+  auto waits = driver.Schedule(
+      api.CreatePod(Created(Pod("second-trainer", {{"tessera.io/gpu-count", "2"}}))), nodes);
+  ASSERT_FALSE(waits.bound);
+  dom = chromium.RenderedDom(url);
+  ASSERT_TRUE(dom.ok()) << dom.error();
+  EXPECT_NE(dom->find("2 node(s), 4 GPU(s): 3 in use, 2 stranded; 1 pod(s) waiting"),
+            std::string::npos)
+      << *dom;
+  EXPECT_NE(dom->find("data-pending=\"1\""), std::string::npos) << *dom;
+  EXPECT_NE(dom->find("<tr data-pod=\"default/second-trainer\"><td>default/second-trainer</td>"
+                      "<td>2 GPUs</td>"),
+            std::string::npos)
+      << *dom;
+  EXPECT_NE(dom->find("0/2 nodes are available: 2 tessera: Insufficient tessera.io/gpu-count"),
+            std::string::npos)
+      << *dom;
+  size_t stranded_cells = 0;
+  for (size_t at = dom->find("class=\"gpu stranded"); at != std::string::npos;
+       at = dom->find("class=\"gpu stranded", at + 1))
+    ++stranded_cells;
+  EXPECT_EQ(stranded_cells, 2u) << *dom;
+  EXPECT_NE(dom->find("class=\"seg free-stranded\""), std::string::npos) << *dom;
 
   process::RunShell("mkdir -p '" + process::BuildDir() + "/browser'");
   auto shot = chromium.Screenshot(url, process::BuildDir() + "/browser/cluster_page.png");

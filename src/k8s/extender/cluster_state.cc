@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "core/bytes.h"
@@ -12,6 +14,7 @@
 #include "k8s/quantity.h"
 #include "mig/profiles.h"
 #include "placement/mig.h"
+#include "placement/stranded.h"
 
 namespace tessera::extender {
 
@@ -184,7 +187,9 @@ struct PodRec {
   std::string key;  // ns/name
   std::string resource_version;
   std::string node_name;
+  std::string scheduler_name;
   bool terminal = false;
+  bool deleting = false;
   PodDemand demand;
   std::optional<k8s::Assignment> assignment;
   std::string assignment_error;
@@ -216,7 +221,9 @@ Result<PodRec> ReadPodRec(const Json& pod) {
   rec.key = view->Key();
   rec.resource_version = view->resource_version;
   rec.node_name = view->node_name;
+  rec.scheduler_name = view->scheduler_name;
   rec.terminal = view->Terminal();
+  rec.deleting = view->deleting;
   rec.demand = ReadPodDemand(*view, pod);
   if (const std::string* text = view->Annotation(k8s::kAssignmentAnnotation)) {
     auto a = k8s::ParseAssignment(*text);
@@ -335,6 +342,47 @@ Result<NodeRec> ReadNodeRec(const Json& node) {
   return rec;
 }
 
+// What a pod asks, for people: "30% + 4 GiB", "2 GPUs", "2 x (10% + 2 GiB)", "MIG 3g.40gb"; a
+// pod of several asking containers names each.
+std::string DescribeAsks(const PodDemand& d) {
+  auto gib = [](int64_t mib) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), mib % 1024 == 0 ? "%.0f GiB" : "%.1f GiB", mib / 1024.0);
+    return std::string(buf);
+  };
+  std::string out;
+  for (const ContainerAsk& a : d.asks) {
+    std::string one;
+    if (!a.mig_profile.empty()) {
+      one = "MIG " + a.mig_profile;
+    } else if (a.whole()) {
+      one = std::to_string(a.gpu_count) + (a.gpu_count == 1 ? " GPU" : " GPUs");
+    } else {
+      std::string share;
+      if (a.core_percent > 0) share = std::to_string(a.core_percent) + "%";
+      if (a.mem_mib > 0) share += (share.empty() ? "" : " + ") + gib(a.mem_mib);
+      one = a.gpu_count > 1 ? std::to_string(a.gpu_count) + " x (" + share + ")" : share;
+    }
+    if (d.asks.size() > 1) one = a.name + ": " + one;
+    out += (out.empty() ? "" : ", ") + one;
+  }
+  return out.empty() ? "no GPU" : out;
+}
+
+// kube-scheduler's summary of why no node took a pod (its FitError): "0/3 nodes are available:
+// 2 tessera: Insufficient tessera.io/gpu-core, 1 tessera: node has fewer GPUs than ...", each
+// reason with its count of nodes, sorted as strings.
+std::string NoNodeSummary(size_t asked, const std::vector<NodeFailure>& failed) {
+  std::map<std::string, size_t> counts;
+  for (const NodeFailure& f : failed) ++counts[f.reason];
+  std::vector<std::string> parts;
+  for (const auto& [reason, count] : counts) parts.push_back(std::to_string(count) + " " + reason);
+  std::sort(parts.begin(), parts.end());
+  std::string out = "0/" + std::to_string(asked) + " nodes are available";
+  for (size_t i = 0; i < parts.size(); ++i) out += (i == 0 ? ": " : ", ") + parts[i];
+  return out + ".";
+}
+
 pl::NodeMode PlacementMode(k8s::NodeMode mode) {
   switch (mode) {
     case k8s::NodeMode::kMem:
@@ -390,6 +438,17 @@ struct ClusterState::Impl {
   std::unordered_map<std::string, Hold> holds;     // by uid
   std::set<std::string> reserved;                  // uids with a reserved hold
   std::set<std::string> conflicted;                // uids whose hold did not all fit
+  // Pods whose latest filter found no node, by uid: the waiting pods /inspect lists, and the
+  // demand stranded GPUs are judged by. Dropped when a filter finds the pod a node, and when it
+  // is bound, ends or is deleted.
+  struct Waiting {
+    std::string pod;  // ns/name
+    std::string asks;
+    std::string reason;
+    SteadyTime since{};  // its first filter that found no node
+    PodDemand demand;
+  };
+  std::unordered_map<std::string, Waiting> waiting;
 
   bool dirty = true;
   uint64_t epoch = 0;
@@ -1265,7 +1324,10 @@ Status ClusterState::UpsertPod(const Json& pod) {
   s.pods_changed = true;
   s.EnsureBuilt();
   s.Observe(*rec);
-  if (rec->terminal || !rec->node_name.empty()) s.asked.erase(rec->uid);
+  if (rec->terminal || !rec->node_name.empty()) {
+    s.asked.erase(rec->uid);
+    s.waiting.erase(rec->uid);
+  }
   s.pods[rec->uid] = std::move(*rec);
   return Status::Ok();
 }
@@ -1276,6 +1338,7 @@ void ClusterState::RemovePod(const std::string& uid) {
   impl_->Drop(uid);
   impl_->pods.erase(uid);
   impl_->asked.erase(uid);
+  impl_->waiting.erase(uid);
 }
 
 void ClusterState::ReplaceNodes(const std::vector<Json>& nodes) {
@@ -1323,6 +1386,11 @@ void ClusterState::ReplacePods(const std::vector<Json>& pods) {
     } else {
       ++it;
     }
+  }
+  for (auto it = s.waiting.begin(); it != s.waiting.end();) {
+    auto p = listed.find(it->first);
+    const bool waits = p != listed.end() && !p->second.terminal && p->second.node_name.empty();
+    it = waits ? std::next(it) : s.waiting.erase(it);
   }
   s.pods = std::move(listed);
   s.EnsureBuilt();
@@ -1413,6 +1481,7 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
     choice = s.Choose(*reqs, sorted, chosen_only ? nullptr : &scores);
     if (choice) s.Reserve(*rec, *reqs, *choice);
   }
+  if (choice) s.waiting.erase(rec->uid);
   if (choice && chosen_only) {
     // kube-scheduler reads the failure maps only when no node passes (they are why a pod is
     // Pending); with one node passing it binds there, so none is written.
@@ -1438,6 +1507,14 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
       out.failed.push_back(
           {name, "tessera: node " + name + " is not known to the extender", true, "node-unknown"});
     }
+  }
+  if (!choice) {
+    Impl::Waiting& w = s.waiting[rec->uid];
+    if (w.since == SteadyTime{}) w.since = s.options.clock();
+    w.pod = rec->key;
+    w.asks = DescribeAsks(rec->demand);
+    w.reason = NoNodeSummary(names.size(), out.failed);
+    w.demand = rec->demand;
   }
   Impl::LastFilter& last = s.last_filter;
   last.uid = rec->uid;
@@ -1556,6 +1633,14 @@ void ClusterState::FinishBind(const std::string& uid, const BindPlan& plan, bool
   if (auto p = s.pods.find(uid); p != s.pods.end()) s.Observe(p->second);
 }
 
+std::optional<PodFacts> ClusterState::Observed(const std::string& uid) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->pods.find(uid);
+  if (it == impl_->pods.end()) return std::nullopt;
+  const PodRec& rec = it->second;
+  return PodFacts{rec.key, rec.node_name, rec.scheduler_name, rec.terminal, rec.deleting};
+}
+
 NodeCommitView ClusterState::CommitView(const std::string& node) const {
   std::lock_guard lock(impl_->mu);
   NodeCommitView v;
@@ -1645,19 +1730,34 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
       }
     }
   }
+  // Stranded GPUs (placement/stranded.h): judged by the waiting pods' requests, else by the
+  // target workload's shapes.
+  std::vector<pl::Request> waiting_requests;
+  for (const auto& [uid, w] : s.waiting) {
+    if (!w.demand.demand_error.empty()) continue;
+    auto r = Impl::Requests(w.demand, s.Allowed(w.demand));
+    if (r.ok())
+      waiting_requests.insert(waiting_requests.end(), r->requests.begin(), r->requests.end());
+  }
+  const std::vector<pl::Request> demand = pl::StrandingDemand(waiting_requests, *s.workload);
+  int stranded_total = 0;
   Json nodes = Json::array();
   for (const auto& [name, rec] : s.nodes) {
     if (only && *only != name) continue;
     const int n = s.index_of.at(name);
+    const uint32_t stranded = pl::StrandedGpus(*s.cluster, n, demand);
+    stranded_total += std::popcount(stranded);
     Json gpus = Json::array();
     auto add_gpu = [&](const k8s::InventoryGpu& g, int placement_index) {
       Json j = {{"index", g.index},     {"uuid", g.uuid},
                 {"model", g.model},     {"memory_bytes", g.memory.count()},
-                {"healthy", g.healthy}, {"holders", Json::array()}};
+                {"healthy", g.healthy}, {"holders", Json::array()},
+                {"stranded", false}};
       if (placement_index >= 0) {
         const auto i = static_cast<size_t>(placement_index);
         j["core_free_percent"] = s.cluster->gpu_milli_free(n)[i] / 10.0;
         j["memory_free_bytes"] = s.cluster->gpu_memory_free(n)[i] * kMiB;
+        j["stranded"] = ((stranded >> i) & 1) != 0;
       }
       if (auto h = gpu_holders.find(g.uuid); h != gpu_holders.end()) j["holders"] = h->second;
       gpus.push_back(std::move(j));
@@ -1674,6 +1774,9 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
         const pl::MigGpu& placed = s.cluster->mig_gpus(n)[static_cast<size_t>(gi)];
         const int k = placed.InstanceAt(inst->start);
         if (k >= 0) j["mig"]["taken"] = placed.Taken(static_cast<size_t>(k));
+        // A free instance of a stranded GPU is stranded.
+        j["stranded"] =
+            ((stranded >> gi) & 1) != 0 && k >= 0 && !placed.Taken(static_cast<size_t>(k));
       }
     } else {
       for (size_t i = 0; i < rec.gpus.size(); ++i) add_gpu(rec.gpus[i], static_cast<int>(i));
@@ -1695,7 +1798,27 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
     if (nodes.empty()) return std::nullopt;
     return nodes[0];
   }
-  return Json{{"nodes", std::move(nodes)}};
+  // Oldest first.
+  std::vector<std::pair<std::string, const Impl::Waiting*>> order;
+  for (const auto& [uid, w] : s.waiting) order.emplace_back(uid, &w);
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.second->since, a.second->pod) < std::tie(b.second->since, b.second->pod);
+  });
+  const SteadyTime now = s.options.clock();
+  Json pending = Json::array();
+  for (const auto& [uid, w] : order) {
+    pending.push_back({{"pod", w->pod},
+                       {"uid", uid},
+                       {"asks", w->asks},
+                       {"reason", w->reason},
+                       {"waiting_seconds", std::chrono::duration<double>(now - w->since).count()}});
+  }
+  return Json{{"nodes", std::move(nodes)},
+              {"pending", std::move(pending)},
+              {"stranded_gpus", stranded_total},
+              {"stranded_judged_by", !waiting_requests.empty() ? "waiting pods"
+                                     : !demand.empty()         ? "target workload"
+                                                               : "nothing"}};
 }
 
 StateStats ClusterState::Stats() const {

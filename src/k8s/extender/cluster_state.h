@@ -113,6 +113,16 @@ struct NodeCommitView {
   uint64_t verified_seq = 0;
 };
 
+// What the API server last said of a pod (through the watch): what decides whether a verb may act
+// on it.
+struct PodFacts {
+  std::string key;  // ns/name
+  std::string node_name;
+  std::string scheduler_name;
+  bool terminal = false;
+  bool deleting = false;
+};
+
 // Counters for /metrics.
 struct StateStats {
   size_t nodes = 0;
@@ -174,6 +184,10 @@ class ClusterState {
   // `base_seq`: the log's seq the commit was written over (verified by the binder before).
   void NoteCommit(const std::string& node, const std::string& resource_version,
                   const CommitLog& log, uint64_t base_seq);
+
+  // The pod with `uid` as the API server last reported it; nullopt when the watch has not shown
+  // it (or shows it deleted). A verb's own copy of a pod never counts here.
+  std::optional<PodFacts> Observed(const std::string& uid) const;
 
   // JSON for GET /inspect (every node) or /inspect/NODE (one; nullopt when unknown).
   std::optional<k8s::Json> Inspect(std::optional<std::string> node) const;

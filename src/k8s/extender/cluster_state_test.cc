@@ -499,6 +499,75 @@ TEST(ClusterStateTest, InspectShowsWhoHoldsWhat) {
   EXPECT_EQ((*s->Inspect(std::nullopt))["nodes"].size(), 1u);
 }
 
+TEST(ClusterStateTest, InspectListsWaitingPodsWithTheirReasonAndMarksStrandedGpus) {
+  // A clock the test moves: how long a pod has waited.
+  auto now =
+      std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  StateOptions o;
+  o.workload = std::make_shared<placement::TargetWorkload>();
+  o.clock = [now] { return *now; };
+  ClusterState s(o);
+  ASSERT_TRUE(s.UpsertNode(Node("a", Gpus(2))).ok());
+  ASSERT_TRUE(s.UpsertNode(Node("b", Gpus(2))).ok());
+  const std::vector<std::string> nodes = {"a", "b"};
+  std::string chosen;
+  // 80 % of a's GPU 0 and all of b's GPUs are taken.
+  for (const auto& [name, limits] : {std::pair<std::string, std::map<std::string, std::string>>{
+                                         "share", {{"tessera.io/gpu-core", "80"}}},
+                                     {"pair", {{"tessera.io/gpu-count", "2"}}}}) {
+    auto plan = FilterAndBind(s, Pod(name, limits), nodes, &chosen);
+    ASSERT_TRUE(plan.ok()) << name << ": " << plan.error();
+    s.FinishBind("uid-" + name, *plan, true);
+  }
+  // Nothing waits and the target workload is empty: nothing to judge free capacity by.
+  auto j = s.Inspect(std::nullopt);
+  EXPECT_TRUE((*j)["pending"].empty());
+  EXPECT_EQ((*j)["stranded_gpus"], 0);
+  EXPECT_EQ((*j)["stranded_judged_by"], "nothing");
+  // Two whole GPUs more fit no node: the pod waits with kube-scheduler's summary of the reasons,
+  // and both of a's GPUs are stranded (one whole GPU free there, 20 % on the other), b's are full.
+  const k8s::Json waiting = Pod("second-pair", {{"tessera.io/gpu-count", "2"}});
+  auto out = s.Filter(waiting, nodes);
+  ASSERT_TRUE(out.ok() && out->fits.empty());
+  *now += std::chrono::seconds(7);
+  ASSERT_TRUE(s.Filter(waiting, nodes).ok());  // tried again: it waits since the first
+  j = s.Inspect(std::nullopt);
+  ASSERT_EQ((*j)["pending"].size(), 1u) << j->dump();
+  const k8s::Json& p = (*j)["pending"][0];
+  EXPECT_EQ(p["pod"], "default/second-pair");
+  EXPECT_EQ(p["asks"], "2 GPUs");
+  EXPECT_EQ(p["reason"],
+            "0/2 nodes are available: 2 tessera: Insufficient tessera.io/gpu-count (too few "
+            "entirely free GPUs).")
+      << p.dump();
+  EXPECT_DOUBLE_EQ(p["waiting_seconds"].get<double>(), 7.0);
+  EXPECT_EQ((*j)["stranded_gpus"], 2);
+  EXPECT_EQ((*j)["stranded_judged_by"], "waiting pods");
+  const k8s::Json& a = (*j)["nodes"][0];
+  ASSERT_EQ(a["name"], "a");
+  EXPECT_EQ(a["gpus"][0]["stranded"], true);
+  EXPECT_EQ(a["gpus"][1]["stranded"], true);
+  EXPECT_EQ((*j)["nodes"][1]["gpus"][0]["stranded"], false) << "a full GPU is never stranded";
+  // A small share could use a's GPUs: once it waits too, they are not stranded.
+  auto small =
+      s.Filter(Pod("small", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"b"});
+  ASSERT_TRUE(small.ok() && small->fits.empty());
+  j = s.Inspect(std::nullopt);
+  EXPECT_EQ((*j)["pending"].size(), 2u);
+  EXPECT_EQ((*j)["stranded_gpus"], 0);
+  // Bound elsewhere (by another scheduler), deleted: each leaves the list.
+  ASSERT_TRUE(s.UpsertPod(Bound(Pod("small", {{"tessera.io/gpu-core", "10"}}), "a")).ok());
+  s.RemovePod("uid-second-pair");
+  j = s.Inspect(std::nullopt);
+  EXPECT_TRUE((*j)["pending"].empty()) << j->dump();
+  // A filter that finds a node takes the pod off the list too.
+  ASSERT_FALSE(s.Filter(Pod("later", {{"tessera.io/gpu-count", "2"}}), nodes)->fits.size());
+  EXPECT_EQ((*s.Inspect(std::nullopt))["pending"].size(), 1u);
+  s.RemovePod("uid-pair");
+  EXPECT_EQ(s.Filter(Pod("later", {{"tessera.io/gpu-count", "2"}}), nodes)->fits.size(), 1u);
+  EXPECT_TRUE((*s.Inspect(std::nullopt))["pending"].empty());
+}
+
 // A pod the API server reports with an assignment, bound to `node`.
 k8s::Json Assigned(const std::string& name, const std::string& node, int core, uint64_t gib,
                    int gpu = 0) {

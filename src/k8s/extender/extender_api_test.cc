@@ -215,7 +215,9 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   EXPECT_EQ(driver.Post("/bind", "{}", &body), 400);
   EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("PodName is missing"), std::string::npos);
   EXPECT_EQ(driver.Post("/bind", R"({"PodName":"x","PodNamespace":"default","PodUID":"u","Node":"good"})", &body), 200);
-  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("not known"), std::string::npos);
+  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("pod default/x does not exist"),
+            std::string::npos)
+      << body;
   // A pod with an invalid annotation: every node says why.
   auto invalid = driver.Schedule(CreatePod(Pod("w", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/weight", "0"}})),
                                  {"bad", "good"});
@@ -246,10 +248,11 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   EXPECT_NE(metrics.find("tessera_extender_pods_refused_total{verb=\"filter\",reason=\"pod-invalid\"} 1"),
             std::string::npos);
   EXPECT_NE(metrics.find("tessera_extender_request_duration_seconds_bucket{verb=\"bind\""), std::string::npos);
-  // Every metric the Grafana dashboard of deploy/kubernetes/monitoring.yaml queries is served.
+  // Every metric the Grafana dashboard of deploy/kubernetes/monitoring/monitoring.yaml queries is
+  // served.
   std::string dashboard;
-  for (const YAML::Node& doc :
-       YAML::LoadAllFromFile(std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/monitoring.yaml")) {
+  for (const YAML::Node& doc : YAML::LoadAllFromFile(
+           std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/monitoring/monitoring.yaml")) {
     if (doc["data"] && doc["data"]["tessera-scheduler.json"]) dashboard = doc["data"]["tessera-scheduler.json"].as<std::string>();
   }
   ASSERT_FALSE(dashboard.empty());
@@ -356,7 +359,7 @@ TEST(ExtenderRestartTest, KilledDuringABurstOfBinds) {
   auto start = [&]() {
     auto p = std::make_unique<process::ChildProcess>(
         std::vector<std::string>{build + "/bin/tessera-extender", "--apiserver", *url, "--listen",
-                                 "127.0.0.1:0"},
+                                 "127.0.0.1:0", "--insecure-http"},
         std::vector<std::string>{});
     return p;
   };

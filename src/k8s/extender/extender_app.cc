@@ -25,14 +25,31 @@ ExtenderApp::ExtenderApp(AppConfig config) : config_(std::move(config)) {
   client_ = std::make_unique<k8s::ApiClient>(config_.api);
   state_ = std::make_unique<ClusterState>(config_.state);
   binder_ = std::make_unique<ApiBinder>(*client_, *state_);
-  server_ = std::make_unique<ExtenderServer>(*state_, binder_.get());
+  DoorOptions door;
+  door.scheduler_names = config_.scheduler_names;
+  door.lookup = [client = client_.get()](const std::string& ns, const std::string& name) {
+    return client->GetPod(ns, name);
+  };
+  server_ = std::make_unique<ExtenderServer>(*state_, binder_.get(), std::move(door));
 }
 
 ExtenderApp::~ExtenderApp() { Stop(); }
 
 Status ExtenderApp::Start() {
-  if (Status s = server_->Listen(config_.listen_host, config_.listen_port); !s.ok()) return s;
-  serve_ = std::thread([this] { server_->Serve(); });
+  ListenOptions listen;
+  listen.host = config_.listen_host;
+  listen.port = config_.listen_port;
+  listen.tls = config_.tls;
+  listen.metrics_host = config_.metrics_host;
+  listen.metrics_port = config_.metrics_port;
+  listen.max_body_bytes = config_.max_body_bytes;
+  if (!config_.quiet) {
+    listen.log = [](std::string_view line) {
+      std::fprintf(stderr, "tessera-extender: %.*s\n", static_cast<int>(line.size()), line.data());
+    };
+  }
+  if (Status s = server_->Listen(listen); !s.ok()) return s;
+  if (Status s = server_->Serve(); !s.ok()) return s;
   const bool quiet = config_.quiet;
   auto report = [quiet](const char* what, const Status& s) {
     if (!s.ok() && !quiet) std::fprintf(stderr, "tessera-extender: %s: %s\n", what, s.message().c_str());
@@ -90,7 +107,6 @@ void ExtenderApp::Stop() {
   if (pods_) pods_->Stop();
   if (nodes_) nodes_->Stop();
   server_->Stop();
-  if (serve_.joinable()) serve_.join();
 }
 
 }  // namespace tessera::extender

@@ -2,13 +2,16 @@
 // (a Reflector for Nodes, then one for Pods, feeding ClusterState), the binder and the HTTP
 // server. The program (main.cc) runs one; tests and the openb replay run one in process against
 // the test API server. Owns threads: Start() returns once it listens; it turns ready (GET
-// /healthz 200, verbs served) once Nodes and then Pods have been listed.
+// /healthz 200, verbs served) once Nodes and then Pods have been listed. A pod the verbs are asked
+// about that the watch has not shown yet is read from the API server (extender_server.h).
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/result.h"
 #include "k8s/api_client.h"
@@ -20,10 +23,17 @@ namespace tessera::extender {
 
 struct AppConfig {
   k8s::ClientConfig api;
-  std::string listen_host = "0.0.0.0";
+  // The verbs' address, and TLS for it (nullopt: plain HTTP, which anyone who reaches the
+  // address may drive); extender_server.h says what else ListenOptions holds.
+  std::string listen_host = "127.0.0.1";
   int listen_port = 8888;  // 0: an ephemeral port (tests)
+  std::optional<http::HttpServer::TlsOptions> tls;
+  std::string metrics_host = "0.0.0.0";
+  int metrics_port = -1;  // the read-only address; -1: none
+  size_t max_body_bytes = ListenOptions().max_body_bytes;
+  std::vector<std::string> scheduler_names = DoorOptions().scheduler_names;
   StateOptions state;
-  bool quiet = false;  // no log line per informer event problem
+  bool quiet = false;  // no log line per informer event problem (or refused HTTP client)
 };
 
 class ExtenderApp {
@@ -40,7 +50,11 @@ class ExtenderApp {
   bool WaitReady(std::chrono::milliseconds timeout) const;
 
   int port() const { return server_->port(); }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port()); }
+  int metrics_port() const { return server_->metrics_port(); }
+  std::string url() const {
+    return std::string(server_->tls() ? "https" : "http") +
+           "://127.0.0.1:" + std::to_string(port());
+  }
   ClusterState& state() { return *state_; }
   ExtenderServer& server() { return *server_; }
 
@@ -54,7 +68,6 @@ class ExtenderApp {
   std::unique_ptr<ExtenderServer> server_;
   std::unique_ptr<k8s::Reflector> nodes_;
   std::unique_ptr<k8s::Reflector> pods_;
-  std::thread serve_;
   std::thread sync_;
   std::atomic<bool> stop_{false};
 };

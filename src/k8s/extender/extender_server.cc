@@ -1,13 +1,12 @@
-// The extender's HTTP routes over cpp-httplib: verbs, health, metrics, inspect and
-// the cluster page. No policy here.
+// The extender's HTTP routes over src/http: verbs, health, metrics, inspect, the cluster page,
+// and which pods the verbs may act on. No policy here.
 #include "k8s/extender/extender_server.h"
 
-#include <httplib.h>
-
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <map>
 
+#include "core/text.h"
 #include "pages/pages.h"
 
 namespace tessera::extender {
@@ -22,81 +21,210 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+http::Response Json(int status, std::string body) {
+  http::Response r;
+  r.status = status;
+  r.content_type = kJson;
+  r.body = std::move(body);
+  return r;
+}
+
+// The verb a POST path names: its last segment, after any prefix ("/scheduler/filter").
+std::string_view VerbOf(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (path.empty() || path[0] != '/' || slash == std::string_view::npos) return {};
+  const std::string_view verb = path.substr(slash + 1);
+  return verb == "filter" || verb == "prioritize" || verb == "bind" ? verb : std::string_view();
+}
+
+// ns, name and uid of the v1.Pod in a verb's request ("" where missing).
+void PodIdentity(const k8s::Json& pod, std::string* ns, std::string* name, std::string* uid) {
+  auto meta = pod.find("metadata");
+  if (meta == pod.end() || !meta->is_object()) return;
+  auto text = [&](const char* key) {
+    auto it = meta->find(key);
+    return it != meta->end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  *ns = text("namespace");
+  *name = text("name");
+  *uid = text("uid");
+}
+
 }  // namespace
 
-struct ExtenderServer::Http {
-  httplib::Server server;
-  int port = 0;
-};
-
-ExtenderServer::ExtenderServer(ClusterState& state, Binder* binder)
-    : state_(state), binder_(binder), http_(std::make_unique<Http>()) {
-  httplib::Server& s = http_->server;
-  s.set_keep_alive_max_count(100000);
-  s.set_tcp_nodelay(true);  // answers go out whole at once; Nagle would hold them for an ACK
-  s.set_payload_max_length(64 << 20);
-  auto verb = [this](std::string (ExtenderServer::*fn)(std::string_view, int*)) {
-    return [this, fn](const httplib::Request& req, httplib::Response& res) {
-      int status = 200;
-      std::string body = (this->*fn)(req.body, &status);
-      res.status = status;
-      res.set_content(body, kJson);
-    };
-  };
-  s.Post(R"((?:/.*)?/filter)", verb(&ExtenderServer::Filter));
-  s.Post(R"((?:/.*)?/prioritize)", verb(&ExtenderServer::Prioritize));
-  s.Post(R"((?:/.*)?/bind)", verb(&ExtenderServer::Bind));
-  s.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
-    res.status = ready_ ? 200 : 503;
-    res.set_content(ready_ ? "ok\n" : std::string(kNotReady) + "\n", "text/plain");
-  });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.Render(state_.Stats(), ready_), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  s.Get(R"(/|/ui)", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(std::string(pages::ClusterPage()), std::string(pages::kContentType));
-  });
-  s.Get("/inspect", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(state_.Inspect(std::nullopt)->dump(2, ' ', false, k8s::Json::error_handler_t::replace) + "\n",
-                    kJson);
-  });
-  s.Get(R"(/inspect/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    const std::string node = req.matches[1];
-    auto j = state_.Inspect(node);
-    if (!j) {
-      res.status = 404;
-      res.set_content(k8s::Json{{"error", "node " + node + " is not known to the extender"}}.dump() + "\n",
-                      kJson);
-      return;
-    }
-    res.set_content(j->dump(2, ' ', false, k8s::Json::error_handler_t::replace) + "\n", kJson);
-  });
-}
+ExtenderServer::ExtenderServer(ClusterState& state, Binder* binder, DoorOptions options)
+    : state_(state), binder_(binder), options_(std::move(options)) {}
 
 ExtenderServer::~ExtenderServer() { Stop(); }
 
-Status ExtenderServer::Listen(const std::string& host, int port) {
-  httplib::Server& s = http_->server;
-  if (port == 0) {
-    const int bound = s.bind_to_any_port(host);
-    if (bound < 0) return Status::Error("--listen " + host + ":0: cannot bind an ephemeral port");
-    http_->port = bound;
-    return Status::Ok();
+Status ExtenderServer::Listen(const ListenOptions& listen) {
+  http::HttpServer::Options options;
+  options.max_body_bytes = listen.max_body_bytes;
+  options.max_connections = listen.max_connections;
+  options.log = listen.log;
+  options.tls = listen.tls;
+  // kube-scheduler keeps its connections between calls (Go's transport closes them after 90 s);
+  // one closed earlier is opened again on its next call.
+  options.idle_timeout = std::chrono::seconds(30);
+  const std::string address =
+      FormatHostPort({listen.host, listen.host.find(':') != std::string::npos,
+                      static_cast<uint16_t>(listen.port)});
+  auto verbs = http::HttpServer::Create(
+      address, "--listen", [this](const http::Request& r) { return Route(r, true); }, options);
+  if (!verbs.ok()) return verbs.status();
+  verbs_ = std::move(*verbs);
+  if (listen.metrics_port >= 0) {
+    http::HttpServer::Options read_only;
+    read_only.max_body_bytes = 4096;  // GETs only: a verb posted here is told where to go
+    read_only.max_connections = 32;
+    read_only.log = listen.log;
+    const std::string metrics_address =
+        FormatHostPort({listen.metrics_host, listen.metrics_host.find(':') != std::string::npos,
+                        static_cast<uint16_t>(listen.metrics_port)});
+    auto created = http::HttpServer::Create(
+        metrics_address, "--metrics-listen",
+        [this](const http::Request& r) { return Route(r, false); }, read_only);
+    if (!created.ok()) return created.status();
+    read_only_ = std::move(*created);
   }
-  if (!s.bind_to_port(host, port)) {
-    return Status::Error("--listen " + host + ":" + std::to_string(port) +
-                         ": cannot bind (in use, or not an address of this host)");
-  }
-  http_->port = port;
   return Status::Ok();
 }
 
-int ExtenderServer::port() const { return http_->port; }
+int ExtenderServer::port() const { return verbs_ ? verbs_->port() : 0; }
 
-void ExtenderServer::Serve() { http_->server.listen_after_bind(); }
+int ExtenderServer::metrics_port() const { return read_only_ ? read_only_->port() : -1; }
+
+bool ExtenderServer::tls() const { return verbs_ && verbs_->tls(); }
+
+Status ExtenderServer::Serve() {
+  if (!verbs_) return Status::Error("the extender's HTTP door is not listening");
+  if (Status s = verbs_->Start(); !s.ok()) return s;
+  if (read_only_) return read_only_->Start();
+  return Status::Ok();
+}
 
 void ExtenderServer::Stop() {
-  if (http_) http_->server.stop();
+  if (verbs_) verbs_->Stop();
+  if (read_only_) read_only_->Stop();
+}
+
+http::Response ExtenderServer::Route(const http::Request& request, bool verbs) {
+  const std::string& path = request.path;
+  const bool get = request.method == "GET" || request.method == "HEAD";
+  if (const std::string_view verb = VerbOf(path); !verb.empty()) {
+    if (!verbs) {
+      return http::Response::Text(404, "the verbs are served on the --listen address only");
+    }
+    if (request.method != "POST") {
+      return http::Response::Text(405, std::string(verb) + " takes POST, not " + request.method);
+    }
+    int status = 200;
+    std::string body = verb == "filter"       ? Filter(request.body, &status)
+                       : verb == "prioritize" ? Prioritize(request.body, &status)
+                                              : Bind(request.body, &status);
+    return Json(status, std::move(body));
+  }
+  const bool inspect_one =
+      path.rfind("/inspect/", 0) == 0 && path.size() > 9 && path.find('/', 9) == std::string::npos;
+  const bool page = path == "/" || path == "/ui";
+  if (path != "/healthz" && path != "/metrics" && path != "/inspect" && !inspect_one && !page) {
+    return http::Response::Text(404, "no route for " + path);
+  }
+  if (!get) return http::Response::Text(405, path + " takes GET, not " + request.method);
+  if (page) {
+    http::Response r;
+    r.content_type = std::string(pages::kContentType);
+    r.body = std::string(pages::ClusterPage());
+    return r;
+  }
+  if (path == "/healthz") {
+    return ready_ ? http::Response::Text(200, "ok") : http::Response::Text(503, kNotReady);
+  }
+  if (path == "/metrics") {
+    http::Response r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = metrics_.Render(state_.Stats(), ready_);
+    return r;
+  }
+  if (!inspect_one) {
+    return Json(
+        200,
+        state_.Inspect(std::nullopt)->dump(2, ' ', false, k8s::Json::error_handler_t::replace) +
+            "\n");
+  }
+  const std::string node = path.substr(9);
+  auto j = state_.Inspect(node);
+  if (!j) {
+    return Json(404, k8s::Json{{"error", "node " + node + " is not known to the extender"}}.dump(
+                         -1, ' ', false, k8s::Json::error_handler_t::replace) +
+                         "\n");
+  }
+  return Json(200, j->dump(2, ' ', false, k8s::Json::error_handler_t::replace) + "\n");
+}
+
+std::string ExtenderServer::Admit(const std::string& ns, const std::string& name,
+                                  const std::string& uid, std::string* kind) {
+  const std::string key = ns + "/" + name;
+  if (ns.empty() || name.empty() || uid.empty()) {
+    *kind = "pod-unknown";
+    return "the pod is not named whole (namespace " + QuoteValue(ns) + ", name " +
+           QuoteValue(name) + ", uid " + QuoteValue(uid) + ")";
+  }
+  std::optional<PodFacts> facts = state_.Observed(uid);
+  if (facts && facts->key != key) {
+    *kind = "pod-unknown";
+    return "pod uid " + uid + " is " + facts->key + ", not " + key;
+  }
+  if (!facts && options_.lookup) {
+    // The watch may not have shown a pod kube-scheduler already has: ask once.
+    auto got = options_.lookup(ns, name);
+    if (!got.ok()) {
+      if (got.kind() == k8s::ApiErrorKind::kNotFound) {
+        *kind = "pod-unknown";
+        return "pod " + key + " does not exist";
+      }
+      *kind = "api-error";
+      return "pod " + key +
+             ": cannot read it from the API server to check it: " + got.error().message;
+    }
+    auto view = k8s::PodFromJson(*got);
+    if (!view.ok()) {
+      *kind = "api-error";
+      return "pod " + key + " as the API server returned it: " + view.error();
+    }
+    if (view->uid != uid) {
+      *kind = "pod-unknown";
+      return "pod " + key + " has uid " + view->uid + ", not " + uid;
+    }
+    (void)state_.UpsertPod(*got);
+    facts = PodFacts{view->Key(), view->node_name, view->scheduler_name, view->Terminal(),
+                     view->deleting};
+  }
+  if (!facts) {
+    *kind = "pod-unknown";
+    return "pod " + key + " (uid " + uid + ") is not known to the API server";
+  }
+  if (!facts->node_name.empty()) {
+    *kind = "pod-bound";
+    return "pod " + key + " is bound to node " + facts->node_name + " already";
+  }
+  if (facts->terminal) {
+    *kind = "pod-ended";
+    return "pod " + key + " has ended";
+  }
+  if (facts->deleting) {
+    *kind = "pod-ended";
+    return "pod " + key + " is being deleted";
+  }
+  const auto& names = options_.scheduler_names;
+  if (std::find(names.begin(), names.end(), facts->scheduler_name) == names.end()) {
+    *kind = "other-scheduler";
+    std::string ours;
+    for (const std::string& n : names) ours += (ours.empty() ? "" : ", ") + QuoteValue(n);
+    return "pod " + key + " names scheduler " + QuoteValue(facts->scheduler_name) +
+           "; this extender places pods of " + ours + " only";
+  }
+  return {};
 }
 
 std::string ExtenderServer::Filter(std::string_view body, int* status) {
@@ -114,6 +242,14 @@ std::string ExtenderServer::Filter(std::string_view body, int* status) {
     *status = 400;
     metrics_.PodRefused("filter", "bad-request");
     return finish(WriteFilterError("filter: " + args.error()), false);
+  }
+  {
+    std::string ns, name, uid, kind;
+    PodIdentity(args->pod, &ns, &name, &uid);
+    if (std::string why = Admit(ns, name, uid, &kind); !why.empty()) {
+      metrics_.PodRefused("filter", kind);
+      return finish(WriteFilterError("filter: " + why), false);
+    }
   }
   auto outcome = state_.Filter(args->pod, args->nodes);
   if (!outcome.ok()) {
@@ -153,6 +289,17 @@ std::string ExtenderServer::Prioritize(std::string_view body, int* status) {
     *status = 400;
     return finish(error("prioritize: " + args.error()), false);
   }
+  {
+    std::string ns, name, uid, kind;
+    PodIdentity(args->pod, &ns, &name, &uid);
+    if (std::string why = Admit(ns, name, uid, &kind); !why.empty()) {
+      // Nothing to prefer and nothing reserved; kube-scheduler reads no error from prioritize.
+      metrics_.PodRefused("prioritize", kind);
+      std::vector<NodePriority> zero;
+      for (const std::string_view node : args->nodes) zero.push_back({std::string(node), 0});
+      return finish(WritePriorities(zero), false);
+    }
+  }
   auto scores = state_.Prioritize(args->pod, args->nodes);
   if (!scores.ok()) {
     *status = 400;
@@ -177,6 +324,10 @@ std::string ExtenderServer::Bind(std::string_view body, int* status) {
   if (!args.ok()) {
     *status = 400;
     return fail("bad-request", "bind: " + args.error());
+  }
+  if (std::string kind, why = Admit(args->pod_namespace, args->pod_name, args->pod_uid, &kind);
+      !why.empty()) {
+    return fail(kind, "bind: " + why);
   }
   if (binder_ == nullptr) {
     return fail("read-only", "bind: this extender was started without API-server access; it "

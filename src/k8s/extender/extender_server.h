@@ -1,7 +1,22 @@
-// ExtenderServer: tessera-extender's HTTP door (cpp-httplib). kube-scheduler POSTs to
+// ExtenderServer: tessera-extender's HTTP door (src/http's HttpServer). kube-scheduler POSTs to
 // <prefix>/filter, <prefix>/prioritize and <prefix>/bind (any prefix; the last path segment names
 // the verb); operators GET /healthz (200 once the first list of Nodes and Pods is in, else 503),
-// /metrics (Prometheus text) and /inspect[/NODE] (JSON: each node's GPUs and who holds what).
+// /metrics (Prometheus text), /inspect[/NODE] (JSON: each node's GPUs and who holds what) and
+// / or /ui (the cluster page, over /inspect).
+//
+// Who may drive it: the verbs are served on one address (ListenOptions::host/port), over HTTPS
+// with client certificates when ListenOptions::tls is set (kube-scheduler's enableHTTPS and
+// tlsConfig: only a client whose certificate the configured CA signed gets past the handshake);
+// an optional second address serves only the read-only GETs, over plain HTTP, for probes and
+// Prometheus. The HTTP server bounds a request's size (413), its time, and the connections, so
+// that no client can delay kube-scheduler's calls (src/http/server.h).
+//
+// What the verbs act on: filter, prioritize and bind act only on a pod that exists with the UID
+// asked about, is not bound, has not ended and is not being deleted, and names one of
+// DoorOptions::scheduler_names; the watch cache decides, and a pod it has not seen (its watch can
+// lag kube-scheduler's) is read from the API server once. Any other pod reserves nothing and binds
+// nothing: filter and bind answer HTTP 200 with the reason in Error (the field kube-scheduler
+// reads), prioritize scores every node 0.
 //
 // A malformed request gets its own error (HTTP 400 and the verb's result type with Error set)
 // and nothing else changes; every other request keeps being served. Until ready, the verbs answer
@@ -12,11 +27,17 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/result.h"
+#include "http/server.h"
+#include "k8s/api_client.h"
 #include "k8s/extender/cluster_state.h"
 #include "k8s/extender/extender_metrics.h"
 #include "k8s/extender/wire.h"
@@ -37,19 +58,45 @@ class Binder {
   virtual Outcome Commit(const BindingArgs& args, BindPlan& plan) = 0;
 };
 
+// Reads one pod from the API server.
+using PodLookup =
+    std::function<k8s::ApiResult<k8s::Json>(const std::string& ns, const std::string& name)>;
+
+// What the verbs act on (see above).
+struct DoorOptions {
+  std::vector<std::string> scheduler_names = {"tessera-scheduler"};
+  PodLookup lookup;  // null: a pod the watch has not shown is refused
+};
+
+// Where and how the door listens.
+struct ListenOptions {
+  std::string host = "127.0.0.1";
+  int port = 8888;                                  // 0: an ephemeral port
+  std::optional<http::HttpServer::TlsOptions> tls;  // nullopt: plain HTTP, anyone may call
+  // The read-only address (GET /healthz, /metrics, /inspect, the page), plain HTTP; port < 0:
+  // none.
+  std::string metrics_host = "0.0.0.0";
+  int metrics_port = -1;
+  size_t max_body_bytes = 4 << 20;  // kube-scheduler's NodeNames for 5000 nodes and a large pod
+  size_t max_connections = 128;
+  std::function<void(std::string_view)> log;  // the HTTP server's notes (refused clients)
+};
+
 class ExtenderServer {
  public:
   // `binder` may be null: every bind then fails with a clear error (a read-only extender).
-  ExtenderServer(ClusterState& state, Binder* binder);
+  ExtenderServer(ClusterState& state, Binder* binder, DoorOptions options = {});
   ~ExtenderServer();
   ExtenderServer(const ExtenderServer&) = delete;
   ExtenderServer& operator=(const ExtenderServer&) = delete;
 
-  // Binds `host`:`port` (0: an ephemeral port); the port actually bound is port().
-  Status Listen(const std::string& host, int port);
+  // Binds the address(es); port() and metrics_port() are then the ports actually bound.
+  Status Listen(const ListenOptions& options);
   int port() const;
-  // Serves until Stop(); call from its own thread.
-  void Serve();
+  int metrics_port() const;  // -1: none
+  bool tls() const;
+  // Starts serving (threads of the HTTP servers); Stop() ends it.
+  Status Serve();
   void Stop();
 
   void SetReady(bool ready) { ready_ = ready; }
@@ -63,13 +110,19 @@ class ExtenderServer {
   ExtenderMetrics& metrics() { return metrics_; }
 
  private:
-  struct Http;
+  // Empty when a verb may act on pod ns/name with `uid` (see above), else why not; *kind is the
+  // reason's metrics label.
+  std::string Admit(const std::string& ns, const std::string& name, const std::string& uid,
+                    std::string* kind);
+  http::Response Route(const http::Request& request, bool verbs);
 
   ClusterState& state_;
   Binder* binder_;
+  DoorOptions options_;
   ExtenderMetrics metrics_;
   std::atomic<bool> ready_{false};
-  std::unique_ptr<Http> http_;
+  std::unique_ptr<http::HttpServer> verbs_;
+  std::unique_ptr<http::HttpServer> read_only_;
 };
 
 }  // namespace tessera::extender

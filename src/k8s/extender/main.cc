@@ -1,8 +1,11 @@
-// tessera-extender: the kube-scheduler HTTP extender (DESIGN §8). A thin door: it reads flags
-// (CLI11), loads the optional target workload, and runs an ExtenderApp until SIGTERM/SIGINT. No
-// decisions and no Kubernetes JSON here.
+// tessera-extender: the kube-scheduler HTTP extender (docs/kubernetes.md). A thin door: it reads
+// flags (CLI11), loads the optional target workload, and runs an ExtenderApp until SIGTERM/SIGINT.
+// No decisions and no Kubernetes JSON here.
 //
-//   tessera-extender [--listen HOST:PORT] [--apiserver URL | --kubeconfig PATH [--context NAME]]
+//   tessera-extender [--listen HOST:PORT] (--tls-cert-file PEM --tls-private-key-file PEM
+//                    --client-ca-file PEM | --insecure-http) [--metrics-listen HOST:PORT]
+//                    [--scheduler-name NAME]... [--max-request-bytes SIZE]
+//                    [--apiserver URL | --kubeconfig PATH [--context NAME]]
 //                    [--workload PODS.csv] [--reservation-ttl DURATION] [--relearn DURATION]
 //                    [--filter-answer chosen|fitting] [--dra-steering [--dra-interval D]]
 #include <signal.h>
@@ -13,7 +16,10 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "core/bytes.h"
 #include "core/duration.h"
 #include "core/host_port.h"
 #include "k8s/extender/dra_steering.h"
@@ -38,12 +44,38 @@ int main(int argc, char** argv) {
   CLI::App app{
       "tessera-extender: places fractional-GPU pods for kube-scheduler (HTTP extender: filter, "
       "prioritize, bind) with Tessera's placement engine.\nServes POST <prefix>/filter, "
-      "/prioritize, /bind and GET /healthz, /metrics, /inspect[/NODE]."};
-  std::string listen = "0.0.0.0:8888";
+      "/prioritize, /bind and GET /healthz, /metrics, /inspect[/NODE] on --listen, over HTTPS "
+      "to clients with a certificate of --client-ca-file (kube-scheduler's enableHTTPS and "
+      "tlsConfig), and the GETs alone over HTTP on --metrics-listen."};
+  std::string listen = "127.0.0.1:8888", metrics_listen;
+  std::string cert_file, key_file, client_ca_file;
+  bool insecure_http = false;
+  std::vector<std::string> scheduler_names;
+  std::string max_request_text = "4MiB";
   std::string apiserver, kubeconfig, context, workload_csv;
   std::string ttl_text = "30s", relearn_text = "60s", answer_text = "chosen", dra_interval_text = "1s";
   bool dra_steering = false;
-  app.add_option("--listen", listen, "HOST:PORT to serve on (default 0.0.0.0:8888)");
+  app.add_option("--listen", listen,
+                 "HOST:PORT of the verbs (default 127.0.0.1:8888: kube-scheduler beside it in the "
+                 "same pod)");
+  app.add_option("--tls-cert-file", cert_file,
+                 "PEM certificate (and chain) the verbs are served with over HTTPS");
+  app.add_option("--tls-private-key-file", key_file, "PEM private key of --tls-cert-file");
+  app.add_option("--client-ca-file", client_ca_file,
+                 "PEM CA certificates; only a client with a certificate one of them signed (the "
+                 "tlsConfig certFile of kube-scheduler's extender entry) may call the verbs");
+  app.add_flag("--insecure-http", insecure_http,
+               "serve the verbs over plain HTTP with no client authentication: anyone who "
+               "reaches --listen can reserve GPUs and bind pods (tests and trials only)");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST:PORT serving GET /healthz, /metrics and /inspect over plain HTTP, read-only "
+                 "(for probes and Prometheus; default: none)");
+  app.add_option("--scheduler-name", scheduler_names,
+                 "spec.schedulerName of the pods this extender places; repeat for several "
+                 "(default tessera-scheduler)");
+  app.add_option("--max-request-bytes", max_request_text,
+                 "largest request body, e.g. 4MiB (default); kube-scheduler's bodies stay far "
+                 "below it with nodeCacheCapable, raise it for clusters of many nodes without it");
   app.add_option("--apiserver", apiserver,
                  "API server URL without credentials, e.g. http://127.0.0.1:8080 (default: the "
                  "in-cluster service account, or --kubeconfig)");
@@ -76,6 +108,45 @@ int main(int argc, char** argv) {
   if (!address.ok()) return Fail(address.error());
   config.listen_host = address->host;
   config.listen_port = address->port;
+  const int tls_flags = !cert_file.empty() + !key_file.empty() + !client_ca_file.empty();
+  if (insecure_http && tls_flags > 0) {
+    return Fail(
+        "--insecure-http and --tls-cert-file/--tls-private-key-file/--client-ca-file: "
+        "give one or the other");
+  }
+  if (!insecure_http && tls_flags < 3) {
+    std::string missing;
+    for (const auto& [flag, value] : {std::pair{"--tls-cert-file", &cert_file},
+                                      {"--tls-private-key-file", &key_file},
+                                      {"--client-ca-file", &client_ca_file}}) {
+      if (value->empty()) missing += std::string(missing.empty() ? "" : ", ") + flag;
+    }
+    return Fail("--listen " + listen +
+                ": the verbs are served over HTTPS to kube-scheduler's "
+                "client certificate only; missing " +
+                missing +
+                " (docs/kubernetes.md: \"TLS between kube-scheduler and the extender\"), or "
+                "--insecure-http to serve them to anyone who reaches the address");
+  }
+  if (!insecure_http) {
+    config.tls = http::HttpServer::TlsOptions{cert_file, key_file, client_ca_file};
+  }
+  if (!metrics_listen.empty()) {
+    auto m = ParseHostPort(metrics_listen, "--metrics-listen");
+    if (!m.ok()) return Fail(m.error());
+    config.metrics_host = m->host;
+    config.metrics_port = m->port;
+  }
+  for (const std::string& name : scheduler_names) {
+    if (name.empty()) return Fail("--scheduler-name \"\": expected a scheduler name");
+  }
+  if (!scheduler_names.empty()) config.scheduler_names = scheduler_names;
+  auto max_request = ParseBytes(max_request_text, "--max-request-bytes");
+  if (!max_request.ok()) return Fail(max_request.error());
+  if (max_request->count() < (64u << 10) || max_request->count() > (1ull << 30)) {
+    return Fail("--max-request-bytes " + max_request_text + ": expected 64KiB to 1GiB");
+  }
+  config.max_body_bytes = static_cast<size_t>(max_request->count());
   auto ttl = ParseDuration(ttl_text, "--reservation-ttl", std::chrono::seconds(1),
                            std::chrono::hours(1));
   if (!ttl.ok()) return Fail(ttl.error());
@@ -118,6 +189,13 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  if (insecure_http) {
+    std::fprintf(stderr,
+                 "tessera-extender: WARNING: --insecure-http: filter, prioritize and bind are "
+                 "served over plain HTTP without authentication on %s; anyone who reaches it can "
+                 "reserve GPUs and bind pods with this extender's credentials\n",
+                 listen.c_str());
+  }
   extender::ExtenderApp extender(config);
   if (Status s = extender.Start(); !s.ok()) return Fail(s.message());
   std::unique_ptr<k8s::ApiClient> dra_api;
@@ -131,7 +209,8 @@ int main(int argc, char** argv) {
     dra->Start();
   }
   // key=value lines, for people and for tests that start the program.
-  std::printf("port=%d\napiserver=%s\n", extender.port(), config.api.server.c_str());
+  std::printf("port=%d\nmetrics_port=%d\ntls=%s\napiserver=%s\n", extender.port(),
+              extender.metrics_port(), config.tls ? "on" : "off", config.api.server.c_str());
   std::fflush(stdout);
   bool announced = false;
   while (g_stop == 0) {

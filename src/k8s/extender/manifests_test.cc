@@ -1,9 +1,12 @@
-// The deployment manifests (deploy/kubernetes/*.yaml) checked as CI can without a cluster: every
-// document parses and has what its kind requires; names and ports agree across files (a Service's
+// The deployment manifests (deploy/kubernetes/base/*.yaml, monitoring/*.yaml) checked as CI can
+// without a cluster: every document parses and has what its kind requires; names and ports agree across files (a Service's
 // selector and target ports, ServiceAccounts, ConfigMaps and Roles referred to, the scheduler
 // configuration's extender address against the extender's container, the Prometheus jobs against
 // the Service and the DaemonSet, the Grafana dashboard against deploy/grafana-dashboard.json);
-// RBAC lists its verbs and covers what each program does. Reads files only.
+// RBAC lists its verbs and covers what each program does; the doors are wired as docs/security.md
+// says (kube-scheduler alone drives the extender, over HTTPS with client certificates from one
+// Secret, behind a NetworkPolicy; tesserad runs as a node for hostile tenants, its HTTP door
+// read-only and open to Prometheus alone). Reads files only.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -85,12 +89,45 @@ bool Subset(const std::map<std::string, std::string>& a, const std::map<std::str
   return !a.empty();
 }
 
+// A container's command and args, as one list.
+std::vector<std::string> CommandOf(const YAML::Node& container) {
+  std::vector<std::string> out;
+  for (const char* key : {"command", "args"}) {
+    if (container[key] && container[key].IsSequence()) {
+      for (const auto& a : container[key]) out.push_back(Str(a));
+    }
+  }
+  return out;
+}
+
+// The value of `flag` in a command ("--flag VALUE" or "--flag=VALUE"), or nullopt.
+std::optional<std::string> FlagValue(const std::vector<std::string>& cmd, const std::string& flag) {
+  for (size_t i = 0; i < cmd.size(); ++i) {
+    if (cmd[i] == flag && i + 1 < cmd.size()) return cmd[i + 1];
+    if (cmd[i].rfind(flag + "=", 0) == 0) return cmd[i].substr(flag.size() + 1);
+  }
+  return std::nullopt;
+}
+
+bool HasFlag(const std::vector<std::string>& cmd, const std::string& flag) {
+  for (const std::string& a : cmd) {
+    if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+  }
+  return false;
+}
+
 class ManifestsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::is_directory(kDir)) << kDir;
-    for (const auto& entry : fs::directory_iterator(kDir)) {
-      if (entry.path().extension() != ".yaml") continue;
+    // The base and the monitoring component; their kustomization.yaml files are kustomize's.
+    std::vector<fs::directory_entry> files;
+    for (const char* sub : {"/base", "/monitoring"}) {
+      for (const auto& entry : fs::directory_iterator(kDir + sub)) files.push_back(entry);
+    }
+    for (const auto& entry : files) {
+      if (entry.path().extension() != ".yaml" || entry.path().filename() == "kustomization.yaml")
+        continue;
       const std::string file = entry.path().filename().string();
       std::vector<YAML::Node> docs;
       try {
@@ -157,6 +194,30 @@ class ManifestsTest : public ::testing::Test {
       }
     }
     return verbs;
+  }
+
+  // Some NetworkPolicy selects `workload`'s pods for Ingress; together they admit only `ports`,
+  // each rule from named peers (not every source) and naming its ports.
+  void ExpectIngressOnlyTo(const Object& workload, const std::set<std::string>& ports) const {
+    const auto labels = Labels(workload.doc["spec"]["template"]["metadata"]["labels"]);
+    int policies = 0;
+    for (const Object* p : OfKind("NetworkPolicy")) {
+      if (p->ns != workload.ns) continue;
+      if (!Subset(Labels(At(p->doc, {"spec", "podSelector", "matchLabels"})), labels)) continue;
+      if (Strings(p->doc["spec"]["policyTypes"]).count("Ingress") == 0) continue;
+      ++policies;
+      for (const auto& rule : p->doc["spec"]["ingress"]) {
+        EXPECT_TRUE(rule["from"] && rule["from"].IsSequence() && rule["from"].size() > 0)
+            << p->where() << ": an ingress rule open to every source";
+        ASSERT_TRUE(rule["ports"] && rule["ports"].IsSequence())
+            << p->where() << ": an ingress rule open on every port";
+        for (const auto& port : rule["ports"]) {
+          EXPECT_EQ(ports.count(Str(port["port"])), 1u)
+              << p->where() << " admits port " << Str(port["port"]);
+        }
+      }
+    }
+    EXPECT_GE(policies, 1) << workload.where() << ": no NetworkPolicy isolates its pods";
   }
 
   std::vector<Object> objects_;
@@ -311,7 +372,7 @@ TEST_F(ManifestsTest, TheSchedulerConfigurationCallsTheExtenderWhereItListens) {
   EXPECT_EQ(managed, resources);
   std::smatch m;
   const std::string url = Str(ext["urlPrefix"]);
-  ASSERT_TRUE(std::regex_match(url, m, std::regex(R"(http://127\.0\.0\.1:(\d+))"))) << url;
+  ASSERT_TRUE(std::regex_match(url, m, std::regex(R"(https://127\.0\.0\.1:(\d+))"))) << url;
   const std::string port = m[1];
   // The Deployment that mounts this ConfigMap: its extender listens there, its kube-scheduler
   // reads the file where the ConfigMap is mounted.
@@ -324,33 +385,150 @@ TEST_F(ManifestsTest, TheSchedulerConfigurationCallsTheExtenderWhereItListens) {
   ASSERT_NE(deployment, nullptr);
   bool extender = false, scheduler = false;
   for (const auto& c : deployment->doc["spec"]["template"]["spec"]["containers"]) {
-    std::vector<std::string> cmd;
-    for (const auto& a : c["command"]) cmd.push_back(Str(a));
+    const std::vector<std::string> cmd = CommandOf(c);
+    ASSERT_FALSE(cmd.empty());
     if (cmd[0].find("tessera-extender") != std::string::npos) {
       extender = true;
-      auto listen = std::find(cmd.begin(), cmd.end(), "--listen");
-      ASSERT_NE(listen, cmd.end());
-      ASSERT_NE(listen + 1, cmd.end());
-      EXPECT_EQ(listen[1].substr(listen[1].rfind(':') + 1), port);
-      bool exposed = false;
-      for (const auto& p : c["ports"]) exposed |= Str(p["containerPort"]) == port;
-      EXPECT_TRUE(exposed) << "the extender's containerPort is not " << port;
+      const auto listen = FlagValue(cmd, "--listen");
+      ASSERT_TRUE(listen.has_value());
+      EXPECT_EQ(*listen, "127.0.0.1:" + port) << "kube-scheduler calls " << url;
     }
     if (cmd[0] == "kube-scheduler") {
       scheduler = true;
-      std::string path;
-      for (const std::string& a : cmd) {
-        if (a.rfind("--config=", 0) == 0) path = a.substr(9);
-      }
-      ASSERT_FALSE(path.empty());
+      const auto path = FlagValue(cmd, "--config");
+      ASSERT_TRUE(path.has_value());
       bool mounted = false;
       for (const auto& mount : c["volumeMounts"]) {
-        mounted |= path == Str(mount["mountPath"]) + "/scheduler-config.yaml";
+        mounted |= *path == Str(mount["mountPath"]) + "/scheduler-config.yaml";
       }
-      EXPECT_TRUE(mounted) << path << " is not where the ConfigMap is mounted";
+      EXPECT_TRUE(mounted) << *path << " is not where the ConfigMap is mounted";
     }
   }
   EXPECT_TRUE(extender && scheduler);
+}
+
+// The file `path` as `container` of `pod` sees it, when it comes from a Secret's key: the Secret's
+// name and the key; nullopt when no Secret volume mounted in that container holds it.
+std::optional<std::pair<std::string, std::string>> SecretKeyAt(const YAML::Node& pod,
+                                                               const YAML::Node& container,
+                                                               const std::string& path) {
+  for (const auto& mount : container["volumeMounts"]) {
+    const std::string dir = Str(mount["mountPath"]);
+    if (path.rfind(dir + "/", 0) != 0) continue;
+    const std::string file = path.substr(dir.size() + 1);
+    for (const auto& v : pod["volumes"]) {
+      if (Str(v["name"]) != Str(mount["name"]) || !v["secret"]) continue;
+      const std::string secret = Str(v["secret"]["secretName"]);
+      if (!v["secret"]["items"]) return std::pair{secret, file};  // every key, by its name
+      for (const auto& item : v["secret"]["items"]) {
+        if (Str(item["path"]) == file) return std::pair{secret, Str(item["key"])};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// Finding: anyone who reached the extender could bind any pod: no TLS, no client authentication,
+// 0.0.0.0 behind a cluster Service, no NetworkPolicy.
+TEST_F(ManifestsTest, OnlyKubeSchedulerCanDriveTheExtender) {
+  const Object* cm = Find("ConfigMap", "tessera-system", "tessera-scheduler-config");
+  ASSERT_NE(cm, nullptr);
+  const YAML::Node config = YAML::Load(Str(cm->doc["data"]["scheduler-config.yaml"]));
+  const YAML::Node ext = config["extenders"][0];
+  ASSERT_TRUE(ext["enableHTTPS"] && ext["enableHTTPS"].as<bool>()) << "enableHTTPS";
+  const YAML::Node tls = ext["tlsConfig"];
+  ASSERT_TRUE(tls && tls.IsMap()) << "tlsConfig";
+  EXPECT_FALSE(tls["insecure"] && tls["insecure"].as<bool>()) << "tlsConfig.insecure";
+  // Upstream's makeTransport: without a CA kube-scheduler would not check the extender at all.
+  ASSERT_FALSE(Str(tls["caFile"]).empty());
+  ASSERT_FALSE(Str(tls["certFile"]).empty());
+  ASSERT_FALSE(Str(tls["keyFile"]).empty());
+  const Object* deployment = Find("Deployment", "tessera-system", "tessera-scheduler");
+  ASSERT_NE(deployment, nullptr);
+  const YAML::Node pod = deployment->doc["spec"]["template"]["spec"];
+  std::optional<std::pair<std::string, std::string>> scheduler_ca, client_cert, client_key,
+      extender_ca, server_cert, server_key;
+  std::string verbs_port, metrics_port;
+  std::set<std::string> exposed;
+  for (const auto& c : pod["containers"]) {
+    const std::vector<std::string> cmd = CommandOf(c);
+    for (const auto& p : c["ports"]) exposed.insert(Str(p["containerPort"]));
+    if (cmd[0] == "kube-scheduler") {
+      scheduler_ca = SecretKeyAt(pod, c, Str(tls["caFile"]));
+      client_cert = SecretKeyAt(pod, c, Str(tls["certFile"]));
+      client_key = SecretKeyAt(pod, c, Str(tls["keyFile"]));
+    }
+    if (cmd[0].find("tessera-extender") == std::string::npos) continue;
+    EXPECT_FALSE(HasFlag(cmd, "--insecure-http"));
+    for (const char* flag : {"--tls-cert-file", "--tls-private-key-file", "--client-ca-file"}) {
+      ASSERT_TRUE(FlagValue(cmd, flag).has_value()) << flag;
+    }
+    server_cert = SecretKeyAt(pod, c, *FlagValue(cmd, "--tls-cert-file"));
+    server_key = SecretKeyAt(pod, c, *FlagValue(cmd, "--tls-private-key-file"));
+    extender_ca = SecretKeyAt(pod, c, *FlagValue(cmd, "--client-ca-file"));
+    const std::string listen = FlagValue(cmd, "--listen").value_or("");
+    EXPECT_EQ(listen.substr(0, listen.rfind(':')), "127.0.0.1") << "the verbs off loopback";
+    verbs_port = listen.substr(listen.rfind(':') + 1);
+    const std::string metrics = FlagValue(cmd, "--metrics-listen").value_or("");
+    metrics_port = metrics.substr(metrics.rfind(':') + 1);
+  }
+  // Every file from the one Secret, whose name the docs' script and the docs give.
+  for (const auto* key :
+       {&scheduler_ca, &client_cert, &client_key, &extender_ca, &server_cert, &server_key}) {
+    ASSERT_TRUE(key->has_value()) << "a TLS file that no Secret volume provides";
+    EXPECT_EQ((*key)->first, "tessera-extender-tls");
+  }
+  EXPECT_EQ(scheduler_ca->second, "ca.crt");
+  EXPECT_EQ(extender_ca->second, "ca.crt");
+  EXPECT_EQ(client_cert->second, "client.crt");
+  EXPECT_EQ(client_key->second, "client.key");
+  EXPECT_EQ(server_cert->second, "tls.crt");
+  EXPECT_EQ(server_key->second, "tls.key");
+  for (const char* doc : {"/deploy/kubernetes/extender-certs.sh", "/docs/kubernetes.md"}) {
+    std::ifstream in(std::string(TESSERA_SOURCE_DIR) + doc);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_NE(text.str().find("create secret generic tessera-extender-tls"), std::string::npos)
+        << doc << " does not say how to make the Secret";
+  }
+  // The verbs' port is neither a containerPort nor behind a Service; the read-only one is.
+  ASSERT_FALSE(verbs_port.empty());
+  ASSERT_FALSE(metrics_port.empty());
+  EXPECT_EQ(exposed.count(verbs_port), 0u);
+  EXPECT_EQ(exposed.count(metrics_port), 1u);
+  for (const Object* service : OfKind("Service")) {
+    if (service->ns != deployment->ns) continue;
+    for (const auto& p : service->doc["spec"]["ports"]) {
+      EXPECT_NE(Str(p["port"]), verbs_port) << service->where();
+      EXPECT_NE(Str(p["targetPort"]), verbs_port) << service->where();
+    }
+  }
+  // A NetworkPolicy isolates the pod and admits the read-only port alone, from named peers only.
+  ExpectIngressOnlyTo(*deployment, {metrics_port});
+}
+
+// Finding: the shipped tesserad ran without --over-limit-action kill and
+// --allow-self-declared=false, with --http on 0.0.0.0, against docs/security.md.
+TEST_F(ManifestsTest, TheNodeDaemonRunsAsTheThreatModelSays) {
+  int daemons = 0;
+  for (const Object* w : OfKind("DaemonSet")) {
+    for (const auto& c : w->doc["spec"]["template"]["spec"]["containers"]) {
+      const std::vector<std::string> cmd = CommandOf(c);
+      if (cmd.empty() || cmd[0].find("tesserad") == std::string::npos) continue;
+      ++daemons;
+      const std::string who = w->where() + " container " + Str(c["name"]);
+      EXPECT_EQ(FlagValue(cmd, "--allow-self-declared").value_or(""), "false") << who;
+      EXPECT_EQ(FlagValue(cmd, "--over-limit-action").value_or(""), "kill") << who;
+      EXPECT_FALSE(HasFlag(cmd, "--http-allow-write")) << who << ": HTTP writes on a pod address";
+      const auto http = FlagValue(cmd, "--http");
+      if (!http) continue;
+      const std::string host = http->substr(0, http->rfind(':'));
+      if (host == "127.0.0.1" || host == "[::1]" || host == "localhost") continue;
+      // Off loopback, the door is fenced: a NetworkPolicy admits its port alone, from named peers.
+      ExpectIngressOnlyTo(*w, {http->substr(http->rfind(':') + 1)});
+    }
+  }
+  EXPECT_GE(daemons, 1) << "no tesserad in the manifests";
 }
 
 TEST_F(ManifestsTest, PrometheusJobsFindTheServiceAndTheDaemonSet) {
@@ -403,7 +581,7 @@ namespace node {
 
 // The node DaemonSets (those of tessera-node.yaml).
 std::vector<testing_support::ManifestDaemonSet> Load() {
-  auto sets = testing_support::LoadDaemonSets(kDir + "/tessera-node.yaml");
+  auto sets = testing_support::LoadDaemonSets(kDir + "/base/tessera-node.yaml");
   EXPECT_TRUE(sets.ok()) << sets.error();
   return sets.ok() ? *sets : std::vector<testing_support::ManifestDaemonSet>{};
 }
