@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <sstream>
 
 namespace tessera::k8s {
@@ -96,6 +98,19 @@ Json AnnotationPatch(const ApiClient::AnnotationChanges& changes, const std::str
 }
 
 }  // namespace
+
+std::string NewUuid() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lock(mu);
+  const uint64_t a = rng(), b = rng();
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%08x-%04x-4%03x-%04x-%012llx", static_cast<unsigned>(a >> 32),
+                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
+                static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
+                static_cast<unsigned long long>(b & 0xffffffffffffull));
+  return buf;
+}
 
 std::string Rfc3339Now() {
   std::time_t t = std::time(nullptr);
@@ -355,8 +370,10 @@ ApiResult<Json> ApiClient::Send(const std::string& method, const std::string& pa
       r = c->http->Patch(path.c_str(), text, content_type.c_str());
     } else if (method == "PUT") {
       r = c->http->Put(path.c_str(), text, content_type.c_str());
-    } else {
+    } else if (text.empty()) {
       r = c->http->Delete(path.c_str());
+    } else {
+      r = c->http->Delete(path.c_str(), text, content_type.c_str());
     }
     if (r || !reused) break;
     c.reset();
@@ -458,6 +475,20 @@ ApiResult<Json> ApiClient::Create(const std::string& collection_path, const Json
 
 ApiResult<Json> ApiClient::Delete(const std::string& path) {
   return Send("DELETE", path, nullptr, "");
+}
+
+ApiResult<Json> ApiClient::Delete(const std::string& path, const std::string& uid,
+                                  const std::string& resource_version) {
+  Json preconditions = Json::object();
+  if (!uid.empty()) preconditions["uid"] = uid;
+  if (!resource_version.empty()) preconditions["resourceVersion"] = resource_version;
+  const Json options = {
+      {"kind", "DeleteOptions"}, {"apiVersion", "v1"}, {"preconditions", preconditions}};
+  return Send("DELETE", path, &options, "application/json");
+}
+
+ApiResult<Json> ApiClient::Update(const std::string& path, const Json& object) {
+  return Send("PUT", path, &object, "application/json");
 }
 
 Status ApiClient::Watch(const std::string& collection_path, const ListOptions& o,
@@ -638,6 +669,20 @@ void Reflector::Run() {
       cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_.load(); });
     }
   }
+}
+
+std::unique_ptr<Reflector> NodeReflector(ApiClient* client, const std::string& node,
+                                         std::function<void(const Json& node)> on_node) {
+  ListOptions o;
+  o.field_selector = "metadata.name=" + node;
+  return std::make_unique<Reflector>(
+      client, "/api/v1/nodes", o,
+      Reflector::Handlers{[on_node](const std::vector<Json>& items) {
+                            if (!items.empty()) on_node(items[0]);
+                          },
+                          [on_node](const WatchEvent& e) {
+                            if (e.type != "DELETED" && e.type != "BOOKMARK") on_node(e.object);
+                          }});
 }
 
 }  // namespace tessera::k8s

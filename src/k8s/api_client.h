@@ -144,6 +144,13 @@ class ApiClient {
   // POST of a new object to a collection path (tests and tools create Pods and Nodes this way).
   ApiResult<Json> Create(const std::string& collection_path, const Json& object);
   ApiResult<Json> Delete(const std::string& path);
+  // DELETE with DeleteOptions preconditions: only the object with this UID and (when not empty)
+  // resourceVersion goes; kConflict when it changed meanwhile.
+  ApiResult<Json> Delete(const std::string& path, const std::string& uid,
+                         const std::string& resource_version);
+  // PUT of a whole object (its metadata.resourceVersion is the precondition: kConflict when the
+  // object changed meanwhile).
+  ApiResult<Json> Update(const std::string& path, const Json& object);
 
   // Watches `collection_path` ("/api/v1/pods", "/api/v1/nodes") from options.resource_version
   // with bookmarks, calling `on_event` for each event until it returns false, the server ends the
@@ -183,6 +190,8 @@ std::string WithQuery(const std::string& path, const std::vector<std::pair<std::
 std::string UrlEncode(const std::string& value);
 // The current time as the API server writes timestamps ("2026-11-25T12:00:00Z").
 std::string Rfc3339Now();
+// A random UUID (version 4), as the API server makes UIDs and kube-scheduler share IDs.
+std::string NewUuid();
 
 // List-then-watch of one collection into callbacks, relisting when the watch falls too far behind
 // (410 Gone) and re-watching after errors (with a 1 s pause). on_replace gets every item of a
@@ -223,5 +232,10 @@ class Reflector {
   std::condition_variable cv_;
   bool synced_ = false;
 };
+
+// The list-then-watch of one Node: `on_node` gets the node as listed and at every change (not its
+// deletion). Not started.
+std::unique_ptr<Reflector> NodeReflector(ApiClient* client, const std::string& node,
+                                         std::function<void(const Json& node)> on_node);
 
 }  // namespace tessera::k8s

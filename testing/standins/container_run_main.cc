@@ -62,11 +62,15 @@ void MkdirP(const std::string& path) {
   }
 }
 
-// Applies the CDI devices `names` from the specs in `dir` (JSON; kind=name).
+// Applies the CDI devices `names` from the specs in `dir` (JSON; kind=name). As the CDI library
+// does, a spec's own containerEdits are applied once for a container that uses any of its
+// devices, before each device's edits, and a spec with a device without edits is not loaded.
 void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
               std::vector<Mount>* mounts, std::map<std::string, std::string>* env,
               std::vector<Hook>* hooks) {
   std::map<std::string, nlohmann::json> edits;  // qualified name -> containerEdits
+  std::map<std::string, std::string> spec_of;   // qualified name -> its spec's file
+  std::map<std::string, nlohmann::json> spec_edits;  // file -> the spec's containerEdits
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string file = e->d_name;
@@ -81,34 +85,56 @@ void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
       if (kKnown.count(version) == 0) {
         Die("CDI spec " + file + ": cdiVersion \"" + version + "\" is newer than this runtime reads (0.5.0)");
       }
+      bool valid = true;
       for (const auto& dev : spec.value("devices", nlohmann::json::array())) {
-        edits[spec.value("kind", "") + "=" + dev.value("name", "")] = dev.value("containerEdits", nlohmann::json::object());
+        const auto e = dev.value("containerEdits", nlohmann::json::object());
+        bool empty = true;
+        for (const char* k : {"env", "mounts", "deviceNodes", "hooks"}) {
+          empty = empty && (!e.contains(k) || e[k].empty());
+        }
+        valid = valid && !empty;
       }
+      if (!valid) {
+        std::fprintf(stderr, "k8s_container_run: CDI spec %s: invalid device, empty device edits; "
+                     "the spec is not loaded\n", file.c_str());
+        continue;
+      }
+      for (const auto& dev : spec.value("devices", nlohmann::json::array())) {
+        const std::string qualified = spec.value("kind", "") + "=" + dev.value("name", "");
+        edits[qualified] = dev.value("containerEdits", nlohmann::json::object());
+        spec_of[qualified] = file;
+      }
+      spec_edits[file] = spec.value("containerEdits", nlohmann::json::object());
     }
     closedir(d);
   }
-  for (const std::string& name : names) {
-    auto it = edits.find(name);
-    if (it == edits.end()) Die("unresolvable CDI devices " + name);
-    for (const auto& kv : it->second.value("env", nlohmann::json::array())) {
+  auto apply = [&](const nlohmann::json& e) {
+    for (const auto& kv : e.value("env", nlohmann::json::array())) {
       const std::string s = kv.get<std::string>();
       (*env)[s.substr(0, s.find('='))] = s.substr(s.find('=') + 1);
     }
-    for (const auto& m : it->second.value("mounts", nlohmann::json::array())) {
+    for (const auto& m : e.value("mounts", nlohmann::json::array())) {
       Mount mount{m.value("hostPath", ""), m.value("containerPath", ""), false};
       for (const auto& o : m.value("options", nlohmann::json::array())) mount.read_only |= o == "ro";
       mounts->push_back(mount);
     }
-    for (const auto& h : it->second.value("hooks", nlohmann::json::array())) {
+    for (const auto& h : e.value("hooks", nlohmann::json::array())) {
       const std::string name = h.value("hookName", "");
       if (name != "createRuntime" && name != "prestart") {
-        Die("CDI device " + it->first + ": hook \"" + name + "\" is not run by this stand-in");
+        Die("CDI edits: hook \"" + name + "\" is not run by this stand-in");
       }
       Hook hook{h.value("path", ""), {}, {}, h.value("timeout", 0)};
       for (const auto& a : h.value("args", nlohmann::json::array())) hook.args.push_back(a);
-      for (const auto& e : h.value("env", nlohmann::json::array())) hook.env.push_back(e);
+      for (const auto& v : h.value("env", nlohmann::json::array())) hook.env.push_back(v);
       hooks->push_back(hook);
     }
+  };
+  std::set<std::string> specs_applied;
+  for (const std::string& name : names) {
+    auto it = edits.find(name);
+    if (it == edits.end()) Die("unresolvable CDI devices " + name);
+    if (specs_applied.insert(spec_of[name]).second) apply(spec_edits[spec_of[name]]);
+    apply(it->second);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <functional>
 #include <random>
+#include <set>
 
 #include "k8s/api_client.h"
 #include "testing/standins/k8s_names.h"
@@ -18,18 +19,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string NewUid() {
-  static std::mutex mu;
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::lock_guard<std::mutex> lock(mu);
-  const uint64_t a = rng(), b = rng();
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%08x-%04x-4%03x-%04x-%012llx", static_cast<unsigned>(a >> 32),
-                static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xfff),
-                static_cast<unsigned>(0x8000 | ((b >> 48) & 0x3fff)),
-                static_cast<unsigned long long>(b & 0xffffffffffffull));
-  return buf;
-}
+std::string NewUid() { return NewUuid(); }
 
 Json StatusBody(int code, const std::string& reason, const std::string& message) {
   return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", Json::object()},
@@ -284,6 +274,11 @@ std::string AnnotationProblem(const Json& meta, int* code) {
 }
 
 std::string Plural(const std::string& kind) {
+  if (IsResourceKind(kind)) {
+    std::string lower;
+    for (char c : kind) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return lower + (lower.back() == 's' ? "es" : "s");
+  }
   return kind == "Node" ? "nodes" : kind == "Pod" ? "pods" : "events";
 }
 
@@ -297,7 +292,10 @@ uint64_t ParseRv(const std::string& text) {
 }  // namespace
 
 TestApiServer::TestApiServer() {
-  for (const char* kind : {"Node", "Pod", "Event"}) changed_[kind];
+  for (const char* kind : {"Node", "Pod", "Event", "ResourceSlice", "DeviceClass", "ResourceClaim",
+                           "ResourceClaimTemplate"}) {
+    changed_[kind];
+  }
 }
 
 TestApiServer::~TestApiServer() { Stop(); }
@@ -336,6 +334,7 @@ void TestApiServer::Stop() {
 }
 
 std::map<std::string, Json>* TestApiServer::Objects(const std::string& kind) {
+  if (IsResourceKind(kind)) return &resources_[kind];
   if (kind == "Node") return &nodes_;
   if (kind == "Pod") return &pods_;
   return &events_;
@@ -366,6 +365,9 @@ void TestApiServer::Modify(const std::string& kind, const std::string& key, Json
   Json previous = std::move(stored);
   ++rv_;
   object["metadata"]["resourceVersion"] = std::to_string(rv_);
+  if (IsResourceKind(kind) && object.value("spec", Json()) != previous.value("spec", Json())) {
+    object["metadata"]["generation"] = previous["metadata"].value("generation", int64_t{1}) + 1;
+  }
   stored = object;
   Record(kind, "MODIFIED", std::move(object), std::move(previous));
 }
@@ -634,14 +636,7 @@ void TestApiServer::Route() {
   // A collection's GET: a list, or a watch with ?watch=true; namespaced ones take the namespace
   // from the path's first group.
   auto collection_get = [this](const std::string& kind, bool namespaced) {
-    return [this, kind, namespaced](const httplib::Request& req, httplib::Response& res) {
-      const Collection c{kind, namespaced ? std::string(req.matches[1]) : std::string()};
-      if (req.get_param_value("watch") == "true" || req.get_param_value("watch") == "1") {
-        HandleWatch(c, req, res);
-      } else {
-        HandleList(c, req, res);
-      }
-    };
+    return CollectionGet(kind, namespaced);
   };
   s.Get("/api/v1/nodes", collection_get("Node", false));
   s.Get("/api/v1/pods", collection_get("Pod", false));
@@ -691,6 +686,19 @@ void TestApiServer::Route() {
            "the stand-in API server has no route for " + req.method + " " + req.path);
     }
   });
+  RouteResource();
+}
+
+std::function<void(const httplib::Request&, httplib::Response&)> TestApiServer::CollectionGet(
+    const std::string& kind, bool namespaced) {
+  return [this, kind, namespaced](const httplib::Request& req, httplib::Response& res) {
+    const Collection c{kind, namespaced ? std::string(req.matches[1]) : std::string()};
+    if (req.get_param_value("watch") == "true" || req.get_param_value("watch") == "1") {
+      HandleWatch(c, req, res);
+    } else {
+      HandleList(c, req, res);
+    }
+  };
 }
 
 void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,
@@ -700,6 +708,17 @@ void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,
   if (!fields.ok() || !labels.ok()) {
     return Fail(res, 400, "BadRequest", fields.ok() ? labels.error() : fields.error());
   }
+  if (c.kind == "ResourceSlice") {
+    // Upstream's field selectors for ResourceSlices; any other field is refused.
+    for (const Requirement& r : *fields) {
+      static const std::set<std::string> kFields = {"spec.nodeName", "spec.driver", "spec.pool.name",
+                                                    "metadata.name"};
+      if (kFields.count(r.key) == 0) {
+        return Fail(res, 400, "BadRequest",
+                    "field label not supported: " + r.key);
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   Json items = Json::array();
   for (const auto& [key, obj] : *Objects(c.kind)) {
@@ -708,7 +727,7 @@ void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,
   }
   Reply(res, 200,
         {{"kind", ListKind(c.kind)},
-         {"apiVersion", "v1"},
+         {"apiVersion", ApiVersionOf(c.kind)},
          {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
          {"items", items}});
 }
@@ -828,7 +847,7 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
       if (lines.empty() && st->bookmarks && !drop &&
           (ending || (!done && now - st->quiet_since > bookmark_interval_))) {
         lines.push_back(line("BOOKMARK", {{"kind", st->c.kind},
-                                          {"apiVersion", "v1"},
+                                          {"apiVersion", ApiVersionOf(st->c.kind)},
                                           {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}));
       }
       if (!lines.empty()) st->quiet_since = now;
@@ -876,11 +895,20 @@ void TestApiServer::HandleCreate(const Collection& c, const httplib::Request& re
     name = prefix + NewUid().substr(0, 5);
     meta["name"] = name;
   }
-  obj["apiVersion"] = "v1";
+  obj["apiVersion"] = ApiVersionOf(c.kind);
   obj["kind"] = c.kind;
   if (c.kind == "Event") {
     if (std::string why = EventProblem(obj); !why.empty()) {
       return Fail(res, 422, "Invalid", "Event \"" + name + "\" is invalid: " + why);
+    }
+  }
+  if (IsResourceKind(c.kind)) {
+    meta["generation"] = 1;
+    if (c.kind == "ResourceClaim") obj.erase("status");  // status is the scheduler's to write
+    if (c.kind == "ResourceSlice") {
+      if (Status s = ValidateResourceSlice(obj); !s.ok()) {
+        return Fail(res, 422, "Invalid", "ResourceSlice.resource.k8s.io \"" + name + "\" is invalid: " + s.message());
+      }
     }
   }
   if (c.kind == "Pod" && (!obj.contains("status") || !obj["status"].contains("phase"))) {
@@ -1003,6 +1031,11 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
     // Identity is not the client's to change.
     for (const char* k : {"name", "namespace", "uid", "creationTimestamp"}) {
       if (current["metadata"].contains(k)) result["metadata"][k] = current["metadata"][k];
+    }
+  }
+  if (IsResourceKind(kind)) {
+    if (Status s = ValidateResourceChange(kind, result, current); !s.ok()) {
+      return Fail(res, 422, "Invalid", s.message());
     }
   }
   Modify(kind, key, std::move(result));

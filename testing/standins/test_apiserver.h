@@ -34,6 +34,19 @@
 // It can be told to misbehave, for tests of its clients: answer some requests with an error code
 // (5xx, 429) or drop their connection, answer slowly (SetLatency), end every open watch abruptly
 // (DropWatches).
+// Dynamic Resource Allocation's kinds of resource.k8s.io/v1 are served as the real server serves
+// them (test_apiserver_resource.cc): ResourceSlice and DeviceClass (cluster-scoped),
+// ResourceClaim (with its status subresource) and ResourceClaimTemplate (namespaced), at
+// /apis/resource.k8s.io/v1/..., with GET, list and watch, POST, PUT (an update carrying a stale
+// metadata.resourceVersion fails with 409), PATCH, DELETE (with DeleteOptions preconditions on
+// uid and resourceVersion) and, for ResourceSlices, DELETE of the collection by field selector
+// (what kubelet does to a driver gone for 30 s). metadata.generation starts at 1 and goes up when
+// the spec changes. Field selectors on ResourceSlices are limited to upstream's: spec.nodeName,
+// spec.driver, spec.pool.name and metadata.name. A ResourceSlice is validated as upstream's
+// ValidateResourceSlice does (ValidateResourceSlice below: names, pool, node selection,
+// devices, attributes, capacities and request policies, counters, immutable fields); a claim's
+// spec cannot change and its status.allocation, once set, only be removed; a claim created with
+// a status loses it.
 // What it does not do: admission, defaulting beyond status.phase=Pending, graceful deletion (DELETE
 // removes at once; MarkPodDeleting sets deletionTimestamp for a test), other resource kinds,
 // protobuf, TLS. It is honest about being a stand-in and must never ship in a product.
@@ -43,6 +56,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,6 +104,17 @@ class TestApiServer {
   bool DeletePod(const std::string& ns, const std::string& name);
   // Events, in the order they were created ("" namespace: all).
   std::vector<Json> Events(const std::string& ns = "") const;
+  // resource.k8s.io/v1 objects: `kind` is ResourceSlice, DeviceClass, ResourceClaim or
+  // ResourceClaimTemplate; `ns` is "" for the cluster-scoped ones. Create validates as the HTTP
+  // side does and fails with the message a 422 would carry.
+  Result<Json> CreateResource(const std::string& kind, Json object);
+  std::optional<Json> GetResource(const std::string& kind, const std::string& ns,
+                                  const std::string& name) const;
+  std::vector<Json> ListResources(const std::string& kind) const;
+  bool DeleteResource(const std::string& kind, const std::string& ns, const std::string& name);
+  // Sets a claim's status (a kube-scheduler stand-in allocating it); false when there is none.
+  bool SetClaimStatus(const std::string& ns, const std::string& name, const Json& status);
+
   // Forgets the change history: watches from an older resourceVersion get 410 Gone.
   void Compact();
   uint64_t resource_version() const;
@@ -151,6 +176,18 @@ class TestApiServer {
   void HandleDelete(const std::string& kind, const std::string& key, httplib::Response& res);
   void HandleBinding(const std::string& ns, const std::string& name, const httplib::Request& req,
                      httplib::Response& res);
+  // A collection's GET: a list, or a watch with ?watch=true; a namespaced one takes the namespace
+  // from the path's first group.
+  std::function<void(const httplib::Request&, httplib::Response&)> CollectionGet(
+      const std::string& kind, bool namespaced);
+  // resource.k8s.io/v1 (test_apiserver_resource.cc).
+  void RouteResource();
+  void HandleUpdate(const std::string& kind, const std::string& key, const httplib::Request& req,
+                    httplib::Response& res, bool status_only);
+  void HandleDeleteWithOptions(const std::string& kind, const std::string& key,
+                               const httplib::Request& req, httplib::Response& res);
+  void HandleDeleteCollection(const Collection& c, const httplib::Request& req,
+                              httplib::Response& res);
 
   // Under mu_:
   std::map<std::string, Json>* Objects(const std::string& kind);
@@ -175,6 +212,7 @@ class TestApiServer {
   uint64_t rv_ = 1;
   uint64_t compacted_ = 0;  // history holds changes after this version
   std::map<std::string, Json> nodes_, pods_, events_;  // key: name, ns/name
+  std::map<std::string, std::map<std::string, Json>> resources_;  // resource.k8s.io, by kind
   std::vector<std::string> event_order_;
   std::deque<Change> history_;
   int conflicts_ = 0;
@@ -191,5 +229,18 @@ class TestApiServer {
   std::map<uint64_t, uint64_t> watch_positions_;  // live watch -> the version it was sent up to
   std::vector<std::pair<std::string, std::string>> served_;  // method, path
 };
+
+// Whether `kind` is one of the resource.k8s.io/v1 kinds served, and its apiVersion.
+bool IsResourceKind(const std::string& kind);
+std::string ApiVersionOf(const std::string& kind);
+
+// The checks of upstream's ValidateResourceSlice (and, with `old`, ValidateResourceSliceUpdate)
+// on a slice's JSON, as the API server applies them; the error lists every violation as
+// "field: reason".
+Status ValidateResourceSlice(const Json& slice, const Json* old = nullptr);
+// What may change in an update of a resource.k8s.io object (the slice checks above; a claim's or
+// template's spec not at all; a claim's status.allocation only from none or to none, and
+// status.reservedFor only with an allocation). The error names the kind and object.
+Status ValidateResourceChange(const std::string& kind, const Json& updated, const Json& current);
 
 }  // namespace tessera::k8s

@@ -76,22 +76,7 @@ bool Allocator::Serves(const std::string& resource) const {
 Status Allocator::Save() const { return SaveCheckpoint(config_.checkpoint_path, checkpoint_); }
 
 std::string Allocator::ContainerId(const PodView& pod, const std::string& container) {
-  auto clean = [](std::string s) {
-    for (char& c : s) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
-    }
-    return s;
-  };
-  std::string body = clean(pod.name) + "." + clean(container);
-  if (body.size() > 52) body = body.substr(0, 52);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the pod's uid and the container's name
-  for (char c : pod.uid + "/" + container) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  char suffix[8];
-  std::snprintf(suffix, sizeof(suffix), "%06llx", static_cast<unsigned long long>(h & 0xffffff));
-  return std::string(kContainerIdPrefix) + body + "-" + suffix;
+  return MakeContainerId(kContainerIdPrefix, pod.name, container, pod.uid + "/" + container);
 }
 
 std::map<std::string, uint64_t> Allocator::Steps(const ContainerView& c) const {
@@ -342,98 +327,55 @@ Status Allocator::CheckMigDevice(const AssignedGpu& g, const GpuRequest& req) co
 Status Allocator::Register(AllocationRecord* rec) const {
   auto status = tesserad_->Status();
   if (!status.ok()) return status.status();
-  ContainerRegistration reg;
-  reg.id = rec->id;
-  // Nothing on the node's other GPUs, whatever a process in it declares as visible.
-  reg.limits.assign(status->gpus.size(), Bytes(0));
+  IsolatedContainer c;
+  c.id = rec->id;
+  std::vector<int> indices;
   for (const AllocatedGpu& g : rec->gpus) {
-    if (g.index >= 0 && static_cast<size_t>(g.index) < reg.limits.size()) reg.limits[static_cast<size_t>(g.index)] = g.mem;
+    c.uuids.push_back(g.uuid);
+    c.limits.push_back(g.mem);
+    indices.push_back(g.index);
   }
-  reg.core = rec->core;
-  reg.weight = rec->weight;
-  reg.high_priority = rec->high_priority;
-  reg.identify = config_.cdi && !config_.oci_hook.empty();
-  auto reply = tesserad_->Register(reg);
-  if (!reply.ok()) return reply.status();
-  rec->registered = true;
-  if (mode_ != NodeMode::kMps) return Status::Ok();
-  // An mps node: tesserad must run the GPU's MPS control daemon, whose pipe folder the container
-  // mounts (from the plugin's view of the host, which must be the same path).
-  std::string why;
-  const std::string pipe = mps::PathsFor(reply->mps_root, rec->gpus[0].uuid).pipe_dir;
-  struct stat st {};
-  if (reply->mps_root.empty()) {
-    why = "node " + config_.node + " is in mode mps, but tesserad at " + tesserad_->socket() +
-          " runs no MPS control daemons (start it with --mps)";
-  } else if (stat(pipe.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    why = "tesserad's MPS pipe folder of GPU " + rec->gpus[0].uuid + ", " + pipe +
-          ", is not a folder here (does the device plugin see the host's " + reply->mps_root +
-          " at the same path?)";
-  }
-  if (!why.empty()) {
-    (void)tesserad_->Unregister(rec->id);
+  c.core = rec->core;
+  c.weight = rec->weight;
+  c.high_priority = rec->high_priority;
+  c.identify = config_.cdi && !config_.oci_hook.empty();
+  auto root = RegisterIsolated(*tesserad_, c, indices, status->gpus.size(), mode_ == NodeMode::kMps,
+                               config_.node);
+  if (!root.ok()) {
     rec->registered = false;
-    return Status::Error(why + "; the container gets no GPU without MPS on an mps node");
+    return Status::Error(
+        root.error() +
+        (mode_ == NodeMode::kMps ? "; the container gets no GPU without MPS on an mps node" : ""));
   }
-  rec->mps_root = reply->mps_root;
+  rec->registered = true;
+  rec->mps_root = *root;
   return Status::Ok();
 }
 
+// The node's side of a container's edits; the OCI hook only with CDI (a response of mounts and
+// environment has no hooks).
+static NodeMounts MountsOf(const AllocatorConfig& config) {
+  NodeMounts m{config.container_socket_dir, config.shim_dir,  config.preload_file,
+               config.sim_library,          config.sim_state, config.sim_env};
+  if (config.cdi) {
+    m.oci_hook = config.oci_hook;
+    m.tesserad_socket = config.tesserad_socket;
+  }
+  return m;
+}
+
 CdiEdits Allocator::Edits(const AllocationRecord& rec) const {
-  CdiEdits out;
-  std::vector<std::string> uuids;
-  for (const AllocatedGpu& g : rec.gpus) uuids.push_back(g.uuid);
-  const bool sim = !config_.sim_library.empty();
-  if (rec.registered) {
-    std::vector<std::string> limits;
-    for (const AllocatedGpu& g : rec.gpus) limits.push_back(FormatBytes(g.mem));
-    out.env.emplace_back("TESSERA_SOCKET", std::string(kContainerSocketDir) + "/tessera.sock");
-    out.env.emplace_back("TESSERA_CONTAINER", rec.id);
-    out.env.emplace_back("TESSERA_VISIBLE_DEVICES", Join(uuids));
-    out.env.emplace_back("TESSERA_MEM_LIMIT", Join(limits));
-    if (rec.core) out.env.emplace_back("TESSERA_CORE_LIMIT", std::to_string(rec.core->value()));
-    if (rec.weight != 1) out.env.emplace_back("TESSERA_WEIGHT", std::to_string(rec.weight));
-    if (rec.high_priority) out.env.emplace_back("TESSERA_HIGH_PRIO", "1");
-    out.mounts.push_back({config_.shim_dir, kContainerShimDir, true});
-    out.mounts.push_back({config_.preload_file, kContainerPreload, true});
-    out.mounts.push_back({config_.container_socket_dir + "/" + rec.id, kContainerSocketDir, true});
-    if (config_.cdi && !config_.oci_hook.empty()) {
-      // createRuntime: on the host, once the container's init process is in its cgroup and
-      // namespaces and before anything of the container runs (it waits for the hook).
-      out.hooks.push_back(
-          {"createRuntime",
-           config_.oci_hook,
-           {"tessera-oci-hook", "--container", rec.id, "--socket", config_.tesserad_socket},
-           15});
-    }
-    if (!rec.mps_root.empty()) {
-      // The MPS client side: the GPU's pipe folder (clients connect to the control socket there)
-      // and the shared memory where the GPU's MPS clients and server meet: the server's own
-      // /dev/shm (mps::EnterServerShm), never the host's, which holds tesserad's ledger.
-      const mps::MpsPaths paths = mps::PathsFor(rec.mps_root, rec.gpus[0].uuid);
-      out.mounts.push_back({paths.pipe_dir, kContainerMpsPipeDir, false});
-      out.mounts.push_back({paths.shm_dir, kContainerShm, false});
-      auto env =
-          mps::MpsClientEnvironment({kContainerMpsPipeDir, "", ""}, rec.core, rec.gpus[0].mem);
-      for (const std::string& kv : env.ok() ? *env : std::vector<std::string>{}) {
-        out.env.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
-      }
-    }
-    if (sim) {
-      const std::string lib = std::string(kContainerSimDir) + "/libtessera-simgpu.so";
-      out.mounts.push_back({config_.sim_library, lib, true});
-      out.env.emplace_back("TESSERA_REAL_LIBCUDA", lib);
-      out.env.emplace_back("TESSERA_REAL_NVML", lib);
-    }
+  IsolatedContainer c;
+  c.id = rec.id;
+  for (const AllocatedGpu& g : rec.gpus) {
+    c.uuids.push_back(g.uuid);
+    c.limits.push_back(g.mem);
   }
-  if (sim) {
-    // The node's simulated GPUs themselves, not a name each container would resolve in its own
-    // /dev/shm (a new, empty simulated machine per container).
-    out.mounts.push_back({config_.sim_state, kContainerSimState, false});
-    out.env.emplace_back("TESSERA_SIM_STATE", kContainerSimState);
-    for (const auto& kv : config_.sim_env) out.env.push_back(kv);
-  }
-  return out;
+  c.core = rec.core;
+  c.weight = rec.weight;
+  c.high_priority = rec.high_priority;
+  c.mps_root = rec.mps_root;
+  return IsolatedContainerEdits(MountsOf(config_), c, rec.registered);
 }
 
 ContainerResponse Allocator::Response(const AllocationRecord& rec) const {
@@ -498,13 +440,8 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
     return Result<ContainerResponse>::Error(why);
   };
   if (rec == nullptr) {
-    struct stat st {};
-    if (!config_.sim_library.empty() && stat(config_.sim_state.c_str(), &st) != 0) {
-      return refuse("pod " + pod.Key() + " container " + container.name +
-                        ": --sim: the simulated GPUs' state " + config_.sim_state +
-                        " does not exist (TESSERA_SIM_STATE of tesserad --sim, as this plugin "
-                        "sees it; a file both see at the host's path, e.g. under /run/tessera)",
-                    false);
+    if (Status s = SimStateReachable(MountsOf(config_)); !s.ok()) {
+      return refuse("pod " + pod.Key() + " container " + container.name + ": " + s.message(), false);
     }
     auto status = tesserad_->Status();
     if (!status.ok()) {

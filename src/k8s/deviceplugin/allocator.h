@@ -41,6 +41,7 @@
 #include "core/result.h"
 #include "k8s/deviceplugin/cdi.h"
 #include "k8s/deviceplugin/checkpoint.h"
+#include "k8s/deviceplugin/container_edits.h"
 #include "k8s/deviceplugin/node_devices.h"
 #include "k8s/deviceplugin/tesserad_client.h"
 #include "k8s/objects.h"
@@ -48,16 +49,6 @@
 
 namespace tessera::k8s {
 
-// Paths inside a container (fixed; documented in docs/kubernetes.md).
-inline constexpr char kContainerShimDir[] = "/usr/local/tessera/lib";
-inline constexpr char kContainerSimDir[] = "/usr/local/tessera/sim";
-// A simulated node: where a container sees the node's simulated GPUs (simgpu's state file).
-inline constexpr char kContainerSimState[] = "/usr/local/tessera/sim/state";
-inline constexpr char kContainerSocketDir[] = "/run/tessera";
-inline constexpr char kContainerPreload[] = "/etc/ld.so.preload";
-// mps nodes: where a container sees its GPU's MPS pipe folder, and the shared memory MPS uses.
-inline constexpr char kContainerMpsPipeDir[] = "/run/tessera-mps";
-inline constexpr char kContainerShm[] = "/dev/shm";
 // tesserad container ids of the plugin's containers start with this.
 inline constexpr char kContainerIdPrefix[] = "k8s.";
 

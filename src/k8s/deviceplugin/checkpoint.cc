@@ -1,11 +1,8 @@
 // The checkpoint's JSON form and its atomic write.
 #include "k8s/deviceplugin/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
+#include "k8s/deviceplugin/container_edits.h"
 
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -106,22 +103,8 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
   }
   const json doc = {{"version", kCheckpointVersion}, {"records", records}, {"rejected", c.rejected}};
   const std::string text = doc.dump(1);
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error("checkpoint " + tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n <= 0) {
-      close(fd);
-      return Status::Error("checkpoint " + tmp + ": " + std::strerror(errno));
-    }
-    done += static_cast<size_t>(n);
-  }
-  fsync(fd);
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::Error("checkpoint " + path + ": " + std::strerror(errno));
+  if (Status s = WriteFileAtomically(path, text); !s.ok()) {
+    return Status::Error("checkpoint " + s.message());
   }
   return Status::Ok();
 }

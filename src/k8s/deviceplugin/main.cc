@@ -2,17 +2,9 @@
 // tesserad, one per node). A thin door: flags, the state folder (the shims and /etc/ld.so.preload
 // that pods mount, and the checkpoint), then DevicePluginServer until SIGTERM. docs/kubernetes.md
 // says how to deploy it.
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -20,51 +12,27 @@
 #include "core/path.h"
 #include "k8s/api_client.h"
 #include "k8s/deviceplugin/plugin.h"
+#include "k8s/door.h"
 #include "process/child_process.h"
-#include "simgpu/sim_state.h"
 
 namespace {
 
 using namespace tessera;
 using namespace tessera::k8s;
 
-volatile sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
-
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tessera-device-plugin: %s\n", message.c_str());
   return 2;
-}
-
-// Copies `from` to `to` through a temporary file renamed over it: a process that has the old one
-// mapped keeps it intact.
-Status CopyFile(const std::string& from, const std::string& to) {
-  std::ifstream in(from, std::ios::binary);
-  if (!in) return Status::Error(from + ": cannot be read");
-  const std::string tmp = to + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << in.rdbuf();
-    if (!out) return Status::Error(tmp + ": cannot be written");
-  }
-  chmod(tmp.c_str(), 0755);
-  if (rename(tmp.c_str(), to.c_str()) != 0) return Status::Error(to + ": " + std::strerror(errno));
-  return Status::Ok();
-}
-
-std::string Env(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : fallback;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tessera-device-plugin: kubelet device plugin for Tessera GPU nodes"};
-  std::string node = Env("NODE_NAME", "");
+  std::string node = EnvOr("NODE_NAME", "");
   std::string kubeconfig, context;
   std::string plugin_dir = "/var/lib/kubelet/device-plugins";
-  std::string tesserad_socket = Env("TESSERA_SOCKET", "/run/tessera/tessera.sock");
+  std::string tesserad_socket = EnvOr("TESSERA_SOCKET", "/run/tessera/tessera.sock");
   std::string container_sockets = "/run/tessera/containers";
   std::string state_dir = "/var/lib/tessera/device-plugin";
   std::string shim_dir = process::ExecutableDir() + "/../lib/tessera";
@@ -74,7 +42,7 @@ int main(int argc, char** argv) {
   std::string grace_text = "10s";
   std::string proc_root = "/proc";
   std::string oci_hook = process::ExecutableDir() + "/tessera-oci-hook";
-  std::string nvml = Env("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+  std::string nvml = EnvOr("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
   bool cdi = false, sim = false;
   app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
   app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (default: the pod's service account)");
@@ -138,24 +106,18 @@ int main(int argc, char** argv) {
   a.node = node;
   a.checkpoint_path = state_dir + "/checkpoint.json";
   a.container_socket_dir = container_sockets;
-  a.shim_dir = state_dir + "/lib";
-  a.preload_file = state_dir + "/ld.so.preload";
   a.cdi = cdi;
   a.cdi_dir = cdi_dir;
+  auto mounts = PrepareNodeMounts(
+      state_dir, shim_dir, container_sockets,
+      sim ? process::ExecutableDir() + "/../lib/libtessera-simgpu.so" : std::string());
+  if (!mounts.ok()) return Fail(mounts.error());
+  a.shim_dir = mounts->shim_dir;
+  a.preload_file = mounts->preload_file;
+  a.sim_library = mounts->sim_library;
+  a.sim_state = mounts->sim_state;
+  a.sim_env = mounts->sim_env;
   a.tesserad_socket = tesserad_socket;
-  mkdir(state_dir.c_str(), 0755);
-  mkdir(a.shim_dir.c_str(), 0755);
-  for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
-    if (Status s = CopyFile(shim_dir + "/" + lib, a.shim_dir + "/" + lib); !s.ok()) {
-      return Fail("--shim-dir=\"" + shim_dir + "\": " + s.message() +
-                  "; expected the folder of Tessera's shims (build/lib/tessera)");
-    }
-  }
-  {
-    std::ofstream preload(a.preload_file + ".tmp", std::ios::trunc);
-    preload << kContainerShimDir << "/libcuda.so.1\n" << kContainerShimDir << "/libnvidia-ml.so.1\n";
-  }
-  rename((a.preload_file + ".tmp").c_str(), a.preload_file.c_str());
   if (cdi) {
     // The runtime runs the hook on the host: from the state folder, a host path.
     a.oci_hook = state_dir + "/tessera-oci-hook";
@@ -164,31 +126,12 @@ int main(int argc, char** argv) {
                   "; expected tessera-oci-hook (build/bin)");
     }
   }
-  if (sim) {
-    const std::string sim_dir = state_dir + "/sim";
-    mkdir(sim_dir.c_str(), 0755);
-    a.sim_library = sim_dir + "/libtessera-simgpu.so";
-    if (Status s = CopyFile(process::ExecutableDir() + "/../lib/libtessera-simgpu.so", a.sim_library); !s.ok()) {
-      return Fail("--sim: " + s.message());
-    }
-    // The node's simulated GPUs are a file (simgpu's state); containers get the file itself.
-    auto state = sim::SimStatePath(std::getenv("TESSERA_SIM_STATE"));
-    if (!state.ok()) return Fail("--sim: " + state.error());
-    a.sim_state = *state;
-    if (const char* v = std::getenv("TESSERA_SIM_GPUS"))
-      a.sim_env.emplace_back("TESSERA_SIM_GPUS", v);
-  }
 
-  auto config = kubeconfig.empty() ? InClusterConfig() : KubeconfigConfig(kubeconfig, context);
+  auto config = ClientConfigFor(kubeconfig, context, "tessera-device-plugin/" + node);
   if (!config.ok()) return Fail(config.error());
-  config->user_agent = "tessera-device-plugin/" + node;
   ApiClient api(*config);
 
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  InstallStopSignals();
 
   DevicePluginServer server(options, &api);
   if (Status s = server.Start(); !s.ok()) {
@@ -197,7 +140,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "tessera-device-plugin: node %s, plugin folder %s, tesserad %s, state %s\n",
                node.c_str(), plugin_dir.c_str(), tesserad_socket.c_str(), state_dir.c_str());
-  while (g_stop == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   server.Stop();
   api.Stop();
   return 0;

@@ -299,16 +299,7 @@ Status DevicePluginServer::Start() {
                          " (is --node-name, or NODE_NAME from the downward API, right?)");
   }
   ApplyNode(*node);
-  ListOptions o;
-  o.field_selector = "metadata.name=" + options_.node;
-  node_watch_ = std::make_unique<Reflector>(
-      api_, "/api/v1/nodes", o,
-      Reflector::Handlers{[this](const std::vector<Json>& items) {
-                            if (!items.empty()) ApplyNode(items[0]);
-                          },
-                          [this](const WatchEvent& e) {
-                            if (e.type != "DELETED") ApplyNode(e.object);
-                          }});
+  node_watch_ = NodeReflector(api_, options_.node, [this](const Json& n) { ApplyNode(n); });
   node_watch_->Start();
   pods_->Start();
   pods_->WaitSynced(10s);

@@ -11,8 +11,8 @@
 
 #include "core/bytes.h"
 #include "core/text.h"
-#include "k8s/extender/quantity.h"
 #include "k8s/fit.h"
+#include "k8s/quantity.h"
 #include "mig/profiles.h"
 #include "placement/fit.h"
 #include "placement/mig.h"

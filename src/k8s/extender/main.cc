@@ -7,7 +7,7 @@
 //                    [--scheduler-name NAME]... [--max-request-bytes SIZE]
 //                    [--apiserver URL | --kubeconfig PATH [--context NAME]]
 //                    [--workload PODS.csv] [--reservation-ttl DURATION] [--relearn DURATION]
-//                    [--filter-answer chosen|fitting]
+//                    [--filter-answer chosen|fitting] [--dra-steering [--dra-interval D]]
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +22,7 @@
 #include "core/bytes.h"
 #include "core/duration.h"
 #include "core/host_port.h"
+#include "k8s/extender/dra_steering.h"
 #include "k8s/extender/extender_app.h"
 #include "placement/frag.h"
 #include "placement/trace.h"
@@ -52,7 +53,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> scheduler_names;
   std::string max_request_text = "4MiB";
   std::string apiserver, kubeconfig, context, workload_csv;
-  std::string ttl_text = "30s", relearn_text = "60s", answer_text = "chosen";
+  std::string ttl_text = "30s", relearn_text = "60s", answer_text = "chosen", dra_interval_text = "1s";
+  bool dra_steering = false;
   app.add_option("--listen", listen,
                  "HOST:PORT of the verbs (default 127.0.0.1:8888: kube-scheduler beside it in the "
                  "same pod)");
@@ -94,6 +96,11 @@ int main(int argc, char** argv) {
          "choice 10, for configurations that blend in kube-scheduler's own scores); "
          "default chosen")
       ->check(CLI::IsMember({"chosen", "fitting"}));
+  app.add_flag("--dra-steering", dra_steering,
+               "also place pods gated with gpu.tessera.io/steering: allocate their ResourceClaims "
+               "of gpu.tessera.io with the placement engine, then remove the gate");
+  app.add_option("--dra-interval", dra_interval_text,
+                 "how often --dra-steering looks for gated pods (default 1s)");
   CLI11_PARSE(app, argc, argv);
 
   extender::AppConfig config;
@@ -172,6 +179,10 @@ int main(int argc, char** argv) {
         placement::TargetWorkload::FromRequests(pods->requests));
   }
 
+  auto dra_interval = ParseDuration(dra_interval_text, "--dra-interval",
+                                    std::chrono::milliseconds(100), std::chrono::minutes(10));
+  if (!dra_interval.ok()) return Fail(dra_interval.error());
+
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGTERM, &sa, nullptr);
@@ -187,6 +198,16 @@ int main(int argc, char** argv) {
   }
   extender::ExtenderApp extender(config);
   if (Status s = extender.Start(); !s.ok()) return Fail(s.message());
+  std::unique_ptr<k8s::ApiClient> dra_api;
+  std::unique_ptr<extender::DraSteeringController> dra;
+  if (dra_steering) {
+    dra_api = std::make_unique<k8s::ApiClient>(config.api);
+    extender::DraSteeringOptions o;
+    o.interval = std::chrono::duration_cast<std::chrono::milliseconds>(*dra_interval);
+    o.workload = config.state.workload;
+    dra = std::make_unique<extender::DraSteeringController>(dra_api.get(), o);
+    dra->Start();
+  }
   // key=value lines, for people and for tests that start the program.
   std::printf("port=%d\nmetrics_port=%d\ntls=%s\napiserver=%s\n", extender.port(),
               extender.metrics_port(), config.tls ? "on" : "off", config.api.server.c_str());
@@ -201,6 +222,7 @@ int main(int argc, char** argv) {
       usleep(200000);
     }
   }
+  if (dra) dra->Stop();
   extender.Stop();
   return 0;
 }

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "k8s/annotations.h"
-#include "k8s/extender/quantity.h"
+#include "k8s/quantity.h"
 
 namespace tessera::extender {
 

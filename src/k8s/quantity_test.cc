@@ -1,6 +1,6 @@
 // Tests of Quantity: the forms kubectl and the API server write, exact conversion with rounding
 // up, and every refusal naming the input and the value.
-#include "k8s/extender/quantity.h"
+#include "k8s/quantity.h"
 
 #include <gtest/gtest.h>
 
@@ -76,6 +76,23 @@ TEST(QuantityTest, RefusesValuesPastInt64) {
   EXPECT_NE(v.error().find("memory=\"16Ei\""), std::string::npos);
   EXPECT_FALSE(Quantity::Parse("10E", "cpu")->Scaled(3, "cpu").ok());
   EXPECT_TRUE(Quantity::Parse("9E", "memory")->Scaled(0, "memory").ok());
+}
+
+TEST(QuantityTest, CanonicalFormsAreTheApiServers) {
+  EXPECT_EQ(FormatBinaryQuantity(17179869184), "16Gi");
+  EXPECT_EQ(FormatBinaryQuantity(85520809984), "81559Mi");
+  EXPECT_EQ(FormatBinaryQuantity(17179869185), "17179869185");
+  EXPECT_EQ(FormatBinaryQuantity(1023), "1023");
+  EXPECT_EQ(FormatBinaryQuantity(1024), "1Ki");
+  EXPECT_EQ(FormatBinaryQuantity(0), "0");
+  EXPECT_EQ(FormatDecimalQuantity(100), "100");
+  EXPECT_EQ(FormatDecimalQuantity(2000), "2k");
+  EXPECT_EQ(FormatDecimalQuantity(1), "1");
+  // What is written reads back as the same value.
+  for (int64_t v : {int64_t{268435456}, int64_t{85520809984}, int64_t{30}, int64_t{5000000}}) {
+    EXPECT_EQ(*Quantity::Parse(FormatBinaryQuantity(v), "q")->Scaled(0, "q"), v);
+    EXPECT_EQ(*Quantity::Parse(FormatDecimalQuantity(v), "q")->Scaled(0, "q"), v);
+  }
 }
 
 }  // namespace

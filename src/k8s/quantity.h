@@ -32,6 +32,8 @@ class Quantity {
   Result<int64_t> Whole(std::string_view input_name) const;
 
   bool is_zero() const { return digits_ == 0; }
+  // The text it was parsed from.
+  const std::string& text() const { return text_; }
 
  private:
   Quantity(uint64_t digits, int exp10, int exp2, std::string_view text)
@@ -42,5 +44,12 @@ class Quantity {
   int exp2_ = 0;
   std::string text_;  // the input as given, for error messages
 };
+
+// A whole number of units as the API server writes a quantity back (resource.Quantity's canonical
+// form): binary, the largest of Ki Mi Gi Ti Pi Ei that divides it exactly (17179869184 -> "16Gi",
+// 1023 and 17179869185 stay plain), for bytes; decimal, the largest of k M G T P E that divides
+// it (100 -> "100", 2000 -> "2k"), for counts.
+std::string FormatBinaryQuantity(int64_t value);
+std::string FormatDecimalQuantity(int64_t value);
 
 }  // namespace tessera::k8s

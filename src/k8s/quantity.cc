@@ -1,5 +1,5 @@
 // Parsing Kubernetes resource quantities and converting them exactly. Pure functions; no I/O.
-#include "k8s/extender/quantity.h"
+#include "k8s/quantity.h"
 
 #include <array>
 #include <limits>
@@ -139,6 +139,32 @@ Result<int64_t> Quantity::Whole(std::string_view input_name) const {
     }
   }
   return up;
+}
+
+namespace {
+
+std::string FormatWithSuffixes(int64_t value, int64_t base, std::array<std::string_view, 6> names) {
+  if (value == 0) return "0";
+  const bool negative = value < 0;
+  uint64_t magnitude = negative ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
+  int suffix = -1;
+  // Go leaves binary values within (-1024, 1024) plain; the loop does the same for both bases.
+  while (suffix + 1 < static_cast<int>(names.size()) && magnitude % static_cast<uint64_t>(base) == 0) {
+    magnitude /= static_cast<uint64_t>(base);
+    ++suffix;
+  }
+  return (negative ? "-" : "") + std::to_string(magnitude) +
+         (suffix < 0 ? std::string() : std::string(names[static_cast<size_t>(suffix)]));
+}
+
+}  // namespace
+
+std::string FormatBinaryQuantity(int64_t value) {
+  return FormatWithSuffixes(value, 1024, {"Ki", "Mi", "Gi", "Ti", "Pi", "Ei"});
+}
+
+std::string FormatDecimalQuantity(int64_t value) {
+  return FormatWithSuffixes(value, 1000, {"k", "M", "G", "T", "P", "E"});
 }
 
 }  // namespace tessera::k8s
