@@ -1014,6 +1014,47 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
   const Json& new_spec = updated_spec != updated.end() ? *updated_spec : kNoSpec;
   const Json& old_spec = current_spec != current.end() ? *current_spec : kNoSpec;
   if (kind == "Pod" && !status_only && new_spec != old_spec) {
+    // spec.schedulingGates may lose gates (only that) while the pod is not bound, as upstream's
+    // pod update validation allows; any other change of the spec is refused.
+    auto gates = [](const Json& spec) {
+      std::vector<std::string> names;
+      if (spec.is_object() && spec.contains("schedulingGates") && spec["schedulingGates"].is_array()) {
+        for (const Json& g : spec["schedulingGates"]) {
+          names.push_back(g.is_object() ? g.value("name", "") : "");
+        }
+      }
+      return names;
+    };
+    Json new_rest = new_spec.is_object() ? new_spec : Json::object();
+    Json old_rest = old_spec.is_object() ? old_spec : Json::object();
+    new_rest.erase("schedulingGates");
+    old_rest.erase("schedulingGates");
+    const std::vector<std::string> new_gates = gates(new_spec), old_gates = gates(old_spec);
+    if (new_rest == old_rest && new_gates != old_gates) {
+      for (const std::string& g : new_gates) {
+        if (std::find(old_gates.begin(), old_gates.end(), g) == old_gates.end()) {
+          return Fail(res, 422, "Invalid",
+                      "Pod \"" + key.substr(key.find('/') + 1) +
+                          "\" is invalid: spec.schedulingGates: Forbidden: only deletion is "
+                          "allowed, but found new scheduling gate '" + g + "'");
+        }
+      }
+      if (!old_spec.value("nodeName", "").empty()) {
+        return Fail(res, 422, "Invalid",
+                    "Pod \"" + key.substr(key.find('/') + 1) +
+                        "\" is invalid: spec.schedulingGates: Forbidden: a bound pod has no gates "
+                        "to change");
+      }
+    }
+  }
+  if (kind == "Pod" && !status_only && new_spec != old_spec &&
+      !(new_spec.is_object() && old_spec.is_object() &&
+        [&] {
+          Json a = new_spec, b = old_spec;
+          a.erase("schedulingGates");
+          b.erase("schedulingGates");
+          return a == b;
+        }())) {
     return Fail(res, 422, "Invalid",
                 "Pod \"" + key.substr(key.find('/') + 1) +
                     "\" is invalid: spec: Forbidden: pod updates may not change fields other than "
