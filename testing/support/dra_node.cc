@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <thread>
+
+#include "testing/support/cgroup_container.h"
 
 namespace tessera::k8s::testing {
 
@@ -15,17 +19,37 @@ using process::ChildProcess;
 std::string TestProgram(const std::string& name) { return BuildDir() + "/tests/" + name; }
 
 DraNode::DraNode(std::string name, const std::string& gpus, std::string api_url,
-                 std::chrono::milliseconds wiping_delay)
+                 std::chrono::milliseconds wiping_delay, std::vector<std::string> daemon_args)
     : name_(std::move(name)),
-      sim_(gpus, {"--policy", "3"}),
+      sim_(gpus,
+           [&] {
+             std::vector<std::string> args = {"--policy", "3"};
+             args.insert(args.end(), daemon_args.begin(), daemon_args.end());
+             return args;
+           }()),
       api_url_(std::move(api_url)),
-      wiping_delay_(wiping_delay) {}
+      wiping_delay_(wiping_delay),
+      cgroup_root_(::tessera::testing::WritableCgroupRoot()) {}
 
 DraNode::~DraNode() {
   containers_.clear();
   StopPlugin(SIGTERM);
   kubelet_.reset();
   if (client_) client_->Stop();
+  // The containers' groups (what a container left running in its group killed first), then their
+  // pods' (each empty once its containers are gone).
+  for (const std::string& group : cgroups_) {
+    for (int round = 0; round < 50; ++round) {
+      std::ifstream procs(group + "/cgroup.procs");
+      pid_t pid = 0;
+      bool any = false;
+      while (procs >> pid) any = kill(pid, SIGKILL) == 0 || any;
+      if (!any) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    rmdir(group.c_str());
+    rmdir(group.substr(0, group.rfind('/')).c_str());
+  }
 }
 
 bool DraNode::Start() {
@@ -52,14 +76,34 @@ bool DraNode::Start() {
 }
 
 void DraNode::StartPlugin() {
-  plugin_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{BuildDir() + "/bin/tessera-dra-plugin", "--node-name", name_,
-                               "--kubeconfig", kubeconfig_, "--plugins-dir", plugins_,
-                               "--registry-dir", registry_, "--tesserad-socket", sim_.socket(),
-                               "--container-sockets", sim_.container_sockets(), "--state-dir",
-                               state_, "--cdi-dir", cdi_, "--sim", "--reconcile-interval", "200ms",
-                               "--unhealthy-after", "1s"},
-      sim_.SimEnv());
+  std::vector<std::string> argv = {BuildDir() + "/bin/tessera-dra-plugin",
+                                   "--node-name",
+                                   name_,
+                                   "--kubeconfig",
+                                   kubeconfig_,
+                                   "--plugins-dir",
+                                   plugins_,
+                                   "--registry-dir",
+                                   registry_,
+                                   "--tesserad-socket",
+                                   sim_.socket(),
+                                   "--container-sockets",
+                                   sim_.container_sockets(),
+                                   "--state-dir",
+                                   state_,
+                                   "--cdi-dir",
+                                   cdi_,
+                                   "--sim",
+                                   "--reconcile-interval",
+                                   "200ms",
+                                   "--unhealthy-after",
+                                   "1s"};
+  if (cgroup_root_.empty()) {
+    // No cgroup to put a container in, so nothing would tell its processes from the test's:
+    // claims go unidentified, as on a node whose runtime runs no hooks.
+    argv.insert(argv.end(), {"--oci-hook", ""});
+  }
+  plugin_ = std::make_unique<ChildProcess>(argv, sim_.SimEnv());
   EXPECT_TRUE(plugin_->started());
 }
 
@@ -86,6 +130,14 @@ ChildProcess* DraNode::Run(const Json& pod, const std::string& container, std::v
                                   sim_.Scratch("ctr" + std::to_string(containers_.size())),
                                   "--cdi-dir", cdi_};
   for (const std::string& d : cdi.ok() ? *cdi : std::vector<std::string>{}) cmd.insert(cmd.end(), {"--cdi", d});
+  if (!cgroup_root_.empty()) {
+    // A group of its own below its pod's, as a runtime puts a container (kubelet's pod<uid>).
+    const std::string group = cgroup_root_ + "/tessera-test-" + sim_.name() + "-pod" +
+                              pod["metadata"].value("uid", "") + "/" + container + "-" +
+                              std::to_string(containers_.size());
+    cmd.insert(cmd.end(), {"--cgroup", group});
+    cgroups_.push_back(group);
+  }
   cmd.push_back("--");
   cmd.insert(cmd.end(), argv.begin(), argv.end());
   // The image's own environment: nothing of the test's Tessera settings.

@@ -1,7 +1,9 @@
 // DraNode: one GPU node of the DRA tests (tests only): a real tesserad on simulated GPUs
 // (SimNode), the real tessera-dra-plugin program, and the stand-in kubelet (TestDraKubelet) of
 // that node, all on scratch folders of their own, against one API server; and containers started
-// as the stand-in runtime starts them, with the CDI devices kubelet hands a pod's container.
+// as the stand-in runtime starts them, with the CDI devices kubelet hands a pod's container, each
+// in a cgroup of its own (the claim's createRuntime hook identifies it to tesserad by it). Where
+// no cgroup hierarchy is writable, the plugin runs without the hook (--oci-hook "").
 #pragma once
 
 #include <chrono>
@@ -19,9 +21,10 @@ namespace tessera::k8s::testing {
 class DraNode {
  public:
   // `gpus`: TESSERA_SIM_GPUS; `api_url`: the API server. `wiping_delay`: kubelet's grace before it
-  // deletes the slices of a driver gone.
+  // deletes the slices of a driver gone. `daemon_args` are added to tesserad's.
   DraNode(std::string name, const std::string& gpus, std::string api_url,
-          std::chrono::milliseconds wiping_delay = std::chrono::seconds(30));
+          std::chrono::milliseconds wiping_delay = std::chrono::seconds(30),
+          std::vector<std::string> daemon_args = {});
   ~DraNode();
   DraNode(const DraNode&) = delete;
   DraNode& operator=(const DraNode&) = delete;
@@ -48,6 +51,8 @@ class DraNode {
   const std::string& registry() const { return registry_; }
   const std::string& plugins() const { return plugins_; }
   const std::string& cdi() const { return cdi_; }
+  // The plugin's state folder (its copy of tessera-oci-hook is there).
+  const std::string& state() const { return state_; }
 
  private:
   std::string name_;
@@ -59,6 +64,8 @@ class DraNode {
   std::unique_ptr<process::ChildProcess> plugin_;
   std::vector<std::unique_ptr<process::ChildProcess>> containers_;
   std::string kubeconfig_, registry_, plugins_, state_, cdi_;
+  std::string cgroup_root_;           // "" where none is writable (then no hook)
+  std::vector<std::string> cgroups_;  // the containers' groups, removed at the end
 };
 
 // A built program of build/tests.

@@ -5,13 +5,19 @@
 // and PID namespaces. Real: the plugin program, tesserad on simulated GPUs, the shims, simgpu,
 // podman, runc. Stand-ins (named so): kubelet's plugin watcher and DRA manager (TestDraKubelet)
 // and the API server (TestApiServer); claims are allocated as kube-scheduler writes them. The
-// 30/70 share is its own CTest entry, labelled timing.
+// 30/70 share is its own CTest entry, labelled timing. runc runs the claim's createRuntime hook
+// (the real tessera-oci-hook), so each container of a claim is identified to tesserad by its
+// cgroup: a process in it that goes around the shim is still the claim's.
 #include <glob.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
+
 #include "ipc/futex.h"
+#include "ipc/unix_socket.h"
 #include "k8s/deviceplugin/container_edits.h"
 #include "k8s/dra/preparer.h"
 #include "process/child_process.h"
@@ -43,7 +49,7 @@ constexpr char kCdiDir[] = "/var/run/cdi";
 podman::ImageContents TenantImage() {
   podman::ImageContents c;
   c.name = "tenants";
-  for (const char* t : {"preload_tenant", "nvml_tenant", "shim_tenant"}) {
+  for (const char* t : {"preload_tenant", "nvml_tenant", "shim_tenant", "sim_tenant"}) {
     c.files.push_back({BuildDir() + "/tests/" + t, std::string("/opt/tenants/") + t});
   }
   c.libraries_of = {BuildDir() + "/lib/tessera/libcuda.so.1",
@@ -61,12 +67,15 @@ class DraRuntimeTest : public ::testing::Test {
     image_ = *image;
     ASSERT_TRUE(api_.Start().ok());
     api_.CreateNode({{"metadata", {{"name", kNode}, {"labels", Json::object()}}}});
-    node_ = std::make_unique<DraNode>(kNode, "SimA:16GiB:80,SimA:16GiB:80", api_.url(), 2s);
+    node_ = std::make_unique<DraNode>(kNode, "SimA:16GiB:80,SimA:16GiB:80", api_.url(), 2s,
+                                      DaemonArgs());
     node_->SetCdiDir(kCdiDir);
     ASSERT_TRUE(node_->Start());
     node_->StartPlugin();
     ASSERT_TRUE(node_->WaitRegistered());
   }
+
+  virtual std::vector<std::string> DaemonArgs() const { return {}; }
 
   void TearDown() override {
     containers_.clear();
@@ -107,6 +116,24 @@ class DraRuntimeTest : public ::testing::Test {
     const std::string full = prefix_ + name;
     const std::string uid = (*api_.GetResource("ResourceClaim", "team", full))["metadata"]["uid"];
     return MakeContainerId(kClaimContainerPrefix, "team", full, uid);
+  }
+
+  // `pod2`, a second pod of the namespace, reserves `pod`'s claim `name` too and is prepared.
+  Json SharedWith(const std::string& name, const std::string& pod2) {
+    const std::string full = prefix_ + name;
+    Json second =
+        api_.CreatePod(PodWithClaims("team", prefix_ + pod2, {{"gpu", full}}, {{"app", {"gpu"}}}));
+    Json claim = *api_.GetResource("ResourceClaim", "team", full);
+    claim["status"]["reservedFor"].push_back(
+        {{"resource", "pods"}, {"name", prefix_ + pod2}, {"uid", second["metadata"]["uid"]}});
+    EXPECT_TRUE(api_.SetClaimStatus("team", full, claim["status"]));
+    EXPECT_TRUE(
+        node_->client().BindPod("team", prefix_ + pod2, second["metadata"]["uid"], kNode).ok());
+    second = *api_.GetPod("team", prefix_ + pod2);
+    const Status prepared = node_->kubelet().PrepareResources(second);
+    EXPECT_TRUE(prepared.ok()) << prepared.message();
+    pods_.push_back(second);
+    return second;
   }
 
   // Starts container "app" of `pod` from the tenants' image as a runtime does from kubelet's CRI
@@ -193,6 +220,73 @@ TEST_F(DraRuntimeTest, ClaimsOfThirtyAndSeventyPercentInTwoPodmanContainers) {
   EXPECT_NEAR(100.0 * s30 / busy, 30.0, 1.0) << "of the device time the two claims got";
   EXPECT_NEAR(100.0 * s70 / busy, 70.0, 1.0) << "of the device time the two claims got";
   EXPECT_GT(busy, 94.0) << "the two kept the device busy only " << busy << " % of 10 s";
+}
+
+// tesserad as docs/security.md runs it for hostile tenants: what goes over a cap is killed.
+class DraRuntimeIdentityTest : public DraRuntimeTest {
+ protected:
+  std::vector<std::string> DaemonArgs() const override {
+    return {"--over-limit-action", "kill", "--allow-self-declared=false"};
+  }
+};
+
+// A claim's containers are identified by the runtime: its spec carries tessera-oci-hook, which
+// runc runs for each container of each pod that uses the claim. Until then the claim's socket
+// serves nobody; then it serves the containers' processes and refuses others; and a process in
+// one of them that goes around the shim (simgpu opened by path, never registered) holding 3 GiB
+// against the claim's 1 GiB is charged to the claim by its cgroup and killed, while another
+// claim's process on the same GPU keeps its memory.
+TEST_F(DraRuntimeIdentityTest, AClaimsContainersAreIdentifiedAndABypassInOneIsKilled) {
+  const Json tenant = Prepared("tenant", "gpu-0", {{"memory", "1Gi"}, {"cores", "20"}});
+  const Json other = SharedWith("tenant", "tenant-b");
+  const Json victim = Prepared("victim", "gpu-0", {{"memory", "2Gi"}, {"cores", "30"}});
+  const std::string id = ContainerOf("tenant");
+  const std::string uid =
+      (*api_.GetResource("ResourceClaim", "team", prefix_ + "tenant"))["metadata"]["uid"];
+
+  // The claim's spec: the hook from the plugin's state folder, naming the claim's container.
+  std::ifstream spec_file(std::string(kCdiDir) + "/gpu.tessera.io-claim-" + uid + ".json");
+  const Json spec = Json::parse(spec_file, nullptr, false);
+  ASSERT_FALSE(spec.is_discarded());
+  const Json hooks = spec["containerEdits"].value("hooks", Json::array());
+  ASSERT_EQ(hooks.size(), 1u) << "the claim's spec carries no hook: " << spec.dump();
+  EXPECT_EQ(hooks[0]["hookName"], "createRuntime");
+  EXPECT_EQ(hooks[0]["path"], node_->state() + "/tessera-oci-hook");
+  EXPECT_EQ(hooks[0]["args"],
+            Json({"tessera-oci-hook", "--container", id, "--socket", node_->sim().socket()}));
+
+  // Before any container of the claim ran, its socket serves nobody (here: this test).
+  const std::string socket = node_->sim().container_sockets() + "/" + id + "/tessera.sock";
+  auto early = ipc::Call(socket, "HELLO version=1 container=" + id, nullptr, 5s);
+  ASSERT_TRUE(early.ok()) << early.error();
+  EXPECT_THAT(*early, HasSubstr("has no recorded identity yet"));
+
+  podman::Container* held = Run(victim, {"/opt/tenants/shim_tenant", "hold", std::to_string(kGiB)});
+  ASSERT_EQ(held->process().WaitForKey("ready", 60s), "1");
+  // The claim's container in the second pod: identified, its process served.
+  podman::Container* second =
+      Run(other, {"/opt/tenants/shim_tenant", "hold", std::to_string(256ull << 20)});
+  ASSERT_EQ(second->process().WaitForKey("ready", 60s), "1")
+      << "a container of the claim's second pod was not served";
+  // The bypass, in the claim's container of the first pod.
+  podman::Container* greedy = Run(
+      tenant, {"/opt/tenants/sim_tenant", std::string(kContainerSimDir) + "/libtessera-simgpu.so",
+               "hold", std::to_string(3 * kGiB)});
+  ASSERT_EQ(greedy->process().WaitForKey("ready", 60s), "1") << "the bypass did not get 3 GiB";
+  const auto allocated = std::chrono::steady_clock::now();
+  const std::optional<int> status = greedy->Wait(10s);
+  const auto acted_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::steady_clock::now() - allocated)
+                            .count();
+  ASSERT_TRUE(status.has_value()) << "the bypass in the claim's container was not killed";
+  EXPECT_EQ(*status, 128 + SIGKILL);
+  std::printf("bypass_killed_after_ms=%lld\n", static_cast<long long>(acted_ms));
+  EXPECT_FALSE(held->Wait(0ms).has_value()) << "the other claim's process was killed";
+
+  // A process outside the claim's containers (this test) is not one of the claim's.
+  auto stranger = ipc::Call(socket, "HELLO version=1 container=" + id, nullptr, 5s);
+  ASSERT_TRUE(stranger.ok()) << stranger.error();
+  EXPECT_THAT(*stranger, HasSubstr("is not a process of container " + id));
 }
 
 }  // namespace

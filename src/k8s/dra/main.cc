@@ -1,6 +1,7 @@
 // tessera-dra-plugin: the DRA kubelet plugin of driver gpu.tessera.io on a Tessera GPU node (runs
 // beside tesserad, one per node). A thin door: flags, the state folder (the shims and
-// /etc/ld.so.preload that claims' containers mount, and the checkpoint), then DraPluginServer
+// /etc/ld.so.preload that claims' containers mount, tessera-oci-hook that their runtime runs, and
+// the checkpoint), then DraPluginServer
 // until SIGTERM. docs/kubernetes.md ("DRA") says how to deploy it.
 
 #include <CLI/CLI.hpp>
@@ -11,6 +12,7 @@
 #include "core/duration.h"
 #include "core/path.h"
 #include "k8s/api_client.h"
+#include "k8s/deviceplugin/container_edits.h"
 #include "k8s/door.h"
 #include "k8s/dra/plugin.h"
 #include "process/child_process.h"
@@ -41,6 +43,7 @@ int main(int argc, char** argv) {
   std::string interval_text = "1s";
   std::string grace_text = "10s";
   std::string nvml = EnvOr("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
+  std::string oci_hook = process::ExecutableDir() + "/tessera-oci-hook";
   std::string driver_version;
   bool sim = false, no_mig_counters = false;
   app.add_option("--node-name", node, "this node's name (default: $NODE_NAME)");
@@ -53,6 +56,9 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", state_dir, "host folder for the shims claims mount and the checkpoint");
   app.add_option("--shim-dir", shim_dir, "folder with Tessera's libcuda.so.1 and libnvidia-ml.so.1");
   app.add_option("--cdi-dir", cdi_dir, "where the claims' CDI specs go");
+  app.add_option("--oci-hook", oci_hook,
+                 "tessera-oci-hook, copied to --state-dir for the runtime to run in every claim's "
+                 "container (default: beside this program; \"\" for none: claims unidentified)");
   app.add_flag("--sim", sim, "a simulated node: hand claims simgpu and $TESSERA_SIM_STATE/$TESSERA_SIM_GPUS");
   app.add_option("--reconcile-interval", interval_text, "how often to reconcile (100ms to 1m)");
   app.add_option("--unhealthy-after", grace_text,
@@ -94,6 +100,16 @@ int main(int argc, char** argv) {
       state_dir, shim_dir, container_sockets,
       sim ? process::ExecutableDir() + "/../lib/libtessera-simgpu.so" : std::string());
   if (!mounts.ok()) return Fail(mounts.error());
+  if (!oci_hook.empty()) {
+    // Every claim's spec carries the hook, which the runtime runs on the host: from the state
+    // folder, a host path; it tells tesserad which runtime container uses the claim.
+    mounts->oci_hook = state_dir + "/tessera-oci-hook";
+    mounts->tesserad_socket = tesserad_socket;
+    if (Status s = CopyFile(oci_hook, mounts->oci_hook); !s.ok()) {
+      return Fail("--oci-hook=\"" + oci_hook + "\": " + s.message() +
+                  "; expected tessera-oci-hook (build/bin), or \"\" for none");
+    }
+  }
 
   dra::DraPluginOptions options;
   options.node = node;

@@ -25,12 +25,19 @@ Json ClaimJson(const PreparedClaim& c) {
     if (d.share_id) dev["share_id"] = *d.share_id;
     devices.push_back(std::move(dev));
   }
-  return {{"uid", c.ref.uid},        {"namespace", c.ref.ns},
-          {"name", c.ref.name},      {"container", c.container},
-          {"gpus", gpus},            {"core", c.core ? Json(*c.core) : Json(nullptr)},
-          {"weight", c.weight},      {"high_priority", c.high_priority},
-          {"registered", c.registered}, {"mps_root", c.mps_root},
-          {"cdi_file", c.cdi_file},  {"devices", devices}};
+  return {{"uid", c.ref.uid},
+          {"namespace", c.ref.ns},
+          {"name", c.ref.name},
+          {"container", c.container},
+          {"gpus", gpus},
+          {"core", c.core ? Json(*c.core) : Json(nullptr)},
+          {"weight", c.weight},
+          {"high_priority", c.high_priority},
+          {"registered", c.registered},
+          {"identify", c.identify},
+          {"mps_root", c.mps_root},
+          {"cdi_file", c.cdi_file},
+          {"devices", devices}};
 }
 
 PreparedClaim ClaimFromJson(const Json& j) {
@@ -47,6 +54,7 @@ PreparedClaim ClaimFromJson(const Json& j) {
   c.weight = j.value("weight", 1u);
   c.high_priority = j.value("high_priority", false);
   c.registered = j.value("registered", false);
+  c.identify = j.value("identify", false);  // a claim prepared before specs carried the hook
   c.mps_root = j.value("mps_root", "");
   c.cdi_file = j.value("cdi_file", "");
   for (const Json& d : j.at("devices")) {
@@ -126,7 +134,9 @@ CdiEdits ClaimPreparer::Edits(const PreparedClaim& claim) const {
   c.weight = claim.weight;
   c.high_priority = claim.high_priority;
   c.mps_root = claim.mps_root;
-  CdiEdits edits = IsolatedContainerEdits(config_.mounts, c, claim.registered);
+  NodeMounts mounts = config_.mounts;
+  if (!claim.identify) mounts.oci_hook.clear();  // tesserad waits for no hook of this claim
+  CdiEdits edits = IsolatedContainerEdits(mounts, c, claim.registered);
   if (!config_.nvidia_cdi) {
     // No NVIDIA CDI names to hand out: the GPUs go by the variable NVIDIA's runtime reads.
     std::string uuids;
@@ -148,6 +158,7 @@ Status ClaimPreparer::Register(PreparedClaim* claim, const TesseradStatus& statu
   if (claim->core) c.core = Percent::FromInt(*claim->core);
   c.weight = claim->weight;
   c.high_priority = claim->high_priority;
+  c.identify = claim->identify;
   const bool mps = mode_ == NodeMode::kMps;
   auto root = RegisterIsolated(*tesserad_, c, indices, status.gpus.size(), mps, config_.node);
   if (!root.ok()) {
@@ -217,6 +228,7 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::Prepare(const ClaimRef& ref) 
   pc.weight = plan->weight;
   pc.high_priority = plan->high_priority;
   if (ModeIsolates(mode_)) {
+    pc.identify = !config_.mounts.oci_hook.empty();
     if (Status s = Register(&pc, *status); !s.ok()) return Out::Error(who + ": " + s.message());
   }
   // The CDI spec: the claim's edits once, a device per allocation result.

@@ -12,7 +12,11 @@
 // The claim's CDI spec (kind gpu.tessera.io/claim, file gpu.tessera.io-claim-<uid>.json): the
 // claim's edits (container_edits.h) once in the spec's own containerEdits, and one device per
 // allocation result, "<claim uid>-<n>", which adds TESSERA_CLAIM_DEVICE_<n>=<request>:<device>.
-// A container using several requests of a claim thus gets the claim's mounts once.
+// A container using several requests of a claim thus gets the claim's mounts once. When the
+// node's mounts name tessera-oci-hook, the claim's edits carry it as a createRuntime hook with the
+// claim's container id: every runtime container that uses the claim, of whichever pod, is
+// identified to tesserad by its cgroup (docs/security.md), and the claim is registered with
+// identify=1.
 //
 // Thread-safety: one mutex; every call serialises (as upstream's plugin helper does by default).
 #pragma once
@@ -51,6 +55,10 @@ struct PreparedClaim {
   uint32_t weight = 1;
   bool high_priority = false;
   bool registered = false;
+  // Registered with identify=1: its spec carries the createRuntime hook (NodeMounts::oci_hook),
+  // and tesserad serves the claim's socket only to processes of the containers the hook
+  // identified. Kept, so a claim is registered again as its spec was written.
+  bool identify = false;
   std::string mps_root;
   std::string cdi_file;
   std::vector<PreparedDevice> devices;
