@@ -268,6 +268,10 @@ TEST_F(DraRuntimeIdentityTest, AClaimsContainersAreIdentifiedAndABypassInOneIsKi
       Run(other, {"/opt/tenants/shim_tenant", "hold", std::to_string(256ull << 20)});
   ASSERT_EQ(second->process().WaitForKey("ready", 60s), "1")
       << "a container of the claim's second pod was not served";
+  // A process outside the claim's containers (this test) is not one of the claim's.
+  auto stranger = ipc::Call(socket, "HELLO version=1 container=" + id, nullptr, 5s);
+  ASSERT_TRUE(stranger.ok()) << stranger.error();
+  EXPECT_THAT(*stranger, HasSubstr("is not a process of container " + id));
   // The bypass, in the claim's container of the first pod.
   podman::Container* greedy = Run(
       tenant, {"/opt/tenants/sim_tenant", std::string(kContainerSimDir) + "/libtessera-simgpu.so",
@@ -282,11 +286,6 @@ TEST_F(DraRuntimeIdentityTest, AClaimsContainersAreIdentifiedAndABypassInOneIsKi
   EXPECT_EQ(*status, 128 + SIGKILL);
   std::printf("bypass_killed_after_ms=%lld\n", static_cast<long long>(acted_ms));
   EXPECT_FALSE(held->Wait(0ms).has_value()) << "the other claim's process was killed";
-
-  // A process outside the claim's containers (this test) is not one of the claim's.
-  auto stranger = ipc::Call(socket, "HELLO version=1 container=" + id, nullptr, 5s);
-  ASSERT_TRUE(stranger.ok()) << stranger.error();
-  EXPECT_THAT(*stranger, HasSubstr("is not a process of container " + id));
 }
 
 }  // namespace
