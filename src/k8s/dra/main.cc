@@ -1,8 +1,8 @@
 // tessera-dra-plugin: the DRA kubelet plugin of driver gpu.tessera.io on a Tessera GPU node (runs
 // beside tesserad, one per node). A thin door: flags, the state folder (the shims and
 // /etc/ld.so.preload that claims' containers mount, tessera-oci-hook that their runtime runs, and
-// the checkpoint), then DraPluginServer
-// until SIGTERM. docs/kubernetes.md ("DRA") says how to deploy it.
+// the checkpoint), then DraPluginServer until SIGTERM. docs/kubernetes.md ("DRA") says how to
+// deploy it.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
