@@ -1,13 +1,14 @@
-// compute_scenario_bench: the compute-isolation scenarios of DESIGN §6, end to end. Each case
-// starts a private tesserad on simgpu with a policy, runs compute_tenant processes through the real
-// shim with their TESSERA_* environment, and judges what the tenants measured themselves (device
-// time from their own events): share error over 1 s and 10 s windows, weighted-ratio accuracy,
-// device busy fraction, time to reclaim an idle tenant's share, high-priority admission latency.
-// Every case runs twice in the same invocation: under its policy ("ours") and under policy 5
-// (native: no compute control, the baseline), and the JSON reports both and their ratio.
+// compute_scenario_bench: the compute-isolation scenarios of docs/contracts.md, end to end. Each
+// case starts a private tesserad on simgpu with a policy, runs compute_tenant processes through the
+// real shim with their TESSERA_* environment, and judges what the tenants measured themselves
+// (device time from their own events): share error over 1 s and 10 s windows, weighted-ratio
+// accuracy, device busy fraction, time to reclaim an idle tenant's share, high-priority admission
+// latency. Every case runs twice in the same invocation: under its policy ("ours") and under policy
+// 5 (native: no compute control, the baseline), and the JSON reports both and their ratio.
 //
-// It holds no policy logic and reads none of the daemon's state: targets come from DESIGN §6 and
-// the measurements from the tenants. It must not judge from NVML or the arbiter's books.
+// It holds no policy logic and reads none of the daemon's state: targets come from
+// docs/contracts.md and the measurements from the tenants. It must not judge from NVML or the
+// arbiter's books.
 //
 //   compute_scenario_bench [--duration S] [--quick] [--case GLOB[,GLOB...]] [--repeat N]
 //                          [--json PATH] [--trace DIR] [--no-daemon-flags] [--strict] [--list]
@@ -120,7 +121,7 @@ enum class Role { kSaturate, kIdleAfter, kHighPrio };
 struct TenantPlan {
   std::string name;  // its container id
   Role role = Role::kSaturate;
-  double target_pct = 0;             // its share while every tenant is busy (DESIGN §6)
+  double target_pct = 0;             // its share while every tenant is busy (docs/contracts.md)
   bool judged = true;                // counted in share error (the HP tenant is not)
   std::vector<std::string> env;      // TESSERA_CORE_LIMIT, TESSERA_WEIGHT, ...
   std::vector<std::string> options;  // compute_tenant options: launch path, streams, --sync
@@ -136,7 +137,7 @@ struct Case {
   int max_inst = 0;  // 0: the daemon's default
   uint64_t kernel_ns = 0;
   // Work-conserving policies are judged on shares of the judged tenants' combined time; capped
-  // ones (0, 3) on shares of wall time (DESIGN §6; research/compute-isolation.md §4).
+  // ones (0, 3) on shares of wall time (docs/contracts.md; research/compute-isolation.md §4).
   bool relative = true;
   bool weighted = false;
   bool idle = false;

@@ -61,7 +61,7 @@ foreach(line IN LISTS lines)
   elseif(current AND line MATCHES "${door_headers}")
     string(STRIP "${line}" header)
     message(FATAL_ERROR "${current} includes ${header}: the shims and simgpu must build with a "
-                        "compiler alone (DESIGN section 3)")
+                        "compiler alone (docs/architecture.md)")
   endif()
 endforeach()
 if(checked LESS 20)

@@ -1,5 +1,5 @@
 # compiler_only_build_test: the shims and simgpu must build with a compiler, CMake and Ninja
-# alone (DESIGN section 3). Included from the top-level CMakeLists.txt after every target exists.
+# alone (docs/architecture.md). Included from the top-level CMakeLists.txt after every target exists.
 #
 # It checks three things, none of which compiles anything again (so CI pays seconds for it):
 # - a configure in a scratch directory with the doors' packages, pkg-config, GoogleTest and

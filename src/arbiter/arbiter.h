@@ -1,6 +1,6 @@
-// Arbiter: the scheduling core that shares ONE GPU's time among its containers (DESIGN.md section
-// 6, issue 4). It decides which container holds the GPU's exclusive time token now and until when;
-// it is told which containers have work waiting and how much GPU time each one actually used.
+// Arbiter: the scheduling core that shares ONE GPU's time among its containers (docs/contracts.md,
+// the policies). It decides which container holds the GPU's exclusive time token now and until
+// when; it is told which containers have work waiting and how much GPU time each one actually used.
 //
 // What this file must not do: no I/O, no logging, no threads, no shared memory, no sleeping. The
 // time comes from an injected Clock, so every decision is deterministic and unit-tested with a

@@ -1,4 +1,4 @@
-// `tessera ctl get|set|ls PATH [VALUE] [--force]`: the control tree (DESIGN.md section 6) through
+// `tessera ctl get|set|ls PATH [VALUE] [--force]`: the control tree (docs/contracts.md) through
 // the node daemon's socket (the CTL verb; see src/daemon/ctl_door.h). The daemon decides
 // everything: paths, values, and whether this user may write (an administrator of tesserad: root,
 // its own user or its --admin-group). This door only frames the request and prints the answer.

@@ -1,5 +1,5 @@
 // Container ids: the names tenants are registered under and that appear as control-tree path
-// components (`<gpu>/<container>/weight`, DESIGN.md section 6).
+// components (`<gpu>/<container>/weight`, docs/contracts.md).
 //
 // A valid id is 1 to 64 characters from [A-Za-z0-9_.-], and is neither "." nor ".." (those would
 // name a directory of the control tree, not a container). Ids are taken exactly as written: no

@@ -1,4 +1,4 @@
-// The environment contract of a captured process (DESIGN.md section 5): reading and validating
+// The environment contract of a captured process (docs/contracts.md): reading and validating
 // every TESSERA_* variable and its Alibaba cGPU alias into a TenantConfig.
 //
 // The environment is an interface so that tests never touch the real one: ProcessEnvironment
@@ -10,8 +10,8 @@
 //   that overrides it is set too: a broken setting never hides behind another.
 // - A Tessera variable wins over its cGPU alias. When both are set and differ, a note says so.
 // - A variable set to the empty string is an error, not "unset": Tessera cannot tell a forgotten
-//   value from a deliberate one, and nothing may become unlimited by accident (DESIGN.md
-//   section 2). Unset the variable instead.
+//   value from a deliberate one, and nothing may become unlimited by accident
+//   (docs/contracts.md). Unset the variable instead.
 // - Errors are one line naming the variable, its value and what is allowed. The first error found
 //   is returned, in the order the fields of TenantConfig are declared.
 #pragma once
@@ -145,7 +145,7 @@ struct TenantConfig {
   std::optional<Bytes> MemLimitFor(size_t ordinal) const;
 };
 
-// Reads and validates every variable of DESIGN.md section 5 (rules at the top of this file).
+// Reads and validates every variable of docs/contracts.md (rules at the top of this file).
 Result<TenantConfig> LoadTenantConfig(const Environment& environment);
 
 // In a container Tessera manages (kManagedContainerMarker exists) the shim cannot be turned off

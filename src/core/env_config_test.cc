@@ -1,4 +1,4 @@
-// Tests for LoadTenantConfig: every variable of DESIGN.md section 5, its cGPU alias, precedence,
+// Tests for LoadTenantConfig: every variable of docs/contracts.md, its cGPU alias, precedence,
 // empty values, and one test per rejection. The real process environment is never modified.
 #include "core/env_config.h"
 

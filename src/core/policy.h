@@ -1,4 +1,4 @@
-// ArbiterPolicy: how a GPU's time is shared among its containers (DESIGN.md section 6, the
+// ArbiterPolicy: how a GPU's time is shared among its containers (docs/contracts.md, the
 // cGPU `<gpu>/policy` values 0 to 5), with the names used in the CLI, logs and JSON.
 //
 // Only the vocabulary lives here; the policies themselves are the daemon's arbiter. No I/O.

@@ -1,4 +1,4 @@
-// The control tree (DESIGN.md section 6): the cGPU `/proc/cgpu_km`-style files through which an
+// The control tree (docs/contracts.md): the cGPU `/proc/cgpu_km`-style files through which an
 // operator reads and changes a node's GPU sharing, implemented once and served by three doors
 // (the FUSE mount in fuse_mount.h, `tessera ctl`, and the daemon's `GET/PUT /v1/ctl/PATH`).
 //

@@ -135,7 +135,7 @@ std::string RenderMetrics(const Registry& registry, const ComputeService& comput
         used += ledger.counters(static_cast<uint32_t>(c.slot)).used[d].load();
       (void)w.AddSample({{"gpu", std::to_string(d)}}, used);
     }
-    family("tessera_gpu_policy", "The GPU's arbiter policy (0-5, DESIGN.md section 6)");
+    family("tessera_gpu_policy", "The GPU's arbiter policy (0-5, docs/contracts.md)");
     for (int d = 0; d < devices; ++d) {
       (void)w.AddSample({{"gpu", std::to_string(d)}}, static_cast<int>(shares[d].config.policy));
     }

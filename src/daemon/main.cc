@@ -16,7 +16,7 @@
 //            [--refusal-log-rate N]
 // --config loads a YAML file (deploy/tesserad.yaml); flags given on the command line override it.
 // The compute arbiter (src/daemon/compute.h) runs on a thread of its own beside the event loop.
-// The control tree (DESIGN.md section 6) has three doors onto one DaemonNodeControl: the CTL verb
+// The control tree (docs/contracts.md) has three doors onto one DaemonNodeControl: the CTL verb
 // on the socket (`tessera ctl`), a FUSE mount (--ctl-mount) and HTTP /v1/ctl/ (--http), which
 // also serves /v1/state and /metrics. The reconciler (src/daemon/reconciler.h) compares the
 // ledger with NVML's per-process memory every --reconcile-interval on a thread of its own.

@@ -1,5 +1,5 @@
 // DaemonNodeControl: tesserad's implementation of ctl::NodeControl, the daemon's side of the
-// control tree (DESIGN.md section 6). It reads the node from the shared ledger (through the
+// control tree (docs/contracts.md). It reads the node from the shared ledger (through the
 // Registry, under its mutex) and from the ComputeService, and applies a write to exactly one of
 // them. The three doors (the FUSE mount, the CTL socket verb behind `tessera ctl`, and HTTP
 // /v1/ctl/) all hold a ControlTree over one DaemonNodeControl.

@@ -1,4 +1,4 @@
-// The Kubernetes names Tessera owns (DESIGN §8) and the wire formats of its annotations
+// The Kubernetes names Tessera owns (docs/contracts.md) and the wire formats of its annotations
 // (docs/kubernetes.md, "Wire formats"): the node's GPU inventory, the pod's assignment and phase,
 // and the annotations users set. Parsers are strict: a missing required key, a value of the wrong
 // type or out of range is an error that names the annotation, the key path, the value and what is
@@ -19,7 +19,7 @@
 
 namespace tessera::k8s {
 
-// Extended resources (DESIGN §8). Units: GiB, percent of one GPU, GPUs.
+// Extended resources (docs/contracts.md). Units: GiB, percent of one GPU, GPUs.
 inline constexpr char kResourceGpuMem[] = "tessera.io/gpu-mem";
 inline constexpr char kResourceGpuCore[] = "tessera.io/gpu-core";
 inline constexpr char kResourceGpuCount[] = "tessera.io/gpu-count";

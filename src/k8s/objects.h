@@ -70,8 +70,8 @@ struct NodeView {
 };
 Result<NodeView> NodeFromJson(const Json& node);
 
-// What one container asks of Tessera's resources (DESIGN §8), from its limits (extended resources
-// cannot be overcommitted, so a request must equal its limit when both are written).
+// What one container asks of Tessera's resources (docs/contracts.md), from its limits (extended
+// resources cannot be overcommitted, so a request must equal its limit when both are written).
 struct GpuRequest {
   uint64_t mem_gib = 0;   // tessera.io/gpu-mem (or aliyun.com/gpu-mem), GiB
   uint32_t core = 0;      // tessera.io/gpu-core (aliyun.com/gpu-core.percentage), 1-100

@@ -1,5 +1,5 @@
-// MPS mode (DESIGN §8 `mps`): tesserad runs one NVIDIA MPS control daemon per GPU and gives each
-// container the environment that makes its processes MPS clients of its GPU's server, with the
+// MPS mode (docs/contracts.md `mps`): tesserad runs one NVIDIA MPS control daemon per GPU and gives
+// each container the environment that makes its processes MPS clients of its GPU's server, with the
 // container's share of SMs and its memory as MPS limits. Tessera's memory ledger keeps enforcing
 // on top (the shim still charges every allocation), so a container's cap holds even where MPS's
 // own limit is looser or unsupported.

@@ -1,6 +1,6 @@
-// MIG in the placement engine (DESIGN §8 `mig` nodes): which MIG profile a request names, what a
-// GPU in MIG mode holds, how many of its memory slices are stranded, and where an instance for a
-// request goes on a node.
+// MIG in the placement engine (docs/contracts.md `mig` nodes): which MIG profile a request names,
+// what a GPU in MIG mode holds, how many of its memory slices are stranded, and where an instance
+// for a request goes on a node.
 //
 // A MIG request asks for one instance of one profile ("3g.40gb"); profiles are named by an id over
 // the distinct names of every model's profiles (src/mig's tables), because a request does not know

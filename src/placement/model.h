@@ -14,8 +14,8 @@
 // the GPU's memory as `gpu_milli` is of its compute, rounded down). `allowed` restricts the models.
 // A MIG request (RequestForMigProfile) asks instead for one instance of a MIG profile.
 //
-// No Kubernetes types, no I/O here. Requests in the cgroup-style form of DESIGN §8 (gpu-mem GiB +
-// gpu-core percent) are built with RequestFromShareForm.
+// No Kubernetes types, no I/O here. Requests in the cgroup-style form of docs/contracts.md (gpu-mem
+// GiB + gpu-core percent) are built with RequestFromShareForm.
 #pragma once
 
 #include <cstdint>
@@ -38,8 +38,8 @@ inline constexpr int64_t kProportionalMemory = -1;
 enum class NodeMode : uint8_t {
   kMemoryAndCompute,  // the trace's nodes: a GPU is divided by compute milli and memory
   kMemoryOnly,        // a GPU is divided by memory only; compute is shared, not reserved
-  kWholeGpus,         // GPUs are not shared: only whole-GPU requests fit (DESIGN §8 `exclusive`)
-  kMig,               // GPUs are cut into MIG instances: only MIG requests fit (DESIGN §8 `mig`)
+  kWholeGpus,  // GPUs are not shared: only whole-GPU requests fit (docs/contracts.md `exclusive`)
+  kMig,        // GPUs are cut into MIG instances: only MIG requests fit (docs/contracts.md `mig`)
 };
 
 std::string_view NodeModeName(NodeMode mode);
@@ -125,8 +125,8 @@ struct Request {
 // request in the message.
 Status ValidateRequest(const Request& request, std::string_view what);
 
-// Our own request form (DESIGN §8): `gpu_mem_mib` MiB of GPU memory and `gpu_core_percent` % of
-// one GPU's compute (0 = memory-only, 100 = whole GPUs) on each of `gpu_count` GPUs; no memory
+// Our own request form (docs/contracts.md): `gpu_mem_mib` MiB of GPU memory and `gpu_core_percent`
+// % of one GPU's compute (0 = memory-only, 100 = whole GPUs) on each of `gpu_count` GPUs; no memory
 // with a compute share means the same fraction of the GPU's memory. CPU and host memory are given
 // as for any request. The extender's requests and the trace's (RequestFromShareForm) are built
 // here.

@@ -324,8 +324,8 @@ Result<PodList> ParsePodCsv(std::string_view text, std::string_view file_name,
             c_gmem = csv.Column("gpu_mem_mib"), c_core = csv.Column("gpu_core_percent"),
             c_gib = csv.Column("gpu_mem_gib"), c_created = csv.Column("creation_time"),
             c_deleted = csv.Column("deletion_time"), c_mig = csv.Column("mig_profile");
-  // Our own request form (DESIGN §8) instead of the trace's: gpu_core_percent (0..100 in steps
-  // of 5) and gpu_mem_gib per GPU.
+  // Our own request form (docs/contracts.md) instead of the trace's: gpu_core_percent (0..100 in
+  // steps of 5) and gpu_mem_gib per GPU.
   const bool share_form = c_milli < 0 && c_core >= 0;
   if (c_milli < 0 && c_core < 0) {
     return Status::Error(std::string(file_name) +

@@ -17,8 +17,8 @@
 // deletion_time: the pod never leaves), and mig_profile (a MIG request for one instance of that
 // profile, e.g. 3g.40gb: then num_gpu is 1, the share 0 and no GPU memory is given; it fits only
 // mig nodes). Other columns (qos, pod_phase, ...) are ignored. Instead
-// of gpu_milli, a list may use our own request form (DESIGN §8): gpu_core_percent (0..100 in
-// steps of 5; 0 is a memory-only share) and gpu_mem_gib (per GPU; empty or 0 with a core share:
+// of gpu_milli, a list may use our own request form (docs/contracts.md): gpu_core_percent (0..100
+// in steps of 5; 0 is a memory-only share) and gpu_mem_gib (per GPU; empty or 0 with a core share:
 // proportional).
 //
 // Every malformed row is rejected with the file, the line, the column number and name, the value

@@ -1,7 +1,7 @@
-// tessera-device-plugin: the kubelet device plugin of a Tessera GPU node (DESIGN §8; runs beside
-// tesserad, one per node). A thin door: flags, the state folder (the shims and /etc/ld.so.preload
-// that pods mount, and the checkpoint), then DevicePluginServer until SIGTERM. docs/kubernetes.md
-// says how to deploy it.
+// tessera-device-plugin: the kubelet device plugin of a Tessera GPU node (docs/contracts.md; runs
+// beside tesserad, one per node). A thin door: flags, the state folder (the shims and
+// /etc/ld.so.preload that pods mount, and the checkpoint), then DevicePluginServer until SIGTERM.
+// docs/kubernetes.md says how to deploy it.
 
 #include <CLI/CLI.hpp>
 #include <cstdio>

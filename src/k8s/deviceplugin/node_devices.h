@@ -1,4 +1,4 @@
-// What a node advertises to kubelet, by mode (DESIGN §8): which extended resources, and the
+// What a node advertises to kubelet, by mode (docs/contracts.md): which extended resources, and the
 // device IDs of each. Every GPU is cut into units of its resource: one device per whole GiB for
 // gpu-mem, one per percent for gpu-core, max_inst per GPU for gpu-count (one per GPU on an
 // exclusive node), named "<GPU UUID>-m<k>", "-c<k>", "-n<k>" (at most 63 characters, as kubelet

@@ -1,7 +1,8 @@
 // ApiBinder: the extender's bind, written to the API server through k8s::ApiClient.
 //
 // A bind commits in three writes, each conditioned so that no GPU share is ever given twice:
-//   1. the pod: `tessera.io/assignment` and `tessera.io/phase: assumed` (DESIGN §8), on the pod's
+//   1. the pod: `tessera.io/assignment` and `tessera.io/phase: assumed` (docs/contracts.md), on the
+//   pod's
 //      resourceVersion (a 409 re-reads the pod; a bound or deleted pod ends the bind);
 //   2. the node: its commit log (commit_log.h) with this decision appended, on the node's
 //      resourceVersion. Before writing, every commit the log names that this extender has not

@@ -1,9 +1,9 @@
 // PodDemand: what a pod asks of a node, as the extender places it: its CPU and memory requests
 // (as kube-scheduler counts them: the larger of the app containers' and native sidecars' sum and
 // any init container beside the sidecars started before it, plus spec.overhead) and, per container
-// that asks for a Tessera resource, the share it wants on each of its GPUs (DESIGN §8: gpu-mem is
-// the container's memory split evenly over its gpu-count GPUs; gpu-core the share on each;
-// gpu-count alone, or gpu-core 100, whole GPUs), or the MIG instance it asks
+// that asks for a Tessera resource, the share it wants on each of its GPUs (docs/contracts.md:
+// gpu-mem is the container's memory split evenly over its gpu-count GPUs; gpu-core the share on
+// each; gpu-count alone, or gpu-core 100, whole GPUs), or the MIG instance it asks
 // (tessera.io/mig-<profile>: one instance, on a mig node).
 //
 // Built from the shared pod view (k8s/objects.h) and the users' annotations (k8s/annotations.h).

@@ -1,5 +1,5 @@
 // Tests of ReadPodDemand: CPU and memory as kube-scheduler counts them, each container's Tessera
-// ask per GPU (DESIGN §8), ACK names, and errors that name the pod, container and value.
+// ask per GPU (docs/contracts.md), ACK names, and errors that name the pod, container and value.
 #include "k8s/extender/pod_demand.h"
 
 #include <gtest/gtest.h>
