@@ -17,6 +17,7 @@ execute_process(
           -DCMAKE_DISABLE_FIND_PACKAGE_yaml-cpp=ON -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON
           -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON
           -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON
+          -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON
   OUTPUT_VARIABLE configure_out ERROR_VARIABLE configure_out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "configuring without the doors' packages failed:\n${configure_out}")
