@@ -182,6 +182,7 @@ TEST_P(GpuTimeTest, EachContainersFiguresAreTheDeviceTimeItsKernelsOccupied) {
   ASSERT_EQ(setenv("TESSERA_SIM_STATE", state_.c_str(), 1), 0);
   auto sim = tessera::sim::SimState::Attach();
   ASSERT_TRUE(sim.ok()) << sim.error();
+  const std::unique_ptr<tessera::sim::SimState> view(*sim);  // this test's view, freed with it
   for (size_t i = 0; i < scenario.tenants.size(); ++i) {
     const std::string& id = scenario.tenants[i].container;
     ASSERT_TRUE(b.achieved_percent.count(id)) << id << " is not in STATUS";
