@@ -439,7 +439,7 @@ class Loader {
   }
 
   static Result<nanoseconds> ParseDaemonLossTimeout(std::string_view text, std::string_view name) {
-    return ParseDuration(text, name, std::chrono::seconds(1), std::chrono::hours(1));
+    return ParseDuration(text, name, std::chrono::milliseconds(1), std::chrono::minutes(10));
   }
 
   static Result<std::string> ParseHttp(std::string_view text, std::string_view name) {

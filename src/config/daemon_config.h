@@ -143,9 +143,10 @@ struct DaemonConfig {
   // require_identity: a container's socket serves only processes identified as the container's
   // (IDENTIFY, from the container runtime's hook); one without a record serves nobody.
   bool require_identity = false;
-  // daemon_loss_timeout: how long a process keeps running without a daemon connection before it
-  // fails closed; 1s to 1h.
-  std::chrono::nanoseconds daemon_loss_timeout = std::chrono::seconds(30);
+  // daemon_loss_timeout: how long a launch waiting for the compute token waits without a beat of
+  // the arbiter before it runs ungated (until a beat returns); 1ms to 10m. The file form of
+  // --daemon-loss-timeout.
+  std::chrono::nanoseconds daemon_loss_timeout = std::chrono::seconds(2);
   // The socket server's bounds (SocketLimits), each its own top-level key.
   SocketLimits socket_limits;
   // gpus: per-GPU overrides keyed by GPU index (0 to kMaxConfigGpuIndex).

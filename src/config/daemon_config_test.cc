@@ -46,7 +46,7 @@ TEST(LoadDaemonConfig, LoadsTheSampleFileWithEveryKey) {
   EXPECT_EQ(c.over_limit_action, OverLimitAction::kLog);
   EXPECT_EQ(c.unattributed_action, UnattributedAction::kReport);
   EXPECT_FALSE(c.require_identity);
-  EXPECT_EQ(c.daemon_loss_timeout, 30s);
+  EXPECT_EQ(c.daemon_loss_timeout, 2s);
   ASSERT_EQ(c.gpus.size(), 2u);
   EXPECT_EQ(c.gpus.at(0).policy, ArbiterPolicy::kWeightedPreemptive);
   EXPECT_EQ(c.gpus.at(0).max_inst, 8);
@@ -87,7 +87,7 @@ TEST(ParseDaemonConfig, ReadsEveryKeyInItsOtherForms) {
       "over_limit_action: KILL\n"
       "unattributed_action: Kill\n"
       "require_identity: yes\n"
-      "daemon_loss_timeout: 1h\n"
+      "daemon_loss_timeout: 90s\n"
       "max_request_line: 1KiB\n"
       "max_reply_backlog: 16MiB\n"
       "request_timeout: 100ms\n"
@@ -127,7 +127,7 @@ TEST(ParseDaemonConfig, ReadsEveryKeyInItsOtherForms) {
   EXPECT_EQ(c.over_limit_action, OverLimitAction::kKill);
   EXPECT_EQ(c.unattributed_action, UnattributedAction::kKill);
   EXPECT_TRUE(c.require_identity);
-  EXPECT_EQ(c.daemon_loss_timeout, 1h);
+  EXPECT_EQ(c.daemon_loss_timeout, 90s);
   ASSERT_EQ(c.gpus.count(3), 1u);
   EXPECT_FALSE(c.gpus.at(3).policy.has_value());
   EXPECT_EQ(c.gpus.at(3).prio_ratio->value(), 20);
@@ -220,7 +220,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "unattributed_action=\"block\"", "report or kill"},
         BadConfig{"bad_identity", "require_identity: maybe\n", "1:19", "require_identity", "maybe"},
         BadConfig{"bad_loss", "daemon_loss_timeout: 0s\n", "1:22", "daemon_loss_timeout",
-                  "from 1s to 1h"},
+                  "from 1ms to 10m"},
         BadConfig{"no_value", "policy:\n", "1:1", "policy", "has no value"},
         BadConfig{"no_value_flow", "{sim: true, policy: }\n", "1:13", "policy", "has no value"},
         BadConfig{"list_value", "policy: [1, 2]\n", "1:9", "policy", "not a sequence"},
