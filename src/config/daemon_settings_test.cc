@@ -238,9 +238,9 @@ TEST_P(RefusedFlags, NameTheFlagTheValueAndWhatIsAllowed) {
 INSTANTIATE_TEST_SUITE_P(
     Flags, RefusedFlags,
     ::testing::Values(
-        BadFlags{"ctl_mount_empty", {"--ctl-mount="}, "--ctl-mount needs a value", true},
-        BadFlags{"admin_group_empty", {"--ctl-group="}, "--admin-group needs a value", true},
-        BadFlags{"http_empty", {"--http="}, "--http needs a value", true},
+        BadFlags{"ctl_mount_empty", {"--ctl-mount", ""}, "--ctl-mount needs a value", true},
+        BadFlags{"admin_group_empty", {"--ctl-group", ""}, "--admin-group needs a value", true},
+        BadFlags{"http_empty", {"--http", ""}, "--http needs a value", true},
         BadFlags{"container_sockets_relative",
                  {"--container-sockets", "run/c"},
                  "--container-sockets \"run/c\": expected an absolute directory",
@@ -251,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
                  "--mps-dir \"mps\": expected an absolute path",
                  true},
         BadFlags{"mps_control_empty",
-                 {"--mps-control="},
+                 {"--mps-control", ""},
                  "--mps-control \"\": expected an absolute path",
                  true},
         BadFlags{"max_inst", {"--max-inst", "0"}, "--max-inst=\"0\""},
