@@ -38,6 +38,7 @@
 #include "ctl/fuse_mount.h"
 #include "ipc/futex.h"
 #include "ipc/unix_socket.h"
+#include "ledger/ledger_view.h"
 #include "process/child_process.h"
 #include "testing/support/http_attack.h"
 
@@ -655,6 +656,7 @@ TEST(DoorsConfigTest, ConfigFileIsLoadedAndFlagsOverrideIt) {
            "quota_max: 20ms\n"
            "default_memsize: 3GiB\n"
            "http: 127.0.0.1:0\n"
+           "daemon_loss_timeout: 300ms\n"
            "gpus:\n"
            "  0:\n"
            "    policy: weighted-preemptive\n"
@@ -681,6 +683,13 @@ TEST(DoorsConfigTest, ConfigFileIsLoadedAndFlagsOverrideIt) {
   EXPECT_EQ(Http(port, "GET", "/v1/ctl/1/max_inst").body, "12\n");
   EXPECT_EQ(Http(port, "GET", "/v1/ctl/1/prio_ratio").body, "60\n");
   EXPECT_EQ(Http(port, "GET", "/v1/ctl/default_memsize").body, "3221225472\n");
+  // The file's daemon_loss_timeout is how long the gates wait for a silent arbiter.
+  if (const tessera::ledger::LedgerLayout* view = tessera::ledger::MapDaemonView("/" + name)) {
+    EXPECT_EQ(view->gate.loss_timeout_ns.load(), 300'000'000u);
+    munmap(const_cast<tessera::ledger::LedgerLayout*>(view), sizeof(*view));
+  } else {
+    ADD_FAILURE() << "cannot map the daemon's view of /" << name;
+  }
   daemon.Kill(SIGTERM);
   EXPECT_EQ(daemon.Wait(10s), 0);
   shm_unlink(("/tessera-sim-" + name).c_str());
