@@ -182,9 +182,9 @@ Status ApplyFlags(const DaemonFlags& flags, DaemonSettings* s) {
   }
   if (Status limits = CheckSocketLimits(n.socket_limits); !limits.ok()) return limits;
   if (!n.admin_group.empty()) {
-    const std::string input =
-        flags.admin_group || s->config_path.empty() ? "--admin-group"
-                                                    : s->config_path + ": admin_group";
+    const std::string input = flags.admin_group || s->config_path.empty()
+                                  ? "--admin-group"
+                                  : s->config_path + ": admin_group";
     auto gid = LookUpGroup(n.admin_group, input);
     if (!gid.ok()) return gid.status();
     s->admin_gid = *gid;

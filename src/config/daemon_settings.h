@@ -55,16 +55,16 @@ struct DaemonSettings {
   // mode unless --policy was given; `gpus` has lost every setting a node-wide flag overrode;
   // `daemon_loss_timeout` is --daemon-loss-timeout's, else the file's.
   DaemonConfig node;
-  std::string config_path;        // --config; empty when none was given
+  std::string config_path;            // --config; empty when none was given
   std::string http_input = "--http";  // who set node.http, for the HTTP server's errors
-  bool ephemeral = false;         // --ephemeral: remove the ledger at exit
-  bool http_allow_write = false;  // --http-allow-write
+  bool ephemeral = false;             // --ephemeral: remove the ledger at exit
+  bool http_allow_write = false;      // --http-allow-write
   // --gpu-policy INDEX:POLICY, in order; applied after the file's `gpus` (a flag wins). Whether
   // INDEX is one of the node's GPUs is known only once they are discovered.
   std::vector<std::pair<int, ArbiterPolicy>> gpu_policies;
-  bool mps = false;         // --mps
-  std::string mps_control;  // --mps-control; empty: mps's default
-  std::string mps_dir;      // --mps-dir; empty: mps's default
+  bool mps = false;                // --mps
+  std::string mps_control;         // --mps-control; empty: mps's default
+  std::string mps_dir;             // --mps-dir; empty: mps's default
   std::optional<gid_t> admin_gid;  // node.admin_group's id on this node
   // NVML and the CUDA driver tesserad loads: with node.sim (--sim, `sim: true`, or TESSERA_SIM_GPUS
   // set) both are empty (simgpu, beside the binary); else TESSERA_REAL_NVML and

@@ -34,8 +34,8 @@ DaemonSetup Resolve(const std::vector<std::string>& args, const Env& env = {}) {
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   DaemonFlags flags;
-  const std::optional<int> exit_status = ParseDaemonCommandLine(
-      static_cast<int>(argv.size()), argv.data(), "tesserad test", &flags);
+  const std::optional<int> exit_status =
+      ParseDaemonCommandLine(static_cast<int>(argv.size()), argv.data(), "tesserad test", &flags);
   EXPECT_FALSE(exit_status.has_value()) << "the command line stopped with " << *exit_status;
   return ResolveDaemonSettings(flags, TableEnvironment(env));
 }
@@ -110,10 +110,10 @@ TEST(ResolveDaemonSettings, AFlagBeatsTheFileWhichBeatsTheDefault) {
   EXPECT_TRUE(setup.loaded_config);
   const DaemonSettings& s = *setup.settings;
   EXPECT_EQ(s.config_path, file.path());
-  EXPECT_EQ(s.node.socket, "/tmp/from-file.sock");            // file over default
-  EXPECT_EQ(s.node.ledger, "/flagged");                       // flag over file
+  EXPECT_EQ(s.node.socket, "/tmp/from-file.sock");               // file over default
+  EXPECT_EQ(s.node.ledger, "/flagged");                          // flag over file
   EXPECT_EQ(s.node.policy, ArbiterPolicy::kWeightedPreemptive);  // file
-  EXPECT_EQ(s.node.max_inst, 12);                             // flag
+  EXPECT_EQ(s.node.max_inst, 12);                                // flag
   EXPECT_EQ(s.node.prio_ratio.value(), 60);
   EXPECT_EQ(s.node.quota_min, 2ms);  // default
   EXPECT_EQ(s.node.quota_max, 30ms);
@@ -150,8 +150,8 @@ TEST(ResolveDaemonSettings, TheEnvironmentBeatsTheFile) {
   EXPECT_TRUE(setup.settings->nvml_library.empty());
   EXPECT_TRUE(setup.settings->cuda_library.empty());
   // The real libraries' places; an empty variable is the default.
-  setup = Resolve({}, {{"TESSERA_REAL_NVML", "/opt/nvidia/libnvidia-ml.so.1"},
-                       {"TESSERA_REAL_LIBCUDA", ""}});
+  setup = Resolve(
+      {}, {{"TESSERA_REAL_NVML", "/opt/nvidia/libnvidia-ml.so.1"}, {"TESSERA_REAL_LIBCUDA", ""}});
   ASSERT_TRUE(setup.settings.ok()) << setup.settings.error();
   EXPECT_FALSE(setup.settings->node.sim);
   EXPECT_EQ(setup.settings->nvml_library, "/opt/nvidia/libnvidia-ml.so.1");
@@ -285,10 +285,10 @@ INSTANTIATE_TEST_SUITE_P(
                  {"--unattributed-action", "block"},
                  "--unattributed-action \"block\": expected report or kill",
                  true},
-        BadFlags{"require_identity", {"--require-identity", "maybe"}, "--require-identity=\"maybe\""},
-        BadFlags{"allow_self_declared",
-                 {"--allow-self-declared", "2"},
-                 "--allow-self-declared=\"2\""},
+        BadFlags{
+            "require_identity", {"--require-identity", "maybe"}, "--require-identity=\"maybe\""},
+        BadFlags{
+            "allow_self_declared", {"--allow-self-declared", "2"}, "--allow-self-declared=\"2\""},
         BadFlags{"max_request_line", {"--max-request-line", "100"}, "--max-request-line=\"100\""},
         BadFlags{"idle_timeout", {"--idle-timeout", "0s"}, "--idle-timeout=\"0s\""},
         BadFlags{"fewer_connections",
@@ -303,9 +303,8 @@ INSTANTIATE_TEST_SUITE_P(
                  {"--socket", "tessera.sock"},
                  "--socket \"tessera.sock\": expected an absolute path of at most 107 bytes",
                  true},
-        BadFlags{"context_overhead",
-                 {"--context-overhead", "lots"},
-                 "--context-overhead=\"lots\""}),
+        BadFlags{
+            "context_overhead", {"--context-overhead", "lots"}, "--context-overhead=\"lots\""}),
     [](const ::testing::TestParamInfo<BadFlags>& info) { return info.param.name; });
 
 TEST(ResolveDaemonSettings, AFlagErrorAfterAGoodFileStillReportsTheFileLoaded) {
@@ -338,13 +337,12 @@ TEST(ParseDaemonCommandLine, HelpVersionAndMalformedLinesStopWithTheirStatus) {
     std::vector<char*> argv;
     for (std::string& w : words) argv.push_back(w.data());
     DaemonFlags flags;
-    return ParseDaemonCommandLine(static_cast<int>(argv.size()), argv.data(), "tesserad 1",
-                                  &flags);
+    return ParseDaemonCommandLine(static_cast<int>(argv.size()), argv.data(), "tesserad 1", &flags);
   };
   EXPECT_EQ(run({"tesserad", "--help"}), 0);
   EXPECT_EQ(run({"tesserad", "--version"}), 0);
   EXPECT_EQ(run({"tesserad", "--no-such-flag"}), 2);
-  EXPECT_EQ(run({"tesserad", "--max-inst"}), 2);  // a value is missing
+  EXPECT_EQ(run({"tesserad", "--max-inst"}), 2);                  // a value is missing
   EXPECT_EQ(run({"tesserad", "--gpu-policy", "0:1", "1:2"}), 2);  // one value per --gpu-policy
   EXPECT_EQ(run({"tesserad", "--sim"}), std::nullopt);
 }
