@@ -121,11 +121,11 @@ int main(int argc, char** argv) {
   if (!s.mps_control.empty()) mps_options.control = s.mps_control;
   if (!s.mps_dir.empty()) mps_options.root = s.mps_dir;
   if (s.mps) {
-    std::vector<tessera::mps::MpsGpu> gpus;
+    std::vector<tessera::mps::MpsGpu> mps_gpus;
     for (size_t d = 0; d < devices->size(); ++d) {
-      gpus.push_back({static_cast<int>(d), (*devices)[d].uuid});
+      mps_gpus.push_back({static_cast<int>(d), (*devices)[d].uuid});
     }
-    auto started = tessera::mps::MpsSupervisor::Start(mps_options, gpus);
+    auto started = tessera::mps::MpsSupervisor::Start(mps_options, mps_gpus);
     if (!started.ok()) return Fail("--mps: " + started.error());
     mps = std::move(*started);
   }
