@@ -1,12 +1,20 @@
-// What the mains of Tessera's node doors (tessera-device-plugin, tessera-dra-plugin) share: an
-// environment default, stopping on SIGTERM or SIGINT, and the API server's configuration from a
-// kubeconfig or the pod's service account. No policy.
+// What the mains of Tessera's Kubernetes doors (tessera-device-plugin, tessera-dra-plugin,
+// tessera-extender) share: the node doors' common flags and their checks, stopping on SIGTERM or
+// SIGINT, and the API server's configuration from a kubeconfig or the pod's service account. No
+// policy; for those programs' main.cc only.
 #pragma once
 
+#include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/result.h"
 #include "k8s/api_client.h"
+
+namespace CLI {
+class App;
+}
 
 namespace tessera::k8s {
 
@@ -17,10 +25,43 @@ std::string EnvOr(const char* name, const std::string& fallback);
 // error of that write, not the end of the program).
 void InstallStopSignals();
 bool StopRequested();
+// Returns once StopRequested() (checked every 100 ms).
+void WaitForStop();
 
 // The kubeconfig's `context` (its current-context when empty), or, when `kubeconfig` is empty,
 // the pod's service account; `user_agent` names the program.
 Result<ClientConfig> ClientConfigFor(const std::string& kubeconfig, const std::string& context,
                                      const std::string& user_agent);
+
+// The flags both node doors (the device plugin and the DRA plugin) take, as given; the defaults
+// read NODE_NAME, TESSERA_SOCKET and TESSERA_REAL_NVML (docs/contracts.md) and the program's own
+// folder.
+struct NodeDoorFlags {
+  NodeDoorFlags();
+  std::string node, kubeconfig, context, tesserad_socket, container_sockets, shim_dir, nvml;
+  std::string reconcile_interval = "1s";
+  bool sim = false;
+};
+
+// Registers them on `app` (--node-name, --kubeconfig, --context, --tesserad-socket,
+// --container-sockets, --shim-dir, --reconcile-interval, --nvml).
+void AddNodeDoorFlags(CLI::App& app, NodeDoorFlags* flags);
+
+// The node doors' shared settings, checked.
+struct NodeDoor {
+  std::string node;
+  std::chrono::milliseconds reconcile_interval{0};
+  std::chrono::seconds unhealthy_after{0};
+  // NVML a mig node's MIG devices are read from: --nvml, or simgpu's with --sim.
+  std::string nvml_library;
+  // simgpu beside the program with --sim, for the pods' mounts; empty otherwise.
+  std::string sim_library;
+};
+
+// Checks `flags`, `unhealthy_after` (--unhealthy-after's text) and the program's own folder flags
+// (`directories`: the flag and its value; --container-sockets is checked with them). The first
+// problem is the error, naming the flag, the value and what is allowed.
+Result<NodeDoor> CheckNodeDoor(const NodeDoorFlags& flags, const std::string& unhealthy_after,
+                               const std::vector<std::pair<const char*, std::string>>& directories);
 
 }  // namespace tessera::k8s

@@ -8,7 +8,6 @@
 //                    [--apiserver URL | --kubeconfig PATH [--context NAME]]
 //                    [--workload PODS.csv] [--reservation-ttl DURATION] [--relearn DURATION]
 //                    [--filter-answer chosen|fitting] [--dra-steering [--dra-interval D]]
-#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,15 +21,13 @@
 #include "core/bytes.h"
 #include "core/duration.h"
 #include "core/host_port.h"
+#include "k8s/door.h"
 #include "k8s/extender/dra_steering.h"
 #include "k8s/extender/extender_app.h"
 #include "placement/frag.h"
 #include "placement/trace.h"
 
 namespace {
-
-volatile sig_atomic_t g_stop = 0;
-void OnSignal(int) { g_stop = 1; }
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "tessera-extender: %s\n", message.c_str());
@@ -162,13 +159,13 @@ int main(int argc, char** argv) {
   }
   if (!apiserver.empty()) {
     config.api.server = apiserver;
-  } else if (!kubeconfig.empty()) {
-    auto c = k8s::KubeconfigConfig(kubeconfig, context);
-    if (!c.ok()) return Fail(c.error());
-    config.api = *c;
   } else {
-    auto c = k8s::InClusterConfig();
-    if (!c.ok()) return Fail(c.error() + " (outside a cluster, pass --kubeconfig or --apiserver)");
+    auto c = k8s::ClientConfigFor(kubeconfig, context, "tessera-extender");
+    if (!c.ok()) {
+      return Fail(c.error() + (kubeconfig.empty()
+                                   ? " (outside a cluster, pass --kubeconfig or --apiserver)"
+                                   : ""));
+    }
     config.api = *c;
   }
   config.api.user_agent = "tessera-extender";
@@ -183,11 +180,7 @@ int main(int argc, char** argv) {
                                     std::chrono::milliseconds(100), std::chrono::minutes(10));
   if (!dra_interval.ok()) return Fail(dra_interval.error());
 
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  k8s::InstallStopSignals();
 
   if (insecure_http) {
     std::fprintf(stderr,
@@ -213,7 +206,7 @@ int main(int argc, char** argv) {
               extender.metrics_port(), config.tls ? "on" : "off", config.api.server.c_str());
   std::fflush(stdout);
   bool announced = false;
-  while (g_stop == 0) {
+  while (!k8s::StopRequested()) {
     if (!announced && extender.WaitReady(std::chrono::milliseconds(200))) {
       std::printf("ready=1\n");
       std::fflush(stdout);
