@@ -17,6 +17,7 @@ using tessera::sim::MonotonicNs;
 using tessera::sim::Rt;
 using tessera::sim::Runtime;
 using tessera::sim::driver::ContextReady;
+using tessera::sim::driver::DestroyHandle;
 using tessera::sim::driver::DriverCall;
 using tessera::sim::driver::EarliestStart;
 using tessera::sim::driver::InitStatus;
@@ -195,7 +196,7 @@ CUresult Launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx
       static_cast<uint64_t>(bx) * by * bz > 1024) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (s->ctx != ctx) return CUDA_ERROR_INVALID_CONTEXT;
   KernelWork work;
@@ -207,7 +208,7 @@ CUresult StreamSync(CUstream h, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
   CUctx_st* ctx = call.ctx();
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   const uint64_t t = s->legacy ? ContextReady(ctx) : std::max(s->ready_ns, EarliestStart(s));
   return WaitUntil(call.lock(), t, s->ctx);
@@ -216,8 +217,7 @@ CUresult StreamSync(CUstream h, bool per_thread) {
 CUresult StreamQuery(CUstream h, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
-  CUctx_st* ctx = call.ctx();
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   return s->ready_ns <= MonotonicNs() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -225,9 +225,8 @@ CUresult StreamQuery(CUstream h, bool per_thread) {
 CUresult StreamWaitEvent(CUstream h, CUevent e, unsigned flags, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
-  CUctx_st* ctx = call.ctx();
   if (Rt().events.count(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (e->recorded) s->ready_ns = std::max(s->ready_ns, e->time_ns);
   return CUDA_SUCCESS;
@@ -236,9 +235,8 @@ CUresult StreamWaitEvent(CUstream h, CUevent e, unsigned flags, bool per_thread)
 CUresult EventRecord(CUevent e, CUstream h, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
-  CUctx_st* ctx = call.ctx();
   if (Rt().events.count(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   e->ctx = s->ctx;
@@ -250,12 +248,11 @@ CUresult EventRecord(CUevent e, CUstream h, bool per_thread) {
 CUresult BeginCapture(CUstream h, CUstreamCaptureMode mode, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
-  CUctx_st* ctx = call.ctx();
   if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
@@ -267,9 +264,8 @@ CUresult BeginCapture(CUstream h, CUstreamCaptureMode mode, bool per_thread) {
 CUresult EndCapture(CUstream h, CUgraph* out, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
-  CUctx_st* ctx = call.ctx();
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
   Rt().graphs.insert(s->capture_graph);
@@ -282,9 +278,8 @@ CUresult EndCapture(CUstream h, CUgraph* out, bool per_thread) {
 CUresult IsCapturing(CUstream h, CUstreamCaptureStatus* status, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
-  CUctx_st* ctx = call.ctx();
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   *status = s->capture;
   return CUDA_SUCCESS;
@@ -345,14 +340,10 @@ CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int prior
 }
 
 CUresult cuStreamDestroy_v2(CUstream s) {
-  DriverCall call;
-  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
-  if (Rt().streams.count(s) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  Rt().streams.erase(s);
-  s->ctx->streams.erase(s);
-  delete s->capture_graph;
-  delete s;
-  return CUDA_SUCCESS;
+  return DestroyHandle(&Runtime::streams, s, [](CUstream_st* stream) {
+    stream->ctx->streams.erase(stream);
+    delete stream->capture_graph;
+  });
 }
 CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
 
@@ -370,9 +361,8 @@ CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) {
 static CUresult StreamGetCtx(CUstream h, CUcontext* out, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
-  CUctx_st* ctx = call.ctx();
   if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   *out = s->ctx;
   return CUDA_SUCCESS;
@@ -422,14 +412,7 @@ CUresult cuEventCreate(CUevent* out, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuEventDestroy_v2(CUevent e) {
-  DriverCall call;
-  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
-  if (Rt().events.count(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  Rt().events.erase(e);
-  delete e;
-  return CUDA_SUCCESS;
-}
+CUresult cuEventDestroy_v2(CUevent e) { return DestroyHandle(&Runtime::events, e); }
 CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
 
 CUresult cuEventRecord(CUevent e, CUstream s) { return EventRecord(e, s, false); }

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "simgpu/runtime.h"
 
@@ -61,8 +62,10 @@ class DriverCall {
     ctx_ = current.ctx;
     return current.status;
   }
-  // After Check(kContext) returned CUDA_SUCCESS: the current context.
+  // After Check(kContext) returned CUDA_SUCCESS: the current context, and the stream a handle
+  // names in it (ResolveStream; nullptr is CUDA_ERROR_INVALID_HANDLE).
   CUctx_st* ctx() const { return ctx_; }
+  CUstream_st* Stream(CUstream h, bool per_thread);
   Lock& lock() { return lock_; }
 
  private:
@@ -111,6 +114,29 @@ CUresult WaitUntil(Lock& lock, uint64_t t, CUctx_st* ctx);
 // Books kernel work on `s` (or records it into the stream's capture) and applies its effects.
 // Releases the lock while the stream's queue is full, as a real launch blocks on a full queue.
 CUresult SubmitKernel(Lock& lock, CUstream_st* s, const KernelWork& work);
+
+inline CUstream_st* DriverCall::Stream(CUstream h, bool per_thread) {
+  return ResolveStream(Rt(), ctx_, h, per_thread);
+}
+
+// The destroy call of a handle type the runtime keeps in `handles`: CUDA_ERROR_INVALID_HANDLE for
+// a pointer that is not one of them; otherwise `release` gives back what it holds, and the handle
+// is forgotten and deleted.
+template <typename T, typename Release>
+CUresult DestroyHandle(std::unordered_set<T*> Runtime::*handles, T* h, Release release) {
+  DriverCall call;
+  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
+  std::unordered_set<T*>& live = Rt().*handles;
+  if (live.count(h) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  release(h);
+  live.erase(h);
+  delete h;
+  return CUDA_SUCCESS;
+}
+template <typename T>
+CUresult DestroyHandle(std::unordered_set<T*> Runtime::*handles, T* h) {
+  return DestroyHandle(handles, h, [](T*) {});
+}
 
 // ---- Device memory (driver_memory.cc) -----------------------------------------------------------
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "simgpu/driver_internal.h"
 
@@ -20,6 +21,7 @@ using tessera::sim::kAllocGranularity;
 using tessera::sim::Rt;
 using tessera::sim::Runtime;
 using tessera::sim::State;
+using tessera::sim::driver::DestroyHandle;
 using tessera::sim::driver::DriverCall;
 using tessera::sim::driver::EarliestStart;
 using tessera::sim::driver::FindDeviceRange;
@@ -222,7 +224,7 @@ CUresult Copy(void* dst, const void* src, size_t n, Dir dir, CUstream h, bool as
   if ((dir == Dir::kDtoH || dir == Dir::kDtoD) && FindDeviceRange(rt, dptr(src), n) < 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  CUstream_st* s = ResolveStream(rt, ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!async) {
@@ -242,7 +244,7 @@ CUresult Memset(CUdeviceptr dst, uint32_t value, size_t element, size_t count, C
   if (count > (1ull << 50) / element) return CUDA_ERROR_INVALID_VALUE;
   if (FindDeviceRange(Rt(), dst, count * element) < 0) return CUDA_ERROR_INVALID_VALUE;
   if (element == 4 && dst % 4 != 0) return CUDA_ERROR_INVALID_VALUE;
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (!async) {
     if (CUresult r = WaitUntil(call.lock(), EarliestStart(s), ctx); r != CUDA_SUCCESS) return r;
@@ -535,7 +537,7 @@ static CUresult AllocAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CU
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
   CUctx_st* ctx = call.ctx();
-  if (ResolveStream(Rt(), ctx, h, per_thread) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (call.Stream(h, per_thread) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (pool == nullptr) {
     pool = Rt().current_pool[ctx->device];
   } else if (Rt().pools.count(pool) == 0) {
@@ -547,8 +549,7 @@ static CUresult AllocAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CU
 static CUresult FreeAsync(CUdeviceptr dptr, CUstream h, bool per_thread) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
-  CUctx_st* ctx = call.ctx();
-  if (ResolveStream(Rt(), ctx, h, per_thread) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (call.Stream(h, per_thread) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   return FreeDevice(dptr, true);
 }
 
@@ -669,22 +670,23 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
   return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+// A device's default or current pool (`which`), for the two getters.
+static CUresult DevicePool(CUmemoryPool* pool, CUdevice dev,
+                           std::vector<CUmemPoolHandle_st*> Runtime::*which) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ToPhysical(&dev)) return CUDA_ERROR_INVALID_DEVICE;
-  *pool = Rt().default_pool[dev];
+  *pool = (Rt().*which)[dev];
   return CUDA_SUCCESS;
 }
 
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  return DevicePool(pool, dev, &Runtime::default_pool);
+}
+
 CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
-  DriverCall call;
-  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
-  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!ToPhysical(&dev)) return CUDA_ERROR_INVALID_DEVICE;
-  *pool = Rt().current_pool[dev];
-  return CUDA_SUCCESS;
+  return DevicePool(pool, dev, &Runtime::current_pool);
 }
 
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
@@ -894,13 +896,9 @@ CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* out, CUarray a) {
 }
 
 CUresult cuArrayDestroy(CUarray a) {
-  DriverCall call;
-  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
-  if (Rt().arrays.count(a) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  State()->Unreserve(a->device, a->charged);
-  Rt().arrays.erase(a);
-  delete a;
-  return CUDA_SUCCESS;
+  return DestroyHandle(&Runtime::arrays, a, [](CUarray_st* array) {
+    State()->Unreserve(array->device, array->charged);
+  });
 }
 
 CUresult cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRIPTOR* d,
@@ -930,13 +928,9 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRI
 }
 
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
-  DriverCall call;
-  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
-  if (Rt().mipmapped.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  State()->Unreserve(m->device, m->charged);
-  Rt().mipmapped.erase(m);
-  delete m;
-  return CUDA_SUCCESS;
+  return DestroyHandle(&Runtime::mipmapped, m, [](CUmipmappedArray_st* mipmapped) {
+    State()->Unreserve(mipmapped->device, mipmapped->charged);
+  });
 }
 
 }  // extern "C"

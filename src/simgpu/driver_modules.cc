@@ -11,6 +11,8 @@
 
 using tessera::sim::KernelWork;
 using tessera::sim::Rt;
+using tessera::sim::Runtime;
+using tessera::sim::driver::DestroyHandle;
 using tessera::sim::driver::DriverCall;
 using tessera::sim::driver::ResolveStream;
 using tessera::sim::driver::SubmitKernel;
@@ -22,7 +24,7 @@ CUresult GraphLaunch(CUgraphExec exec, CUstream h, bool per_thread) {
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
   CUctx_st* ctx = call.ctx();
   if (Rt().execs.count(exec) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  CUstream_st* s = ResolveStream(Rt(), ctx, h, per_thread);
+  CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   const std::vector<KernelWork> nodes = exec->nodes;  // the lock may drop between nodes
   for (const KernelWork& w : nodes) {
@@ -66,14 +68,7 @@ CUresult cuModuleLoadDataEx(CUmodule* out, const void* image, unsigned int, int*
   return LoadModule(out, image);
 }
 
-CUresult cuModuleUnload(CUmodule m) {
-  DriverCall call;
-  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
-  if (Rt().modules.count(m) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  Rt().modules.erase(m);
-  delete m;
-  return CUDA_SUCCESS;
-}
+CUresult cuModuleUnload(CUmodule m) { return DestroyHandle(&Runtime::modules, m); }
 
 CUresult cuModuleGetFunction(CUfunction* out, CUmodule m, const char* name) {
   DriverCall call;
@@ -106,22 +101,8 @@ CUresult cuGraphInstantiate_v2(CUgraphExec* out, CUgraph g, CUgraphNode*, char*,
 CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) { return GraphLaunch(exec, s, false); }
 CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) { return GraphLaunch(exec, s, true); }
 
-CUresult cuGraphExecDestroy(CUgraphExec exec) {
-  DriverCall call;
-  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
-  if (Rt().execs.count(exec) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  Rt().execs.erase(exec);
-  delete exec;
-  return CUDA_SUCCESS;
-}
+CUresult cuGraphExecDestroy(CUgraphExec exec) { return DestroyHandle(&Runtime::execs, exec); }
 
-CUresult cuGraphDestroy(CUgraph g) {
-  DriverCall call;
-  if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
-  if (Rt().graphs.count(g) == 0) return CUDA_ERROR_INVALID_HANDLE;
-  Rt().graphs.erase(g);
-  delete g;
-  return CUDA_SUCCESS;
-}
+CUresult cuGraphDestroy(CUgraph g) { return DestroyHandle(&Runtime::graphs, g); }
 
 }  // extern "C"
