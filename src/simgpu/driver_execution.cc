@@ -20,9 +20,7 @@ using tessera::sim::driver::ContextReady;
 using tessera::sim::driver::DestroyHandle;
 using tessera::sim::driver::DriverCall;
 using tessera::sim::driver::EarliestStart;
-using tessera::sim::driver::InitStatus;
 using tessera::sim::driver::NewStream;
-using tessera::sim::driver::ResolveStream;
 using tessera::sim::driver::SubmitKernel;
 using tessera::sim::driver::WaitUntil;
 

@@ -28,7 +28,6 @@ using tessera::sim::driver::FindDeviceRange;
 using tessera::sim::driver::FreeAllocation;
 using tessera::sim::driver::InitStatus;
 using tessera::sim::driver::NoteFinished;
-using tessera::sim::driver::ResolveStream;
 using tessera::sim::driver::RoundUp;
 using tessera::sim::driver::ToPhysical;
 using tessera::sim::driver::ValidDevice;

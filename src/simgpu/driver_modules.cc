@@ -14,7 +14,6 @@ using tessera::sim::Rt;
 using tessera::sim::Runtime;
 using tessera::sim::driver::DestroyHandle;
 using tessera::sim::driver::DriverCall;
-using tessera::sim::driver::ResolveStream;
 using tessera::sim::driver::SubmitKernel;
 
 namespace {
