@@ -1,10 +1,11 @@
 // simgpu's CUDA driver entry points for streams, events, launches and stream capture (the C ABI),
 // and the timing model under them: streams' ready times, the legacy stream's implicit
 // synchronisation, kernel booking on the shared device clock (SimState::BookKernel) with a bounded
-// queue per stream, and waits. It must not allocate or free device memory (driver_memory.cc) nor
-// manage contexts, modules or graphs (driver_context.cc, driver_modules.cc). Every entry point
-// opens with DriverCall or InitStatus (driver_internal.h), validates its arguments in the driver's
-// order and returns a CUresult; none throws, and the lock is released before any sleep.
+// queue per stream, and waits (which trim the pools, through driver_memory.cc). It must not
+// allocate or free device memory itself nor manage contexts, modules or graphs (driver_memory.cc,
+// driver_context.cc, driver_modules.cc). Every entry point opens with DriverCall
+// (driver_internal.h), validates its arguments in the driver's order and returns a CUresult; none
+// throws, and the lock is released before any sleep.
 #include <algorithm>
 #include <cstring>
 #include <utility>
