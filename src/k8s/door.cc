@@ -64,6 +64,10 @@ void AddNodeDoorFlags(CLI::App& app, NodeDoorFlags* flags) {
                  "tesserad's --container-sockets folder");
   app.add_option("--shim-dir", flags->shim_dir,
                  "folder with Tessera's libcuda.so.1 and libnvidia-ml.so.1");
+  app.add_option(
+      "--default-mode", flags->default_mode,
+      "the mode of a node with no tessera.io/gpu.schedule or ack.node.gpu.schedule label "
+      "(core_mem, mem, share, exclusive, mig, mps; default core_mem)");
   app.add_option("--reconcile-interval", flags->reconcile_interval,
                  "how often to reconcile (100ms to 1m)");
   app.add_option("--nvml", flags->nvml,
@@ -80,6 +84,9 @@ Result<NodeDoor> CheckNodeDoor(
     return R::Error("--node-name is not set and neither is NODE_NAME; expected this node's name");
   }
   door.node = flags.node;
+  auto mode = ParseNodeMode(flags.default_mode, "--default-mode");
+  if (!mode.ok()) return mode.status();
+  door.default_mode = *mode;
   auto interval = ParseDuration(flags.reconcile_interval, "--reconcile-interval",
                                 std::chrono::milliseconds(100), std::chrono::minutes(1));
   if (!interval.ok()) return interval.status();

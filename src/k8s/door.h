@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "k8s/annotations.h"
 #include "k8s/api_client.h"
 
 namespace CLI {
@@ -40,16 +41,18 @@ struct NodeDoorFlags {
   NodeDoorFlags();
   std::string node, kubeconfig, context, tesserad_socket, container_sockets, shim_dir, nvml;
   std::string reconcile_interval = "1s";
+  std::string default_mode = "core_mem";
   bool sim = false;
 };
 
 // Registers them on `app` (--node-name, --kubeconfig, --context, --tesserad-socket,
-// --container-sockets, --shim-dir, --reconcile-interval, --nvml).
+// --container-sockets, --shim-dir, --default-mode, --reconcile-interval, --nvml).
 void AddNodeDoorFlags(CLI::App& app, NodeDoorFlags* flags);
 
 // The node doors' shared settings, checked.
 struct NodeDoor {
   std::string node;
+  NodeMode default_mode{};  // the mode of a node with no mode label
   std::chrono::milliseconds reconcile_interval{0};
   std::chrono::seconds unhealthy_after{0};
   // NVML a mig node's MIG devices are read from: --nvml, or simgpu's with --sim.

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   options.plugin_dir = plugin_dir;
   options.tesserad_socket = door_flags.tesserad_socket;
   options.names = *names;
+  options.default_mode = door->default_mode;
   options.reconcile_interval = door->reconcile_interval;
   options.proc_root = proc_root;
   options.unhealthy_after = door->unhealthy_after;

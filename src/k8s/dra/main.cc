@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
   options.tesserad_socket = tesserad_socket;
   options.reconcile_interval = door->reconcile_interval;
   options.unhealthy_after = door->unhealthy_after;
+  options.default_mode = door->default_mode;
   options.nvml_library = door->nvml_library;
   options.pool.mig_counters = !no_mig_counters;
   options.pool.driver_version = driver_version;
