@@ -8,7 +8,6 @@
 //
 // Fast path rules: no syscalls, locks, getenv, logging or allocation in a wrapper while enforcing,
 // except the pool paths, which read pool attributes through the driver (documented).
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -721,8 +720,6 @@ void BuildProcAddressMap() {
   // of that exact name. Resolution by pointer identity respects cudaVersion and the per-thread
   // flag: whatever variant the driver picks, we substitute the wrapper of that same variant.
   auto* map = new std::unordered_map<void*, void*>();
-  void* self = dlopen(nullptr, RTLD_NOW | RTLD_NOLOAD);
-  (void)self;
 #define TESSERA_HOOK(name)                                                  \
   if (tessera_cuda_real[k_##name] != g_real.missing) {                      \
     (*map)[tessera_cuda_real[k_##name]] = reinterpret_cast<void*>(&::name); \
