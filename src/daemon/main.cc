@@ -49,7 +49,7 @@
 #include "core/duration.h"
 #include "core/number.h"
 #include "core/percent.h"
-#include "core/policy.h"
+#include "core/arbiter_policy.h"
 #include "ctl/control_tree.h"
 #include "ctl/fuse_mount.h"
 #include "daemon/compute.h"
