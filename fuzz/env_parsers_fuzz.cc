@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/arbiter_policy.h"
 #include "core/bool_flag.h"
 #include "core/bytes.h"
 #include "core/container_id.h"
@@ -20,7 +21,6 @@
 #include "core/env_config.h"
 #include "core/number.h"
 #include "core/percent.h"
-#include "core/policy.h"
 #include "core/result.h"
 
 namespace tessera {

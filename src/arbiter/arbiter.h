@@ -72,8 +72,8 @@
 
 #include "arbiter/clock.h"
 #include "arbiter/usage_window.h"
+#include "core/arbiter_policy.h"
 #include "core/percent.h"
-#include "core/policy.h"
 #include "core/result.h"
 
 namespace tessera::arbiter {

@@ -27,7 +27,7 @@
 
 #include "core/bytes.h"
 #include "core/percent.h"
-#include "core/policy.h"
+#include "core/arbiter_policy.h"
 #include "core/result.h"
 
 namespace tessera::config {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "config/daemon_config.h"
-#include "core/policy.h"
+#include "core/arbiter_policy.h"
 #include "core/result.h"
 
 namespace tessera::config {

@@ -12,7 +12,7 @@
 // is ignored; empty components, "." and ".." are refused):
 //   version                      ro   the daemon's version
 //   default_memsize              rw   bytes given to a container that declares no limit
-//   <gpu>/policy                 rw   0-5 (core/policy.h); reads as the number
+//   <gpu>/policy                 rw   0-5 (core/arbiter_policy.h); reads as the number
 //   <gpu>/max_inst               rw   1-256, never below the sum of the GPU's container weights
 //   <gpu>/free_weight            ro   max_inst minus the sum of the weights
 //   <gpu>/prio_ratio             rw   20-99 (percent of the GPU for the high-priority lane)
@@ -50,9 +50,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/arbiter_policy.h"
 #include "core/bytes.h"
 #include "core/percent.h"
-#include "core/policy.h"
 #include "core/result.h"
 
 namespace tessera::ctl {

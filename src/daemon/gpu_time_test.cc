@@ -233,6 +233,13 @@ std::vector<Scenario> Scenarios() {
       {"lane",
        {"--policy", "1"},
        {{"hp", "sporadic", 500, high}, {"be1", "stream", 1000, {}}, {"be2", "sync", 4000, {}}}},
+      // `tessera demo`'s tenants: 1 ms and 4 ms kernels, each synchronised, at 30 and 70 %, and a
+      // high-priority 0.5 ms request every 20 ms; the per-second line it prints is this figure.
+      {"demo",
+       {"--policy", "3"},
+       {{"service", "sync", 1000, thirty},
+        {"trainer", "sync", 4000, seventy},
+        {"alerts", "sporadic", 500, {"TESSERA_HIGH_PRIO=1", "TESSERA_CORE_LIMIT=100"}}}},
   };
 }
 

@@ -27,6 +27,7 @@
 #include "daemon/reconciler.h"
 #include "ipc/futex.h"
 #include "ipc/unix_socket.h"
+#include "ledger/admission.h"
 #include "ledger/memory_ledger.h"
 #include "process/child_process.h"
 #include "protocol/protocol.h"
@@ -72,10 +73,15 @@ class ReconcilerTest : public ::testing::Test {
     auto p = const_cast<ledger::MemoryLedger&>(registry_->ledger())
                  .AddProcess(static_cast<uint32_t>(c), pid);
     EXPECT_TRUE(p.ok());
-    EXPECT_TRUE(const_cast<ledger::MemoryLedger&>(registry_->ledger())
-                    .Reserve(static_cast<uint32_t>(c), *p, 0, reserved));
+    EXPECT_TRUE(Reserve(static_cast<uint32_t>(c), *p, reserved));
     process_of_[pid] = *p;
     return static_cast<uint32_t>(c);
+  }
+  // Reserves `bytes` on GPU 0 for process `p` of container `c` as the shim does (admission.h),
+  // over the daemon's mappings of the same segments.
+  bool Reserve(uint32_t c, uint32_t p, uint64_t bytes) {
+    const ledger::MemoryLedger& l = registry_->ledger();
+    return ledger::ReserveIn(l.layout()->containers[c], l.segment(c), p, 0, bytes);
   }
   Reconciler Make(OverLimitAction action,
                   config::UnattributedAction unattributed = config::UnattributedAction::kReport) {
@@ -179,13 +185,12 @@ TEST_F(ReconcilerTest, BlockRefusesReservationsWhileOverAndLiftsWhenBackUnder) {
   ASSERT_EQ(log_.size(), 1u);
   EXPECT_NE(log_[0].find("container web is over its limit on GPU 0"), std::string::npos) << log_[0];
   EXPECT_NE(log_[0].find("action block"), std::string::npos) << log_[0];
-  auto& ledger = const_cast<ledger::MemoryLedger&>(registry_->ledger());
-  EXPECT_FALSE(ledger.Reserve(web, process_of_[101], 0, 1 * kMiB)) << "blocked, though 1 MiB fits";
+  EXPECT_FALSE(Reserve(web, process_of_[101], 1 * kMiB)) << "blocked, though 1 MiB fits";
   EXPECT_TRUE(r.RunOnce().empty()) << "said once, not every pass";
   device_ = {{101, 600 * kMiB}};
   events = r.RunOnce();
   EXPECT_EQ(Count(events, Kind::kBackUnder), 1);
-  EXPECT_TRUE(ledger.Reserve(web, process_of_[101], 0, 1 * kMiB));
+  EXPECT_TRUE(Reserve(web, process_of_[101], 1 * kMiB));
   EXPECT_TRUE(signalled_.empty());
 }
 
@@ -194,8 +199,7 @@ TEST_F(ReconcilerTest, LogOnlyReportsAndBlocksNothing) {
   device_ = {{101, 2 * kGiB}};
   Reconciler r = Make(OverLimitAction::kLog);
   EXPECT_EQ(Count(r.RunOnce(), Kind::kOverLimit), 1);
-  auto& ledger = const_cast<ledger::MemoryLedger&>(registry_->ledger());
-  EXPECT_TRUE(ledger.Reserve(web, process_of_[101], 0, 1 * kMiB));
+  EXPECT_TRUE(Reserve(web, process_of_[101], 1 * kMiB));
   EXPECT_TRUE(signalled_.empty());
 }
 
@@ -226,7 +230,7 @@ TEST_F(ReconcilerTest, AFreeWhileTheDeviceIsReadIsNotUnseenMemory) {
         // The device lists the process with its 900 MiB; then it frees 600 MiB of them.
         std::vector<DeviceProcess> listed = {{101, 900 * kMiB}};
         registry_->WithLedger([&](ledger::MemoryLedger& l) {
-          l.Release(web, process_of_[101], 0, 600 * kMiB);
+          ledger::ReleaseIn(l.segment(web), process_of_[101], 0, 600 * kMiB);
         });
         return Result(listed);
       },

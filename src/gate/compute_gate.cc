@@ -15,7 +15,7 @@
 #include <new>
 #include <vector>
 
-#include "core/policy.h"
+#include "core/arbiter_policy.h"
 #include "ipc/futex.h"
 
 namespace tessera::gate {

@@ -34,7 +34,7 @@
 // - Slots have fixed indices and generation counters and are never compacted or moved; a process
 //   keeps its slot index for its whole life and the daemon never reuses it while it is live.
 // - Admission is reserve-by-CAS on the container's counter before the driver call, rolled back on
-//   failure (MemoryLedger::Reserve), so concurrent allocators can never overshoot.
+//   failure (ReserveIn, admission.h), so concurrent allocators can never overshoot.
 // - Counters are 64-bit atomics (never torn) and every decrement saturates at zero.
 // The compute gate's shared state (issue 4): per device, which containers may launch now (a bitset
 // the shim tests with one atomic load) and a futex word bumped on every change (node view);

@@ -1,7 +1,7 @@
-// MemoryLedger's slow path: creating, reopening and mapping the segment, and the daemon's slot
-// management. Only tesserad calls the mutating functions here, under its registry's lock, so slot
-// allocation needs no cross-process lock: processes only ever touch counters. Every decision here
-// reads the daemon's book, never a daemon-owned field back from the segment (memory_ledger.h).
+// MemoryLedger: creating, reopening and mapping the segments, and the daemon's slot management.
+// Only tesserad calls the mutating functions here, under its registry's lock, so slot allocation
+// needs no cross-process lock: processes only ever touch counters. Every decision here reads the
+// daemon's book, never a daemon-owned field back from the segment (memory_ledger.h).
 #include "ledger/memory_ledger.h"
 
 #include <fcntl.h>
@@ -48,17 +48,13 @@ MemoryLedger::MemoryLedger(MemoryLedger&& other) noexcept { *this = std::move(ot
 
 MemoryLedger& MemoryLedger::operator=(MemoryLedger&& other) noexcept {
   if (this != &other) {
-    Release();
+    Unmap();
     layout_ = std::exchange(other.layout_, nullptr);
     store_ = std::exchange(other.store_, nullptr);
     view_fd_ = std::exchange(other.view_fd_, -1);
     exchange_fd_ = std::exchange(other.exchange_fd_, -1);
     guard_ = std::move(other.guard_);
-    node_file_ = other.node_file_;
-    own_file_ = other.own_file_;
-    exchange_file_ = other.exchange_file_;
     segments_ = std::exchange(other.segments_, nullptr);
-    own_ = std::exchange(other.own_, nullptr);
     exchange_ = std::exchange(other.exchange_, nullptr);
     name_ = std::move(other.name_);
     book_ = std::move(other.book_);
@@ -67,9 +63,9 @@ MemoryLedger& MemoryLedger::operator=(MemoryLedger&& other) noexcept {
   return *this;
 }
 
-MemoryLedger::~MemoryLedger() { Release(); }
+MemoryLedger::~MemoryLedger() { Unmap(); }
 
-void MemoryLedger::Release() {
+void MemoryLedger::Unmap() {
   if (layout_ != nullptr) munmap(layout_, sizeof(LedgerLayout));
   if (store_ != nullptr) munmap(store_, sizeof(LedgerLayout));
   if (view_fd_ >= 0) close(view_fd_);
@@ -79,11 +75,9 @@ void MemoryLedger::Release() {
   exchange_fd_ = -1;
   guard_.reset();  // before its range is unmapped
   if (segments_ != nullptr) munmap(segments_, sizeof(ContainerSegment) * kMaxContainers);
-  if (own_ != nullptr) munmap(own_, sizeof(ContainerSegment));
   if (exchange_ != nullptr) munmap(exchange_, sizeof(Exchange));
   layout_ = nullptr;
   segments_ = nullptr;
-  own_ = nullptr;
   exchange_ = nullptr;
 }
 
@@ -379,107 +373,6 @@ Result<TenantDescriptors> MemoryLedger::OpenForTenant(uint32_t c) const {
                                             std::to_string(c) + " for a process: " + why);
   }
   return fds;
-}
-
-namespace {
-
-// Maps a segment a process was sent: exactly `size` bytes, with `prot`.
-Result<void*> MapReceived(int fd, size_t size, int prot, const char* what) {
-  struct stat st {};
-  if (fd < 0 || fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != size) {
-    return Result<void*>::Error(std::string("ledger: the daemon's ") + what + " has size " +
-                                std::to_string(st.st_size) + ", this library expects " +
-                                std::to_string(size) +
-                                " (tesserad and the shim are different versions)");
-  }
-  void* mem = mmap(nullptr, size, prot, MAP_SHARED, fd, 0);
-  if (mem == MAP_FAILED) {
-    return Result<void*>::Error(std::string("ledger: cannot map the daemon's ") + what + ": " +
-                                std::strerror(errno));
-  }
-  return mem;
-}
-
-}  // namespace
-
-namespace {
-
-FileId FileOf(int fd) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return {};
-  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
-}
-
-// Maps the segment `fd` names at *at: in place of the mapping there when there is one (pointers
-// into it stay valid; a thread reading it sees the old or the new, never a hole), else anywhere.
-// `invalid` says why the new mapping is not what was expected (empty: it is).
-template <typename T, typename Check>
-Status MapAt(T** at, int fd, int prot, const char* what, Check invalid) {
-  auto mem = MapReceived(fd, sizeof(T), prot, what);
-  if (!mem.ok()) return mem.status();
-  auto* fresh = static_cast<T*>(*mem);
-  if (const std::string why = invalid(*fresh); !why.empty()) {
-    munmap(fresh, sizeof(T));
-    return Status::Error("ledger: the daemon's " + std::string(what) + " " + why);
-  }
-  if (*at == nullptr) {
-    *at = fresh;
-    return Status::Ok();
-  }
-  if (mremap(fresh, sizeof(T), sizeof(T), MREMAP_MAYMOVE | MREMAP_FIXED, *at) == MAP_FAILED) {
-    const std::string why = std::strerror(errno);
-    munmap(fresh, sizeof(T));
-    return Status::Error("ledger: cannot map the daemon's " + std::string(what) +
-                         " in place: " + why);
-  }
-  return Status::Ok();
-}
-
-}  // namespace
-
-Result<MemoryLedger> MemoryLedger::MapFds(const TenantDescriptors& fds, uint32_t container) {
-  MemoryLedger ledger;
-  if (Status s = ledger.Remap(fds, container); !s.ok()) return s;
-  return ledger;
-}
-
-Status MemoryLedger::Remap(const TenantDescriptors& fds, uint32_t container) {
-  if (container >= static_cast<uint32_t>(kMaxContainers)) {
-    return Status::Error("ledger: container slot " + std::to_string(container) +
-                         " is out of range");
-  }
-  const std::string other_version = "has another layout version (tesserad and the shim differ)";
-  if (const FileId file = FileOf(fds.node); layout_ == nullptr || !(file == node_file_)) {
-    Status s = MapAt(&layout_, fds.node, PROT_READ, "node view", [&](const LedgerLayout& l) {
-      return l.magic == kLedgerMagic && l.version == kLedgerVersion ? "" : other_version;
-    });
-    if (!s.ok()) return s;
-    node_file_ = file;
-  }
-  if (const FileId file = FileOf(fds.exchange); exchange_ == nullptr || !(file == exchange_file_)) {
-    Status s = MapAt(
-        &exchange_, fds.exchange, PROT_READ | PROT_WRITE, "exchange segment",
-        [&](const Exchange& x) {
-          return x.magic == kExchangeMagic && x.version == kLedgerVersion ? "" : other_version;
-        });
-    if (!s.ok()) return s;
-    exchange_file_ = file;
-  }
-  if (const FileId file = FileOf(fds.container);
-      own_ == nullptr || !(file == own_file_) || own_->index != container) {
-    Status s = MapAt(&own_, fds.container, PROT_READ | PROT_WRITE, "container segment",
-                     [&](const ContainerSegment& seg) {
-                       if (seg.magic != kContainerMagic || seg.version != kLedgerVersion) {
-                         return other_version;
-                       }
-                       return seg.index == container
-                                  ? std::string()
-                                  : "is not container slot " + std::to_string(container) + "'s";
-                     });
-    if (!s.ok()) return s;
-    own_file_ = file;
-  }
-  return Status::Ok();
 }
 
 int MemoryLedger::FindContainer(const std::string& id) const {

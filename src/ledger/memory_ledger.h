@@ -1,26 +1,21 @@
-// MemoryLedger: the node's memory ledger (ledger_layout.h) mapped into this process, with the
-// operations each side needs. Captured processes use only the fast path (Reserve/Release), which is
-// a CAS on the container's counter plus an add on the process's own, with no syscalls, locks,
-// logging or allocation. tesserad owns the slow path: creating the segment, adding and removing
-// containers and processes, and reclaiming a dead process's bytes.
+// MemoryLedger: the daemon's side of the node's memory ledger (ledger_layout.h): tesserad creates
+// or reopens the segments, adds and removes containers and processes, reclaims a dead process's
+// bytes, and opens the descriptors a process is given. A captured process never holds one: it
+// maps what it was sent as a TenantLedger (tenant_ledger.h), whose fast path (admission.h) is the
+// only code that charges memory. Nothing here runs on the shim's fast path.
 //
-// Reserve-then-allocate: a caller reserves before the driver call and releases if the call fails.
-// Ordering note: Reserve charges the container before the process, so a process killed between the
-// two instructions leaves at most that one reservation counted (a leak the daemon's reconciliation
-// repairs), never an undercount that would let a neighbour overshoot.
-//
-// Shared memory is untrusted input (issue 17). Since layout 8 a tenant process maps the node
-// view read-only and sealed, its own container's segment writable and no other container's at
-// all (ledger_layout.h), so the fields below can no longer be rewritten by a tenant; the daemon
-// still keeps its own record of every field only it writes (the LedgerBook below: slot states and
-// generations, a process's container and pids, a container's id, limits, settings and flags, the
-// device table) and reads those from the book, never back from the segment, because a segment a
-// previous daemon left (or a crash mid-write) is still input. The book is built once, when the
-// daemon opens the segment, by validating what it finds there (a slot that is not what the daemon
-// could have written is dropped and reported, and the counters of the containers it touched are
-// rebuilt from their processes); Repair() later puts back anything that differs. Counters a tenant
-// legitimately writes (bytes used, GPU time, waits) are read from its container's segment; their
-// readers treat them as claims.
+// Shared memory is untrusted input. A tenant process maps the node view read-only and sealed, its
+// own container's segment writable and no other container's at all (ledger_layout.h), so the
+// fields below cannot be rewritten by a tenant; the daemon still keeps its own record of every
+// field only it writes (the LedgerBook below: slot states and generations, a process's container
+// and pids, a container's id, limits, settings and flags, the device table) and reads those from
+// the book, never back from the segment, because a segment a previous daemon left (or a crash
+// mid-write) is still input. The book is built once, when the daemon opens the segment, by
+// validating what it finds there (a slot that is not what the daemon could have written is dropped
+// and reported, and the counters of the containers it touched are rebuilt from their processes);
+// Repair() later puts back anything that differs. Counters a tenant legitimately writes (bytes
+// used, GPU time, waits) are read from its container's segment; their readers treat them as
+// claims.
 #pragma once
 
 #include <atomic>
@@ -32,6 +27,7 @@
 #include "core/result.h"
 #include "ledger/ledger_layout.h"
 #include "ledger/segment_guard.h"
+#include "ledger/tenant_ledger.h"
 
 namespace tessera::ledger {
 
@@ -84,38 +80,17 @@ struct LedgerBook {
   Container containers[kMaxContainers];
 };
 
-// Which file a mapping is of (st_dev, st_ino).
-struct FileId {
-  uint64_t dev = 0, ino = 0;
-  bool operator==(const FileId& o) const { return dev == o.dev && ino == o.ino; }
-};
-
-// The descriptors a process of one container is given (each open; the receiver closes them).
-struct TenantDescriptors {
-  int node = -1;       // the node view (a sealed memfd: no writable mapping can be made of it)
-  int container = -1;  // the container's segment, read-write
-  int exchange = -1;   // the exchange segment, read-write
-};
-
 class MemoryLedger {
  public:
-  // Daemon: creates the named POSIX shared-memory segments, or reopens them (a restarted daemon
-  // keeps every container's and process's accounting). Devices are (re)written. A reopened segment
-  // is validated slot by slot into the book (open_report() says what was dropped or repaired); one
-  // of another layout version, or recorded for other GPUs (other UUIDs), is refused.
+  // Creates the named POSIX shared-memory segments, or reopens them (a restarted daemon keeps
+  // every container's and process's accounting). Devices are (re)written. A reopened segment is
+  // validated slot by slot into the book (open_report() says what was dropped or repaired); one of
+  // another layout version, or recorded for other GPUs (other UUIDs), is refused.
   static Result<MemoryLedger> CreateOrOpen(const std::string& shm_name,
                                            const std::vector<DeviceInfo>& devices);
   // Removes every named segment of the ledger `shm_name` (the node segment, the containers'); for
   // tests and an ephemeral daemon's exit. Mappings stay valid until unmapped.
   static void Remove(const std::string& shm_name);
-  // Process: maps a ledger from the descriptors the daemon sent for container `container` (the
-  // descriptors are not kept). The node view is mapped read-only.
-  static Result<MemoryLedger> MapFds(const TenantDescriptors& fds, uint32_t container);
-  // Process: maps, in place of what is mapped now, each segment `fds` names that is not the one
-  // mapped (another file): the node view and exchange of a restarted daemon, the segment of
-  // another container (a forked child registered elsewhere) or a replaced one. In place, so
-  // pointers into the mappings (the gate's, the shim's) stay valid.
-  Status Remap(const TenantDescriptors& fds, uint32_t container);
 
   MemoryLedger(MemoryLedger&& other) noexcept;
   MemoryLedger& operator=(MemoryLedger&& other) noexcept;
@@ -124,55 +99,27 @@ class MemoryLedger {
   ~MemoryLedger();
 
   // The node view: what every process reads (limits, settings, process identities, the
-  // arbiter's words). Writable in the daemon only: a process's mapping is read-only and sealed
-  // (no writable mapping of it can be made, by any route), and a write through it faults.
+  // arbiter's words). Writable here only: a process's mapping is read-only and sealed (no writable
+  // mapping of it can be made, by any route), and a write through it faults.
   LedgerLayout* layout() const { return layout_; }
-  // A container's segment: in the daemon any container's (a free slot's reads as zeros); in a
-  // process only its own (`c` must be its container).
-  ContainerSegment& segment(uint32_t c) const { return own_ != nullptr ? *own_ : segments_[c]; }
-  ContainerCounters& counters(uint32_t c) const { return segment(c).counters; }
-  // Process `p`'s counters, in its container's segment (the daemon finds the container in its
-  // book; a process has only its own).
+  // Container slot `c`'s segment (a free slot's reads as zeros), and its counters.
+  ContainerSegment& segment(uint32_t c) const { return segments_[c]; }
+  ContainerCounters& counters(uint32_t c) const { return segments_[c].counters; }
+  // Process `p`'s counters, in the segment of the container the book says it is in.
   ProcessCounters& process(uint32_t p) const {
-    return own_ != nullptr
-               ? own_->processes[p]
-               : segments_[book_->processes[p].container.load() % kMaxContainers].processes[p];
+    return segments_[book_->processes[p].container.load() % kMaxContainers].processes[p];
   }
   Exchange& exchange() const { return *exchange_; }
-  // Daemon: the kMaxContainers container segments, indexed by container slot. Like layout(), the
-  // pointer stays valid when the ledger is moved (for services that keep it).
+  // The kMaxContainers container segments, indexed by container slot. Like layout(), the pointer
+  // stays valid when the ledger is moved (for services that keep it).
   ContainerSegment* segments() const { return segments_; }
-  // The daemon's count (its book) when it has one, else the segment's, bounded by kMaxDevices.
-  int device_count() const {
-    if (book_) return static_cast<int>(book_->device_count);
-    const uint32_t n = layout_->device_count.load();
-    return static_cast<int>(n < static_cast<uint32_t>(kMaxDevices) ? n : kMaxDevices);
-  }
-  // Daemon: opens the descriptors a process of container `c` is given (the caller closes them).
+  // The node's device count, from the book.
+  int device_count() const { return static_cast<int>(book_->device_count); }
+  // Opens the descriptors a process of container `c` is given (the caller closes them; the
+  // process maps them as a TenantLedger).
   Result<TenantDescriptors> OpenForTenant(uint32_t c) const;
 
-  // ---- Fast path (captured processes) ----
-  // Reserves `bytes` on `device` for container `c` and process `p`. False when it would exceed the
-  // container's limit or the container is blocked (kContainerBlocked); nothing is charged then.
-  bool Reserve(uint32_t c, uint32_t p, int device, uint64_t bytes) {
-    const ContainerSlot& slot = layout_->containers[c];
-    if ((slot.flags.load(std::memory_order_relaxed) & kContainerBlocked) != 0) return false;
-    const uint64_t limit = slot.limit[device].load(std::memory_order_relaxed);
-    ContainerSegment& seg = segment(c);
-    std::atomic<uint64_t>& counter = seg.counters.used[device];
-    uint64_t used = counter.load(std::memory_order_relaxed);
-    do {
-      if (bytes > limit || used > limit - bytes) return false;
-    } while (!counter.compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel));
-    seg.processes[p].used[device].fetch_add(bytes, std::memory_order_relaxed);
-    return true;
-  }
-  // Gives back what Reserve took; saturates at zero.
-  void Release(uint32_t c, uint32_t p, int device, uint64_t bytes) {
-    ContainerSegment& seg = segment(c);
-    SaturatingSub(seg.processes[p].used[device], bytes);
-    SaturatingSub(seg.counters.used[device], bytes);
-  }
+  // Container `c`'s limit on `device` as the view says, and the bytes its processes say they use.
   uint64_t Limit(uint32_t c, int device) const {
     return layout_->containers[c].limit[device].load(std::memory_order_relaxed);
   }
@@ -180,13 +127,7 @@ class MemoryLedger {
     return counters(c).used[device].load(std::memory_order_relaxed);
   }
 
-  static void SaturatingSub(std::atomic<uint64_t>& counter, uint64_t n) {
-    uint64_t cur = counter.load(std::memory_order_relaxed);
-    while (!counter.compare_exchange_weak(cur, cur > n ? cur - n : 0, std::memory_order_acq_rel)) {
-    }
-  }
-
-  // ---- Slow path (tesserad) ----
+  // ---- Slots (under the caller's lock) ----
   // The live container with this id, or -1.
   int FindContainer(const std::string& id) const;
   // Adds a container (or updates the limits of an existing one). `limits` has one entry per device
@@ -200,7 +141,7 @@ class MemoryLedger {
   // Takes back everything process `p` holds and frees its slot. Idempotent per generation.
   void ReclaimProcess(uint32_t p);
 
-  // ---- The daemon's book (tesserad only: these need CreateOrOpen's ledger) ----
+  // ---- The daemon's book ----
   const LedgerBook& book() const { return *book_; }
   // The book, writable, for the one part of it that ComputeService (the arbiter thread) keeps:
   // the gate_gpu_ns counters. Everything else in it changes through this class's methods only.
@@ -229,31 +170,28 @@ class MemoryLedger {
   // daemon-owned field).
   void PublishContainer(uint32_t c);
   void PublishProcess(uint32_t p);
-  // Daemon: makes the sealed node view (its header and devices from the node segment; the slots
+  // Makes the sealed node view (its header and devices from the node segment; the slots
   // are published after) and the exchange, each a memfd of its own.
   Status MakeView();
   std::vector<std::string> RepairLayout(LedgerLayout* l);
-  // Daemon: maps container `c`'s segment file in its place. `fresh`: a new, empty file (the old
+  // Maps container `c`'s segment file in its place. `fresh`: a new, empty file (the old
   // one, if any, is unlinked first); else the file a previous daemon left, which must be intact
   // (else a fresh one is made and the loss reported).
   Status MapContainerSegment(uint32_t c, bool fresh);
   std::string ContainerSegmentName(uint32_t c) const;
-  void Release();
+  void Unmap();
 
   LedgerLayout* layout_ = nullptr;  // the node view
-  // Daemon: the node segment (the named file, kept across restarts): the daemon-owned fields, as
-  // in the view, from which a restarted daemon rebuilds its book. No tenant is given it.
+  // The node segment (the named file, kept across restarts): the daemon-owned fields, as in the
+  // view, from which a restarted daemon rebuilds its book. No tenant is given it.
   LedgerLayout* store_ = nullptr;
-  int view_fd_ = -1;                      // daemon: the view's memfd
-  int exchange_fd_ = -1;                  // daemon: the exchange's memfd
-  std::unique_ptr<SegmentGuard> guard_;   // daemon: over segments_
-  ContainerSegment* segments_ = nullptr;  // daemon: kMaxContainers of them, in one reservation
-  ContainerSegment* own_ = nullptr;       // process: its own container's
+  int view_fd_ = -1;                      // the view's memfd
+  int exchange_fd_ = -1;                  // the exchange's memfd
+  std::unique_ptr<SegmentGuard> guard_;   // over segments_
+  ContainerSegment* segments_ = nullptr;  // kMaxContainers of them, in one reservation
   Exchange* exchange_ = nullptr;
-  // Process: which files are mapped (the view, its container's segment, the exchange).
-  FileId node_file_, own_file_, exchange_file_;
-  std::string name_;                  // daemon: the node segment's shm name
-  std::unique_ptr<LedgerBook> book_;  // daemon only
+  std::string name_;  // the node segment's shm name
+  std::unique_ptr<LedgerBook> book_;
   std::vector<std::string> open_report_;
 };
 

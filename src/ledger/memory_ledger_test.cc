@@ -1,5 +1,6 @@
-// MemoryLedger: admission never overshoots under concurrency, releases saturate, a reclaimed
-// process gives back exactly what it held, a reopened ledger keeps its accounting.
+// MemoryLedger and TenantLedger: admission never overshoots under concurrency, releases saturate, a
+// reclaimed process gives back exactly what it held, a reopened ledger keeps its accounting, and a
+// tenant's mappings reach only what it was given.
 #include "ledger/memory_ledger.h"
 
 #include <fcntl.h>
@@ -13,6 +14,8 @@
 #include <optional>
 #include <thread>
 #include <vector>
+
+#include "ledger/tenant_ledger.h"
 
 namespace tessera::ledger {
 namespace {
@@ -43,6 +46,16 @@ class MemoryLedgerTest : public ::testing::Test {
   std::string name_;
 };
 
+// A process of container `c` as the shim maps it: the descriptors the daemon opens for it, mapped
+// as a TenantLedger (the descriptors are closed again).
+Result<TenantLedger> MapTenant(const MemoryLedger& daemon, uint32_t c) {
+  auto fds = daemon.OpenForTenant(c);
+  if (!fds.ok()) return fds.status();
+  auto mapped = TenantLedger::MapFds(*fds, c);
+  for (int fd : {fds->node, fds->container, fds->exchange}) close(fd);
+  return mapped;
+}
+
 TEST_F(MemoryLedgerTest, ConcurrentReservationsNeverExceedTheLimit) {
   auto ledger = MemoryLedger::CreateOrOpen(name_, Devices());
   ASSERT_TRUE(ledger.ok()) << ledger.error();
@@ -50,20 +63,22 @@ TEST_F(MemoryLedgerTest, ConcurrentReservationsNeverExceedTheLimit) {
   ASSERT_TRUE(c.ok());
   std::vector<uint32_t> procs;
   for (int i = 0; i < 8; ++i) procs.push_back(*ledger->AddProcess(*c, 1000 + i));
+  auto tenant = MapTenant(*ledger, *c);
+  ASSERT_TRUE(tenant.ok()) << tenant.error();
   std::atomic<uint64_t> granted{0};
   std::atomic<uint64_t> peak{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 200; ++round) {
-        if (ledger->Reserve(*c, procs[t], 0, 32 * kMiB)) {
+        if (tenant->Reserve(procs[t], 0, 32 * kMiB)) {
           granted.fetch_add(32 * kMiB);
           uint64_t used = ledger->Used(*c, 0);
           uint64_t seen = peak.load();
           while (used > seen && !peak.compare_exchange_weak(seen, used)) {
           }
           if (round % 3 == 0) {
-            ledger->Release(*c, procs[t], 0, 32 * kMiB);
+            tenant->Release(procs[t], 0, 32 * kMiB);
             granted.fetch_sub(32 * kMiB);
           }
         }
@@ -85,10 +100,12 @@ TEST_F(MemoryLedgerTest, ReclaimGivesBackExactlyWhatTheProcessHeld) {
   const uint32_t c = *ledger->UpsertContainer("tenant", {2 * kGiB, 1 * kGiB});
   const uint32_t a = *ledger->AddProcess(c, 1);
   const uint32_t b = *ledger->AddProcess(c, 2);
-  ASSERT_TRUE(ledger->Reserve(c, a, 0, 1536 * kMiB));
-  ASSERT_TRUE(ledger->Reserve(c, a, 1, 512 * kMiB));
-  ASSERT_TRUE(ledger->Reserve(c, b, 0, 256 * kMiB));
-  EXPECT_FALSE(ledger->Reserve(c, b, 0, 512 * kMiB)) << "1.75 GiB + 0.5 GiB > 2 GiB";
+  auto tenant = MapTenant(*ledger, c);
+  ASSERT_TRUE(tenant.ok()) << tenant.error();
+  ASSERT_TRUE(tenant->Reserve(a, 0, 1536 * kMiB));
+  ASSERT_TRUE(tenant->Reserve(a, 1, 512 * kMiB));
+  ASSERT_TRUE(tenant->Reserve(b, 0, 256 * kMiB));
+  EXPECT_FALSE(tenant->Reserve(b, 0, 512 * kMiB)) << "1.75 GiB + 0.5 GiB > 2 GiB";
   const uint32_t gen = ledger->layout()->processes[a].generation.load();
   ledger->ReclaimProcess(a);
   ledger->ReclaimProcess(a);  // idempotent
@@ -96,7 +113,7 @@ TEST_F(MemoryLedgerTest, ReclaimGivesBackExactlyWhatTheProcessHeld) {
   EXPECT_EQ(ledger->Used(c, 1), 0u);
   EXPECT_EQ(ledger->layout()->processes[a].generation.load(), gen + 1);
   EXPECT_EQ(ledger->layout()->containers[c].process_count.load(), 1u);
-  EXPECT_TRUE(ledger->Reserve(c, b, 0, 1792 * kMiB)) << "the freed 1.5 GiB is usable at once";
+  EXPECT_TRUE(tenant->Reserve(b, 0, 1792 * kMiB)) << "the freed 1.5 GiB is usable at once";
   EXPECT_FALSE(ledger->RemoveContainer(c).ok()) << "a container with processes stays";
 }
 
@@ -104,12 +121,14 @@ TEST_F(MemoryLedgerTest, ReleaseSaturatesInsteadOfWrapping) {
   auto ledger = MemoryLedger::CreateOrOpen(name_, Devices());
   const uint32_t c = *ledger->UpsertContainer("tenant", {kUnlimited, kUnlimited});
   const uint32_t p = *ledger->AddProcess(c, 1);
-  ASSERT_TRUE(ledger->Reserve(c, p, 0, kMiB));
-  ledger->Release(c, p, 0, 5 * kMiB);
+  auto tenant = MapTenant(*ledger, c);
+  ASSERT_TRUE(tenant.ok()) << tenant.error();
+  ASSERT_TRUE(tenant->Reserve(p, 0, kMiB));
+  tenant->Release(p, 0, 5 * kMiB);
   EXPECT_EQ(ledger->Used(c, 0), 0u);
   EXPECT_EQ(ledger->process(p).used[0].load(), 0u);
-  EXPECT_TRUE(ledger->Reserve(c, p, 0, ~uint64_t{0} - 1)) << "unlimited means unlimited";
-  EXPECT_FALSE(ledger->Reserve(c, p, 0, 2)) << "but the counter never wraps";
+  EXPECT_TRUE(tenant->Reserve(p, 0, ~uint64_t{0} - 1)) << "unlimited means unlimited";
+  EXPECT_FALSE(tenant->Reserve(p, 0, 2)) << "but the counter never wraps";
 }
 
 TEST_F(MemoryLedgerTest, ReopenedLedgerKeepsAccountingAndChecksDevices) {
@@ -117,7 +136,7 @@ TEST_F(MemoryLedgerTest, ReopenedLedgerKeepsAccountingAndChecksDevices) {
     auto ledger = MemoryLedger::CreateOrOpen(name_, Devices());
     const uint32_t c = *ledger->UpsertContainer("kept", {2 * kGiB, kUnlimited});
     const uint32_t p = *ledger->AddProcess(c, 7);
-    ASSERT_TRUE(ledger->Reserve(c, p, 0, 100 * kMiB));
+    ASSERT_TRUE(MapTenant(*ledger, c)->Reserve(p, 0, 100 * kMiB));
   }
   auto again = MemoryLedger::CreateOrOpen(name_, Devices());
   ASSERT_TRUE(again.ok()) << again.error();
@@ -138,7 +157,7 @@ TEST_F(MemoryLedgerTest, RepairRestoresWhatATenantRewroteAndTheBookIgnoresIt) {
   const uint32_t a = *daemon->UpsertContainer("alpha", {kGiB, kGiB});
   const uint32_t b = *daemon->UpsertContainer("beta", {2 * kGiB, 2 * kGiB});
   const uint32_t pa = *daemon->AddProcess(a, 11);
-  ASSERT_TRUE(daemon->Reserve(a, pa, 0, 64 * kMiB));
+  ASSERT_TRUE(MapTenant(*daemon, a)->Reserve(pa, 0, 64 * kMiB));
   LedgerLayout* l = daemon->layout();
   l->processes[pa].container.store(0x7fffffff);
   l->processes[pa].host_pid.store(1);
@@ -196,9 +215,11 @@ TEST_F(MemoryLedgerTest, AReopenedSegmentIsValidatedSlotBySlot) {
     pa = *daemon->AddProcess(a, 11);
     pb = *daemon->AddProcess(b, 12);
     pc = *daemon->AddProcess(b, 13);
-    ASSERT_TRUE(daemon->Reserve(a, pa, 0, 100 * kMiB));
-    ASSERT_TRUE(daemon->Reserve(b, pb, 0, 200 * kMiB));
-    ASSERT_TRUE(daemon->Reserve(b, pc, 0, 300 * kMiB));
+    ASSERT_TRUE(MapTenant(*daemon, a)->Reserve(pa, 0, 100 * kMiB));
+    auto in_b = MapTenant(*daemon, b);
+    ASSERT_TRUE(in_b.ok()) << in_b.error();
+    ASSERT_TRUE(in_b->Reserve(pb, 0, 200 * kMiB));
+    ASSERT_TRUE(in_b->Reserve(pc, 0, 300 * kMiB));
     LedgerLayout* l = NodeSegment();  // what a crash mid-write (or a root tool) could leave
     ASSERT_NE(l, nullptr);
     l->processes[pb].container.store(0xdeadbeef);  // out of range: dropped
@@ -240,16 +261,17 @@ TEST_F(MemoryLedgerTest, ProcessesMapTheDaemonsDescriptors) {
   const uint32_t c = *daemon->UpsertContainer("shared", {kGiB, kGiB});
   auto fds = daemon->OpenForTenant(c);
   ASSERT_TRUE(fds.ok()) << fds.error();
-  auto process = MemoryLedger::MapFds(*fds, c);
+  auto process = TenantLedger::MapFds(*fds, c);
   ASSERT_TRUE(process.ok()) << process.error();
+  EXPECT_EQ(process->container(), c);
   const uint32_t p = *daemon->AddProcess(c, 9);
-  ASSERT_TRUE(process->Reserve(c, p, 1, 64 * kMiB));
+  ASSERT_TRUE(process->Reserve(p, 1, 64 * kMiB));
   EXPECT_EQ(daemon->Used(c, 1), 64 * kMiB) << "one segment, two mappings";
   EXPECT_EQ(daemon->process(p).used[1].load(), 64 * kMiB);
-  EXPECT_EQ(process->Limit(c, 1), kGiB);
+  EXPECT_EQ(process->Limit(1), kGiB);
   TenantDescriptors none;
-  EXPECT_FALSE(MemoryLedger::MapFds(none, c).ok());
-  auto wrong = MemoryLedger::MapFds(*fds, c + 1);
+  EXPECT_FALSE(TenantLedger::MapFds(none, c).ok());
+  auto wrong = TenantLedger::MapFds(*fds, c + 1);
   ASSERT_FALSE(wrong.ok()) << "a segment is checked against the container it is given for";
   EXPECT_NE(wrong.error().find("not container slot"), std::string::npos) << wrong.error();
   for (int fd : {fds->node, fds->container, fds->exchange}) close(fd);
@@ -262,7 +284,7 @@ TEST_F(MemoryLedgerTest, ATenantCannotWriteTheNodeViewNorReachAnotherContainer) 
   const uint32_t mine = *daemon->UpsertContainer("mine", {kGiB, kGiB});
   const uint32_t theirs = *daemon->UpsertContainer("theirs", {kGiB, kGiB});
   const uint32_t pt = *daemon->AddProcess(theirs, 8);
-  ASSERT_TRUE(daemon->Reserve(theirs, pt, 0, 100 * kMiB));
+  ASSERT_TRUE(MapTenant(*daemon, theirs)->Reserve(pt, 0, 100 * kMiB));
   auto fds = daemon->OpenForTenant(mine);
   ASSERT_TRUE(fds.ok()) << fds.error();
   // The node descriptor cannot be mapped writable, nor its read-only mapping made writable.
@@ -285,10 +307,11 @@ TEST_F(MemoryLedgerTest, ATenantCannotWriteTheNodeViewNorReachAnotherContainer) 
   } else {
     EXPECT_EQ(errno, EACCES);
   }
-  auto tenant = MemoryLedger::MapFds(*fds, mine);
+  auto tenant = TenantLedger::MapFds(*fds, mine);
   ASSERT_TRUE(tenant.ok()) << tenant.error();
   errno = 0;
-  EXPECT_NE(mprotect(tenant->layout(), kPageSize, PROT_READ | PROT_WRITE), 0);
+  EXPECT_NE(
+      mprotect(const_cast<LedgerLayout*>(tenant->layout()), kPageSize, PROT_READ | PROT_WRITE), 0);
   EXPECT_EQ(errno, EACCES);
   // Nor written through /proc/self/mem, which ignores a private mapping's protection.
   const int mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
@@ -297,10 +320,10 @@ TEST_F(MemoryLedgerTest, ATenantCannotWriteTheNodeViewNorReachAnotherContainer) 
   const auto at = reinterpret_cast<off_t>(&tenant->layout()->containers[mine].limit[0]);
   EXPECT_NE(pwrite(mem, &raised, sizeof(raised), at), static_cast<ssize_t>(sizeof(raised)));
   close(mem);
-  EXPECT_EQ(tenant->Limit(mine, 0), kGiB);
+  EXPECT_EQ(tenant->Limit(0), kGiB);
   // Its writable segment is its own container's: scribbled over entirely, the other container's
   // usage and limits are what they were.
-  std::memset(static_cast<void*>(&tenant->segment(mine)), 0xff, sizeof(ContainerSegment));
+  std::memset(static_cast<void*>(&tenant->segment()), 0xff, sizeof(ContainerSegment));
   EXPECT_EQ(daemon->Used(theirs, 0), 100 * kMiB);
   EXPECT_EQ(daemon->Limit(theirs, 0), kGiB);
   EXPECT_EQ(daemon->process(pt).used[0].load(), 100 * kMiB);
@@ -313,7 +336,7 @@ TEST_F(MemoryLedgerTest, ATenantCannotWriteTheNodeViewNorReachAnotherContainer) 
   ASSERT_TRUE(daemon->RemoveContainer(mine).ok());
   const uint32_t reused = *daemon->UpsertContainer("next", {kGiB, kGiB});
   ASSERT_EQ(reused, mine) << "the lowest free slot is taken again";
-  tenant->counters(mine).used[0].store(12345);
+  tenant->counters().used[0].store(12345);
   EXPECT_EQ(daemon->Used(reused, 0), 0u);
   for (int fd : {fds->node, fds->container, fds->exchange, old_fds->node, old_fds->container,
                  old_fds->exchange}) {
@@ -327,7 +350,7 @@ TEST_F(MemoryLedgerTest, ATenantCannotWriteTheNodeViewNorReachAnotherContainer) 
 TEST_F(MemoryLedgerTest, ARestartedDaemonsViewIsMappedInPlace) {
   uint32_t c = 0, p = 0;
   TenantDescriptors fds;
-  std::optional<MemoryLedger> tenant;
+  std::optional<TenantLedger> tenant;
   {
     auto first = MemoryLedger::CreateOrOpen(name_, Devices());
     c = *first->UpsertContainer("kept", {kGiB, kGiB});
@@ -335,28 +358,28 @@ TEST_F(MemoryLedgerTest, ARestartedDaemonsViewIsMappedInPlace) {
     auto opened = first->OpenForTenant(c);
     ASSERT_TRUE(opened.ok()) << opened.error();
     fds = *opened;
-    auto mapped = MemoryLedger::MapFds(fds, c);
+    auto mapped = TenantLedger::MapFds(fds, c);
     ASSERT_TRUE(mapped.ok()) << mapped.error();
     tenant.emplace(std::move(*mapped));
   }  // the first daemon is gone
   const LedgerLayout* view = tenant->layout();
-  ContainerSegment* own = &tenant->segment(c);
-  ASSERT_TRUE(tenant->Reserve(c, p, 0, 100 * kMiB));
+  ContainerSegment* own = &tenant->segment();
+  ASSERT_TRUE(tenant->Reserve(p, 0, 100 * kMiB));
 
   auto second = MemoryLedger::CreateOrOpen(name_, Devices());
   ASSERT_TRUE(second.ok()) << second.error();
   EXPECT_TRUE(second->open_report().empty()) << second->open_report().front();
   EXPECT_EQ(second->Used(c, 0), 100 * kMiB) << "the counters were kept";
   second->SetLimit(c, 0, 3 * kGiB);
-  EXPECT_EQ(tenant->Limit(c, 0), kGiB) << "the old view is no longer written";
+  EXPECT_EQ(tenant->Limit(0), kGiB) << "the old view is no longer written";
   auto again = second->OpenForTenant(c);
   ASSERT_TRUE(again.ok()) << again.error();
   ASSERT_TRUE(tenant->Remap(*again, c).ok());
   EXPECT_EQ(tenant->layout(), view) << "mapped in place";
-  EXPECT_EQ(&tenant->segment(c), own) << "the same container segment stays";
-  EXPECT_EQ(tenant->Limit(c, 0), 3 * kGiB);
+  EXPECT_EQ(&tenant->segment(), own) << "the same container segment stays";
+  EXPECT_EQ(tenant->Limit(0), 3 * kGiB);
   EXPECT_EQ(view->daemon_epoch.load(), 2u);
-  ASSERT_TRUE(tenant->Reserve(c, p, 0, 50 * kMiB));
+  ASSERT_TRUE(tenant->Reserve(p, 0, 50 * kMiB));
   EXPECT_EQ(second->Used(c, 0), 150 * kMiB);
   for (int fd :
        {fds.node, fds.container, fds.exchange, again->node, again->container, again->exchange}) {

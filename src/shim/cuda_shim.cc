@@ -8,7 +8,6 @@
 //
 // Fast path rules: no syscalls, locks, getenv, logging or allocation in a wrapper while enforcing,
 // except the pool paths, which read pool attributes through the driver (documented).
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -124,7 +123,7 @@ int CurrentDevice() {
 bool Reserve(int device, uint64_t bytes) {
   auto& t = Tenant();
   if (device < 0 || device >= t.ledger->device_count()) return true;  // not ours to account
-  return t.ledger->Reserve(t.container, t.process, device, bytes);
+  return t.ledger->Reserve(t.process, device, bytes);
 }
 
 // The answer to an allocation call whose reservation the ledger refused (the container's limit, or
@@ -132,14 +131,14 @@ bool Reserve(int device, uint64_t bytes) {
 // exports, and returns CUDA_ERROR_OUT_OF_MEMORY. Call it once per refused call, after any retry.
 CUresult RefusedAtLimit() {
   auto& t = Tenant();
-  t.ledger->counters(t.container).oom_refusals.fetch_add(1, std::memory_order_relaxed);
+  t.ledger->counters().oom_refusals.fetch_add(1, std::memory_order_relaxed);
   return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 void Unreserve(int device, uint64_t bytes) {
   auto& t = Tenant();
   if (device < 0 || device >= t.ledger->device_count()) return;
-  t.ledger->Release(t.container, t.process, device, bytes);
+  t.ledger->Release(t.process, device, bytes);
 }
 
 // Brings every pool's charge to what it reserves now (pools give memory back at synchronisation
@@ -270,7 +269,7 @@ void StartComputeGate() {
   auto& t = Tenant();
   tessera::gate::GateLedger segments;
   segments.node = t.ledger->layout();
-  segments.own = &t.ledger->segment(t.container);
+  segments.own = &t.ledger->segment();
   segments.exchange = &t.ledger->exchange();
   tessera::gate::StartGate(d, segments, t.container, t.process, t.physical, t.visible_count);
 }
@@ -364,9 +363,9 @@ TESSERA_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes)
   const int device = CurrentDevice();
   auto& t = Tenant();
   if (device < 0 || device >= t.ledger->device_count()) return r;
-  const uint64_t limit = t.ledger->Limit(t.container, device);
+  const uint64_t limit = t.ledger->Limit(device);
   if (limit == tessera::ledger::kUnlimited) return r;
-  const uint64_t used = t.ledger->Used(t.container, device);
+  const uint64_t used = t.ledger->Used(device);
   const uint64_t headroom = used >= limit ? 0 : limit - used;
   *total_bytes = std::min<uint64_t>(limit, *total_bytes);
   *free_bytes = std::min<uint64_t>({headroom, *free_bytes, *total_bytes});
@@ -379,7 +378,7 @@ TESSERA_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice ordinal) {
   auto& t = Tenant();
   const int dev = tessera::shim::LedgerDevice(ordinal);
   if (dev < 0) return r;
-  const uint64_t limit = t.ledger->Limit(t.container, dev);
+  const uint64_t limit = t.ledger->Limit(dev);
   if (limit != tessera::ledger::kUnlimited) *bytes = std::min<uint64_t>(limit, *bytes);
   return r;
 }
@@ -721,8 +720,6 @@ void BuildProcAddressMap() {
   // of that exact name. Resolution by pointer identity respects cudaVersion and the per-thread
   // flag: whatever variant the driver picks, we substitute the wrapper of that same variant.
   auto* map = new std::unordered_map<void*, void*>();
-  void* self = dlopen(nullptr, RTLD_NOW | RTLD_NOLOAD);
-  (void)self;
 #define TESSERA_HOOK(name)                                                  \
   if (tessera_cuda_real[k_##name] != g_real.missing) {                      \
     (*map)[tessera_cuda_real[k_##name]] = reinterpret_cast<void*>(&::name); \

@@ -155,10 +155,10 @@ namespace {
 bool ContainerView(int d, unsigned long long* total, unsigned long long* used,
                    unsigned long long* free) {
   auto& t = Tenant();
-  const uint64_t limit = t.ledger->Limit(t.container, d);
+  const uint64_t limit = t.ledger->Limit(d);
   if (limit == tessera::ledger::kUnlimited) return false;
   const uint64_t capped = std::min<uint64_t>(limit, *total);
-  const uint64_t in_use = std::min<uint64_t>(t.ledger->Used(t.container, d), capped);
+  const uint64_t in_use = std::min<uint64_t>(t.ledger->Used(d), capped);
   *free = std::min<uint64_t>(capped - in_use, *free);
   *total = capped;
   *used = in_use;

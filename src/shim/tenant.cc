@@ -87,14 +87,14 @@ bool Register(std::string* error) {
   descriptors.container = fds[1];
   descriptors.exchange = fds[2];
   if (t.ledger == nullptr) {
-    auto ledger = ledger::MemoryLedger::MapFds(descriptors, container);
+    auto ledger = ledger::TenantLedger::MapFds(descriptors, container);
     if (!ledger.ok()) {
       *error = ledger.error();
       close_fds();
       close(*fd);
       return false;
     }
-    t.ledger = new ledger::MemoryLedger(std::move(*ledger));
+    t.ledger = new ledger::TenantLedger(std::move(*ledger));
   } else {
     // A forked child has its parent's mappings: registered in another container, it maps that
     // container's segment in place of the parent's (and a restarted daemon's view and exchange

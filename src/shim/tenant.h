@@ -13,7 +13,7 @@
 #include <string>
 
 #include "driver/cuda_api.h"
-#include "ledger/memory_ledger.h"
+#include "ledger/tenant_ledger.h"
 
 namespace tessera::shim {
 
@@ -22,7 +22,7 @@ enum class Mode : uint32_t { kUninitialised = 0, kPassThrough = 1, kEnforcing = 
 struct TenantState {
   std::atomic<Mode> mode{Mode::kUninitialised};
   std::atomic<bool> needs_registration{false};  // set in a forked child
-  ledger::MemoryLedger* ledger = nullptr;
+  ledger::TenantLedger* ledger = nullptr;
   uint32_t container = 0;
   uint32_t process = 0;
   uint32_t generation = 0;  // the process slot's generation, from the HELLO reply

@@ -424,15 +424,6 @@ int SimState::ClaimSlot() {
   return -1;
 }
 
-void SimState::ReleaseSlot() {
-  if (slot_ < 0) return;
-  SimProcess& p = layout_->processes[slot_];
-  uint32_t expected = kSlotLive;
-  if (p.state.compare_exchange_strong(expected, kSlotReaping)) ReapSlot(slot_);
-  SetSlotLock(slot_, F_UNLCK);
-  slot_ = -1;
-}
-
 off_t SimState::SlotLockByte(int index) {
   return static_cast<off_t>(offsetof(SimStateLayout, processes) +
                             static_cast<size_t>(index) * sizeof(SimProcess));

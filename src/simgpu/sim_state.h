@@ -208,8 +208,6 @@ class SimState {
   SimProcess* process() const { return slot_ < 0 ? nullptr : &layout_->processes[slot_]; }
   // Forgets the slot without freeing it (used in a forked child: the parent still owns it).
   void ForgetSlotAfterFork() { slot_ = -1; }
-  // Frees this process's slot, returning what it still holds (orderly shutdown).
-  void ReleaseSlot();
 
   // Reserves `bytes` of device `d` for this process: CAS on the device counter, then the
   // process's own counter. Reaps dead processes once and retries before reporting false.

@@ -1,5 +1,5 @@
 // Tests for ArbiterPolicy names and parsing.
-#include "core/policy.h"
+#include "core/arbiter_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Arbiter policy names and parsing. Pure functions; no I/O.
-#include "core/policy.h"
+#include "core/arbiter_policy.h"
 
 #include <array>
 
