@@ -192,7 +192,7 @@ struct PodRec {
   std::string scheduler_name;
   bool terminal = false;
   bool deleting = false;
-  PodDemand demand;
+  k8s::PodDemand demand;
   int64_t priority = 0;  // spec.priority (admission sets it from the PriorityClass; 0 without)
   std::optional<k8s::Assignment> assignment;
   std::string assignment_error;
@@ -231,7 +231,7 @@ Result<PodRec> ReadPodRec(const Json& pod) {
   rec.waiting = view->unschedulable && view->node_name.empty() && !rec.terminal;
   rec.created = view->creation_timestamp;
   rec.deleting = view->deleting;
-  rec.demand = ReadPodDemand(*view, pod);
+  rec.demand = k8s::ReadPodDemand(*view, pod);
   if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
     if (auto p = spec->find("priority"); p != spec->end() && p->is_number_integer()) {
       rec.priority = p->get<int64_t>();
@@ -356,14 +356,14 @@ Result<NodeRec> ReadNodeRec(const Json& node) {
 
 // What a pod asks, for people: "30% + 4 GiB", "2 GPUs", "2 x (10% + 2 GiB)", "MIG 3g.40gb"; a
 // pod of several asking containers names each.
-std::string DescribeAsks(const PodDemand& d) {
+std::string DescribeAsks(const k8s::PodDemand& d) {
   auto gib = [](int64_t mib) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), mib % 1024 == 0 ? "%.0f GiB" : "%.1f GiB", mib / 1024.0);
     return std::string(buf);
   };
   std::string out;
-  for (const ContainerAsk& a : d.asks) {
+  for (const k8s::ContainerAsk& a : d.asks) {
     std::string one;
     if (!a.mig_profile.empty()) {
       one = "MIG " + a.mig_profile;
@@ -406,14 +406,8 @@ struct ClusterState::Impl {
     workload = options.workload ? options.workload : std::make_shared<pl::TargetWorkload>();
   }
 
-  // The requests of one pod, in ask order (a CPU-only request when it asks for no GPU), and the
-  // index of the one that carries its CPU and memory (the engine's choice is made for it).
-  struct PodRequests {
-    std::vector<pl::Request> requests;
-    std::vector<std::string> names;  // container per request ("" for the CPU-only one)
-    std::vector<k8s::GpuRequest> asked;  // each container's request (none: the CPU-only one)
-    size_t primary = 0;
-  };
+  // The requests of one pod (k8s/fit.h).
+  using PodRequests = k8s::PodPlacement;
   // The engine's choice: a node and, per request, where it goes (its GPUs; a MIG request's
   // instance too).
   struct Choice {
@@ -450,7 +444,7 @@ struct ClusterState::Impl {
     std::string asks;
     std::string reason;
     SteadyTime since{};  // its first filter that found no node
-    PodDemand demand;
+    k8s::PodDemand demand;
   };
   std::unordered_map<std::string, Waiting> waiting;
 
@@ -640,7 +634,7 @@ struct ClusterState::Impl {
     std::vector<pl::Request> requests;
     for (const auto& [uid, rec] : pods) {
       if (rec.terminal || !rec.demand.demand_error.empty()) continue;
-      auto reqs = Requests(rec.demand, pl::ModelSet::Any());
+      auto reqs = k8s::PlacementRequestsOf(rec.demand, pl::ModelSet::Any());
       if (reqs.ok()) requests.push_back(reqs->requests[reqs->primary]);
     }
     workload = std::make_shared<pl::TargetWorkload>(pl::TargetWorkload::FromRequests(requests));
@@ -861,7 +855,7 @@ struct ClusterState::Impl {
 
   // -- decisions --------------------------------------------------------------------------------
 
-  pl::ModelSet Allowed(const PodDemand& d) const {
+  pl::ModelSet Allowed(const k8s::PodDemand& d) const {
     if (d.allowed_models.empty()) return pl::ModelSet::Any();
     pl::ModelSet set = pl::ModelSet::None();
     for (size_t id = 0; id < model_names.size(); ++id) {
@@ -870,38 +864,6 @@ struct ClusterState::Impl {
       }
     }
     return set;
-  }
-
-  static Result<PodRequests> Requests(const PodDemand& d, pl::ModelSet allowed) {
-    PodRequests out;
-    const int64_t memory_mib = CeilMib(d.memory_bytes);
-    if (d.asks.empty()) {
-      pl::Request r;
-      r.cpu_milli = d.cpu_milli;
-      r.memory_mib = memory_mib;
-      out.requests.push_back(r);
-      out.names.emplace_back();
-      out.asked.emplace_back();
-      return out;
-    }
-    out.primary = 0;
-    for (size_t i = 0; i < d.asks.size(); ++i) {
-      if (!d.asks[i].init) {
-        out.primary = i;
-        break;
-      }
-    }
-    for (size_t i = 0; i < d.asks.size(); ++i) {
-      const ContainerAsk& a = d.asks[i];
-      const bool primary = i == out.primary;
-      auto r = k8s::PlacementRequestOf(a.gpu, primary ? d.cpu_milli : 0, primary ? memory_mib : 0,
-                                       allowed);
-      if (!r.ok()) return Result<PodRequests>::Error("container " + a.name + ": " + r.error());
-      out.requests.push_back(*r);
-      out.names.push_back(a.name);
-      out.asked.push_back(a.gpu);
-    }
-    return out;
   }
 
   pl::Policy& PolicyOf(int node) { return *policies.at(quick[static_cast<size_t>(node)].policy); }
@@ -1123,7 +1085,7 @@ struct ClusterState::Impl {
   // the node has.
   std::string MigReason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult) const {
     std::vector<std::string> asked;
-    for (const ContainerAsk& a : rec.demand.asks) {
+    for (const k8s::ContainerAsk& a : rec.demand.asks) {
       if (!a.mig_profile.empty()) asked.push_back(a.mig_profile);
     }
     const std::string profile = asked.empty() ? "?" : asked.front();
@@ -1151,13 +1113,13 @@ struct ClusterState::Impl {
   }
 
   std::string Reason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult fit) const {
-    const PodDemand& d = rec.demand;
+    const k8s::PodDemand& d = rec.demand;
     if (fit == pl::FitResult::kMigInstance) return MigReason(rec, node, n, fit);
     if (pl::IsShapeFailure(fit)) {
       // The shape rule, worded as the device plugin words it, for the first container it refuses.
       const pl::NodeShape shape =
           pl::ShapeOf(cluster->spec(n), cluster->gpu_memory_mib(n), cluster->mig_model(n));
-      for (const ContainerAsk& a : d.asks) {
+      for (const k8s::ContainerAsk& a : d.asks) {
         const pl::FitResult f = k8s::ShapeFitOf(a.gpu, shape);
         if (f != pl::FitResult::kFits) {
           return "tessera: " + k8s::ShapeRefusal(f, a.gpu, node.mode, shape);
@@ -1165,7 +1127,7 @@ struct ClusterState::Impl {
       }
     }
     bool memory_only = false, whole = false, compute = false;
-    for (const ContainerAsk& a : d.asks) {
+    for (const k8s::ContainerAsk& a : d.asks) {
       memory_only |= !a.whole() && a.core_percent == 0;
       whole |= a.whole();
       compute |= !a.whole() && a.core_percent > 0;
@@ -1261,7 +1223,7 @@ struct ClusterState::Impl {
     for (const std::string& uid : unschedulable) {
       auto it = pods.find(uid);
       if (it == pods.end()) continue;
-      auto reqs = Requests(it->second.demand, Allowed(it->second.demand));
+      auto reqs = k8s::PlacementRequestsOf(it->second.demand, Allowed(it->second.demand));
       if (!reqs.ok() || !pl::Reservations::Holds(reqs->requests[reqs->primary])) continue;
       entries.push_back({&it->second, reqs->requests[reqs->primary]});
     }
@@ -1486,7 +1448,7 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
   std::string pod_error = rec->demand.demand_error;
   std::optional<Impl::PodRequests> reqs;
   if (pod_error.empty()) {
-    auto r = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+    auto r = k8s::PlacementRequestsOf(rec->demand, s.Allowed(rec->demand));
     if (r.ok()) {
       reqs = std::move(*r);
     } else {
@@ -1603,7 +1565,7 @@ Result<std::vector<PreemptCandidate>> ClusterState::Preempt(
   if (!rec.ok()) return rec.status();
   if (!rec->demand.demand_error.empty())
     return Result<std::vector<PreemptCandidate>>::Error(rec->demand.demand_error);
-  auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+  auto reqs = k8s::PlacementRequestsOf(rec->demand, s.Allowed(rec->demand));
   if (!reqs.ok())
     return Result<std::vector<PreemptCandidate>>::Error("pod " + rec->key + ": " + reqs.error());
   // The pod's own reservation, if any, is not in its way.
@@ -1710,7 +1672,7 @@ Result<std::vector<NodePriority>> ClusterState::Prioritize(
   auto rec = s.TakeAsked(pod);
   if (!rec.ok()) return rec.status();
   if (!rec->demand.demand_error.empty()) return out;
-  auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+  auto reqs = k8s::PlacementRequestsOf(rec->demand, s.Allowed(rec->demand));
   if (!reqs.ok()) return out;
   std::vector<int> candidates;
   const std::vector<int>& index = s.IndicesOf(names);
@@ -1770,7 +1732,7 @@ Result<BindPlan> ClusterState::PrepareBind(const std::string& ns, const std::str
   } else {
     if (held != s.holds.end() && held->second.kind != HoldKind::kObserved) s.Drop(uid);
     if (held = s.holds.find(uid); held != s.holds.end() && !held->second.bound) s.Drop(uid);
-    auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+    auto reqs = k8s::PlacementRequestsOf(rec->demand, s.Allowed(rec->demand));
     if (!reqs.ok()) return Result<BindPlan>::Error("pod " + key + ": " + reqs.error());
     if (auto why = s.WhyNot(*rec, *reqs, n)) {
       return Result<BindPlan>::Error("pod " + key + " no longer fits node " + node + ": " +
@@ -1843,7 +1805,7 @@ Result<BindPlan> ClusterState::Redecide(const std::string& uid, const std::strin
   s.Drop(uid);
   auto it = s.index_of.find(node);
   if (it == s.index_of.end()) return Result<BindPlan>::Error("node " + node + ": gone");
-  auto reqs = Impl::Requests(rec->demand, s.Allowed(rec->demand));
+  auto reqs = k8s::PlacementRequestsOf(rec->demand, s.Allowed(rec->demand));
   if (!reqs.ok()) return reqs.status();
   if (auto why = s.WhyNot(*rec, *reqs, it->second)) {
     return Result<BindPlan>::Error("pod " + rec->key + " no longer fits node " + node +
@@ -1902,7 +1864,7 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
   std::vector<pl::Request> waiting_requests;
   for (const auto& [uid, w] : s.waiting) {
     if (!w.demand.demand_error.empty()) continue;
-    auto r = Impl::Requests(w.demand, s.Allowed(w.demand));
+    auto r = k8s::PlacementRequestsOf(w.demand, s.Allowed(w.demand));
     if (r.ok())
       waiting_requests.insert(waiting_requests.end(), r->requests.begin(), r->requests.end());
   }
