@@ -1,8 +1,8 @@
 // What a pod asks of Tessera, read from its view (k8s/objects.h) in one place, for every door: the
 // extender's filter and its DRA steering read PodDemand, the device plugin's Allocate reads one
 // container's GpuRequest. Quantities go through k8s/quantity.h, annotations through
-// k8s/annotations.h; k8s/fit.h turns the result into placement requests. Nothing else in src/k8s
-// reads a container's limits of Tessera's resources (docs/contracts.md).
+// k8s/annotations.h; k8s/fit.h turns the result into placement requests. (The device plugin also
+// counts the devices kubelet asks of it per resource, with the same quantity parser.)
 //
 // GpuRequest: one container's ask of Tessera's resources, from its limits. PodDemand: what a pod
 // asks of a node as the extender places it: its CPU and memory requests (as kube-scheduler counts
@@ -52,7 +52,6 @@ struct GpuRequest {
 // from its limit; a MIG resource of no known profile, asked more than once (a CUDA process sees
 // one MIG device), beside another MIG profile or beside a share.
 Result<GpuRequest> GpuRequestOf(const ContainerView& container);
-
 
 // One container's Tessera ask, per GPU.
 struct ContainerAsk {
