@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace tessera::k8s {
 namespace {
 
@@ -91,9 +93,15 @@ TEST(QuantityTest, RoundsUpPastItsPrecision) {
   EXPECT_EQ(Scaled("1.0000000000000000001", 3), 1001);
   EXPECT_EQ(Scaled("1.00000000000000000001", 0), 2);
   EXPECT_EQ(Scaled("0.99999999999999999999", 0), 1);
-  auto q = Quantity::Parse("2.00000000000000000001", "q");
-  ASSERT_TRUE(q.ok());
-  EXPECT_FALSE(q->Whole("q").ok());
+  // Above 2 (Kubernetes: 2.000000001, whose units round up to 3), and just below it (rounded up
+  // to exactly 2): neither is a whole number.
+  for (const auto& [inexact, units] : {std::pair{"2.00000000000000000001", 3},
+                                       std::pair{"1.99999999999999999999", 2}}) {
+    auto q = Quantity::Parse(inexact, "q");
+    ASSERT_TRUE(q.ok()) << inexact;
+    EXPECT_EQ(*q->Scaled(0, "q"), units) << inexact;
+    EXPECT_FALSE(q->Whole("q").ok()) << inexact;
+  }
   EXPECT_FALSE(Quantity::Parse("92233720368547758071", "q")->Scaled(0, "q").ok());
 }
 
