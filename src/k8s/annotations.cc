@@ -270,14 +270,15 @@ Result<NodeMode> ParseNodeMode(std::string_view text, std::string_view input_nam
                                  "\": unknown GPU sharing mode; expected " + kModesAllowed);
 }
 
-Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& labels) {
+Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& labels,
+                                    NodeMode fallback) {
   if (const std::string* v = Lookup(labels, kScheduleLabel)) {
     return ParseNodeMode(*v, std::string("node label ") + kScheduleLabel);
   }
   if (const std::string* v = Lookup(labels, kAckScheduleLabel)) {
     return ParseNodeMode(*v, std::string("node label ") + kAckScheduleLabel);
   }
-  return NodeMode::kCoreMem;
+  return fallback;
 }
 
 std::string_view PlacementPolicyName(PlacementPolicy policy) {

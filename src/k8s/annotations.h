@@ -67,8 +67,10 @@ enum class NodeMode { kCoreMem, kMem, kShare, kExclusive, kMig, kMps };
 std::string_view NodeModeName(NodeMode mode);
 // `text` as a mode; the error names `input_name` (a label) and lists the allowed values.
 Result<NodeMode> ParseNodeMode(std::string_view text, std::string_view input_name);
-// The node's effective mode: tessera.io/gpu.schedule, else ack.node.gpu.schedule, else core_mem.
-Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& labels);
+// The node's effective mode: tessera.io/gpu.schedule, else ack.node.gpu.schedule, else `fallback`
+// (the plugins' --default-mode, core_mem unless set).
+Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& labels,
+                                    NodeMode fallback = NodeMode::kCoreMem);
 
 // How the extender places pods on a node's GPUs (label tessera.io/gpu.placement).
 enum class PlacementPolicy { kTessera, kBinpack, kSpread };

@@ -198,6 +198,12 @@ TEST(Labels, ModeAndPlacementFromLabelsWithAckFallback) {
   EXPECT_EQ(*NodeModeFromLabels({{"ack.node.gpu.schedule", "share"},
                                  {"tessera.io/gpu.schedule", "exclusive"}}),
             NodeMode::kExclusive);
+  // The plugins' --default-mode applies only where neither label is set.
+  EXPECT_EQ(*NodeModeFromLabels({}, NodeMode::kMps), NodeMode::kMps);
+  EXPECT_EQ(*NodeModeFromLabels({{"tessera.io/gpu.schedule", "core_mem"}}, NodeMode::kMps),
+            NodeMode::kCoreMem);
+  EXPECT_EQ(*NodeModeFromLabels({{"ack.node.gpu.schedule", "share"}}, NodeMode::kMig),
+            NodeMode::kShare);
   for (NodeMode m : {NodeMode::kCoreMem, NodeMode::kMem, NodeMode::kShare, NodeMode::kExclusive,
                      NodeMode::kMig, NodeMode::kMps}) {
     EXPECT_EQ(*ParseNodeMode(NodeModeName(m), "x"), m);

@@ -6,7 +6,7 @@
 // submitted (SimState::BookKernel), in submission order across all processes, and its side effects
 // (fill writes bytes, fault poisons the context) happen at submission. Synchronisation sleeps in
 // wall-clock time until the booked end. Copies and memsets take no simulated device time.
-// This file must not contain C ABI entry points; those live in driver_api.cc and nvml_api.cc.
+// This file must not contain C ABI entry points; those live in driver_*.cc and nvml_*.cc.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The node DaemonSets of a manifest (deploy/kubernetes/base/tessera-node.yaml) read as Kubernetes
+// The node DaemonSets of a manifest (deploy/kubernetes/device-plugin/tessera-node.yaml) read as Kubernetes
 // reads them, for the tests (tests only): which DaemonSet runs on a node with given labels (the
 // DaemonSet controller's rule: the pod's nodeSelector, and any one term of its required node
 // affinity, each term's expressions all holding), and the parts of a pod template kubelet turns

@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -608,6 +610,34 @@ TEST_F(DevicePluginTest, BadInputsFailTheContainerByNameAndChangeNothingElse) {
   EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-count", 30s, [](const TestKubelet::PluginState& s) {
     return s.connected && s.devices.size() == 2;
   }));
+}
+
+// --default-mode is the mode of a node with no mode label (the kustomize overlays mps and mig set
+// it); a label still decides where there is one, and a mode the plugin does not know stops it.
+TEST_F(DevicePluginTest, TheDefaultModeServesAnUnlabelledNodeAndALabelStillDecides) {
+  StartPlugin({"--default-mode", "exclusive"});
+  EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-count", 30s, [](const TestKubelet::PluginState& s) {
+    return s.connected && s.devices.size() == 2;
+  }));
+  ASSERT_TRUE(WaitUntil([&] {
+    auto node = api_.GetNode(kNode);
+    if (!node || !(*node)["metadata"]["annotations"].contains(kInventoryAnnotation)) return false;
+    auto inv = ParseGpuInventory((*node)["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+    return inv.ok() && inv->mode == NodeMode::kExclusive;
+  }, 10s)) << "the unlabelled node's inventory does not say exclusive";
+  ASSERT_TRUE(api_.SetNodeLabel(kNode, kScheduleLabel, std::string("core_mem")));
+  ASSERT_TRUE(WaitUntil([&] {
+    auto inv = ParseGpuInventory((*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+    return inv.ok() && inv->mode == NodeMode::kCoreMem;
+  }, 10s)) << "the label did not decide over --default-mode";
+  FILE* bad = popen((BuildDir() + "/bin/tessera-device-plugin --node-name n --default-mode turbo 2>&1").c_str(), "r");
+  ASSERT_NE(bad, nullptr);
+  std::string said;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof(buf), bad)) said.append(buf, n);
+  EXPECT_EQ(WEXITSTATUS(pclose(bad)), 2);
+  EXPECT_THAT(said, HasSubstr("--default-mode=\"turbo\": unknown GPU sharing mode; expected core_mem, "
+                              "mem, share, exclusive, mig or mps"));
 }
 
 // With CDI the container's spec also carries the createRuntime hook (tessera-oci-hook) that tells

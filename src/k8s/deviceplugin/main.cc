@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   std::string names_text = "tessera";
   std::string cdi_dir = "/var/run/cdi";
   std::string interval_text = "1s";
+  std::string default_mode_text = "core_mem";
   std::string grace_text = "10s";
   std::string proc_root = "/proc";
   std::string oci_hook = process::ExecutableDir() + "/tessera-oci-hook";
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   app.add_flag("--sim", sim,
                "a simulated node: hand pods simgpu, the state file $TESSERA_SIM_STATE names and "
                "$TESSERA_SIM_GPUS");
+  app.add_option("--default-mode", default_mode_text,
+                 "the mode of a node with no tessera.io/gpu.schedule or ack.node.gpu.schedule label "
+                 "(core_mem, mem, share, exclusive, mig, mps; default core_mem)");
   app.add_option("--reconcile-interval", interval_text, "how often to reconcile (100ms to 1m)");
   app.add_option("--proc-root", proc_root, "the host's /proc (to read processes' cgroups)");
   app.add_option("--nvml", nvml,
@@ -73,6 +77,8 @@ int main(int argc, char** argv) {
   if (node.empty()) return Fail("--node-name is not set and neither is NODE_NAME; expected this node's name");
   auto names = ParseResourceNames(names_text);
   if (!names.ok()) return Fail(names.error());
+  auto default_mode = ParseNodeMode(default_mode_text, "--default-mode");
+  if (!default_mode.ok()) return Fail(default_mode.error());
   auto interval = ParseDuration(interval_text, "--reconcile-interval", std::chrono::milliseconds(100),
                                 std::chrono::minutes(1));
   if (!interval.ok()) return Fail(interval.error());
@@ -98,6 +104,7 @@ int main(int argc, char** argv) {
   options.plugin_dir = plugin_dir;
   options.tesserad_socket = tesserad_socket;
   options.names = *names;
+  options.default_mode = *default_mode;
   options.reconcile_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*interval);
   options.proc_root = proc_root;
   options.unhealthy_after = std::chrono::duration_cast<std::chrono::seconds>(*grace);

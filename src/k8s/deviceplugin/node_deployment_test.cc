@@ -1,4 +1,4 @@
-// The node as shipped: the DaemonSet of deploy/kubernetes/base/tessera-node.yaml that runs on a
+// The node as shipped: the DaemonSet of deploy/kubernetes/device-plugin/tessera-node.yaml that runs on a
 // node of the mode under test is read from the file (yaml-cpp), and its pod's containers run under
 // podman
 // + runc with what the manifest gives them: command, environment (the downward API's node name),
@@ -79,7 +79,7 @@ std::string ManifestPath() {
   const char* v = std::getenv("TESSERA_NODE_MANIFEST");
   return v != nullptr && *v != '\0'
              ? v
-             : std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/base/tessera-node.yaml";
+             : std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/device-plugin/tessera-node.yaml";
 }
 
 // The test process's own mount and network namespaces, made before any test (single-threaded).

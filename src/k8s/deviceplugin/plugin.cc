@@ -337,7 +337,7 @@ std::optional<NodeMode> DevicePluginServer::mode() const {
 void DevicePluginServer::ApplyNode(const Json& node) {
   auto view = NodeFromJson(node);
   if (!view.ok()) return;
-  auto mode = NodeModeFromLabels(view->labels);
+  auto mode = NodeModeFromLabels(view->labels, options_.default_mode);
   bool changed = false;
   std::optional<NodeMode> now;
   {

@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   std::string shim_dir = process::ExecutableDir() + "/../lib/tessera";
   std::string cdi_dir = "/var/run/cdi";
   std::string interval_text = "1s";
+  std::string default_mode_text = "core_mem";
   std::string grace_text = "10s";
   std::string nvml = EnvOr("TESSERA_REAL_NVML", "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
   std::string oci_hook = process::ExecutableDir() + "/tessera-oci-hook";
@@ -60,6 +61,9 @@ int main(int argc, char** argv) {
                  "tessera-oci-hook, copied to --state-dir for the runtime to run in every claim's "
                  "container (default: beside this program; \"\" for none: claims unidentified)");
   app.add_flag("--sim", sim, "a simulated node: hand claims simgpu and $TESSERA_SIM_STATE/$TESSERA_SIM_GPUS");
+  app.add_option("--default-mode", default_mode_text,
+                 "the mode of a node with no tessera.io/gpu.schedule or ack.node.gpu.schedule label "
+                 "(core_mem, mem, share, exclusive, mig, mps; default core_mem)");
   app.add_option("--reconcile-interval", interval_text, "how often to reconcile (100ms to 1m)");
   app.add_option("--unhealthy-after", grace_text,
                  "tesserad unreachable this long marks the devices unhealthy (1s to 10m)");
@@ -74,6 +78,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (node.empty()) return Fail("--node-name is not set and neither is NODE_NAME; expected this node's name");
+  auto default_mode = ParseNodeMode(default_mode_text, "--default-mode");
+  if (!default_mode.ok()) return Fail(default_mode.error());
   auto interval = ParseDuration(interval_text, "--reconcile-interval", std::chrono::milliseconds(100),
                                 std::chrono::minutes(1));
   if (!interval.ok()) return Fail(interval.error());
@@ -118,6 +124,7 @@ int main(int argc, char** argv) {
   options.tesserad_socket = tesserad_socket;
   options.reconcile_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*interval);
   options.unhealthy_after = std::chrono::duration_cast<std::chrono::seconds>(*grace);
+  options.default_mode = *default_mode;
   options.nvml_library = nvml;
   options.pool.mig_counters = !no_mig_counters;
   options.pool.driver_version = driver_version;

@@ -277,7 +277,7 @@ void DraPluginServer::Stop() {
 void DraPluginServer::ApplyNode(const Json& node) {
   auto view = NodeFromJson(node);
   if (!view.ok()) return;
-  auto mode = NodeModeFromLabels(view->labels);
+  auto mode = NodeModeFromLabels(view->labels, options_.default_mode);
   std::lock_guard<std::mutex> lock(mu_);
   if (!mode.ok()) {
     if (bad_label_ != mode.error()) {

@@ -54,6 +54,7 @@ struct DraPluginOptions {
   PoolOptions pool;
   std::chrono::milliseconds reconcile_interval{1000};
   std::chrono::seconds unhealthy_after{10};  // tesserad unreachable this long: devices unhealthy
+  NodeMode default_mode = NodeMode::kCoreMem;  // a node without a mode label (--default-mode)
   // The NVML library a mig node's MIG devices are read from (opened only on a mig node).
   std::string nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
 };

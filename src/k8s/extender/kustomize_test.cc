@@ -1,9 +1,11 @@
 // The kustomize installation (deploy/kubernetes/overlays/*) rendered by the real `kubectl
 // kustomize`, as `kubectl apply -k` renders it, and the result checked: every overlay renders;
 // every document has apiVersion, kind, name and (when namespaced) a namespace; every object of the
-// base is in every overlay, each exactly once; the default overlay runs tessera-node on every
-// NVIDIA GPU node without a mode label and each mode's DaemonSet on a node labelled with it, one
-// DaemonSet per node; the ACK overlay serves ACK's resource names and takes ACK's node labels; the
+// base and of the overlay's door (device-plugin/ or dra/) is in the overlay, each exactly once; the
+// default overlay runs tessera-node on every NVIDIA GPU node without a mode label and each mode's
+// DaemonSet on a node labelled with it, one DaemonSet per node; the mps and mig overlays run their
+// mode's DaemonSet, told so by --default-mode, where the default runs tessera-node; the dra overlay
+// runs tessera-dra-node on every GPU node, no device plugin, and steers claims; the ACK overlay serves ACK's resource names and takes ACK's node labels; the
 // monitoring overlay adds the scrape config and the dashboards; a user's kustomization over the
 // default (README.md's) names the image of every Tessera container; every kustomization.yaml keeps
 // to the fields kustomize v2.0.3 (kubectl 1.14 to 1.20, Debian 12's kubectl) knows, so the
@@ -38,7 +40,7 @@ using Key = std::tuple<std::string, std::string, std::string>;  // kind, namespa
 
 bool ClusterScoped(const std::string& kind) {
   return kind == "Namespace" || kind == "ClusterRole" || kind == "ClusterRoleBinding" ||
-         kind == "PriorityClass";
+         kind == "PriorityClass" || kind == "DeviceClass";
 }
 
 // kubectl kustomize DIR: its documents (a failure is reported and gives none). Its stderr (today's
@@ -79,11 +81,13 @@ std::multiset<Key> Keys(const std::vector<YAML::Node>& docs, const std::string& 
   return out;
 }
 
-// The objects of the YAML files in `dir` itself (not its kustomization).
-std::multiset<Key> FileKeys(const std::string& dir) {
+// The objects of the YAML files in `dir` itself (not its kustomization, nor `except`).
+std::multiset<Key> FileKeys(const std::string& dir, const std::string& except = "") {
   std::vector<YAML::Node> docs;
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() != ".yaml" || e.path().filename() == "kustomization.yaml") continue;
+    if (e.path().extension() != ".yaml" || e.path().filename() == "kustomization.yaml" ||
+        e.path().filename() == except)
+      continue;
     for (const YAML::Node& d : YAML::LoadAllFromFile(e.path().string())) docs.push_back(d);
   }
   return Keys(docs, dir);
@@ -133,19 +137,29 @@ class KustomizeTest : public ::testing::Test {
   }
 };
 
-TEST_F(KustomizeTest, EveryOverlayRendersWithEveryObjectOfTheBaseOnce) {
+TEST_F(KustomizeTest, EveryOverlayRendersWithEveryObjectOfTheBaseAndItsDoorOnce) {
   const std::multiset<Key> base = FileKeys(kDir + "/base");
   const std::multiset<Key> monitoring = FileKeys(kDir + "/monitoring");
+  const std::multiset<Key> device_plugin = FileKeys(kDir + "/device-plugin");
+  // claim-templates.yaml holds examples for users' namespaces, not part of the installation.
+  const std::multiset<Key> dra = FileKeys(kDir + "/dra", "claim-templates.yaml");
   ASSERT_FALSE(base.empty());
   ASSERT_FALSE(monitoring.empty());
+  ASSERT_FALSE(device_plugin.empty());
+  ASSERT_FALSE(dra.empty());
   EXPECT_EQ(Keys(Render(kDir + "/base"), "base"), base) << "the base renders its files";
+  EXPECT_EQ(Keys(Render(kDir + "/device-plugin"), "device-plugin"), device_plugin);
+  EXPECT_EQ(Keys(Render(kDir + "/dra"), "dra"), dra);
   std::set<std::string> overlays;
   for (const auto& e : fs::directory_iterator(kDir + "/overlays")) {
     if (e.is_directory()) overlays.insert(e.path().filename().string());
   }
-  EXPECT_EQ(overlays, (std::set<std::string>{"ack", "default", "monitoring"}));
+  EXPECT_EQ(overlays,
+            (std::set<std::string>{"ack", "default", "dra", "mig", "monitoring", "mps"}));
   for (const std::string& o : overlays) {
     std::multiset<Key> want = base;
+    const std::multiset<Key>& door = o == "dra" ? dra : device_plugin;
+    want.insert(door.begin(), door.end());
     if (o == "monitoring") want.insert(monitoring.begin(), monitoring.end());
     EXPECT_EQ(Keys(Render(kDir + "/overlays/" + o), o), want) << "overlays/" << o;
   }
@@ -172,6 +186,70 @@ TEST_F(KustomizeTest, TheDefaultRunsCoreMemOnEveryGpuNodeWithoutLabellingAndEach
   EXPECT_EQ(Runs(sets, {{gpu, "true"}, {"tessera.io/gpu.schedule", "other"}}), "");
   EXPECT_EQ(Runs(sets, {{gpu, "true"}, {"ack.node.gpu.schedule", "share"}}), "");
   for (const auto& ds : sets) EXPECT_EQ(ResourceNames(ds), "tessera") << ds.name;
+}
+
+// The container `name`'s command in `ds`.
+std::vector<std::string> Command(const YAML::Node& pod_spec, const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& c : pod_spec["containers"]) {
+    if (Scalar(c["name"]) != name) continue;
+    for (const auto& a : c["command"]) out.push_back(Scalar(a));
+  }
+  return out;
+}
+
+// The value after `flag` in `cmd` ("" when absent).
+std::string FlagValue(const std::vector<std::string>& cmd, const std::string& flag) {
+  for (size_t i = 0; i + 1 < cmd.size(); ++i)
+    if (cmd[i] == flag) return cmd[i + 1];
+  return "";
+}
+
+TEST_F(KustomizeTest, MpsAndMigPutEveryUnlabelledGpuNodeInTheirModeAndLabelsStillDecide) {
+  for (const std::string mode : {"mps", "mig"}) {
+    const auto sets = DaemonSets(Render(kDir + "/overlays/" + mode));
+    ASSERT_EQ(sets.size(), 3u) << mode;
+    const std::string gpu = "nvidia.com/gpu.present";
+    const std::string own = "tessera-node-" + mode;
+    EXPECT_EQ(Runs(sets, {{gpu, "true"}}), own) << mode;
+    EXPECT_EQ(Runs(sets, {}), "") << mode << ": a node without a GPU runs nothing";
+    EXPECT_EQ(Runs(sets, {{gpu, "true"}, {"tessera.io/gpu.schedule", "core_mem"}}), "tessera-node")
+        << mode;
+    EXPECT_EQ(Runs(sets, {{"tessera.io/gpu.schedule", mode}}), own) << mode;
+    const std::string other = mode == "mps" ? "mig" : "mps";
+    EXPECT_EQ(Runs(sets, {{gpu, "true"}, {"tessera.io/gpu.schedule", other}}),
+              "tessera-node-" + other)
+        << mode;
+    for (const auto& ds : sets) {
+      // Only the DaemonSet that takes unlabelled nodes says which mode they are in.
+      EXPECT_EQ(FlagValue(Command(ds.pod_spec, "device-plugin"), "--default-mode"),
+                ds.name == own ? mode : "")
+          << mode << ": " << ds.name;
+      EXPECT_EQ(ResourceNames(ds), "tessera") << ds.name;
+    }
+  }
+}
+
+TEST_F(KustomizeTest, DraRunsTheDraNodeOnEveryGpuNodeWithoutDevicePluginsAndSteersClaims) {
+  const auto docs = Render(kDir + "/overlays/dra");
+  const auto sets = DaemonSets(docs);
+  ASSERT_EQ(sets.size(), 1u);
+  EXPECT_EQ(sets[0].name, "tessera-dra-node");
+  EXPECT_EQ(Runs(sets, {{"nvidia.com/gpu.present", "true"}}), "tessera-dra-node");
+  EXPECT_EQ(Runs(sets, {{"tessera.io/gpu.schedule", "mps"}}), "tessera-dra-node");
+  EXPECT_EQ(Runs(sets, {{"ack.node.gpu.schedule", "share"}}), "tessera-dra-node");
+  EXPECT_EQ(Runs(sets, {}), "") << "a node without a GPU runs nothing";
+  const auto keys = Keys(docs, "dra");
+  EXPECT_EQ(keys.count({"DeviceClass", "", "gpu.tessera.io"}), 1u);
+  EXPECT_EQ(keys.count({"NetworkPolicy", "kube-system", "tessera-dra-node"}), 1u);
+  bool steering = false;
+  for (const YAML::Node& d : docs) {
+    if (Scalar(d["kind"]) != "Deployment" || Scalar(d["metadata"]["name"]) != "tessera-scheduler")
+      continue;
+    for (const std::string& a : Command(d["spec"]["template"]["spec"], "tessera-extender"))
+      steering |= a == "--dra-steering";
+  }
+  EXPECT_TRUE(steering) << "the extender in overlays/dra does not run with --dra-steering";
 }
 
 TEST_F(KustomizeTest, AckServesBothResourceNamesAndTakesAcksNodeLabels) {
@@ -246,7 +324,7 @@ TEST_F(KustomizeTest, EveryKustomizationKeepsToTheFieldsOfKustomizeV2) {
           << file << ": resource \"" << Scalar(r)
           << "\" is a directory (kustomize v2.0.3 takes those under bases)";
   }
-  EXPECT_EQ(seen, 5) << "base, monitoring and the three overlays";
+  EXPECT_EQ(seen, 10) << "base, device-plugin, dra, monitoring and the six overlays";
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The deployment manifests (deploy/kubernetes/base/*.yaml, monitoring/*.yaml) checked as CI can
+// The deployment manifests (deploy/kubernetes/{base,device-plugin,monitoring}/*.yaml) checked as CI can
 // without a cluster: every document parses and has what its kind requires; names and ports agree across files (a Service's
 // selector and target ports, ServiceAccounts, ConfigMaps and Roles referred to, the scheduler
 // configuration's extender address against the extender's container, the Prometheus jobs against
@@ -120,9 +120,10 @@ class ManifestsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(fs::is_directory(kDir)) << kDir;
-    // The base and the monitoring component; their kustomization.yaml files are kustomize's.
+    // The base, the device-plugin door and the monitoring component; their kustomization.yaml
+    // files are kustomize's.
     std::vector<fs::directory_entry> files;
-    for (const char* sub : {"/base", "/monitoring"}) {
+    for (const char* sub : {"/base", "/device-plugin", "/monitoring"}) {
       for (const auto& entry : fs::directory_iterator(kDir + sub)) files.push_back(entry);
     }
     for (const auto& entry : files) {
@@ -591,7 +592,7 @@ namespace node {
 
 // The node DaemonSets (those of tessera-node.yaml).
 std::vector<testing_support::ManifestDaemonSet> Load() {
-  auto sets = testing_support::LoadDaemonSets(kDir + "/base/tessera-node.yaml");
+  auto sets = testing_support::LoadDaemonSets(kDir + "/device-plugin/tessera-node.yaml");
   EXPECT_TRUE(sets.ok()) << sets.error();
   return sets.ok() ? *sets : std::vector<testing_support::ManifestDaemonSet>{};
 }
