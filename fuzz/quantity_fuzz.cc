@@ -42,7 +42,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (milli.ok()) {
     Check(*milli >= 0, "negative milli-units");
-    Check((*milli == 0) == q->is_zero(), "milli-units are zero for a non-zero value, or the reverse");
+    Check((*milli == 0) == q->is_zero(),
+          "milli-units are zero for a non-zero value, or the reverse");
     Check(units.ok(), "milli-units fit where units do not");
   }
   if (units.ok() && milli.ok()) {
@@ -56,10 +57,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Check(units.ok() && *whole == *units, "a whole value is not its units");
   if (*whole <= INT64_MAX / 1000) {
-    Check(milli.ok() && *milli == *whole * 1000, "a whole value's milli-units are not 1000 times it");
+    Check(milli.ok() && *milli == *whole * 1000,
+          "a whole value's milli-units are not 1000 times it");
   }
-  for (const std::string& canonical : {tessera::k8s::FormatBinaryQuantity(*whole),
-                                       tessera::k8s::FormatDecimalQuantity(*whole)}) {
+  for (const std::string& canonical :
+       {tessera::k8s::FormatBinaryQuantity(*whole), tessera::k8s::FormatDecimalQuantity(*whole)}) {
     auto back = Quantity::Parse(canonical, "canonical");
     Check(back.ok(), "a canonical form does not parse");
     auto value = back->Whole("canonical");

@@ -95,8 +95,8 @@ TEST(QuantityTest, RoundsUpPastItsPrecision) {
   EXPECT_EQ(Scaled("0.99999999999999999999", 0), 1);
   // Above 2 (Kubernetes: 2.000000001, whose units round up to 3), and just below it (rounded up
   // to exactly 2): neither is a whole number.
-  for (const auto& [inexact, units] : {std::pair{"2.00000000000000000001", 3},
-                                       std::pair{"1.99999999999999999999", 2}}) {
+  for (const auto& [inexact, units] :
+       {std::pair{"2.00000000000000000001", 3}, std::pair{"1.99999999999999999999", 2}}) {
     auto q = Quantity::Parse(inexact, "q");
     ASSERT_TRUE(q.ok()) << inexact;
     EXPECT_EQ(*q->Scaled(0, "q"), units) << inexact;
