@@ -74,6 +74,38 @@ Result<placement::Request> PlacementRequestOf(const GpuRequest& r, int64_t cpu_m
                                       whole ? 100 : static_cast<int>(r.core), allowed);
 }
 
+Result<PodPlacement> PlacementRequestsOf(const PodDemand& d, placement::ModelSet allowed) {
+  PodPlacement out;
+  constexpr int64_t kMiBytes = int64_t{1} << 20;
+  const int64_t memory_mib = (d.memory_bytes + kMiBytes - 1) / kMiBytes;
+  if (d.asks.empty()) {
+    placement::Request r;
+    r.cpu_milli = d.cpu_milli;
+    r.memory_mib = memory_mib;
+    out.requests.push_back(r);
+    out.names.emplace_back();
+    out.asked.emplace_back();
+    return out;
+  }
+  out.primary = 0;
+  for (size_t i = 0; i < d.asks.size(); ++i) {
+    if (!d.asks[i].init) {
+      out.primary = i;
+      break;
+    }
+  }
+  for (size_t i = 0; i < d.asks.size(); ++i) {
+    const ContainerAsk& a = d.asks[i];
+    const bool primary = i == out.primary;
+    auto r = PlacementRequestOf(a.gpu, primary ? d.cpu_milli : 0, primary ? memory_mib : 0, allowed);
+    if (!r.ok()) return Result<PodPlacement>::Error("container " + a.name + ": " + r.error());
+    out.requests.push_back(*r);
+    out.names.push_back(a.name);
+    out.asked.push_back(a.gpu);
+  }
+  return out;
+}
+
 placement::FitResult ShapeFitOf(const GpuRequest& request, const placement::NodeShape& node) {
   auto r = PlacementRequestOf(request);
   if (!r.ok()) return placement::FitResult::kMode;

@@ -1,8 +1,8 @@
 // The one rule for whether a container's GPU request can fit a node, in Kubernetes terms. The rule
-// itself is src/placement's shape rule (placement/fit.h); here are the two translations every door
-// uses, so that none has its own: a container's request (objects.h GpuRequest, read by
-// GpuRequestOf) as a placement request, and a node's mode and GPUs as a placement node shape;
-// and the refusal, worded with the resource names the container wrote.
+// itself is src/placement's shape rule (placement/fit.h); here are the translations every door
+// uses, so that none has its own: a container's request (pod_demand.h GpuRequest, read by
+// GpuRequestOf) and a whole pod's (PodDemand) as placement requests, and a node's mode and GPUs
+// as a placement node shape; and the refusal, worded with the resource names the container wrote.
 //
 // The extender's filter, the device plugin's Allocate and `tessera sim` (placement::Cluster::Fits)
 // give the same verdict for the same shapes; k8s_fit_rule_test checks that over every shape.
@@ -11,11 +11,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/bytes.h"
 #include "core/result.h"
 #include "k8s/annotations.h"
-#include "k8s/objects.h"
+#include "k8s/pod_demand.h"
 #include "placement/fit.h"
 #include "placement/model.h"
 
@@ -40,6 +41,18 @@ placement::NodeShape NodeShapeOf(NodeMode mode, int gpu_count, Bytes gpu_memory,
 Result<placement::Request> PlacementRequestOf(
     const GpuRequest& request, int64_t cpu_milli = 0, int64_t memory_mib = 0,
     placement::ModelSet allowed = placement::ModelSet::Any());
+
+// A pod's requests as placement places them, in ask order (one CPU-only request when it asks for
+// no GPU), and the index of the one that carries the pod's CPU and memory: its first app
+// container's ask, or the first ask when only init containers ask.
+struct PodPlacement {
+  std::vector<placement::Request> requests;
+  std::vector<std::string> names;  // container per request ("" for the CPU-only one)
+  std::vector<GpuRequest> asked;   // each container's request (none: the CPU-only one)
+  size_t primary = 0;
+};
+// Fails, naming the container, when one of its requests cannot be translated.
+Result<PodPlacement> PlacementRequestsOf(const PodDemand& demand, placement::ModelSet allowed);
 
 // The shape rule for one container's request on a node of shape `node` (kFits, or a shape failure:
 // placement/fit.h). A request that cannot be translated does not fit: kMode.

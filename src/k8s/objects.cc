@@ -1,7 +1,5 @@
-// Views of Pods and Nodes, quantities and GPU requests.
+// Views of Pods and Nodes.
 #include "k8s/objects.h"
-
-#include <limits>
 
 namespace tessera::k8s {
 namespace {
@@ -50,50 +48,6 @@ Status AddContainers(const Json& spec, const char* key, bool init, PodView* pod)
 }
 
 }  // namespace
-
-Result<uint64_t> ParseQuantity(std::string_view text, std::string_view input_name) {
-  auto fail = [&](const std::string& why) {
-    return Result<uint64_t>::Error(std::string(input_name) + "=\"" + std::string(text) + "\": " +
-                                   why + "; expected a whole number such as 2 (suffixes k, M, G, "
-                                   "Ki, Mi, Gi allowed)");
-  };
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  if (digits == 0) return fail("not a quantity");
-  if (digits > 19) return fail("too large");
-  uint64_t value = 0;
-  for (size_t i = 0; i < digits; ++i) value = value * 10 + static_cast<uint64_t>(text[i] - '0');
-  const std::string_view suffix = text.substr(digits);
-  struct Suffix {
-    const char* name;
-    uint64_t factor;
-  };
-  static constexpr Suffix kSuffixes[] = {
-      {"", 1},
-      {"k", 1000ull},
-      {"M", 1000ull * 1000},
-      {"G", 1000ull * 1000 * 1000},
-      {"T", 1000ull * 1000 * 1000 * 1000},
-      {"P", 1000ull * 1000 * 1000 * 1000 * 1000},
-      {"E", 1000ull * 1000 * 1000 * 1000 * 1000 * 1000},
-      {"Ki", 1ull << 10},
-      {"Mi", 1ull << 20},
-      {"Gi", 1ull << 30},
-      {"Ti", 1ull << 40},
-      {"Pi", 1ull << 50},
-      {"Ei", 1ull << 60}};
-  if (suffix == "m") {
-    if (value % 1000 != 0) return fail("not a whole number");
-    return value / 1000;
-  }
-  for (const Suffix& s : kSuffixes) {
-    if (suffix == s.name) {
-      if (value != 0 && s.factor > std::numeric_limits<uint64_t>::max() / value) return fail("too large");
-      return value * s.factor;
-    }
-  }
-  return fail("unknown suffix \"" + std::string(suffix) + "\"");
-}
 
 const ContainerView* PodView::Container(std::string_view container_name) const {
   for (const ContainerView& c : containers) {
@@ -151,102 +105,6 @@ Result<NodeView> NodeFromJson(const Json& node) {
   view.allocatable = StringMap(ObjectAt(node, "status"), "allocatable");
   if (view.name.empty()) return Result<NodeView>::Error("a node without metadata.name");
   return view;
-}
-
-uint64_t GpuRequest::Of(GpuResource resource) const {
-  switch (resource) {
-    case GpuResource::kMem:
-      return mem_gib;
-    case GpuResource::kCore:
-      return core;
-    case GpuResource::kCount:
-      return count;
-  }
-  return 0;
-}
-
-Result<GpuRequest> GpuRequestOf(const ContainerView& container) {
-  GpuRequest out;
-  bool ours = false, ack = false;
-  std::string mig_resource;  // the tessera.io/mig-... name asked, if any
-  for (const auto& [name, quantity] : container.limits) {
-    auto resource = GpuResourceOf(name);
-    if (!resource && !IsMigResourceName(name)) continue;
-    const std::string input = "container " + container.name + " limits " + name;
-    auto value = ParseQuantity(quantity, input);
-    if (!value.ok()) return value.status();
-    auto req = container.requests.find(name);
-    if (req != container.requests.end()) {
-      auto r = ParseQuantity(req->second, "container " + container.name + " requests " + name);
-      if (!r.ok()) return r.status();
-      if (*r != *value) {
-        return Result<GpuRequest>::Error(input + "=" + quantity + " differs from its request " +
-                                         req->second + "; expected equal values (extended "
-                                         "resources cannot be overcommitted)");
-      }
-    }
-    if (!resource) {
-      auto profile = MigProfileOfResource(name, "container " + container.name + " limits");
-      if (!profile.ok()) return profile.status();
-      if (*value != 1) {
-        return Result<GpuRequest>::Error(input + "=" + quantity +
-                                         ": expected 1 (one MIG instance per container: a CUDA "
-                                         "process sees one MIG device)");
-      }
-      if (!mig_resource.empty()) {
-        return Result<GpuRequest>::Error("container " + container.name + " asks " + mig_resource +
-                                         " and " + name +
-                                         "; expected one MIG instance per "
-                                         "container (a CUDA process sees one MIG device)");
-      }
-      mig_resource = name;
-      out.mig_profile = *profile;
-      continue;
-    }
-    (IsAckResourceName(name) ? ack : ours) = true;
-    switch (*resource) {
-      case GpuResource::kMem:
-        if (*value == 0) return Result<GpuRequest>::Error(input + "=0: expected at least 1 GiB");
-        out.mem_gib = *value;
-        break;
-      case GpuResource::kCore:
-        if (*value < 1 || *value > 100) {
-          return Result<GpuRequest>::Error(input + "=" + quantity +
-                                           ": expected a percentage of one GPU from 1 to 100");
-        }
-        if (IsAckResourceName(name) && *value % 5 != 0) {
-          return Result<GpuRequest>::Error(input + "=" + quantity +
-                                           ": expected a multiple of 5 (as ACK requires)");
-        }
-        out.core = static_cast<uint32_t>(*value);
-        break;
-      case GpuResource::kCount:
-        if (*value < 1 || *value > 64) {
-          return Result<GpuRequest>::Error(input + "=" + quantity + ": expected 1 to 64 GPUs");
-        }
-        out.count = static_cast<uint32_t>(*value);
-        break;
-    }
-  }
-  // A request of a Tessera resource without a limit is not how extended resources are written.
-  for (const auto& [name, quantity] : container.requests) {
-    if ((GpuResourceOf(name) || IsMigResourceName(name)) && container.limits.count(name) == 0) {
-      return Result<GpuRequest>::Error("container " + container.name + " requests " + name + "=" +
-                                       quantity + " without a limit; expected it under limits");
-    }
-  }
-  if (ours && ack) {
-    return Result<GpuRequest>::Error("container " + container.name +
-                                     " mixes tessera.io/ and aliyun.com/ GPU resources; expected "
-                                     "one spelling per container");
-  }
-  if (!mig_resource.empty() && (ours || ack)) {
-    return Result<GpuRequest>::Error("container " + container.name + " asks " + mig_resource +
-                                     " beside a GPU share (gpu-mem, gpu-core or gpu-count); "
-                                     "expected either one MIG instance or a share");
-  }
-  out.ack = ack;
-  return out;
 }
 
 }  // namespace tessera::k8s

@@ -1,7 +1,7 @@
-// Typed views of the Kubernetes objects Tessera reads (Pods, Nodes) over their JSON, resource
-// quantities, and what a container asks of Tessera's resources. Views copy what they need out of
-// the JSON; the JSON stays the object of record (ApiClient returns it). Pure functions: no I/O.
-// Nothing outside src/k8s may know these shapes.
+// Typed views of the Kubernetes objects Tessera reads (Pods, Nodes) over their JSON. Views copy
+// what they need out of the JSON, quantities as written; the JSON stays the object of record
+// (ApiClient returns it). What a pod asks of Tessera is read from these views by pod_demand.h.
+// Pure functions: no I/O. Nothing outside src/k8s may know these shapes.
 #pragma once
 
 #include <cstdint>
@@ -19,12 +19,6 @@
 namespace tessera::k8s {
 
 using Json = nlohmann::json;
-
-// A resource quantity of an extended resource, which Kubernetes requires to be a whole number:
-// digits with an optional suffix k, M, G, T, P, E (powers of 1000), Ki, Mi, Gi, Ti, Pi, Ei
-// (powers of 1024) or m (thousandths, only when the result is whole). "2" -> 2, "1k" -> 1000,
-// "2000m" -> 2. Errors name `input_name` and the value.
-Result<uint64_t> ParseQuantity(std::string_view text, std::string_view input_name);
 
 struct ContainerView {
   std::string name;
@@ -69,30 +63,5 @@ struct NodeView {
   std::map<std::string, std::string> allocatable;  // status.allocatable
 };
 Result<NodeView> NodeFromJson(const Json& node);
-
-// What one container asks of Tessera's resources (docs/contracts.md), from its limits (extended
-// resources cannot be overcommitted, so a request must equal its limit when both are written).
-struct GpuRequest {
-  uint64_t mem_gib = 0;   // tessera.io/gpu-mem (or aliyun.com/gpu-mem), GiB
-  uint32_t core = 0;      // tessera.io/gpu-core (aliyun.com/gpu-core.percentage), 1-100
-  uint32_t count = 0;     // tessera.io/gpu-count (aliyun.com/gpu-count), GPUs
-  bool ack = false;       // written with ACK's names
-  // tessera.io/mig-<profile>: 1, as the MIG tables spell the profile ("1g.10gb+me"); then no
-  // other of these is asked.
-  std::string mig_profile;
-
-  bool mig() const { return !mig_profile.empty(); }
-  bool any() const { return mem_gib != 0 || core != 0 || count != 0 || mig(); }
-  // The amount asked of `resource` (0 when not asked).
-  uint64_t Of(GpuResource resource) const;
-  // Distinct GPUs the container spans: count, or 1 when only mem/core is asked.
-  uint32_t Gpus() const { return count != 0 ? count : (any() ? 1 : 0); }
-  bool operator==(const GpuRequest&) const = default;
-};
-// Errors name the pod's container and resource: mixing both spellings, a quantity that is not a
-// whole number, core outside 1-100 (a multiple of 5 with the ACK name), a request that differs
-// from its limit; a MIG resource of no known profile, asked more than once (a CUDA process sees
-// one MIG device), beside another MIG profile or beside a share.
-Result<GpuRequest> GpuRequestOf(const ContainerView& container);
 
 }  // namespace tessera::k8s

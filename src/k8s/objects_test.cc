@@ -1,5 +1,6 @@
-// Tests of quantities, pod views and GPU requests.
+// Tests of pod views and GPU requests.
 #include "k8s/objects.h"
+#include "k8s/pod_demand.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,17 +9,6 @@ namespace tessera::k8s {
 namespace {
 
 using ::testing::HasSubstr;
-
-TEST(Quantity, WholeNumbersWithSuffixes) {
-  EXPECT_EQ(*ParseQuantity("2", "q"), 2u);
-  EXPECT_EQ(*ParseQuantity("1k", "q"), 1000u);
-  EXPECT_EQ(*ParseQuantity("2Ki", "q"), 2048u);
-  EXPECT_EQ(*ParseQuantity("3000m", "q"), 3u);
-  EXPECT_THAT(ParseQuantity("1500m", "q").error(), HasSubstr("q=\"1500m\": not a whole number"));
-  EXPECT_THAT(ParseQuantity("1.5", "q").error(), HasSubstr("unknown suffix \".5\""));
-  EXPECT_THAT(ParseQuantity("-1", "q").error(), HasSubstr("not a quantity"));
-  EXPECT_THAT(ParseQuantity("20Ei", "q").error(), HasSubstr("too large"));
-}
 
 Json Pod(Json containers, Json init = Json::array()) {
   return {{"metadata", {{"name", "p"}, {"namespace", "ns"}, {"uid", "u1"}, {"resourceVersion", "7"},

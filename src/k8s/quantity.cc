@@ -15,7 +15,7 @@ namespace {
 constexpr std::string_view kGrammar =
     "a Kubernetes quantity such as 500m, 2, 1.5, 4Gi or 1e3 (digits with at most one '.', then "
     "Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent e<N>)";
-constexpr int kMaxDigits = 18;
+constexpr int kMaxDigits = 19;  // every 19-digit number fits in a uint64_t
 
 struct Suffix {
   std::string_view text;
@@ -60,6 +60,7 @@ Result<Quantity> Quantity::Parse(std::string_view text, std::string_view input_n
   int exp10 = 0;
   bool any_digit = false;
   bool seen_point = false;
+  bool inexact = false;  // a non-zero digit past the precision was dropped
   while (!rest.empty() && ((rest.front() >= '0' && rest.front() <= '9') || rest.front() == '.')) {
     const char ch = rest.front();
     rest.remove_prefix(1);
@@ -75,7 +76,7 @@ Result<Quantity> Quantity::Parse(std::string_view text, std::string_view input_n
     }
     if (significant == kMaxDigits) {
       if (!seen_point) ++exp10;  // a whole digit past the precision: keep its magnitude
-      if (ch != '0') return fail("has more than 18 significant digits");
+      if (ch != '0') inexact = true;  // rounded up below, as Kubernetes rounds a value up
       continue;
     }
     digits = digits * 10 + static_cast<uint64_t>(ch - '0');
@@ -83,10 +84,24 @@ Result<Quantity> Quantity::Parse(std::string_view text, std::string_view input_n
     if (seen_point) --exp10;
   }
   if (!any_digit) return fail("does not start with a number");
-  for (const Suffix& s : kSuffixes) {
-    if (rest == s.text) return Quantity(digits, exp10 + s.exp10, s.exp2, text);
+  if (inexact) {
+    // Up to the next value of the kept precision; 10^19 - 1 + 1 keeps 19 digits as 10^18 x 10.
+    if (digits == 9999999999999999999ULL) {
+      digits = 1000000000000000000ULL;
+      ++exp10;
+    } else {
+      ++digits;
+    }
   }
-  if (rest == "E") return Quantity(digits, exp10 + 18, 0, text);  // exa
+  auto made = [&](int e10, int e2) {
+    Quantity q(digits, e10, e2, text);
+    q.inexact_ = inexact;
+    return q;
+  };
+  for (const Suffix& s : kSuffixes) {
+    if (rest == s.text) return made(exp10 + s.exp10, s.exp2);
+  }
+  if (rest == "E") return made(exp10 + 18, 0);  // exa
   if (rest.size() > 1 && (rest.front() == 'e' || rest.front() == 'E')) {
     std::string_view e = rest.substr(1);
     bool negative = false;
@@ -98,8 +113,7 @@ Result<Quantity> Quantity::Parse(std::string_view text, std::string_view input_n
     if (ParseDigits(e, &n) != DigitsError::kNone || n > 400) {
       return fail("has an exponent that is not a whole number from -400 to 400");
     }
-    return Quantity(digits, exp10 + (negative ? -static_cast<int>(n) : static_cast<int>(n)), 0,
-                    text);
+    return made(exp10 + (negative ? -static_cast<int>(n) : static_cast<int>(n)), 0);
   }
   return fail("has an unknown suffix \"" + std::string(rest) + "\"");
 }
@@ -109,7 +123,7 @@ Result<int64_t> Quantity::Scaled(int scale, std::string_view input_name) const {
   if (digits_ == 0) return int64_t{0};
   unsigned __int128 v = digits_;
   int e = exp10_ + scale;
-  // Exact in 128 bits: digits < 2^60 and at most 2^60 from the suffix; each multiplication by 10
+  // Exact in 128 bits: digits < 2^64 and at most 2^60 from the suffix; each multiplication by 10
   // is checked against the int64 bound before the next. Division rounds up.
   v <<= exp2_;
   for (; e > 0; --e) {
@@ -127,6 +141,10 @@ Result<int64_t> Quantity::Scaled(int scale, std::string_view input_name) const {
 Result<int64_t> Quantity::Whole(std::string_view input_name) const {
   auto up = Scaled(0, input_name);
   if (!up.ok()) return up;
+  if (inexact_) {
+    return Result<int64_t>::Error(
+        InputError(input_name, text_, "has a fraction", "a whole number"));
+  }
   // Whole when rounding up changed nothing: value x 10^k is still a multiple of 10^k.
   if (exp10_ < 0) {
     unsigned __int128 v = static_cast<unsigned __int128>(digits_) << exp2_;
@@ -158,6 +176,12 @@ std::string FormatWithSuffixes(int64_t value, int64_t base, std::array<std::stri
 }
 
 }  // namespace
+
+Result<int64_t> ParseWholeQuantity(std::string_view text, std::string_view input_name) {
+  auto q = Quantity::Parse(text, input_name);
+  if (!q.ok()) return q.status();
+  return q->Whole(input_name);
+}
 
 std::string FormatBinaryQuantity(int64_t value) {
   return FormatWithSuffixes(value, 1024, {"Ki", "Mi", "Gi", "Ti", "Pi", "Ei"});

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace tessera::k8s {
 namespace {
 
@@ -58,7 +60,7 @@ TEST(QuantityTest, WholeRefusesFractions) {
 
 TEST(QuantityTest, RefusesMalformedQuantities) {
   for (std::string_view bad : {"", "-1", "abc", "1..2", "1.2.3", "1Gb", "1 Gi", "1e", "1e3.5",
-                               "1ee3", "Gi", ".", "1e999", "1234567890123456789"}) {
+                               "1ee3", "Gi", ".", "+", "1e999", "1e", "1K", "1e+"}) {
     auto q = Quantity::Parse(bad, "requests cpu");
     EXPECT_FALSE(q.ok()) << bad;
     if (!q.ok()) {
@@ -66,6 +68,41 @@ TEST(QuantityTest, RefusesMalformedQuantities) {
       EXPECT_NE(q.error().find("expected a Kubernetes quantity"), std::string::npos) << q.error();
     }
   }
+}
+
+// Extended resources (tessera.io/gpu-mem, MIG profiles) are whole numbers in any of the forms.
+TEST(QuantityTest, WholeQuantitiesOfExtendedResources) {
+  EXPECT_EQ(*ParseWholeQuantity("2", "q"), 2);
+  EXPECT_EQ(*ParseWholeQuantity("1k", "q"), 1000);
+  EXPECT_EQ(*ParseWholeQuantity("2Ki", "q"), 2048);
+  EXPECT_EQ(*ParseWholeQuantity("3000m", "q"), 3);
+  EXPECT_EQ(*ParseWholeQuantity("2.0", "q"), 2);
+  EXPECT_EQ(*ParseWholeQuantity("1e1", "q"), 10);
+  EXPECT_EQ(ParseWholeQuantity("1500m", "q").error(),
+            "q=\"1500m\": has a fraction; expected a whole number");
+  EXPECT_NE(ParseWholeQuantity("1.5", "q").error().find("has a fraction"), std::string::npos);
+  EXPECT_NE(ParseWholeQuantity("-1", "q").error().find("is negative"), std::string::npos);
+  EXPECT_NE(ParseWholeQuantity("20Ei", "q").error().find("does not fit"), std::string::npos);
+}
+
+// Past 19 significant digits a value rounds up, as Kubernetes rounds up what it cannot keep; 19
+// digits are kept exactly (9223372036854775807 is the largest int64).
+TEST(QuantityTest, RoundsUpPastItsPrecision) {
+  EXPECT_EQ(Scaled("9223372036854775807", 0), 9223372036854775807);
+  EXPECT_EQ(Scaled("1234567890123456789", 0), 1234567890123456789);
+  EXPECT_EQ(Scaled("1.0000000000000000001", 3), 1001);
+  EXPECT_EQ(Scaled("1.00000000000000000001", 0), 2);
+  EXPECT_EQ(Scaled("0.99999999999999999999", 0), 1);
+  // Above 2 (Kubernetes: 2.000000001, whose units round up to 3), and just below it (rounded up
+  // to exactly 2): neither is a whole number.
+  for (const auto& [inexact, units] :
+       {std::pair{"2.00000000000000000001", 3}, std::pair{"1.99999999999999999999", 2}}) {
+    auto q = Quantity::Parse(inexact, "q");
+    ASSERT_TRUE(q.ok()) << inexact;
+    EXPECT_EQ(*q->Scaled(0, "q"), units) << inexact;
+    EXPECT_FALSE(q->Whole("q").ok()) << inexact;
+  }
+  EXPECT_FALSE(Quantity::Parse("92233720368547758071", "q")->Scaled(0, "q").ok());
 }
 
 TEST(QuantityTest, RefusesValuesPastInt64) {

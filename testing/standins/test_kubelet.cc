@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "k8s/deviceplugin/v1beta1/api.grpc.pb.h"
+#include "k8s/quantity.h"
 #include "testing/standins/k8s_names.h"
 
 namespace tessera::k8s {
@@ -292,9 +293,9 @@ Result<std::vector<TestKubelet::ContainerAllocation>> TestKubelet::Admit(const J
         }
       }
       if (!e) continue;  // not a device-plugin resource: kubelet leaves it alone
-      auto required = ParseQuantity(c.limits.at(resource), resource);
+      auto required = ParseWholeQuantity(c.limits.at(resource), resource);
       if (!required.ok()) return fail(required.error());
-      size_t needed = *required;
+      size_t needed = static_cast<size_t>(*required);
       std::vector<std::string> chosen;
       // devicesToAllocate: devices of earlier init containers first (a set: any order).
       for (const std::string& id : MapOrder(

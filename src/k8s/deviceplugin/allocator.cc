@@ -10,6 +10,7 @@
 
 #include "k8s/deviceplugin/cdi.h"
 #include "k8s/fit.h"
+#include "k8s/quantity.h"
 #include "mig/profiles.h"
 #include "mps/mps.h"
 
@@ -83,8 +84,8 @@ std::map<std::string, uint64_t> Allocator::Steps(const ContainerView& c) const {
   std::map<std::string, uint64_t> steps;
   for (const auto& [name, quantity] : c.limits) {
     if (!Serves(name)) continue;
-    auto q = ParseQuantity(quantity, name);
-    if (q.ok() && *q > 0) steps[name] = *q;
+    auto q = ParseWholeQuantity(quantity, name);
+    if (q.ok() && *q > 0) steps[name] = static_cast<uint64_t>(*q);
   }
   return steps;
 }

@@ -45,6 +45,7 @@
 #include "k8s/deviceplugin/node_devices.h"
 #include "k8s/deviceplugin/tesserad_client.h"
 #include "k8s/objects.h"
+#include "k8s/pod_demand.h"
 #include "placement/fit.h"
 
 namespace tessera::k8s {

@@ -51,7 +51,7 @@
 
 #include "k8s/annotations.h"
 #include "k8s/extender/commit_log.h"
-#include "k8s/extender/pod_demand.h"
+#include "k8s/pod_demand.h"
 #include "k8s/objects.h"
 #include "placement/cluster.h"
 #include "placement/frag.h"

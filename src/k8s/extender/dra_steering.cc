@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "k8s/dra/steering.h"
-#include "k8s/extender/pod_demand.h"
+#include "k8s/pod_demand.h"
 #include "k8s/quantity.h"
 
 namespace tessera::extender {
@@ -136,7 +136,7 @@ Result<SteeringRound> DraSteeringController::RunOnce() {
   auto demand_of = [](const Json& pod) {
     auto view = k8s::PodFromJson(pod);
     if (!view.ok()) return Demand{};
-    const PodDemand d = ReadPodDemand(*view, pod);
+    const k8s::PodDemand d = k8s::ReadPodDemand(*view, pod);
     return Demand{d.cpu_milli, d.memory_bytes >> 20};
   };
 

@@ -1,19 +1,19 @@
 // Tests of ReadPodDemand: CPU and memory as kube-scheduler counts them, each container's Tessera
 // ask per GPU (docs/contracts.md), ACK names, and errors that name the pod, container and value.
-#include "k8s/extender/pod_demand.h"
+#include "k8s/pod_demand.h"
 
 #include <gtest/gtest.h>
 
 #include "testing/support/test_objects.h"
 
-namespace tessera::extender {
+namespace tessera::k8s {
 namespace {
 
-using testing::Pod;
-using testing::TestContainer;
+using ::tessera::extender::testing::Pod;
+using ::tessera::extender::testing::TestContainer;
 
-PodDemand Read(const k8s::Json& pod) {
-  auto view = k8s::PodFromJson(pod);
+PodDemand Read(const Json& pod) {
+  auto view = PodFromJson(pod);
   EXPECT_TRUE(view.ok()) << view.error();
   return ReadPodDemand(*view, pod);
 }
@@ -22,7 +22,7 @@ TEST(PodDemandTest, CpuAndMemoryAsTheSchedulerCountsThem) {
   TestContainer a{"a", {}, "1500m", "1Gi"};
   TestContainer b{"b", {}, "2", "512Mi"};
   TestContainer init{"init", {}, "4", "256Mi", true};
-  k8s::Json pod = Pod("p", {init, a, b});
+  Json pod = Pod("p", {init, a, b});
   pod["spec"]["overhead"] = {{"cpu", "250m"}, {"memory", "64Mi"}};
   const PodDemand d = Read(pod);
   EXPECT_EQ(d.cpu_milli, 4000 + 250);                         // max(3.5 apps, 4 init) + overhead
@@ -37,7 +37,7 @@ TEST(PodDemandTest, NativeSidecarsAddUpAsTheSchedulerCountsThem) {
   TestContainer sidecar{"proxy", {}, "1", "1Gi", true};
   TestContainer setup{"setup", {}, "2", "256Mi", true};
   TestContainer app{"app", {}, "500m", "512Mi"};
-  k8s::Json pod = Pod("p", {sidecar, setup, app});
+  Json pod = Pod("p", {sidecar, setup, app});
   pod["spec"]["initContainers"][0]["restartPolicy"] = "Always";
   const PodDemand d = Read(pod);
   EXPECT_EQ(d.cpu_milli, 3000);  // max(1 + 0.5 apps, 1 + 2 init beside the sidecar)
@@ -74,7 +74,7 @@ TEST(PodDemandTest, AckNamesAndModels) {
 }
 
 TEST(PodDemandTest, ErrorsNameThePodAndTheValue) {
-  auto error_of = [](const k8s::Json& pod) { return Read(pod).demand_error; };
+  auto error_of = [](const Json& pod) { return Read(pod).demand_error; };
   EXPECT_NE(error_of(Pod("p", {{"tessera.io/gpu-core", "0.5"}})).find("pod default/p: container app"),
             std::string::npos);
   EXPECT_NE(error_of(Pod("p", {{"tessera.io/gpu-core", "20"}, {"aliyun.com/gpu-mem", "2"}})).find("one spelling"),
@@ -93,4 +93,4 @@ TEST(PodDemandTest, ErrorsNameThePodAndTheValue) {
 }
 
 }  // namespace
-}  // namespace tessera::extender
+}  // namespace tessera::k8s
