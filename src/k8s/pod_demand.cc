@@ -114,7 +114,10 @@ Result<GpuRequest> GpuRequestOf(const ContainerView& container) {
     (IsAckResourceName(name) ? ack : ours) = true;
     switch (*resource) {
       case GpuResource::kMem:
-        if (*value == 0) return Result<GpuRequest>::Error(input + "=0: expected at least 1 GiB");
+        // 64 GPUs of 1 TiB: beyond any node, and small enough that MiB and bytes stay in 64 bits.
+        if (*value < 1 || *value > 65536) {
+          return Result<GpuRequest>::Error(input + "=" + quantity + ": expected 1 to 65536 GiB");
+        }
         out.mem_gib = static_cast<uint64_t>(*value);
         break;
       case GpuResource::kCore:
