@@ -214,6 +214,11 @@ Result<ExtenderArgs> ReadArgs(std::string_view body, ExtenderArgs* tail) {
   auto fail = [&](const std::string& message) {
     return Result<ExtenderArgs>::Error(std::string(kWhat) + ": " + message);
   };
+  // JSON holds no NUL byte (not even inside a string), and the parser would take one for the end
+  // of the input: a body with one is refused here, whatever follows it.
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    return fail("the body is not valid JSON (a NUL byte at offset " + std::to_string(nul) + ")");
+  }
   ArgsReader reader;
   const bool parsed = Json::sax_parse(body, &reader);
   if (!parsed || !reader.error.empty()) {

@@ -67,6 +67,14 @@ TEST(WireTest, MalformedArgsAreRefusedWithTheKey) {
   expect(R"({"NodeNames":["a"]})", "Pod is missing");
   expect(R"({"Pod":"x","NodeNames":["a"]})", "Pod is string");
   expect(R"({"Pod":{}})", "neither NodeNames nor Nodes");
+  // A NUL byte ends the input for the JSON parser: what follows it must not be half read, by the
+  // quick reading of kube-scheduler's name list or by the whole one.
+  for (auto read : {&ParseExtenderArgs, &ParseExtenderArgsWhole}) {
+    const std::string nul("{\"Pod\":{}}\0x\",\"NodeNames\":[\"a\"]}", 32);
+    auto args = read(nul);
+    ASSERT_FALSE(args.ok());
+    EXPECT_NE(args.error().find("a NUL byte at offset 10"), std::string::npos) << args.error();
+  }
   expect(R"({"Pod":{},"NodeNames":"a"})", "NodeNames is string");
   expect(R"({"Pod":{},"NodeNames":[1]})", "NodeNames holds a number");
   expect(R"({"Pod":{},"Nodes":{"items":[{}]}})", "no metadata.name");
