@@ -489,8 +489,17 @@ std::vector<std::string> Allocator::Prefer(const std::string& resource,
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out = must_include;
   std::vector<std::string> gpus;
-  const std::vector<NodePod> pods = pods_->Pods();
-  if (auto match = Attribute(resource, size, pods)) {
+  std::vector<NodePod> pods = pods_->Pods();
+  std::optional<Match> match = Attribute(resource, size, pods);
+  if (!match) {
+    // As in Allocate: kubelet asks right after admitting a pod the cache may not have seen yet.
+    if (Status s = pods_->Refresh(); !s.ok()) {
+      std::fprintf(stderr, "tessera-device-plugin: listing pods: %s\n", s.message().c_str());
+    }
+    pods = pods_->Pods();
+    match = Attribute(resource, size, pods);
+  }
+  if (match) {
     const PodView& pod = match->pod->view;
     if (const std::string* a = pod.Annotation(kAssignmentAnnotation)) {
       if (auto parsed = ParseAssignment(*a); parsed.ok()) {
