@@ -7,6 +7,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
+#include <string_view>
 #include <tuple>
 
 #include "cmdline/cmdline.h"
@@ -18,6 +20,19 @@
 
 namespace tessera::config {
 namespace {
+
+// The value of `all` whose name (`name_of`) is `text`, exactly, into *out; false when none is.
+template <typename E>
+bool ByName(const std::string& text, std::initializer_list<E> all,
+            std::string_view (*name_of)(E), E* out) {
+  for (E value : all) {
+    if (text == name_of(value)) {
+      *out = value;
+      return true;
+    }
+  }
+  return false;
+}
 
 // --max-request-line for max_request_line, and so on.
 std::string FlagOf(const std::string& key) {
@@ -136,31 +151,18 @@ Status ApplyFlags(const DaemonFlags& flags, DaemonSettings* s) {
     if (!d.ok()) return d.status();
     n.reconcile_interval = *d;
   }
-  if (flags.over_limit_action) {
-    bool known = false;
-    for (auto a : {OverLimitAction::kLog, OverLimitAction::kBlock, OverLimitAction::kKill}) {
-      if (*flags.over_limit_action == OverLimitActionName(a)) {
-        n.over_limit_action = a;
-        known = true;
-      }
-    }
-    if (!known) {
-      return Status::Error("--over-limit-action \"" + *flags.over_limit_action +
-                           "\": expected log, block or kill");
-    }
+  if (flags.over_limit_action &&
+      !ByName(*flags.over_limit_action,
+              {OverLimitAction::kLog, OverLimitAction::kBlock, OverLimitAction::kKill},
+              OverLimitActionName, &n.over_limit_action)) {
+    return Status::Error("--over-limit-action \"" + *flags.over_limit_action +
+                         "\": expected log, block or kill");
   }
-  if (flags.unattributed_action) {
-    bool known = false;
-    for (auto a : {UnattributedAction::kReport, UnattributedAction::kKill}) {
-      if (*flags.unattributed_action == UnattributedActionName(a)) {
-        n.unattributed_action = a;
-        known = true;
-      }
-    }
-    if (!known) {
-      return Status::Error("--unattributed-action \"" + *flags.unattributed_action +
-                           "\": expected report or kill");
-    }
+  if (flags.unattributed_action &&
+      !ByName(*flags.unattributed_action, {UnattributedAction::kReport, UnattributedAction::kKill},
+              UnattributedActionName, &n.unattributed_action)) {
+    return Status::Error("--unattributed-action \"" + *flags.unattributed_action +
+                         "\": expected report or kill");
   }
   for (const auto& [flag, value, out] :
        {std::tuple{"--require-identity", &flags.require_identity, &n.require_identity},
