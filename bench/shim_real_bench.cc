@@ -6,9 +6,10 @@
 //   tessera run --mem 64GiB --container bench -- shim_real_bench --real /path/to/libcuda.so.1
 //       --shim build/lib/tessera/libcuda.so.1 [--rounds 15] [--json FILE]   (one command line)
 //
-// Measures cuMemAlloc_v2 + cuMemFree_v2 of 1 MiB, and cuLaunchKernel of an empty kernel (PTX
-// JIT-compiled by the driver) in batches of 256 followed by cuCtxSynchronize: the time inside the
-// launch calls per launch, and per launch with the synchronisation. Prints the medians and writes
+// Measures cuMemAlloc_v2 + cuMemFree_v2 of 1 MiB, and cuLaunchKernel of an empty kernel (or, with
+// --spin-ns N, one that spins N ns on the GPU's global timer; PTX JIT-compiled by the driver) in
+// batches of 256 followed by cuCtxSynchronize: the time inside the launch calls per launch, and
+// per launch with the synchronisation. Prints the medians and writes
 // them as JSON. Needs no CUDA headers; against simgpu (`--real libtessera-simgpu.so`) it runs too,
 // which is how it is checked without a GPU. It never changes a GPU setting.
 #include <dlfcn.h>
@@ -27,15 +28,30 @@
 
 namespace {
 
-// An empty kernel in PTX; the driver JIT-compiles it for the device it loads on.
-constexpr char kNoopPtx[] =
+// An empty kernel and one that spins its u64 parameter's ns on the global timer, in PTX; the
+// driver JIT-compiles them for the device they load on. (simgpu knows both by name.)
+constexpr char kPtx[] =
     ".version 7.0\n"
     ".target sm_70\n"
     ".address_size 64\n"
     ".visible .entry noop()\n"
     "{\n"
     "  ret;\n"
+    "}\n"
+    ".visible .entry spin(.param .u64 ns)\n"
+    "{\n"
+    "  .reg .b64 %rd<5>;\n"
+    "  .reg .pred %p1;\n"
+    "  ld.param.u64 %rd1, [ns];\n"
+    "  mov.u64 %rd2, %globaltimer;\n"
+    "  add.u64 %rd3, %rd2, %rd1;\n"
+    "$L_spin:\n"
+    "  mov.u64 %rd4, %globaltimer;\n"
+    "  setp.lt.u64 %p1, %rd4, %rd3;\n"
+    "  @%p1 bra $L_spin;\n"
+    "  ret;\n"
     "}\n";
+uint64_t g_spin_ns = 0;  // the kernel's length (0: the empty kernel)
 
 constexpr int kAllocIters = 2000;
 constexpr int kLaunchBatch = 256;
@@ -92,7 +108,9 @@ std::pair<double, double> Launch(const Api& api, CUfunction f) {
   for (int b = 0; b < kLaunchBatches; ++b) {
     const double t0 = NowNs();
     for (int i = 0; i < kLaunchBatch; ++i) {
-      if (api.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr) != CUDA_SUCCESS) {
+      void* params[] = {&g_spin_ns};
+      if (api.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, g_spin_ns != 0 ? params : nullptr,
+                     nullptr) != CUDA_SUCCESS) {
         Die("cuLaunchKernel failed");
       }
     }
@@ -115,23 +133,27 @@ int main(int argc, char** argv) {
   int rounds = 15;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if ((a == "--real" || a == "--shim" || a == "--json" || a == "--rounds") && i + 1 < argc) {
+    if ((a == "--real" || a == "--shim" || a == "--json" || a == "--rounds" || a == "--spin-ns") &&
+        i + 1 < argc) {
       const std::string v = argv[++i];
       if (a == "--real") real = v;
       if (a == "--shim") shim = v;
       if (a == "--json") json = v;
-      if (a == "--rounds") {
+      if (a == "--rounds" || a == "--spin-ns") {
         char* end = nullptr;
         const long n = std::strtol(v.c_str(), &end, 10);
-        if (end == v.c_str() || *end != '\0' || n < 1 || n > 1000) {
-          std::fprintf(stderr, "shim_real_bench: --rounds \"%s\": a count 1..1000\n", v.c_str());
+        const long most = a == "--rounds" ? 1000 : 1000000;
+        if (end == v.c_str() || *end != '\0' || n < (a == "--rounds" ? 1 : 0) || n > most) {
+          std::fprintf(stderr, "shim_real_bench: %s \"%s\": an integer up to %ld\n", a.c_str(),
+                       v.c_str(), most);
           return 2;
         }
-        rounds = static_cast<int>(n);
+        if (a == "--rounds") rounds = static_cast<int>(n);
+        if (a == "--spin-ns") g_spin_ns = static_cast<uint64_t>(n);
       }
     } else {
       std::fprintf(stderr,
-                   "usage: shim_real_bench --real LIBCUDA --shim SHIM [--rounds N] [--json FILE]"
+                   "usage: shim_real_bench --real LIBCUDA --shim SHIM [--rounds N] [--spin-ns N] [--json FILE]"
                    " (bad argument \"%s\")\n",
                    a.c_str());
       return 2;
@@ -167,11 +189,11 @@ int main(int argc, char** argv) {
                                                "the shim")(&ctx, dev) != CUDA_SUCCESS ||
       Sym<decltype(&cuCtxSetCurrent)>(shim_lib, "cuCtxSetCurrent", "the shim")(ctx) !=
           CUDA_SUCCESS ||
-      Sym<decltype(&cuModuleLoadData)>(shim_lib, "cuModuleLoadData", "the shim")(&mod, kNoopPtx) !=
+      Sym<decltype(&cuModuleLoadData)>(shim_lib, "cuModuleLoadData", "the shim")(&mod, kPtx) !=
           CUDA_SUCCESS ||
       Sym<decltype(&cuModuleGetFunction)>(shim_lib, "cuModuleGetFunction", "the shim")(
-          &noop, mod, "noop") != CUDA_SUCCESS) {
-    Die("device 0's context or the empty kernel could not be set up through the shim");
+          &noop, mod, g_spin_ns != 0 ? "spin" : "noop") != CUDA_SUCCESS) {
+    Die("device 0's context or the kernel could not be set up through the shim");
   }
   // The shim must really be limiting this process: its memory total is the cap, not the GPU's.
   size_t free_direct = 0, total_direct = 0, free_shim = 0, total_shim = 0;
@@ -211,9 +233,10 @@ int main(int argc, char** argv) {
       {"baseline", "the real libcuda called directly, same process and context"},
       {"real_libcuda", real},
       {"rounds", rounds},
+      {"kernel_ns", g_spin_ns},
       {"alloc_free_1mib_pair", pair(Median(alloc_d), Median(alloc_s))},
-      {"launch_noop_call", pair(Median(call_d), Median(call_s))},
-      {"launch_noop_with_sync", pair(Median(sync_d), Median(sync_s))}};
+      {"launch_call", pair(Median(call_d), Median(call_s))},
+      {"launch_with_sync", pair(Median(sync_d), Median(sync_s))}};
   std::printf("%s\n", report.dump(2).c_str());
   if (!json.empty()) {
     std::ofstream out(json);

@@ -2,7 +2,7 @@
 # Every real-GPU check in one run, sized for a short lease (about 5 minutes on an H100): run from
 # the repository root on a machine with an NVIDIA GPU, its driver and a Python with PyTorch.
 #
-#   docs/validation/run_gpu_checks.sh [all|info|memory|compute|latency|overhead|mps]...
+#   [PHASES="memory overhead"] docs/validation/run_gpu_checks.sh [all|PHASE]
 #
 # Uses the binaries of docs/validation/bundle (made here by bundle.sh) or builds them with
 # setup.sh. Each phase runs under its own time limit with its own tesserad and never changes a
@@ -43,7 +43,7 @@ if [ "${1:-all}" = all ] || [ "${1:-}" = "--all" ]; then
     # shellcheck source=docs/validation/setup.sh
     (source $here/setup.sh build.txt) || { echo "the build failed"; exit 1; }
   fi
-  for phase in info memory compute latency overhead mps; do
+  for phase in ${PHASES:-info memory compute latency overhead mps}; do
     case $phase in info) limit=40 ;; latency) limit=80 ;; mps) limit=90 ;; *) limit=110 ;; esac
     echo "===== $phase (at most ${limit}s) ====="
     start=$(date +%s%N)
@@ -91,6 +91,7 @@ start_daemon() {  # ARGS...: a fresh tesserad on $sock
 cleanup() { pkill -f "$tenant" 2>/dev/null; stop_daemon; }
 trap cleanup EXIT
 trap 'exit 124' TERM
+export TESSERA_GATE_STATS=1  # shimmed processes say at exit how their launches waited
 record() { tee -a "$results"; }  # each JSON line a tenant prints is a result
 run() { "$bin/tessera" run "$@"; }  # tessera run under $TESSERA_SOCKET's daemon
 # NAME...: tenants started together; each argument is "NAME|tessera run flags (or native)|mode
@@ -117,6 +118,7 @@ together() {
   for f in "${files[@]}"; do
     tail -1 "$f" | grep '^{' | record || { echo "no result in $f"; status=1; }
     if [ $status != 0 ] || grep -q '"error"' "$f"; then tail -5 "$f.err"; fi
+    grep -h 'gate stats' "$f.err"
   done
   return $status
 }
@@ -135,6 +137,16 @@ info)
   ldd "$bin/tesserad.bin" 2>/dev/null | grep 'not found' && echo "tesserad misses libraries"
   LD_LIBRARY_PATH=$bundle/deps "$bin/tesserad.bin" --version
   command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin 2>/dev/null
+  if command -v nm >/dev/null; then  # entry points of the real libraries the shims do not export
+    for pair in "$TESSERA_REAL_NVML:data/nvml_symbols.txt" \
+                "$TESSERA_REAL_LIBCUDA:data/cuda_driver_symbols.txt"; do
+      nm -D --defined-only "${pair%%:*}" | awk '{ print $3 }' | sed 's/@.*//' | sort -u \
+        >"$work/real.txt"
+      missing=$(comm -23 "$work/real.txt" <(sort -u "${pair#*:}"))
+      echo "${pair%%:*}: $(wc -l <"$work/real.txt") symbols, $(echo "$missing" | grep -c .)" \
+        "not in ${pair#*:}:" $missing
+    done
+  fi
   ;;
 
 memory)
@@ -235,11 +247,21 @@ overhead)
     together "ovh-native-$round|native|overhead"
     together "ovh-shim-$round|--container ovh|overhead"
   done
-  echo "== shim_real_bench: the shim against $TESSERA_REAL_LIBCUDA per call =="
-  run --mem 64GiB --container bench -- "$bin/shim_real_bench" --real "$TESSERA_REAL_LIBCUDA" \
-    --shim "$PWD/$lib/tessera/libcuda.so.1" --rounds 15 --json "$work/shim_real_bench.json" &&
-    "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["name"]="shim_real_bench";
-print(json.dumps(d))' "$work/shim_real_bench.json" | record
+  bench() {  # NAME [shim_real_bench flags]: the shim against the real libcuda per call
+    local name=$1
+    shift
+    echo "== $name: the shim against $TESSERA_REAL_LIBCUDA per call ($*) =="
+    run --mem 64GiB --container "$name" -- "$bin/shim_real_bench" --real "$TESSERA_REAL_LIBCUDA" \
+      --shim "$PWD/$lib/tessera/libcuda.so.1" --json "$work/$name.json" "$@" \
+      >"$work/$name.out" 2>"$work/$name.err"
+    cat "$work/$name.err"
+    "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); d["name"]=sys.argv[2];
+print(json.dumps(d))' "$work/$name.json" "$name" | record
+  }
+  bench shim_real_bench --rounds 5
+  bench shim_real_bench_spin20us --rounds 5 --spin-ns 20000
+  start_daemon --policy 5 || exit 1
+  bench shim_real_bench_policy5 --rounds 5
   ;;
 
 mps)

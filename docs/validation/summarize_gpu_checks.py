@@ -83,13 +83,14 @@ def main() -> int:
             n, s = min(nat), min(shim)
             row(f"overhead: {label}", f"native {n:.4f} ms, shim {s:.4f} ms: "
                 f"{(s / n - 1) * 100:+.2f} %", "< 1 %", s / n - 1 < 0.01)
-    if "shim_real_bench" in r:
-        d = r["shim_real_bench"]
+    for name, d in r.items():
+        if not name.startswith("shim_real_bench") or "error" in d:
+            continue
         for key, label in (("alloc_free_1mib_pair", "cuMemAlloc+cuMemFree"),
-                           ("launch_noop_call", "cuLaunchKernel (call)"),
-                           ("launch_noop_with_sync", "cuLaunchKernel (with sync)")):
+                           ("launch_call", f'cuLaunchKernel {d.get("kernel_ns", 0)} ns (call)'),
+                           ("launch_with_sync", f'cuLaunchKernel {d.get("kernel_ns", 0)} ns (+sync)')):
             p = d[key]
-            row(f"shim_real_bench: {label}", f'real {p["real_ns"]:.0f} ns, shim '
+            row(f"{name}: {label}", f'real {p["real_ns"]:.0f} ns, shim '
                 f'{p["shim_ns"]:.0f} ns, added {p["added_ns"]:+.0f} ns')
     for name, d in r.items():
         if "error" in d:
