@@ -173,10 +173,9 @@ struct GateState {
 GateState* g = nullptr;
 std::atomic<uint64_t> g_all_ones{~uint64_t{0}};
 std::atomic<uint32_t> g_stream_generation{1};  // bumped when a stream or context is forgotten
-// Stream captures in progress in this process (CaptureBegins/CaptureEnds). While one runs, no
-// launch is gated and nobody records a mark: a captured launch runs nothing, and an event recorded
-// into a capturing stream, or waited on while a capture runs in global mode, invalidates the
-// application's capture on a real driver.
+// Stream captures in progress in this process (CaptureBegins/CaptureEnds). While one runs, a launch
+// asks whether its stream captures (a captured launch runs nothing and passes ungated), and the
+// gate's own event calls run in relaxed capture mode (RelaxedWhileCapturing).
 std::atomic<int> g_captures{0};
 
 struct TrackCache {
@@ -191,6 +190,41 @@ thread_local uint32_t t_ctx_generation = 1;
 thread_local char t_thread_tag;  // its address identifies the thread
 
 ledger::ProcessCounters& Self() { return g->own->processes[g->process]; }
+
+// Whether a launch on `stream` (`per_thread`: through a _ptsz entry point) goes into a capture.
+// The legacy stream never captures (and asking about it while another stream captures is an
+// implicit synchronisation, which would invalidate that capture).
+bool LaunchCaptured(CUstream stream, bool per_thread) {
+  if (stream == TESSERA_CU_STREAM_LEGACY || (stream == nullptr && !per_thread)) return false;
+  auto is_capturing =
+      per_thread ? g->driver.stream_is_capturing_ptsz : g->driver.stream_is_capturing;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing != nullptr && is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// While a capture runs in the process, the calling thread's capture mode is relaxed for the scope:
+// the gate's event records and waits are then not the "unsafe" calls that invalidate a capture in
+// global mode. Costs one load when no capture runs.
+class RelaxedWhileCapturing {
+ public:
+  RelaxedWhileCapturing() {
+    if (g_captures.load(std::memory_order_acquire) == 0 ||
+        g->driver.exchange_capture_mode == nullptr) {
+      return;
+    }
+    active_ = g->driver.exchange_capture_mode(&mode_) == CUDA_SUCCESS;
+  }
+  ~RelaxedWhileCapturing() {
+    if (active_) g->driver.exchange_capture_mode(&mode_);
+  }
+  RelaxedWhileCapturing(const RelaxedWhileCapturing&) = delete;
+  RelaxedWhileCapturing& operator=(const RelaxedWhileCapturing&) = delete;
+
+ private:
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool active_ = false;
+};
 
 // Whether this process's container is high-priority (it may change with a control-tree write).
 bool HighPriority() {
@@ -350,11 +384,18 @@ void ConsumeLocked(Track* t, bool wait_first) {
 // every blocking stream, the owner's per-thread stream included). Caller holds t->lock.
 void MarkLocked(Track* t, bool by_sampler) {
   const uint32_t n = t->since_mark.load(std::memory_order_relaxed);
-  if (n == 0 || (by_sampler && g_captures.load(std::memory_order_acquire) != 0)) return;
-  if (t->count == kRing) ConsumeLocked(t, /*wait_first=*/true);
-  Mark& m = t->ring[(t->head + t->count) % kRing];
+  if (n == 0) return;
   CUstream on = t->stream;
   if (t->per_thread) on = by_sampler ? TESSERA_CU_STREAM_LEGACY : TESSERA_CU_STREAM_PER_THREAD;
+  // While a capture runs, the sampler records nothing on the legacy stream (an implicit
+  // synchronisation with a capturing stream) or into a capturing stream; the launchers' own marks
+  // close those launches instead.
+  if (by_sampler && g_captures.load(std::memory_order_acquire) != 0 &&
+      (t->per_thread || t->legacy || LaunchCaptured(t->stream, false))) {
+    return;
+  }
+  if (t->count == kRing) ConsumeLocked(t, /*wait_first=*/true);
+  Mark& m = t->ring[(t->head + t->count) % kRing];
   t->since_mark.store(0, std::memory_order_relaxed);
   if (g->driver.event_record(m.event, on) != CUDA_SUCCESS) return;  // e.g. a capturing stream
   m.start_ns = t->first_launch_ns.load(std::memory_order_relaxed);
@@ -945,15 +986,16 @@ void PrintStats() {
 
 void StopSamplerAtExit() {
   if (g == nullptr) return;
-  PrintStats();
-  if (!g->sampler_running.load()) return;
-  g->exiting.store(true, std::memory_order_release);
-  ipc::FutexWakeAll(&g->layout->gate.devices[g->primary_device].grant_seq);
-  // Wait briefly (it may be finishing a drain); the process is exiting either way.
-  for (int i = 0; i < 200 && !g->sampler_done.load(std::memory_order_acquire); ++i) {
-    timespec ts{0, 250'000};
-    nanosleep(&ts, nullptr);
+  if (g->sampler_running.load()) {
+    g->exiting.store(true, std::memory_order_release);
+    ipc::FutexWakeAll(&g->layout->gate.devices[g->primary_device].grant_seq);
+    // Wait briefly (it may be finishing a drain); the process is exiting either way.
+    for (int i = 0; i < 200 && !g->sampler_done.load(std::memory_order_acquire); ++i) {
+      timespec ts{0, 250'000};
+      nanosleep(&ts, nullptr);
+    }
   }
+  PrintStats();
 }
 
 void StartSampler() {
@@ -1018,7 +1060,11 @@ void ResetGateAfterFork() {
 
 Track* BeforeLaunch(CUstream stream, bool per_thread) {
   if (g == nullptr || !g->started.load(std::memory_order_acquire)) return nullptr;
-  if (__builtin_expect(g_captures.load(std::memory_order_relaxed) != 0, 0)) return nullptr;
+  if (__builtin_expect(g_captures.load(std::memory_order_relaxed) != 0, 0) &&
+      LaunchCaptured(stream, per_thread)) {
+    return nullptr;
+  }
+  RelaxedWhileCapturing relaxed;
   Track* t = t_cache.track;
   if (__builtin_expect(
           t == nullptr || t_cache.stream != stream || t_cache.per_thread_entry != per_thread ||
@@ -1077,6 +1123,7 @@ void AfterLaunch(Track* t, CUresult launched) {
     }
   }
   if (__builtin_expect(n >= t->mark_every.load(std::memory_order_relaxed), 0)) {
+    RelaxedWhileCapturing relaxed;
     t->lock.Lock();
     MarkLocked(t, /*by_sampler=*/false);
     t->lock.Unlock();
@@ -1110,6 +1157,7 @@ void Forget(Match match) {
 
 void BeforeSynchronize() {
   if (g == nullptr || !g->started.load(std::memory_order_acquire)) return;
+  // During a capture a synchronisation is the application's own error; nothing is marked then.
   if (g_captures.load(std::memory_order_acquire) != 0) return;
   std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
   if (!lock.owns_lock()) return;

@@ -65,9 +65,13 @@ struct GateDriver {
   CUresult (*ctx_get_current)(CUcontext*) = nullptr;
   CUresult (*ctx_set_current)(CUcontext) = nullptr;
   CUresult (*ctx_get_device)(CUdevice*) = nullptr;
-  // Optional (nullptr or failing is fine): lets the sampler query events while the application
-  // captures a graph in global capture mode.
+  // Optional (nullptr or failing is fine): lets the gate's own event calls run while the
+  // application captures a graph in global capture mode.
   CUresult (*exchange_capture_mode)(CUstreamCaptureMode*) = nullptr;
+  // Whether a stream captures (the plain and the per-thread entry points); needed only while a
+  // capture runs in the process.
+  CUresult (*stream_is_capturing)(CUstream, CUstreamCaptureStatus*) = nullptr;
+  CUresult (*stream_is_capturing_ptsz)(CUstream, CUstreamCaptureStatus*) = nullptr;
 };
 
 struct Track;
@@ -105,10 +109,11 @@ void ForgetContext(CUcontext ctx);
 void CurrentContextChanged();
 
 // A stream capture is about to begin (called before the driver's call; CaptureEnds undoes it if
-// the call fails) and one has ended. While any capture runs in the process, launches are neither
-// gated nor measured (a captured launch runs nothing; its graph's launches are gated when they
-// run) and no mark is recorded: on a real driver an event recorded into a capturing stream, or a
-// wait on one while a capture runs in global mode, invalidates the application's capture.
+// the call fails) and one has ended. A launch into a capturing stream runs nothing: it is neither
+// gated nor measured (the graph's launches are gated when they run), and no mark is recorded into
+// a capturing stream. Launches on other streams stay gated; while a capture runs, the gate makes
+// its own event calls in relaxed capture mode: on a real driver an event recorded into a capture,
+// or a wait while a capture runs in global mode, invalidates the application's capture.
 void CaptureBegins();
 void CaptureEnds();
 

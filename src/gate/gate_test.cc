@@ -198,7 +198,8 @@ class GateTest : public ::testing::Test {
 };
 
 // Policy 3 (fixed percentage) at 30/70 through every launch path: the legacy default stream, a
-// per-thread default stream (_ptsz), an explicit stream via cuLaunchKernelEx, and graph launches.
+// per-thread default stream (_ptsz), an explicit stream via cuLaunchKernelEx, graph launches, and
+// an explicit stream while a capture the tenant never ends runs on another (still gated).
 class GateHowTest : public GateTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(GateHowTest, FixedPercentageSplitsTheGpuThirtySeventy) {
@@ -217,7 +218,8 @@ TEST_P(GateHowTest, FixedPercentageSplitsTheGpuThirtySeventy) {
   EXPECT_EQ(a->Wait(30s), 0);
   EXPECT_EQ(b->Wait(30s), 0);
 }
-INSTANTIATE_TEST_SUITE_P(Paths, GateHowTest, ::testing::Values("legacy", "ptsz", "ex", "graph"));
+INSTANTIATE_TEST_SUITE_P(Paths, GateHowTest,
+                         ::testing::Values("legacy", "ptsz", "ex", "graph", "capturing"));
 
 TEST_F(GateTest, WeightedPreemptiveFollowsOneToTwo) {
   StartDaemon({"--policy", "2"});

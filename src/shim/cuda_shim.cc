@@ -266,6 +266,8 @@ void StartComputeGate() {
   d.ctx_set_current = REAL(cuCtxSetCurrent);
   d.ctx_get_device = REAL(cuCtxGetDevice);
   d.exchange_capture_mode = REAL(cuThreadExchangeStreamCaptureMode);
+  d.stream_is_capturing = REAL(cuStreamIsCapturing);
+  d.stream_is_capturing_ptsz = REAL(cuStreamIsCapturing_ptsz);
   auto& t = Tenant();
   tessera::gate::GateLedger segments;
   segments.node = t.ledger->layout();
@@ -646,9 +648,9 @@ TESSERA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) {
   return Gated(s, true, [&] { return REAL(cuGraphLaunch_ptsz)(exec, s); });
 }
 
-// Stream capture: while a capture runs, launches pass ungated and the gate records no marks (see
-// gate::CaptureBegins); the graph's launches are gated when they run. A capture has ended when the
-// stream no longer captures after cuStreamEndCapture, whatever it returned.
+// Stream capture: launches into a capturing stream pass ungated and the gate records no marks into
+// it (see gate::CaptureBegins); the graph's launches are gated when they run. A capture has ended
+// when the stream no longer captures after cuStreamEndCapture, whatever it returned.
 namespace {
 template <typename Call>
 CUresult BeginCapture(Call call) {

@@ -370,6 +370,13 @@ int main(int argc, char** argv) {
     CUstream stream = nullptr;
     CHECK(cuStreamCreate(&stream, 0));
     CUgraphExec exec = nullptr;
+    if (how == "capturing") {
+      // A capture begun on a stream of its own and never ended, while the kernels go to another
+      // stream: launches into the capture run nothing, the others must stay gated.
+      CUstream idle = nullptr;
+      CHECK(cuStreamCreate(&idle, 0));
+      CHECK(cuStreamBeginCapture_v2(idle, CU_STREAM_CAPTURE_MODE_RELAXED));
+    }
     if (how == "graph") {
       // One graph of 4 kernels, captured once and launched repeatedly.
       CUgraph graph = nullptr;
@@ -393,7 +400,7 @@ int main(int argc, char** argv) {
       const uint64_t before = now;
       if (how == "ptsz") {
         CHECK(cuLaunchKernel_ptsz(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr));
-      } else if (how == "stream") {
+      } else if (how == "stream" || how == "capturing") {
         CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr));
       } else if (how == "ex") {
         CUlaunchConfig config{};
