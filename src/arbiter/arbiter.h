@@ -70,9 +70,9 @@
 #include <string>
 #include <vector>
 
-#include "arbiter/clock.h"
 #include "arbiter/usage_window.h"
 #include "core/arbiter_policy.h"
+#include "core/clock.h"
 #include "core/percent.h"
 #include "core/result.h"
 

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "arbiter/clock.h"
 #include "arbiter/usage_window.h"
+#include "core/clock.h"
 
 namespace tessera::arbiter {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <deque>
 
-#include "arbiter/clock.h"
+#include "core/duration.h"
 
 namespace tessera::arbiter {
 

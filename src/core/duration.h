@@ -1,5 +1,5 @@
-// Durations as users write them in configuration ("2ms", "100us", "1.5s"), parsed into
-// std::chrono::nanoseconds, and formatted back.
+// Nanos, the unit of durations and steady instants (core/clock.h), and durations as users write
+// them in configuration ("2ms", "100us", "1.5s"), parsed into Nanos and formatted back.
 //
 // Syntax accepted by ParseDuration (surrounding whitespace ignored, units case-sensitive as in Go
 // and Prometheus): <digits>[.<digits>]<unit> with <unit> one of ns, us (or µs), ms, s, m, h.
@@ -16,15 +16,16 @@
 
 namespace tessera {
 
+// A duration, or an instant counted from a clock's epoch, in nanoseconds.
+using Nanos = std::chrono::nanoseconds;
+
 // Parses one duration (syntax above) within [min, max]. `input_name` starts every error message:
 //   quota_min="50us": 50us is out of range; expected a duration from 100us to 1s, such as 2ms
-Result<std::chrono::nanoseconds> ParseDuration(
-    std::string_view text, std::string_view input_name,
-    std::chrono::nanoseconds min = std::chrono::nanoseconds::zero(),
-    std::chrono::nanoseconds max = std::chrono::hours(24 * 365));
+Result<Nanos> ParseDuration(std::string_view text, std::string_view input_name,
+                            Nanos min = Nanos::zero(), Nanos max = std::chrono::hours(24 * 365));
 
 // The form ParseDuration reads back to the same value, in the largest unit that shows it as a
 // whole number ("2ms", "1500us", "1s", "90s", "2m", "1h", "0s").
-std::string FormatDuration(std::chrono::nanoseconds duration);
+std::string FormatDuration(Nanos duration);
 
 }  // namespace tessera

@@ -14,7 +14,6 @@
 namespace tessera::daemon {
 namespace {
 
-using arbiter::Nanos;
 using ipc::MonotonicNs;
 using tessera::ArbiterPolicy;
 
@@ -184,7 +183,7 @@ DeviceShares ComputeService::Shares(int device) const {
   out.config = config;
   // The figures run to where the arbiter thread last settled the timeline (kSettleNs before its
   // last pass, which comes at least every kSettlePassNs while anything is left to settle).
-  const arbiter::Nanos until = Nanos(static_cast<int64_t>(dev.timeline.settled_until()));
+  const Nanos until = Nanos(static_cast<int64_t>(dev.timeline.settled_until()));
   out.gpu_time_until_ns = ToNs(until);
   out.free_weight = a.free_weight();
   int weight_sum = 0;
@@ -225,7 +224,7 @@ DeviceShares ComputeService::Shares(int device) const {
         break;
     }
     // What it ran (not what the arbiter's order was charged: no deadline charges or credits).
-    const arbiter::Nanos ran =
+    const Nanos ran =
         const_cast<arbiter::UsageWindow&>(dev.ran[static_cast<size_t>(c)]).Used(until);
     share.achieved = 100.0 * static_cast<double>(ran.count()) / window;
     const ledger::LedgerBook::Container& slot = book_->containers[c];

@@ -38,9 +38,9 @@
 #include <vector>
 
 #include "arbiter/arbiter.h"
-#include "arbiter/clock.h"
 #include "arbiter/device_timeline.h"
 #include "arbiter/usage_window.h"
+#include "core/clock.h"
 #include "core/result.h"
 #include "ledger/memory_ledger.h"
 
@@ -127,8 +127,8 @@ class ComputeService {
     // Who ran when, from the gates' intervals, and what each container ran over the window (the
     // reported figure: no deadline charges or credits, which only the arbiter's order sees).
     arbiter::DeviceTimeline timeline{500'000'000};  // half a second for late intervals
-    std::vector<arbiter::UsageWindow> ran = std::vector<arbiter::UsageWindow>(
-        ledger::kMaxContainers, arbiter::UsageWindow(arbiter::Nanos{0}));
+    std::vector<arbiter::UsageWindow> ran =
+        std::vector<arbiter::UsageWindow>(ledger::kMaxContainers, arbiter::UsageWindow(Nanos{0}));
     // Per container: where the latest interval placed on the timeline ended.
     std::vector<uint64_t> placed_until_ns = std::vector<uint64_t>(ledger::kMaxContainers);
   };
@@ -171,7 +171,7 @@ class ComputeService {
   const ledger::LedgerBook* book_;
   ledger::LedgerBook* compute_book_;  // its gate_gpu_ns counters (MemoryLedger::compute_book)
   ComputeOptions options_;
-  arbiter::MonotonicClock clock_;
+  MonotonicClock clock_;
   mutable std::mutex mu_;
   std::vector<Device> devices_;
   std::vector<Member> members_ = std::vector<Member>(ledger::kMaxContainers);

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -110,6 +111,15 @@ Result<NodeDoor> CheckNodeDoor(
                     "\": expected an absolute path of libnvidia-ml.so.1");
   }
   return door;
+}
+
+void SayLine(const char* program, const std::string& line) {
+  std::fprintf(stderr, "%s: %s\n", program, line.c_str());
+}
+
+int FailStart(const char* program, const std::string& message) {
+  SayLine(program, message);
+  return 2;
 }
 
 }  // namespace tessera::k8s

@@ -1,7 +1,8 @@
 // What the mains of Tessera's Kubernetes doors (tessera-device-plugin, tessera-dra-plugin,
 // tessera-extender) share: the node doors' common flags and their checks, stopping on SIGTERM or
-// SIGINT, and the API server's configuration from a kubeconfig or the pod's service account. No
-// policy; for those programs' main.cc only.
+// SIGINT, the API server's configuration from a kubeconfig or the pod's service account, and the
+// node doors' start-up from the API client to the stop. No policy; for those programs' main.cc
+// only.
 #pragma once
 
 #include <chrono>
@@ -66,5 +67,36 @@ struct NodeDoor {
 // problem is the error, naming the flag, the value and what is allowed.
 Result<NodeDoor> CheckNodeDoor(const NodeDoorFlags& flags, const std::string& unhealthy_after,
                                const std::vector<std::pair<const char*, std::string>>& directories);
+
+// Writes "`program`: `line`" to stderr.
+void SayLine(const char* program, const std::string& line);
+// Says `message` (SayLine) and returns 2, the exit status of a start-up refused.
+int FailStart(const char* program, const std::string& message);
+
+// The rest of a node door's start-up, the same for both: the API server's client (user agent
+// "`program`/node"), the stop signals, then Server(options, &api) started, `started(server)` said,
+// and served until SIGTERM or SIGINT. Returns the exit status: 2 when the API server's
+// configuration is refused, 1 when the server does not start (why is said), 0 after a stop.
+template <typename Server, typename Options, typename Started>
+int ServeNodeDoor(const char* program, const NodeDoorFlags& flags, const NodeDoor& door,
+                  const Options& options, Started started) {
+  auto config =
+      ClientConfigFor(flags.kubeconfig, flags.context, std::string(program) + "/" + door.node);
+  if (!config.ok()) return FailStart(program, config.error());
+  ApiClient api(*config);
+
+  InstallStopSignals();
+
+  Server server(options, &api);
+  if (Status s = server.Start(); !s.ok()) {
+    SayLine(program, s.message());
+    return 1;
+  }
+  SayLine(program, started(server));
+  WaitForStop();
+  server.Stop();
+  api.Stop();
+  return 0;
+}
 
 }  // namespace tessera::k8s

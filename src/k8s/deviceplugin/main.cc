@@ -4,10 +4,8 @@
 // docs/kubernetes.md says how to deploy it.
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <string>
 
-#include "k8s/api_client.h"
 #include "k8s/deviceplugin/plugin.h"
 #include "k8s/door.h"
 #include "process/child_process.h"
@@ -17,10 +15,8 @@ namespace {
 using namespace tessera;
 using namespace tessera::k8s;
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "tessera-device-plugin: %s\n", message.c_str());
-  return 2;
-}
+constexpr const char* kProgram = "tessera-device-plugin";
+int Fail(const std::string& message) { return FailStart(kProgram, message); }
 
 }  // namespace
 
@@ -97,23 +93,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  auto config = ClientConfigFor(door_flags.kubeconfig, door_flags.context,
-                                "tessera-device-plugin/" + door->node);
-  if (!config.ok()) return Fail(config.error());
-  ApiClient api(*config);
-
-  InstallStopSignals();
-
-  DevicePluginServer server(options, &api);
-  if (Status s = server.Start(); !s.ok()) {
-    std::fprintf(stderr, "tessera-device-plugin: %s\n", s.message().c_str());
-    return 1;
-  }
-  std::fprintf(stderr, "tessera-device-plugin: node %s, plugin folder %s, tesserad %s, state %s\n",
-               door->node.c_str(), plugin_dir.c_str(), door_flags.tesserad_socket.c_str(),
-               state_dir.c_str());
-  WaitForStop();
-  server.Stop();
-  api.Stop();
-  return 0;
+  return ServeNodeDoor<DevicePluginServer>(
+      kProgram, door_flags, *door, options, [&](const DevicePluginServer&) {
+        return "node " + door->node + ", plugin folder " + plugin_dir + ", tesserad " +
+               door_flags.tesserad_socket + ", state " + state_dir;
+      });
 }

@@ -5,10 +5,8 @@
 // deploy it.
 
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <string>
 
-#include "k8s/api_client.h"
 #include "k8s/deviceplugin/container_edits.h"
 #include "k8s/door.h"
 #include "k8s/dra/plugin.h"
@@ -19,10 +17,8 @@ namespace {
 using namespace tessera;
 using namespace tessera::k8s;
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "tessera-dra-plugin: %s\n", message.c_str());
-  return 2;
-}
+constexpr const char* kProgram = "tessera-dra-plugin";
+int Fail(const std::string& message) { return FailStart(kProgram, message); }
 
 }  // namespace
 
@@ -99,23 +95,9 @@ int main(int argc, char** argv) {
   options.preparer.mounts = *mounts;
   options.preparer.nvidia_cdi = !door_flags.sim;
 
-  auto config = ClientConfigFor(door_flags.kubeconfig, door_flags.context,
-                                "tessera-dra-plugin/" + door->node);
-  if (!config.ok()) return Fail(config.error());
-  ApiClient api(*config);
-
-  InstallStopSignals();
-
-  dra::DraPluginServer server(options, &api);
-  if (Status s = server.Start(); !s.ok()) {
-    std::fprintf(stderr, "tessera-dra-plugin: %s\n", s.message().c_str());
-    return 1;
-  }
-  std::fprintf(stderr, "tessera-dra-plugin: node %s, endpoint %s, tesserad %s, state %s\n",
-               door->node.c_str(), server.endpoint().c_str(), tesserad_socket.c_str(),
-               state_dir.c_str());
-  WaitForStop();
-  server.Stop();
-  api.Stop();
-  return 0;
+  return ServeNodeDoor<dra::DraPluginServer>(
+      kProgram, door_flags, *door, options, [&](const dra::DraPluginServer& server) {
+        return "node " + door->node + ", endpoint " + server.endpoint() + ", tesserad " +
+               tesserad_socket + ", state " + state_dir;
+      });
 }

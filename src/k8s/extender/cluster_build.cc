@@ -139,9 +139,9 @@ void ClusterState::Impl::AddMigGpus(NodeRec& rec, pl::ModelTable& models, pl::No
 }
 
 void ClusterState::Impl::EnsurePolicies() {
-  if (!options.workload && (pods_changed || learned_at == SteadyTime{})) {
-    const SteadyTime now = options.clock();
-    if (learned_at == SteadyTime{} || now - learned_at >= options.relearn_interval) {
+  if (!options.workload && (pods_changed || !learned_at)) {
+    const Nanos now = clock.Now();
+    if (!learned_at || now - *learned_at >= options.relearn_interval) {
       Learn();
       learned_at = now;
       pods_changed = false;

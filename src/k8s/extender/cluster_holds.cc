@@ -208,7 +208,7 @@ void ClusterState::Impl::Observe(const PodRec& rec) {
 }
 
 void ClusterState::Impl::SweepReservations() {
-  const SteadyTime now = options.clock();
+  const Nanos now = clock.Now();
   std::vector<std::string> lapsed;
   for (auto it = reserved.begin(); it != reserved.end();) {
     auto h = holds.find(*it);

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/duration.h"
 #include "core/result.h"
 #include "k8s/annotations.h"
 #include "k8s/extender/commit_log.h"
@@ -23,7 +24,6 @@ namespace tessera::extender {
 
 namespace pl = tessera::placement;
 using k8s::Json;
-using SteadyTime = std::chrono::steady_clock::time_point;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 inline int64_t CeilMib(int64_t bytes) { return (bytes + kMiB - 1) / kMiB; }
@@ -117,7 +117,7 @@ struct Hold {
   std::vector<ContainerPart> containers;
   uint64_t seq = 0;
   bool bound = false;  // observed on a bound pod (else assumed)
-  SteadyTime deadline{};
+  Nanos deadline{0};
   // What was placed on the cluster of build `epoch` (nothing when the node is unknown there).
   uint64_t epoch = 0;
   std::vector<std::pair<pl::Request, pl::Assignment>> applied;

@@ -321,7 +321,7 @@ Result<FilterOutcome> ClusterState::Filter(const Json& pod,
   }
   if (!choice) {
     Impl::Waiting& w = s.waiting[rec->uid];
-    if (w.since == SteadyTime{}) w.since = s.options.clock();
+    if (!w.since) w.since = s.clock.Now();
     w.pod = rec->key;
     w.asks = DescribeAsks(rec->demand);
     w.reason = NoNodeSummary(names.size(), out.failed);
@@ -716,14 +716,15 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
   std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return std::tie(a.second->since, a.second->pod) < std::tie(b.second->since, b.second->pod);
   });
-  const SteadyTime now = s.options.clock();
+  const Nanos now = s.clock.Now();
   Json pending = Json::array();
   for (const auto& [uid, w] : order) {
-    pending.push_back({{"pod", w->pod},
-                       {"uid", uid},
-                       {"asks", w->asks},
-                       {"reason", w->reason},
-                       {"waiting_seconds", std::chrono::duration<double>(now - w->since).count()}});
+    pending.push_back(
+        {{"pod", w->pod},
+         {"uid", uid},
+         {"asks", w->asks},
+         {"reason", w->reason},
+         {"waiting_seconds", std::chrono::duration<double>(now - *w->since).count()}});
   }
   return Json{{"nodes", std::move(nodes)},
               {"pending", std::move(pending)},

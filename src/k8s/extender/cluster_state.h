@@ -38,7 +38,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,18 +48,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/clock.h"
 #include "k8s/annotations.h"
 #include "k8s/extender/commit_log.h"
-#include "k8s/pod_demand.h"
 #include "k8s/objects.h"
+#include "k8s/pod_demand.h"
 #include "placement/cluster.h"
 #include "placement/frag.h"
 #include "placement/policy.h"
 #include "placement/reservation.h"
 
 namespace tessera::extender {
-
-using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
 // What a filter answers as passing: the one node the engine chose (the pod's GPUs reserved there),
 // or every node that fits. With `chosen` kube-scheduler has one node left, so it skips
@@ -81,7 +79,9 @@ struct StateOptions {
   // kube-scheduler marked unschedulable (placement/reservation.h), on the nodes whose policy
   // keeps such reservations (tessera).
   bool reserve_for_waiting = true;
-  Clock clock;  // defaults to steady_clock::now
+  // Where reservation deadlines, relearning and waiting times read the time; it must outlive the
+  // state. Null: the host's steady clock (RealClock()).
+  const Clock* clock = nullptr;
 };
 
 // Why a node does not take the pod; `unresolvable` when preempting pods there would not help.

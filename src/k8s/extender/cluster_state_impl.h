@@ -31,8 +31,8 @@
 namespace tessera::extender {
 
 struct ClusterState::Impl {
-  explicit Impl(StateOptions o) : options(std::move(o)) {
-    if (!options.clock) options.clock = [] { return std::chrono::steady_clock::now(); };
+  explicit Impl(StateOptions o)
+      : options(std::move(o)), clock(options.clock ? *options.clock : RealClock()) {
     workload = options.workload ? options.workload : std::make_shared<pl::TargetWorkload>();
   }
 
@@ -46,8 +46,9 @@ struct ClusterState::Impl {
   };
 
   StateOptions options;
+  const Clock& clock;  // options.clock, or the host's
   std::shared_ptr<const pl::TargetWorkload> workload;
-  SteadyTime learned_at{};
+  std::optional<Nanos> learned_at;
   bool pods_changed = true;
   bool pods_listed = false;  // a pod list has come in
 
@@ -73,7 +74,7 @@ struct ClusterState::Impl {
     std::string pod;  // ns/name
     std::string asks;
     std::string reason;
-    SteadyTime since{};  // its first filter that found no node
+    std::optional<Nanos> since;  // its first filter that found no node
     k8s::PodDemand demand;
   };
   std::unordered_map<std::string, Waiting> waiting;
@@ -244,7 +245,7 @@ struct ClusterState::Impl {
 
   void Reserve(const PodRec& rec, const PodRequests& p, const Choice& c) {
     Hold h = MakeHold(rec, p, c, HoldKind::kReserved);
-    h.deadline = options.clock() + options.reservation_ttl;
+    h.deadline = clock.Now() + options.reservation_ttl;
     Put(rec.uid, std::move(h));
   }
 

@@ -264,16 +264,16 @@ TEST(ClusterStateTest, ReservationsKeepTheNextDecisionFromTakingTheSameShare) {
 }
 
 TEST(ClusterStateTest, ReservationsLapseWithoutABind) {
-  auto now = std::chrono::steady_clock::now();
+  ManualClock clock;
   StateOptions o;
   o.workload = std::make_shared<placement::TargetWorkload>();
   o.reservation_ttl = std::chrono::seconds(30);
-  o.clock = [&now] { return now; };
+  o.clock = &clock;
   ClusterState s(o);
   ASSERT_TRUE(s.UpsertNode(Node("n", Gpus(1))).ok());
   ASSERT_TRUE(s.Filter(Pod("a", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size() == 1);
   EXPECT_TRUE(s.Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.empty());
-  now += std::chrono::seconds(31);
+  clock.Advance(std::chrono::seconds(31));
   EXPECT_EQ(s.Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size(), 1u);
   EXPECT_EQ(s.Stats().reservations_expired, 1u);
 }
@@ -581,11 +581,10 @@ TEST(ClusterStateTest, InspectShowsWhoHoldsWhat) {
 
 TEST(ClusterStateTest, InspectListsWaitingPodsWithTheirReasonAndMarksStrandedGpus) {
   // A clock the test moves: how long a pod has waited.
-  auto now =
-      std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  ManualClock clock;
   StateOptions o;
   o.workload = std::make_shared<placement::TargetWorkload>();
-  o.clock = [now] { return *now; };
+  o.clock = &clock;
   ClusterState s(o);
   ASSERT_TRUE(s.UpsertNode(Node("a", Gpus(2))).ok());
   ASSERT_TRUE(s.UpsertNode(Node("b", Gpus(2))).ok());
@@ -609,7 +608,7 @@ TEST(ClusterStateTest, InspectListsWaitingPodsWithTheirReasonAndMarksStrandedGpu
   const k8s::Json waiting = Pod("second-pair", {{"tessera.io/gpu-count", "2"}});
   auto out = s.Filter(waiting, nodes);
   ASSERT_TRUE(out.ok() && out->fits.empty());
-  *now += std::chrono::seconds(7);
+  clock.Advance(std::chrono::seconds(7));
   ASSERT_TRUE(s.Filter(waiting, nodes).ok());  // tried again: it waits since the first
   j = s.Inspect(std::nullopt);
   ASSERT_EQ((*j)["pending"].size(), 1u) << j->dump();
