@@ -192,6 +192,54 @@ TEST(Assignment, ErrorsNameKeyValueAndWhatIsAllowed) {
   }
 }
 
+// A GPU's own mode: tessera.io/gpu.schedule.<index>; hostile keys and values refuse the whole set
+// by name.
+TEST(Labels, gpu_modes_PerIndexLabelsAndWhatTheyRefuse) {
+  auto none = GpuModesFromLabels({{"tessera.io/gpu.schedule", "mps"}, {"tessera.io/gpu.placement", "spread"}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  auto mixed = GpuModesFromLabels({{"tessera.io/gpu.schedule", "core_mem"},
+                                   {"tessera.io/gpu.schedule.0", "mps"},
+                                   {"tessera.io/gpu.schedule.3", "mps"},
+                                   {"tessera.io/gpu.schedule.10", "exclusive"},
+                                   {"tessera.io/gpu.schedule.255", "share"},
+                                   {"tessera.io/gpu.schedule.7", "mem"}});
+  ASSERT_TRUE(mixed.ok()) << mixed.error();
+  EXPECT_EQ(*mixed, (std::map<int, NodeMode>{{0, NodeMode::kMps},
+                                             {3, NodeMode::kMps},
+                                             {7, NodeMode::kMem},
+                                             {10, NodeMode::kExclusive},
+                                             {255, NodeMode::kShare}}));
+  const std::string index_rule =
+      "is no GPU index; expected tessera.io/gpu.schedule.<index>, the index a decimal 0-255 "
+      "without leading zeros";
+  struct Case {
+    std::string key, value, message;
+  };
+  const std::vector<Case> cases = {
+      {"tessera.io/gpu.schedule.01", "mps", "node label tessera.io/gpu.schedule.01=\"mps\": \"01\" " + index_rule},
+      {"tessera.io/gpu.schedule.256", "mps", "\"256\" " + index_rule},
+      {"tessera.io/gpu.schedule.-1", "mps", "\"-1\" " + index_rule},
+      {"tessera.io/gpu.schedule.x", "mps", "\"x\" " + index_rule},
+      {"tessera.io/gpu.schedule.1.2", "mps", "\"1.2\" " + index_rule},
+      {"tessera.io/gpu.schedule.99999999999999999999", "mps", index_rule},
+      {"tessera.io/gpu.schedule.", "mps", "node label tessera.io/gpu.schedule.=\"mps\": \"\" " + index_rule},
+      {"tessera.io/gpu.schedule.2", "turbo",
+       "node label tessera.io/gpu.schedule.2=\"turbo\": unknown GPU sharing mode; expected "
+       "core_mem, mem, share, exclusive, mig or mps"},
+      {"tessera.io/gpu.schedule.2", "MPS", "unknown GPU sharing mode"},
+      {"tessera.io/gpu.schedule.2", "", "node label tessera.io/gpu.schedule.2=\"\": unknown GPU sharing mode"},
+      {"tessera.io/gpu.schedule.2", "mig",
+       "node label tessera.io/gpu.schedule.2=\"mig\": mig is a whole node's mode (label "
+       "tessera.io/gpu.schedule); a GPU's own mode is core_mem, mem, share, exclusive or mps"},
+  };
+  for (const Case& c : cases) {
+    auto r = GpuModesFromLabels({{"tessera.io/gpu.schedule.0", "mps"}, {c.key, c.value}});
+    ASSERT_FALSE(r.ok()) << c.key << "=" << c.value;
+    EXPECT_THAT(r.error(), HasSubstr(c.message)) << c.key << "=" << c.value;
+  }
+}
+
 TEST(Labels, ModeAndPlacementFromLabelsWithAckFallback) {
   EXPECT_EQ(*NodeModeFromLabels({}), NodeMode::kCoreMem);
   EXPECT_EQ(*NodeModeFromLabels({{"ack.node.gpu.schedule", "share"}}), NodeMode::kShare);
