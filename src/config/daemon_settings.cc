@@ -63,16 +63,19 @@ Result<std::set<int>> ParseGpuIndexList(const std::string& text, const char* fla
   size_t begin = 0;
   while (true) {
     const size_t comma = text.find(',', begin);
-    const std::string item = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    const std::string item =
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
     const size_t dash = item.find('-');
-    const bool plain = item.find_first_not_of("0123456789-") == std::string::npos &&
-                       item.size() <= 7;
-    auto first = !plain ? Result<uint64_t>::Error("") : ParseUnsigned(item.substr(0, dash), flag, 0, kMaxConfigGpuIndex);
+    const bool plain =
+        item.find_first_not_of("0123456789-") == std::string::npos && item.size() <= 7;
+    auto first = !plain ? Result<uint64_t>::Error("")
+                        : ParseUnsigned(item.substr(0, dash), flag, 0, kMaxConfigGpuIndex);
     auto last = dash == std::string::npos
                     ? first
                     : ParseUnsigned(item.substr(dash + 1), flag, 0, kMaxConfigGpuIndex);
     if (!first.ok() || !last.ok() || *last < *first) {
-      return Out::Error(std::string(flag) + " \"" + text + "\": \"" + item + "\" is no GPU index or range; " + allowed);
+      return Out::Error(std::string(flag) + " \"" + text + "\": \"" + item +
+                        "\" is no GPU index or range; " + allowed);
     }
     for (uint64_t i = *first; i <= *last; ++i) out.insert(static_cast<int>(i));
     if (comma == std::string::npos) break;

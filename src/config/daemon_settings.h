@@ -63,7 +63,7 @@ struct DaemonSettings {
   // --gpu-policy INDEX:POLICY, in order; applied after the file's `gpus` (a flag wins). Whether
   // INDEX is one of the node's GPUs is known only once they are discovered.
   std::vector<std::pair<int, ArbiterPolicy>> gpu_policies;
-  bool mps = false;                // --mps, or --mps-gpus
+  bool mps = false;  // --mps, or --mps-gpus
   // --mps-gpus LIST: the GPUs (device indices) that run MPS; empty with `mps`: every GPU. Whether
   // each is one of the node's GPUs is known only once they are discovered.
   std::set<int> mps_gpus;

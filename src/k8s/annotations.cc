@@ -294,16 +294,17 @@ Result<std::map<int, NodeMode>> GpuModesFromLabels(
     for (char c : digits) number = number && c >= '0' && c <= '9';
     const int index = number ? std::stoi(std::string(digits)) : -1;
     if (!number || index > kMaxGpuIndex) {
-      return Out::Error("node label " + key + "=\"" + it->second + "\": \"" +
-                        std::string(digits) + "\" is no GPU index; expected " +
-                        kGpuScheduleLabelPrefix + "<index>, the index a decimal 0-" +
-                        std::to_string(kMaxGpuIndex) + " without leading zeros");
+      return Out::Error("node label " + key + "=\"" + it->second + "\": \"" + std::string(digits) +
+                        "\" is no GPU index; expected " + kGpuScheduleLabelPrefix +
+                        "<index>, the index a decimal 0-" + std::to_string(kMaxGpuIndex) +
+                        " without leading zeros");
     }
     auto mode = ParseNodeMode(it->second, "node label " + key);
     if (!mode.ok()) return Out::Error(mode.error());
     if (*mode == NodeMode::kMig) {
       return Out::Error("node label " + key + "=\"mig\": mig is a whole node's mode (label " +
-                        kScheduleLabel + "); a GPU's own mode is core_mem, mem, share, exclusive or mps");
+                        kScheduleLabel +
+                        "); a GPU's own mode is core_mem, mem, share, exclusive or mps");
     }
     out[index] = *mode;
   }
@@ -391,12 +392,14 @@ Result<GpuInventory> ParseGpuInventory(std::string_view text) {
                                       " on a mig node; expected its GPU, model, profile and start");
     }
     if (auto m = g.find("mode"); m != g.end()) {
-      auto own = r.String(g, path, "mode", "a GPU's own mode: core_mem, mem, share, exclusive or mps");
+      auto own =
+          r.String(g, path, "mode", "a GPU's own mode: core_mem, mem, share, exclusive or mps");
       if (!own.ok()) return own.status();
       auto parsed = ParseNodeMode(*own, std::string(kInventoryAnnotation) + ": " + path + "mode");
       if (!parsed.ok()) return parsed.status();
       if (*parsed == NodeMode::kMig || out.mode == NodeMode::kMig) {
-        return r.Fail(path + "mode", "=\"" + *own + "\" on a " + std::string(NodeModeName(out.mode)) +
+        return r.Fail(path + "mode", "=\"" + *own + "\" on a " +
+                                         std::string(NodeModeName(out.mode)) +
                                          " node; expected a GPU's own mode only off mig nodes, "
                                          "and never mig");
       }

@@ -80,7 +80,8 @@ Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& la
 // mps (mig is the whole node's). Any label under the prefix that is not a valid index, or whose
 // value is no such mode, refuses the whole set: the error names the label, the value and what is
 // allowed.
-Result<std::map<int, NodeMode>> GpuModesFromLabels(const std::map<std::string, std::string>& labels);
+Result<std::map<int, NodeMode>> GpuModesFromLabels(
+    const std::map<std::string, std::string>& labels);
 
 // How the extender places pods on a node's GPUs (label tessera.io/gpu.placement).
 enum class PlacementPolicy { kTessera, kBinpack, kSpread };

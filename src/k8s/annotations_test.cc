@@ -195,7 +195,8 @@ TEST(Assignment, ErrorsNameKeyValueAndWhatIsAllowed) {
 // A GPU's own mode: tessera.io/gpu.schedule.<index>; hostile keys and values refuse the whole set
 // by name.
 TEST(Labels, gpu_modes_PerIndexLabelsAndWhatTheyRefuse) {
-  auto none = GpuModesFromLabels({{"tessera.io/gpu.schedule", "mps"}, {"tessera.io/gpu.placement", "spread"}});
+  auto none = GpuModesFromLabels(
+      {{"tessera.io/gpu.schedule", "mps"}, {"tessera.io/gpu.placement", "spread"}});
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
   auto mixed = GpuModesFromLabels({{"tessera.io/gpu.schedule", "core_mem"},
@@ -217,18 +218,21 @@ TEST(Labels, gpu_modes_PerIndexLabelsAndWhatTheyRefuse) {
     std::string key, value, message;
   };
   const std::vector<Case> cases = {
-      {"tessera.io/gpu.schedule.01", "mps", "node label tessera.io/gpu.schedule.01=\"mps\": \"01\" " + index_rule},
+      {"tessera.io/gpu.schedule.01", "mps",
+       "node label tessera.io/gpu.schedule.01=\"mps\": \"01\" " + index_rule},
       {"tessera.io/gpu.schedule.256", "mps", "\"256\" " + index_rule},
       {"tessera.io/gpu.schedule.-1", "mps", "\"-1\" " + index_rule},
       {"tessera.io/gpu.schedule.x", "mps", "\"x\" " + index_rule},
       {"tessera.io/gpu.schedule.1.2", "mps", "\"1.2\" " + index_rule},
       {"tessera.io/gpu.schedule.99999999999999999999", "mps", index_rule},
-      {"tessera.io/gpu.schedule.", "mps", "node label tessera.io/gpu.schedule.=\"mps\": \"\" " + index_rule},
+      {"tessera.io/gpu.schedule.", "mps",
+       "node label tessera.io/gpu.schedule.=\"mps\": \"\" " + index_rule},
       {"tessera.io/gpu.schedule.2", "turbo",
        "node label tessera.io/gpu.schedule.2=\"turbo\": unknown GPU sharing mode; expected "
        "core_mem, mem, share, exclusive, mig or mps"},
       {"tessera.io/gpu.schedule.2", "MPS", "unknown GPU sharing mode"},
-      {"tessera.io/gpu.schedule.2", "", "node label tessera.io/gpu.schedule.2=\"\": unknown GPU sharing mode"},
+      {"tessera.io/gpu.schedule.2", "",
+       "node label tessera.io/gpu.schedule.2=\"\": unknown GPU sharing mode"},
       {"tessera.io/gpu.schedule.2", "mig",
        "node label tessera.io/gpu.schedule.2=\"mig\": mig is a whole node's mode (label "
        "tessera.io/gpu.schedule); a GPU's own mode is core_mem, mem, share, exclusive or mps"},

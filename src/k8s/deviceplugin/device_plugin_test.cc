@@ -1178,10 +1178,11 @@ TEST_F(DevicePluginTest, ThirtyPercentBesideSeventyWithTheAckNames) {
 class GpuModesNodeTest : public DevicePluginTest {
  protected:
   explicit GpuModesNodeTest(std::string dir = NewMpsDir())
-      : DevicePluginTest("SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,"
-                         "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20",
-                         {"--mps-gpus", "0-3", "--mps-control",
-                          BuildDir() + "/tests/mps_control_standin", "--mps-dir", dir}),
+      : DevicePluginTest(
+            "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,"
+            "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20",
+            {"--mps-gpus", "0-3", "--mps-control", BuildDir() + "/tests/mps_control_standin",
+             "--mps-dir", dir}),
         mps_dir_(std::move(dir)) {
     labels_ = {{kScheduleLabel, "core_mem"}};
     for (int i = 0; i < 4; ++i) labels_[kGpuScheduleLabelPrefix + std::to_string(i)] = "mps";
@@ -1197,7 +1198,8 @@ class GpuModesNodeTest : public DevicePluginTest {
         !(*n)["metadata"]["annotations"].contains(kInventoryAnnotation)) {
       return std::nullopt;
     }
-    auto inv = ParseGpuInventory((*n)["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+    auto inv =
+        ParseGpuInventory((*n)["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
     EXPECT_TRUE(inv.ok()) << inv.error();
     if (!inv.ok()) return std::nullopt;
     return *inv;
@@ -1212,12 +1214,14 @@ class GpuModesNodeTest : public DevicePluginTest {
     return "";
   }
   Json Share(const std::string& ns, const std::string& name, int gpu) {
-    return Place(PodJson(ns, name, {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "30"}}}}),
-                 {{"c", {{node_.Uuid(gpu), kGiB, 30}}}});
+    return Place(
+        PodJson(ns, name, {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "30"}}}}),
+        {{"c", {{node_.Uuid(gpu), kGiB, 30}}}});
   }
   bool Event(const std::string& reason, const std::string& text) {
     for (const Json& e : api_.Events("")) {
-      if (e["reason"] == reason && e["message"].get<std::string>().find(text) != std::string::npos) return true;
+      if (e["reason"] == reason && e["message"].get<std::string>().find(text) != std::string::npos)
+        return true;
     }
     return false;
   }
@@ -1232,23 +1236,27 @@ TEST_F(GpuModesNodeTest, gpu_modes_MpsAndCoreMemGpusServedByOnePluginAndPodsLand
   for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count"}) {
     EXPECT_EQ(kubelet_->Resource(r)->registrations, 1) << r;
   }
-  ASSERT_TRUE(kubelet_->WaitForState("tessera.io/gpu-mem", 30s, [](const TestKubelet::PluginState& s) {
-    return s.devices.size() == 8u * 4u;
-  }));
+  ASSERT_TRUE(kubelet_->WaitForState(
+      "tessera.io/gpu-mem", 30s,
+      [](const TestKubelet::PluginState& s) { return s.devices.size() == 8u * 4u; }));
   // The inventory says each GPU's mode: 0-3 their own (mps), 4-7 the node's.
-  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(0) == "mps" && InventoryMode(7) == "core_mem"; }, 10s));
+  ASSERT_TRUE(
+      WaitUntil([&] { return InventoryMode(0) == "mps" && InventoryMode(7) == "core_mem"; }, 10s));
   auto inv = Inventory();
   ASSERT_TRUE(inv);
   EXPECT_EQ(inv->mode, NodeMode::kCoreMem);
   for (int i = 0; i < 8; ++i) {
     EXPECT_EQ(inv->gpus[static_cast<size_t>(i)].mode,
-              i < 4 ? std::optional<NodeMode>(NodeMode::kMps) : std::nullopt) << i;
+              i < 4 ? std::optional<NodeMode>(NodeMode::kMps) : std::nullopt)
+        << i;
   }
   // tesserad runs MPS on GPUs 0-3 only.
   for (int i = 0; i < 8; ++i) {
     struct stat st {};
-    const std::string pid_file = mps_dir_ + "/" + node_.Uuid(i) + "/pipe/nvidia-cuda-mps-control.pid";
-    EXPECT_EQ(WaitUntil([&] { return stat(pid_file.c_str(), &st) == 0; }, i < 4 ? 10s : 100ms), i < 4)
+    const std::string pid_file =
+        mps_dir_ + "/" + node_.Uuid(i) + "/pipe/nvidia-cuda-mps-control.pid";
+    EXPECT_EQ(WaitUntil([&] { return stat(pid_file.c_str(), &st) == 0; }, i < 4 ? 10s : 100ms),
+              i < 4)
         << "GPU " << i;
   }
 
@@ -1267,7 +1275,8 @@ TEST_F(GpuModesNodeTest, gpu_modes_MpsAndCoreMemGpusServedByOnePluginAndPodsLand
   EXPECT_TRUE(std::any_of(m.mounts.begin(), m.mounts.end(), [&](const TestKubelet::Mount& x) {
     return x.host_path == mps_dir_ + "/" + node_.Uuid(1) + "/pipe";
   }));
-  EXPECT_EQ(c.envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u) << "a core_mem GPU's tenant is no MPS client";
+  EXPECT_EQ(c.envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u)
+      << "a core_mem GPU's tenant is no MPS client";
   EXPECT_EQ(c.envs.at("TESSERA_VISIBLE_DEVICES"), node_.Uuid(5));
   EXPECT_TRUE(std::none_of(c.mounts.begin(), c.mounts.end(), [&](const TestKubelet::Mount& x) {
     return x.host_path.rfind(mps_dir_, 0) == 0;
@@ -1291,24 +1300,27 @@ TEST_F(GpuModesNodeTest, gpu_modes_MpsAndCoreMemGpusServedByOnePluginAndPodsLand
 
   // Each set by its own mode's rules: two core_mem GPUs for one container, yes; two MPS GPUs, no
   // (one MPS server per container); one GPU of each, no.
-  const Json pair = Place(PodJson("team", "pair", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
-                          {{"c", {{node_.Uuid(4), 4 * kGiB, 100}, {node_.Uuid(6), 4 * kGiB, 100}}}});
+  const Json pair =
+      Place(PodJson("team", "pair", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
+            {{"c", {{node_.Uuid(4), 4 * kGiB, 100}, {node_.Uuid(6), 4 * kGiB, 100}}}});
   auto paired = Admit(pair);
   EXPECT_TRUE(paired.ok()) << paired.error();
-  const Json two_mps = Place(PodJson("team", "two-mps", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
-                             {{"c", {{node_.Uuid(2), 4 * kGiB, 100}, {node_.Uuid(3), 4 * kGiB, 100}}}});
+  const Json two_mps =
+      Place(PodJson("team", "two-mps", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
+            {{"c", {{node_.Uuid(2), 4 * kGiB, 100}, {node_.Uuid(3), 4 * kGiB, 100}}}});
   auto refused = Admit(two_mps);
   ASSERT_FALSE(refused.ok());
   EXPECT_THAT(refused.error(), HasSubstr("node mode mps gives a container one GPU (that GPU's MPS "
                                          "server); it asks tessera.io/gpu-count=2"));
-  const Json across = Place(PodJson("team", "across", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
-                            {{"c", {{node_.Uuid(3), 4 * kGiB, 100}, {node_.Uuid(7), 4 * kGiB, 100}}}});
+  const Json across =
+      Place(PodJson("team", "across", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
+            {{"c", {{node_.Uuid(3), 4 * kGiB, 100}, {node_.Uuid(7), 4 * kGiB, 100}}}});
   refused = Admit(across);
   ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.error(),
-              HasSubstr("tessera.io/assignment gives it " + node_.Uuid(3) + " (mode mps) and " +
-                        node_.Uuid(7) + " (mode core_mem) on node gpu-node-1; a container's GPUs "
-                        "must be in one mode"));
+  EXPECT_THAT(refused.error(), HasSubstr("tessera.io/assignment gives it " + node_.Uuid(3) +
+                                         " (mode mps) and " + node_.Uuid(7) +
+                                         " (mode core_mem) on node gpu-node-1; a container's GPUs "
+                                         "must be in one mode"));
   EXPECT_EQ(node_.Status().containers.size(), 3u) << "the refused were not registered";
 }
 
@@ -1321,17 +1333,23 @@ TEST_F(GpuModesNodeTest, gpu_modes_AModeChangeUnderATenantWaitsUntilItDrains) {
   const Json tenant = Share("team", "tenant", 5);
   auto admitted = Admit(tenant);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
-  ChildProcess* holder = Run(tenant, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB / 2)});
+  ChildProcess* holder =
+      Run(tenant, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB / 2)});
   ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
 
   // GPU 5 (a tenant) and GPU 6 (free) asked into mps; GPU 0 (free) back to the node's core_mem.
-  ASSERT_TRUE(api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("5"), std::string("mps")));
-  ASSERT_TRUE(api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("6"), std::string("mps")));
+  ASSERT_TRUE(
+      api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("5"), std::string("mps")));
+  ASSERT_TRUE(
+      api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("6"), std::string("mps")));
   ASSERT_TRUE(api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("0"), std::nullopt));
-  const std::string why = "GPU 5 (" + node_.Uuid(5) + ") of node gpu-node-1 stays in mode core_mem, "
+  const std::string why = "GPU 5 (" + node_.Uuid(5) +
+                          ") of node gpu-node-1 stays in mode core_mem, "
                           "not mps: pods run on it (team/tenant); it changes when they are gone";
-  ASSERT_TRUE(WaitUntil([&] { return Event("TesseraModeChangeHeld", why); }, 10s)) << "no reason given";
-  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(6) == "mps" && InventoryMode(0) == "core_mem"; }, 10s))
+  ASSERT_TRUE(WaitUntil([&] { return Event("TesseraModeChangeHeld", why); }, 10s))
+      << "no reason given";
+  ASSERT_TRUE(
+      WaitUntil([&] { return InventoryMode(6) == "mps" && InventoryMode(0) == "core_mem"; }, 10s))
       << "free GPUs change at once";
   std::this_thread::sleep_for(600ms);  // three reconciles: nothing moves GPU 5
   EXPECT_EQ(InventoryMode(5), "core_mem");
@@ -1357,7 +1375,8 @@ TEST_F(GpuModesNodeTest, gpu_modes_AModeChangeUnderATenantWaitsUntilItDrains) {
     ASSERT_TRUE(api_.DeletePod("team", p["metadata"]["name"]));
     kubelet_->RemovePod(p["metadata"]["uid"]);
   }
-  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(5) == "mps"; }, 10s)) << "GPU 5 did not change once free";
+  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(5) == "mps"; }, 10s))
+      << "GPU 5 did not change once free";
   const Json after = Share("team", "after", 5);
   refused = Admit(after);
   ASSERT_FALSE(refused.ok());
@@ -1374,13 +1393,17 @@ TEST_F(GpuModesNodeTest, gpu_modes_AHostileGpuLabelIsReportedAndChangesNothing) 
   StartPlugin();
   WaitServing();
   ASSERT_TRUE(WaitUntil([&] { return InventoryMode(0) == "mps"; }, 10s));
-  ASSERT_TRUE(api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("007"), std::string("share")));
-  ASSERT_TRUE(WaitUntil([&] {
-    return Event("TesseraBadLabel",
-                 "node label tessera.io/gpu.schedule.007=\"share\": \"007\" is no GPU index; expected "
-                 "tessera.io/gpu.schedule.<index>, the index a decimal 0-255 without leading zeros; "
-                 "every GPU keeps the mode it has");
-  }, 10s));
+  ASSERT_TRUE(
+      api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("007"), std::string("share")));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Event(
+            "TesseraBadLabel",
+            "node label tessera.io/gpu.schedule.007=\"share\": \"007\" is no GPU index; expected "
+            "tessera.io/gpu.schedule.<index>, the index a decimal 0-255 without leading zeros; "
+            "every GPU keeps the mode it has");
+      },
+      10s));
   std::this_thread::sleep_for(600ms);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(InventoryMode(i), i < 4 ? "mps" : "core_mem") << i;
 }

@@ -32,7 +32,8 @@ std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names,
   }
   std::vector<std::string> profiles;
   for (const NodeGpu& g : gpus) {
-    if (g.mig && g.mode.value_or(mode) == NodeMode::kMig) profiles.push_back(MigResourceName(g.mig->profile));
+    if (g.mig && g.mode.value_or(mode) == NodeMode::kMig)
+      profiles.push_back(MigResourceName(g.mig->profile));
   }
   std::sort(profiles.begin(), profiles.end());
   profiles.erase(std::unique(profiles.begin(), profiles.end()), profiles.end());

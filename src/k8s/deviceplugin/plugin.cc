@@ -383,9 +383,10 @@ void DevicePluginServer::ApplyNode(const Json& node) {
   if (!own_refused.empty()) events_->NodeEvent(view->uid, "TesseraBadLabel", own_refused);
   if (!mode.ok()) {
     if (!mode.error().empty()) {
-      events_->NodeEvent(view->uid, "TesseraBadLabel",
-                         mode.error() + (now ? "; the node stays in mode " + std::string(NodeModeName(*now))
-                                             : std::string("; no GPU resource is served until it is fixed")));
+      events_->NodeEvent(
+          view->uid, "TesseraBadLabel",
+          mode.error() + (now ? "; the node stays in mode " + std::string(NodeModeName(*now))
+                              : std::string("; no GPU resource is served until it is fixed")));
     }
   } else if (changed) {
     Log("node " + options_.node + " is in mode " + std::string(NodeModeName(*mode)));
