@@ -26,6 +26,39 @@ TEST(Inventory, RoundTrips) {
   EXPECT_EQ(back->Find("GPU-nope"), nullptr);
 }
 
+// A GPU whose mode differs from the node's carries it; other values are refused by name.
+TEST(Inventory, gpu_modes_AGpusOwnModeRoundTripsAndIsChecked) {
+  GpuInventory inv;
+  inv.mode = NodeMode::kCoreMem;
+  inv.gpus = {{0, kUuid0, "SimGPU", Bytes(17179869184), true, std::nullopt, NodeMode::kMps},
+              {1, kUuid1, "SimGPU", Bytes(17179869184), true}};
+  const std::string text = WriteGpuInventory(inv);
+  EXPECT_THAT(text, HasSubstr(R"("mode":"mps")"));
+  auto back = ParseGpuInventory(text);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(*back, inv);
+  auto with = [](const std::string& node, const std::string& own) {
+    return ParseGpuInventory(R"({"version":1,"mode":")" + node + R"(","gpus":[{"index":0,"uuid":")" +
+                             kUuid0 + R"(","model":"m","memory_bytes":1,"healthy":true,"mode":)" +
+                             own + "}]}");
+  };
+  EXPECT_TRUE(with("core_mem", R"("exclusive")").ok());
+  auto r = with("core_mem", R"("turbo")");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.error(), HasSubstr("tessera.io/gpu-inventory: gpus[0].mode=\"turbo\": unknown GPU "
+                                   "sharing mode"));
+  r = with("core_mem", R"("mig")");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.error(), HasSubstr("gpus[0].mode=\"mig\" on a core_mem node; expected a GPU's own "
+                                   "mode only off mig nodes, and never mig"));
+  r = with("mig", R"("mps")");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.error(), HasSubstr("gpus[0].mode=\"mps\" on a mig node"));
+  r = with("core_mem", "7");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.error(), HasSubstr("gpus[0].mode"));
+}
+
 // A mig node lists its MIG devices with the GPU, model, profile and start of each; the parser
 // checks each against the MIG tables and the devices of one GPU against each other.
 constexpr char kMig0[] = "MIG-11111111-2222-4333-8444-555555555555";

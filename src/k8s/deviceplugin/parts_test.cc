@@ -71,6 +71,34 @@ TEST(NodeDevices, OneDevicePerUnitWithTheGpuInItsId) {
   EXPECT_EQ(inv.gpus[0].memory, Bytes(151397597184));
 }
 
+// GPUs with modes of their own: each cut by its mode, the resources those of every mode present,
+// the inventory naming the modes that differ from the node's.
+TEST(NodeDevices, gpu_modes_EachGpuIsCutByItsOwnMode) {
+  std::vector<NodeGpu> gpus = {{0, kUuid, "H200", Bytes(4 * kBytesPerGiB), 16, true},
+                               {1, "GPU-00000000-0000-4000-8000-000000000001", "H200",
+                                Bytes(4 * kBytesPerGiB), 16, true},
+                               {2, "GPU-00000000-0000-4000-8000-000000000002", "H200",
+                                Bytes(4 * kBytesPerGiB), 16, true}};
+  gpus[0].mode = NodeMode::kMps;
+  gpus[1].mode = NodeMode::kExclusive;
+  EXPECT_EQ(ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera, gpus),
+            ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera));
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kCoreMem, gpus).size(), 16u + 1u + 16u)
+      << "the exclusive GPU has one gpu-count device";
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-mem", NodeMode::kCoreMem, gpus).size(), 12u);
+  // The node's mode for a GPU without its own: an exclusive node with one core_mem GPU.
+  gpus[0].mode.reset();
+  gpus[1].mode = NodeMode::kCoreMem;
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kExclusive, gpus).size(), 1u + 16u + 1u);
+  const GpuInventory inv = InventoryOf(NodeMode::kExclusive, gpus);
+  EXPECT_EQ(inv.gpus[0].mode, std::nullopt);
+  EXPECT_EQ(inv.gpus[1].mode, NodeMode::kCoreMem);
+  EXPECT_EQ(inv.gpus[2].mode, std::nullopt);
+  // A GPU whose own mode is the node's is written without one.
+  gpus[2].mode = NodeMode::kExclusive;
+  EXPECT_EQ(InventoryOf(NodeMode::kExclusive, gpus).gpus[2].mode, std::nullopt);
+}
+
 // A mig node: one resource per profile present, one device per MIG device, its ID the MIG UUID;
 // a MIG device tesserad lists but NVML gave no profile for is not served.
 TEST(NodeDevices, AMigNodeServesEachProfileItHasWithTheMigUuidsAsIds) {
