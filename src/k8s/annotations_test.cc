@@ -38,9 +38,9 @@ TEST(Inventory, gpu_modes_AGpusOwnModeRoundTripsAndIsChecked) {
   ASSERT_TRUE(back.ok()) << back.error();
   EXPECT_EQ(*back, inv);
   auto with = [](const std::string& node, const std::string& own) {
-    return ParseGpuInventory(R"({"version":1,"mode":")" + node + R"(","gpus":[{"index":0,"uuid":")" +
-                             kUuid0 + R"(","model":"m","memory_bytes":1,"healthy":true,"mode":)" +
-                             own + "}]}");
+    return ParseGpuInventory(
+        R"({"version":1,"mode":")" + node + R"(","gpus":[{"index":0,"uuid":")" + kUuid0 +
+        R"(","model":"m","memory_bytes":1,"healthy":true,"mode":)" + own + "}]}");
   };
   EXPECT_TRUE(with("core_mem", R"("exclusive")").ok());
   auto r = with("core_mem", R"("turbo")");

@@ -74,11 +74,10 @@ TEST(NodeDevices, OneDevicePerUnitWithTheGpuInItsId) {
 // GPUs with modes of their own: each cut by its mode, the resources those of every mode present,
 // the inventory naming the modes that differ from the node's.
 TEST(NodeDevices, gpu_modes_EachGpuIsCutByItsOwnMode) {
-  std::vector<NodeGpu> gpus = {{0, kUuid, "H200", Bytes(4 * kBytesPerGiB), 16, true},
-                               {1, "GPU-00000000-0000-4000-8000-000000000001", "H200",
-                                Bytes(4 * kBytesPerGiB), 16, true},
-                               {2, "GPU-00000000-0000-4000-8000-000000000002", "H200",
-                                Bytes(4 * kBytesPerGiB), 16, true}};
+  std::vector<NodeGpu> gpus = {
+      {0, kUuid, "H200", Bytes(4 * kBytesPerGiB), 16, true},
+      {1, "GPU-00000000-0000-4000-8000-000000000001", "H200", Bytes(4 * kBytesPerGiB), 16, true},
+      {2, "GPU-00000000-0000-4000-8000-000000000002", "H200", Bytes(4 * kBytesPerGiB), 16, true}};
   gpus[0].mode = NodeMode::kMps;
   gpus[1].mode = NodeMode::kExclusive;
   EXPECT_EQ(ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera, gpus),
