@@ -1275,6 +1275,13 @@ TEST_F(GpuModesNodeTest, gpu_modes_MpsAndCoreMemGpusServedByOnePluginAndPodsLand
   EXPECT_TRUE(std::any_of(m.mounts.begin(), m.mounts.end(), [&](const TestKubelet::Mount& x) {
     return x.host_path == mps_dir_ + "/" + node_.Uuid(1) + "/pipe";
   }));
+  // GetPreferredAllocation steered kubelet to each pod's own GPU's devices.
+  for (const auto& [a, gpu] : {std::pair{&m, 1}, std::pair{&c, 5}}) {
+    for (const auto& [resource, ids] : a->device_ids) {
+      for (const std::string& id : ids) EXPECT_EQ(GpuOfDevice(id), node_.Uuid(gpu)) << resource;
+    }
+    EXPECT_EQ(a->device_ids.at("tessera.io/gpu-core").size(), 30u);
+  }
   EXPECT_EQ(c.envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u)
       << "a core_mem GPU's tenant is no MPS client";
   EXPECT_EQ(c.envs.at("TESSERA_VISIBLE_DEVICES"), node_.Uuid(5));
