@@ -307,7 +307,8 @@ TEST_F(ReconcilerTest, AProcessOfNoContainerFollowsTheUnattributedAction) {
 }
 
 // The same for GPU time: a process of web that never registered spins 700 ms a pass; no gate
-// measured any of it, so web is charged and acted on; a process of no container that runs is
+// measured any of it, so web is charged and acted on (its second pass over the slack); a process
+// of no container that runs is
 // reported (it held no memory, so only its time shows) and killed under kill.
 TEST_F(ReconcilerTest, DeviceTimeOfProcessesThatNeverRegisteredIsChargedOrActedOn) {
   const uint32_t web = Container("web", 101, 0);
@@ -319,7 +320,11 @@ TEST_F(ReconcilerTest, DeviceTimeOfProcessesThatNeverRegisteredIsChargedOrActedO
   busy_ = {{101, 100'000'000}, {202, 200'000'000}, {303, 700'000'000}, {999, 300'000'000}};
   Gate(101, 100'000'000);
   Gate(202, 200'000'000);
-  auto events = r.RunOnce();
+  auto events = r.RunOnce();  // over the slack in one pass: not yet over (a gate may lag a pass)
+  EXPECT_EQ(Count(events, Kind::kGpuTimeUnseen), 0) << ::testing::PrintToString(log_);
+  Gate(101, 100'000'000);
+  Gate(202, 200'000'000);
+  events = r.RunOnce();
   ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
   for (const ReconcileEvent& e : events) {
     if (e.kind == Kind::kGpuTimeUnseen) EXPECT_EQ(e.container, "web");
@@ -381,6 +386,24 @@ TEST_F(ReconcilerTest, DeviceTimeBeyondTheGatesIsChargedAndActedOnWithinTwoPasse
   }
   EXPECT_EQ(Count(events, Kind::kGpuTimeBackInLine), 1);
   EXPECT_EQ(layout_->containers[web].flags.load() & ledger::kContainerBlocked, 0u);
+}
+
+// A gate's measurement that reaches the ledger a pass after the device's counters showed the time
+// (seen on an H100: a starting PyTorch process ran 173 ms in one 200 ms pass while its gate had
+// measured nothing yet, and was in line the next) is no cheat: nobody is charged, blocked or killed.
+TEST_F(ReconcilerTest, AGateOnePassBehindTheDeviceIsNotACheat) {
+  const uint32_t web = Container("web", 101, 0);
+  device_ = {{101, 0}};
+  Reconciler r = Make(OverLimitAction::kKill);
+  r.RunOnce();
+  Gate(101, 0);
+  busy_ = {{101, 173'000'000}};
+  for (const ReconcileEvent& e : r.RunOnce()) ASSERT_NE(e.kind, Kind::kGpuTimeUnseen) << log_.back();
+  Gate(101, 193'000'000);
+  busy_ = {{101, 20'000'000}};
+  for (const ReconcileEvent& e : r.RunOnce()) ASSERT_NE(e.kind, Kind::kGpuTimeUnseen) << log_.back();
+  EXPECT_TRUE(signalled_.empty());
+  EXPECT_EQ(registry_->ledger().book().containers[web].unseen_gpu_ns[0].load(), 0u);
 }
 
 // Sampling noise (the device's counters against the gates', up to ±45 ms a pass around the
@@ -445,7 +468,8 @@ TEST_F(ReconcilerTest, IntervalsLaidOverAnothersWorkHideNothing) {
   Reconciler r = Make(OverLimitAction::kBlock);
   r.RunOnce();  // notes the processes
   std::vector<ReconcileEvent> events;
-  for (int pass = 0; pass < 3 && Count(events, Kind::kGpuTimeUnseen) == 0; ++pass) {
+  int passes = 0;
+  for (; passes < 3 && Count(events, Kind::kGpuTimeUnseen) == 0; ++passes) {
     const uint64_t t = ipc::MonotonicNs() - 250'000'000;
     Interval(101, t, t + 200'000'000);               // the honest tenant's 200 ms
     Interval(202, t + 50'000'000, t + 200'001'000);  // the liar's 150 ms, laid over them
@@ -457,8 +481,9 @@ TEST_F(ReconcilerTest, IntervalsLaidOverAnothersWorkHideNothing) {
   ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
   EXPECT_EQ(events[0].container, "liar");
   EXPECT_GT(registry_->ledger().book().containers[liar].unseen_gpu_ns[0].load(), 100'000'000u);
-  // The honest tenant was charged its own 200 ms, not the liar's.
-  EXPECT_EQ(registry_->ledger().book().containers[honest].gate_gpu_ns[0].load(), 200'000'000u);
+  // The honest tenant was charged its own 200 ms a pass, not the liar's.
+  EXPECT_EQ(registry_->ledger().book().containers[honest].gate_gpu_ns[0].load(),
+            static_cast<uint64_t>(passes) * 200'000'000u);
 }
 
 // ---- End to end
@@ -577,7 +602,7 @@ INSTANTIATE_TEST_SUITE_P(Actions, BypassTest, ::testing::Values("log", "block", 
 // GPU time taken around the gate (issue 17), end to end: a real tesserad under policy 3 on simgpu,
 // an honest tenant at 70 % spinning 1 ms kernels through the shim, and a tenant at 30 % that
 // cheats (`around`: kernels through the real driver loaded by path; `lie`: through the shim, but
-// it keeps zeroing its own GPU-time counters). The cheat must be found within two reconcile
+// it keeps zeroing its own GPU-time counters). The cheat must be found within three reconcile
 // intervals of its start and the action taken; the honest tenant must never be accused.
 class GpuTimeCheatTest : public ::testing::Test, protected DaemonLogTest {
  protected:
@@ -611,8 +636,9 @@ TEST_F(GpuTimeCheatTest, KernelsLaunchedAroundTheGateAreFoundAndTheCheaterKilled
   ASSERT_EQ(honest->WaitForKey("ready", 30s), "1");
   process::ChildProcess* cheat = Tenant("sly", 30, {"cheat", "around", "1000", "6"});
   ASSERT_EQ(cheat->WaitForKey("ready", 30s), "1");
-  // Two intervals, plus the pass that first notes the new process and a little scheduling slack.
-  const auto found = LogShows("container sly ran on GPU 0 for", 3 * kInterval + 500ms);
+  // Two intervals over the slack, plus the pass that first notes the new process and a little
+  // scheduling slack.
+  const auto found = LogShows("container sly ran on GPU 0 for", 4 * kInterval + 500ms);
   ASSERT_TRUE(found.has_value()) << "not found; daemon log:\n" << DaemonLog();
   std::printf("found_after_ms=%lld\n", static_cast<long long>(found->count()));
   EXPECT_EQ(cheat->Wait(2s), 128 + SIGKILL) << DaemonLog();

@@ -423,8 +423,11 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
         static_cast<double>(seen_by_device[c]) - static_cast<double>(measured_by_gate[c]);
     double& balance = gpu_time_balance_[key];
     balance = balance / 2 + difference;
-    const bool over = balance > slack && device_balance > slack;
+    const bool beyond = balance > slack && device_balance > slack;
     const bool was = gpu_time_over_.count(key) != 0;
+    const bool over = beyond && (was || gpu_time_pending_.count(key) != 0);
+    if (beyond && !over) gpu_time_pending_.insert(key);
+    if (!beyond) gpu_time_pending_.erase(key);
     ReconcileEvent e{ReconcileEvent::Kind::kGpuTimeUnseen, d, std::string(slot.id), 0,
                      measured_by_gate[c], seen_by_device[c], 0};
     if (over) {
@@ -458,6 +461,7 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
     const bool gone = slot.state.load() != ledger::kLive || slot.generation.load() != generation;
     if (dev == d && gone) {
       gpu_time_over_.erase(it->first);
+      gpu_time_pending_.erase(it->first);
       it = gpu_time_balance_.erase(it);
     } else {
       ++it;

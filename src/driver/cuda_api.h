@@ -73,6 +73,7 @@ typedef enum cudaError_enum {
   CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
   CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
   CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
+  CUDA_ERROR_CAPTURED_EVENT = 907,
   CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
   CUDA_ERROR_TIMEOUT = 909,
   CUDA_ERROR_UNKNOWN = 999,
@@ -474,6 +475,14 @@ CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
+// dependencyData is a const CUgraphEdgeData* (CUDA 12.3+); the shim only passes it on.
+CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
+                                     const CUgraphNode* dependencies, const void* dependencyData,
+                                     size_t numDependencies, CUstreamCaptureMode mode);
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                          const CUgraphNode* dependencies,
+                                          const void* dependencyData, size_t numDependencies,
+                                          CUstreamCaptureMode mode);
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph);
 CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph);
 CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus);

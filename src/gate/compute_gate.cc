@@ -7,10 +7,13 @@
 #include <sched.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -158,6 +161,9 @@ struct GateState {
   std::atomic<bool> sampler_running{false};
   std::atomic<bool> exiting{false};
   std::atomic<bool> sampler_done{true};
+  // How often and how long launches waited, for TESSERA_GATE_STATS (slow paths only).
+  std::atomic<uint64_t> token_waits{0}, token_wait_ns{0}, room_waits{0}, room_wait_ns{0},
+      room_naps{0}, room_syncs{0}, drains{0};
   std::mutex mu;  // tracks list; the sampler's tick
   TrackLock ring_lock;  // this process's ring of intervals (Record)
   std::vector<Track*> tracks;
@@ -167,6 +173,11 @@ struct GateState {
 GateState* g = nullptr;
 std::atomic<uint64_t> g_all_ones{~uint64_t{0}};
 std::atomic<uint32_t> g_stream_generation{1};  // bumped when a stream or context is forgotten
+// Stream captures in progress in this process (CaptureBegins/CaptureEnds). While one runs, no
+// launch is gated and nobody records a mark: a captured launch runs nothing, and an event recorded
+// into a capturing stream, or waited on while a capture runs in global mode, invalidates the
+// application's capture on a real driver.
+std::atomic<int> g_captures{0};
 
 struct TrackCache {
   CUstream stream = nullptr;
@@ -339,7 +350,7 @@ void ConsumeLocked(Track* t, bool wait_first) {
 // every blocking stream, the owner's per-thread stream included). Caller holds t->lock.
 void MarkLocked(Track* t, bool by_sampler) {
   const uint32_t n = t->since_mark.load(std::memory_order_relaxed);
-  if (n == 0) return;
+  if (n == 0 || (by_sampler && g_captures.load(std::memory_order_acquire) != 0)) return;
   if (t->count == kRing) ConsumeLocked(t, /*wait_first=*/true);
   Mark& m = t->ring[(t->head + t->count) % kRing];
   CUstream on = t->stream;
@@ -522,6 +533,8 @@ void AwaitToken(int device) {
   // The wait, for tessera_container_token_wait_seconds_total (one add on the slow path).
   const uint64_t now = MonotonicNs();
   g->own->counters.token_wait_ns.fetch_add(now - wait_start, std::memory_order_relaxed);
+  g->token_waits.fetch_add(1, std::memory_order_relaxed);
+  g->token_wait_ns.fetch_add(now - wait_start, std::memory_order_relaxed);
   // Busy before no longer waiting: between the wake-up and the sampler's next look at this
   // process's streams it would otherwise show no work at all, and the arbiter would take the
   // token straight back (on a loaded CPU the two tenants then traded it every 2-3 ms, and the
@@ -596,14 +609,20 @@ bool AwaitInflight(Track* t) {
   waiters.fetch_add(1, std::memory_order_relaxed);
   struct Leave {
     std::atomic<uint32_t>& w;
-    ~Leave() { w.fetch_sub(1, std::memory_order_relaxed); }
-  } leave{waiters};
+    uint64_t since;
+    ~Leave() {
+      w.fetch_sub(1, std::memory_order_relaxed);
+      g->room_waits.fetch_add(1, std::memory_order_relaxed);
+      g->room_wait_ns.fetch_add(MonotonicNs() - since, std::memory_order_relaxed);
+    }
+  } leave{waiters, MonotonicNs()};
   t->lock.Lock();
   ConsumeLocked(t, /*wait_first=*/false);
   while (t->count >= t->max_outstanding.load(std::memory_order_relaxed)) {
     const uint64_t expected_end = ExpectedEndLocked(t);
     const uint64_t now = MonotonicNs();
     if (expected_end == 0 || now >= expected_end) {
+      g->room_syncs.fetch_add(1, std::memory_order_relaxed);
       ConsumeLocked(t, /*wait_first=*/true);
       continue;
     }
@@ -632,11 +651,13 @@ bool AwaitInflight(Track* t) {
     const auto behind = static_cast<uint64_t>(behind_launches * t->kernel_ns);
     const uint64_t spin = behind < kSpinNs ? kSpinNs - behind : 0;
     if (spin == 0 && !may_lead) {
+      g->room_syncs.fetch_add(1, std::memory_order_relaxed);
       ConsumeLocked(t, /*wait_first=*/true);
       continue;
     }
     t->lock.Unlock();
     if (until > now + spin) {
+      g->room_naps.fetch_add(1, std::memory_order_relaxed);
       const uint64_t nap = std::min(until - spin - now, kTickBusyNs);
       timespec ts{0, static_cast<long>(nap)};
       nanosleep(&ts, nullptr);
@@ -672,6 +693,7 @@ void PublishIdleAt(int device, uint64_t end, uint32_t epoch) {
 // when the process has work on the device after all: the token came back during the drain (its
 // launchers went on), or a launch let through just before the revocation landed after it.
 bool DrainDevice(int device) {
+  g->drains.fetch_add(1, std::memory_order_relaxed);
   const ledger::GateDevice& gd = g->layout->gate.devices[device];
   auto holds = [&] { return (gd.may_run[g->word_index].load() & g->bit) != 0; };
   const uint32_t epoch = g->devices[device].mark_epoch.load();
@@ -894,8 +916,37 @@ void* SamplerMain(void*) {
   return nullptr;
 }
 
+// TESSERA_GATE_STATS=1: one line at exit with how this process's launches waited, and one per
+// track with what the gate learned of its kernels (docs/contracts.md).
+void PrintStats() {
+  const char* on = std::getenv("TESSERA_GATE_STATS");
+  if (on == nullptr || std::strcmp(on, "1") != 0) return;
+  std::fprintf(stderr,
+               "tessera: gate stats pid %d: token waits %llu (%.3f ms), room waits %llu (%.3f ms, "
+               "%llu naps, %llu syncs), drains %llu\n",
+               static_cast<int>(getpid()),
+               static_cast<unsigned long long>(g->token_waits.load()),
+               static_cast<double>(g->token_wait_ns.load()) / 1e6,
+               static_cast<unsigned long long>(g->room_waits.load()),
+               static_cast<double>(g->room_wait_ns.load()) / 1e6,
+               static_cast<unsigned long long>(g->room_naps.load()),
+               static_cast<unsigned long long>(g->room_syncs.load()),
+               static_cast<unsigned long long>(g->drains.load()));
+  std::lock_guard<std::mutex> lock(g->mu);
+  for (const Track* t : g->tracks) {
+    std::fprintf(stderr,
+                 "tessera: gate stats track %p: kernel %.0f ns (%s), a mark every %u launches, "
+                 "%u marks in flight at most\n",
+                 static_cast<const void*>(t->stream), t->kernel_ns,
+                 t->measured ? "measured" : "not measured", t->mark_every.load(),
+                 t->max_outstanding.load());
+  }
+}
+
 void StopSamplerAtExit() {
-  if (g == nullptr || !g->sampler_running.load()) return;
+  if (g == nullptr) return;
+  PrintStats();
+  if (!g->sampler_running.load()) return;
   g->exiting.store(true, std::memory_order_release);
   ipc::FutexWakeAll(&g->layout->gate.devices[g->primary_device].grant_seq);
   // Wait briefly (it may be finishing a drain); the process is exiting either way.
@@ -967,6 +1018,7 @@ void ResetGateAfterFork() {
 
 Track* BeforeLaunch(CUstream stream, bool per_thread) {
   if (g == nullptr || !g->started.load(std::memory_order_acquire)) return nullptr;
+  if (__builtin_expect(g_captures.load(std::memory_order_relaxed) != 0, 0)) return nullptr;
   Track* t = t_cache.track;
   if (__builtin_expect(
           t == nullptr || t_cache.stream != stream || t_cache.per_thread_entry != per_thread ||
@@ -1058,6 +1110,7 @@ void Forget(Match match) {
 
 void BeforeSynchronize() {
   if (g == nullptr || !g->started.load(std::memory_order_acquire)) return;
+  if (g_captures.load(std::memory_order_acquire) != 0) return;
   std::unique_lock<std::mutex> lock(g->mu, std::try_to_lock);
   if (!lock.owns_lock()) return;
   CUcontext ctx = nullptr;
@@ -1088,5 +1141,13 @@ void ForgetContext(CUcontext ctx) {
 }
 
 void CurrentContextChanged() { ++t_ctx_generation; }
+
+void CaptureBegins() {
+  BeforeSynchronize();  // the calling thread's open launches are marked while they still may be
+  g_captures.fetch_add(1, std::memory_order_acq_rel);
+}
+void CaptureEnds() {
+  if (g_captures.fetch_sub(1, std::memory_order_acq_rel) <= 0) g_captures.fetch_add(1);
+}
 
 }  // namespace tessera::gate

@@ -104,4 +104,12 @@ void ForgetContext(CUcontext ctx);
 // The calling thread's current context changed (cuCtxSetCurrent, push, pop, create, destroy).
 void CurrentContextChanged();
 
+// A stream capture is about to begin (called before the driver's call; CaptureEnds undoes it if
+// the call fails) and one has ended. While any capture runs in the process, launches are neither
+// gated nor measured (a captured launch runs nothing; its graph's launches are gated when they
+// run) and no mark is recorded: on a real driver an event recorded into a capturing stream, or a
+// wait on one while a capture runs in global mode, invalidates the application's capture.
+void CaptureBegins();
+void CaptureEnds();
+
 }  // namespace tessera::gate

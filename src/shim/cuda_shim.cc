@@ -646,6 +646,60 @@ TESSERA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) {
   return Gated(s, true, [&] { return REAL(cuGraphLaunch_ptsz)(exec, s); });
 }
 
+// Stream capture: while a capture runs, launches pass ungated and the gate records no marks (see
+// gate::CaptureBegins); the graph's launches are gated when they run. A capture has ended when the
+// stream no longer captures after cuStreamEndCapture, whatever it returned.
+namespace {
+template <typename Call>
+CUresult BeginCapture(Call call) {
+  tessera::gate::CaptureBegins();
+  const CUresult r = call();
+  if (r != CUDA_SUCCESS) tessera::gate::CaptureEnds();
+  return r;
+}
+template <typename IsCapturing, typename Call>
+CUresult EndCapture(CUstream s, IsCapturing is_capturing, Call call) {
+  CUstreamCaptureStatus before = CU_STREAM_CAPTURE_STATUS_NONE;
+  const bool was = is_capturing(s, &before) == CUDA_SUCCESS && before != CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = call();
+  CUstreamCaptureStatus after = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (was && is_capturing(s, &after) == CUDA_SUCCESS && after == CU_STREAM_CAPTURE_STATUS_NONE) {
+    tessera::gate::CaptureEnds();
+  }
+  return r;
+}
+}  // namespace
+TESSERA_EXPORT CUresult cuStreamBeginCapture(CUstream s) {
+  return BeginCapture([&] { return REAL(cuStreamBeginCapture)(s); });
+}
+TESSERA_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+  return BeginCapture([&] { return REAL(cuStreamBeginCapture_ptsz)(s); });
+}
+TESSERA_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  return BeginCapture([&] { return REAL(cuStreamBeginCapture_v2)(s, mode); });
+}
+TESSERA_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  return BeginCapture([&] { return REAL(cuStreamBeginCapture_v2_ptsz)(s, mode); });
+}
+TESSERA_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph graph,
+                                                    const CUgraphNode* deps, const void* data,
+                                                    size_t n, CUstreamCaptureMode mode) {
+  return BeginCapture([&] { return REAL(cuStreamBeginCaptureToGraph)(s, graph, deps, data, n, mode); });
+}
+TESSERA_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph graph,
+                                                         const CUgraphNode* deps, const void* data,
+                                                         size_t n, CUstreamCaptureMode mode) {
+  return BeginCapture(
+      [&] { return REAL(cuStreamBeginCaptureToGraph_ptsz)(s, graph, deps, data, n, mode); });
+}
+TESSERA_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
+  return EndCapture(s, REAL(cuStreamIsCapturing), [&] { return REAL(cuStreamEndCapture)(s, graph); });
+}
+TESSERA_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* graph) {
+  return EndCapture(s, REAL(cuStreamIsCapturing_ptsz),
+                    [&] { return REAL(cuStreamEndCapture_ptsz)(s, graph); });
+}
+
 // Streams and contexts the gate tracks must be forgotten before the driver destroys them, and a
 // thread's cached track is re-resolved after its current context changes.
 // The application is about to wait for the device: the launches it made since the gate's last

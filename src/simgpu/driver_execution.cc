@@ -88,6 +88,9 @@ CUresult SubmitKernel(Lock& lock, CUstream_st* s, const KernelWork& work) {
     s->capture_graph->nodes.push_back(work);
     return CUDA_SUCCESS;
   }
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
   CUctx_st* ctx = s->ctx;
   if (work.kind == KernelKind::kFill &&
       FindDeviceRange(rt, work.fill_ptr, work.fill_bytes) != ctx->device) {
@@ -237,14 +240,34 @@ CUresult EventRecord(CUevent e, CUstream h, bool per_thread) {
   if (Rt().events.count(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
   CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
   e->ctx = s->ctx;
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    e->captured_in = s;  // part of the capture: no time of its own
+    e->recorded = false;
+    return CUDA_SUCCESS;
+  }
+  e->captured_in = nullptr;
   e->recorded = true;
   e->time_ns = s->legacy ? std::max(MonotonicNs(), ContextReady(s->ctx)) : EarliestStart(s);
   return CUDA_SUCCESS;
 }
 
-CUresult BeginCapture(CUstream h, CUstreamCaptureMode mode, bool per_thread) {
+// An event recorded into a capture is part of it: waiting on it or asking about it fails and
+// invalidates that capture if it still runs (a real driver refuses and ends the capture so too).
+CUresult CapturedEventUse(CUevent e) {
+  CUstream_st* s = e->captured_in;
+  if (s == nullptr) return CUDA_SUCCESS;
+  if (Rt().streams.count(s) != 0 && s->capture == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+    s->capture = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  }
+  return CUDA_ERROR_CAPTURED_EVENT;
+}
+
+CUresult BeginCapture(CUstream h, CUstreamCaptureMode mode, bool per_thread,
+                      CUgraph into = nullptr) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kContext); r != CUDA_SUCCESS) return r;
   if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
@@ -255,8 +278,10 @@ CUresult BeginCapture(CUstream h, CUstreamCaptureMode mode, bool per_thread) {
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (s->capture != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  if (into != nullptr && Rt().graphs.count(into) == 0) return CUDA_ERROR_INVALID_HANDLE;
   s->capture = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  s->capture_graph = new CUgraph_st();
+  s->capture_graph = into != nullptr ? into : new CUgraph_st();
+  s->capture_owns_graph = into == nullptr;
   return CUDA_SUCCESS;
 }
 
@@ -267,6 +292,13 @@ CUresult EndCapture(CUstream h, CUgraph* out, bool per_thread) {
   CUstream_st* s = call.Stream(h, per_thread);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (s->capture == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
+  if (s->capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
+    if (s->capture_owns_graph) delete s->capture_graph;
+    s->capture_graph = nullptr;
+    s->capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    *out = nullptr;
+    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
   Rt().graphs.insert(s->capture_graph);
   *out = s->capture_graph;
   s->capture_graph = nullptr;
@@ -341,7 +373,7 @@ CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int prior
 CUresult cuStreamDestroy_v2(CUstream s) {
   return DestroyHandle(&Runtime::streams, s, [](CUstream_st* stream) {
     stream->ctx->streams.erase(stream);
-    delete stream->capture_graph;
+    if (stream->capture_owns_graph) delete stream->capture_graph;
   });
 }
 CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
@@ -380,6 +412,18 @@ CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
 }
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
   return BeginCapture(s, mode, true);
+}
+CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph graph, const CUgraphNode* deps,
+                                     const void* /*edge data*/, size_t n,
+                                     CUstreamCaptureMode mode) {
+  if (graph == nullptr || (n != 0 && deps == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  return BeginCapture(s, mode, false, graph);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph graph, const CUgraphNode* deps,
+                                          const void* /*edge data*/, size_t n,
+                                          CUstreamCaptureMode mode) {
+  if (graph == nullptr || (n != 0 && deps == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  return BeginCapture(s, mode, true, graph);
 }
 // The thread's capture interaction mode: kept and exchanged; simgpu enforces no capture rules.
 CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
@@ -429,6 +473,7 @@ CUresult cuEventQuery(CUevent e) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
   if (Rt().events.count(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = CapturedEventUse(e); r != CUDA_SUCCESS) return r;
   if (e->recorded && e->ctx != nullptr && e->ctx->sticky != CUDA_SUCCESS) return e->ctx->sticky;
   return !e->recorded || e->time_ns <= MonotonicNs() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -437,6 +482,7 @@ CUresult cuEventSynchronize(CUevent e) {
   DriverCall call;
   if (CUresult r = call.Check(DriverCall::kInit); r != CUDA_SUCCESS) return r;
   if (Rt().events.count(e) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = CapturedEventUse(e); r != CUDA_SUCCESS) return r;
   if (!e->recorded) return CUDA_SUCCESS;
   return WaitUntil(call.lock(), e->time_ns, e->ctx);
 }
@@ -451,6 +497,8 @@ CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) {
   if (((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) != 0) {
     return CUDA_ERROR_INVALID_HANDLE;
   }
+  if (CUresult r = CapturedEventUse(start); r != CUDA_SUCCESS) return r;
+  if (CUresult r = CapturedEventUse(end); r != CUDA_SUCCESS) return r;
   if (!start->recorded || !end->recorded) return CUDA_ERROR_INVALID_HANDLE;
   const uint64_t now = MonotonicNs();
   if (start->time_ns > now || end->time_ns > now) return CUDA_ERROR_NOT_READY;

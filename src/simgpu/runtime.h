@@ -65,6 +65,7 @@ struct CUstream_st {
   size_t ring_count = 0;
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   CUgraph_st* capture_graph = nullptr;
+  bool capture_owns_graph = true;  // false: cuStreamBeginCaptureToGraph's graph, the caller's
 };
 
 struct CUevent_st {
@@ -72,6 +73,9 @@ struct CUevent_st {
   unsigned int flags = 0;
   bool recorded = false;
   uint64_t time_ns = 0;
+  // Recorded into this stream while it captured: the event is part of that capture, and waiting
+  // on it or asking about it fails and invalidates the capture, as on a real driver.
+  CUstream_st* captured_in = nullptr;
 };
 
 struct CUfunc_st {
