@@ -101,7 +101,10 @@ void Allocator::UpdateNodeGpus(
   std::lock_guard<std::mutex> lock(mu_);
   TenantsByGpu tenants;
   for (const AllocationRecord& r : checkpoint_.records) {
-    for (const AllocatedGpu& g : r.gpus) tenants[g.index].insert(r.ns + "/" + r.pod);
+    for (const AllocatedGpu& g : r.gpus) {
+      tenants[g.index].pods.insert(r.ns + "/" + r.pod);
+      if (r.mode) tenants[g.index].mode = r.mode;
+    }
   }
   node_gpus_ = resolve(tenants);
   ServeModes();
@@ -265,6 +268,7 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   rec.pod = pod.name;
   rec.container = container.name;
   rec.init = container.init;
+  rec.mode = mode;
   const bool whole = !req->mig() && (req->core >= 100 || (req->core == 0 && req->mem_gib == 0));
   uint64_t total = 0;
   uint32_t max_weight = 256;

@@ -128,7 +128,11 @@ class Allocator {
   // Sets the node's devices to what `resolve` returns, given the pods whose recorded containers
   // use each GPU (device index -> "namespace/pod"), under the allocator's lock: no allocation
   // lands between the look at the tenants and the GPUs' new modes.
-  using TenantsByGpu = std::map<int, std::set<std::string>>;
+  struct GpuTenants {
+    std::set<std::string> pods;    // "namespace/pod"
+    std::optional<NodeMode> mode;  // the mode they were set up in, where recorded
+  };
+  using TenantsByGpu = std::map<int, GpuTenants>;
   void UpdateNodeGpus(const std::function<std::vector<NodeGpu>(const TenantsByGpu&)>& resolve);
 
   // kubelet's Allocate of `ids` of `resource` for one container.

@@ -181,6 +181,10 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatItCannotRead) {
   r.cdi_file = "/var/run/cdi/x.json";
   r.also_waiting = {"ns/other"};
   r.mps_root = "/run/tessera/mps";
+  r.mode = NodeMode::kMps;
+  c.records.push_back(r);
+  r.id = "k8s.old.app-456def";
+  r.mode.reset();  // a record from before modes were recorded
   c.records.push_back(r);
   c.rejected["v"] = "why";
   ASSERT_TRUE(SaveCheckpoint(path, c).ok());
@@ -193,6 +197,12 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatItCannotRead) {
   auto newer = LoadCheckpoint(path);
   ASSERT_FALSE(newer.ok());
   EXPECT_THAT(newer.error(), HasSubstr("version 9; this plugin reads version 1"));
+  std::ofstream(path) << "{\"version\": 1, \"records\": [{\"id\": \"i\", \"pod_uid\": \"u\", "
+                         "\"namespace\": \"n\", \"pod\": \"p\", \"container\": \"c\", "
+                         "\"devices\": {}, \"gpus\": [], \"mode\": \"turbo\"}], \"rejected\": {}}";
+  auto bad_mode = LoadCheckpoint(path);
+  ASSERT_FALSE(bad_mode.ok());
+  EXPECT_THAT(bad_mode.error(), HasSubstr("checkpoint " + path + ": mode=\"turbo\": unknown GPU sharing mode"));
   std::ofstream(path) << "{";
   auto broken = LoadCheckpoint(path);
   ASSERT_FALSE(broken.ok());

@@ -418,13 +418,16 @@ std::vector<NodeGpu> DevicePluginServer::ResolveModes(std::vector<NodeGpu> gpus,
     auto w = wanted_modes_.find(g.index);
     const NodeMode target = w != wanted_modes_.end() ? w->second : *mode_;
     auto a = applied_modes_.find(g.index);
-    NodeMode current = a != applied_modes_.end() ? a->second : target;
     auto t = tenants.find(g.index);
-    if (current != target && !whole_node && t != tenants.end() && !t->second.empty()) {
+    // A GPU seen for the first time (the plugin just started) is in its tenants' mode, if any.
+    NodeMode current = a != applied_modes_.end() ? a->second
+                       : t != tenants.end() && t->second.mode ? *t->second.mode
+                                                              : target;
+    if (current != target && !whole_node && t != tenants.end() && !t->second.pods.empty()) {
       auto h = held_.find(g.index);
       if (h == held_.end() || h->second != target) {
         std::string pods;
-        for (const std::string& p : t->second) pods += (pods.empty() ? "" : ", ") + p;
+        for (const std::string& p : t->second.pods) pods += (pods.empty() ? "" : ", ") + p;
         held->push_back("GPU " + std::to_string(g.index) + " (" + g.uuid + ") of node " +
                         options_.node + " stays in mode " + std::string(NodeModeName(current)) +
                         ", not " + std::string(NodeModeName(target)) + ": pods run on it (" + pods +
