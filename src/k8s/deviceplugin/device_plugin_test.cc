@@ -1376,11 +1376,14 @@ TEST_F(GpuModesNodeTest, gpu_modes_AModeChangeUnderATenantWaitsUntilItDrains) {
   // A plugin restart keeps the hold: the checkpoint says which mode GPU 5's tenants were set up in.
   StopPlugin(SIGTERM);
   StartPlugin();
-  ASSERT_TRUE(WaitUntil([&] {
-    int n = 0;
-    for (const Json& e : api_.Events("")) n += e["reason"] == "TesseraModeChangeHeld" ? 1 : 0;
-    return n == 2;
-  }, 10s)) << "the restarted plugin did not hold GPU 5";
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        int n = 0;
+        for (const Json& e : api_.Events("")) n += e["reason"] == "TesseraModeChangeHeld" ? 1 : 0;
+        return n == 2;
+      },
+      10s))
+      << "the restarted plugin did not hold GPU 5";
   std::this_thread::sleep_for(600ms);
   EXPECT_EQ(InventoryMode(5), "core_mem");
   EXPECT_EQ(InventoryMode(6), "mps");

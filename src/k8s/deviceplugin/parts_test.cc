@@ -202,7 +202,8 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatItCannotRead) {
                          "\"devices\": {}, \"gpus\": [], \"mode\": \"turbo\"}], \"rejected\": {}}";
   auto bad_mode = LoadCheckpoint(path);
   ASSERT_FALSE(bad_mode.ok());
-  EXPECT_THAT(bad_mode.error(), HasSubstr("checkpoint " + path + ": mode=\"turbo\": unknown GPU sharing mode"));
+  EXPECT_THAT(bad_mode.error(),
+              HasSubstr("checkpoint " + path + ": mode=\"turbo\": unknown GPU sharing mode"));
   std::ofstream(path) << "{";
   auto broken = LoadCheckpoint(path);
   ASSERT_FALSE(broken.ok());

@@ -420,7 +420,7 @@ std::vector<NodeGpu> DevicePluginServer::ResolveModes(std::vector<NodeGpu> gpus,
     auto a = applied_modes_.find(g.index);
     auto t = tenants.find(g.index);
     // A GPU seen for the first time (the plugin just started) is in its tenants' mode, if any.
-    NodeMode current = a != applied_modes_.end() ? a->second
+    NodeMode current = a != applied_modes_.end()              ? a->second
                        : t != tenants.end() && t->second.mode ? *t->second.mode
                                                               : target;
     if (current != target && !whole_node && t != tenants.end() && !t->second.pods.empty()) {
