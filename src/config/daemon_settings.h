@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,7 +31,7 @@ struct DaemonFlags {
   std::optional<std::string> config, socket, ledger, context_overhead, policy, max_inst, prio_ratio,
       quota_min, quota_max, daemon_loss_timeout, ctl_mount, admin_group, http, reconcile_interval,
       over_limit_action, container_sockets, allow_self_declared, mps_control, mps_dir,
-      unattributed_action, require_identity;
+      unattributed_action, require_identity, mps_gpus;
   // The socket server's bounds, by config key (kSocketLimitKeys), as given.
   std::map<std::string, std::optional<std::string>> socket_limits;
   std::vector<std::string> gpu_policy;
@@ -62,7 +63,10 @@ struct DaemonSettings {
   // --gpu-policy INDEX:POLICY, in order; applied after the file's `gpus` (a flag wins). Whether
   // INDEX is one of the node's GPUs is known only once they are discovered.
   std::vector<std::pair<int, ArbiterPolicy>> gpu_policies;
-  bool mps = false;                // --mps
+  bool mps = false;  // --mps, or --mps-gpus
+  // --mps-gpus LIST: the GPUs (device indices) that run MPS; empty with `mps`: every GPU. Whether
+  // each is one of the node's GPUs is known only once they are discovered.
+  std::set<int> mps_gpus;
   std::string mps_control;         // --mps-control; empty: mps's default
   std::string mps_dir;             // --mps-dir; empty: mps's default
   std::optional<gid_t> admin_gid;  // node.admin_group's id on this node

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,42 @@ struct BadFlags {
 };
 
 class RefusedFlags : public ::testing::TestWithParam<BadFlags> {};
+
+// --mps-gpus: MPS on some GPUs only (a node whose GPUs have modes of their own); policy 5 on
+// those GPUs alone, unless --policy says otherwise.
+TEST(ResolveDaemonSettings, gpu_modes_MpsGpusRunsMpsOnTheListedGpusOnly) {
+  DaemonSetup setup = Resolve({"--mps-gpus", "0-3,6"});
+  ASSERT_TRUE(setup.settings.ok()) << setup.settings.error();
+  const DaemonSettings& s = *setup.settings;
+  EXPECT_TRUE(s.mps);
+  EXPECT_EQ(s.mps_gpus, (std::set<int>{0, 1, 2, 3, 6}));
+  EXPECT_EQ(s.node.policy, ArbiterPolicy::kFair) << "the other GPUs keep the node's policy";
+  for (int gpu : {0, 1, 2, 3, 6}) {
+    ASSERT_TRUE(s.node.gpus.count(gpu)) << gpu;
+    EXPECT_EQ(s.node.gpus.at(gpu).policy, ArbiterPolicy::kNative) << gpu;
+  }
+  EXPECT_EQ(s.node.gpus.count(4), 0u);
+  setup = Resolve({"--mps-gpus", "2", "--policy", "2"});
+  ASSERT_TRUE(setup.settings.ok());
+  EXPECT_EQ(setup.settings->mps_gpus, (std::set<int>{2}));
+  EXPECT_EQ(setup.settings->node.gpus.count(2), 0u) << "--policy wins";
+  setup = Resolve({"--mps"});
+  ASSERT_TRUE(setup.settings.ok());
+  EXPECT_TRUE(setup.settings->mps_gpus.empty()) << "--mps alone: every GPU";
+  const std::string allowed =
+      "is no GPU index or range; expected GPU indices 0-63 and ranges, comma-separated, e.g. 0-3 "
+      "or 0,2,5-7";
+  for (const char* bad : {"", "3-1", "0-64", "a", "1,,2", "-1", "1-", " 1", "1;2", "0x1",
+                          "99999999999999999999999"}) {
+    setup = Resolve({"--mps-gpus", bad});
+    ASSERT_FALSE(setup.settings.ok()) << bad;
+    EXPECT_TRUE(setup.usage_error) << bad;
+    EXPECT_NE(setup.settings.error().find(std::string("--mps-gpus \"") + bad + "\": \""),
+              std::string::npos)
+        << setup.settings.error();
+    EXPECT_NE(setup.settings.error().find(allowed), std::string::npos) << setup.settings.error();
+  }
+}
 
 TEST_P(RefusedFlags, NameTheFlagTheValueAndWhatIsAllowed) {
   DaemonSetup setup = Resolve(GetParam().args);

@@ -110,6 +110,13 @@ int main(int argc, char** argv) {
       {n.allow_self_declared, context_bytes, n.socket_limits.container_max_processes}, &compute);
   const int reclaimed = registry.ReclaimDeadProcesses();
   if (n.default_memsize.count() != 0) registry.SetDefaultLimit(n.default_memsize.count());
+  for (int gpu : s.mps_gpus) {
+    if (gpu >= static_cast<int>(devices->size())) {
+      return Usage("--mps-gpus names GPU " + std::to_string(gpu) + "; this node has " +
+                   std::to_string(devices->size()) + " GPU(s), indices 0-" +
+                   std::to_string(static_cast<int>(devices->size()) - 1));
+    }
+  }
   tessera::daemon::GpuSetup gpus = tessera::daemon::ConfigureGpus(s, &compute);
   for (const std::string& note : gpus.notes) Fail(note);
   if (!gpus.status.ok()) {
@@ -121,8 +128,10 @@ int main(int argc, char** argv) {
   if (!s.mps_control.empty()) mps_options.control = s.mps_control;
   if (!s.mps_dir.empty()) mps_options.root = s.mps_dir;
   if (s.mps) {
+    // One control daemon per MPS GPU: every GPU, or those --mps-gpus names.
     std::vector<tessera::mps::MpsGpu> mps_gpus;
     for (size_t d = 0; d < devices->size(); ++d) {
+      if (!s.mps_gpus.empty() && s.mps_gpus.count(static_cast<int>(d)) == 0) continue;
       mps_gpus.push_back({static_cast<int>(d), (*devices)[d].uuid});
     }
     auto started = tessera::mps::MpsSupervisor::Start(mps_options, mps_gpus);

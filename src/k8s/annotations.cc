@@ -281,6 +281,36 @@ Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& la
   return fallback;
 }
 
+Result<std::map<int, NodeMode>> GpuModesFromLabels(
+    const std::map<std::string, std::string>& labels) {
+  using Out = Result<std::map<int, NodeMode>>;
+  std::map<int, NodeMode> out;
+  const std::string_view prefix = kGpuScheduleLabelPrefix;
+  for (auto it = labels.lower_bound(std::string(prefix));
+       it != labels.end() && std::string_view(it->first).substr(0, prefix.size()) == prefix; ++it) {
+    const std::string& key = it->first;
+    const std::string_view digits = std::string_view(key).substr(prefix.size());
+    bool number = !digits.empty() && digits.size() <= 3 && (digits.size() == 1 || digits[0] != '0');
+    for (char c : digits) number = number && c >= '0' && c <= '9';
+    const int index = number ? std::stoi(std::string(digits)) : -1;
+    if (!number || index > kMaxGpuIndex) {
+      return Out::Error("node label " + key + "=\"" + it->second + "\": \"" + std::string(digits) +
+                        "\" is no GPU index; expected " + kGpuScheduleLabelPrefix +
+                        "<index>, the index a decimal 0-" + std::to_string(kMaxGpuIndex) +
+                        " without leading zeros");
+    }
+    auto mode = ParseNodeMode(it->second, "node label " + key);
+    if (!mode.ok()) return Out::Error(mode.error());
+    if (*mode == NodeMode::kMig) {
+      return Out::Error("node label " + key + "=\"mig\": mig is a whole node's mode (label " +
+                        kScheduleLabel +
+                        "); a GPU's own mode is core_mem, mem, share, exclusive or mps");
+    }
+    out[index] = *mode;
+  }
+  return out;
+}
+
 std::string_view PlacementPolicyName(PlacementPolicy policy) {
   for (const PolicyName& p : kPolicies) {
     if (p.policy == policy) return p.name;
@@ -361,6 +391,20 @@ Result<GpuInventory> ParseGpuInventory(std::string_view text) {
       return r.Fail(path + "mig", " is missing for MIG device " + gpu.uuid +
                                       " on a mig node; expected its GPU, model, profile and start");
     }
+    if (auto m = g.find("mode"); m != g.end()) {
+      auto own =
+          r.String(g, path, "mode", "a GPU's own mode: core_mem, mem, share, exclusive or mps");
+      if (!own.ok()) return own.status();
+      auto parsed = ParseNodeMode(*own, std::string(kInventoryAnnotation) + ": " + path + "mode");
+      if (!parsed.ok()) return parsed.status();
+      if (*parsed == NodeMode::kMig || out.mode == NodeMode::kMig) {
+        return r.Fail(path + "mode", "=\"" + *own + "\" on a " +
+                                         std::string(NodeModeName(out.mode)) +
+                                         " node; expected a GPU's own mode only off mig nodes, "
+                                         "and never mig");
+      }
+      gpu.mode = *parsed;
+    }
     if (out.Find(gpu.uuid) != nullptr) {
       return r.Fail(path + "uuid", "=\"" + gpu.uuid + "\": listed twice; expected each GPU once");
     }
@@ -384,6 +428,7 @@ std::string WriteGpuInventory(const GpuInventory& inventory) {
                       {"profile", g.mig->profile},
                       {"start", g.mig->start}};
     }
+    if (g.mode) entry["mode"] = std::string(NodeModeName(*g.mode));
     gpus.push_back(std::move(entry));
   }
   json doc = {{"version", kInventoryVersion},

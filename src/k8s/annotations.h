@@ -35,6 +35,9 @@ inline constexpr char kAckResourceGpuCount[] = "aliyun.com/gpu-count";
 // Node labels, set by the operator; ACK's are read when ours are absent.
 inline constexpr char kScheduleLabel[] = "tessera.io/gpu.schedule";
 inline constexpr char kAckScheduleLabel[] = "ack.node.gpu.schedule";
+// One GPU's own mode: tessera.io/gpu.schedule.<index> (tesserad's device index, decimal, 0-255).
+inline constexpr char kGpuScheduleLabelPrefix[] = "tessera.io/gpu.schedule.";
+inline constexpr int kMaxGpuIndex = 255;
 inline constexpr char kPlacementLabel[] = "tessera.io/gpu.placement";
 inline constexpr char kAckPlacementLabel[] = "ack.node.gpu.placement";
 
@@ -62,7 +65,8 @@ bool IsMigResourceName(std::string_view resource_name);
 Result<std::string> MigProfileOfResource(std::string_view resource_name,
                                          std::string_view input_name);
 
-// How a node shares its GPUs (label tessera.io/gpu.schedule). A node runs one mode.
+// How a node shares its GPUs (label tessera.io/gpu.schedule), and each GPU where it has its own
+// (GpuModesFromLabels).
 enum class NodeMode { kCoreMem, kMem, kShare, kExclusive, kMig, kMps };
 std::string_view NodeModeName(NodeMode mode);
 // `text` as a mode; the error names `input_name` (a label) and lists the allowed values.
@@ -71,6 +75,13 @@ Result<NodeMode> ParseNodeMode(std::string_view text, std::string_view input_nam
 // (the plugins' --default-mode, core_mem unless set).
 Result<NodeMode> NodeModeFromLabels(const std::map<std::string, std::string>& labels,
                                     NodeMode fallback = NodeMode::kCoreMem);
+// The GPUs with a mode of their own (labels tessera.io/gpu.schedule.<index>), by device index; a
+// GPU without one is in the node's mode. A GPU's own mode is core_mem, mem, share, exclusive or
+// mps (mig is the whole node's). Any label under the prefix that is not a valid index, or whose
+// value is no such mode, refuses the whole set: the error names the label, the value and what is
+// allowed.
+Result<std::map<int, NodeMode>> GpuModesFromLabels(
+    const std::map<std::string, std::string>& labels);
 
 // How the extender places pods on a node's GPUs (label tessera.io/gpu.placement).
 enum class PlacementPolicy { kTessera, kBinpack, kSpread };
@@ -98,6 +109,9 @@ struct InventoryGpu {
   Bytes memory;       // physical memory (a MIG device's: its instance's)
   bool healthy = true;
   std::optional<InventoryMig> mig{};  // a MIG device (mode mig); nullopt for a GPU
+  // The GPU's own mode where it differs from the node's (tessera.io/gpu.schedule.<index>);
+  // nullopt: the node's. Never mig.
+  std::optional<NodeMode> mode{};
 
   bool operator==(const InventoryGpu&) const = default;
 };

@@ -26,6 +26,39 @@ TEST(Inventory, RoundTrips) {
   EXPECT_EQ(back->Find("GPU-nope"), nullptr);
 }
 
+// A GPU whose mode differs from the node's carries it; other values are refused by name.
+TEST(Inventory, gpu_modes_AGpusOwnModeRoundTripsAndIsChecked) {
+  GpuInventory inv;
+  inv.mode = NodeMode::kCoreMem;
+  inv.gpus = {{0, kUuid0, "SimGPU", Bytes(17179869184), true, std::nullopt, NodeMode::kMps},
+              {1, kUuid1, "SimGPU", Bytes(17179869184), true}};
+  const std::string text = WriteGpuInventory(inv);
+  EXPECT_THAT(text, HasSubstr(R"("mode":"mps")"));
+  auto back = ParseGpuInventory(text);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(*back, inv);
+  auto with = [](const std::string& node, const std::string& own) {
+    return ParseGpuInventory(
+        R"({"version":1,"mode":")" + node + R"(","gpus":[{"index":0,"uuid":")" + kUuid0 +
+        R"(","model":"m","memory_bytes":1,"healthy":true,"mode":)" + own + "}]}");
+  };
+  EXPECT_TRUE(with("core_mem", R"("exclusive")").ok());
+  auto r = with("core_mem", R"("turbo")");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.error(), HasSubstr("tessera.io/gpu-inventory: gpus[0].mode=\"turbo\": unknown GPU "
+                                   "sharing mode"));
+  r = with("core_mem", R"("mig")");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.error(), HasSubstr("gpus[0].mode=\"mig\" on a core_mem node; expected a GPU's own "
+                                   "mode only off mig nodes, and never mig"));
+  r = with("mig", R"("mps")");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.error(), HasSubstr("gpus[0].mode=\"mps\" on a mig node"));
+  r = with("core_mem", "7");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.error(), HasSubstr("gpus[0].mode"));
+}
+
 // A mig node lists its MIG devices with the GPU, model, profile and start of each; the parser
 // checks each against the MIG tables and the devices of one GPU against each other.
 constexpr char kMig0[] = "MIG-11111111-2222-4333-8444-555555555555";
@@ -189,6 +222,58 @@ TEST(Assignment, ErrorsNameKeyValueAndWhatIsAllowed) {
     auto r = ParseAssignment(c.json);
     ASSERT_FALSE(r.ok()) << c.json;
     EXPECT_THAT(r.error(), HasSubstr(c.message)) << c.json;
+  }
+}
+
+// A GPU's own mode: tessera.io/gpu.schedule.<index>; hostile keys and values refuse the whole set
+// by name.
+TEST(Labels, gpu_modes_PerIndexLabelsAndWhatTheyRefuse) {
+  auto none = GpuModesFromLabels(
+      {{"tessera.io/gpu.schedule", "mps"}, {"tessera.io/gpu.placement", "spread"}});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  auto mixed = GpuModesFromLabels({{"tessera.io/gpu.schedule", "core_mem"},
+                                   {"tessera.io/gpu.schedule.0", "mps"},
+                                   {"tessera.io/gpu.schedule.3", "mps"},
+                                   {"tessera.io/gpu.schedule.10", "exclusive"},
+                                   {"tessera.io/gpu.schedule.255", "share"},
+                                   {"tessera.io/gpu.schedule.7", "mem"}});
+  ASSERT_TRUE(mixed.ok()) << mixed.error();
+  EXPECT_EQ(*mixed, (std::map<int, NodeMode>{{0, NodeMode::kMps},
+                                             {3, NodeMode::kMps},
+                                             {7, NodeMode::kMem},
+                                             {10, NodeMode::kExclusive},
+                                             {255, NodeMode::kShare}}));
+  const std::string index_rule =
+      "is no GPU index; expected tessera.io/gpu.schedule.<index>, the index a decimal 0-255 "
+      "without leading zeros";
+  struct Case {
+    std::string key, value, message;
+  };
+  const std::vector<Case> cases = {
+      {"tessera.io/gpu.schedule.01", "mps",
+       "node label tessera.io/gpu.schedule.01=\"mps\": \"01\" " + index_rule},
+      {"tessera.io/gpu.schedule.256", "mps", "\"256\" " + index_rule},
+      {"tessera.io/gpu.schedule.-1", "mps", "\"-1\" " + index_rule},
+      {"tessera.io/gpu.schedule.x", "mps", "\"x\" " + index_rule},
+      {"tessera.io/gpu.schedule.1.2", "mps", "\"1.2\" " + index_rule},
+      {"tessera.io/gpu.schedule.99999999999999999999", "mps", index_rule},
+      {"tessera.io/gpu.schedule.", "mps",
+       "node label tessera.io/gpu.schedule.=\"mps\": \"\" " + index_rule},
+      {"tessera.io/gpu.schedule.2", "turbo",
+       "node label tessera.io/gpu.schedule.2=\"turbo\": unknown GPU sharing mode; expected "
+       "core_mem, mem, share, exclusive, mig or mps"},
+      {"tessera.io/gpu.schedule.2", "MPS", "unknown GPU sharing mode"},
+      {"tessera.io/gpu.schedule.2", "",
+       "node label tessera.io/gpu.schedule.2=\"\": unknown GPU sharing mode"},
+      {"tessera.io/gpu.schedule.2", "mig",
+       "node label tessera.io/gpu.schedule.2=\"mig\": mig is a whole node's mode (label "
+       "tessera.io/gpu.schedule); a GPU's own mode is core_mem, mem, share, exclusive or mps"},
+  };
+  for (const Case& c : cases) {
+    auto r = GpuModesFromLabels({{"tessera.io/gpu.schedule.0", "mps"}, {c.key, c.value}});
+    ASSERT_FALSE(r.ok()) << c.key << "=" << c.value;
+    EXPECT_THAT(r.error(), HasSubstr(c.message)) << c.key << "=" << c.value;
   }
 }
 

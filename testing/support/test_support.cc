@@ -25,7 +25,8 @@ SimNode::SimNode(const std::string& gpus, std::vector<std::string> daemon_args)
   // An MPS client's /dev/shm is its GPU's server's, not the host's (mps::EnterServerShm): the
   // simulated GPUs are kept where every mount namespace reaches them, as a real GPU's devices are.
   const bool mps =
-      std::find(daemon_args_.begin(), daemon_args_.end(), "--mps") != daemon_args_.end();
+      std::find(daemon_args_.begin(), daemon_args_.end(), "--mps") != daemon_args_.end() ||
+      std::find(daemon_args_.begin(), daemon_args_.end(), "--mps-gpus") != daemon_args_.end();
   sim_state_ = mps ? "/tmp/" + name_ + ".sim" : name_;
   client_ = std::make_unique<TesseradClient>(socket_);
 }

@@ -55,8 +55,59 @@ Status Allocator::Load() {
 void Allocator::SetMode(NodeMode mode, ResourceNames names) {
   std::lock_guard<std::mutex> lock(mu_);
   mode_ = mode;
+  names_ = names;
+  ServeModes();
+}
+
+void Allocator::ServeModes() {
   served_.clear();
-  for (const std::string& r : ServedResources(mode, names)) served_.insert(r);
+  for (const std::string& r : ServedResources(mode_, names_)) served_.insert(r);
+  for (const NodeGpu& g : node_gpus_) {
+    if (!g.mode) continue;
+    for (const std::string& r : ServedResources(*g.mode, names_)) served_.insert(r);
+  }
+}
+
+NodeMode Allocator::ModeOf(const std::string& uuid) const {
+  for (const NodeGpu& g : node_gpus_) {
+    if (g.uuid == uuid && g.mode) return *g.mode;
+  }
+  return mode_;
+}
+
+NodeMode Allocator::ModeOf(const AllocationRecord& record) const {
+  return record.gpus.empty() ? mode_ : ModeOf(record.gpus.front().uuid);
+}
+
+Result<NodeMode> Allocator::ModeOfGpus(const std::vector<AssignedGpu>& gpus) const {
+  if (gpus.empty()) return mode_;
+  const NodeMode first = ModeOf(gpus.front().uuid);
+  for (const AssignedGpu& g : gpus) {
+    const NodeMode m = ModeOf(g.uuid);
+    if (m != first) {
+      return Result<NodeMode>::Error(
+          std::string(kAssignmentAnnotation) + " gives it " + gpus.front().uuid + " (mode " +
+          std::string(NodeModeName(first)) + ") and " + g.uuid + " (mode " +
+          std::string(NodeModeName(m)) + ") on node " + config_.node +
+          "; a container's GPUs must be in one mode (labels " + kScheduleLabel + " and " +
+          kGpuScheduleLabelPrefix + "<index>)");
+    }
+  }
+  return first;
+}
+
+void Allocator::UpdateNodeGpus(
+    const std::function<std::vector<NodeGpu>(const TenantsByGpu&)>& resolve) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TenantsByGpu tenants;
+  for (const AllocationRecord& r : checkpoint_.records) {
+    for (const AllocatedGpu& g : r.gpus) {
+      tenants[g.index].pods.insert(r.ns + "/" + r.pod);
+      if (r.mode) tenants[g.index].mode = r.mode;
+    }
+  }
+  node_gpus_ = resolve(tenants);
+  ServeModes();
 }
 
 NodeMode Allocator::mode() const {
@@ -67,6 +118,7 @@ NodeMode Allocator::mode() const {
 void Allocator::SetNodeGpus(std::vector<NodeGpu> gpus) {
   std::lock_guard<std::mutex> lock(mu_);
   node_gpus_ = std::move(gpus);
+  ServeModes();
 }
 
 bool Allocator::Serves(const std::string& resource) const {
@@ -166,13 +218,24 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   };
   auto req = GpuRequestOf(container);
   if (!req.ok()) return fail(req.error());
+  const std::string* annotation = pod.Annotation(kAssignmentAnnotation);
+  // The container's mode: that of the GPUs its assignment names (the node's while it names none).
+  NodeMode mode = mode_;
+  if (annotation != nullptr) {
+    if (auto peek = ParseAssignment(*annotation); peek.ok()) {
+      if (const ContainerAssignment* c = peek->Find(container.name)) {
+        auto m = ModeOfGpus(c->gpus);
+        if (!m.ok()) return fail(m.error());
+        mode = *m;
+      }
+    }
+  }
   // The one fit rule (k8s/fit.h), on this node's shape as tesserad and the mode say it is.
-  const placement::NodeShape shape = Shape(status);
+  const placement::NodeShape shape = Shape(status, mode);
   if (const placement::FitResult fit = ShapeFitOf(*req, shape);
       fit != placement::FitResult::kFits) {
-    return fail(ShapeRefusal(fit, *req, mode_, shape) + " (node " + config_.node + ")");
+    return fail(ShapeRefusal(fit, *req, mode, shape) + " (node " + config_.node + ")");
   }
-  const std::string* annotation = pod.Annotation(kAssignmentAnnotation);
   if (annotation == nullptr) {
     return fail(std::string("the pod has no ") + kAssignmentAnnotation +
                 " annotation, so it was not placed by tessera-extender (is kube-scheduler "
@@ -205,6 +268,7 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   rec.pod = pod.name;
   rec.container = container.name;
   rec.init = container.init;
+  rec.mode = mode;
   const bool whole = !req->mig() && (req->core >= 100 || (req->core == 0 && req->mem_gib == 0));
   uint64_t total = 0;
   uint32_t max_weight = 256;
@@ -221,17 +285,17 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
                   " on " + g.uuid + " is more than that GPU's " + std::to_string(gpu->total.count()) +
                   " bytes");
     }
-    if (mode_ == NodeMode::kExclusive && (g.mem != gpu->total || g.core.value() != 100)) {
+    if (mode == NodeMode::kExclusive && (g.mem != gpu->total || g.core.value() != 100)) {
       return fail("node " + config_.node + " is exclusive (whole GPUs only), but " +
                   kAssignmentAnnotation + " gives it " + FormatBytes(g.mem) + " and " +
                   std::to_string(g.core.value()) + "% of " + g.uuid);
     }
-    if (mode_ == NodeMode::kMig) {
+    if (mode == NodeMode::kMig) {
       if (Status s = CheckMigDevice(g, *req); !s.ok()) return fail(s.message());
     }
     if (whole) {
       // A whole GPU's cap is what the fit rule gives it (the extender writes the same).
-      const Bytes cap = WholeGpuCap(*req, mode_, gpu->total);
+      const Bytes cap = WholeGpuCap(*req, mode, gpu->total);
       if (g.mem > cap || g.mem.count() + 2 * kBytesPerMiB < cap.count()) {
         return fail(
             std::string(kAssignmentAnnotation) + " mem_bytes=" + std::to_string(g.mem.count()) +
@@ -240,7 +304,7 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
                  ? " asked with " + std::string(GpuResourceName(GpuResource::kMem, req->ack)) +
                        "=" + std::to_string(req->mem_gib)
                  : std::string()) +
-            " on a " + std::string(NodeModeName(mode_)) + " node is capped at " +
+            " on a " + std::string(NodeModeName(mode)) + " node is capped at " +
             std::to_string(cap.count()) + " bytes");
       }
     }
@@ -271,10 +335,10 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   if (!user.ok()) return fail(user.error());
   rec.weight = user->weight.value_or(1);
   rec.high_priority = user->high_priority.value_or(false);
-  if ((mode_ == NodeMode::kCoreMem || mode_ == NodeMode::kMps) && rec.gpus[0].core.value() < 100) {
+  if ((mode == NodeMode::kCoreMem || mode == NodeMode::kMps) && rec.gpus[0].core.value() < 100) {
     rec.core = rec.gpus[0].core;
   }
-  if (mode_ == NodeMode::kMps) {
+  if (mode == NodeMode::kMps) {
     // MPS takes its memory limit in whole MiB: refused here rather than at the container's start.
     auto env = mps::MpsClientEnvironment({kContainerMpsPipeDir, "", ""}, rec.core, rec.gpus[0].mem);
     if (!env.ok()) return fail(std::string(kAssignmentAnnotation) + ": " + env.error());
@@ -282,7 +346,7 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
   return rec;
 }
 
-placement::NodeShape Allocator::Shape(const TesseradStatus& status) const {
+placement::NodeShape Allocator::Shape(const TesseradStatus& status, NodeMode mode) const {
   const mig::GpuModel* mig_model = nullptr;
   std::set<std::string> mig_gpus;
   for (const NodeGpu& g : node_gpus_) {
@@ -292,9 +356,10 @@ placement::NodeShape Allocator::Shape(const TesseradStatus& status) const {
       if (auto m = mig::FindGpuModel(g.mig->model, "model"); m.ok()) mig_model = *m;
     }
   }
-  const int gpus = mode_ == NodeMode::kMig ? static_cast<int>(mig_gpus.size())
-                                           : static_cast<int>(status.gpus.size());
-  return NodeShapeOf(mode_, gpus, status.gpus.empty() ? Bytes(0) : status.gpus.front().total,
+  int in_mode = 0;
+  for (const TesseradGpu& g : status.gpus) in_mode += ModeOf(g.uuid) == mode ? 1 : 0;
+  const int gpus = mode == NodeMode::kMig ? static_cast<int>(mig_gpus.size()) : in_mode;
+  return NodeShapeOf(mode, gpus, status.gpus.empty() ? Bytes(0) : status.gpus.front().total,
                      mig_model);
 }
 
@@ -340,13 +405,12 @@ Status Allocator::Register(AllocationRecord* rec) const {
   c.weight = rec->weight;
   c.high_priority = rec->high_priority;
   c.identify = config_.cdi && !config_.oci_hook.empty();
-  auto root = RegisterIsolated(*tesserad_, c, indices, status->gpus.size(), mode_ == NodeMode::kMps,
-                               config_.node);
+  const bool mps = ModeOf(*rec) == NodeMode::kMps;
+  auto root = RegisterIsolated(*tesserad_, c, indices, status->gpus.size(), mps, config_.node);
   if (!root.ok()) {
     rec->registered = false;
-    return Status::Error(
-        root.error() +
-        (mode_ == NodeMode::kMps ? "; the container gets no GPU without MPS on an mps node" : ""));
+    return Status::Error(root.error() +
+                         (mps ? "; the container gets no GPU without MPS on an mps node" : ""));
   }
   rec->registered = true;
   rec->mps_root = *root;
@@ -460,7 +524,7 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
                    "cgroups once they run)\n",
                    resource.c_str(), ids.size(), pod.Key().c_str(), Join(match->also).c_str());
     }
-    if (ModeIsolates(mode_)) {
+    if (ModeIsolates(ModeOf(*plan))) {
       if (Status s = Register(&*plan); !s.ok()) return refuse("pod " + pod.Key() + " container " + container.name + ": " + s.message(), true);
     }
     if (config_.cdi && plan->registered) {
@@ -534,7 +598,9 @@ std::vector<std::string> Allocator::Prefer(const std::string& resource,
 
 Status Allocator::PreStart(const std::string& resource, const std::vector<std::string>& ids) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!ModeIsolates(mode_)) return Status::Ok();
+  bool isolates = ModeIsolates(mode_);
+  for (const NodeGpu& g : node_gpus_) isolates = isolates || (g.mode && ModeIsolates(*g.mode));
+  if (!isolates) return Status::Ok();
   std::set<std::string> want(ids.begin(), ids.end());
   std::vector<AllocationRecord*> recs;
   for (AllocationRecord& r : checkpoint_.records) {
@@ -547,6 +613,10 @@ Status Allocator::PreStart(const std::string& resource, const std::vector<std::s
     return Status::Error("PreStartContainer of " + resource + " [" + Join(ids) +
                          "]: no allocation of these devices is recorded by the device plugin on node " +
                          config_.node + " (was its checkpoint " + config_.checkpoint_path + " lost?)");
+  }
+  if (std::none_of(recs.begin(), recs.end(),
+                   [&](const AllocationRecord* r) { return ModeIsolates(ModeOf(*r)); })) {
+    return Status::Ok();
   }
   auto status = tesserad_->Status();
   if (!status.ok()) {

@@ -26,6 +26,10 @@
 // MPS server's /dev/shm (not the host's) and the MPS client environment
 // (mps::MpsClientEnvironment, as `tessera run` gives).
 //
+// A GPU with a mode of its own (NodeGpu::mode, tessera.io/gpu.schedule.<index>) is served as that
+// mode says: a container's mode is the mode of the GPUs its assignment names, which must all be
+// in one mode (an assignment spanning modes is refused by name).
+//
 // Thread-safety: one mutex; Allocate, Prefer, PreStart and the reconciler's calls serialise.
 #pragma once
 
@@ -118,8 +122,18 @@ class Allocator {
   Status Load();
   void SetMode(NodeMode mode, ResourceNames names);
   NodeMode mode() const;
-  // The node's devices as last seen (a mig node's carry their MIG profile).
+  // The node's devices as last seen (a mig node's carry their MIG profile; a GPU with a mode of
+  // its own carries it).
   void SetNodeGpus(std::vector<NodeGpu> gpus);
+  // Sets the node's devices to what `resolve` returns, given the pods whose recorded containers
+  // use each GPU (device index -> "namespace/pod"), under the allocator's lock: no allocation
+  // lands between the look at the tenants and the GPUs' new modes.
+  struct GpuTenants {
+    std::set<std::string> pods;    // "namespace/pod"
+    std::optional<NodeMode> mode;  // the mode they were set up in, where recorded
+  };
+  using TenantsByGpu = std::map<int, GpuTenants>;
+  void UpdateNodeGpus(const std::function<std::vector<NodeGpu>(const TenantsByGpu&)>& resolve);
 
   // kubelet's Allocate of `ids` of `resource` for one container.
   Result<ContainerResponse> Allocate(const std::string& resource,
@@ -167,9 +181,16 @@ class Allocator {
   // The environment and mounts a registered container needs (the answer's, or its CDI spec's).
   CdiEdits Edits(const AllocationRecord& record) const;
   ContainerResponse Response(const AllocationRecord& record) const;
-  // This node as the fit rule sees it (k8s/fit.h): its mode, its GPUs (a mig node's GPUs in MIG
-  // mode and their MIG model) and their memory.
-  placement::NodeShape Shape(const TesseradStatus& status) const;
+  // This node as the fit rule sees it (k8s/fit.h) for a container in `mode`: the GPUs in that
+  // mode (a mig node's GPUs in MIG mode and their MIG model) and their memory.
+  placement::NodeShape Shape(const TesseradStatus& status, NodeMode mode) const;
+  // The mode of GPU `uuid`: its own, else the node's.
+  NodeMode ModeOf(const std::string& uuid) const;
+  // The mode of the GPUs `gpus` names; an error where they are in different modes.
+  Result<NodeMode> ModeOfGpus(const std::vector<AssignedGpu>& gpus) const;
+  // The mode a recorded container runs in (its first GPU's).
+  NodeMode ModeOf(const AllocationRecord& record) const;
+  void ServeModes();
   // The MIG-mode checks of one assigned device: a MIG device of the node, of the profile asked.
   Status CheckMigDevice(const AssignedGpu& gpu, const GpuRequest& request) const;
   // Registers the container with tesserad: its caps on its GPUs, 0 bytes on the node's others;
@@ -183,6 +204,7 @@ class Allocator {
   EventSink* events_;
   mutable std::mutex mu_;
   NodeMode mode_ = NodeMode::kCoreMem;
+  ResourceNames names_ = ResourceNames::kTessera;
   std::set<std::string> served_;
   std::vector<NodeGpu> node_gpus_;
   Checkpoint checkpoint_;

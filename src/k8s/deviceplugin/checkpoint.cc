@@ -65,6 +65,11 @@ Result<Checkpoint> LoadCheckpoint(const std::string& path) {
       rec.cdi_file = r.value("cdi_file", "");
       rec.mps_root = r.value("mps_root", "");
       rec.also_waiting = r.value("also_waiting", std::vector<std::string>{});
+      if (r.contains("mode")) {
+        auto mode = ParseNodeMode(r["mode"].get<std::string>(), "checkpoint " + path + ": mode");
+        if (!mode.ok()) return Result<Checkpoint>::Error(mode.error());
+        rec.mode = *mode;
+      }
       out.records.push_back(std::move(rec));
     }
     for (auto it = doc.at("rejected").begin(); it != doc.at("rejected").end(); ++it) {
@@ -100,6 +105,7 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
                        {"cdi_file", r.cdi_file},
                        {"mps_root", r.mps_root},
                        {"also_waiting", r.also_waiting}});
+    if (r.mode) records.back()["mode"] = std::string(NodeModeName(*r.mode));
   }
   const json doc = {{"version", kCheckpointVersion}, {"records", records}, {"rejected", c.rejected}};
   const std::string text = doc.dump(1);

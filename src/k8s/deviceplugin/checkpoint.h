@@ -14,6 +14,7 @@
 #include "core/bytes.h"
 #include "core/percent.h"
 #include "core/result.h"
+#include "k8s/annotations.h"
 
 namespace tessera::k8s {
 
@@ -38,6 +39,9 @@ struct AllocationRecord {
   bool registered = false;  // registered with tesserad (isolating modes)
   std::string cdi_file;     // the CDI spec written for it, if any
   std::string mps_root;     // mps nodes: tesserad's MPS folder when it was registered
+  // The mode its GPUs were in when it was set up (nullopt in checkpoints from before modes were
+  // recorded): after a restart, a GPU with tenants is served in their mode until they are gone.
+  std::optional<NodeMode> mode;
   // Other pods that were waiting with the same request when this one was chosen by kubelet's
   // admission order; the reconciler checks the choice against the processes' cgroups.
   std::vector<std::string> also_waiting;

@@ -167,8 +167,9 @@ Result<std::string> RegisterIsolated(const TesseradClient& tesserad, const Isola
           " runs no MPS control daemons (start it with --mps)";
   } else if (stat(pipe.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     why = "tesserad's MPS pipe folder of GPU " + c.uuids[0] + ", " + pipe +
-          ", is not a folder here (does the plugin see the host's " + reply->mps_root +
-          " at the same path?)";
+          ", is not a folder here (does tesserad run MPS on this GPU, with --mps or its index in "
+          "--mps-gpus? does the plugin see the host's " +
+          reply->mps_root + " at the same path?)";
   }
   if (!why.empty()) {
     (void)tesserad.Unregister(c.id);

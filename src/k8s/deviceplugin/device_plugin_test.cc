@@ -1170,6 +1170,265 @@ TEST_F(DevicePluginTest, ThirtyPercentBesideSeventyWithTheAckNames) {
   ThirtyBesideSeventy("aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage");
 }
 
+// ---- a mode per GPU ----------------------------------------------------------------------------
+
+// An 8-GPU node whose GPUs 0-3 are in mps (labels tessera.io/gpu.schedule.0-3) and 4-7 in the
+// node's core_mem; tesserad runs MPS on GPUs 0-3 only (--mps-gpus 0-3), its control program the
+// stand-in above. One plugin serves both sets.
+class GpuModesNodeTest : public DevicePluginTest {
+ protected:
+  explicit GpuModesNodeTest(std::string dir = NewMpsDir())
+      : DevicePluginTest(
+            "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,"
+            "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20",
+            {"--mps-gpus", "0-3", "--mps-control", BuildDir() + "/tests/mps_control_standin",
+             "--mps-dir", dir}),
+        mps_dir_(std::move(dir)) {
+    labels_ = {{kScheduleLabel, "core_mem"}};
+    for (int i = 0; i < 4; ++i) labels_[kGpuScheduleLabelPrefix + std::to_string(i)] = "mps";
+  }
+  void TearDown() override {
+    DevicePluginTest::TearDown();
+    node_.Stop();
+    std::system(("rm -rf '" + mps_dir_ + "'").c_str());
+  }
+  std::optional<GpuInventory> Inventory() {
+    auto n = api_.GetNode(kNode);
+    if (!n || !(*n)["metadata"].contains("annotations") ||
+        !(*n)["metadata"]["annotations"].contains(kInventoryAnnotation)) {
+      return std::nullopt;
+    }
+    auto inv =
+        ParseGpuInventory((*n)["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+    EXPECT_TRUE(inv.ok()) << inv.error();
+    if (!inv.ok()) return std::nullopt;
+    return *inv;
+  }
+  // The mode the inventory gives GPU `index` ("" while there is no inventory).
+  std::string InventoryMode(int index) {
+    auto inv = Inventory();
+    if (!inv) return "";
+    for (const InventoryGpu& g : inv->gpus) {
+      if (g.index == index) return std::string(NodeModeName(g.mode.value_or(inv->mode)));
+    }
+    return "";
+  }
+  Json Share(const std::string& ns, const std::string& name, int gpu) {
+    return Place(
+        PodJson(ns, name, {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "30"}}}}),
+        {{"c", {{node_.Uuid(gpu), kGiB, 30}}}});
+  }
+  bool Event(const std::string& reason, const std::string& text) {
+    for (const Json& e : api_.Events("")) {
+      if (e["reason"] == reason && e["message"].get<std::string>().find(text) != std::string::npos)
+        return true;
+    }
+    return false;
+  }
+  std::string mps_dir_;
+};
+
+TEST_F(GpuModesNodeTest, gpu_modes_MpsAndCoreMemGpusServedByOnePluginAndPodsLandOnEach) {
+  StartPlugin();
+  WaitServing();
+  // One plugin, each resource registered once, every GPU of both sets in its lists.
+  EXPECT_EQ(kubelet_->Resources().size(), 3u);
+  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count"}) {
+    EXPECT_EQ(kubelet_->Resource(r)->registrations, 1) << r;
+  }
+  ASSERT_TRUE(kubelet_->WaitForState(
+      "tessera.io/gpu-mem", 30s,
+      [](const TestKubelet::PluginState& s) { return s.devices.size() == 8u * 4u; }));
+  // The inventory says each GPU's mode: 0-3 their own (mps), 4-7 the node's.
+  ASSERT_TRUE(
+      WaitUntil([&] { return InventoryMode(0) == "mps" && InventoryMode(7) == "core_mem"; }, 10s));
+  auto inv = Inventory();
+  ASSERT_TRUE(inv);
+  EXPECT_EQ(inv->mode, NodeMode::kCoreMem);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(inv->gpus[static_cast<size_t>(i)].mode,
+              i < 4 ? std::optional<NodeMode>(NodeMode::kMps) : std::nullopt)
+        << i;
+  }
+  // tesserad runs MPS on GPUs 0-3 only.
+  for (int i = 0; i < 8; ++i) {
+    struct stat st {};
+    const std::string pid_file =
+        mps_dir_ + "/" + node_.Uuid(i) + "/pipe/nvidia-cuda-mps-control.pid";
+    EXPECT_EQ(WaitUntil([&] { return stat(pid_file.c_str(), &st) == 0; }, i < 4 ? 10s : 100ms),
+              i < 4)
+        << "GPU " << i;
+  }
+
+  // A pod on GPU 1 is an MPS client of GPU 1's server; a pod on GPU 5 is a core_mem tenant.
+  const Json mps_pod = Share("team", "on-mps", 1);
+  const Json core_pod = Share("team", "on-core", 5);
+  auto on_mps = Admit(mps_pod);
+  ASSERT_TRUE(on_mps.ok()) << on_mps.error();
+  auto on_core = Admit(core_pod);
+  ASSERT_TRUE(on_core.ok()) << on_core.error();
+  const TestKubelet::ContainerAllocation& m = (*on_mps)[0];
+  const TestKubelet::ContainerAllocation& c = (*on_core)[0];
+  EXPECT_EQ(m.envs.at("CUDA_MPS_PIPE_DIRECTORY"), kContainerMpsPipeDir);
+  EXPECT_EQ(m.envs.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "30");
+  EXPECT_EQ(m.envs.at("TESSERA_VISIBLE_DEVICES"), node_.Uuid(1));
+  EXPECT_TRUE(std::any_of(m.mounts.begin(), m.mounts.end(), [&](const TestKubelet::Mount& x) {
+    return x.host_path == mps_dir_ + "/" + node_.Uuid(1) + "/pipe";
+  }));
+  // GetPreferredAllocation steered kubelet to each pod's own GPU's devices.
+  for (const auto& [a, gpu] : {std::pair{&m, 1}, std::pair{&c, 5}}) {
+    for (const auto& [resource, ids] : a->device_ids) {
+      for (const std::string& id : ids) EXPECT_EQ(GpuOfDevice(id), node_.Uuid(gpu)) << resource;
+    }
+    EXPECT_EQ(a->device_ids.at("tessera.io/gpu-core").size(), 30u);
+  }
+  EXPECT_EQ(c.envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u)
+      << "a core_mem GPU's tenant is no MPS client";
+  EXPECT_EQ(c.envs.at("TESSERA_VISIBLE_DEVICES"), node_.Uuid(5));
+  EXPECT_TRUE(std::none_of(c.mounts.begin(), c.mounts.end(), [&](const TestKubelet::Mount& x) {
+    return x.host_path.rfind(mps_dir_, 0) == 0;
+  }));
+  // Both serve: real tenants through the shim stop at their caps.
+  for (const auto& [pod, a] : {std::pair{mps_pod, m}, std::pair{core_pod, c}}) {
+    ChildProcess* oom = Run(pod, a, {Tenant("shim_tenant"), "alloc-until-oom", "64"});
+    EXPECT_EQ(oom->WaitForKey("allocated", 30s), std::to_string(kGiB)) << pod["metadata"]["name"];
+    oom->CloseStdin();
+    EXPECT_EQ(oom->Wait(20s), 0);
+  }
+  const TesseradContainer* tm = InTesserad(IdOf(mps_pod, "c"));
+  ASSERT_NE(tm, nullptr);
+  EXPECT_EQ(tm->limits[1], Bytes(kGiB));
+  EXPECT_EQ(tm->core_percent, 30u);
+  const TesseradContainer* tc = InTesserad(IdOf(core_pod, "c"));
+  ASSERT_NE(tc, nullptr);
+  EXPECT_EQ(tc->limits[5], Bytes(kGiB));
+  EXPECT_EQ(tc->limits[1], Bytes(0));
+  EXPECT_EQ(tc->core_percent, 30u);
+
+  // Each set by its own mode's rules: two core_mem GPUs for one container, yes; two MPS GPUs, no
+  // (one MPS server per container); one GPU of each, no.
+  const Json pair =
+      Place(PodJson("team", "pair", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
+            {{"c", {{node_.Uuid(4), 4 * kGiB, 100}, {node_.Uuid(6), 4 * kGiB, 100}}}});
+  auto paired = Admit(pair);
+  EXPECT_TRUE(paired.ok()) << paired.error();
+  const Json two_mps =
+      Place(PodJson("team", "two-mps", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
+            {{"c", {{node_.Uuid(2), 4 * kGiB, 100}, {node_.Uuid(3), 4 * kGiB, 100}}}});
+  auto refused = Admit(two_mps);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("node mode mps gives a container one GPU (that GPU's MPS "
+                                         "server); it asks tessera.io/gpu-count=2"));
+  const Json across =
+      Place(PodJson("team", "across", {{"c", {{"tessera.io/gpu-count", "2"}}}}),
+            {{"c", {{node_.Uuid(3), 4 * kGiB, 100}, {node_.Uuid(7), 4 * kGiB, 100}}}});
+  refused = Admit(across);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("tessera.io/assignment gives it " + node_.Uuid(3) +
+                                         " (mode mps) and " + node_.Uuid(7) +
+                                         " (mode core_mem) on node gpu-node-1; a container's GPUs "
+                                         "must be in one mode"));
+  EXPECT_EQ(node_.Status().containers.size(), 3u) << "the refused were not registered";
+}
+
+// A GPU's mode does not change under its tenants: the plugin keeps serving the old mode, says
+// why, and changes it when the last pod on it is gone. A free GPU changes at once.
+TEST_F(GpuModesNodeTest, gpu_modes_AModeChangeUnderATenantWaitsUntilItDrains) {
+  StartPlugin();
+  WaitServing();
+  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(0) == "mps"; }, 10s));
+  const Json tenant = Share("team", "tenant", 5);
+  auto admitted = Admit(tenant);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  ChildProcess* holder =
+      Run(tenant, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB / 2)});
+  ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
+
+  // GPU 5 (a tenant) and GPU 6 (free) asked into mps; GPU 0 (free) back to the node's core_mem.
+  ASSERT_TRUE(
+      api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("5"), std::string("mps")));
+  ASSERT_TRUE(
+      api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("6"), std::string("mps")));
+  ASSERT_TRUE(api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("0"), std::nullopt));
+  const std::string why = "GPU 5 (" + node_.Uuid(5) +
+                          ") of node gpu-node-1 stays in mode core_mem, "
+                          "not mps: pods run on it (team/tenant); it changes when they are gone";
+  ASSERT_TRUE(WaitUntil([&] { return Event("TesseraModeChangeHeld", why); }, 10s))
+      << "no reason given";
+  ASSERT_TRUE(
+      WaitUntil([&] { return InventoryMode(6) == "mps" && InventoryMode(0) == "core_mem"; }, 10s))
+      << "free GPUs change at once";
+  std::this_thread::sleep_for(600ms);  // three reconciles: nothing moves GPU 5
+  EXPECT_EQ(InventoryMode(5), "core_mem");
+  // Still served as core_mem: a second pod on GPU 5 is no MPS client.
+  const Json second = Share("team", "second", 5);
+  auto second_admitted = Admit(second);
+  ASSERT_TRUE(second_admitted.ok()) << second_admitted.error();
+  EXPECT_EQ((*second_admitted)[0].envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+  // And on GPU 6, now mps (tesserad runs no MPS there: --mps-gpus 0-3), a pod is refused by name.
+  const Json on6 = Share("team", "on-six", 6);
+  auto refused = Admit(on6);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("tesserad's MPS pipe folder of GPU " + node_.Uuid(6)));
+  int held = 0;
+  for (const Json& e : api_.Events("")) held += e["reason"] == "TesseraModeChangeHeld" ? 1 : 0;
+  EXPECT_EQ(held, 1) << "said once";
+  // A plugin restart keeps the hold: the checkpoint says which mode GPU 5's tenants were set up in.
+  StopPlugin(SIGTERM);
+  StartPlugin();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        int n = 0;
+        for (const Json& e : api_.Events("")) n += e["reason"] == "TesseraModeChangeHeld" ? 1 : 0;
+        return n == 2;
+      },
+      10s))
+      << "the restarted plugin did not hold GPU 5";
+  std::this_thread::sleep_for(600ms);
+  EXPECT_EQ(InventoryMode(5), "core_mem");
+  EXPECT_EQ(InventoryMode(6), "mps");
+
+  // Drained: both pods gone, GPU 5 turns mps, and a new pod on it is an MPS client... of a GPU
+  // tesserad runs no MPS on, so it is refused by name: the plugin serves the new mode.
+  holder->Kill(SIGKILL);
+  holder->Wait(10s);
+  for (const Json& p : {tenant, second}) {
+    ASSERT_TRUE(api_.DeletePod("team", p["metadata"]["name"]));
+    kubelet_->RemovePod(p["metadata"]["uid"]);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(5) == "mps"; }, 10s))
+      << "GPU 5 did not change once free";
+  const Json after = Share("team", "after", 5);
+  refused = Admit(after);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error(), HasSubstr("tesserad's MPS pipe folder of GPU " + node_.Uuid(5)));
+  // GPU 0, back in core_mem, takes a tenant that is no MPS client.
+  const Json on0 = Share("team", "on-zero", 0);
+  auto zero = Admit(on0);
+  ASSERT_TRUE(zero.ok()) << zero.error();
+  EXPECT_EQ((*zero)[0].envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+}
+
+// A hostile per-GPU label changes nothing and is said on the Node by name.
+TEST_F(GpuModesNodeTest, gpu_modes_AHostileGpuLabelIsReportedAndChangesNothing) {
+  StartPlugin();
+  WaitServing();
+  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(0) == "mps"; }, 10s));
+  ASSERT_TRUE(
+      api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("007"), std::string("share")));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Event(
+            "TesseraBadLabel",
+            "node label tessera.io/gpu.schedule.007=\"share\": \"007\" is no GPU index; expected "
+            "tessera.io/gpu.schedule.<index>, the index a decimal 0-255 without leading zeros; "
+            "every GPU keeps the mode it has");
+      },
+      10s));
+  std::this_thread::sleep_for(600ms);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(InventoryMode(i), i < 4 ? "mps" : "core_mem") << i;
+}
+
 // An 8-GPU node of 141 GiB GPUs advertises each resource in one ListAndWatch message < 1 MiB.
 class LargeNodeTest : public DevicePluginTest {
  protected:

@@ -19,45 +19,39 @@ bool ModeIsolates(NodeMode mode) {
 
 std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names,
                                          const std::vector<NodeGpu>& gpus) {
-  std::vector<GpuResource> dims;
+  bool shares = gpus.empty() ? mode != NodeMode::kMig : false;
   std::vector<std::string> out;
-  switch (mode) {
-    case NodeMode::kCoreMem:
-    case NodeMode::kMem:
-    case NodeMode::kShare:
-    case NodeMode::kMps:
-    case NodeMode::kExclusive:
-      // All three everywhere: every shape the fit rule lets onto the node (on an exclusive node a
-      // whole GPU asked as gpu-core 100, or with a gpu-mem floor) must reach Allocate.
-      dims = {GpuResource::kMem, GpuResource::kCore, GpuResource::kCount};
-      break;
-    case NodeMode::kMig:
-      for (const NodeGpu& g : gpus) {
-        if (g.mig) out.push_back(MigResourceName(g.mig->profile));
-      }
-      std::sort(out.begin(), out.end());
-      out.erase(std::unique(out.begin(), out.end()), out.end());
-      return out;
+  for (const NodeGpu& g : gpus) shares = shares || g.mode.value_or(mode) != NodeMode::kMig;
+  if (shares) {
+    // All three everywhere: every shape the fit rule lets onto the node (on an exclusive node a
+    // whole GPU asked as gpu-core 100, or with a gpu-mem floor) must reach Allocate.
+    for (GpuResource d : {GpuResource::kMem, GpuResource::kCore, GpuResource::kCount}) {
+      if (names != ResourceNames::kAliyun) out.emplace_back(GpuResourceName(d, false));
+      if (names != ResourceNames::kTessera) out.emplace_back(GpuResourceName(d, true));
+    }
   }
-  for (GpuResource d : dims) {
-    if (names != ResourceNames::kAliyun) out.emplace_back(GpuResourceName(d, false));
-    if (names != ResourceNames::kTessera) out.emplace_back(GpuResourceName(d, true));
+  std::vector<std::string> profiles;
+  for (const NodeGpu& g : gpus) {
+    if (g.mig && g.mode.value_or(mode) == NodeMode::kMig)
+      profiles.push_back(MigResourceName(g.mig->profile));
   }
+  std::sort(profiles.begin(), profiles.end());
+  profiles.erase(std::unique(profiles.begin(), profiles.end()), profiles.end());
+  out.insert(out.end(), profiles.begin(), profiles.end());
   return out;
 }
 
 std::vector<Device> DevicesOf(const std::string& resource, NodeMode mode,
                               const std::vector<NodeGpu>& gpus) {
   std::vector<Device> out;
-  if (mode == NodeMode::kMig) {
-    for (const NodeGpu& g : gpus) {
-      if (g.mig && MigResourceName(g.mig->profile) == resource) out.push_back({g.uuid, g.healthy});
-    }
-    return out;
-  }
-  auto dim = GpuResourceOf(resource);
-  if (!dim) return out;
+  const auto dim = GpuResourceOf(resource);
   for (const NodeGpu& g : gpus) {
+    const NodeMode own = g.mode.value_or(mode);
+    if (own == NodeMode::kMig) {
+      if (g.mig && MigResourceName(g.mig->profile) == resource) out.push_back({g.uuid, g.healthy});
+      continue;
+    }
+    if (!dim) continue;
     uint64_t units = 0;
     char tag = 'm';
     switch (*dim) {
@@ -70,7 +64,7 @@ std::vector<Device> DevicesOf(const std::string& resource, NodeMode mode,
         tag = 'c';
         break;
       case GpuResource::kCount:
-        units = mode == NodeMode::kExclusive ? 1 : std::max<uint32_t>(g.max_inst, 1);
+        units = own == NodeMode::kExclusive ? 1 : std::max<uint32_t>(g.max_inst, 1);
         tag = 'n';
         break;
     }
@@ -102,7 +96,8 @@ GpuInventory InventoryOf(NodeMode mode, const std::vector<NodeGpu>& gpus) {
     if (mode == NodeMode::kMig && !g.mig && g.uuid.rfind("MIG-", 0) == 0) continue;
     // MIG parts only on a mig node (a node just relabelled may still carry them).
     inv.gpus.push_back({g.index, g.uuid, g.model, g.memory, g.healthy,
-                        mode == NodeMode::kMig ? g.mig : std::nullopt});
+                        mode == NodeMode::kMig ? g.mig : std::nullopt,
+                        g.mode && *g.mode != mode ? g.mode : std::nullopt});
   }
   return inv;
 }

@@ -8,7 +8,9 @@
 // MiB unit would be 1.2 M devices and overflow kubelet's 4 MiB gRPC limit (gpushare's failure).
 // A `mig` node serves one resource per MIG profile present (tessera.io/mig-<profile>), one device
 // per MIG device, its ID the MIG- UUID: there the ID is the instance, and the assignment must name
-// the same profile. An `mps` node serves the shares of a core_mem node. Pure functions; no I/O.
+// the same profile. An `mps` node serves the shares of a core_mem node. A GPU with a mode of its
+// own (NodeGpu::mode) is advertised as its mode says, beside the node's other GPUs: the resources
+// served are those of every mode present. Pure functions; no I/O.
 #pragma once
 
 #include <optional>
@@ -33,13 +35,16 @@ struct NodeGpu {
   uint32_t max_inst = 16;
   bool healthy = true;
   std::optional<InventoryMig> mig{};  // a MIG device (its GPU, model, profile and start)
+  // The GPU's own mode (tessera.io/gpu.schedule.<index>, as the plugin applies it); nullopt: the
+  // node's.
+  std::optional<NodeMode> mode{};
 
   bool operator==(const NodeGpu&) const = default;
 };
 
 // The extended resources a node in `mode` with `gpus` serves (the names kubelet will call
 // Allocate for): on a mig node one per MIG profile among `gpus`, in name order; `names` (ACK's
-// spellings) applies to the share resources only.
+// spellings) applies to the share resources only. GPUs with their own mode add that mode's.
 std::vector<std::string> ServedResources(NodeMode mode, ResourceNames names,
                                          const std::vector<NodeGpu>& gpus = {});
 // True when the mode isolates through the shim and tesserad (core_mem, mem, mig, mps).
@@ -49,14 +54,15 @@ struct Device {
   std::string id;
   bool healthy = true;
 };
-// The devices of `resource` on a node in `mode`.
+// The devices of `resource` on a node in `mode`, each GPU cut as its own mode says.
 std::vector<Device> DevicesOf(const std::string& resource, NodeMode mode,
                               const std::vector<NodeGpu>& gpus);
 // The GPU UUID a device ID names (a MIG device's ID is its UUID), or nullopt for an ID of no GPU
 // of ours.
 std::optional<std::string> GpuOfDevice(const std::string& device_id);
 
-// The node's tessera.io/gpu-inventory (a mig node's leaves out MIG devices without a profile).
+// The node's tessera.io/gpu-inventory (a mig node's leaves out MIG devices without a profile);
+// a GPU whose own mode differs from `mode` carries it.
 GpuInventory InventoryOf(NodeMode mode, const std::vector<NodeGpu>& gpus);
 
 }  // namespace tessera::k8s

@@ -71,6 +71,33 @@ TEST(NodeDevices, OneDevicePerUnitWithTheGpuInItsId) {
   EXPECT_EQ(inv.gpus[0].memory, Bytes(151397597184));
 }
 
+// GPUs with modes of their own: each cut by its mode, the resources those of every mode present,
+// the inventory naming the modes that differ from the node's.
+TEST(NodeDevices, gpu_modes_EachGpuIsCutByItsOwnMode) {
+  std::vector<NodeGpu> gpus = {
+      {0, kUuid, "H200", Bytes(4 * kBytesPerGiB), 16, true},
+      {1, "GPU-00000000-0000-4000-8000-000000000001", "H200", Bytes(4 * kBytesPerGiB), 16, true},
+      {2, "GPU-00000000-0000-4000-8000-000000000002", "H200", Bytes(4 * kBytesPerGiB), 16, true}};
+  gpus[0].mode = NodeMode::kMps;
+  gpus[1].mode = NodeMode::kExclusive;
+  EXPECT_EQ(ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera, gpus),
+            ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera));
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kCoreMem, gpus).size(), 16u + 1u + 16u)
+      << "the exclusive GPU has one gpu-count device";
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-mem", NodeMode::kCoreMem, gpus).size(), 12u);
+  // The node's mode for a GPU without its own: an exclusive node with one core_mem GPU.
+  gpus[0].mode.reset();
+  gpus[1].mode = NodeMode::kCoreMem;
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kExclusive, gpus).size(), 1u + 16u + 1u);
+  const GpuInventory inv = InventoryOf(NodeMode::kExclusive, gpus);
+  EXPECT_EQ(inv.gpus[0].mode, std::nullopt);
+  EXPECT_EQ(inv.gpus[1].mode, NodeMode::kCoreMem);
+  EXPECT_EQ(inv.gpus[2].mode, std::nullopt);
+  // A GPU whose own mode is the node's is written without one.
+  gpus[2].mode = NodeMode::kExclusive;
+  EXPECT_EQ(InventoryOf(NodeMode::kExclusive, gpus).gpus[2].mode, std::nullopt);
+}
+
 // A mig node: one resource per profile present, one device per MIG device, its ID the MIG UUID;
 // a MIG device tesserad lists but NVML gave no profile for is not served.
 TEST(NodeDevices, AMigNodeServesEachProfileItHasWithTheMigUuidsAsIds) {
@@ -154,6 +181,10 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatItCannotRead) {
   r.cdi_file = "/var/run/cdi/x.json";
   r.also_waiting = {"ns/other"};
   r.mps_root = "/run/tessera/mps";
+  r.mode = NodeMode::kMps;
+  c.records.push_back(r);
+  r.id = "k8s.old.app-456def";
+  r.mode.reset();  // a record from before modes were recorded
   c.records.push_back(r);
   c.rejected["v"] = "why";
   ASSERT_TRUE(SaveCheckpoint(path, c).ok());
@@ -166,6 +197,13 @@ TEST(Checkpoint, RoundTripsAndRefusesWhatItCannotRead) {
   auto newer = LoadCheckpoint(path);
   ASSERT_FALSE(newer.ok());
   EXPECT_THAT(newer.error(), HasSubstr("version 9; this plugin reads version 1"));
+  std::ofstream(path) << "{\"version\": 1, \"records\": [{\"id\": \"i\", \"pod_uid\": \"u\", "
+                         "\"namespace\": \"n\", \"pod\": \"p\", \"container\": \"c\", "
+                         "\"devices\": {}, \"gpus\": [], \"mode\": \"turbo\"}], \"rejected\": {}}";
+  auto bad_mode = LoadCheckpoint(path);
+  ASSERT_FALSE(bad_mode.ok());
+  EXPECT_THAT(bad_mode.error(),
+              HasSubstr("checkpoint " + path + ": mode=\"turbo\": unknown GPU sharing mode"));
   std::ofstream(path) << "{";
   auto broken = LoadCheckpoint(path);
   ASSERT_FALSE(broken.ok());

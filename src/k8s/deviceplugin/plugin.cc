@@ -338,50 +338,141 @@ void DevicePluginServer::ApplyNode(const Json& node) {
   auto view = NodeFromJson(node);
   if (!view.ok()) return;
   auto mode = NodeModeFromLabels(view->labels, options_.default_mode);
-  bool changed = false;
+  auto own = GpuModesFromLabels(view->labels);
+  bool changed = false, own_changed = false;
   std::optional<NodeMode> now;
+  std::string own_refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
     node_ = node;
+    if (!own.ok()) {
+      if (own.error() != bad_gpu_label_) {
+        bad_gpu_label_ = own.error();
+        own_refused = own.error() + "; every GPU keeps the mode it has";
+        Log(own_refused);
+      }
+    } else {
+      bad_gpu_label_.clear();
+      own_changed = *own != wanted_modes_;
+      wanted_modes_ = *own;
+    }
     if (!mode.ok()) {
       if (mode.error() != bad_label_) {
         bad_label_ = mode.error();
         Log(mode.error() + (mode_ ? "; the node stays in mode " + std::string(NodeModeName(*mode_))
                                   : std::string("; no GPU resource is served until it is fixed")));
       } else {
-        return;
+        mode = Result<NodeMode>::Error("");  // said already
       }
     } else {
       bad_label_.clear();
       changed = !mode_ || *mode_ != *mode;
+      if (changed && own_modes_ && mode_) {
+        // A GPU served in the node's old mode keeps it until ResolveModes has looked at its
+        // tenants.
+        for (NodeGpu& g : gpus_) {
+          if (!g.mode) g.mode = *mode_;
+        }
+      }
       mode_ = *mode;
       if (changed) ++devices_version_;
     }
     now = mode_;
   }
-  if (changed) reconcile_now_.store(true);  // a mig node reads its MIG devices
+  if (changed || own_changed) reconcile_now_.store(true);  // GPUs' modes; a mig node's MIG devices
+  if (!own_refused.empty()) events_->NodeEvent(view->uid, "TesseraBadLabel", own_refused);
   if (!mode.ok()) {
-    events_->NodeEvent(view->uid, "TesseraBadLabel",
-                       mode.error() + (now ? "; the node stays in mode " + std::string(NodeModeName(*now))
-                                           : std::string("; no GPU resource is served until it is fixed")));
-    return;
-  }
-  if (changed) {
+    if (!mode.error().empty()) {
+      events_->NodeEvent(
+          view->uid, "TesseraBadLabel",
+          mode.error() + (now ? "; the node stays in mode " + std::string(NodeModeName(*now))
+                              : std::string("; no GPU resource is served until it is fixed")));
+    }
+  } else if (changed) {
     Log("node " + options_.node + " is in mode " + std::string(NodeModeName(*mode)));
     allocator_->SetMode(*mode, options_.names);
-    wake_.notify_all();  // the kubelet loop serves the mode's resources at its next turn
   }
+  if (changed || own_changed) wake_.notify_all();  // the kubelet loop serves the modes' resources
+}
+
+std::vector<NodeGpu> DevicePluginServer::ResolveModes(std::vector<NodeGpu> gpus,
+                                                      const Allocator::TenantsByGpu& tenants,
+                                                      std::vector<std::string>* changed,
+                                                      std::vector<std::string>* held) {
+  if (!mode_ || *mode_ == NodeMode::kMig) {
+    // A mig node's devices are its MIG instances: GPUs' own modes are not served there.
+    if (mode_ && !wanted_modes_.empty() && held_.count(-1) == 0) {
+      held->push_back(std::string("node ") + options_.node + " is in mode mig: the labels " +
+                      kGpuScheduleLabelPrefix + "<index> are not served on a mig node");
+      held_[-1] = NodeMode::kMig;
+    }
+    for (NodeGpu& g : gpus) g.mode.reset();
+    applied_modes_.clear();
+    own_modes_ = false;
+    return gpus;
+  }
+  if (wanted_modes_.empty() || *mode_ != NodeMode::kMig) held_.erase(-1);
+  const bool whole_node = wanted_modes_.empty() && !own_modes_;
+  bool own = false;
+  for (NodeGpu& g : gpus) {
+    auto w = wanted_modes_.find(g.index);
+    const NodeMode target = w != wanted_modes_.end() ? w->second : *mode_;
+    auto a = applied_modes_.find(g.index);
+    auto t = tenants.find(g.index);
+    // A GPU seen for the first time (the plugin just started) is in its tenants' mode, if any.
+    NodeMode current = a != applied_modes_.end()              ? a->second
+                       : t != tenants.end() && t->second.mode ? *t->second.mode
+                                                              : target;
+    if (current != target && !whole_node && t != tenants.end() && !t->second.pods.empty()) {
+      auto h = held_.find(g.index);
+      if (h == held_.end() || h->second != target) {
+        std::string pods;
+        for (const std::string& p : t->second.pods) pods += (pods.empty() ? "" : ", ") + p;
+        held->push_back("GPU " + std::to_string(g.index) + " (" + g.uuid + ") of node " +
+                        options_.node + " stays in mode " + std::string(NodeModeName(current)) +
+                        ", not " + std::string(NodeModeName(target)) + ": pods run on it (" + pods +
+                        "); it changes when they are gone");
+        held_[g.index] = target;
+      }
+    } else {
+      if (current != target && !whole_node) {
+        changed->push_back("GPU " + std::to_string(g.index) + " (" + g.uuid + ") of node " +
+                           options_.node + " is in mode " + std::string(NodeModeName(target)));
+      }
+      current = target;
+      held_.erase(g.index);
+    }
+    applied_modes_[g.index] = current;
+    g.mode = current != *mode_ ? std::optional<NodeMode>(current) : std::nullopt;
+    own = own || g.mode.has_value();
+  }
+  own_modes_ = own;
+  return gpus;
 }
 
 void DevicePluginServer::SetGpus(std::vector<NodeGpu> gpus) {
-  {
+  std::vector<std::string> changed, held;
+  bool differ = false;
+  std::string uid;
+  allocator_->UpdateNodeGpus([&](const Allocator::TenantsByGpu& tenants) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (gpus == gpus_) return;
-    gpus_ = gpus;
-    ++devices_version_;
+    gpus = ResolveModes(std::move(gpus), tenants, &changed, &held);
+    if (gpus != gpus_) {
+      gpus_ = gpus;
+      ++devices_version_;
+      differ = true;
+    }
+    if (!held.empty()) {
+      if (auto view = NodeFromJson(node_); view.ok()) uid = view->uid;
+    }
+    return gpus_;
+  });
+  for (const std::string& line : changed) Log(line);
+  for (const std::string& line : held) {
+    Log(line);
+    events_->NodeEvent(uid, "TesseraModeChangeHeld", line);
   }
-  allocator_->SetNodeGpus(std::move(gpus));
-  wake_.notify_all();
+  if (differ) wake_.notify_all();
 }
 
 void DevicePluginServer::AddMigParts(std::vector<NodeGpu>* gpus) {

@@ -6,8 +6,9 @@
 //  - kubelet: kubelet.sock re-created (a kubelet restart deletes every plugin socket) or one of
 //    its own sockets gone makes it serve anew and register again; running containers are not
 //    touched (they live in tesserad and the checkpoint, not in the gRPC servers);
-//  - the API server: the node (labels: the mode; a value it does not know is reported on the Node
-//    and changes nothing) and the pods bound to it (Reflectors);
+//  - the API server: the node (labels: the mode, and each GPU's own mode,
+//    tessera.io/gpu.schedule.<index>; a value it does not know is reported on the Node and changes
+//    nothing) and the pods bound to it (Reflectors);
 // and reconciles once a second (and at every pod change): containers of pods deleted, finished or
 // failed are unregistered from tesserad (confirmed with a GET first), containers tesserad lost are
 // registered again, pods fully allocated get tessera.io/phase=allocated, the node's
@@ -15,6 +16,11 @@
 // same request is checked against its processes' cgroups. On a mig node the reconciler also reads
 // each MIG device's profile and place from NVML (mig_devices.h) whenever tesserad's devices
 // change; the profiles present are the resources served.
+//
+// A GPU's own mode takes effect when no recorded container uses that GPU: while one does, the GPU
+// keeps (and is advertised in) the mode it has, said once in the log and as a Node event
+// (TesseraModeChangeHeld), and changes when the last of its pods is gone. A node with no GPU of
+// its own mode, before and after, changes its mode at once, as it always has.
 #pragma once
 
 #include <atomic>
@@ -84,7 +90,14 @@ class DevicePluginServer {
   void Serve(const std::vector<std::string>& resources, bool restart);
   Status RegisterWithKubelet(const std::string& resource);
   void ApplyNode(const Json& node);
+  // `gpus` as tesserad lists them, each given its mode as applied (ResolveModes).
   void SetGpus(std::vector<NodeGpu> gpus);
+  // Under mu_: each GPU's mode moves to its wanted one unless `tenants` use it; lines of what
+  // changed or is held.
+  std::vector<NodeGpu> ResolveModes(std::vector<NodeGpu> gpus,
+                                    const Allocator::TenantsByGpu& tenants,
+                                    std::vector<std::string>* changed,
+                                    std::vector<std::string>* held);
   // A mig node: each of `gpus` that is a MIG device gets its profile and place (read from NVML
   // when the devices changed since the last call).
   void AddMigParts(std::vector<NodeGpu>* gpus);
@@ -102,6 +115,11 @@ class DevicePluginServer {
   std::condition_variable wake_;
   std::optional<NodeMode> mode_;
   std::string bad_label_;  // the last label value refused (reported once)
+  std::string bad_gpu_label_;  // the last refusal of the GPUs' own mode labels (reported once)
+  std::map<int, NodeMode> wanted_modes_;   // GPUs' own modes, as labelled
+  std::map<int, NodeMode> applied_modes_;  // each GPU's mode as served (all GPUs once resolved)
+  std::map<int, NodeMode> held_;           // GPUs whose change waits for their tenants (said once)
+  bool own_modes_ = false;                 // some GPU was last served in a mode of its own
   std::vector<NodeGpu> gpus_;
   uint64_t devices_version_ = 1;
   std::optional<std::chrono::steady_clock::time_point> tesserad_seen_;
