@@ -1,6 +1,6 @@
 """Real-GPU check of Tessera's memory isolation with PyTorch (issue 3).
 
-Run by docs/validation/run_memory_check.sh under `tessera run --mem 4GiB`, once per allocator
+Run by docs/validation/run_gpu_checks.sh (memory) under `tessera run --mem 4GiB`, once per allocator
 configuration (native, expandable_segments, cudaMallocAsync). Prints one JSON object with what it
 saw; exits 0 only when every check held:
   - torch.cuda.mem_get_info() reports a 4 GiB total;
