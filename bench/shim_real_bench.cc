@@ -109,8 +109,8 @@ std::pair<double, double> Launch(const Api& api, CUfunction f) {
     const double t0 = NowNs();
     for (int i = 0; i < kLaunchBatch; ++i) {
       void* params[] = {&g_spin_ns};
-      if (api.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, g_spin_ns != 0 ? params : nullptr,
-                     nullptr) != CUDA_SUCCESS) {
+      if (api.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, g_spin_ns != 0 ? params : nullptr, nullptr) !=
+          CUDA_SUCCESS) {
         Die("cuLaunchKernel failed");
       }
     }
@@ -153,7 +153,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: shim_real_bench --real LIBCUDA --shim SHIM [--rounds N] [--spin-ns N] [--json FILE]"
+                   "usage: shim_real_bench --real LIBCUDA --shim SHIM [--rounds N] [--spin-ns N] "
+                   "[--json FILE]"
                    " (bad argument \"%s\")\n",
                    a.c_str());
       return 2;
@@ -185,8 +186,8 @@ int main(int argc, char** argv) {
   CUmodule mod = nullptr;
   CUfunction noop = nullptr;
   if (Sym<decltype(&cuDeviceGet)>(shim_lib, "cuDeviceGet", "the shim")(&dev, 0) != CUDA_SUCCESS ||
-      Sym<decltype(&cuDevicePrimaryCtxRetain)>(shim_lib, "cuDevicePrimaryCtxRetain",
-                                               "the shim")(&ctx, dev) != CUDA_SUCCESS ||
+      Sym<decltype(&cuDevicePrimaryCtxRetain)>(shim_lib, "cuDevicePrimaryCtxRetain", "the shim")(
+          &ctx, dev) != CUDA_SUCCESS ||
       Sym<decltype(&cuCtxSetCurrent)>(shim_lib, "cuCtxSetCurrent", "the shim")(ctx) !=
           CUDA_SUCCESS ||
       Sym<decltype(&cuModuleLoadData)>(shim_lib, "cuModuleLoadData", "the shim")(&mod, kPtx) !=
@@ -198,9 +199,8 @@ int main(int argc, char** argv) {
   // The shim must really be limiting this process: its memory total is the cap, not the GPU's.
   size_t free_direct = 0, total_direct = 0, free_shim = 0, total_shim = 0;
   Sym<decltype(&cuMemGetInfo_v2)>(real_lib, "cuMemGetInfo_v2", "the real libcuda")(&free_direct,
-                                                                                  &total_direct);
-  Sym<decltype(&cuMemGetInfo_v2)>(shim_lib, "cuMemGetInfo_v2", "the shim")(&free_shim,
-                                                                          &total_shim);
+                                                                                   &total_direct);
+  Sym<decltype(&cuMemGetInfo_v2)>(shim_lib, "cuMemGetInfo_v2", "the shim")(&free_shim, &total_shim);
   if (total_shim == 0 || total_shim >= total_direct) {
     Die("the shim reports the GPU's whole memory (" + std::to_string(total_shim) +
         " bytes): set a --mem limit below it");

@@ -390,7 +390,8 @@ TEST_F(ReconcilerTest, DeviceTimeBeyondTheGatesIsChargedAndActedOnWithinTwoPasse
 
 // A gate's measurement that reaches the ledger a pass after the device's counters showed the time
 // (seen on an H100: a starting PyTorch process ran 173 ms in one 200 ms pass while its gate had
-// measured nothing yet, and was in line the next) is no cheat: nobody is charged, blocked or killed.
+// measured nothing yet, and was in line the next) is no cheat: nobody is charged, blocked or
+// killed.
 TEST_F(ReconcilerTest, AGateOnePassBehindTheDeviceIsNotACheat) {
   const uint32_t web = Container("web", 101, 0);
   device_ = {{101, 0}};
@@ -398,10 +399,14 @@ TEST_F(ReconcilerTest, AGateOnePassBehindTheDeviceIsNotACheat) {
   r.RunOnce();
   Gate(101, 0);
   busy_ = {{101, 173'000'000}};
-  for (const ReconcileEvent& e : r.RunOnce()) ASSERT_NE(e.kind, Kind::kGpuTimeUnseen) << log_.back();
+  for (const ReconcileEvent& e : r.RunOnce()) {
+    ASSERT_NE(e.kind, Kind::kGpuTimeUnseen) << log_.back();
+  }
   Gate(101, 193'000'000);
   busy_ = {{101, 20'000'000}};
-  for (const ReconcileEvent& e : r.RunOnce()) ASSERT_NE(e.kind, Kind::kGpuTimeUnseen) << log_.back();
+  for (const ReconcileEvent& e : r.RunOnce()) {
+    ASSERT_NE(e.kind, Kind::kGpuTimeUnseen) << log_.back();
+  }
   EXPECT_TRUE(signalled_.empty());
   EXPECT_EQ(registry_->ledger().book().containers[web].unseen_gpu_ns[0].load(), 0u);
 }

@@ -965,8 +965,7 @@ void PrintStats() {
   std::fprintf(stderr,
                "tessera: gate stats pid %d: token waits %llu (%.3f ms), room waits %llu (%.3f ms, "
                "%llu naps, %llu syncs), drains %llu\n",
-               static_cast<int>(getpid()),
-               static_cast<unsigned long long>(g->token_waits.load()),
+               static_cast<int>(getpid()), static_cast<unsigned long long>(g->token_waits.load()),
                static_cast<double>(g->token_wait_ns.load()) / 1e6,
                static_cast<unsigned long long>(g->room_waits.load()),
                static_cast<double>(g->room_wait_ns.load()) / 1e6,

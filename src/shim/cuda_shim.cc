@@ -662,7 +662,8 @@ CUresult BeginCapture(Call call) {
 template <typename IsCapturing, typename Call>
 CUresult EndCapture(CUstream s, IsCapturing is_capturing, Call call) {
   CUstreamCaptureStatus before = CU_STREAM_CAPTURE_STATUS_NONE;
-  const bool was = is_capturing(s, &before) == CUDA_SUCCESS && before != CU_STREAM_CAPTURE_STATUS_NONE;
+  const bool was =
+      is_capturing(s, &before) == CUDA_SUCCESS && before != CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult r = call();
   CUstreamCaptureStatus after = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (was && is_capturing(s, &after) == CUDA_SUCCESS && after == CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -686,7 +687,8 @@ TESSERA_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCapture
 TESSERA_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph graph,
                                                     const CUgraphNode* deps, const void* data,
                                                     size_t n, CUstreamCaptureMode mode) {
-  return BeginCapture([&] { return REAL(cuStreamBeginCaptureToGraph)(s, graph, deps, data, n, mode); });
+  return BeginCapture(
+      [&] { return REAL(cuStreamBeginCaptureToGraph)(s, graph, deps, data, n, mode); });
 }
 TESSERA_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph graph,
                                                          const CUgraphNode* deps, const void* data,
@@ -695,7 +697,8 @@ TESSERA_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph gra
       [&] { return REAL(cuStreamBeginCaptureToGraph_ptsz)(s, graph, deps, data, n, mode); });
 }
 TESSERA_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* graph) {
-  return EndCapture(s, REAL(cuStreamIsCapturing), [&] { return REAL(cuStreamEndCapture)(s, graph); });
+  return EndCapture(s, REAL(cuStreamIsCapturing),
+                    [&] { return REAL(cuStreamEndCapture)(s, graph); });
 }
 TESSERA_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* graph) {
   return EndCapture(s, REAL(cuStreamIsCapturing_ptsz),
