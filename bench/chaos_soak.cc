@@ -5,11 +5,11 @@
 //              [--json PATH]
 //
 // Tenants: two steady ones, never signalled, and a pool of four (two containers of one process,
-// one of two), all `shim_tenant churn ... paths` with a 384 MiB limit: each allocates and frees random sizes through
-// cuMemAlloc_v2, cuMemAllocPitch_v2, cuMemAllocManaged and cuMemCreate while a thread launches
-// spin kernels. Each round does one thing at random: SIGKILL a pool tenant (a new one takes its
-// place), SIGSTOP or SIGCONT one, or (P % of rounds) SIGKILL tesserad and start it again after up
-// to --restart-gap-ms (default 500). At the end:
+// one of two), all `shim_tenant churn ... paths` with a 384 MiB limit: each allocates and frees
+// random sizes through cuMemAlloc_v2, cuMemAllocPitch_v2, cuMemAllocManaged and cuMemCreate while a
+// thread launches spin kernels. Each round does one thing at random: SIGKILL a pool tenant (a new
+// one takes its place), SIGSTOP or SIGCONT one, or (P % of rounds) SIGKILL tesserad and start it
+// again after up to --restart-gap-ms (default 500). At the end:
 //   - every container's bytes in the ledger equal what its live tenants say they hold, no slot is
 //     live for a dead process, and after every tenant exits the ledger holds nothing (leaks);
 //   - no steady tenant's single launch waited past the bound the daemon's flags give (waits);
@@ -61,7 +61,6 @@ using tessera::process::UniqueName;
 constexpr int kQuotaMaxMs = 10, kBeatFreshMs = 100, kLossTimeoutMs = 300, kContainers = 5;
 constexpr double kBoundMs =
     kLossTimeoutMs + (kContainers - 1) * 2 * kQuotaMaxMs + kBeatFreshMs + 2 * kQuotaMaxMs + 300;
-
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -260,7 +259,8 @@ int Soak::Run() {
   int waits_past_bound = 0, unreported = 0, tenant_errors = 0;
   double max_wait_ms = 0;
   auto report = [&](ChildProcess& c, const std::string& container, bool judged) {
-    const auto timeout = std::chrono::nanoseconds(end - std::min(end, tessera::ipc::MonotonicNs())) + 60s;
+    const auto timeout =
+        std::chrono::nanoseconds(end - std::min(end, tessera::ipc::MonotonicNs())) + 60s;
     if (c.WaitForKey("done", std::chrono::duration_cast<std::chrono::milliseconds>(timeout)) !=
         "1") {
       ++unreported;
@@ -294,8 +294,8 @@ int Soak::Run() {
         ++waits_past_bound;
         // What happened around the latest slow launch: the daemon restarts near it.
         const uint64_t at = Value(c, "longest_launch_start_ns");
-        std::fprintf(stderr, "chaos_soak: %s: a launch took %.1f ms from %.3f s;", container.c_str(),
-                     longest, static_cast<double>(at - run_start_) / 1e9);
+        std::fprintf(stderr, "chaos_soak: %s: a launch took %.1f ms from %.3f s;",
+                     container.c_str(), longest, static_cast<double>(at - run_start_) / 1e9);
         for (const auto& [killed, back] : restart_log_) {
           if (killed + 3'000'000'000ull > at && killed < at + 3'000'000'000ull) {
             std::fprintf(stderr, " daemon killed at %.3f s, listening again at %.3f s;",
@@ -321,7 +321,8 @@ int Soak::Run() {
                        {"held_bytes", Value(c, "held_bytes")},
                        {"longest_launch_ms", longest}});
   };
-  for (size_t i = 0; i < steady.size(); ++i) report(*steady[i], "steady-" + std::to_string(i), true);
+  for (size_t i = 0; i < steady.size(); ++i)
+    report(*steady[i], "steady-" + std::to_string(i), true);
   for (Member& m : pool) report(*m.process, m.container, false);
   const std::string running_diff = Settle(expected, 5s);
   std::vector<std::string> stale;
@@ -340,10 +341,12 @@ int Soak::Run() {
       auto it = c.values().find(key);
       return it == c.values().end() ? std::string("-") : it->second;
     };
-    std::fprintf(stderr, "chaos_soak: pid %d exited %d (error=%s call=%s bad_free=%s bad_alloc=%s/%s held=%s): %s\n",
-                 static_cast<int>(c.pid()), status.value_or(-1), said("error").c_str(),
-                 said("call").c_str(), said("bad_free").c_str(), said("bad_alloc").c_str(),
-                 said("bad_alloc_bytes").c_str(), said("held_at_bad").c_str(), ReadFile(stderr_of_[&c]).c_str());
+    std::fprintf(
+        stderr,
+        "chaos_soak: pid %d exited %d (error=%s call=%s bad_free=%s bad_alloc=%s/%s held=%s): %s\n",
+        static_cast<int>(c.pid()), status.value_or(-1), said("error").c_str(), said("call").c_str(),
+        said("bad_free").c_str(), said("bad_alloc").c_str(), said("bad_alloc_bytes").c_str(),
+        said("held_at_bad").c_str(), ReadFile(stderr_of_[&c]).c_str());
   };
   for (ChildProcess* c : steady) exited(*c);
   for (Member& m : pool) exited(*m.process);

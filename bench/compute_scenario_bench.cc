@@ -121,12 +121,12 @@ enum class Role { kSaturate, kIdleAfter, kHighPrio };
 struct TenantPlan {
   std::string name;  // its container id
   Role role = Role::kSaturate;
-  double target_pct = 0;             // its share while every tenant is busy (docs/contracts.md)
-  bool judged = true;                // counted in share error (the HP tenant is not)
-  std::vector<std::string> env;      // TESSERA_CORE_LIMIT, TESSERA_WEIGHT, ...
-  std::vector<std::string> options;  // compute_tenant options: launch path, streams, --sync
-  std::string launch = "plain";      // for the table
-  uint64_t kernel_ns = 0;            // 0: the case's kernel (high priority: kHighPrioKernelNs)
+  double target_pct = 0;                 // its share while every tenant is busy (docs/contracts.md)
+  bool judged = true;                    // counted in share error (the HP tenant is not)
+  std::vector<std::string> env;          // TESSERA_CORE_LIMIT, TESSERA_WEIGHT, ...
+  std::vector<std::string> options;      // compute_tenant options: launch path, streams, --sync
+  std::string launch = "plain";          // for the table
+  uint64_t kernel_ns = 0;                // 0: the case's kernel (high priority: kHighPrioKernelNs)
   double period_ms = kHighPrioPeriodMs;  // high priority: one kernel this often
 };
 
@@ -477,8 +477,7 @@ RoundResult RunRound(const Case& c, int policy, Settings* s) {
       return {grants, NowNs()};
     };
     const auto [g0, t0] = grants_at(start_ns + 1'000'000'000ull);
-    const auto [g1, t1] =
-        grants_at(start_ns + static_cast<uint64_t>((d - 0.3) * 1e9));
+    const auto [g1, t1] = grants_at(start_ns + static_cast<uint64_t>((d - 0.3) * 1e9));
     if (t1 > t0) result.grants_per_s = (g1 - g0) / (static_cast<double>(t1 - t0) / 1e9);
   }
   for (size_t i = 0; result.error.empty() && i < children.size(); ++i) {
@@ -910,8 +909,8 @@ int main(int argc, char** argv) {
                 c.max_inst ? (", max_inst " + std::to_string(c.max_inst)).c_str() : "",
                 Fmt("%g", static_cast<double>(c.kernel_ns) / 1e6).c_str(), launches.c_str());
     std::printf("  %-7s %-18s %11s %11s %7s %8s %9s %15s %8s\n", "run", "shares %", "err 1s",
-                Fmt("err %gs", std::min(10.0, s.duration_s)).c_str(), "ratio", "busy %",
-                "reclaim", "hp p50/p99 ms", "grants/s");
+                Fmt("err %gs", std::min(10.0, s.duration_s)).c_str(), "ratio", "busy %", "reclaim",
+                "hp p50/p99 ms", "grants/s");
     std::printf("  %-7s %-18s %11s %11s\n", "target", targets.c_str(), "max/mean", "max/mean");
     // Each repetition runs both rounds back to back; the verdict is on the medians.
     std::vector<Metrics> ours_runs, native_runs;

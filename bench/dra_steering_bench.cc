@@ -64,8 +64,12 @@ Json DeviceClass() {
   return {{"apiVersion", "resource.k8s.io/v1"},
           {"kind", "DeviceClass"},
           {"metadata", {{"name", "gpu.tessera.io"}}},
-          {"spec", {{"selectors", Json::array({{{"cel", {{"expression",
-              "device.driver == \"gpu.tessera.io\" && device.attributes[\"gpu.tessera.io\"].type == \"gpu\""}}}}})}}}};
+          {"spec",
+           {{"selectors",
+             Json::array({{{"cel",
+                            {{"expression",
+                              "device.driver == \"gpu.tessera.io\" && "
+                              "device.attributes[\"gpu.tessera.io\"].type == \"gpu\""}}}}})}}}};
 }
 
 // The pool a node's plugin publishes, as the slice the publisher writes.
@@ -77,7 +81,8 @@ std::vector<Json> SlicesOf(const pl::NodeList& list) {
     const pl::GpuModel& model = list.models.model(n.model);
     for (int g = 0; g < n.gpu_count; ++g) {
       gpus.push_back({g, "GPU-" + n.name + "-" + std::to_string(g), model.name,
-                      tessera::Bytes(static_cast<uint64_t>(model.memory_mib) << 20), 16, true, std::nullopt});
+                      tessera::Bytes(static_cast<uint64_t>(model.memory_mib) << 20), 16, true,
+                      std::nullopt});
     }
     for (const Json& content : dra::PoolSlices(k8s::NodeMode::kCoreMem, gpus, {})) {
       Json spec = content;
@@ -97,8 +102,10 @@ std::vector<Json> ClaimsOf(const pl::Request& r, size_t index) {
   q.count = r.gpu_count;
   if (r.gpu_milli < pl::kMilliPerGpu) {
     const int64_t bytes = (int64_t{16} << 30) * r.gpu_milli / pl::kMilliPerGpu;
-    const int64_t mib = (bytes + dra::kMemoryStep - 1) / dra::kMemoryStep * (dra::kMemoryStep >> 20);
-    q.capacity = {{"memory", std::to_string(mib) + "Mi"}, {"cores", std::to_string(r.gpu_milli / 10)}};
+    const int64_t mib =
+        (bytes + dra::kMemoryStep - 1) / dra::kMemoryStep * (dra::kMemoryStep >> 20);
+    q.capacity = {{"memory", std::to_string(mib) + "Mi"},
+                  {"cores", std::to_string(r.gpu_milli / 10)}};
   }
   Json claim = k8s::testing::ClaimJson("bench", "pod-" + std::to_string(index), {q});
   claim["metadata"]["uid"] = "uid-" + std::to_string(index);
@@ -112,12 +119,14 @@ struct Tracker {
   void Arrive(const pl::Request& r, bool placed) {
     arrived += r.total_gpu_milli();
     if (placed) allocated += r.total_gpu_milli();
-    if (arrived <= capacity) at_100 = 100.0 * static_cast<double>(allocated) / static_cast<double>(capacity);
+    if (arrived <= capacity)
+      at_100 = 100.0 * static_cast<double>(allocated) / static_cast<double>(capacity);
   }
 };
 
-RunResult Upstream(const pl::NodeList& list, const std::vector<Json>& slices, const pl::PodList& pods,
-                   const std::vector<int>& sample, const Options& o, int64_t capacity) {
+RunResult Upstream(const pl::NodeList& list, const std::vector<Json>& slices,
+                   const pl::PodList& pods, const std::vector<int>& sample, const Options& o,
+                   int64_t capacity) {
   RunResult out;
   out.name = "upstream allocator (kube-scheduler stand-in)";
   const auto start = std::chrono::steady_clock::now();
@@ -146,8 +155,9 @@ RunResult Upstream(const pl::NodeList& list, const std::vector<Json>& slices, co
   return out;
 }
 
-RunResult Steered(const pl::NodeList& list, const std::vector<Json>& slices, const pl::PodList& pods,
-                  const std::vector<int>& sample, const Options& o, int64_t capacity) {
+RunResult Steered(const pl::NodeList& list, const std::vector<Json>& slices,
+                  const pl::PodList& pods, const std::vector<int>& sample, const Options& o,
+                  int64_t capacity) {
   RunResult out;
   out.name = "Tessera steering (placement engine, tessera policy)";
   const auto start = std::chrono::steady_clock::now();
@@ -158,7 +168,8 @@ RunResult Steered(const pl::NodeList& list, const std::vector<Json>& slices, con
     nodes.push_back({n.name, n.cpu_milli, n.memory_mib});
   }
   // The tessera policy's target workload: the requests as steering sees them.
-  auto probe = dra::DraSteering::Create(steering_nodes, slices, {DeviceClass()}, "bestfit", nullptr);
+  auto probe =
+      dra::DraSteering::Create(steering_nodes, slices, {DeviceClass()}, "bestfit", nullptr);
   if (!probe.ok()) {
     std::fprintf(stderr, "dra_steering_bench: %s\n", probe.error().c_str());
     std::exit(1);
@@ -173,8 +184,10 @@ RunResult Steered(const pl::NodeList& list, const std::vector<Json>& slices, con
     auto rs = (*probe)->RequestsOf(r.cpu_milli, r.memory_mib, ClaimsOf(r, i));
     if (rs.ok()) requests.insert(requests.end(), rs->begin(), rs->end());
   }
-  auto workload = std::make_shared<const pl::TargetWorkload>(pl::TargetWorkload::FromRequests(requests));
-  auto steering = dra::DraSteering::Create(steering_nodes, slices, {DeviceClass()}, "tessera", workload);
+  auto workload =
+      std::make_shared<const pl::TargetWorkload>(pl::TargetWorkload::FromRequests(requests));
+  auto steering =
+      dra::DraSteering::Create(steering_nodes, slices, {DeviceClass()}, "tessera", workload);
   if (!steering.ok()) {
     std::fprintf(stderr, "dra_steering_bench: %s\n", steering.error().c_str());
     std::exit(1);
@@ -210,20 +223,24 @@ RunResult Steered(const pl::NodeList& list, const std::vector<Json>& slices, con
         // Upstream's allocator, restricted to the devices chosen, must write the same.
         std::set<std::string> chosen;
         for (const Json& a : decision.allocations) {
-          for (const Json& res : a["devices"]["results"]) chosen.insert(res["device"].get<std::string>());
+          for (const Json& res : a["devices"]["results"])
+            chosen.insert(res["device"].get<std::string>());
         }
-        auto check = verify.Allocate({decision.node, {}}, claims,
-                                     [&](size_t, const std::string&, const k8s::DraAllocator::DeviceId& id) {
-                                       return chosen.count(id.device) != 0;
-                                     });
-        bool same = check.ok() && check->has_value() && (*check)->size() == decision.allocations.size();
+        auto check =
+            verify.Allocate({decision.node, {}}, claims,
+                            [&](size_t, const std::string&, const k8s::DraAllocator::DeviceId& id) {
+                              return chosen.count(id.device) != 0;
+                            });
+        bool same =
+            check.ok() && check->has_value() && (*check)->size() == decision.allocations.size();
         for (size_t c = 0; same && c < decision.allocations.size(); ++c) {
           const Json& mine = decision.allocations[c]["devices"]["results"];
           const Json& theirs = (**check)[c]["devices"]["results"];
           same = mine.size() == theirs.size();
           for (size_t k = 0; same && k < mine.size(); ++k) {
             same = mine[k]["device"] == theirs[k]["device"] &&
-                   mine[k].value("consumedCapacity", Json()) == theirs[k].value("consumedCapacity", Json());
+                   mine[k].value("consumedCapacity", Json()) ==
+                       theirs[k].value("consumedCapacity", Json());
           }
         }
         if (!same) ++out.disagreements;
@@ -247,7 +264,8 @@ int Run(const Options& o) {
     std::fprintf(stderr, "dra_steering_bench: %s\n", nodes.error().c_str());
     return 1;
   }
-  if (o.nodes > 0 && o.nodes < static_cast<int>(nodes->nodes.size())) nodes->nodes.resize(static_cast<size_t>(o.nodes));
+  if (o.nodes > 0 && o.nodes < static_cast<int>(nodes->nodes.size()))
+    nodes->nodes.resize(static_cast<size_t>(o.nodes));
   auto pods = pl::LoadPodCsv(o.dir + "/openb_pod_list_default.csv", nodes->models);
   if (!pods.ok()) {
     std::fprintf(stderr, "dra_steering_bench: %s\n", pods.error().c_str());
@@ -265,9 +283,10 @@ int Run(const Options& o) {
     return 1;
   }
   const std::vector<Json> slices = SlicesOf(*nodes);
-  std::printf("dra_steering_bench: %zu nodes (%d GPUs), %zu pods sampled (seed %llu, inflation %.2f)\n",
-              nodes->nodes.size(), cluster->total_gpus(), sample->size(),
-              static_cast<unsigned long long>(o.seed), o.inflation);
+  std::printf(
+      "dra_steering_bench: %zu nodes (%d GPUs), %zu pods sampled (seed %llu, inflation %.2f)\n",
+      nodes->nodes.size(), cluster->total_gpus(), sample->size(),
+      static_cast<unsigned long long>(o.seed), o.inflation);
   const RunResult up = Upstream(*nodes, slices, *pods, *sample, o, capacity);
   const RunResult steered = Steered(*nodes, slices, *pods, *sample, o, capacity);
   // tessera sim's engine on the trace's own (proportional) requests.
@@ -277,28 +296,41 @@ int Run(const Options& o) {
   so.inflation = o.inflation;
   so.measure_frag = false;
   auto sim = pl::Simulate(*cluster, pods->requests, workload, "tessera", so);
-  std::printf("  %-52s %10s %10s %12s %10s\n", "", "alloc@100%", "alloc@end", "GPU pods out", "seconds");
+  std::printf("  %-52s %10s %10s %12s %10s\n", "", "alloc@100%", "alloc@end", "GPU pods out",
+              "seconds");
   for (const RunResult& r : {up, steered}) {
     std::printf("  %-52s %9.2f%% %9.2f%% %6lld/%-5lld %10.1f\n", r.name.c_str(), r.ratio_at_100,
-                r.ratio_end, static_cast<long long>(r.gpu_failed), static_cast<long long>(r.gpu_pods), r.seconds);
+                r.ratio_end, static_cast<long long>(r.gpu_failed),
+                static_cast<long long>(r.gpu_pods), r.seconds);
   }
   if (sim.ok()) {
     const size_t at = std::min<size_t>(100, sim->allocation_ratio.size() - 1);
     std::printf("  %-52s %9.2f%% %9.2f%%\n", "tessera sim (trace's proportional memory), reference",
                 sim->allocation_ratio[at], sim->allocation_ratio.back());
   }
-  std::printf("  steering: %d decisions disagreed with upstream's allocator on the chosen devices, %d "
-              "pods left to kube-scheduler, %d choices made again\n",
-              steered.disagreements, steered.fallbacks, steered.rechosen);
-  Json out = {{"nodes", nodes->nodes.size()}, {"gpus", cluster->total_gpus()}, {"pods", sample->size()},
-              {"seed", o.seed}, {"inflation", o.inflation}};
+  std::printf(
+      "  steering: %d decisions disagreed with upstream's allocator on the chosen devices, %d "
+      "pods left to kube-scheduler, %d choices made again\n",
+      steered.disagreements, steered.fallbacks, steered.rechosen);
+  Json out = {{"nodes", nodes->nodes.size()},
+              {"gpus", cluster->total_gpus()},
+              {"pods", sample->size()},
+              {"seed", o.seed},
+              {"inflation", o.inflation}};
   for (const RunResult& r : {up, steered}) {
-    out["runs"].push_back({{"name", r.name}, {"allocation_at_100", r.ratio_at_100}, {"allocation_end", r.ratio_end},
-                           {"gpu_pods", r.gpu_pods}, {"gpu_pods_unplaced", r.gpu_failed}, {"cpu_pods_unplaced", r.cpu_failed},
-                           {"disagreements", r.disagreements}, {"fallbacks", r.fallbacks},
-                           {"rechosen", r.rechosen}, {"seconds", r.seconds}});
+    out["runs"].push_back({{"name", r.name},
+                           {"allocation_at_100", r.ratio_at_100},
+                           {"allocation_end", r.ratio_end},
+                           {"gpu_pods", r.gpu_pods},
+                           {"gpu_pods_unplaced", r.gpu_failed},
+                           {"cpu_pods_unplaced", r.cpu_failed},
+                           {"disagreements", r.disagreements},
+                           {"fallbacks", r.fallbacks},
+                           {"rechosen", r.rechosen},
+                           {"seconds", r.seconds}});
   }
-  out["ratio_steered_over_upstream_at_100"] = up.ratio_at_100 > 0 ? steered.ratio_at_100 / up.ratio_at_100 : 0;
+  out["ratio_steered_over_upstream_at_100"] =
+      up.ratio_at_100 > 0 ? steered.ratio_at_100 / up.ratio_at_100 : 0;
   std::filesystem::create_directories(std::filesystem::path(o.json).parent_path());
   std::ofstream(o.json) << out.dump(2) << "\n";
   std::printf("  JSON: %s\n", o.json.c_str());
@@ -329,7 +361,9 @@ int main(int argc, char** argv) {
       } else if (a == "--json") {
         o.json = value();
       } else {
-        std::fprintf(stderr, "usage: dra_steering_bench [--seed S] [--inflation F] [--nodes N] [--json PATH]\n");
+        std::fprintf(
+            stderr,
+            "usage: dra_steering_bench [--seed S] [--inflation F] [--nodes N] [--json PATH]\n");
         return 2;
       }
     } catch (const std::exception&) {
@@ -338,7 +372,8 @@ int main(int argc, char** argv) {
     }
   }
   if (o.inflation <= 0 || o.inflation > 10) {
-    std::fprintf(stderr, "dra_steering_bench: --inflation=%g: expected more than 0, at most 10\n", o.inflation);
+    std::fprintf(stderr, "dra_steering_bench: --inflation=%g: expected more than 0, at most 10\n",
+                 o.inflation);
     return 2;
   }
   return Run(o);

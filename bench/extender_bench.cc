@@ -116,14 +116,16 @@ Json NodeObject(const pl::NodeSpec& s, const pl::ModelTable& models) {
     gpus.push_back({m.name, static_cast<uint64_t>(m.memory_mib) / 1024, true});
   }
   Json node = tessera::extender::testing::Node(s.name, gpus, s.gpu_count > 0 ? "core_mem" : "none",
-                                                std::to_string(s.cpu_milli) + "m",
-                                                std::to_string(s.memory_mib) + "Mi");
+                                               std::to_string(s.cpu_milli) + "m",
+                                               std::to_string(s.memory_mib) + "Mi");
   // Memory sizes that are not whole GiB: write the exact bytes.
   if (s.gpu_count > 0) {
     auto inv = tessera::k8s::ParseGpuInventory(
         node["metadata"]["annotations"][tessera::k8s::kInventoryAnnotation].get<std::string>());
-    for (auto& g : inv->gpus) g.memory = tessera::Bytes(static_cast<uint64_t>(models.model(s.model).memory_mib) << 20);
-    node["metadata"]["annotations"][tessera::k8s::kInventoryAnnotation] = tessera::k8s::WriteGpuInventory(*inv);
+    for (auto& g : inv->gpus)
+      g.memory = tessera::Bytes(static_cast<uint64_t>(models.model(s.model).memory_mib) << 20);
+    node["metadata"]["annotations"][tessera::k8s::kInventoryAnnotation] =
+        tessera::k8s::WriteGpuInventory(*inv);
   }
   node["metadata"].erase("uid");
   node["metadata"].erase("resourceVersion");
@@ -292,8 +294,9 @@ int Run(const Options& o) {
     return 1;
   }
   auto order = pl::SampleWorkload(pods->requests, cluster.gpu_milli_capacity(), 1.3, o.seed);
-  const size_t count = o.max_pods > 0 ? std::min<size_t>(order->size(), static_cast<size_t>(o.max_pods))
-                                      : order->size();
+  const size_t count = o.max_pods > 0
+                           ? std::min<size_t>(order->size(), static_cast<size_t>(o.max_pods))
+                           : order->size();
 
   tessera::k8s::TestApiServer api;
   if (auto s = api.Start(0); !s.ok()) {
@@ -393,9 +396,11 @@ int Run(const Options& o) {
       }
       prioritize.Add(p_us);
     }
-    const std::string bind_body = Json{{"PodName", name}, {"PodNamespace", "default"},
-                                       {"PodUID", pod["metadata"]["uid"]}, {"Node", best}}
-                                      .dump();
+    const std::string bind_body = Json{
+        {"PodName", name},
+        {"PodNamespace", "default"},
+        {"PodUID", pod["metadata"]["uid"]},
+        {"Node", best}}.dump();
     const auto t2 = Clock::now();
     auto br = http.Post("/bind", bind_body, "application/json");
     const double b_us = Since(t2);
@@ -450,9 +455,10 @@ int Run(const Options& o) {
   if (full) {
     Json ar = Json::object();
     for (int point : {90, 95, 100}) {
-      ar[std::to_string(point)] = {{"extender", ratio[point]},
-                                   {"tessera_sim", sim->allocation_ratio[static_cast<size_t>(point)]},
-                                   {"difference", ratio[point] - sim->allocation_ratio[static_cast<size_t>(point)]}};
+      ar[std::to_string(point)] = {
+          {"extender", ratio[point]},
+          {"tessera_sim", sim->allocation_ratio[static_cast<size_t>(point)]},
+          {"difference", ratio[point] - sim->allocation_ratio[static_cast<size_t>(point)]}};
     }
     out["allocation_ratio"] = ar;
   }
@@ -466,9 +472,10 @@ int Run(const Options& o) {
   std::printf("  filter p50/p99 %.0f/%.0f us, prioritize %.0f/%.0f us, bind %.0f/%.0f us\n",
               filter.Pct(0.5), filter.Pct(0.99), prioritize.Pct(0.5), prioritize.Pct(0.99),
               bind.Pct(0.5), bind.Pct(0.99));
-  std::printf("  baseline: the engine in process p50 %.1f us p99 %.1f us; HTTP round / engine "
-              "p50 = %.0fx\n",
-              sim->decision_us_p50, sim->decision_us_p99, out["ratio_p50_vs_engine"].get<double>());
+  std::printf(
+      "  baseline: the engine in process p50 %.1f us p99 %.1f us; HTTP round / engine "
+      "p50 = %.0fx\n",
+      sim->decision_us_p50, sim->decision_us_p99, out["ratio_p50_vs_engine"].get<double>());
   if (full) {
     for (int point : {90, 95, 100}) {
       std::printf("  allocation at %d %% arrived: extender %.2f %%, tessera sim %.2f %% (%+.2f)\n",

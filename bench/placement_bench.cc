@@ -209,12 +209,12 @@ int main(int argc, char** argv) {
     }
     results.push_back(std::move(entry));
   }
-  const nlohmann::ordered_json report = {{"benchmark", "placement_bench"},
-                                         {"trace", trace.source},
-                                         {"baseline", "BM_Baseline_FitScan (same cluster size)"},
-                                         {"cold_speedup",
-                                          "tessera-unmemoised / tessera, CPU time, same run"},
-                                         {"results", std::move(results)}};
+  const nlohmann::ordered_json report = {
+      {"benchmark", "placement_bench"},
+      {"trace", trace.source},
+      {"baseline", "BM_Baseline_FitScan (same cluster size)"},
+      {"cold_speedup", "tessera-unmemoised / tessera, CPU time, same run"},
+      {"results", std::move(results)}};
   std::ofstream out(json);
   out << report.dump(2) << "\n";
   std::printf("\nwrote %s\n", json.c_str());

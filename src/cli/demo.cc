@@ -223,8 +223,9 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
         worst = std::max(worst, std::fabs(figures[i] - static_cast<double>(ran) / 1e7));
       }
     }
-    std::printf("   each per-second figure above is within %.1f points of what its tenant ran then.\n",
-                worst);
+    std::printf(
+        "   each per-second figure above is within %.1f points of what its tenant ran then.\n",
+        worst);
   }
   if (!ok) return Fail("a tenant failed; see its error above");
   return 0;

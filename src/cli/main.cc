@@ -158,8 +158,8 @@ int main(int argc, char** argv) {
 
   // `tessera mig` parses its own words (mig.cc): everything after it is passed on, --help too.
   std::vector<std::string> mig_args;
-  CLI::App* mig_cmd = app.add_subcommand(
-      "mig", "plan MIG layouts and create MIG instances (tessera mig --help)");
+  CLI::App* mig_cmd =
+      app.add_subcommand("mig", "plan MIG layouts and create MIG instances (tessera mig --help)");
   mig_cmd->prefix_command();
   mig_cmd->set_help_flag();
 
@@ -175,10 +175,11 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const CLI::App* sub : app.get_subcommands({})) known = known || sub->check_name(argv[1]);
     if (!known) {
-      std::fprintf(stderr,
-                   "tessera: unknown command \"%s\"; expected one of: run, smi, ctl, demo, sim, mig, "
-                   "version, help\n",
-                   argv[1]);
+      std::fprintf(
+          stderr,
+          "tessera: unknown command \"%s\"; expected one of: run, smi, ctl, demo, sim, mig, "
+          "version, help\n",
+          argv[1]);
       return 2;
     }
   }

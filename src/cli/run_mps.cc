@@ -3,7 +3,6 @@
 #include "cli/run_mps.h"
 
 #include <chrono>
-
 #include <nlohmann/json.hpp>
 
 #include "core/bytes.h"

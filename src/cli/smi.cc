@@ -76,8 +76,8 @@ void PrintTables(const Json& doc) {
   }
   // GOT: the device time the container's kernels occupied over the arbiter's window; GPU TIME: the
   // same since it took its slot (or tesserad started).
-  std::printf("\n%-20s %-4s %10s %10s %8s %8s %10s %-4s %s\n", "CONTAINER", "GPU", "USED",
-              "LIMIT", "TARGET", "GOT", "GPU TIME", "PRIO", "PROCESSES");
+  std::printf("\n%-20s %-4s %10s %10s %8s %8s %10s %-4s %s\n", "CONTAINER", "GPU", "USED", "LIMIT",
+              "TARGET", "GOT", "GPU TIME", "PRIO", "PROCESSES");
   for (const Json& c : doc.at("containers")) {
     for (size_t g = 0; g < devices.size(); ++g) {
       std::string procs;
@@ -89,11 +89,11 @@ void PrintTables(const Json& doc) {
       const Json& share = At(c.at("compute"), g);
       const Json& seconds = Member(share, "gpu_seconds");
       char gpu_time[32] = "-";
-      if (seconds.is_number()) std::snprintf(gpu_time, sizeof(gpu_time), "%.2fs", seconds.get<double>());
+      if (seconds.is_number())
+        std::snprintf(gpu_time, sizeof(gpu_time), "%.2fs", seconds.get<double>());
       std::printf(
-          "%-20s %-4zu %10s %10s %8s %8s %10s %-4s %s\n", c.at("id").get<std::string>().c_str(),
-          g, Size(At(c.at("used_bytes"), g)).c_str(),
-          limit.is_null() ? "none" : Size(limit).c_str(),
+          "%-20s %-4zu %10s %10s %8s %8s %10s %-4s %s\n", c.at("id").get<std::string>().c_str(), g,
+          Size(At(c.at("used_bytes"), g)).c_str(), limit.is_null() ? "none" : Size(limit).c_str(),
           Percentage(Member(share, "target_percent")).c_str(),
           Percentage(Member(share, "achieved_percent")).c_str(), gpu_time,
           c.at("high_priority").get<bool>() ? "high" : "-", procs.empty() ? "-" : procs.c_str());

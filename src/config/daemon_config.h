@@ -25,9 +25,9 @@
 #include <string>
 #include <string_view>
 
+#include "core/arbiter_policy.h"
 #include "core/bytes.h"
 #include "core/percent.h"
-#include "core/arbiter_policy.h"
 #include "core/result.h"
 
 namespace tessera::config {

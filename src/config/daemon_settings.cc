@@ -23,8 +23,8 @@ namespace {
 
 // The value of `all` whose name (`name_of`) is `text`, exactly, into *out; false when none is.
 template <typename E>
-bool ByName(const std::string& text, std::initializer_list<E> all,
-            std::string_view (*name_of)(E), E* out) {
+bool ByName(const std::string& text, std::initializer_list<E> all, std::string_view (*name_of)(E),
+            E* out) {
   for (E value : all) {
     if (text == name_of(value)) {
       *out = value;

@@ -40,10 +40,9 @@ Result<std::chrono::nanoseconds> ParseDuration(std::string_view text, std::strin
   // The example is 2ms, or the nearest allowed value when 2ms is out of range.
   const std::chrono::nanoseconds example =
       std::clamp<std::chrono::nanoseconds>(std::chrono::milliseconds(2), min, std::max(min, max));
-  const std::string expected = "a duration from " + FormatDuration(min) + " to " +
-                               FormatDuration(max) +
-                               " with a unit (ns, us, ms, s, m, h), such as " +
-                               FormatDuration(example);
+  const std::string expected =
+      "a duration from " + FormatDuration(min) + " to " + FormatDuration(max) +
+      " with a unit (ns, us, ms, s, m, h), such as " + FormatDuration(example);
   auto fail = [&](std::string_view reason) {
     return Result<std::chrono::nanoseconds>::Error(InputError(input_name, text, reason, expected));
   };

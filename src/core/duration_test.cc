@@ -37,7 +37,8 @@ TEST(ParseDuration, ReadsFractionsThatAreWholeNanoseconds) {
   EXPECT_EQ(Parse("1.5s"), milliseconds(1500));
   EXPECT_EQ(Parse("0.25ms"), microseconds(250));
   EXPECT_EQ(Parse("1.000000001s"), nanoseconds(1000000001));
-  EXPECT_TRUE(IsRejected(ParseDuration("1.5ns", "d"), "d", "1.5ns", {"whole number of nanoseconds"}));
+  EXPECT_TRUE(
+      IsRejected(ParseDuration("1.5ns", "d"), "d", "1.5ns", {"whole number of nanoseconds"}));
   EXPECT_TRUE(IsRejected(ParseDuration("1.0000000001s", "d"), "d", "1.0000000001s", {"9 digits"}));
   EXPECT_TRUE(IsRejected(ParseDuration("1.s", "d"), "d", "1.s", {"after the decimal point"}));
 }
@@ -77,7 +78,8 @@ TEST(FormatDuration, UsesTheLargestWholeUnitAndParsesBack) {
   EXPECT_EQ(FormatDuration(seconds(120)), "2m");
   EXPECT_EQ(FormatDuration(hours(1)), "1h");
   EXPECT_EQ(FormatDuration(nanoseconds(1000000001)), "1000000001ns");
-  for (int64_t n : {int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{123456789}, int64_t{3} * 3600 * 1000000000}) {
+  for (int64_t n : {int64_t{1}, int64_t{999}, int64_t{1000}, int64_t{123456789},
+                    int64_t{3} * 3600 * 1000000000}) {
     EXPECT_EQ(Parse(FormatDuration(nanoseconds(n))), nanoseconds(n)) << n;
   }
 }

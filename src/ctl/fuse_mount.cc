@@ -311,8 +311,10 @@ Result<std::unique_ptr<FuseMount>> FuseMount::Mount(const ControlTree& tree,
   struct stat st;
   if (!requested.empty() && stat(requested.c_str(), &st) != 0 && errno == ENOTCONN) {
     if (umount2(requested.c_str(), MNT_DETACH) != 0) {
-      return fail("a dead mount is left there (transport endpoint is not connected) and cannot be "
-                  "detached (" + ErrnoText(errno) + "); run `umount -l " + requested + "`");
+      return fail(
+          "a dead mount is left there (transport endpoint is not connected) and cannot be "
+          "detached (" +
+          ErrnoText(errno) + "); run `umount -l " + requested + "`");
     }
     if (options.log) options.log("detached the dead mount a previous daemon left at " + requested);
   }

@@ -239,7 +239,7 @@ DeviceShares ComputeService::Shares(int device) const {
 void ComputeService::Loop() {
   // Timed waits end within 5 us rather than the default 50: hand-offs are timed to 200 us.
   prctl(PR_SET_TIMERSLACK, 5'000UL, 0UL, 0UL, 0UL);  // this thread only
-  uint64_t due = 0;  // when the last wait was to end at the latest
+  uint64_t due = 0;                                  // when the last wait was to end at the latest
   while (!stop_.load()) {
     const uint32_t seq = exchange_->demand_seq.load(std::memory_order_acquire);
     const uint64_t woke = MonotonicNs();

@@ -122,8 +122,8 @@ class ComputeService {
     // later measured time pays back (until its next grant): see Step.
     std::vector<uint64_t> drained_ns = std::vector<uint64_t>(ledger::kMaxContainers);
     std::vector<uint64_t> overrun_credit_ns = std::vector<uint64_t>(ledger::kMaxContainers);
-    uint64_t charge_from_ns = 0;   // as published with the last grant (GateDevice::charge_from_ns)
-    uint64_t next_ns = 0;  // decide again by then
+    uint64_t charge_from_ns = 0;  // as published with the last grant (GateDevice::charge_from_ns)
+    uint64_t next_ns = 0;         // decide again by then
     // Who ran when, from the gates' intervals, and what each container ran over the window (the
     // reported figure: no deadline charges or credits, which only the arbiter's order sees).
     arbiter::DeviceTimeline timeline{500'000'000};  // half a second for late intervals

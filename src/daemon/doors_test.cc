@@ -487,7 +487,7 @@ TEST_F(DoorsTest, SlowClientsDoNotTurnScrapesAway) {
   EXPECT_EQ(quiet.failed, 0) << quiet.first_failure;
   EXPECT_EQ(attacked.failed, 0) << attacked.Format();
   EXPECT_LT(attacked.Max(), 5000.0) << attacked.Format();  // Prometheus waits 10 s by default
-  EXPECT_EQ(Http(port_, "GET", "/metrics").status, 200);  // and after
+  EXPECT_EQ(Http(port_, "GET", "/metrics").status, 200);   // and after
 }
 
 // The monitoring counters move with real events: a tenant allocating past web's limit is refused

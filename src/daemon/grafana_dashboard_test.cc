@@ -93,8 +93,8 @@ TEST(GrafanaDashboardTest, ParsesAndQueriesOnlyExportedFamilies) {
         "tessera_container_compute_target_percent", "tessera_container_compute_achieved_percent",
         "tessera_container_token_wait_seconds_total", "tessera_container_token_grants_total",
         "tessera_container_oom_refusals_total", "tessera_container_gpu_seconds_total",
-        "tessera_container_processes", "tessera_processes",
-        "tessera_up", "tessera_arbiter_beat_age_seconds"}) {
+        "tessera_container_processes", "tessera_processes", "tessera_up",
+        "tessera_arbiter_beat_age_seconds"}) {
     EXPECT_TRUE(used.count(needed)) << path << " has no query on " << needed;
   }
 }

@@ -168,9 +168,9 @@ class HostileTest : public ::testing::Test {
     auto fd = ipc::Connect(socket_, 5s);
     ASSERT_TRUE(fd.ok()) << fd.status().message();
     t->fd = *fd;
-    ASSERT_TRUE(ipc::SendLine(t->fd, "HELLO version=" +
-                                         std::to_string(tessera::protocol::kProtocolVersion) +
-                                         " container=" + container + " mem=" + mem)
+    ASSERT_TRUE(ipc::SendLine(
+                    t->fd, "HELLO version=" + std::to_string(tessera::protocol::kProtocolVersion) +
+                               " container=" + container + " mem=" + mem)
                     .ok());
     std::string buffer;
     std::vector<int> fds;

@@ -662,7 +662,8 @@ TEST_F(GpuTimeCheatTest, AProcessZeroingItsOwnCountersIsFoundAndBlocked) {
   ASSERT_TRUE(found.has_value()) << "not found; daemon log:\n" << DaemonLog();
   std::printf("found_after_ms=%lld\n", static_cast<long long>(found->count()));
   EXPECT_TRUE(cheat->WaitForValue("shim_alloc", "2", 1s))
-      << "its allocations are not refused; daemon log:\n" << DaemonLog();
+      << "its allocations are not refused; daemon log:\n"
+      << DaemonLog();
   EXPECT_EQ(honest->Wait(20s), 0);
   EXPECT_EQ(DaemonLog().find("container fair ran on"), std::string::npos) << DaemonLog();
 }

@@ -6,9 +6,8 @@
 
 #include <cstring>
 #include <map>
-#include <utility>
-
 #include <optional>
+#include <utility>
 
 #include "core/bytes.h"
 #include "ledger/ledger_layout.h"
@@ -25,7 +24,9 @@ std::string Millis(uint64_t ns) {
 }
 
 // a + b, or the largest count when that overflows (the processes' counters are their claims).
-uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return b > ~uint64_t{0} - a ? ~uint64_t{0} : a + b; }
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
+  return b > ~uint64_t{0} - a ? ~uint64_t{0} : a + b;
+}
 
 }  // namespace
 
@@ -122,16 +123,17 @@ void Reconciler::Log(const ReconcileEvent& e) {
         break;
       }
       options_.log("tesserad: reconcile: killed pid " + std::to_string(e.pid) + " of container " +
-                   e.container + (e.gpu_time ? " (it ran on " + gpu + " around its gate)"
-                                             : " (over its limit on " + gpu + ")"));
+                   e.container +
+                   (e.gpu_time ? " (it ran on " + gpu + " around its gate)"
+                               : " (over its limit on " + gpu + ")"));
       break;
     case ReconcileEvent::Kind::kGpuTimeUnseen: {
       std::string what = "tesserad: reconcile: container " + e.container + " ran on " + gpu +
                          " for " + Millis(e.unseen) + " where its gates measured " +
                          Millis(e.reserved) +
                          ": a process goes around the shim (the driver loaded by path) or rewrites "
-                         "its own counters; " + Millis(e.limit) +
-                         " charged to its share; action " + action;
+                         "its own counters; " +
+                         Millis(e.limit) + " charged to its share; action " + action;
       if (options_.action == config::OverLimitAction::kBlock) {
         what += ": its allocations are refused until its device time is back in line";
       }
@@ -280,8 +282,13 @@ std::vector<ReconcileEvent> Reconciler::RunOnce() {
                           SaturatingAdd(reserved, unseen[c]) > limit;
         const auto key = std::make_tuple(d, c, slot.generation.load());
         const bool was = over_.count(key) != 0;
-        ReconcileEvent e{ReconcileEvent::Kind::kOverLimit, d, std::string(slot.id), 0, reserved,
-                         unseen[c], limit};
+        ReconcileEvent e{ReconcileEvent::Kind::kOverLimit,
+                         d,
+                         std::string(slot.id),
+                         0,
+                         reserved,
+                         unseen[c],
+                         limit};
         if (over && !was) {
           over_.insert(key);
           events.push_back(e);
@@ -353,7 +360,8 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
                               std::vector<ReconcileEvent>* to_kill) {
   const ledger::LedgerBook& book = ledger.book();
   std::map<int32_t, uint64_t> device_ns;  // per host pid
-  for (const DeviceProcess& dp : busy) device_ns[dp.pid] = SaturatingAdd(device_ns[dp.pid], dp.bytes);
+  for (const DeviceProcess& dp : busy)
+    device_ns[dp.pid] = SaturatingAdd(device_ns[dp.pid], dp.bytes);
   std::vector<uint64_t> seen_by_device(ledger::kMaxContainers, 0);
   std::vector<uint64_t> measured_by_gate(ledger::kMaxContainers, 0);
   std::vector<std::vector<int32_t>> pids(ledger::kMaxContainers);
@@ -428,8 +436,13 @@ void Reconciler::CheckGpuTime(ledger::MemoryLedger& ledger, int d,
     const bool over = beyond && (was || gpu_time_pending_.count(key) != 0);
     if (beyond && !over) gpu_time_pending_.insert(key);
     if (!beyond) gpu_time_pending_.erase(key);
-    ReconcileEvent e{ReconcileEvent::Kind::kGpuTimeUnseen, d, std::string(slot.id), 0,
-                     measured_by_gate[c], seen_by_device[c], 0};
+    ReconcileEvent e{ReconcileEvent::Kind::kGpuTimeUnseen,
+                     d,
+                     std::string(slot.id),
+                     0,
+                     measured_by_gate[c],
+                     seen_by_device[c],
+                     0};
     if (over) {
       // Charged while over: the share pays for the time the gate did not grant.
       // No more than the device saw beyond all the gates: the rest was a neighbour's to pay.

@@ -111,12 +111,12 @@ struct ReconcileEvent {
   };
   Kind kind;
   int device = 0;
-  std::string container;  // empty for kUnregistered
-  int32_t pid = 0;        // kKilled, kUnregistered
-  uint64_t reserved = 0;  // bytes reserved through the shim; kGpuTime*: ns the gates measured
-  uint64_t unseen = 0;    // bytes the device reports beyond them; kGpuTime*: ns the device saw
-  uint64_t limit = 0;     // kGpuTimeUnseen: ns charged to the container for the difference
-  bool gpu_time = false;  // kKilled: for GPU time around its gate (else: over its memory limit)
+  std::string container;      // empty for kUnregistered
+  int32_t pid = 0;            // kKilled, kUnregistered
+  uint64_t reserved = 0;      // bytes reserved through the shim; kGpuTime*: ns the gates measured
+  uint64_t unseen = 0;        // bytes the device reports beyond them; kGpuTime*: ns the device saw
+  uint64_t limit = 0;         // kGpuTimeUnseen: ns charged to the container for the difference
+  bool gpu_time = false;      // kKilled: for GPU time around its gate (else: over its memory limit)
   bool unattributed = false;  // kKilled: a process of no container (the unattributed action)
 };
 

@@ -155,8 +155,7 @@ Result<protocol::Message> Registry::Hello(const protocol::Message& request, pid_
   // The devices the process may see, as physical indices in its ordinal order.
   std::vector<int> visible;
   std::vector<std::string> uuids;
-  for (int d = 0; d < ledger_.device_count(); ++d)
-    uuids.push_back(ledger_.book().devices[d].uuid);
+  for (int d = 0; d < ledger_.device_count(); ++d) uuids.push_back(ledger_.book().devices[d].uuid);
   if (request.Has("visible")) {
     auto selector = ParseDeviceSelector(request.Get("visible"), "TESSERA_VISIBLE_DEVICES");
     if (!selector.ok()) return selector.status();
@@ -286,11 +285,12 @@ Result<protocol::Message> Registry::UnregisterLocked(const protocol::Message& re
   for (const auto& [key, value] : request.fields) {
     if (key != "id" && key != "remove") {
       return Result<protocol::Message>::Error("CONTAINER remove=1 " + key + "=" + value +
-                                    ": a removal takes only id=");
+                                              ": a removal takes only id=");
     }
   }
   const int c = ledger_.FindContainer(id);
-  if (c < 0) return Result<protocol::Message>::Error("CONTAINER id=" + id + " remove=1: no such container");
+  if (c < 0)
+    return Result<protocol::Message>::Error("CONTAINER id=" + id + " remove=1: no such container");
   ledger_.SetFlags(static_cast<uint32_t>(c), 0, ledger::kContainerRegistered);
   const uint32_t remaining = ledger_.book().containers[c].process_count.load();
   RemoveIfUnused(static_cast<uint32_t>(c));
@@ -303,7 +303,8 @@ Result<protocol::Message> Registry::SetContainer(const protocol::Message& reques
   if (Status valid = CheckContainerId(id, "id"); !valid.ok()) return valid;
   if (request.Has("remove")) {
     if (request.Get("remove") != "1") {
-      return Result<protocol::Message>::Error("CONTAINER remove=" + request.Get("remove") + ": expected 1");
+      return Result<protocol::Message>::Error("CONTAINER remove=" + request.Get("remove") +
+                                              ": expected 1");
     }
     return UnregisterLocked(request);
   }

@@ -240,8 +240,8 @@ void Server::Accept(int ep, int listen_fd) {
     if (!door.empty()) ++door_connections_[door];
     if (listener.scope && identities_ != nullptr) {
       // The peer as the kernel saw it at connect(): a process of the container, or refused.
-      conn.refusal = AdmitToContainerSocket(*identities_, require_identity_, *listener.scope,
-                                            peer->pid);
+      conn.refusal =
+          AdmitToContainerSocket(*identities_, require_identity_, *listener.scope, peer->pid);
     }
     connections_[fd] = std::move(conn);
   }

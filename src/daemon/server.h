@@ -141,10 +141,10 @@ class Server {
     Clock::time_point last_request;    // accepted, or the last request answered
     std::deque<Reply> out;             // replies the client has not taken yet
     size_t out_bytes = 0;
-    Clock::time_point out_since;     // when `out` last went from empty to not
-    bool writing = false;            // EPOLLOUT armed
-    uint64_t turn = 0;               // the loop's turn in which it was last answered
-    std::string refusal;             // the peer is not the container's: every request gets it
+    Clock::time_point out_since;  // when `out` last went from empty to not
+    bool writing = false;         // EPOLLOUT armed
+    uint64_t turn = 0;            // the loop's turn in which it was last answered
+    std::string refusal;          // the peer is not the container's: every request gets it
     bool registered = false;
     uint32_t process_slot = 0;
     uint32_t generation = 0;  // the slot's generation at registration

@@ -113,12 +113,12 @@ struct Track {
   uint32_t count = 0;
   CUevent ref = nullptr;  // a completed event whose device instant is ref_ns
   uint64_t ref_ns = 0;
-  uint64_t last_end_ns = 0;     // device instant the previous completed mark ended
+  uint64_t last_end_ns = 0;  // device instant the previous completed mark ended
   // Host time of the launchers' latest activity on the track: their latest mark, or the first
   // launch of a batch the sampler closed for them (the sampler's own marks are not activity).
   uint64_t last_marked_ns = 0;
-  double kernel_ns = 0;         // average device time per launch (EWMA)
-  bool measured = false;        // kernel_ns holds a measurement (until then: one launch per mark)
+  double kernel_ns = 0;   // average device time per launch (EWMA)
+  bool measured = false;  // kernel_ns holds a measurement (until then: one launch per mark)
   // Sampler side.
   uint32_t seen_since_mark = 0;
 };
@@ -127,7 +127,7 @@ namespace {
 
 struct DeviceGate {
   std::atomic<const std::atomic<uint64_t>*> word{nullptr};  // the token word, or g_all_ones
-  bool busy = false;                                  // sampler's view
+  bool busy = false;                                        // sampler's view
   uint64_t busy_since_ns = 0;
   double burst_ns = 0;
   int quiet_ticks = 0;  // consecutive ticks without work while still published as busy
@@ -164,7 +164,7 @@ struct GateState {
   // How often and how long launches waited, for TESSERA_GATE_STATS (slow paths only).
   std::atomic<uint64_t> token_waits{0}, token_wait_ns{0}, room_waits{0}, room_wait_ns{0},
       room_naps{0}, room_syncs{0}, drains{0};
-  std::mutex mu;  // tracks list; the sampler's tick
+  std::mutex mu;        // tracks list; the sampler's tick
   TrackLock ring_lock;  // this process's ring of intervals (Record)
   std::vector<Track*> tracks;
   std::vector<Track*> free_tracks;

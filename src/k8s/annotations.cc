@@ -32,7 +32,8 @@ class Reader {
     try {
       json doc = json::parse(text);
       if (!doc.is_object()) {
-        return Result<json>(Fail("", "value " + Shown(doc) + " is not a JSON object; expected {\"version\":1,...}"));
+        return Result<json>(Fail(
+            "", "value " + Shown(doc) + " is not a JSON object; expected {\"version\":1,...}"));
       }
       return doc;
     } catch (const json::parse_error& e) {
@@ -50,8 +51,8 @@ class Reader {
     }
     return &*it;
   }
-  Result<uint64_t> Unsigned(const json& obj, const std::string& path, const char* key,
-                            uint64_t min, uint64_t max, const std::string& what) const {
+  Result<uint64_t> Unsigned(const json& obj, const std::string& path, const char* key, uint64_t min,
+                            uint64_t max, const std::string& what) const {
     auto field = Field(obj, path, key, what);
     if (!field.ok()) return field.status();
     const json& v = **field;
@@ -88,9 +89,9 @@ class Reader {
     return field;
   }
   Status Version(const json& obj, int version) const {
-    auto v = Unsigned(obj, "", "version", static_cast<uint64_t>(version),
-                      static_cast<uint64_t>(version),
-                      std::to_string(version) + " (the only version this reader knows)");
+    auto v =
+        Unsigned(obj, "", "version", static_cast<uint64_t>(version), static_cast<uint64_t>(version),
+                 std::to_string(version) + " (the only version this reader knows)");
     return v.ok() ? Status::Ok() : v.status();
   }
 
@@ -114,9 +115,9 @@ struct ModeName {
   NodeMode mode;
   const char* name;
 };
-constexpr ModeName kModes[] = {{NodeMode::kCoreMem, "core_mem"}, {NodeMode::kMem, "mem"},
-                               {NodeMode::kShare, "share"},      {NodeMode::kExclusive, "exclusive"},
-                               {NodeMode::kMig, "mig"},          {NodeMode::kMps, "mps"}};
+constexpr ModeName kModes[] = {
+    {NodeMode::kCoreMem, "core_mem"},    {NodeMode::kMem, "mem"}, {NodeMode::kShare, "share"},
+    {NodeMode::kExclusive, "exclusive"}, {NodeMode::kMig, "mig"}, {NodeMode::kMps, "mps"}};
 constexpr char kModesAllowed[] = "core_mem, mem, share, exclusive, mig or mps";
 
 struct PolicyName {
@@ -361,19 +362,22 @@ Result<GpuInventory> ParseGpuInventory(std::string_view text) {
   for (size_t i = 0; i < (*gpus)->size(); ++i) {
     const json& g = (**gpus)[i];
     const std::string path = "gpus[" + std::to_string(i) + "].";
-    if (!g.is_object()) return r.Fail(path.substr(0, path.size() - 1), "=" + Shown(g) + ": expected an object");
+    if (!g.is_object())
+      return r.Fail(path.substr(0, path.size() - 1), "=" + Shown(g) + ": expected an object");
     InventoryGpu gpu;
     auto index = r.Unsigned(g, path, "index", 0, 1023, "an NVML index from 0 to 1023");
     if (!index.ok()) return index.status();
     gpu.index = static_cast<int>(*index);
     auto uuid = r.String(g, path, "uuid", kUuidWhat);
     if (!uuid.ok()) return uuid.status();
-    if (!IsGpuUuid(*uuid)) return r.Fail(path + "uuid", "=\"" + *uuid + "\": expected " + kUuidWhat);
+    if (!IsGpuUuid(*uuid))
+      return r.Fail(path + "uuid", "=\"" + *uuid + "\": expected " + kUuidWhat);
     gpu.uuid = *uuid;
     auto model = r.String(g, path, "model", "NVML's device name, e.g. \"NVIDIA H200\"");
     if (!model.ok()) return model.status();
     gpu.model = *model;
-    auto memory = r.Unsigned(g, path, "memory_bytes", 1, UINT64_MAX, "the GPU's memory in bytes (> 0)");
+    auto memory =
+        r.Unsigned(g, path, "memory_bytes", 1, UINT64_MAX, "the GPU's memory in bytes (> 0)");
     if (!memory.ok()) return memory.status();
     gpu.memory = Bytes(*memory);
     auto healthy = r.Bool(g, path, "healthy");
@@ -461,13 +465,15 @@ Result<Assignment> ParseAssignment(std::string_view text) {
   for (size_t i = 0; i < (*containers)->size(); ++i) {
     const json& c = (**containers)[i];
     const std::string path = "containers[" + std::to_string(i) + "].";
-    if (!c.is_object()) return r.Fail(path.substr(0, path.size() - 1), "=" + Shown(c) + ": expected an object");
+    if (!c.is_object())
+      return r.Fail(path.substr(0, path.size() - 1), "=" + Shown(c) + ": expected an object");
     ContainerAssignment container;
     auto name = r.String(c, path, "name", "the container's name in the pod spec");
     if (!name.ok()) return name.status();
     container.name = *name;
     if (out.Find(container.name) != nullptr) {
-      return r.Fail(path + "name", "=\"" + container.name + "\": listed twice; expected each container once");
+      return r.Fail(path + "name",
+                    "=\"" + container.name + "\": listed twice; expected each container once");
     }
     auto gpus = r.Array(c, path, "gpus", "a non-empty array of GPUs");
     if (!gpus.ok()) return gpus.status();
@@ -475,14 +481,17 @@ Result<Assignment> ParseAssignment(std::string_view text) {
     for (size_t j = 0; j < (*gpus)->size(); ++j) {
       const json& g = (**gpus)[j];
       const std::string gpath = path + "gpus[" + std::to_string(j) + "].";
-      if (!g.is_object()) return r.Fail(gpath.substr(0, gpath.size() - 1), "=" + Shown(g) + ": expected an object");
+      if (!g.is_object())
+        return r.Fail(gpath.substr(0, gpath.size() - 1), "=" + Shown(g) + ": expected an object");
       AssignedGpu gpu;
       auto uuid = r.String(g, gpath, "uuid", kUuidWhat);
       if (!uuid.ok()) return uuid.status();
-      if (!IsGpuUuid(*uuid)) return r.Fail(gpath + "uuid", "=\"" + *uuid + "\": expected " + kUuidWhat);
+      if (!IsGpuUuid(*uuid))
+        return r.Fail(gpath + "uuid", "=\"" + *uuid + "\": expected " + kUuidWhat);
       for (const AssignedGpu& other : container.gpus) {
         if (other.uuid == *uuid) {
-          return r.Fail(gpath + "uuid", "=\"" + *uuid + "\": listed twice; a container spans distinct GPUs");
+          return r.Fail(gpath + "uuid",
+                        "=\"" + *uuid + "\": listed twice; a container spans distinct GPUs");
         }
       }
       gpu.uuid = *uuid;
@@ -504,7 +513,8 @@ std::string WriteAssignment(const Assignment& assignment) {
   for (const ContainerAssignment& c : assignment.containers) {
     json gpus = json::array();
     for (const AssignedGpu& g : c.gpus) {
-      gpus.push_back({{"uuid", g.uuid}, {"mem_bytes", g.mem.count()}, {"core_percent", g.core.value()}});
+      gpus.push_back(
+          {{"uuid", g.uuid}, {"mem_bytes", g.mem.count()}, {"core_percent", g.core.value()}});
     }
     containers.push_back({{"name", c.name}, {"gpus", gpus}});
   }
@@ -533,7 +543,8 @@ Result<UserAnnotations> ParseUserAnnotations(const std::map<std::string, std::st
     size_t pos = 0;
     for (;;) {
       const size_t bar = v->find('|', pos);
-      const std::string model = v->substr(pos, bar == std::string::npos ? std::string::npos : bar - pos);
+      const std::string model =
+          v->substr(pos, bar == std::string::npos ? std::string::npos : bar - pos);
       if (model.empty() || model.find_first_not_of(' ') == std::string::npos) {
         return Result<UserAnnotations>::Error(
             std::string(kGpuModelAnnotation) + "=\"" + *v +
@@ -556,9 +567,9 @@ Result<UserAnnotations> ParseUserAnnotations(const std::map<std::string, std::st
     }
   }
   if (const std::string* v = Lookup(annotations, kWeightAnnotation)) {
-    auto w = ParseUnsigned(*v, kWeightAnnotation, 1, max_weight,
-                           "a whole number from 1 to " + std::to_string(max_weight) +
-                               " (the node's max_inst)");
+    auto w = ParseUnsigned(
+        *v, kWeightAnnotation, 1, max_weight,
+        "a whole number from 1 to " + std::to_string(max_weight) + " (the node's max_inst)");
     if (!w.ok()) return w.status();
     out.weight = static_cast<uint32_t>(*w);
   }

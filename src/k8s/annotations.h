@@ -42,12 +42,12 @@ inline constexpr char kPlacementLabel[] = "tessera.io/gpu.placement";
 inline constexpr char kAckPlacementLabel[] = "ack.node.gpu.placement";
 
 // Annotations.
-inline constexpr char kInventoryAnnotation[] = "tessera.io/gpu-inventory";  // Node
-inline constexpr char kAssignmentAnnotation[] = "tessera.io/assignment";    // Pod
-inline constexpr char kPhaseAnnotation[] = "tessera.io/phase";              // Pod
-inline constexpr char kGpuModelAnnotation[] = "tessera.io/gpu-model";       // Pod, user
+inline constexpr char kInventoryAnnotation[] = "tessera.io/gpu-inventory";     // Node
+inline constexpr char kAssignmentAnnotation[] = "tessera.io/assignment";       // Pod
+inline constexpr char kPhaseAnnotation[] = "tessera.io/phase";                 // Pod
+inline constexpr char kGpuModelAnnotation[] = "tessera.io/gpu-model";          // Pod, user
 inline constexpr char kHighPriorityAnnotation[] = "tessera.io/high-priority";  // Pod, user
-inline constexpr char kWeightAnnotation[] = "tessera.io/weight";            // Pod, user
+inline constexpr char kWeightAnnotation[] = "tessera.io/weight";               // Pod, user
 
 // The resource dimension an extended resource name stands for, whichever spelling.
 enum class GpuResource { kMem, kCore, kCount };
@@ -132,8 +132,8 @@ std::string WriteGpuInventory(const GpuInventory& inventory);
 // Pod annotation tessera.io/assignment, written by the extender before it binds.
 struct AssignedGpu {
   std::string uuid;
-  Bytes mem;            // the container's cap on this GPU
-  Percent core;         // its GPU-time share there, 1-100 (100: not limited)
+  Bytes mem;     // the container's cap on this GPU
+  Percent core;  // its GPU-time share there, 1-100 (100: not limited)
 
   bool operator==(const AssignedGpu&) const = default;
 };

@@ -141,7 +141,9 @@ TEST(Inventory, ErrorsNameKeyValueAndWhatIsAllowed) {
       {"[1]", "is not a JSON object"},
       {R"({"mode":"mem","gpus":[]})", "version is missing; expected 1"},
       {R"({"version":2,"mode":"mem","gpus":[]})", "version=2: expected 1"},
-      {R"({"version":1,"mode":"fast","gpus":[]})", "mode=\"fast\": unknown GPU sharing mode; expected core_mem, mem, share, exclusive, mig or mps"},
+      {R"({"version":1,"mode":"fast","gpus":[]})",
+       "mode=\"fast\": unknown GPU sharing mode; expected core_mem, mem, share, exclusive, mig or "
+       "mps"},
       {R"({"version":1,"mode":"mem"})", "gpus is missing"},
       {R"({"version":1,"mode":"mem","gpus":[{"index":0,"uuid":"gpu0","model":"m","memory_bytes":1,"healthy":true}]})",
        "gpus[0].uuid=\"gpu0\": expected a GPU UUID"},
@@ -213,9 +215,11 @@ TEST(Assignment, ErrorsNameKeyValueAndWhatIsAllowed) {
        "mem_bytes=1.5"},
       {with(R"([{"name":"a","gpus":[{"uuid":"nvidia0","mem_bytes":1,"core_percent":10}]}])"),
        "containers[0].gpus[0].uuid=\"nvidia0\": expected a GPU UUID"},
-      {with(R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10},{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]}])"),
+      {with(
+           R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10},{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]}])"),
        "gpus[1].uuid=\"GPU-1\": listed twice"},
-      {with(R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]},{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]}])"),
+      {with(
+           R"([{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]},{"name":"a","gpus":[{"uuid":"GPU-1","mem_bytes":1,"core_percent":10}]}])"),
        "containers[1].name=\"a\": listed twice"},
   };
   for (const Case& c : cases) {
@@ -280,8 +284,8 @@ TEST(Labels, gpu_modes_PerIndexLabelsAndWhatTheyRefuse) {
 TEST(Labels, ModeAndPlacementFromLabelsWithAckFallback) {
   EXPECT_EQ(*NodeModeFromLabels({}), NodeMode::kCoreMem);
   EXPECT_EQ(*NodeModeFromLabels({{"ack.node.gpu.schedule", "share"}}), NodeMode::kShare);
-  EXPECT_EQ(*NodeModeFromLabels({{"ack.node.gpu.schedule", "share"},
-                                 {"tessera.io/gpu.schedule", "exclusive"}}),
+  EXPECT_EQ(*NodeModeFromLabels(
+                {{"ack.node.gpu.schedule", "share"}, {"tessera.io/gpu.schedule", "exclusive"}}),
             NodeMode::kExclusive);
   // The plugins' --default-mode applies only where neither label is set.
   EXPECT_EQ(*NodeModeFromLabels({}, NodeMode::kMps), NodeMode::kMps);
@@ -334,7 +338,8 @@ TEST(Phase, ParsesBothAndRefusesOthers) {
   EXPECT_EQ(*ParsePhase(PhaseName(Phase::kAllocated)), Phase::kAllocated);
   auto bad = ParsePhase("bound");
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error(), "tessera.io/phase=\"bound\": unknown phase; expected assumed or allocated");
+  EXPECT_EQ(bad.error(),
+            "tessera.io/phase=\"bound\": unknown phase; expected assumed or allocated");
 }
 
 TEST(UserAnnotations, ParsesAndRefuses) {
@@ -358,7 +363,8 @@ TEST(UserAnnotations, ParsesAndRefuses) {
   EXPECT_THAT(bad_weight.error(), HasSubstr("from 1 to 16"));
   auto bad_model = ParseUserAnnotations({{"tessera.io/gpu-model", "A100||H200"}});
   ASSERT_FALSE(bad_model.ok());
-  EXPECT_THAT(bad_model.error(), HasSubstr("tessera.io/gpu-model=\"A100||H200\": an empty model name"));
+  EXPECT_THAT(bad_model.error(),
+              HasSubstr("tessera.io/gpu-model=\"A100||H200\": an empty model name"));
 }
 
 }  // namespace

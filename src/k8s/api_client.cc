@@ -175,7 +175,8 @@ Result<ClientConfig> KubeconfigConfig(const std::string& path, const std::string
   } catch (const YAML::Exception& e) {
     return Result<ClientConfig>::Error("kubeconfig " + path + ": " + e.what());
   }
-  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  const std::string dir =
+      path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   auto resolve = [&](const std::string& p) { return p.empty() || p[0] == '/' ? p : dir + "/" + p; };
   auto fail = [&](const std::string& why) {
     return Result<ClientConfig>::Error("kubeconfig " + path + ": " + why);
@@ -197,7 +198,8 @@ Result<ClientConfig> KubeconfigConfig(const std::string& path, const std::string
     };
     const std::optional<YAML::Node> context = entry("contexts", want, "context");
     if (!context) return fail("contexts: no context named \"" + want + "\"");
-    const std::string cluster_name = (*context)["cluster"] ? (*context)["cluster"].as<std::string>() : "";
+    const std::string cluster_name =
+        (*context)["cluster"] ? (*context)["cluster"].as<std::string>() : "";
     const std::string user_name = (*context)["user"] ? (*context)["user"].as<std::string>() : "";
     const std::optional<YAML::Node> found_cluster = entry("clusters", cluster_name, "cluster");
     if (!found_cluster) return fail("clusters: no cluster named \"" + cluster_name + "\"");
@@ -231,7 +233,8 @@ Result<ClientConfig> KubeconfigConfig(const std::string& path, const std::string
       if (user["tokenFile"]) c.token_file = resolve(user["tokenFile"].as<std::string>());
       auto pem = [&](const char* data_key, const char* file_key, std::string* out) -> Status {
         if (user[data_key]) {
-          auto v = Base64Decode(user[data_key].as<std::string>(), "users." + user_name + "." + data_key);
+          auto v =
+              Base64Decode(user[data_key].as<std::string>(), "users." + user_name + "." + data_key);
           if (!v.ok()) return v.status();
           *out = *v;
         } else if (user[file_key]) {
@@ -241,7 +244,8 @@ Result<ClientConfig> KubeconfigConfig(const std::string& path, const std::string
         }
         return Status::Ok();
       };
-      if (Status s = pem("client-certificate-data", "client-certificate", &c.client_cert_pem); !s.ok()) {
+      if (Status s = pem("client-certificate-data", "client-certificate", &c.client_cert_pem);
+          !s.ok()) {
         return fail(s.message());
       }
       if (Status s = pem("client-key-data", "client-key", &c.client_key_pem); !s.ok()) {
@@ -300,10 +304,12 @@ std::unique_ptr<ApiClient::Connection> ApiClient::Connect(std::chrono::seconds r
     X509* cert = nullptr;
     EVP_PKEY* key = nullptr;
     if (!config_.client_cert_pem.empty() && !config_.client_key_pem.empty()) {
-      BIO* cb = BIO_new_mem_buf(config_.client_cert_pem.data(), static_cast<int>(config_.client_cert_pem.size()));
+      BIO* cb = BIO_new_mem_buf(config_.client_cert_pem.data(),
+                                static_cast<int>(config_.client_cert_pem.size()));
       cert = PEM_read_bio_X509(cb, nullptr, nullptr, nullptr);
       BIO_free(cb);
-      BIO* kb = BIO_new_mem_buf(config_.client_key_pem.data(), static_cast<int>(config_.client_key_pem.size()));
+      BIO* kb = BIO_new_mem_buf(config_.client_key_pem.data(),
+                                static_cast<int>(config_.client_key_pem.size()));
       key = PEM_read_bio_PrivateKey(kb, nullptr, nullptr, nullptr);
       BIO_free(kb);
     }
@@ -495,15 +501,14 @@ Status ApiClient::Watch(const std::string& collection_path, const ListOptions& o
                         const std::function<bool(const WatchEvent&)>& on_event,
                         ApiErrorKind* error_kind) {
   if (error_kind != nullptr) *error_kind = ApiErrorKind::kOther;
-  const std::string path =
-      WithQuery(collection_path, {{"watch", "true"},
-                                  {"allowWatchBookmarks", "true"},
-                                  {"fieldSelector", o.field_selector},
-                                  {"labelSelector", o.label_selector},
-                                  {"resourceVersion", o.resource_version},
-                                  {"timeoutSeconds", o.timeout_seconds > 0
-                                                         ? std::to_string(o.timeout_seconds)
-                                                         : std::string()}});
+  const std::string path = WithQuery(
+      collection_path, {{"watch", "true"},
+                        {"allowWatchBookmarks", "true"},
+                        {"fieldSelector", o.field_selector},
+                        {"labelSelector", o.label_selector},
+                        {"resourceVersion", o.resource_version},
+                        {"timeoutSeconds", o.timeout_seconds > 0 ? std::to_string(o.timeout_seconds)
+                                                                 : std::string()}});
   // Reads may pause as long as the stream is quiet; the server's timeoutSeconds ends it.
   const int quiet = o.timeout_seconds > 0 ? o.timeout_seconds + 30 : 330;
   auto c = Connect(std::chrono::seconds(quiet), false);
@@ -536,17 +541,17 @@ Status ApiClient::Watch(const std::string& collection_path, const ListOptions& o
           if (line.empty()) continue;
           Json event = Json::parse(line, nullptr, false);
           if (!event.is_object() || !event.contains("type") || !event["type"].is_string()) {
-            failure = Status::Error("watch " + collection_path + ": an event that is not JSON: " +
-                                    line.substr(0, 200));
+            failure = Status::Error("watch " + collection_path +
+                                    ": an event that is not JSON: " + line.substr(0, 200));
             return false;
           }
           WatchEvent e{event["type"].get<std::string>(), event.value("object", Json::object())};
           if (e.type == "ERROR") {
             const int code = e.object.value("code", 0);
             if (error_kind != nullptr) *error_kind = KindOf(code);
-            failure = Status::Error("watch " + collection_path + ": " + std::to_string(code) + " " +
-                                    e.object.value("reason", "") + ": " +
-                                    e.object.value("message", ""));
+            failure =
+                Status::Error("watch " + collection_path + ": " + std::to_string(code) + " " +
+                              e.object.value("reason", "") + ": " + e.object.value("message", ""));
             return false;
           }
           if (!on_event(e)) {
@@ -588,7 +593,9 @@ Reflector::Reflector(ApiClient* client, std::string collection_path, ListOptions
 
 Reflector::~Reflector() { Stop(); }
 
-void Reflector::Start() { thread_ = std::thread([this] { Run(); }); }
+void Reflector::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void Reflector::Stop() {
   stop_.store(true);

@@ -37,7 +37,7 @@ struct ClientConfig {
   std::string token;       // bearer token
   std::string token_file;  // read again every minute (service-account tokens rotate)
   std::string client_cert_pem, client_key_pem;  // client certificate and key (PEM)
-  std::chrono::seconds timeout{10};              // connect and read timeout of plain requests
+  std::chrono::seconds timeout{10};             // connect and read timeout of plain requests
   std::string user_agent = "tessera";
 };
 
@@ -46,8 +46,8 @@ struct ClientConfig {
 Result<ClientConfig> InClusterConfig(
     const std::string& account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
 // A kubeconfig file's `context` (its current-context when empty): server, certificate-authority
-// (-data), insecure-skip-tls-verify, token, tokenFile, client-certificate(-data), client-key(-data).
-// Errors name the file and the key.
+// (-data), insecure-skip-tls-verify, token, tokenFile, client-certificate(-data),
+// client-key(-data). Errors name the file and the key.
 Result<ClientConfig> KubeconfigConfig(const std::string& path, const std::string& context = "");
 
 enum class ApiErrorKind {
@@ -69,7 +69,7 @@ struct ApiError {
 template <typename T>
 class [[nodiscard]] ApiResult {
  public:
-  ApiResult(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  ApiResult(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   ApiResult(ApiError error) : error_(std::move(error)) {}  // NOLINT: implicit by design
   bool ok() const { return value_.has_value(); }
   ApiErrorKind kind() const { return error_.kind; }
@@ -185,7 +185,8 @@ class ApiClient {
 };
 
 // The path of a collection with a query: "/api/v1/pods?fieldSelector=...&watch=true".
-std::string WithQuery(const std::string& path, const std::vector<std::pair<std::string, std::string>>& query);
+std::string WithQuery(const std::string& path,
+                      const std::vector<std::pair<std::string, std::string>>& query);
 // Percent-encodes a query value.
 std::string UrlEncode(const std::string& value);
 // The current time as the API server writes timestamps ("2026-11-25T12:00:00Z").

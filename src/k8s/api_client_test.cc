@@ -119,9 +119,9 @@ TEST_F(ApiClientTest, PatchesAnnotationsWithAResourceVersionPrecondition) {
   EXPECT_EQ((*server_.GetPod("ns", "a"))["metadata"]["annotations"]["tessera.io/phase"], "assumed");
 
   // Without a precondition it applies; nullopt removes the key.
-  ASSERT_TRUE(client_->PatchPodAnnotations("ns", "a", {{"tessera.io/phase", std::nullopt},
-                                                       {"x", "1"}})
-                  .ok());
+  ASSERT_TRUE(
+      client_->PatchPodAnnotations("ns", "a", {{"tessera.io/phase", std::nullopt}, {"x", "1"}})
+          .ok());
   const Json after = *server_.GetPod("ns", "a");
   EXPECT_FALSE(after["metadata"]["annotations"].contains("tessera.io/phase"));
   EXPECT_EQ(after["metadata"]["annotations"]["x"], "1");
@@ -137,9 +137,10 @@ TEST_F(ApiClientTest, PatchesAnnotationsWithAResourceVersionPrecondition) {
       client_->MergePatch("/api/v1/namespaces/ns/pods/a", {{"status", {{"phase", "Running"}}}})
           .ok());
   EXPECT_EQ((*server_.GetPod("ns", "a"))["status"]["phase"], "Pending");
-  ASSERT_TRUE(client_->MergePatch("/api/v1/namespaces/ns/pods/a/status",
-                                  {{"status", {{"phase", "Running"}}}})
-                  .ok());
+  ASSERT_TRUE(
+      client_
+          ->MergePatch("/api/v1/namespaces/ns/pods/a/status", {{"status", {{"phase", "Running"}}}})
+          .ok());
   EXPECT_EQ((*server_.GetPod("ns", "a"))["status"]["phase"], "Running");
 
   auto missing = client_->PatchNodeAnnotations("nope", {{"a", "b"}});
@@ -149,9 +150,10 @@ TEST_F(ApiClientTest, PatchesAnnotationsWithAResourceVersionPrecondition) {
 TEST_F(ApiClientTest, JsonPatchesAndTheirPreconditions) {
   server_.CreateNode(NodeJson("n1"));
   const std::string rv = (*server_.GetNode("n1"))["metadata"]["resourceVersion"];
-  auto ok = client_->JsonPatch("/api/v1/nodes/n1",
-                               Json::array({{{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", rv}},
-                                            {{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{"k", "v"}}}}}));
+  auto ok = client_->JsonPatch(
+      "/api/v1/nodes/n1",
+      Json::array({{{"op", "test"}, {"path", "/metadata/resourceVersion"}, {"value", rv}},
+                   {{"op", "add"}, {"path", "/metadata/annotations"}, {"value", {{"k", "v"}}}}}));
   ASSERT_TRUE(ok.ok()) << ok.error().message;
   EXPECT_EQ((*server_.GetNode("n1"))["metadata"]["annotations"]["k"], "v");
   auto failed_test = client_->JsonPatch(
@@ -200,7 +202,8 @@ TEST_F(ApiClientTest, CreatesEventsAboutPodsAndNodes) {
   EXPECT_EQ(in_ns[0]["involvedObject"]["uid"], e.uid);
   EXPECT_EQ(in_ns[0]["reason"], "TesseraAllocateFailed");
   EXPECT_EQ(in_ns[0]["type"], "Warning");
-  auto node_events = client_->Get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.kind%3DNode");
+  auto node_events =
+      client_->Get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.kind%3DNode");
   ASSERT_TRUE(node_events.ok());
   ASSERT_EQ((*node_events)["items"].size(), 1u);
   EXPECT_EQ((*node_events)["items"][0]["involvedObject"]["name"], "n1");
@@ -213,18 +216,18 @@ TEST_F(ApiClientTest, WatchesFromAVersionWithSelectorTransitionsAndBookmarks) {
   std::vector<std::string> seen;
   std::atomic<bool> bookmark{false};
   std::thread watcher([&] {
-    Status s = client_->Watch("/api/v1/pods", Opts("spec.nodeName=n1", "", rv, 20),
-                              [&](const WatchEvent& e) {
-                                if (e.type == "BOOKMARK") {
-                                  bookmark = true;
-                                  return true;
-                                }
-                                seen.push_back(e.type + " " + e.object["metadata"].value("name", ""));
-                                return seen.size() < 4;
-                              });
+    Status s = client_->Watch(
+        "/api/v1/pods", Opts("spec.nodeName=n1", "", rv, 20), [&](const WatchEvent& e) {
+          if (e.type == "BOOKMARK") {
+            bookmark = true;
+            return true;
+          }
+          seen.push_back(e.type + " " + e.object["metadata"].value("name", ""));
+          return seen.size() < 4;
+        });
     EXPECT_TRUE(s.ok()) << s.message();
   });
-  const Json pod = server_.CreatePod(PodJson("later"));                           // not on n1: unseen
+  const Json pod = server_.CreatePod(PodJson("later"));  // not on n1: unseen
   ASSERT_TRUE(client_->BindPod("ns", "later", pod["metadata"]["uid"], "n1").ok());  // enters: ADDED
   ASSERT_TRUE(client_->PatchPodAnnotations("ns", "later", {{"k", "v"}}).ok());      // MODIFIED
   std::this_thread::sleep_for(1500ms);                                              // a bookmark
@@ -242,8 +245,8 @@ TEST_F(ApiClientTest, AWatchFromACompactedVersionIsGone) {
   server_.CreatePod(PodJson("b"));
   server_.Compact();
   ApiErrorKind kind = ApiErrorKind::kOther;
-  Status s = client_->Watch("/api/v1/pods", Opts("", "", old),
-                            [](const WatchEvent&) { return true; }, &kind);
+  Status s = client_->Watch(
+      "/api/v1/pods", Opts("", "", old), [](const WatchEvent&) { return true; }, &kind);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(kind, ApiErrorKind::kGone);
   EXPECT_THAT(s.message(), HasSubstr("410"));

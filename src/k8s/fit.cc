@@ -97,7 +97,8 @@ Result<PodPlacement> PlacementRequestsOf(const PodDemand& d, placement::ModelSet
   for (size_t i = 0; i < d.asks.size(); ++i) {
     const ContainerAsk& a = d.asks[i];
     const bool primary = i == out.primary;
-    auto r = PlacementRequestOf(a.gpu, primary ? d.cpu_milli : 0, primary ? memory_mib : 0, allowed);
+    auto r =
+        PlacementRequestOf(a.gpu, primary ? d.cpu_milli : 0, primary ? memory_mib : 0, allowed);
     if (!r.ok()) return Result<PodPlacement>::Error("container " + a.name + ": " + r.error());
     out.requests.push_back(*r);
     out.names.push_back(a.name);

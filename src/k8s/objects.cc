@@ -32,9 +32,11 @@ const Json& ObjectAt(const Json& obj, const char* key) {
 Status AddContainers(const Json& spec, const char* key, bool init, PodView* pod) {
   auto it = spec.find(key);
   if (it == spec.end() || it->is_null()) return Status::Ok();
-  if (!it->is_array()) return Status::Error("pod " + pod->Key() + ": spec." + key + " is not a list");
+  if (!it->is_array())
+    return Status::Error("pod " + pod->Key() + ": spec." + key + " is not a list");
   for (const Json& c : *it) {
-    if (!c.is_object()) return Status::Error("pod " + pod->Key() + ": spec." + key + " holds a non-object");
+    if (!c.is_object())
+      return Status::Error("pod " + pod->Key() + ": spec." + key + " holds a non-object");
     ContainerView view;
     view.name = StringAt(c, "name");
     view.init = init;

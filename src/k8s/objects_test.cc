@@ -1,9 +1,10 @@
 // Tests of pod views and GPU requests.
 #include "k8s/objects.h"
-#include "k8s/pod_demand.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "k8s/pod_demand.h"
 
 namespace tessera::k8s {
 namespace {
@@ -11,8 +12,12 @@ namespace {
 using ::testing::HasSubstr;
 
 Json Pod(Json containers, Json init = Json::array()) {
-  return {{"metadata", {{"name", "p"}, {"namespace", "ns"}, {"uid", "u1"}, {"resourceVersion", "7"},
-                        {"annotations", {{"a", "b"}}}}},
+  return {{"metadata",
+           {{"name", "p"},
+            {"namespace", "ns"},
+            {"uid", "u1"},
+            {"resourceVersion", "7"},
+            {"annotations", {{"a", "b"}}}}},
           {"spec", {{"nodeName", "n1"}, {"initContainers", init}, {"containers", containers}}},
           {"status", {{"phase", "Pending"}}}};
 }
@@ -22,8 +27,9 @@ Json Ctr(const std::string& name, Json limits, Json requests = Json::object()) {
 }
 
 TEST(PodView, ReadsIdentityContainersInOrderAndAnnotations) {
-  auto pod = PodFromJson(Pod({Ctr("app", {{"tessera.io/gpu-mem", "2"}}), Ctr("side", Json::object())},
-                             {Ctr("init", {{"tessera.io/gpu-mem", "1"}})}));
+  auto pod =
+      PodFromJson(Pod({Ctr("app", {{"tessera.io/gpu-mem", "2"}}), Ctr("side", Json::object())},
+                      {Ctr("init", {{"tessera.io/gpu-mem", "1"}})}));
   ASSERT_TRUE(pod.ok()) << pod.error();
   EXPECT_EQ(pod->Key(), "ns/p");
   EXPECT_EQ(pod->uid, "u1");
@@ -122,7 +128,8 @@ TEST(GpuRequest, RefusesWhatKubernetesOrAckWouldNot) {
        "requests tessera.io/mig-3g.40gb=1 without a limit"},
   };
   for (const Case& c : cases) {
-    auto pod = PodFromJson(Pod({Ctr("a", c.limits, c.requests.is_null() ? Json::object() : c.requests)}));
+    auto pod =
+        PodFromJson(Pod({Ctr("a", c.limits, c.requests.is_null() ? Json::object() : c.requests)}));
     ASSERT_TRUE(pod.ok());
     auto r = GpuRequestOf(*pod->Container("a"));
     ASSERT_FALSE(r.ok()) << c.limits.dump();

@@ -21,8 +21,8 @@ struct CpuMem {
 // `resource` from `requests`, else `limits` (Kubernetes defaults a missing request to the limit),
 // scaled by 10^scale; 0 when neither gives it.
 Result<int64_t> Amount(const std::map<std::string, std::string>& requests,
-                       const std::map<std::string, std::string>& limits, const std::string& resource,
-                       int scale, const std::string& who) {
+                       const std::map<std::string, std::string>& limits,
+                       const std::string& resource, int scale, const std::string& who) {
   for (const auto& [list, list_name] :
        {std::pair{&requests, "requests"}, std::pair{&limits, "limits"}}) {
     auto it = list->find(resource);
@@ -36,7 +36,8 @@ Result<int64_t> Amount(const std::map<std::string, std::string>& requests,
 }
 
 Result<CpuMem> ReadCpuMem(const std::map<std::string, std::string>& requests,
-                          const std::map<std::string, std::string>& limits, const std::string& who) {
+                          const std::map<std::string, std::string>& limits,
+                          const std::string& who) {
   CpuMem out;
   auto cpu = Amount(requests, limits, "cpu", 3, who);
   if (!cpu.ok()) return cpu.status();
@@ -89,7 +90,8 @@ Result<GpuRequest> GpuRequestOf(const ContainerView& container) {
       if (!r.ok()) return r.status();
       if (*r != *value) {
         return Result<GpuRequest>::Error(input + "=" + quantity + " differs from its request " +
-                                         req->second + "; expected equal values (extended "
+                                         req->second +
+                                         "; expected equal values (extended "
                                          "resources cannot be overcommitted)");
       }
     }

@@ -31,10 +31,10 @@ namespace tessera::k8s {
 // What one container asks of Tessera's resources (docs/contracts.md), from its limits (extended
 // resources cannot be overcommitted, so a request must equal its limit when both are written).
 struct GpuRequest {
-  uint64_t mem_gib = 0;   // tessera.io/gpu-mem (or aliyun.com/gpu-mem), GiB
-  uint32_t core = 0;      // tessera.io/gpu-core (aliyun.com/gpu-core.percentage), 1-100
-  uint32_t count = 0;     // tessera.io/gpu-count (aliyun.com/gpu-count), GPUs
-  bool ack = false;       // written with ACK's names
+  uint64_t mem_gib = 0;  // tessera.io/gpu-mem (or aliyun.com/gpu-mem), GiB
+  uint32_t core = 0;     // tessera.io/gpu-core (aliyun.com/gpu-core.percentage), 1-100
+  uint32_t count = 0;    // tessera.io/gpu-count (aliyun.com/gpu-count), GPUs
+  bool ack = false;      // written with ACK's names
   // tessera.io/mig-<profile>: 1, as the MIG tables spell the profile ("1g.10gb+me"); then no
   // other of these is asked.
   std::string mig_profile;
@@ -57,9 +57,9 @@ Result<GpuRequest> GpuRequestOf(const ContainerView& container);
 struct ContainerAsk {
   std::string name;
   bool init = false;
-  int gpu_count = 0;     // distinct GPUs
-  int core_percent = 0;  // GPU-time share on each GPU, 1..100 (100: whole GPUs); 0 = none asked
-  int64_t mem_mib = 0;   // GPU memory on each GPU; 0 = none asked (proportional to the share)
+  int gpu_count = 0;        // distinct GPUs
+  int core_percent = 0;     // GPU-time share on each GPU, 1..100 (100: whole GPUs); 0 = none asked
+  int64_t mem_mib = 0;      // GPU memory on each GPU; 0 = none asked (proportional to the share)
   std::string mig_profile;  // one MIG instance of this profile ("3g.40gb"); "" for a share
   GpuRequest gpu;           // the request these were read from (k8s/fit.h translates it)
   // Whole GPUs: gpu-count alone, or a core share of 100.

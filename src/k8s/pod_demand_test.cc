@@ -25,8 +25,8 @@ TEST(PodDemandTest, CpuAndMemoryAsTheSchedulerCountsThem) {
   Json pod = Pod("p", {init, a, b});
   pod["spec"]["overhead"] = {{"cpu", "250m"}, {"memory", "64Mi"}};
   const PodDemand d = Read(pod);
-  EXPECT_EQ(d.cpu_milli, 4000 + 250);                         // max(3.5 apps, 4 init) + overhead
-  EXPECT_EQ(d.memory_bytes, (int64_t{1536} + 64) << 20);      // max(1.5Gi apps, 256Mi init) + 64Mi
+  EXPECT_EQ(d.cpu_milli, 4000 + 250);                     // max(3.5 apps, 4 init) + overhead
+  EXPECT_EQ(d.memory_bytes, (int64_t{1536} + 64) << 20);  // max(1.5Gi apps, 256Mi init) + 64Mi
   EXPECT_TRUE(d.requests_error.empty());
   EXPECT_FALSE(d.wants_gpu());
 }
@@ -45,10 +45,13 @@ TEST(PodDemandTest, NativeSidecarsAddUpAsTheSchedulerCountsThem) {
 }
 
 TEST(PodDemandTest, AsksPerGpu) {
-  const PodDemand d = Read(Pod("p", {TestContainer{"frac", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-mem", "6"}, {"tessera.io/gpu-count", "2"}}},
-                                     TestContainer{"whole", {{"tessera.io/gpu-count", "2"}}},
-                                     TestContainer{"memonly", {{"tessera.io/gpu-mem", "5"}}},
-                                     TestContainer{"plain", {}}}));
+  const PodDemand d = Read(Pod(
+      "p", {TestContainer{"frac",
+                          {{"tessera.io/gpu-core", "30"},
+                           {"tessera.io/gpu-mem", "6"},
+                           {"tessera.io/gpu-count", "2"}}},
+            TestContainer{"whole", {{"tessera.io/gpu-count", "2"}}},
+            TestContainer{"memonly", {{"tessera.io/gpu-mem", "5"}}}, TestContainer{"plain", {}}}));
   ASSERT_EQ(d.asks.size(), 3u);
   EXPECT_EQ(d.asks[0].name, "frac");
   EXPECT_EQ(d.asks[0].gpu_count, 2);
@@ -65,8 +68,9 @@ TEST(PodDemandTest, AsksPerGpu) {
 }
 
 TEST(PodDemandTest, AckNamesAndModels) {
-  const PodDemand d = Read(Pod("p", {{"aliyun.com/gpu-mem", "8"}, {"aliyun.com/gpu-core.percentage", "25"}},
-                               {{"tessera.io/gpu-model", "A100|H100"}}));
+  const PodDemand d =
+      Read(Pod("p", {{"aliyun.com/gpu-mem", "8"}, {"aliyun.com/gpu-core.percentage", "25"}},
+               {{"tessera.io/gpu-model", "A100|H100"}}));
   ASSERT_EQ(d.asks.size(), 1u);
   EXPECT_EQ(d.asks[0].core_percent, 25);
   EXPECT_EQ(d.asks[0].mem_mib, 8192);
@@ -75,16 +79,20 @@ TEST(PodDemandTest, AckNamesAndModels) {
 
 TEST(PodDemandTest, ErrorsNameThePodAndTheValue) {
   auto error_of = [](const Json& pod) { return Read(pod).demand_error; };
-  EXPECT_NE(error_of(Pod("p", {{"tessera.io/gpu-core", "0.5"}})).find("pod default/p: container app"),
+  EXPECT_NE(
+      error_of(Pod("p", {{"tessera.io/gpu-core", "0.5"}})).find("pod default/p: container app"),
+      std::string::npos);
+  EXPECT_NE(error_of(Pod("p", {{"tessera.io/gpu-core", "20"}, {"aliyun.com/gpu-mem", "2"}}))
+                .find("one spelling"),
             std::string::npos);
-  EXPECT_NE(error_of(Pod("p", {{"tessera.io/gpu-core", "20"}, {"aliyun.com/gpu-mem", "2"}})).find("one spelling"),
-            std::string::npos);
-  EXPECT_NE(error_of(Pod("p", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/gpu-model", "A100||H100"}})).find(
-                "tessera.io/gpu-model=\"A100||H100\""),
-            std::string::npos);
-  EXPECT_NE(error_of(Pod("p", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/high-priority", "yes"}})).find(
-                "tessera.io/high-priority=\"yes\""),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(Pod("p", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/gpu-model", "A100||H100"}}))
+          .find("tessera.io/gpu-model=\"A100||H100\""),
+      std::string::npos);
+  EXPECT_NE(
+      error_of(Pod("p", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/high-priority", "yes"}}))
+          .find("tessera.io/high-priority=\"yes\""),
+      std::string::npos);
   TestContainer bad_cpu{"app", {}, "1.2.3"};
   const PodDemand d = Read(Pod("p", std::vector<TestContainer>{bad_cpu}));
   EXPECT_NE(d.requests_error.find("pod default/p container \"app\" requests cpu=\"1.2.3\""),

@@ -75,7 +75,7 @@ Result<Quantity> Quantity::Parse(std::string_view text, std::string_view input_n
       continue;
     }
     if (significant == kMaxDigits) {
-      if (!seen_point) ++exp10;  // a whole digit past the precision: keep its magnitude
+      if (!seen_point) ++exp10;       // a whole digit past the precision: keep its magnitude
       if (ch != '0') inexact = true;  // rounded up below, as Kubernetes rounds a value up
       continue;
     }
@@ -167,7 +167,8 @@ std::string FormatWithSuffixes(int64_t value, int64_t base, std::array<std::stri
   uint64_t magnitude = negative ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value);
   int suffix = -1;
   // Go leaves binary values within (-1024, 1024) plain; the loop does the same for both bases.
-  while (suffix + 1 < static_cast<int>(names.size()) && magnitude % static_cast<uint64_t>(base) == 0) {
+  while (suffix + 1 < static_cast<int>(names.size()) &&
+         magnitude % static_cast<uint64_t>(base) == 0) {
     magnitude /= static_cast<uint64_t>(base);
     ++suffix;
   }

@@ -50,7 +50,7 @@ class Quantity {
   int exp10_ = 0;        // value = digits_ x 10^exp10_ x 2^exp2_
   int exp2_ = 0;
   bool inexact_ = false;  // rounded up from more significant digits than kept
-  std::string text_;  // the input as given, for error messages
+  std::string text_;      // the input as given, for error messages
 };
 
 // A quantity of an extended resource (tessera.io/gpu-mem, a MIG profile, ...), which Kubernetes

@@ -52,10 +52,11 @@ TEST(QuantityTest, WholeRefusesFractions) {
   EXPECT_EQ(*Quantity::Parse("3000m", "x")->Whole("x"), 3);
   EXPECT_EQ(*Quantity::Parse("2.0", "x")->Whole("x"), 2);
   EXPECT_EQ(*Quantity::Parse("1Ki", "x")->Whole("x"), 1024);
-  auto half = Quantity::Parse("1500m", "limits tessera.io/gpu-count")
-                  ->Whole("limits tessera.io/gpu-count");
+  auto half =
+      Quantity::Parse("1500m", "limits tessera.io/gpu-count")->Whole("limits tessera.io/gpu-count");
   ASSERT_FALSE(half.ok());
-  EXPECT_EQ(half.error(), "limits tessera.io/gpu-count=\"1500m\": has a fraction; expected a whole number");
+  EXPECT_EQ(half.error(),
+            "limits tessera.io/gpu-count=\"1500m\": has a fraction; expected a whole number");
 }
 
 TEST(QuantityTest, RefusesMalformedQuantities) {

@@ -207,8 +207,8 @@ void MemoryLedger::AdoptSegment(bool fresh) {
     }
     if (slot.process_count.load() != count[c]) {
       report("container " + std::string(entry.id) + ": process count " +
-             std::to_string(slot.process_count.load()) + " is not its " +
-             std::to_string(count[c]) + " live process(es); corrected");
+             std::to_string(slot.process_count.load()) + " is not its " + std::to_string(count[c]) +
+             " live process(es); corrected");
     }
     entry.process_count.store(count[c]);
     PublishContainer(static_cast<uint32_t>(c));
@@ -230,8 +230,8 @@ void MemoryLedger::AdoptSegment(bool fresh) {
       const uint64_t had = segments_[c].counters.used[d].exchange(sum);
       if (had != sum) {
         report("container " + std::string(book_->containers[c].id) + ": bytes in use on GPU " +
-               std::to_string(d) + " rebuilt from its processes: " + std::to_string(had) +
-               " -> " + std::to_string(sum));
+               std::to_string(d) + " rebuilt from its processes: " + std::to_string(had) + " -> " +
+               std::to_string(sum));
       }
     }
   }
@@ -305,14 +305,13 @@ std::vector<std::string> MemoryLedger::RepairLayout(LedgerLayout* l) {
       if (!fields.empty()) {
         l->containers[c].state.store(kFree);
         l->containers[c].generation.store(entry.generation.load());
-        lines.push_back("ledger: container slot " + std::to_string(c) + " was rewritten: " +
-                        fields + "; restored");
+        lines.push_back("ledger: container slot " + std::to_string(c) +
+                        " was rewritten: " + fields + "; restored");
       }
       continue;
     }
     if (std::strncmp(slot.id, entry.id, sizeof(slot.id)) != 0) {
-      fields += std::string(fields.empty() ? "" : ", ") + "id " +
-                Excerpt(slot.id, sizeof(slot.id));
+      fields += std::string(fields.empty() ? "" : ", ") + "id " + Excerpt(slot.id, sizeof(slot.id));
     }
     for (int d = 0; d < static_cast<int>(book_->device_count); ++d) {
       check("limit[" + std::to_string(d) + "]", slot.limit[d].load(), entry.limit[d].load());

@@ -69,7 +69,8 @@ std::string LedgerView::Compare(const ExpectedHoldings& expected) const {
     if (it != expected.end()) {
       for (const auto& [pid, bytes] : it->second) want += bytes;
     }
-    if (used != want) diff << "container " << id << " uses " << used << ", expected " << want << "; ";
+    if (used != want)
+      diff << "container " << id << " uses " << used << ", expected " << want << "; ";
     for (int p = 0; p < kMaxProcesses; ++p) {
       const ProcessSlot& ps = layout_->processes[p];
       if (ps.state.load() != kLive || ps.container.load() != static_cast<uint32_t>(c)) continue;

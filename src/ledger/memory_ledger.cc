@@ -189,10 +189,9 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
     close(fd);
     const std::string found =
         read && header[0] == kLedgerMagic
-            ? "layout version " + std::to_string(header[1]) + " (" +
-                  std::to_string(st.st_size) + " bytes)"
-            : "something that is not a Tessera ledger (" + std::to_string(st.st_size) +
-                  " bytes)";
+            ? "layout version " + std::to_string(header[1]) + " (" + std::to_string(st.st_size) +
+                  " bytes)"
+            : "something that is not a Tessera ledger (" + std::to_string(st.st_size) + " bytes)";
     return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " holds " + found +
                                        ", this tesserad writes layout version " +
                                        std::to_string(kLedgerVersion) + " (" +
@@ -226,8 +225,8 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
                                        ", this tesserad writes layout version " +
                                        std::to_string(kLedgerVersion) + what_to_do);
   } else if (const std::string other = OtherDevices(*layout, devices); !other.empty()) {
-    return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " was created for " +
-                                       other + what_to_do);
+    return Result<MemoryLedger>::Error("ledger: /dev/shm" + shm_name + " was created for " + other +
+                                       what_to_do);
   }
   // Every container's segment has its place in one reservation; a free slot's place holds
   // private zeros until a container takes it.

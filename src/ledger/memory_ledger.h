@@ -37,7 +37,6 @@ struct DeviceInfo {
   uint64_t total_bytes = 0;
 };
 
-
 // The daemon's record of what only it writes (see the file comment). Fields are atomics because
 // the daemon's threads (event loop, arbiter, reconciler, doors) read them concurrently; only
 // MemoryLedger's slow-path functions write them, under the caller's lock.

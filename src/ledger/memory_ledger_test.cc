@@ -234,7 +234,8 @@ TEST_F(MemoryLedgerTest, AReopenedSegmentIsValidatedSlotBySlot) {
   const std::vector<std::string>& report = again->open_report();
   std::string all;
   for (const std::string& line : report) all += line + "\n";
-  EXPECT_NE(all.find("process slot " + std::to_string(pb) + ": container index 0xdeadbeef is out "
+  EXPECT_NE(all.find("process slot " + std::to_string(pb) +
+                     ": container index 0xdeadbeef is out "
                      "of range; dropped"),
             std::string::npos)
       << all;

@@ -59,11 +59,11 @@ class ExpositionWriter {
   // Adds a sample `family{labels} value` to the current family.
   Status AddSample(const Labels& labels, double value);
   template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  Status AddSample(const Labels& labels, T value) {
+  requires(!std::same_as<T, bool>) Status AddSample(const Labels& labels, T value) {
     if constexpr (std::is_signed_v<T>) {
-      return AddInteger(labels, value < 0, value < 0 ? 0 - static_cast<uint64_t>(value)
-                                                     : static_cast<uint64_t>(value));
+      return AddInteger(
+          labels, value < 0,
+          value < 0 ? 0 - static_cast<uint64_t>(value) : static_cast<uint64_t>(value));
     } else {
       return AddInteger(labels, false, static_cast<uint64_t>(value));
     }

@@ -111,30 +111,73 @@ void ExpectRefused(ExpositionWriter& w, Call call, std::string_view fragment) {
 
 TEST(ExpositionWriter, RefusesWhatAScraperWouldReject) {
   ExpositionWriter w;
-  ExpectRefused(w, [&] { return w.AddSample({}, 1.0); }, "no family begun");
-  ExpectRefused(w, [&] { return w.BeginFamily("bad-name", MetricType::kGauge, "h"); },
-                "metric family \"bad-name\": not a valid metric name");
-  ExpectRefused(w, [&] { return w.BeginFamily("m", MetricType::kGauge, "bad \xff help"); }, "not valid UTF-8");
+  ExpectRefused(
+      w, [&] { return w.AddSample({}, 1.0); }, "no family begun");
+  ExpectRefused(
+      w, [&] { return w.BeginFamily("bad-name", MetricType::kGauge, "h"); },
+      "metric family \"bad-name\": not a valid metric name");
+  ExpectRefused(
+      w, [&] { return w.BeginFamily("m", MetricType::kGauge, "bad \xff help"); },
+      "not valid UTF-8");
   ASSERT_TRUE(w.BeginFamily("m", MetricType::kGauge, "h").ok());
   const std::string after_begin = w.text();
-  ExpectRefused(w, [&] { return w.AddSample({{"__name__", "x"}}, 1.0); }, "label name \"__name__\" is not valid");
-  ExpectRefused(w, [&] { return w.AddSample({{"a-b", "x"}}, 1.0); }, "label name \"a-b\"");
-  ExpectRefused(w, [&] { return w.AddSample({{"gpu", "0"}, {"gpu", "1"}}, 1.0); }, "label gpu appears twice");
-  ExpectRefused(w, [&] { return w.AddSample({{"gpu", "\xc3"}}, 1.0); }, "not valid UTF-8");
-  ExpectRefused(w, [&] { return w.AddSample({{"gpu", "\xed\xa0\x80"}}, 1.0); }, "not valid UTF-8");  // surrogate
-  ExpectRefused(w, [&] { return w.AddSample({{"gpu", "\xc0\xaf"}}, 1.0); }, "not valid UTF-8");      // overlong
+  ExpectRefused(
+      w,
+      [&] {
+        return w.AddSample({{"__name__", "x"}}, 1.0);
+      },
+      "label name \"__name__\" is not valid");
+  ExpectRefused(
+      w,
+      [&] {
+        return w.AddSample({{"a-b", "x"}}, 1.0);
+      },
+      "label name \"a-b\"");
+  ExpectRefused(
+      w,
+      [&] {
+        return w.AddSample({{"gpu", "0"}, {"gpu", "1"}}, 1.0);
+      },
+      "label gpu appears twice");
+  ExpectRefused(
+      w,
+      [&] {
+        return w.AddSample({{"gpu", "\xc3"}}, 1.0);
+      },
+      "not valid UTF-8");
+  ExpectRefused(
+      w,
+      [&] {
+        return w.AddSample({{"gpu", "\xed\xa0\x80"}}, 1.0);
+      },
+      "not valid UTF-8");  // surrogate
+  ExpectRefused(
+      w,
+      [&] {
+        return w.AddSample({{"gpu", "\xc0\xaf"}}, 1.0);
+      },
+      "not valid UTF-8");  // overlong
   ASSERT_TRUE(w.AddSample({{"gpu", "0"}, {"c", "a"}}, 1.0).ok());
-  ExpectRefused(w, [&] { return w.AddSample({{"c", "a"}, {"gpu", "0"}}, 2.0); }, "was already written");
-  ExpectRefused(w, [&] { return w.BeginFamily("m", MetricType::kGauge, "again"); }, "already written");
+  ExpectRefused(
+      w,
+      [&] {
+        return w.AddSample({{"c", "a"}, {"gpu", "0"}}, 2.0);
+      },
+      "was already written");
+  ExpectRefused(
+      w, [&] { return w.BeginFamily("m", MetricType::kGauge, "again"); }, "already written");
   EXPECT_NE(w.text().find(after_begin), std::string::npos);
 }
 
 TEST(ExpositionWriter, RefusesNegativeAndNaNCounters) {
   ExpositionWriter w;
   ASSERT_TRUE(w.BeginFamily("c_total", MetricType::kCounter, "h").ok());
-  ExpectRefused(w, [&] { return w.AddSample({}, -1.0); }, "counter value -1 is not allowed");
-  ExpectRefused(w, [&] { return w.AddSample({}, -5); }, "counter value -5");
-  ExpectRefused(w, [&] { return w.AddSample({}, std::nan("")); }, "counter value NaN");
+  ExpectRefused(
+      w, [&] { return w.AddSample({}, -1.0); }, "counter value -1 is not allowed");
+  ExpectRefused(
+      w, [&] { return w.AddSample({}, -5); }, "counter value -5");
+  ExpectRefused(
+      w, [&] { return w.AddSample({}, std::nan("")); }, "counter value NaN");
   EXPECT_TRUE(w.AddSample({}, std::numeric_limits<double>::infinity()).ok());
 }
 

@@ -147,9 +147,9 @@ class Cluster {
   std::vector<int32_t> whole_free_;
   std::vector<int64_t> share_total_;
   std::vector<uint64_t> version_;
-  std::vector<int32_t> gpu_milli_free_;  // flat, per GPU
-  std::vector<int64_t> gpu_mem_free_;    // flat, per GPU
-  std::vector<int32_t> gpu_share_free_;  // flat, per GPU
+  std::vector<int32_t> gpu_milli_free_;   // flat, per GPU
+  std::vector<int64_t> gpu_mem_free_;     // flat, per GPU
+  std::vector<int32_t> gpu_share_free_;   // flat, per GPU
   std::vector<std::vector<MigGpu>> mig_;  // per node: its GPUs in MIG mode (kMig nodes only)
   int64_t gpu_capacity_milli_ = 0;
   int64_t gpu_allocated_milli_ = 0;

@@ -130,7 +130,7 @@ size_t ScoredNodePolicy::ShapeHash::operator()(const ShapeKey& k) const {
 }
 
 std::vector<ScoredNodePolicy::Entry>* ScoredNodePolicy::EntriesFor(const Cluster& c,
-                                                                    const Request& r) {
+                                                                   const Request& r) {
   if (c.id() != cluster_id_) {
     cache_.clear();
     cluster_id_ = c.id();

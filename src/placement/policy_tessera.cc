@@ -229,7 +229,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
   const bool memo_on_;
   NodeStateMemo<Score> memo_;
   std::unique_ptr<FragEvaluator> eval_;
-  std::vector<int> class_of_;  // NodeClass -> index into tables_
+  std::vector<int> class_of_;      // NodeClass -> index into tables_
   int64_t largest_gpu_milli_ = 1;  // the largest node's GPU share and CPU, in milli
   int64_t largest_cpu_milli_ = 1;
   std::vector<ClassTable> tables_;

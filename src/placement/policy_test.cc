@@ -427,8 +427,9 @@ TEST(PolicyTest, SelectAmongIsSelectOverTheCandidates) {
       for (const NodeScore& s : scores) {
         EXPECT_EQ(c.Fits(s.node, r), FitResult::kFits);
         if (s.node == chosen->node) continue;
-        const NodeScore& best = *std::find_if(scores.begin(), scores.end(),
-                                              [&](const NodeScore& x) { return x.node == chosen->node; });
+        const NodeScore& best =
+            *std::find_if(scores.begin(), scores.end(),
+                          [&](const NodeScore& x) { return x.node == chosen->node; });
         EXPECT_TRUE(s.primary < best.primary ||
                     (s.primary == best.primary && s.secondary <= best.secondary));
       }

@@ -70,11 +70,11 @@ struct ReplayResult {
   uint64_t seed = 0;
   std::string queue;          // QueueModelName
   bool reservations = false;  // planned for waiting pods (the policy keeps them and they were on)
-  int64_t pods = 0;          // sampled
-  int64_t placed = 0;        // placed at some point
-  int64_t unplaceable = 0;   // fit no node even of the empty cluster; refused on arrival
-  int64_t never_placed = 0;  // still waiting when nothing was left to free (pods that never leave)
-  int64_t waited = 0;        // placed or not, waited longer than 0 s
+  int64_t pods = 0;           // sampled
+  int64_t placed = 0;         // placed at some point
+  int64_t unplaceable = 0;    // fit no node even of the empty cluster; refused on arrival
+  int64_t never_placed = 0;   // still waiting when nothing was left to free (pods that never leave)
+  int64_t waited = 0;         // placed or not, waited longer than 0 s
   int total_gpus = 0;
   double speedup = 0;           // creation times were divided by this
   double peak_demand_gpus = 0;  // GPUs asked at the busiest instant, were none to wait

@@ -54,7 +54,7 @@ TEST(ReplayTest, HandComputedWaitsAndTimeline) {
   ReplayOptions o;
   o.resample = false;
   o.speedup = 1;
-  o.points = 12;  // from 0 (p0 asks half the GPUs at once) to the last arrival, 56 s
+  o.points = 12;           // from 0 (p0 asks half the GPUs at once) to the last arrival, 56 s
   o.reservations = false;  // below: what a reservation for p1 changes
   for (auto [queue, policy] : Combine(PolicyNames())) {
     SCOPED_TRACE(std::string(policy) + " " + std::string(QueueModelName(queue)));

@@ -594,9 +594,10 @@ TESSERA_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
   return r;
 }
 
-// ---- Launches: the compute gate --------------------------------------------------------------------
-// Every launch entry point waits for its container's GPU token first (an atomic load while it is
-// held) and tells the gate afterwards, which measures the GPU time and bounds the work in flight.
+// ---- Launches: the compute gate
+// -------------------------------------------------------------------- Every launch entry point
+// waits for its container's GPU token first (an atomic load while it is held) and tells the gate
+// afterwards, which measures the GPU time and bounds the work in flight.
 namespace {
 template <typename Call>
 CUresult Gated(CUstream stream, bool per_thread, Call call) {
@@ -608,12 +609,13 @@ CUresult Gated(CUstream stream, bool per_thread, Call call) {
 }
 }  // namespace
 
-#define TESSERA_LAUNCH_PARAMS                                                                   \
-  CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
-      unsigned int bz, unsigned int shared, CUstream s
+#define TESSERA_LAUNCH_PARAMS                                                       \
+  CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
+      unsigned int by, unsigned int bz, unsigned int shared, CUstream s
 TESSERA_EXPORT CUresult cuLaunchKernel(TESSERA_LAUNCH_PARAMS, void** params, void** extra) {
-  return Gated(s, false,
-               [&] { return REAL(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shared, s, params, extra); });
+  return Gated(s, false, [&] {
+    return REAL(cuLaunchKernel)(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+  });
 }
 TESSERA_EXPORT CUresult cuLaunchKernel_ptsz(TESSERA_LAUNCH_PARAMS, void** params, void** extra) {
   return Gated(s, true, [&] {
@@ -631,8 +633,8 @@ TESSERA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(TESSERA_LAUNCH_PARAMS, vo
   });
 }
 #undef TESSERA_LAUNCH_PARAMS
-TESSERA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
-                                         void** params, void** extra) {
+TESSERA_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                                         void** extra) {
   return Gated(config != nullptr ? config->hStream : nullptr, false,
                [&] { return REAL(cuLaunchKernelEx)(config, f, params, extra); });
 }

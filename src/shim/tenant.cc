@@ -202,10 +202,11 @@ ResumeResult TryResume(const char* socket_path, std::string* error) {
 // until then this process reads the old daemon's view: a holder keeps running on its last grant
 // and is charged for it by the new daemon, which then makes it wait while the others catch up (a
 // 250 ms retry let a holder run 220 ms alone and then wait 900 ms in the chaos soak), and a
-// waiter waits for a grant that can no longer come. A refusal (the slot is no longer this process's) ends the
-// watch: the ledger mapping stays, so limits keep holding, but the new daemon learns of this
-// process's exit only by its once-a-second sweep. `arg`: the socket path, a copy of its own (never
-// freed: the thread runs while the process exits, after static strings are destroyed).
+// waiter waits for a grant that can no longer come. A refusal (the slot is no longer this
+// process's) ends the watch: the ledger mapping stays, so limits keep holding, but the new daemon
+// learns of this process's exit only by its once-a-second sweep. `arg`: the socket path, a copy of
+// its own (never freed: the thread runs while the process exits, after static strings are
+// destroyed).
 void* WatchDaemon(void* arg) {
   const char* socket_path = static_cast<const char*>(arg);
   TenantState& t = g_tenant;

@@ -38,8 +38,8 @@ inline constexpr uint32_t kSimStateMagic = 0x47534d54;  // "TMSG" little-endian
 // 2: MIG instance slots, 64-bit context mask; 3: a slot's owner holds a record lock on it;
 // 4: each device names its model (SimDevice::spec)
 inline constexpr uint32_t kSimStateVersion = 4;
-inline constexpr int kMaxGpus = 8;               // physical GPUs (TESSERA_SIM_GPUS entries)
-inline constexpr int kMigSlotsPerGpu = 7;        // no MIG model has more than 7 instances
+inline constexpr int kMaxGpus = 8;         // physical GPUs (TESSERA_SIM_GPUS entries)
+inline constexpr int kMigSlotsPerGpu = 7;  // no MIG model has more than 7 instances
 // Device slots: GPUs 0..kMaxGpus-1, then GPU g's MIG instances at MigSlot(g, 0..6).
 inline constexpr int kMaxDevices = kMaxGpus + kMaxGpus * kMigSlotsPerGpu;
 inline constexpr int MigSlot(int gpu, int k) { return kMaxGpus + gpu * kMigSlotsPerGpu + k; }

@@ -68,8 +68,8 @@ void MkdirP(const std::string& path) {
 void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
               std::vector<Mount>* mounts, std::map<std::string, std::string>* env,
               std::vector<Hook>* hooks) {
-  std::map<std::string, nlohmann::json> edits;  // qualified name -> containerEdits
-  std::map<std::string, std::string> spec_of;   // qualified name -> its spec's file
+  std::map<std::string, nlohmann::json> edits;       // qualified name -> containerEdits
+  std::map<std::string, std::string> spec_of;        // qualified name -> its spec's file
   std::map<std::string, nlohmann::json> spec_edits;  // file -> the spec's containerEdits
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
@@ -83,7 +83,8 @@ void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
       const std::string version = spec.value("cdiVersion", "");
       static const std::set<std::string> kKnown = {"0.3.0", "0.4.0", "0.5.0"};
       if (kKnown.count(version) == 0) {
-        Die("CDI spec " + file + ": cdiVersion \"" + version + "\" is newer than this runtime reads (0.5.0)");
+        Die("CDI spec " + file + ": cdiVersion \"" + version +
+            "\" is newer than this runtime reads (0.5.0)");
       }
       bool valid = true;
       for (const auto& dev : spec.value("devices", nlohmann::json::array())) {
@@ -95,8 +96,10 @@ void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
         valid = valid && !empty;
       }
       if (!valid) {
-        std::fprintf(stderr, "k8s_container_run: CDI spec %s: invalid device, empty device edits; "
-                     "the spec is not loaded\n", file.c_str());
+        std::fprintf(stderr,
+                     "k8s_container_run: CDI spec %s: invalid device, empty device edits; "
+                     "the spec is not loaded\n",
+                     file.c_str());
         continue;
       }
       for (const auto& dev : spec.value("devices", nlohmann::json::array())) {
@@ -115,7 +118,8 @@ void ApplyCdi(const std::string& dir, const std::vector<std::string>& names,
     }
     for (const auto& m : e.value("mounts", nlohmann::json::array())) {
       Mount mount{m.value("hostPath", ""), m.value("containerPath", ""), false};
-      for (const auto& o : m.value("options", nlohmann::json::array())) mount.read_only |= o == "ro";
+      for (const auto& o : m.value("options", nlohmann::json::array()))
+        mount.read_only |= o == "ro";
       mounts->push_back(mount);
     }
     for (const auto& h : e.value("hooks", nlohmann::json::array())) {
@@ -242,7 +246,8 @@ int main(int argc, char** argv) {
     const std::string top = "/" + m.container.substr(1, m.container.find('/', 1) - 1);
     if (overlaid.count(top) != 0) continue;
     std::string tag = top.substr(1);
-    const std::string up = scratch + "/overlay-" + tag + "-up", work = scratch + "/overlay-" + tag + "-work";
+    const std::string up = scratch + "/overlay-" + tag + "-up",
+                      work = scratch + "/overlay-" + tag + "-work";
     MkdirP(up);
     MkdirP(work);
     const std::string options = "lowerdir=" + top + ",upperdir=" + up + ",workdir=" + work;
@@ -253,7 +258,8 @@ int main(int argc, char** argv) {
   }
   for (const Mount& m : mounts) {
     struct stat src {};
-    if (stat(m.host.c_str(), &src) != 0) Die("mount source " + m.host + ": " + std::strerror(errno));
+    if (stat(m.host.c_str(), &src) != 0)
+      Die("mount source " + m.host + ": " + std::strerror(errno));
     struct stat dst {};
     if (stat(m.container.c_str(), &dst) != 0) {
       MkdirP(m.container.substr(0, m.container.rfind('/')));
@@ -268,8 +274,8 @@ int main(int argc, char** argv) {
     if (mount(m.host.c_str(), m.container.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
       Die("bind " + m.host + " on " + m.container + ": " + std::strerror(errno));
     }
-    if (m.read_only &&
-        mount(nullptr, m.container.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0) {
+    if (m.read_only && mount(nullptr, m.container.c_str(), nullptr,
+                             MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0) {
       Die("read-only " + m.container + ": " + std::strerror(errno));
     }
   }

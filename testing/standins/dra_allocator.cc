@@ -24,7 +24,7 @@ struct DraAllocator::Device {
 
 struct DraAllocator::Pool {
   std::string driver, name;
-  std::string node;    // spec.nodeName
+  std::string node;  // spec.nodeName
   bool all_nodes = false;
   Json node_selector;  // spec.nodeSelector
   bool incomplete = false;
@@ -145,7 +145,8 @@ void DraAllocator::SetClasses(const std::vector<Json>& classes) {
 }
 
 void DraAllocator::AddAllocation(const Json& allocation) {
-  for (const Json& r : allocation.value("devices", Json::object()).value("results", Json::array())) {
+  for (const Json& r :
+       allocation.value("devices", Json::object()).value("results", Json::array())) {
     const DeviceId id{r.value("driver", ""), r.value("pool", ""), r.value("device", "")};
     if (!r.contains("shareID")) {
       ++whole_[id];
@@ -161,7 +162,8 @@ void DraAllocator::AddAllocation(const Json& allocation) {
 }
 
 void DraAllocator::RemoveAllocation(const Json& allocation) {
-  for (const Json& r : allocation.value("devices", Json::object()).value("results", Json::array())) {
+  for (const Json& r :
+       allocation.value("devices", Json::object()).value("results", Json::array())) {
     const DeviceId id{r.value("driver", ""), r.value("pool", ""), r.value("device", "")};
     if (!r.contains("shareID")) {
       if (--whole_[id] <= 0) whole_.erase(id);
@@ -186,7 +188,8 @@ std::vector<const DraAllocator::Pool*> DraAllocator::PoolsFor(const NodeInfo& no
   }
   for (size_t i : shared_pools_) {
     const Pool& p = *pools_[i];
-    if (p.all_nodes || (!p.node_selector.is_null() && SelectorMatches(p.node_selector, node))) out.push_back(&p);
+    if (p.all_nodes || (!p.node_selector.is_null() && SelectorMatches(p.node_selector, node)))
+      out.push_back(&p);
   }
   std::sort(out.begin(), out.end(), [](const Pool* a, const Pool* b) {
     return a->driver != b->driver ? a->driver < b->driver : a->name < b->name;
@@ -242,7 +245,8 @@ struct DraAllocator::Search {
     auto it = a->matches_.find(key);
     if (it != a->matches_.end()) return it->second;
     auto program = a->cel_.Get(expr);
-    Result<bool> r = program.ok() ? (*program)->Matches(d.cel) : Result<bool>::Error(program.error());
+    Result<bool> r =
+        program.ok() ? (*program)->Matches(d.cel) : Result<bool>::Error(program.error());
     a->matches_.emplace(key, r);
     return r;
   }
@@ -252,7 +256,8 @@ struct DraAllocator::Search {
     for (const std::string& s : r.selectors) {
       auto m = Matches(d, s);
       if (!m.ok()) {
-        error = "claim " + Name(claim) + ": selector on device " + d.id.Text() + ": CEL runtime error: " + m.error();
+        error = "claim " + Name(claim) + ": selector on device " + d.id.Text() +
+                ": CEL runtime error: " + m.error();
         return false;
       }
       if (!*m) return false;
@@ -274,8 +279,9 @@ struct DraAllocator::Search {
     static const Consumption kNone;
     auto in_use = a->consumed_.find(d.id);
     auto allocating = allocating_capacity.find(d.id);
-    auto fits = dra::FitsCapacity(in_use == a->consumed_.end() ? kNone : in_use->second, r.capacity,
-                                  d.capacities, allocating == allocating_capacity.end() ? kNone : allocating->second);
+    auto fits = dra::FitsCapacity(
+        in_use == a->consumed_.end() ? kNone : in_use->second, r.capacity, d.capacities,
+        allocating == allocating_capacity.end() ? kNone : allocating->second);
     return fits.ok() && *fits;
   }
 
@@ -299,7 +305,8 @@ struct DraAllocator::Search {
       for (const auto& [name, v] : cs) {
         auto total = avail->second.find(name);
         if (total == avail->second.end()) return false;
-        if (counters_held[p][set][name] + counters_used[p][set][name] + v > total->second) return false;
+        if (counters_held[p][set][name] + counters_used[p][set][name] + v > total->second)
+          return false;
       }
     }
     return true;
@@ -339,7 +346,8 @@ struct DraAllocator::Search {
     ++a->tries_;
     if (!d.shared && InUse(d)) return std::nullopt;
     if (d.shared && a->whole_.count(d.id) != 0) return std::nullopt;
-    const bool capacity_in_use = a->consumed_.count(d.id) != 0 || allocating_capacity.count(d.id) != 0;
+    const bool capacity_in_use =
+        a->consumed_.count(d.id) != 0 || allocating_capacity.count(d.id) != 0;
     if (!(d.shared && capacity_in_use) && !CountersFit(d)) return std::nullopt;
     if (!ConstraintsAdd(claim, r.parent.empty() ? r.name : r.parent, d)) return std::nullopt;
     Chosen chosen{&d, r.name, std::nullopt, {}};
@@ -347,12 +355,14 @@ struct DraAllocator::Search {
       allocating_whole[d.id].insert(claim);
     } else {
       if (!CapacityFits(r, d)) {
-        for (size_t i = 0; i < constraints[claim].size(); ++i) ConstraintRemove(claim, i, r.parent.empty() ? r.name : r.parent, d);
+        for (size_t i = 0; i < constraints[claim].size(); ++i)
+          ConstraintRemove(claim, i, r.parent.empty() ? r.name : r.parent, d);
         return std::nullopt;
       }
       chosen.consumed = dra::ConsumedCapacity(r.capacity, d.capacities);
       chosen.share_id = dra::NewShareId();
-      for (const auto& [name, amount] : chosen.consumed) allocating_capacity[d.id][name].milli += amount.milli;
+      for (const auto& [name, amount] : chosen.consumed)
+        allocating_capacity[d.id][name].milli += amount.milli;
     }
     for (const auto& [set, cs] : d.counters) {
       for (const auto& [name, v] : cs) counters_used[d.pool][set][name] += v;
@@ -364,9 +374,11 @@ struct DraAllocator::Search {
       if (!d.shared) {
         allocating_whole[d.id].erase(claim);
       } else {
-        for (const auto& [name, amount] : chosen.consumed) allocating_capacity[d.id][name].milli -= amount.milli;
+        for (const auto& [name, amount] : chosen.consumed)
+          allocating_capacity[d.id][name].milli -= amount.milli;
         bool empty = true;
-        for (const auto& [name, amount] : allocating_capacity[d.id]) empty = empty && amount.milli == 0;
+        for (const auto& [name, amount] : allocating_capacity[d.id])
+          empty = empty && amount.milli == 0;
         if (empty) allocating_capacity.erase(d.id);
       }
       for (const auto& [set, cs] : d.counters) {
@@ -460,7 +472,8 @@ Result<std::optional<std::vector<Json>>> DraAllocator::Allocate(const NodeInfo& 
           options.emplace_back(name + "/" + sub.value("name", ""), sub);
         }
       }
-      if (options.empty()) return Out::Error(who + ", request " + name + ": neither exactly nor firstAvailable");
+      if (options.empty())
+        return Out::Error(who + ", request " + name + ": neither exactly nor firstAvailable");
       for (const auto& [result_name, e] : options) {
         Search::Request r;
         r.name = result_name;
@@ -468,14 +481,17 @@ Result<std::optional<std::vector<Json>>> DraAllocator::Allocate(const NodeInfo& 
         const std::string klass = e.value("deviceClassName", "");
         auto k = classes_.find(klass);
         if (k == classes_.end()) {
-          return Out::Error(who + ", request " + result_name + ": could not retrieve device class " + klass);
+          return Out::Error(who + ", request " + result_name +
+                            ": could not retrieve device class " + klass);
         }
         r.klass = &k->second;
         for (const Json& sel : k->second["spec"].value("selectors", Json::array())) {
           r.selectors.push_back(sel["cel"].value("expression", ""));
         }
         for (const Json& sel : e.value("selectors", Json::array())) {
-          if (!sel.contains("cel")) return Out::Error(who + ", request " + result_name + ": CEL expression empty (unsupported selector type?)");
+          if (!sel.contains("cel"))
+            return Out::Error(who + ", request " + result_name +
+                              ": CEL expression empty (unsupported selector type?)");
           r.selectors.push_back(sel["cel"].value("expression", ""));
         }
         auto cap = dra::ParseCapacityRequests(e, who + ", request " + result_name);
@@ -486,8 +502,9 @@ Result<std::optional<std::vector<Json>>> DraAllocator::Allocate(const NodeInfo& 
           r.all = true;
           for (const Pool* p : s.pools) {
             if (p->incomplete) {
-              return Out::Error(who + ", request " + result_name + ": asks for all devices, but resource pool " +
-                                p->driver + "/" + p->name + " is currently being updated");
+              return Out::Error(who + ", request " + result_name +
+                                ": asks for all devices, but resource pool " + p->driver + "/" +
+                                p->name + " is currently being updated");
             }
             for (const Device& d : p->devices) {
               if (!s.Selectable(c, r, d)) {
@@ -509,7 +526,8 @@ Result<std::optional<std::vector<Json>>> DraAllocator::Allocate(const NodeInfo& 
     }
     for (const Json& con : devices.value("constraints", Json::array())) {
       Search::Constraint k;
-      for (const Json& r : con.value("requests", Json::array())) k.requests.insert(r.get<std::string>());
+      for (const Json& r : con.value("requests", Json::array()))
+        k.requests.insert(r.get<std::string>());
       if (con.contains("matchAttribute")) {
         k.attribute = con["matchAttribute"].get<std::string>();
       } else if (con.contains("distinctAttribute")) {

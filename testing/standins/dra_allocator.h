@@ -55,7 +55,8 @@ class DraAllocator {
     std::map<std::string, std::string> labels;
   };
   // (claim index, request name as in results, device): may the request take the device?
-  using DeviceFilter = std::function<bool(size_t claim, const std::string& request, const DeviceId& device)>;
+  using DeviceFilter =
+      std::function<bool(size_t claim, const std::string& request, const DeviceId& device)>;
 
   DraAllocator();
   ~DraAllocator();
@@ -70,7 +71,8 @@ class DraAllocator {
   // The allocation of each of `claims` (ResourceClaim JSON) on `node`, in order; nullopt when they
   // do not fit there; an error for a claim or class the allocator cannot read (as upstream, which
   // then fails the pod's scheduling with it).
-  Result<std::optional<std::vector<Json>>> Allocate(const NodeInfo& node, const std::vector<Json>& claims,
+  Result<std::optional<std::vector<Json>>> Allocate(const NodeInfo& node,
+                                                    const std::vector<Json>& claims,
                                                     const DeviceFilter& filter = nullptr);
 
   // How many devices were tried (the benchmark's measure of the search).

@@ -4,6 +4,8 @@
 // allocation (first fit in pool, slice and device order, shares of one GPU adding up, whole
 // devices, distinct GPUs, counters, incomplete pools and generations, the configuration copied),
 // and the deploy/ manifests (DeviceClasses and example claim templates) allocated on a pool.
+#include "testing/standins/dra_allocator.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -14,13 +16,11 @@
 #include "k8s/dra/cel.h"
 #include "k8s/dra/claims.h"
 #include "k8s/dra/slices.h"
-#include "testing/standins/dra_allocator.h"
 #include "testing/support/dra_objects.h"
 
 namespace tessera::k8s {
 namespace {
 
-using ::testing::HasSubstr;
 using dra::Amount;
 using dra::CapacityPolicy;
 using dra::CelDevice;
@@ -28,6 +28,7 @@ using dra::CelProgram;
 using dra::DeviceCapacity;
 using testing::ClaimJson;
 using testing::DraRequest;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kGiB = 1ull << 30;
 
@@ -41,22 +42,28 @@ Json SliceFor(const std::string& node, NodeMode mode, const std::vector<NodeGpu>
   return {{"metadata", {{"name", node + "-slice"}}}, {"spec", spec}};
 }
 
-std::vector<NodeGpu> Gpus(int n, uint64_t gib = 16, const std::string& model = "NVIDIA A100-SXM4-80GB") {
+std::vector<NodeGpu> Gpus(int n, uint64_t gib = 16,
+                          const std::string& model = "NVIDIA A100-SXM4-80GB") {
   std::vector<NodeGpu> out;
   for (int i = 0; i < n; ++i) {
-    out.push_back({i, "GPU-" + std::to_string(i), model, Bytes(gib * kGiB), 16, true, std::nullopt});
+    out.push_back(
+        {i, "GPU-" + std::to_string(i), model, Bytes(gib * kGiB), 16, true, std::nullopt});
   }
   return out;
 }
 
 Json GpuClass() {
   return {{"metadata", {{"name", "gpu.tessera.io"}}},
-          {"spec", {{"selectors", Json::array({{{"cel", {{"expression",
-              "device.driver == \"gpu.tessera.io\" && device.attributes[\"gpu.tessera.io\"].type == \"gpu\""}}}}})}}}};
+          {"spec",
+           {{"selectors",
+             Json::array({{{"cel",
+                            {{"expression",
+                              "device.driver == \"gpu.tessera.io\" && "
+                              "device.attributes[\"gpu.tessera.io\"].type == \"gpu\""}}}}})}}}};
 }
 
-Json Claim(const std::string& name, const std::map<std::string, std::string>& capacity, int64_t count = 1,
-           const std::vector<std::string>& selectors = {}) {
+Json Claim(const std::string& name, const std::map<std::string, std::string>& capacity,
+           int64_t count = 1, const std::vector<std::string>& selectors = {}) {
   DraRequest r;
   r.capacity = capacity;
   r.count = count;
@@ -85,15 +92,23 @@ bool Eval(const std::string& expr) {
 TEST(DraCelTest, SelectorsOnOurAttributes) {
   EXPECT_TRUE(Eval("device.driver == \"gpu.tessera.io\""));
   EXPECT_TRUE(Eval("device.attributes[\"gpu.tessera.io\"].type == 'gpu'"));
-  EXPECT_TRUE(Eval("device.attributes[\"gpu.tessera.io\"].productName.startsWith(\"NVIDIA A100\")"));
-  EXPECT_TRUE(Eval("device.attributes[\"gpu.tessera.io\"].productName.lowerAscii().contains(\"a100\")"));
-  EXPECT_TRUE(Eval("device.attributes[\"gpu.tessera.io\"].index in [0, 2] && !(device.attributes[\"gpu.tessera.io\"].index > 3)"));
-  EXPECT_TRUE(Eval("device.capacity[\"gpu.tessera.io\"].memory.compareTo(quantity(\"16Gi\")) >= 0"));
+  EXPECT_TRUE(
+      Eval("device.attributes[\"gpu.tessera.io\"].productName.startsWith(\"NVIDIA A100\")"));
+  EXPECT_TRUE(
+      Eval("device.attributes[\"gpu.tessera.io\"].productName.lowerAscii().contains(\"a100\")"));
+  EXPECT_TRUE(
+      Eval("device.attributes[\"gpu.tessera.io\"].index in [0, 2] && "
+           "!(device.attributes[\"gpu.tessera.io\"].index > 3)"));
+  EXPECT_TRUE(
+      Eval("device.capacity[\"gpu.tessera.io\"].memory.compareTo(quantity(\"16Gi\")) >= 0"));
   EXPECT_TRUE(Eval("device.capacity[\"gpu.tessera.io\"].memory.isGreaterThan(quantity(\"8Gi\"))"));
   EXPECT_FALSE(Eval("device.capacity[\"gpu.tessera.io\"].cores.isLessThan(quantity(\"100\"))"));
-  EXPECT_TRUE(Eval("device.attributes[\"gpu.tessera.io\"].driverVersion.isGreaterThan(semver(\"535.0.0\"))"));
+  EXPECT_TRUE(Eval(
+      "device.attributes[\"gpu.tessera.io\"].driverVersion.isGreaterThan(semver(\"535.0.0\"))"));
   EXPECT_TRUE(Eval("device.allowMultipleAllocations"));
-  EXPECT_TRUE(Eval("has(device.attributes[\"gpu.tessera.io\"].uuid) && !has(device.attributes[\"gpu.tessera.io\"].profile)"));
+  EXPECT_TRUE(
+      Eval("has(device.attributes[\"gpu.tessera.io\"].uuid) && "
+           "!has(device.attributes[\"gpu.tessera.io\"].profile)"));
   EXPECT_TRUE(Eval("device.attributes[\"gpu.tessera.io\"].mode == \"core_mem\" ? true : false"));
   // An unknown domain is an empty map; an unknown attribute an error, which a decided && hides.
   EXPECT_FALSE(Eval("has(device.attributes[\"other.example.com\"].type)"));
@@ -110,10 +125,13 @@ TEST(DraCelTest, WhatIsNotInTheSubsetIsRefusedAtCompileTime) {
   auto bad = CelProgram::Compile("device.attributes[\"gpu.tessera.io\"].type.matches(\"g.*\")");
   ASSERT_TRUE(bad.ok()) << "methods are checked when they run";
   EXPECT_THAT(bad->Matches(Device()).error(), HasSubstr("no method matches() on a string"));
-  EXPECT_THAT(CelProgram::Compile("cel.bind(x, device, x.driver == 'a')").error(), HasSubstr("unknown name \"cel\""));
-  EXPECT_THAT(CelProgram::Compile("device.driver == ").error(), HasSubstr("position 18: the expression ends too early"));
+  EXPECT_THAT(CelProgram::Compile("cel.bind(x, device, x.driver == 'a')").error(),
+              HasSubstr("unknown name \"cel\""));
+  EXPECT_THAT(CelProgram::Compile("device.driver == ").error(),
+              HasSubstr("position 18: the expression ends too early"));
   EXPECT_THAT(CelProgram::Compile("device.driver = 'x'").error(), HasSubstr("unexpected '='"));
-  EXPECT_THAT(CelProgram::Compile("exists(device)").error(), HasSubstr("function exists() is not in the CEL subset"));
+  EXPECT_THAT(CelProgram::Compile("exists(device)").error(),
+              HasSubstr("function exists() is not in the CEL subset"));
   auto not_bool = CelProgram::Compile("device.driver");
   EXPECT_THAT(not_bool->Matches(Device()).error(), HasSubstr("gives a string, not a bool"));
 }
@@ -122,7 +140,8 @@ TEST(DraCelTest, WhatIsNotInTheSubsetIsRefusedAtCompileTime) {
 
 DeviceCapacity Memory() {
   return dra::ParseCapacities(Json::parse(R"({"memory": {"value": "16Gi", "requestPolicy":
-      {"default": "16Gi", "validRange": {"min": "256Mi", "max": "16Gi", "step": "256Mi"}}}})"), "d")
+      {"default": "16Gi", "validRange": {"min": "256Mi", "max": "16Gi", "step": "256Mi"}}}})"),
+                              "d")
       ->at("memory");
 }
 
@@ -139,21 +158,28 @@ TEST(DraCapacityTest, ValidRangeRoundsUpToMinPlusSteps) {
   EXPECT_TRUE(dra::ViolatesPolicy(dra::ConsumedOf(Q("17Gi"), mem), mem.policy)) << "above max";
   EXPECT_FALSE(dra::ViolatesPolicy(dra::ConsumedOf(Q("16Gi"), mem), mem.policy));
   // Cores: 1-100 in steps of 1; a fraction rounds up in whole units.
-  const DeviceCapacity cores = dra::ParseCapacities(Json::parse(R"({"cores": {"value": "100", "requestPolicy":
-      {"default": "100", "validRange": {"min": "1", "max": "100", "step": "1"}}}})"), "d")->at("cores");
+  const DeviceCapacity cores =
+      dra::ParseCapacities(Json::parse(R"({"cores": {"value": "100", "requestPolicy":
+      {"default": "100", "validRange": {"min": "1", "max": "100", "step": "1"}}}})"),
+                           "d")
+          ->at("cores");
   EXPECT_EQ(dra::ConsumedOf(Q("30"), cores).milli, 30000);
   EXPECT_EQ(dra::ConsumedOf(Q("500m"), cores).milli, 1000) << "below min: min";
   EXPECT_EQ(dra::ConsumedOf(Q("30500m"), cores).milli, 31000);
 }
 
 TEST(DraCapacityTest, ValidValuesAndNoPolicy) {
-  const DeviceCapacity values = dra::ParseCapacities(Json::parse(R"({"bw": {"value": "10", "requestPolicy":
-      {"default": "2", "validValues": ["1", "2", "5", "10"]}}})"), "d")->at("bw");
+  const DeviceCapacity values =
+      dra::ParseCapacities(Json::parse(R"({"bw": {"value": "10", "requestPolicy":
+      {"default": "2", "validValues": ["1", "2", "5", "10"]}}})"),
+                           "d")
+          ->at("bw");
   EXPECT_EQ(dra::ConsumedOf(Q("3"), values).milli, 5000) << "the first valid value at or above";
   EXPECT_EQ(dra::ConsumedOf(Q("11"), values).milli, 11000) << "above every value: as asked";
   EXPECT_TRUE(dra::ViolatesPolicy(dra::ConsumedOf(Q("11"), values), values.policy));
   EXPECT_FALSE(dra::ViolatesPolicy(dra::ConsumedOf(std::nullopt, values), values.policy));
-  const DeviceCapacity plain = dra::ParseCapacities(Json::parse(R"({"x": {"value": "8"}})"), "d")->at("x");
+  const DeviceCapacity plain =
+      dra::ParseCapacities(Json::parse(R"({"x": {"value": "8"}})"), "d")->at("x");
   EXPECT_EQ(dra::ConsumedOf(Q("3"), plain).milli, 3000) << "no policy: as asked";
   EXPECT_EQ(dra::ConsumedOf(std::nullopt, plain).milli, 8000) << "no policy, not asked: all of it";
 }
@@ -166,7 +192,8 @@ TEST(DraCapacityTest, SharesAddUpToTheValue) {
   EXPECT_TRUE(*dra::FitsCapacity(in_use, ask, caps, {}));
   in_use["cores"] = Q("71");
   EXPECT_FALSE(*dra::FitsCapacity(in_use, ask, caps, {})) << "101 % of the GPU's time";
-  EXPECT_FALSE(*dra::FitsCapacity({}, ask, caps, {{"memory", Q("13Gi")}})) << "being allocated counts too";
+  EXPECT_FALSE(*dra::FitsCapacity({}, ask, caps, {{"memory", Q("13Gi")}}))
+      << "being allocated counts too";
   EXPECT_THAT(dra::FitsCapacity({}, {{"bandwidth", Q("1")}}, caps, {}).error(),
               HasSubstr("some requested capacity has not been defined"));
 }
@@ -177,10 +204,12 @@ class DraAllocatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     allocator_.SetClasses({GpuClass()});
-    allocator_.SetSlices({SliceFor("node-a", NodeMode::kCoreMem, Gpus(2)), SliceFor("node-b", NodeMode::kExclusive, Gpus(2))});
+    allocator_.SetSlices({SliceFor("node-a", NodeMode::kCoreMem, Gpus(2)),
+                          SliceFor("node-b", NodeMode::kExclusive, Gpus(2))});
   }
   // Allocates `claims` on `node` and records them as allocated; their allocations, or none.
-  std::optional<std::vector<Json>> Allocate(const std::string& node, const std::vector<Json>& claims) {
+  std::optional<std::vector<Json>> Allocate(const std::string& node,
+                                            const std::vector<Json>& claims) {
     auto r = allocator_.Allocate({node, {}}, claims);
     EXPECT_TRUE(r.ok()) << r.error();
     if (!r.ok() || !*r) return std::nullopt;
@@ -200,12 +229,14 @@ TEST_F(DraAllocatorTest, AShareIsWrittenAsUpstreamWritesIt) {
   EXPECT_EQ(r["device"], "gpu-0");
   EXPECT_EQ(r["consumedCapacity"], Json::parse(R"({"memory": "4352Mi", "cores": "30"})"));
   EXPECT_EQ(r["shareID"].get<std::string>().size(), 36u);
-  EXPECT_EQ((*a)[0]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0], "node-a");
+  EXPECT_EQ((*a)[0]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
+            "node-a");
 }
 
 TEST_F(DraAllocatorTest, SharesFillAGpuFirstFitThenTheNext) {
   for (int i = 0; i < 4; ++i) {
-    auto a = Allocate("node-a", {Claim("c" + std::to_string(i), {{"memory", "4Gi"}, {"cores", "20"}})});
+    auto a =
+        Allocate("node-a", {Claim("c" + std::to_string(i), {{"memory", "4Gi"}, {"cores", "20"}})});
     ASSERT_TRUE(a);
     EXPECT_EQ((*a)[0]["devices"]["results"][0]["device"], "gpu-0") << i;
   }
@@ -218,7 +249,8 @@ TEST_F(DraAllocatorTest, SharesFillAGpuFirstFitThenTheNext) {
   auto two = Allocate("node-b", {Claim("two", {}, 2)});
   ASSERT_TRUE(two);
   EXPECT_EQ((*two)[0]["devices"]["results"].size(), 2u);
-  EXPECT_FALSE((*two)[0]["devices"]["results"][0].contains("shareID")) << "exclusive devices are taken whole";
+  EXPECT_FALSE((*two)[0]["devices"]["results"][0].contains("shareID"))
+      << "exclusive devices are taken whole";
   EXPECT_FALSE(Allocate("node-b", {Claim("more", {})})) << "both are taken";
 }
 
@@ -250,29 +282,36 @@ TEST_F(DraAllocatorTest, SharesOfOneClaimOnOneGpuUnlessDistinct) {
   EXPECT_EQ((*b)[0]["devices"]["results"][0]["device"], (*b)[0]["devices"]["results"][1]["device"]);
   // ...unless a constraint keeps their GPUs apart.
   Json distinct = ClaimJson("ns", "distinct", {x, y});
-  distinct["spec"]["devices"]["constraints"] = Json::parse(R"([{"requests": ["x", "y"], "distinctAttribute": "gpu.tessera.io/uuid"}])");
+  distinct["spec"]["devices"]["constraints"] =
+      Json::parse(R"([{"requests": ["x", "y"], "distinctAttribute": "gpu.tessera.io/uuid"}])");
   auto c = Allocate("node-a", {distinct});
   ASSERT_TRUE(c);
   EXPECT_NE((*c)[0]["devices"]["results"][0]["device"], (*c)[0]["devices"]["results"][1]["device"]);
 }
 
 TEST_F(DraAllocatorTest, SelectorsConfigAndModes) {
-  EXPECT_FALSE(Allocate("node-a", {Claim("h100", {{"memory", "1Gi"}}, 1,
-                                         {"device.attributes[\"gpu.tessera.io\"].productName.contains(\"H100\")"})}));
-  auto idx = Allocate("node-a", {Claim("one", {{"memory", "1Gi"}}, 1, {"device.attributes[\"gpu.tessera.io\"].index == 1"})});
+  EXPECT_FALSE(Allocate(
+      "node-a", {Claim("h100", {{"memory", "1Gi"}}, 1,
+                       {"device.attributes[\"gpu.tessera.io\"].productName.contains(\"H100\")"})}));
+  auto idx = Allocate("node-a", {Claim("one", {{"memory", "1Gi"}}, 1,
+                                       {"device.attributes[\"gpu.tessera.io\"].index == 1"})});
   ASSERT_TRUE(idx);
   EXPECT_EQ((*idx)[0]["devices"]["results"][0]["device"], "gpu-1");
   // A CEL error aborts the allocation with the message, as upstream.
-  auto err = allocator_.Allocate({"node-a", {}}, {Claim("bad", {}, 1, {"device.attributes[\"gpu.tessera.io\"].nothing == 1"})});
+  auto err = allocator_.Allocate(
+      {"node-a", {}},
+      {Claim("bad", {}, 1, {"device.attributes[\"gpu.tessera.io\"].nothing == 1"})});
   ASSERT_FALSE(err.ok());
   EXPECT_THAT(err.error(), HasSubstr("CEL runtime error: no such key: nothing"));
-  // The class's config first (FromClass), then the claim's; one naming every request loses the list.
+  // The class's config first (FromClass), then the claim's; one naming every request loses the
+  // list.
   Json klass = GpuClass();
   klass["spec"]["config"] = Json::parse(R"([{"opaque": {"driver": "gpu.tessera.io", "parameters":
       {"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig", "weight": 2}}}])");
   allocator_.SetClasses({klass});
   Json c = Claim("cfg", {{"memory", "1Gi"}});
-  c["spec"]["devices"]["config"] = Json::parse(R"([{"requests": ["gpu"], "opaque": {"driver": "gpu.tessera.io",
+  c["spec"]["devices"]["config"] =
+      Json::parse(R"([{"requests": ["gpu"], "opaque": {"driver": "gpu.tessera.io",
       "parameters": {"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig", "highPriority": true}}}])");
   auto cfg = Allocate("node-a", {c});
   ASSERT_TRUE(cfg);
@@ -307,7 +346,8 @@ TEST_F(DraAllocatorTest, OnlyTheHighestGenerationOfACompletePoolCounts) {
   Json incomplete = SliceFor("node-d", NodeMode::kCoreMem, Gpus(2));
   incomplete["spec"]["pool"]["resourceSliceCount"] = 2;
   allocator_.SetSlices({incomplete});
-  EXPECT_FALSE(Allocate("node-d", {Claim("c", {{"memory", "1Gi"}})})) << "an incomplete pool gives nothing";
+  EXPECT_FALSE(Allocate("node-d", {Claim("c", {{"memory", "1Gi"}})}))
+      << "an incomplete pool gives nothing";
 }
 
 TEST_F(DraAllocatorTest, CountersKeepOverlappingPartitionsApart) {
@@ -329,7 +369,8 @@ TEST_F(DraAllocatorTest, CountersKeepOverlappingPartitionsApart) {
   allocator_.SetSlices({slices[0], slices[1]});
   Json mig = GpuClass();
   mig["metadata"]["name"] = "mig.gpu.tessera.io";
-  mig["spec"]["selectors"][0]["cel"]["expression"] = "device.attributes[\"gpu.tessera.io\"].type == \"mig\"";
+  mig["spec"]["selectors"][0]["cel"]["expression"] =
+      "device.attributes[\"gpu.tessera.io\"].type == \"mig\"";
   allocator_.SetClasses({mig});
   DraRequest r;
   r.device_class = "mig.gpu.tessera.io";
@@ -369,7 +410,8 @@ Json ToJson(const YAML::Node& n) {
 TEST(DraManifestsTest, TheExampleTemplatesAllocateOnOurPools) {
   std::vector<Json> classes, templates;
   for (const char* file : {"00-deviceclasses.yaml", "claim-templates.yaml"}) {
-    for (const YAML::Node& doc : YAML::LoadAllFromFile(std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/dra/" + file)) {
+    for (const YAML::Node& doc : YAML::LoadAllFromFile(std::string(TESSERA_SOURCE_DIR) +
+                                                       "/deploy/kubernetes/dra/" + file)) {
       Json j = ToJson(doc);
       if (j["kind"] == "DeviceClass") classes.push_back(j);
       if (j["kind"] == "ResourceClaimTemplate") templates.push_back(j);
@@ -377,9 +419,10 @@ TEST(DraManifestsTest, TheExampleTemplatesAllocateOnOurPools) {
   }
   ASSERT_EQ(classes.size(), 2u);
   ASSERT_EQ(templates.size(), 5u);
-  std::vector<NodeGpu> migs = {
-      {0, "MIG-1", "NVIDIA H100 80GB HBM3 MIG 1g.10gb", Bytes(10 * kGiB), 16, true, InventoryMig{"GPU-p", "H100-80GB", "1g.10gb", 0}},
-      {1, "MIG-2", "NVIDIA H100 80GB HBM3 MIG 3g.40gb", Bytes(40 * kGiB), 16, true, InventoryMig{"GPU-p", "H100-80GB", "3g.40gb", 4}}};
+  std::vector<NodeGpu> migs = {{0, "MIG-1", "NVIDIA H100 80GB HBM3 MIG 1g.10gb", Bytes(10 * kGiB),
+                                16, true, InventoryMig{"GPU-p", "H100-80GB", "1g.10gb", 0}},
+                               {1, "MIG-2", "NVIDIA H100 80GB HBM3 MIG 3g.40gb", Bytes(40 * kGiB),
+                                16, true, InventoryMig{"GPU-p", "H100-80GB", "3g.40gb", 4}}};
   std::vector<Json> slices = {SliceFor("shared", NodeMode::kCoreMem, Gpus(2, 80))};
   const std::vector<Json> mig_content = dra::PoolSlices(NodeMode::kMig, migs, {});
   for (size_t i = 0; i < mig_content.size(); ++i) {
@@ -393,7 +436,8 @@ TEST(DraManifestsTest, TheExampleTemplatesAllocateOnOurPools) {
     DraAllocator allocator;
     allocator.SetClasses(classes);
     allocator.SetSlices(slices);
-    Json claim = {{"metadata", {{"namespace", "default"}, {"name", t["metadata"]["name"]}}}, {"spec", t["spec"]["spec"]}};
+    Json claim = {{"metadata", {{"namespace", "default"}, {"name", t["metadata"]["name"]}}},
+                  {"spec", t["spec"]["spec"]}};
     const std::string node = t["metadata"]["name"] == "mig-1g" ? "mig" : "shared";
     auto a = allocator.Allocate({node, {}}, {claim});
     ASSERT_TRUE(a.ok()) << t["metadata"]["name"] << ": " << a.error();

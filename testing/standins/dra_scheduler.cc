@@ -35,7 +35,8 @@ int64_t DraScheduler::Score(const State& s, int64_t cpu, int64_t memory) const {
     if (capacity == 0 || requested > capacity) return 0;
     return (capacity - requested) * kMaxNodeScore / capacity;
   };
-  const int64_t least_allocated = (least(cpu_req, s.node.cpu_milli) + least(mem_req, s.node.memory_mib)) / 2;
+  const int64_t least_allocated =
+      (least(cpu_req, s.node.cpu_milli) + least(mem_req, s.node.memory_mib)) / 2;
   auto fraction = [](int64_t requested, int64_t capacity) {
     if (capacity == 0) return 1.0;
     return std::min(1.0, static_cast<double>(requested) / static_cast<double>(capacity));
@@ -48,8 +49,8 @@ int64_t DraScheduler::Score(const State& s, int64_t cpu, int64_t memory) const {
   return least_allocated + balanced;
 }
 
-Result<std::optional<DraScheduler::Decision>> DraScheduler::Schedule(int64_t cpu, int64_t memory,
-                                                                     const std::vector<Json>& claims) {
+Result<std::optional<DraScheduler::Decision>> DraScheduler::Schedule(
+    int64_t cpu, int64_t memory, const std::vector<Json>& claims) {
   const size_t all = nodes_.size();
   const int want = NumFeasibleNodesToFind();
   struct Feasible {
@@ -104,6 +105,8 @@ void DraScheduler::Hold(const std::string& node, int64_t cpu, int64_t memory) {
   }
 }
 
-void DraScheduler::Release(const std::string& node, int64_t cpu, int64_t memory) { Hold(node, -cpu, -memory); }
+void DraScheduler::Release(const std::string& node, int64_t cpu, int64_t memory) {
+  Hold(node, -cpu, -memory);
+}
 
 }  // namespace tessera::k8s

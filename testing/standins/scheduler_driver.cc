@@ -51,7 +51,8 @@ std::string CodeError(const std::string& verb, int port, int status) {
 
 }  // namespace
 
-ScheduleResult SchedulerDriver::Schedule(const k8s::Json& pod, const std::vector<std::string>& nodes) {
+ScheduleResult SchedulerDriver::Schedule(const k8s::Json& pod,
+                                         const std::vector<std::string>& nodes) {
   ScheduleResult out;
   std::string body;
   int status = Post("/filter", testing::ExtenderArgsBody(pod, nodes), &body);
@@ -69,7 +70,8 @@ ScheduleResult SchedulerDriver::Schedule(const k8s::Json& pod, const std::vector
     return out;
   }
   std::vector<std::string> fits;
-  if (filtered["NodeNames"].is_array()) fits = filtered["NodeNames"].get<std::vector<std::string>>();
+  if (filtered["NodeNames"].is_array())
+    fits = filtered["NodeNames"].get<std::vector<std::string>>();
   if (fits.empty()) {
     for (const char* key : {"FailedNodes", "FailedAndUnresolvableNodes"}) {
       if (!filtered[key].is_object()) continue;

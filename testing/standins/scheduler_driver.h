@@ -25,9 +25,9 @@ namespace tessera::extender::testing {
 
 struct ScheduleResult {
   bool bound = false;
-  std::string node;                              // where it was bound
-  std::map<std::string, std::string> failures;   // filter's reasons per node, when none fit
-  std::string error;                             // a verb's HTTP or Error failure
+  std::string node;                             // where it was bound
+  std::map<std::string, std::string> failures;  // filter's reasons per node, when none fit
+  std::string error;                            // a verb's HTTP or Error failure
 };
 
 // An extender entry's `enableHTTPS: true` with its `tlsConfig` (KubeSchedulerConfiguration v1):

@@ -22,9 +22,13 @@ using namespace std::chrono_literals;
 std::string NewUid() { return NewUuid(); }
 
 Json StatusBody(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", Json::object()},
-          {"status", code < 300 ? "Success" : "Failure"}, {"message", message},
-          {"reason", reason}, {"code", code}};
+  return {{"kind", "Status"},
+          {"apiVersion", "v1"},
+          {"metadata", Json::object()},
+          {"status", code < 300 ? "Success" : "Failure"},
+          {"message", message},
+          {"reason", reason},
+          {"code", code}};
 }
 
 void Reply(httplib::Response& res, int code, const Json& body) {
@@ -42,7 +46,8 @@ std::string FieldValue(const Json& obj, const std::string& dotted) {
   size_t pos = 0;
   while (pos <= dotted.size()) {
     const size_t dot = dotted.find('.', pos);
-    const std::string part = dotted.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    const std::string part =
+        dotted.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
     if (!cur->is_object() || !cur->contains(part)) return "";
     cur = &(*cur)[part];
     if (dot == std::string::npos) break;
@@ -119,10 +124,11 @@ Result<std::vector<Requirement>> ParseSelector(const std::string& text, bool lab
     if (r.op == Requirement::kIn || r.op == Requirement::kNotIn) {
       const size_t open = term.find('('), close = term.rfind(')');
       if (open == std::string::npos || close == std::string::npos || close < open) {
-        return Result<std::vector<Requirement>>::Error("label selector \"" + text + "\": \"" + term +
-                                                       "\" needs a (list)");
+        return Result<std::vector<Requirement>>::Error("label selector \"" + text + "\": \"" +
+                                                       term + "\" needs a (list)");
       }
-      for (const std::string& v : SplitTerms(term.substr(open + 1, close - open - 1))) r.values.push_back(v);
+      for (const std::string& v : SplitTerms(term.substr(open + 1, close - open - 1)))
+        r.values.push_back(v);
     }
     out.push_back(std::move(r));
   }
@@ -395,7 +401,8 @@ Json TestApiServer::CreatePod(Json pod) {
   pod["apiVersion"] = "v1";
   pod["kind"] = "Pod";
   if (!pod["metadata"].contains("namespace")) pod["metadata"]["namespace"] = "default";
-  if (!pod.contains("status") || !pod["status"].contains("phase")) pod["status"]["phase"] = "Pending";
+  if (!pod.contains("status") || !pod["status"].contains("phase"))
+    pod["status"]["phase"] = "Pending";
   const std::string key = pod["metadata"]["namespace"].get<std::string>() + "/" +
                           pod["metadata"]["name"].get<std::string>();
   return Insert("Pod", key, pod);
@@ -471,7 +478,8 @@ std::vector<Json> TestApiServer::Events(const std::string& ns) const {
   for (const std::string& key : event_order_) {
     auto it = events_.find(key);
     if (it == events_.end()) continue;
-    if (ns.empty() || it->second["metadata"].value("namespace", "") == ns) out.push_back(it->second);
+    if (ns.empty() || it->second["metadata"].value("namespace", "") == ns)
+      out.push_back(it->second);
   }
   return out;
 }
@@ -646,12 +654,14 @@ void TestApiServer::Route() {
   s.Post("/api/v1/nodes", [this](const httplib::Request& req, httplib::Response& res) {
     HandleCreate({"Node", ""}, req, res);
   });
-  s.Post(R"(/api/v1/namespaces/([^/]+)/pods)", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCreate({"Pod", req.matches[1]}, req, res);
-  });
-  s.Post(R"(/api/v1/namespaces/([^/]+)/events)", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCreate({"Event", req.matches[1]}, req, res);
-  });
+  s.Post(R"(/api/v1/namespaces/([^/]+)/pods)",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           HandleCreate({"Pod", req.matches[1]}, req, res);
+         });
+  s.Post(R"(/api/v1/namespaces/([^/]+)/events)",
+         [this](const httplib::Request& req, httplib::Response& res) {
+           HandleCreate({"Event", req.matches[1]}, req, res);
+         });
   s.Get(R"(/api/v1/nodes/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
     HandleGet("Node", req.matches[1], res);
   });
@@ -666,7 +676,8 @@ void TestApiServer::Route() {
     HandleGet("Pod", std::string(req.matches[1]) + "/" + std::string(req.matches[2]), res);
   });
   s.Patch(pod, [this](const httplib::Request& req, httplib::Response& res) {
-    HandlePatch("Pod", std::string(req.matches[1]) + "/" + std::string(req.matches[2]), req, res, false);
+    HandlePatch("Pod", std::string(req.matches[1]) + "/" + std::string(req.matches[2]), req, res,
+                false);
   });
   s.Delete(pod, [this](const httplib::Request& req, httplib::Response& res) {
     HandleDelete("Pod", std::string(req.matches[1]) + "/" + std::string(req.matches[2]), res);
@@ -711,11 +722,10 @@ void TestApiServer::HandleList(const Collection& c, const httplib::Request& req,
   if (c.kind == "ResourceSlice") {
     // Upstream's field selectors for ResourceSlices; any other field is refused.
     for (const Requirement& r : *fields) {
-      static const std::set<std::string> kFields = {"spec.nodeName", "spec.driver", "spec.pool.name",
-                                                    "metadata.name"};
+      static const std::set<std::string> kFields = {"spec.nodeName", "spec.driver",
+                                                    "spec.pool.name", "metadata.name"};
       if (kFields.count(r.key) == 0) {
-        return Fail(res, 400, "BadRequest",
-                    "field label not supported: " + r.key);
+        return Fail(res, 400, "BadRequest", "field label not supported: " + r.key);
       }
     }
   }
@@ -807,10 +817,10 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
       }
       auto collect = [&] {
         if (st->last < compacted_) {
-          lines.push_back(line("ERROR", StatusBody(410, "Expired",
-                                                   "too old resource version: " +
-                                                       std::to_string(st->last) + " (" +
-                                                       std::to_string(compacted_) + ")")));
+          lines.push_back(
+              line("ERROR", StatusBody(410, "Expired",
+                                       "too old resource version: " + std::to_string(st->last) +
+                                           " (" + std::to_string(compacted_) + ")")));
           done = true;
           return;
         }
@@ -846,9 +856,10 @@ void TestApiServer::HandleWatch(const Collection& c, const httplib::Request& req
       const bool ending = done && !stopping_ && lines.empty();
       if (lines.empty() && st->bookmarks && !drop &&
           (ending || (!done && now - st->quiet_since > bookmark_interval_))) {
-        lines.push_back(line("BOOKMARK", {{"kind", st->c.kind},
-                                          {"apiVersion", ApiVersionOf(st->c.kind)},
-                                          {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}));
+        lines.push_back(
+            line("BOOKMARK", {{"kind", st->c.kind},
+                              {"apiVersion", ApiVersionOf(st->c.kind)},
+                              {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}));
       }
       if (!lines.empty()) st->quiet_since = now;
     }
@@ -907,7 +918,8 @@ void TestApiServer::HandleCreate(const Collection& c, const httplib::Request& re
     if (c.kind == "ResourceClaim") obj.erase("status");  // status is the scheduler's to write
     if (c.kind == "ResourceSlice") {
       if (Status s = ValidateResourceSlice(obj); !s.ok()) {
-        return Fail(res, 422, "Invalid", "ResourceSlice.resource.k8s.io \"" + name + "\" is invalid: " + s.message());
+        return Fail(res, 422, "Invalid",
+                    "ResourceSlice.resource.k8s.io \"" + name + "\" is invalid: " + s.message());
       }
     }
   }
@@ -948,7 +960,8 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
   if (!json_patch && !merge) {
     return Fail(res, 415, "UnsupportedMediaType",
                 "the stand-in takes application/merge-patch+json, "
-                "application/strategic-merge-patch+json or application/json-patch+json, not " + type);
+                "application/strategic-merge-patch+json or application/json-patch+json, not " +
+                    type);
   }
   std::lock_guard<std::mutex> lock(mu_);
   const Json* found = FindOr404(kind, key, res);
@@ -962,10 +975,12 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
          "Operation cannot be fulfilled on " + Plural(kind) + " \"" +
              key.substr(key.find('/') + 1) +
              "\": the object has been modified; please apply your changes to the latest version "
-             "and try again (asked for resourceVersion " + asked + ", current " + current_rv + ")");
+             "and try again (asked for resourceVersion " +
+             asked + ", current " + current_rv + ")");
   };
   if (json_patch) {
-    if (!patch.is_array()) return Fail(res, 400, "BadRequest", "a JSON patch is an array of operations");
+    if (!patch.is_array())
+      return Fail(res, 400, "BadRequest", "a JSON patch is an array of operations");
     try {
       updated = current.patch(patch);
     } catch (const Json::exception& e) {
@@ -1018,7 +1033,8 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
     // pod update validation allows; any other change of the spec is refused.
     auto gates = [](const Json& spec) {
       std::vector<std::string> names;
-      if (spec.is_object() && spec.contains("schedulingGates") && spec["schedulingGates"].is_array()) {
+      if (spec.is_object() && spec.contains("schedulingGates") &&
+          spec["schedulingGates"].is_array()) {
         for (const Json& g : spec["schedulingGates"]) {
           names.push_back(g.is_object() ? g.value("name", "") : "");
         }
@@ -1036,7 +1052,8 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
           return Fail(res, 422, "Invalid",
                       "Pod \"" + key.substr(key.find('/') + 1) +
                           "\" is invalid: spec.schedulingGates: Forbidden: only deletion is "
-                          "allowed, but found new scheduling gate '" + g + "'");
+                          "allowed, but found new scheduling gate '" +
+                          g + "'");
         }
       }
       if (!old_spec.value("nodeName", "").empty()) {
@@ -1048,13 +1065,12 @@ void TestApiServer::HandlePatch(const std::string& kind, const std::string& key,
     }
   }
   if (kind == "Pod" && !status_only && new_spec != old_spec &&
-      !(new_spec.is_object() && old_spec.is_object() &&
-        [&] {
-          Json a = new_spec, b = old_spec;
-          a.erase("schedulingGates");
-          b.erase("schedulingGates");
-          return a == b;
-        }())) {
+      !(new_spec.is_object() && old_spec.is_object() && [&] {
+        Json a = new_spec, b = old_spec;
+        a.erase("schedulingGates");
+        b.erase("schedulingGates");
+        return a == b;
+      }())) {
     return Fail(res, 422, "Invalid",
                 "Pod \"" + key.substr(key.find('/') + 1) +
                     "\" is invalid: spec: Forbidden: pod updates may not change fields other than "

@@ -210,7 +210,7 @@ class TestApiServer {
   void TrimHistory();
   bool stopping_ = false;
   uint64_t rv_ = 1;
-  uint64_t compacted_ = 0;  // history holds changes after this version
+  uint64_t compacted_ = 0;                             // history holds changes after this version
   std::map<std::string, Json> nodes_, pods_, events_;  // key: name, ns/name
   std::map<std::string, std::map<std::string, Json>> resources_;  // resource.k8s.io, by kind
   std::vector<std::string> event_order_;

@@ -1,5 +1,5 @@
-// test_apiserver: the stand-in kube-apiserver (testing/standins/test_apiserver.h) as a program, for tests that
-// run several processes (the extender's, a whole-cluster test). Test tooling only.
+// test_apiserver: the stand-in kube-apiserver (testing/standins/test_apiserver.h) as a program, for
+// tests that run several processes (the extender's, a whole-cluster test). Test tooling only.
 //   test_apiserver [--port N]   (0 or absent: any free port)
 // Prints "port=N" and "url=http://127.0.0.1:N", then serves until stdin reaches end of file or a
 // SIGTERM/SIGINT arrives.
@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       }
       port = static_cast<int>(*p);
     } else {
-      std::fprintf(stderr, "test_apiserver: unknown argument \"%s\"\nusage: test_apiserver [--port N]\n",
+      std::fprintf(stderr,
+                   "test_apiserver: unknown argument \"%s\"\nusage: test_apiserver [--port N]\n",
                    a.c_str());
       return 2;
     }

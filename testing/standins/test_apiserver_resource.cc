@@ -18,8 +18,9 @@ namespace {
 constexpr char kBase[] = "/apis/resource\\.k8s\\.io/v1";
 
 Json StatusOf(int code, const std::string& reason, const std::string& message) {
-  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"metadata", Json::object()},
-          {"status", "Failure"}, {"message", message}, {"reason", reason}, {"code", code}};
+  return {{"kind", "Status"},    {"apiVersion", "v1"}, {"metadata", Json::object()},
+          {"status", "Failure"}, {"message", message}, {"reason", reason},
+          {"code", code}};
 }
 
 void Answer(httplib::Response& res, int code, const Json& body) {
@@ -30,7 +31,9 @@ void Answer(httplib::Response& res, int code, const Json& body) {
 // The checks of one object, collected as "field: reason".
 class Errors {
  public:
-  void Add(const std::string& field, const std::string& why) { list_.push_back(field + ": " + why); }
+  void Add(const std::string& field, const std::string& why) {
+    list_.push_back(field + ": " + why);
+  }
   Status ToStatus() const {
     if (list_.empty()) return Status::Ok();
     std::string out;
@@ -92,7 +95,8 @@ void QualifiedName(const std::string& name, const std::string& field, Errors* er
     if (domain.empty()) {
       errors->Add(field, "the domain must not be empty");
     } else if (!IsDnsSubdomain(domain) || domain.size() > 63) {
-      errors->Add(field, "the domain \"" + domain + "\" must be a DNS subdomain of at most 63 characters");
+      errors->Add(field,
+                  "the domain \"" + domain + "\" must be a DNS subdomain of at most 63 characters");
     }
   }
   if (id.empty()) {
@@ -105,34 +109,46 @@ void QualifiedName(const std::string& name, const std::string& field, Errors* er
 void RequestPolicy(const Json& value, const Json& p, const std::string& field, Errors* errors) {
   auto cap = Milli(value, field + ".value", errors);
   if (!cap) return;
-  const bool values = p.contains("validValues") && p["validValues"].is_array() && !p["validValues"].empty();
+  const bool values =
+      p.contains("validValues") && p["validValues"].is_array() && !p["validValues"].empty();
   const bool range = p.contains("validRange") && p["validRange"].is_object();
   if (values && range) {
     errors->Add(field + ".requestPolicy",
-                "exactly one policy can be specified, cannot specify \"validValues\" and \"validRange\" at the same time");
+                "exactly one policy can be specified, cannot specify \"validValues\" and "
+                "\"validRange\" at the same time");
     return;
   }
   std::optional<int64_t> def;
   if ((values || range) && (!p.contains("default") || p["default"].is_null())) {
-    errors->Add(field + ".requestPolicy.default",
-                std::string("required when ") + (values ? "validValues" : "validRange") + " is defined");
+    errors->Add(
+        field + ".requestPolicy.default",
+        std::string("required when ") + (values ? "validValues" : "validRange") + " is defined");
     return;
   }
-  if (p.contains("default") && !p["default"].is_null()) def = Milli(p["default"], field + ".requestPolicy.default", errors);
+  if (p.contains("default") && !p["default"].is_null())
+    def = Milli(p["default"], field + ".requestPolicy.default", errors);
   if (values) {
     const Json& vv = p["validValues"];
-    if (vv.size() > 10) errors->Add(field + ".requestPolicy.validValues", "must have at most 10 items");
+    if (vv.size() > 10)
+      errors->Add(field + ".requestPolicy.validValues", "must have at most 10 items");
     bool found = false;
     std::optional<int64_t> prev;
     for (size_t i = 0; i < vv.size(); ++i) {
-      auto v = Milli(vv[i], field + ".requestPolicy.validValues[" + std::to_string(i) + "]", errors);
+      auto v =
+          Milli(vv[i], field + ".requestPolicy.validValues[" + std::to_string(i) + "]", errors);
       if (!v) continue;
-      if (prev && *prev > *v) errors->Add(field + ".requestPolicy.validValues[" + std::to_string(i) + "]", "values must be sorted in ascending order");
-      if (*v > *cap) errors->Add(field + ".requestPolicy.validValues[" + std::to_string(i) + "]", "option is larger than capacity value");
+      if (prev && *prev > *v)
+        errors->Add(field + ".requestPolicy.validValues[" + std::to_string(i) + "]",
+                    "values must be sorted in ascending order");
+      if (*v > *cap)
+        errors->Add(field + ".requestPolicy.validValues[" + std::to_string(i) + "]",
+                    "option is larger than capacity value");
       if (def && *v == *def) found = true;
       prev = v;
     }
-    if (def && !found) errors->Add(field + ".requestPolicy.validValues", "default value is not valid according to the requestPolicy");
+    if (def && !found)
+      errors->Add(field + ".requestPolicy.validValues",
+                  "default value is not valid according to the requestPolicy");
   }
   if (range) {
     const Json& r = p["validRange"];
@@ -159,10 +175,13 @@ void RequestPolicy(const Json& value, const Json& p, const std::string& field, E
       if (step && *step > 0) {
         // Upstream compares whole units (Quantity.Value) for the steps.
         auto units = [](int64_t milli) { return (milli + 999) / 1000; };
-        if (*min + *step > *cap) errors->Add(at + ".step", "one step is larger than capacity value");
+        if (*min + *step > *cap)
+          errors->Add(at + ".step", "one step is larger than capacity value");
         const int64_t s = units(*step);
-        if ((units(*def) - units(*min)) % s != 0) errors->Add(at + ".step", "value is not a multiple of a given step from min (default)");
-        if (max && (units(*max) - units(*min)) % s != 0) errors->Add(at + ".step", "value is not a multiple of a given step from min (max)");
+        if ((units(*def) - units(*min)) % s != 0)
+          errors->Add(at + ".step", "value is not a multiple of a given step from min (default)");
+        if (max && (units(*max) - units(*min)) % s != 0)
+          errors->Add(at + ".step", "value is not a multiple of a given step from min (max)");
       } else if (step) {
         errors->Add(at + ".step", "must be greater than zero");
       }
@@ -175,7 +194,8 @@ void Counters(const Json& counters, const std::string& field, size_t max, Errors
     errors->Add(field, "Required value");
     return;
   }
-  if (counters.size() > max) errors->Add(field, "must have at most " + std::to_string(max) + " items");
+  if (counters.size() > max)
+    errors->Add(field, "must have at most " + std::to_string(max) + " items");
   for (const auto& [name, c] : counters.items()) {
     if (!IsDnsLabel(name)) errors->Add(field + "[" + name + "]", "must be a DNS label");
     if (!c.is_object() || !c.contains("value")) {
@@ -198,19 +218,24 @@ void Device(const Json& d, const std::string& field, bool per_device_nodes, Erro
     const std::string at = field + ".attributes[" + key + "]";
     QualifiedName(key, at, errors);
     int set = 0;
-    for (const char* t : {"int", "bool", "string", "version", "ints", "bools", "strings", "versions"}) {
+    for (const char* t :
+         {"int", "bool", "string", "version", "ints", "bools", "strings", "versions"}) {
       if (a.is_object() && a.contains(t) && !a[t].is_null()) ++set;
     }
     if (set != 1) errors->Add(at, "exactly one value must be specified");
-    if (a.contains("string") && (!a["string"].is_string() || a["string"].get<std::string>().size() > 64)) {
+    if (a.contains("string") &&
+        (!a["string"].is_string() || a["string"].get<std::string>().size() > 64)) {
       errors->Add(at + ".string", "must be a string of at most 64 characters");
     }
-    if (a.contains("version") && (!a["version"].is_string() || !IsSemver(a["version"].get<std::string>()) ||
-                                  a["version"].get<std::string>().size() > 64)) {
+    if (a.contains("version") &&
+        (!a["version"].is_string() || !IsSemver(a["version"].get<std::string>()) ||
+         a["version"].get<std::string>().size() > 64)) {
       errors->Add(at + ".version", "must be a string compatible with semver.org spec 2.0.0");
     }
-    if (a.contains("int") && !a["int"].is_number_integer()) errors->Add(at + ".int", "must be an integer");
-    if (a.contains("bool") && !a["bool"].is_boolean()) errors->Add(at + ".bool", "must be a boolean");
+    if (a.contains("int") && !a["int"].is_number_integer())
+      errors->Add(at + ".int", "must be an integer");
+    if (a.contains("bool") && !a["bool"].is_boolean())
+      errors->Add(at + ".bool", "must be a boolean");
   }
   const bool multiple = d.value("allowMultipleAllocations", false);
   for (const auto& [key, c] : capacity.items()) {
@@ -239,9 +264,12 @@ void Device(const Json& d, const std::string& field, bool per_device_nodes, Erro
     if (!sets.insert(set).second) errors->Add(at + ".counterSet", "Duplicate value");
     Counters(consumes[i].value("counters", Json()), at + ".counters", 32, errors);
   }
-  const bool node_fields = d.contains("nodeName") || d.contains("nodeSelector") || d.contains("allNodes");
+  const bool node_fields =
+      d.contains("nodeName") || d.contains("nodeSelector") || d.contains("allNodes");
   if (!per_device_nodes && node_fields) {
-    errors->Add(field, "`nodeName`, `nodeSelector` and `allNodes` can only be set if `perDeviceNodeSelection` is set to true in the ResourceSlice spec");
+    errors->Add(field,
+                "`nodeName`, `nodeSelector` and `allNodes` can only be set if "
+                "`perDeviceNodeSelection` is set to true in the ResourceSlice spec");
   }
 }
 
@@ -283,11 +311,14 @@ Status ValidateResourceSlice(const Json& slice, const Json* old) {
     size_t start = 0;
     while (ok) {
       const size_t slash = pool_name.find('/', start);
-      ok = IsDnsSubdomain(pool_name.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+      ok = IsDnsSubdomain(
+          pool_name.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
       if (slash == std::string::npos) break;
       start = slash + 1;
     }
-    if (!ok) e.Add("spec.pool.name", "\"" + pool_name + "\" must be one or more DNS subdomains separated by slashes");
+    if (!ok)
+      e.Add("spec.pool.name",
+            "\"" + pool_name + "\" must be one or more DNS subdomains separated by slashes");
   }
   if (!pool.contains("resourceSliceCount") || !pool["resourceSliceCount"].is_number_integer() ||
       pool["resourceSliceCount"].get<int64_t>() <= 0) {
@@ -299,7 +330,8 @@ Status ValidateResourceSlice(const Json& slice, const Json* old) {
   }
   int selections = 0;
   if (spec.contains("nodeName") && !spec["nodeName"].is_null()) {
-    const std::string node = spec["nodeName"].is_string() ? spec["nodeName"].get<std::string>() : "";
+    const std::string node =
+        spec["nodeName"].is_string() ? spec["nodeName"].get<std::string>() : "";
     if (node.empty()) {
       e.Add("spec.nodeName", "must be either unset or set to a non-empty string");
     } else {
@@ -322,25 +354,34 @@ Status ValidateResourceSlice(const Json& slice, const Json* old) {
     }
   }
   if (selections == 0) {
-    e.Add("spec", "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required");
+    e.Add("spec",
+          "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is "
+          "required");
   } else if (selections > 1) {
-    e.Add("spec", "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required, but multiple fields are set");
+    e.Add("spec",
+          "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is "
+          "required, but multiple fields are set");
   }
   const bool has_devices = spec.contains("devices") && !spec["devices"].is_null();
   const bool has_counters = spec.contains("sharedCounters") && !spec["sharedCounters"].is_null();
-  if (has_devices && has_counters) e.Add("spec", "only one of `sharedCounters` or `devices` is allowed");
+  if (has_devices && has_counters)
+    e.Add("spec", "only one of `sharedCounters` or `devices` is allowed");
   const Json devices = spec.value("devices", Json::array());
   bool consumes = false;
-  for (const Json& d : devices) consumes = consumes || (d.contains("consumesCounters") && !d["consumesCounters"].empty()) || (d.contains("taints") && !d["taints"].empty());
+  for (const Json& d : devices)
+    consumes = consumes || (d.contains("consumesCounters") && !d["consumesCounters"].empty()) ||
+               (d.contains("taints") && !d["taints"].empty());
   const size_t max_devices = consumes ? 64 : 128;
   if (devices.size() > max_devices) {
-    e.Add("spec.devices", "Too many: " + std::to_string(devices.size()) + ": must have at most " + std::to_string(max_devices) + " items");
+    e.Add("spec.devices", "Too many: " + std::to_string(devices.size()) + ": must have at most " +
+                              std::to_string(max_devices) + " items");
   } else {
     std::set<std::string> names;
     for (size_t i = 0; i < devices.size(); ++i) {
       const std::string at = "spec.devices[" + std::to_string(i) + "]";
       Device(devices[i], at, spec.value("perDeviceNodeSelection", false), &e);
-      if (!names.insert(devices[i].value("name", "")).second) e.Add(at, "Duplicate value: " + devices[i].value("name", ""));
+      if (!names.insert(devices[i].value("name", "")).second)
+        e.Add(at, "Duplicate value: " + devices[i].value("name", ""));
     }
   }
   const Json sets = spec.value("sharedCounters", Json::array());
@@ -355,30 +396,36 @@ Status ValidateResourceSlice(const Json& slice, const Json* old) {
   }
   if (old != nullptr) {
     const Json old_spec = old->value("spec", Json::object());
-    if (old_spec.value("driver", Json()) != spec.value("driver", Json())) e.Add("spec.driver", "field is immutable");
-    if (old_spec.value("pool", Json::object()).value("name", Json()) != pool.value("name", Json())) {
+    if (old_spec.value("driver", Json()) != spec.value("driver", Json()))
+      e.Add("spec.driver", "field is immutable");
+    if (old_spec.value("pool", Json::object()).value("name", Json()) !=
+        pool.value("name", Json())) {
       e.Add("spec.pool.name", "field is immutable");
     }
-    if (old_spec.value("nodeName", Json()) != spec.value("nodeName", Json())) e.Add("spec.nodeName", "field is immutable");
+    if (old_spec.value("nodeName", Json()) != spec.value("nodeName", Json()))
+      e.Add("spec.nodeName", "field is immutable");
   }
   return e.ToStatus();
 }
 
 Status ValidateResourceChange(const std::string& kind, const Json& updated, const Json& current) {
-  const std::string what = kind + ".resource.k8s.io \"" + updated["metadata"].value("name", "") + "\" is invalid: ";
+  const std::string what =
+      kind + ".resource.k8s.io \"" + updated["metadata"].value("name", "") + "\" is invalid: ";
   Status s = Status::Ok();
   if (kind == "ResourceSlice") {
     s = ValidateResourceSlice(updated, &current);
   } else if (kind == "ResourceClaim" || kind == "ResourceClaimTemplate") {
     Errors e;
-    if (updated.value("spec", Json()) != current.value("spec", Json())) e.Add("spec", "field is immutable");
+    if (updated.value("spec", Json()) != current.value("spec", Json()))
+      e.Add("spec", "field is immutable");
     if (kind == "ResourceClaim") {
       const Json before = current.value("status", Json::object()).value("allocation", Json());
       const Json after = updated.value("status", Json::object()).value("allocation", Json());
       if (!before.is_null() && !after.is_null() && before != after) {
         e.Add("status.allocation", "field is immutable");
       }
-      const Json reserved = updated.value("status", Json::object()).value("reservedFor", Json::array());
+      const Json reserved =
+          updated.value("status", Json::object()).value("reservedFor", Json::array());
       if (after.is_null() && !reserved.empty()) {
         e.Add("status.reservedFor", "may not be set without status.allocation");
       }
@@ -394,9 +441,8 @@ void TestApiServer::RouteResource() {
   auto get_collection = [this](const std::string& kind, bool namespaced) {
     return CollectionGet(kind, namespaced);
   };
-  for (const auto& [kind, plural] :
-       std::vector<std::pair<std::string, std::string>>{{"ResourceSlice", "resourceslices"},
-                                                        {"DeviceClass", "deviceclasses"}}) {
+  for (const auto& [kind, plural] : std::vector<std::pair<std::string, std::string>>{
+           {"ResourceSlice", "resourceslices"}, {"DeviceClass", "deviceclasses"}}) {
     const std::string all = base + "/" + plural, one = all + "/([^/]+)";
     s.Get(all, get_collection(kind, false));
     s.Post(all, [this, kind](const httplib::Request& req, httplib::Response& res) {
@@ -419,7 +465,8 @@ void TestApiServer::RouteResource() {
     });
   }
   for (const auto& [kind, plural] : std::vector<std::pair<std::string, std::string>>{
-           {"ResourceClaim", "resourceclaims"}, {"ResourceClaimTemplate", "resourceclaimtemplates"}}) {
+           {"ResourceClaim", "resourceclaims"},
+           {"ResourceClaimTemplate", "resourceclaimtemplates"}}) {
     const std::string in_ns = base + "/namespaces/([^/]+)/" + plural;
     const std::string one = in_ns + "/([^/]+)";
     auto key = [](const httplib::Request& req) {
@@ -443,12 +490,14 @@ void TestApiServer::RouteResource() {
       HandleDeleteWithOptions(kind, key(req), req, res);
     });
     if (kind == "ResourceClaim") {
-      s.Put(one + "/status", [this, kind, key](const httplib::Request& req, httplib::Response& res) {
-        HandleUpdate(kind, key(req), req, res, true);
-      });
-      s.Patch(one + "/status", [this, kind, key](const httplib::Request& req, httplib::Response& res) {
-        HandlePatch(kind, key(req), req, res, true);
-      });
+      s.Put(one + "/status",
+            [this, kind, key](const httplib::Request& req, httplib::Response& res) {
+              HandleUpdate(kind, key(req), req, res, true);
+            });
+      s.Patch(one + "/status",
+              [this, kind, key](const httplib::Request& req, httplib::Response& res) {
+                HandlePatch(kind, key(req), req, res, true);
+              });
     }
   }
 }
@@ -462,9 +511,10 @@ void TestApiServer::HandleUpdate(const std::string& kind, const std::string& key
   }
   const std::string name = key.substr(key.find('/') + 1);
   if (body["metadata"].value("name", "") != name) {
-    return Answer(res, 400, StatusOf(400, "BadRequest",
-                                     "the name of the object (" + body["metadata"].value("name", "") +
-                                         ") does not match the name on the URL (" + name + ")"));
+    return Answer(res, 400,
+                  StatusOf(400, "BadRequest",
+                           "the name of the object (" + body["metadata"].value("name", "") +
+                               ") does not match the name on the URL (" + name + ")"));
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto* objects = Objects(kind);
@@ -477,10 +527,11 @@ void TestApiServer::HandleUpdate(const std::string& kind, const std::string& key
   const std::string now = current["metadata"].value("resourceVersion", "");
   if (!asked.empty() && asked != now) {
     ++conflicts_;
-    return Answer(res, 409, StatusOf(409, "Conflict",
-                                     "Operation cannot be fulfilled on " + kind + " \"" + name +
-                                         "\": the object has been modified; please apply your "
-                                         "changes to the latest version and try again"));
+    return Answer(res, 409,
+                  StatusOf(409, "Conflict",
+                           "Operation cannot be fulfilled on " + kind + " \"" + name +
+                               "\": the object has been modified; please apply your "
+                               "changes to the latest version and try again"));
   }
   Json result;
   if (status_only) {
@@ -506,7 +557,8 @@ void TestApiServer::HandleUpdate(const std::string& kind, const std::string& key
 void TestApiServer::HandleDeleteWithOptions(const std::string& kind, const std::string& key,
                                             const httplib::Request& req, httplib::Response& res) {
   const Json options = req.body.empty() ? Json::object() : Json::parse(req.body, nullptr, false);
-  if (!options.is_object()) return Answer(res, 400, StatusOf(400, "BadRequest", "DeleteOptions are not JSON"));
+  if (!options.is_object())
+    return Answer(res, 400, StatusOf(400, "BadRequest", "DeleteOptions are not JSON"));
   const std::string name = key.substr(key.find('/') + 1);
   std::lock_guard<std::mutex> lock(mu_);
   auto* objects = Objects(kind);
@@ -517,15 +569,19 @@ void TestApiServer::HandleDeleteWithOptions(const std::string& kind, const std::
   const Json pre = options.value("preconditions", Json::object());
   const Json& meta = it->second["metadata"];
   if (pre.contains("uid") && pre["uid"] != meta.value("uid", "")) {
-    return Answer(res, 409, StatusOf(409, "Conflict",
-                                     "Precondition failed: UID in precondition: " + pre["uid"].dump() +
-                                         ", UID in object meta: " + meta.value("uid", "")));
+    return Answer(res, 409,
+                  StatusOf(409, "Conflict",
+                           "Precondition failed: UID in precondition: " + pre["uid"].dump() +
+                               ", UID in object meta: " + meta.value("uid", "")));
   }
-  if (pre.contains("resourceVersion") && pre["resourceVersion"] != meta.value("resourceVersion", "")) {
-    return Answer(res, 409, StatusOf(409, "Conflict",
-                                     "Precondition failed: ResourceVersion in precondition: " +
-                                         pre["resourceVersion"].dump() + ", ResourceVersion in object meta: " +
-                                         meta.value("resourceVersion", "")));
+  if (pre.contains("resourceVersion") &&
+      pre["resourceVersion"] != meta.value("resourceVersion", "")) {
+    return Answer(
+        res, 409,
+        StatusOf(409, "Conflict",
+                 "Precondition failed: ResourceVersion in precondition: " +
+                     pre["resourceVersion"].dump() +
+                     ", ResourceVersion in object meta: " + meta.value("resourceVersion", "")));
   }
   Json last = it->second;
   Remove(kind, key);
@@ -546,8 +602,11 @@ void TestApiServer::HandleDeleteCollection(const Collection& c, const httplib::R
   const Json list = Json::parse(listed.body);
   std::lock_guard<std::mutex> lock(mu_);
   for (const Json& obj : list["items"]) Remove(c.kind, KeyOf(obj));
-  Answer(res, 200, {{"kind", c.kind + "List"}, {"apiVersion", ApiVersionOf(c.kind)},
-                    {"metadata", {{"resourceVersion", std::to_string(rv_)}}}, {"items", list["items"]}});
+  Answer(res, 200,
+         {{"kind", c.kind + "List"},
+          {"apiVersion", ApiVersionOf(c.kind)},
+          {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+          {"items", list["items"]}});
 }
 
 Result<Json> TestApiServer::CreateResource(const std::string& kind, Json object) {
@@ -561,7 +620,8 @@ Result<Json> TestApiServer::CreateResource(const std::string& kind, Json object)
   }
   std::lock_guard<std::mutex> lock(mu_);
   const std::string key = KeyOf(object);
-  if (Objects(kind)->count(key) != 0) return Result<Json>::Error(kind + " " + key + " already exists");
+  if (Objects(kind)->count(key) != 0)
+    return Result<Json>::Error(kind + " " + key + " already exists");
   return Insert(kind, key, object);
 }
 

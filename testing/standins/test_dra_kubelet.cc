@@ -3,13 +3,13 @@
 
 #include <dirent.h>
 #include <grpcpp/grpcpp.h>
+#include <poll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <poll.h>
 
 #include "k8s/dra/health/v1/api.grpc.pb.h"
 #include "k8s/dra/health/v1alpha1/api.grpc.pb.h"
@@ -139,7 +139,8 @@ void TestDraKubelet::WatchLoop() {
       if ((e->mask & (IN_CREATE | IN_MOVED_TO)) != 0) {
         if (name.empty() || name[0] == '.') continue;  // ignored, as upstream
         if ((e->mask & IN_ISDIR) != 0) {
-          inotify_add_watch(inotify_, path.c_str(), IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
+          inotify_add_watch(inotify_, path.c_str(),
+                            IN_CREATE | IN_DELETE | IN_MOVED_TO | IN_MOVED_FROM);
           continue;
         }
         if (!IsSocket(path)) continue;
@@ -200,7 +201,9 @@ void TestDraKubelet::Reconcile() {
     if (!s.ok()) {
       refusals_.push_back(s.message());
       if (d != desired_.end()) {
-        d->second.backoff = d->second.backoff == 0ms ? 500ms : std::min<std::chrono::milliseconds>(d->second.backoff * 2, 122s);
+        d->second.backoff = d->second.backoff == 0ms
+                                ? 500ms
+                                : std::min<std::chrono::milliseconds>(d->second.backoff * 2, 122s);
         d->second.retry_at = std::chrono::steady_clock::now() + d->second.backoff;
       }
     }
@@ -221,8 +224,9 @@ Status TestDraKubelet::RegisterPlugin(const std::string& socket,
     ctx.set_deadline(Deadline(1s));
     grpc::Status s = client->GetInfo(&ctx, reg::InfoRequest(), &info);
     if (!s.ok()) {
-      return Status::Error("RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket " +
-                           socket + ", err: " + s.error_message());
+      return Status::Error(
+          "RegisterPlugin error -- failed to get plugin info using RPC GetInfo at socket " +
+          socket + ", err: " + s.error_message());
     }
   }
   auto notify = [&](bool registered, const std::string& error) -> Status {
@@ -243,7 +247,8 @@ Status TestDraKubelet::RegisterPlugin(const std::string& socket,
     return n.ok() ? Status::Error("no handler for " + info.type()) : n;
   }
   std::string endpoint = info.endpoint().empty() ? socket : info.endpoint();
-  std::vector<std::string> supported(info.supported_versions().begin(), info.supported_versions().end());
+  std::vector<std::string> supported(info.supported_versions().begin(),
+                                     info.supported_versions().end());
   // ValidatePlugin: the first of the plugin's services that kubelet knows.
   std::string chosen;
   for (const std::string& s : supported) {
@@ -255,13 +260,15 @@ Status TestDraKubelet::RegisterPlugin(const std::string& socket,
   if (chosen.empty()) {
     std::string list;
     for (const std::string& s : supported) list += (list.empty() ? "" : " ") + s;
-    const std::string why = supported.empty()
-                                ? "empty list of supported gRPC services (aka supported versions)"
-                                : "none of services supported by the plugin ([" + list +
-                                      "]) are supported by the kubelet ([v1.DRAPlugin v1beta1.DRAPlugin])";
-    return notify(false, "RegisterPlugin error -- plugin validation failed with err: invalid supported "
-                         "gRPC versions of DRA driver plugin " + info.name() + " at endpoint " +
-                         endpoint + ": " + why);
+    const std::string why =
+        supported.empty()
+            ? "empty list of supported gRPC services (aka supported versions)"
+            : "none of services supported by the plugin ([" + list +
+                  "]) are supported by the kubelet ([v1.DRAPlugin v1beta1.DRAPlugin])";
+    return notify(false,
+                  "RegisterPlugin error -- plugin validation failed with err: invalid supported "
+                  "gRPC versions of DRA driver plugin " +
+                      info.name() + " at endpoint " + endpoint + ": " + why);
   }
   // Recorded as registered before the handler runs (upstream's order).
   {
@@ -277,7 +284,8 @@ Status TestDraKubelet::RegisterPlugin(const std::string& socket,
   p->supported = supported;
   // The health service the plugin lists, v1 before v1alpha1.
   for (const char* h : {"v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"}) {
-    if (p->health_service.empty() && std::find(supported.begin(), supported.end(), h) != supported.end()) {
+    if (p->health_service.empty() &&
+        std::find(supported.begin(), supported.end(), h) != supported.end()) {
       p->health_service = h;
     }
   }
@@ -401,7 +409,8 @@ void TestDraKubelet::HealthLoop(std::shared_ptr<PluginConn> p) {
   }
 }
 
-std::shared_ptr<TestDraKubelet::PluginConn> TestDraKubelet::GetPlugin(const std::string& driver) const {
+std::shared_ptr<TestDraKubelet::PluginConn> TestDraKubelet::GetPlugin(
+    const std::string& driver) const {
   auto it = plugins_.find(driver);
   if (it == plugins_.end() || it->second.empty()) return nullptr;
   // The newest connected one, else the newest.
@@ -447,7 +456,8 @@ std::map<std::string, std::pair<std::string, std::string>> TestDraKubelet::Healt
     const std::string& driver) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = health_.find(driver);
-  return it == health_.end() ? std::map<std::string, std::pair<std::string, std::string>>{} : it->second;
+  return it == health_.end() ? std::map<std::string, std::pair<std::string, std::string>>{}
+                             : it->second;
 }
 
 int TestDraKubelet::health_messages(const std::string& driver) const {
@@ -469,7 +479,8 @@ Result<std::optional<std::string>> TestDraKubelet::ClaimName(const Json& pod, co
     return std::optional<std::string>(pc["resourceClaimName"].get<std::string>());
   }
   if (pc.contains("resourceClaimTemplateName") && pc["resourceClaimTemplateName"].is_string()) {
-    const Json statuses = pod.value("status", Json::object()).value("resourceClaimStatuses", Json::array());
+    const Json statuses =
+        pod.value("status", Json::object()).value("resourceClaimStatuses", Json::array());
     for (const Json& s : statuses) {
       if (s.value("name", "") != pc.value("name", "")) continue;
       *must_check_owner = true;
@@ -478,14 +489,18 @@ Result<std::optional<std::string>> TestDraKubelet::ClaimName(const Json& pod, co
       }
       return std::optional<std::string>(s["resourceClaimName"].get<std::string>());
     }
-    return Out::Error("pod \"" + pod["metadata"].value("name", "") + "\": ResourceClaim not created yet");
+    return Out::Error("pod \"" + pod["metadata"].value("name", "") +
+                      "\": ResourceClaim not created yet");
   }
   return Out::Error("pod \"" + pod["metadata"].value("name", "") + "\", spec.resourceClaim " +
-                    pc.value("name", "") + ": neither ResourceClaimName nor ResourceClaimTemplateName is set");
+                    pc.value("name", "") +
+                    ": neither ResourceClaimName nor ResourceClaimTemplateName is set");
 }
 
 Status TestDraKubelet::PrepareResources(const Json& pod) {
-  auto fail = [](const std::string& why) { return Status::Error("prepare dynamic resources: " + why); };
+  auto fail = [](const std::string& why) {
+    return Status::Error("prepare dynamic resources: " + why);
+  };
   const std::string ns = pod["metadata"].value("namespace", "default");
   const std::string pod_name = pod["metadata"].value("name", "");
   const std::string pod_uid = pod["metadata"].value("uid", "");
@@ -500,14 +515,17 @@ Status TestDraKubelet::PrepareResources(const Json& pod) {
     auto name = ClaimName(pod, pc, &check_owner);
     if (!name.ok()) return fail(name.error());
     if (!*name) continue;
-    auto claim = options_.api->Get("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims/" + **name);
+    auto claim = options_.api->Get("/apis/resource.k8s.io/v1/namespaces/" + ns +
+                                   "/resourceclaims/" + **name);
     if (!claim.ok()) return fail("fetch ResourceClaim " + **name + ": " + claim.error().message);
     if (check_owner) {
       bool owned = false;
       for (const Json& o : (*claim)["metadata"].value("ownerReferences", Json::array())) {
         owned = owned || (o.value("uid", "") == pod_uid && o.value("controller", false));
       }
-      if (!owned) return fail("ResourceClaim " + **name + " was not created for pod " + pod_name + " (pod is not owner)");
+      if (!owned)
+        return fail("ResourceClaim " + **name + " was not created for pod " + pod_name +
+                    " (pod is not owner)");
     }
     bool reserved = false;
     const Json status = claim->value("status", Json::object());
@@ -515,14 +533,15 @@ Status TestDraKubelet::PrepareResources(const Json& pod) {
       reserved = reserved || (r.value("resource", "") == "pods" && r.value("uid", "") == pod_uid);
     }
     if (!reserved) {
-      return fail("pod " + pod_name + " (" + pod_uid + ") is not allowed to use ResourceClaim " + **name +
-                  " (" + (*claim)["metadata"].value("uid", "") + ")");
+      return fail("pod " + pod_name + " (" + pod_uid + ") is not allowed to use ResourceClaim " +
+                  **name + " (" + (*claim)["metadata"].value("uid", "") + ")");
     }
     if (!status.contains("allocation") || status["allocation"].is_null()) {
       return fail("ResourceClaim " + **name + ": unallocated ResourceClaim");
     }
     Info info{*claim, {}};
-    for (const Json& r : status["allocation"].value("devices", Json::object()).value("results", Json::array())) {
+    for (const Json& r :
+         status["allocation"].value("devices", Json::object()).value("results", Json::array())) {
       info.drivers.insert(r.value("driver", ""));
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -578,10 +597,13 @@ Status TestDraKubelet::PrepareResources(const Json& pod) {
     if (!s.ok()) return fail("NodePrepareResources: " + s.error_message());
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [uid, result] : response.claims()) {
-      auto c = std::find_if(claims.begin(), claims.end(), [&](const ClaimInfo& x) { return x.uid == uid; });
-      if (c == claims.end()) return fail("NodePrepareResources returned result for unknown claim UID " + uid);
+      auto c = std::find_if(claims.begin(), claims.end(),
+                            [&](const ClaimInfo& x) { return x.uid == uid; });
+      if (c == claims.end())
+        return fail("NodePrepareResources returned result for unknown claim UID " + uid);
       if (!result.error().empty()) {
-        return fail("NodePrepareResources failed for ResourceClaim " + c->name + ": " + result.error());
+        return fail("NodePrepareResources failed for ResourceClaim " + c->name + ": " +
+                    result.error());
       }
       ClaimInfo& info = claims_[c->ns + "/" + c->name];
       for (const auto& d : result.devices()) {
@@ -596,7 +618,8 @@ Status TestDraKubelet::PrepareResources(const Json& pod) {
       }
     }
     const size_t unfinished = claims.size() - static_cast<size_t>(response.claims_size());
-    if (unfinished != 0) return fail("NodePrepareResources skipped " + std::to_string(unfinished) + " ResourceClaims");
+    if (unfinished != 0)
+      return fail("NodePrepareResources skipped " + std::to_string(unfinished) + " ResourceClaims");
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [driver, keys] : batches) {
@@ -644,7 +667,9 @@ Result<std::vector<std::string>> TestDraKubelet::CdiDevices(const Json& pod,
 }
 
 Status TestDraKubelet::UnprepareResources(const Json& pod) {
-  auto fail = [](const std::string& why) { return Status::Error("unprepare dynamic resources: " + why); };
+  auto fail = [](const std::string& why) {
+    return Status::Error("unprepare dynamic resources: " + why);
+  };
   const std::string pod_uid = pod["metadata"].value("uid", "");
   std::map<std::string, std::vector<ClaimInfo>> batches;
   {
@@ -683,12 +708,16 @@ Status TestDraKubelet::UnprepareResources(const Json& pod) {
     const size_t answered = static_cast<size_t>(r.claims_size());
     if (!s.ok()) return fail("NodeUnprepareResources: " + s.error_message());
     for (const auto& [uid, e] : errors) {
-      auto c = std::find_if(claims.begin(), claims.end(), [&](const ClaimInfo& x) { return x.uid == uid; });
-      if (c == claims.end()) return fail("NodeUnprepareResources returned result for unknown claim UID " + uid);
-      if (!e.empty()) return fail("NodeUnprepareResources failed for ResourceClaim " + c->name + ": " + e);
+      auto c = std::find_if(claims.begin(), claims.end(),
+                            [&](const ClaimInfo& x) { return x.uid == uid; });
+      if (c == claims.end())
+        return fail("NodeUnprepareResources returned result for unknown claim UID " + uid);
+      if (!e.empty())
+        return fail("NodeUnprepareResources failed for ResourceClaim " + c->name + ": " + e);
     }
     if (answered != claims.size()) {
-      return fail("NodeUnprepareResources skipped " + std::to_string(claims.size() - answered) + " ResourceClaims");
+      return fail("NodeUnprepareResources skipped " + std::to_string(claims.size() - answered) +
+                  " ResourceClaims");
     }
     std::lock_guard<std::mutex> lock(mu_);
     for (const ClaimInfo& c : claims) claims_.erase(c.ns + "/" + c.name);

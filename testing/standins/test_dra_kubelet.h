@@ -83,7 +83,8 @@ class TestDraKubelet {
   std::vector<std::string> Refusals() const;
   // Device health the driver's stream reported last: "pool/device" -> HEALTHY, UNHEALTHY, UNKNOWN
   // and the message.
-  std::map<std::string, std::pair<std::string, std::string>> Health(const std::string& driver) const;
+  std::map<std::string, std::pair<std::string, std::string>> Health(
+      const std::string& driver) const;
   int health_messages(const std::string& driver) const;
   // Times the node's slices were wiped (at start, and per driver gone too long).
   int wipes() const;
@@ -135,12 +136,12 @@ class TestDraKubelet {
   bool stop_ = true;
   int inotify_ = -1;
   std::thread watcher_, reconciler_, initial_wipe_;
-  std::map<std::string, Desired> desired_;  // socket -> when seen
+  std::map<std::string, Desired> desired_;                                   // socket -> when seen
   std::map<std::string, std::chrono::steady_clock::time_point> registered_;  // socket -> seen
-  std::map<std::string, std::string> socket_driver_;                          // socket -> driver
-  std::map<std::string, std::vector<std::shared_ptr<PluginConn>>> plugins_;       // by driver
-  std::map<std::string, int> registrations_;                                  // by driver
-  std::map<std::string, std::chrono::steady_clock::time_point> wipe_at_;      // by driver
+  std::map<std::string, std::string> socket_driver_;                         // socket -> driver
+  std::map<std::string, std::vector<std::shared_ptr<PluginConn>>> plugins_;  // by driver
+  std::map<std::string, int> registrations_;                                 // by driver
+  std::map<std::string, std::chrono::steady_clock::time_point> wipe_at_;     // by driver
   std::vector<std::string> refusals_;
   std::map<std::string, std::map<std::string, std::pair<std::string, std::string>>> health_;
   std::map<std::string, int> health_messages_;

@@ -23,7 +23,8 @@ class TestKubelet::RegistrationService final : public pb::Registration::Service 
   explicit RegistrationService(TestKubelet* kubelet) : kubelet_(kubelet) {}
   grpc::Status Register(grpc::ServerContext*, const pb::RegisterRequest* request,
                         pb::Empty*) override {
-    Status s = kubelet_->Register(request->version(), request->endpoint(), request->resource_name());
+    Status s =
+        kubelet_->Register(request->version(), request->endpoint(), request->resource_name());
     if (!s.ok()) return grpc::Status(grpc::StatusCode::UNKNOWN, s.message());
     return grpc::Status::OK;
   }

@@ -149,7 +149,7 @@ class TestKubelet {
   std::map<std::string, std::shared_ptr<Endpoint>> endpoints_;  // by resource
   std::vector<std::shared_ptr<Endpoint>>
       retired_;  // replaced endpoints, their watchers joined by Stop()
-  std::map<std::string, PluginState> states_;                  // by resource, kept over restarts
+  std::map<std::string, PluginState> states_;  // by resource, kept over restarts
   std::vector<std::string> refusals_;
   int fail_registrations_ = 0;
   std::vector<PreferredCall> preferred_calls_;

@@ -123,13 +123,15 @@ bool DraNode::WaitRegistered(int registrations) {
   return ok;
 }
 
-ChildProcess* DraNode::Run(const Json& pod, const std::string& container, std::vector<std::string> argv) {
+ChildProcess* DraNode::Run(const Json& pod, const std::string& container,
+                           std::vector<std::string> argv) {
   auto cdi = kubelet_->CdiDevices(pod, container);
   EXPECT_TRUE(cdi.ok()) << cdi.error();
   std::vector<std::string> cmd = {TestProgram("k8s_container_run"), "--scratch",
                                   sim_.Scratch("ctr" + std::to_string(containers_.size())),
                                   "--cdi-dir", cdi_};
-  for (const std::string& d : cdi.ok() ? *cdi : std::vector<std::string>{}) cmd.insert(cmd.end(), {"--cdi", d});
+  for (const std::string& d : cdi.ok() ? *cdi : std::vector<std::string>{})
+    cmd.insert(cmd.end(), {"--cdi", d});
   if (!cgroup_root_.empty()) {
     // A group of its own below its pod's, as a runtime puts a container (kubelet's pod<uid>).
     const std::string group = cgroup_root_ + "/tessera-test-" + sim_.name() + "-pod" +

@@ -25,7 +25,8 @@ Json ClaimSpec(const std::vector<DraRequest>& requests, const std::optional<Json
   }
   Json devices = {{"requests", list}};
   if (parameters) {
-    devices["config"] = Json::array({{{"opaque", {{"driver", "gpu.tessera.io"}, {"parameters", *parameters}}}}});
+    devices["config"] =
+        Json::array({{{"opaque", {{"driver", "gpu.tessera.io"}, {"parameters", *parameters}}}}});
   }
   return {{"devices", devices}};
 }
@@ -58,10 +59,11 @@ Json AllocatedStatus(const std::string& node, const std::vector<DraResult>& resu
         {"nodeSelector",
          {{"nodeSelectorTerms",
            Json::array({{{"matchFields", Json::array({{{"key", "metadata.name"},
-                                                        {"operator", "In"},
-                                                        {"values", Json::array({node})}}})}}})}}}}}};
+                                                       {"operator", "In"},
+                                                       {"values", Json::array({node})}}})}}})}}}}}};
   if (!pod_uid.empty()) {
-    status["reservedFor"] = Json::array({{{"resource", "pods"}, {"name", pod_name}, {"uid", pod_uid}}});
+    status["reservedFor"] =
+        Json::array({{{"resource", "pods"}, {"name", pod_name}, {"uid", pod_uid}}});
   }
   return status;
 }

@@ -37,7 +37,7 @@ struct DraResult {
   std::string pool;
   std::string device;
   std::map<std::string, std::string> consumed;  // consumedCapacity; empty: none (whole device)
-  bool share = true;                             // a shareID (devices allocated more than once)
+  bool share = true;                            // a shareID (devices allocated more than once)
 };
 
 // status of a claim allocated on `node` with `results` (and `config` copied as the allocator

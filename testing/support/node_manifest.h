@@ -1,8 +1,8 @@
-// The node DaemonSets of a manifest (deploy/kubernetes/device-plugin/tessera-node.yaml) read as Kubernetes
-// reads them, for the tests (tests only): which DaemonSet runs on a node with given labels (the
-// DaemonSet controller's rule: the pod's nodeSelector, and any one term of its required node
-// affinity, each term's expressions all holding), and the parts of a pod template kubelet turns
-// into containers. Reads YAML only; starts nothing.
+// The node DaemonSets of a manifest (deploy/kubernetes/device-plugin/tessera-node.yaml) read as
+// Kubernetes reads them, for the tests (tests only): which DaemonSet runs on a node with given
+// labels (the DaemonSet controller's rule: the pod's nodeSelector, and any one term of its required
+// node affinity, each term's expressions all holding), and the parts of a pod template kubelet
+// turns into containers. Reads YAML only; starts nothing.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

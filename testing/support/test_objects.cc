@@ -14,9 +14,9 @@ std::string GpuUuid(const std::string& name, int index) {
   for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
   h ^= static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ULL;
   char buf[64];
-  std::snprintf(buf, sizeof buf, "GPU-%08x-%04x-%04x-%04x-%012llx",
-                static_cast<unsigned>(h >> 32), static_cast<unsigned>((h >> 16) & 0xffff),
-                static_cast<unsigned>(h & 0xffff), static_cast<unsigned>(index & 0xffff),
+  std::snprintf(buf, sizeof buf, "GPU-%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(h >> 32),
+                static_cast<unsigned>((h >> 16) & 0xffff), static_cast<unsigned>(h & 0xffff),
+                static_cast<unsigned>(index & 0xffff),
                 static_cast<unsigned long long>(h & 0xffffffffffffULL));
   return buf;
 }
@@ -44,8 +44,11 @@ k8s::Json Node(const std::string& name, const std::vector<TestGpu>& gpus, const 
   return {{"apiVersion", "v1"},
           {"kind", "Node"},
           {"metadata",
-           {{"name", name}, {"uid", "node-uid-" + name}, {"resourceVersion", "1"},
-            {"labels", l}, {"annotations", annotations}}},
+           {{"name", name},
+            {"uid", "node-uid-" + name},
+            {"resourceVersion", "1"},
+            {"labels", l},
+            {"annotations", annotations}}},
           {"status", {{"allocatable", {{"cpu", cpu}, {"memory", memory}, {"pods", "110"}}}}}};
 }
 
@@ -101,8 +104,11 @@ k8s::Json Pod(const std::string& name, const std::vector<TestContainer>& contain
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
           {"metadata",
-           {{"name", name}, {"namespace", "default"}, {"uid", "uid-" + name},
-            {"resourceVersion", "1"}, {"annotations", a}}},
+           {{"name", name},
+            {"namespace", "default"},
+            {"uid", "uid-" + name},
+            {"resourceVersion", "1"},
+            {"annotations", a}}},
           {"spec", spec},
           {"status", {{"phase", "Pending"}}}};
 }

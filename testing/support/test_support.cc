@@ -44,8 +44,13 @@ std::vector<std::string> SimNode::SimEnv() const {
 }
 
 bool SimNode::Start() {
-  std::vector<std::string> argv = {process::BuildDir() + "/bin/tesserad", "--sim", "--socket",
-                                   socket_, "--ledger", ledger_, "--container-sockets",
+  std::vector<std::string> argv = {process::BuildDir() + "/bin/tesserad",
+                                   "--sim",
+                                   "--socket",
+                                   socket_,
+                                   "--ledger",
+                                   ledger_,
+                                   "--container-sockets",
                                    container_sockets_};
   argv.insert(argv.end(), daemon_args_.begin(), daemon_args_.end());
   daemon_ = std::make_unique<process::ChildProcess>(argv, SimEnv());
@@ -76,7 +81,8 @@ std::string SimNode::Scratch(const std::string& leaf) {
   return dir;
 }
 
-Json PodJson(const std::string& ns, const std::string& name, const std::vector<ContainerSpec>& containers,
+Json PodJson(const std::string& ns, const std::string& name,
+             const std::vector<ContainerSpec>& containers,
              const std::map<std::string, std::string>& annotations) {
   Json init = Json::array(), app = Json::array();
   for (const ContainerSpec& c : containers) {
@@ -87,7 +93,9 @@ Json PodJson(const std::string& ns, const std::string& name, const std::vector<C
   }
   Json meta = {{"name", name}, {"namespace", ns}};
   if (!annotations.empty()) meta["annotations"] = annotations;
-  Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta},
+  Json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", meta},
               {"spec", {{"containers", app}, {"schedulerName", "tessera"}}}};
   if (!init.empty()) pod["spec"]["initContainers"] = init;
   return pod;

@@ -66,7 +66,8 @@ struct GpuShare {
 };
 
 // A pod's JSON as a user writes it.
-Json PodJson(const std::string& ns, const std::string& name, const std::vector<ContainerSpec>& containers,
+Json PodJson(const std::string& ns, const std::string& name,
+             const std::vector<ContainerSpec>& containers,
              const std::map<std::string, std::string>& annotations = {});
 // The tessera.io/assignment text the extender writes for `containers` on `node`.
 std::string AssignmentJson(const std::string& node, uint64_t seq,

@@ -256,10 +256,11 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
                 (listed.empty() ? "none" : Join(listed)) + ")");
   }
   if (mine->gpus.size() != req->Gpus()) {
-    return fail(std::string(kAssignmentAnnotation) + " gives it " + std::to_string(mine->gpus.size()) +
-                " GPU(s), but it asks for " + std::to_string(req->Gpus()) +
-                (req->count != 0 ? " (" + std::string(GpuResourceName(GpuResource::kCount, req->ack)) + ")"
-                                 : " (one, when no gpu-count is asked)"));
+    return fail(
+        std::string(kAssignmentAnnotation) + " gives it " + std::to_string(mine->gpus.size()) +
+        " GPU(s), but it asks for " + std::to_string(req->Gpus()) +
+        (req->count != 0 ? " (" + std::string(GpuResourceName(GpuResource::kCount, req->ack)) + ")"
+                         : " (one, when no gpu-count is asked)"));
   }
   AllocationRecord rec;
   rec.id = ContainerId(pod, container.name);
@@ -278,12 +279,13 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
       std::vector<std::string> have;
       for (const TesseradGpu& h : status.gpus) have.push_back(h.uuid);
       return fail(std::string(kAssignmentAnnotation) + " names GPU " + g.uuid + ", which node " +
-                  config_.node + " does not have (its GPUs: " + (have.empty() ? "none" : Join(have)) + ")");
+                  config_.node +
+                  " does not have (its GPUs: " + (have.empty() ? "none" : Join(have)) + ")");
     }
     if (g.mem > gpu->total) {
-      return fail(std::string(kAssignmentAnnotation) + " mem_bytes=" + std::to_string(g.mem.count()) +
-                  " on " + g.uuid + " is more than that GPU's " + std::to_string(gpu->total.count()) +
-                  " bytes");
+      return fail(std::string(kAssignmentAnnotation) +
+                  " mem_bytes=" + std::to_string(g.mem.count()) + " on " + g.uuid +
+                  " is more than that GPU's " + std::to_string(gpu->total.count()) + " bytes");
     }
     if (mode == NodeMode::kExclusive && (g.mem != gpu->total || g.core.value() != 100)) {
       return fail("node " + config_.node + " is exclusive (whole GPUs only), but " +
@@ -310,13 +312,15 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
     }
     if (g.core != mine->gpus[0].core) {
       return fail(std::string(kAssignmentAnnotation) + " gives it core_percent " +
-                  std::to_string(mine->gpus[0].core.value()) + " and " + std::to_string(g.core.value()) +
+                  std::to_string(mine->gpus[0].core.value()) + " and " +
+                  std::to_string(g.core.value()) +
                   " on different GPUs; tesserad applies one share per container on all its GPUs");
     }
     if (req->core != 0 && g.core.value() != static_cast<int>(req->core)) {
-      return fail(std::string(kAssignmentAnnotation) + " core_percent=" + std::to_string(g.core.value()) +
-                  " on " + g.uuid + ", but the container asks " +
-                  std::string(GpuResourceName(GpuResource::kCore, req->ack)) + "=" + std::to_string(req->core));
+      return fail(std::string(kAssignmentAnnotation) + " core_percent=" +
+                  std::to_string(g.core.value()) + " on " + g.uuid + ", but the container asks " +
+                  std::string(GpuResourceName(GpuResource::kCore, req->ack)) + "=" +
+                  std::to_string(req->core));
     }
     total += g.mem.count();
     max_weight = std::min(max_weight, gpu->max_inst);
@@ -326,9 +330,10 @@ Result<AllocationRecord> Allocator::Plan(const PodView& pod, const ContainerView
     const uint64_t asked = req->mem_gib * kBytesPerGiB;
     const uint64_t slack = rec.gpus.size() * 2 * kBytesPerMiB;  // rounding to the 2 MiB granule
     if (total > asked || total + slack < asked) {
-      return fail(std::string(kAssignmentAnnotation) + " caps its memory at " + std::to_string(total) +
-                  " bytes in all, but it asks " + std::string(GpuResourceName(GpuResource::kMem, req->ack)) +
-                  "=" + std::to_string(req->mem_gib) + " (" + std::to_string(asked) + " bytes)");
+      return fail(std::string(kAssignmentAnnotation) + " caps its memory at " +
+                  std::to_string(total) + " bytes in all, but it asks " +
+                  std::string(GpuResourceName(GpuResource::kMem, req->ack)) + "=" +
+                  std::to_string(req->mem_gib) + " (" + std::to_string(asked) + " bytes)");
     }
   }
   auto user = ParseUserAnnotations(pod.annotations, max_weight);
@@ -489,8 +494,8 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
   if (!match) {
     return Result<ContainerResponse>::Error(
         "no pod bound to node " + config_.node + " is waiting for " + resource + "=" +
-        std::to_string(ids.size()) + " at its next container asking for it; waiting here: " +
-        Waiting(pods));
+        std::to_string(ids.size()) +
+        " at its next container asking for it; waiting here: " + Waiting(pods));
   }
   const PodView& pod = match->pod->view;
   const ContainerView& container = pod.containers[static_cast<size_t>(match->container)];
@@ -506,12 +511,13 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
   };
   if (rec == nullptr) {
     if (Status s = SimStateReachable(MountsOf(config_)); !s.ok()) {
-      return refuse("pod " + pod.Key() + " container " + container.name + ": " + s.message(), false);
+      return refuse("pod " + pod.Key() + " container " + container.name + ": " + s.message(),
+                    false);
     }
     auto status = tesserad_->Status();
     if (!status.ok()) {
       return refuse("pod " + pod.Key() + " container " + container.name + ": " + status.error() +
-                    "; no container is set up without it",
+                        "; no container is set up without it",
                     true);
     }
     auto plan = Plan(pod, container, *status);
@@ -525,13 +531,16 @@ Result<ContainerResponse> Allocator::Allocate(const std::string& resource,
                    resource.c_str(), ids.size(), pod.Key().c_str(), Join(match->also).c_str());
     }
     if (ModeIsolates(ModeOf(*plan))) {
-      if (Status s = Register(&*plan); !s.ok()) return refuse("pod " + pod.Key() + " container " + container.name + ": " + s.message(), true);
+      if (Status s = Register(&*plan); !s.ok())
+        return refuse("pod " + pod.Key() + " container " + container.name + ": " + s.message(),
+                      true);
     }
     if (config_.cdi && plan->registered) {
       auto written = WriteCdiSpec(config_.cdi_dir, plan->id, Edits(*plan));
       if (!written.ok()) {
         (void)tesserad_->Unregister(plan->id);
-        return refuse("pod " + pod.Key() + " container " + container.name + ": " + written.error(), true);
+        return refuse("pod " + pod.Key() + " container " + container.name + ": " + written.error(),
+                      true);
       }
       plan->cdi_file = *written;
     }
@@ -567,13 +576,16 @@ std::vector<std::string> Allocator::Prefer(const std::string& resource,
     const PodView& pod = match->pod->view;
     if (const std::string* a = pod.Annotation(kAssignmentAnnotation)) {
       if (auto parsed = ParseAssignment(*a); parsed.ok()) {
-        if (const ContainerAssignment* c = parsed->Find(pod.containers[static_cast<size_t>(match->container)].name)) {
+        if (const ContainerAssignment* c =
+                parsed->Find(pod.containers[static_cast<size_t>(match->container)].name)) {
           for (const AssignedGpu& g : c->gpus) gpus.push_back(g.uuid);
         }
       }
     }
   }
-  auto taken = [&](const std::string& id) { return std::find(out.begin(), out.end(), id) != out.end(); };
+  auto taken = [&](const std::string& id) {
+    return std::find(out.begin(), out.end(), id) != out.end();
+  };
   // Round robin over the assignment's GPUs, so the IDs kubelet records (and the pod-resources
   // API reports to monitoring) name the GPUs the container runs on.
   bool added = true;
@@ -605,14 +617,16 @@ Status Allocator::PreStart(const std::string& resource, const std::vector<std::s
   std::vector<AllocationRecord*> recs;
   for (AllocationRecord& r : checkpoint_.records) {
     auto it = r.devices.find(resource);
-    if (it != r.devices.end() && std::set<std::string>(it->second.begin(), it->second.end()) == want) {
+    if (it != r.devices.end() &&
+        std::set<std::string>(it->second.begin(), it->second.end()) == want) {
       recs.push_back(&r);
     }
   }
   if (recs.empty()) {
-    return Status::Error("PreStartContainer of " + resource + " [" + Join(ids) +
-                         "]: no allocation of these devices is recorded by the device plugin on node " +
-                         config_.node + " (was its checkpoint " + config_.checkpoint_path + " lost?)");
+    return Status::Error(
+        "PreStartContainer of " + resource + " [" + Join(ids) +
+        "]: no allocation of these devices is recorded by the device plugin on node " +
+        config_.node + " (was its checkpoint " + config_.checkpoint_path + " lost?)");
   }
   if (std::none_of(recs.begin(), recs.end(),
                    [&](const AllocationRecord* r) { return ModeIsolates(ModeOf(*r)); })) {
@@ -620,13 +634,15 @@ Status Allocator::PreStart(const std::string& resource, const std::vector<std::s
   }
   auto status = tesserad_->Status();
   if (!status.ok()) {
-    return Status::Error("container of pod " + recs[0]->ns + "/" + recs[0]->pod + " cannot start: " +
-                         status.error() + "; without it the container would run unisolated");
+    return Status::Error("container of pod " + recs[0]->ns + "/" + recs[0]->pod +
+                         " cannot start: " + status.error() +
+                         "; without it the container would run unisolated");
   }
   for (AllocationRecord* r : recs) {
     if (r->registered && status->Find(r->id) == nullptr) {
       if (Status s = Register(r); !s.ok()) return s;
-      std::fprintf(stderr, "tessera-device-plugin: registered %s again (tesserad had lost it)\n", r->id.c_str());
+      std::fprintf(stderr, "tessera-device-plugin: registered %s again (tesserad had lost it)\n",
+                   r->id.c_str());
     }
   }
   return Save();
@@ -679,7 +695,8 @@ std::vector<std::string> Allocator::Release(const std::set<std::string>& gone) {
         continue;
       }
       release_failing_.erase(it->id);
-      line += " (tesserad container " + it->id + (*left != 0 ? ", " + std::to_string(*left) + " process(es) still exiting" : "") + ")";
+      line += " (tesserad container " + it->id +
+              (*left != 0 ? ", " + std::to_string(*left) + " process(es) still exiting" : "") + ")";
     }
     if (!it->cdi_file.empty()) unlink(it->cdi_file.c_str());
     lines.push_back(line);

@@ -140,8 +140,8 @@ class Allocator {
                                      const std::vector<std::string>& ids);
   // GetPreferredAllocation: devices on the GPUs the waiting container's assignment names first.
   std::vector<std::string> Prefer(const std::string& resource,
-                                   const std::vector<std::string>& available,
-                                   const std::vector<std::string>& must_include, size_t size);
+                                  const std::vector<std::string>& available,
+                                  const std::vector<std::string>& must_include, size_t size);
   // PreStartContainer: the container's registration is there (again, after a tesserad restart)
   // and tesserad is reachable, or the container does not start.
   Status PreStart(const std::string& resource, const std::vector<std::string>& ids);

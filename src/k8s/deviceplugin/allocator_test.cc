@@ -15,10 +15,10 @@ namespace tessera::k8s {
 namespace {
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using testing::AssignmentJson;
 using testing::ContainerSpec;
 using testing::GpuShare;
+using ::testing::HasSubstr;
 using testing::kGiB;
 using testing::PodJson;
 using testing::SimNode;
@@ -145,7 +145,8 @@ TEST_F(AllocatorTest, APodGetsItsCapsRegisteredAndItsOwnSocket) {
   EXPECT_EQ(Containers(), 1u);
   EXPECT_EQ(allocator_->CompletePods(pods_.Pods()), std::set<std::string>{pod.uid});
   ASSERT_EQ(events_.events.size(), 1u);
-  EXPECT_THAT(events_.events[0], HasSubstr("team/web TesseraAllocated Normal: container app on " + uuid1_ + " 2GiB, 30% of GPU time"));
+  EXPECT_THAT(events_.events[0], HasSubstr("team/web TesseraAllocated Normal: container app on " +
+                                           uuid1_ + " 2GiB, 30% of GPU time"));
 }
 
 TEST_F(AllocatorTest, ContainersOfAPodInKubeletsOrderInitContainersFirst) {
@@ -261,7 +262,8 @@ TEST_F(AllocatorTest, BadInputsAreRefusedByNameAndChangeNothing) {
     std::map<std::string, std::string> annotations;
     std::string message;
   };
-  auto assign = [&](const std::string& node, const std::string& ctr, const std::string& uuid, uint64_t mem, int core) {
+  auto assign = [&](const std::string& node, const std::string& ctr, const std::string& uuid,
+                    uint64_t mem, int core) {
     return AssignmentJson(node, 1, {{ctr, {{uuid, mem, core}}}});
   };
   const std::vector<Case> cases = {
@@ -328,7 +330,8 @@ TEST_F(AllocatorTest, BadInputsAreRefusedByNameAndChangeNothing) {
     ASSERT_FALSE(r.ok()) << name;
     EXPECT_THAT(r.error(), HasSubstr(c.message)) << name;
     ASSERT_FALSE(events_.events.empty());
-    EXPECT_THAT(events_.events.back(), HasSubstr("ns/" + name + " TesseraAllocateFailed Warning: "));
+    EXPECT_THAT(events_.events.back(),
+                HasSubstr("ns/" + name + " TesseraAllocateFailed Warning: "));
     EXPECT_THAT(events_.events.back(), HasSubstr(c.message));
     EXPECT_EQ(Containers(), 0u) << name << " registered something";
     EXPECT_EQ(allocator_->Snapshot().rejected.count("uid-" + name), 1u);
@@ -346,7 +349,8 @@ TEST_F(AllocatorTest, ReleaseUnregistersAndRemovesTheCdiSpec) {
   auto r = allocator_->Allocate("tessera.io/gpu-mem", Ids(4));
   ASSERT_TRUE(r.ok()) << r.error();
   const std::string id = Allocator::ContainerId(pod, "c");
-  EXPECT_EQ(r->cdi_devices, (std::vector<std::string>{"nvidia.com/gpu=" + uuid1_, "tessera.io/container=" + id}));
+  EXPECT_EQ(r->cdi_devices,
+            (std::vector<std::string>{"nvidia.com/gpu=" + uuid1_, "tessera.io/container=" + id}));
   EXPECT_TRUE(r->envs.empty()) << "with CDI the runtime applies the spec's edits";
   const std::string spec = config_.cdi_dir + "/tessera.io-container-" + id + ".json";
   std::ifstream in(spec);
@@ -365,7 +369,8 @@ TEST_F(AllocatorTest, ReleaseUnregistersAndRemovesTheCdiSpec) {
   EXPECT_EQ(Registered(id), nullptr);
   struct stat st {};
   EXPECT_NE(stat(spec.c_str(), &st), 0) << "the CDI spec outlived the pod";
-  EXPECT_NE(stat((node_.container_sockets() + "/" + id).c_str(), &st), 0) << "the socket folder outlived it";
+  EXPECT_NE(stat((node_.container_sockets() + "/" + id).c_str(), &st), 0)
+      << "the socket folder outlived it";
   EXPECT_TRUE(allocator_->Snapshot().records.empty());
 }
 
@@ -384,8 +389,9 @@ TEST_F(AllocatorTest, ResyncRegistersWhatTesseradLostAndDropsOrphans) {
   other.id = "batch";
   ASSERT_TRUE(node_.client().Register(other).ok());
   const std::vector<std::string> lines = allocator_->Resync(node_.Status());
-  EXPECT_EQ(lines, (std::vector<std::string>{"registered " + id + " again (tesserad had lost it)",
-                                             "unregistered k8s.gone.c-abcdef, which no pod of this node owns"}));
+  EXPECT_EQ(lines, (std::vector<std::string>{
+                       "registered " + id + " again (tesserad had lost it)",
+                       "unregistered k8s.gone.c-abcdef, which no pod of this node owns"}));
   const TesseradContainer* back = Registered(id);
   ASSERT_NE(back, nullptr);
   EXPECT_EQ(back->limits[0], Bytes(2 * kGiB));
@@ -401,25 +407,31 @@ TEST_F(AllocatorTest, PreferencesNameTheAssignedGpus) {
   for (const std::string& u : {uuid0_, uuid1_}) {
     for (int k = 0; k < 4; ++k) available.push_back(u + "-m" + std::to_string(k));
   }
-  const std::vector<std::string> picked = allocator_->Prefer("tessera.io/gpu-mem", available, {}, 3);
+  const std::vector<std::string> picked =
+      allocator_->Prefer("tessera.io/gpu-mem", available, {}, 3);
   ASSERT_EQ(picked.size(), 3u);
   for (const std::string& id : picked) EXPECT_EQ(GpuOfDevice(id), uuid1_) << id;
-  EXPECT_EQ(allocator_->Prefer("tessera.io/gpu-mem", available, {uuid0_ + "-m0"}, 2).front(), uuid0_ + "-m0");
+  EXPECT_EQ(allocator_->Prefer("tessera.io/gpu-mem", available, {uuid0_ + "-m0"}, 2).front(),
+            uuid0_ + "-m0");
 }
 
 TEST_F(AllocatorTest, ExclusiveAndShareNodesHandOutGpusWithoutTesserad) {
   Make(NodeMode::kExclusive, ResourceNames::kTessera);
-  pods_.Add(PodJson("ns", "whole", {{"c", {{"tessera.io/gpu-count", "1"}}}},
-                    {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid1_, 16 * kGiB, 100}}}})}}));
+  pods_.Add(PodJson(
+      "ns", "whole", {{"c", {{"tessera.io/gpu-count", "1"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid1_, 16 * kGiB, 100}}}})}}));
   auto whole = allocator_->Allocate("tessera.io/gpu-count", Ids(1, "n"));
   ASSERT_TRUE(whole.ok()) << whole.error();
   EXPECT_EQ(whole->envs, (std::map<std::string, std::string>{{"NVIDIA_VISIBLE_DEVICES", uuid1_}}));
   EXPECT_TRUE(whole->mounts.empty());
-  pods_.Add(PodJson("ns", "part", {{"c", {{"tessera.io/gpu-count", "1"}}}},
-                    {{kAssignmentAnnotation, AssignmentJson(kNode, 2, {{"c", {{uuid0_, 4 * kGiB, 100}}}})}}));
+  pods_.Add(PodJson(
+      "ns", "part", {{"c", {{"tessera.io/gpu-count", "1"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 2, {{"c", {{uuid0_, 4 * kGiB, 100}}}})}}));
   auto part = allocator_->Allocate("tessera.io/gpu-count", Ids(1, "n"));
   ASSERT_FALSE(part.ok());
-  EXPECT_THAT(part.error(), HasSubstr("node node-1 is exclusive (whole GPUs only), but tessera.io/assignment gives it 4GiB and 100% of " + uuid0_));
+  EXPECT_THAT(part.error(), HasSubstr("node node-1 is exclusive (whole GPUs only), but "
+                                      "tessera.io/assignment gives it 4GiB and 100% of " +
+                                      uuid0_));
   Make(NodeMode::kShare, ResourceNames::kTessera);
   pods_.Add(PodJson(
       "ns", "shared", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "100"}}}},
@@ -451,14 +463,15 @@ TEST_F(AllocatorTest, PreStartRegistersAgainOrRefusesWithoutTesserad) {
   node_.Stop();
   auto down = allocator_->PreStart("tessera.io/gpu-mem", ids);
   ASSERT_FALSE(down.ok());
-  EXPECT_THAT(down.message(), HasSubstr("container of pod ns/pre cannot start: tesserad at " + node_.socket() +
-                                        " is not reachable"));
+  EXPECT_THAT(down.message(), HasSubstr("container of pod ns/pre cannot start: tesserad at " +
+                                        node_.socket() + " is not reachable"));
   EXPECT_THAT(down.message(), HasSubstr("without it the container would run unisolated"));
 }
 
 TEST_F(AllocatorTest, ARestartedAllocatorCarriesOnFromItsCheckpoint) {
-  const PodView pod = pods_.Add(PodJson("ns", "long", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "25"}}}},
-                                        {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, 2 * kGiB, 25}}}})}}));
+  const PodView pod = pods_.Add(PodJson(
+      "ns", "long", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "25"}}}},
+      {{kAssignmentAnnotation, AssignmentJson(kNode, 1, {{"c", {{uuid0_, 2 * kGiB, 25}}}})}}));
   ASSERT_TRUE(allocator_->Allocate("tessera.io/gpu-mem", Ids(2)).ok());
   Make();  // the plugin restarted between the container's two resources
   auto core = allocator_->Allocate("tessera.io/gpu-core", Ids(25, "c"));

@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace tessera::k8s {
@@ -27,7 +26,8 @@ json EditsJson(const CdiEdits& edits) {
   for (const CdiEdits::Mount& m : edits.mounts) {
     json options = {"bind", "nosuid", "nodev"};
     if (m.read_only) options.push_back("ro");
-    mounts.push_back({{"hostPath", m.host_path}, {"containerPath", m.container_path}, {"options", options}});
+    mounts.push_back(
+        {{"hostPath", m.host_path}, {"containerPath", m.container_path}, {"options", options}});
   }
   json nodes = json::array();
   for (const std::string& n : edits.device_nodes) nodes.push_back({{"path", n}});
@@ -69,14 +69,16 @@ Result<std::string> WriteSpecText(const std::string& dir, const std::string& kin
 
 }  // namespace
 
-std::string CdiSpec(const std::string& kind, const std::string& device_name, const CdiEdits& edits) {
+std::string CdiSpec(const std::string& kind, const std::string& device_name,
+                    const CdiEdits& edits) {
   json container_edits = EditsJson(edits);
   // The device plugin's specs have always carried both lists, empty or not.
   if (!container_edits.contains("env")) container_edits["env"] = json::array();
   if (!container_edits.contains("mounts")) container_edits["mounts"] = json::array();
-  const json spec = {{"cdiVersion", kCdiVersion},
-                     {"kind", kind},
-                     {"devices", json::array({{{"name", device_name}, {"containerEdits", container_edits}}})}};
+  const json spec = {
+      {"cdiVersion", kCdiVersion},
+      {"kind", kind},
+      {"devices", json::array({{{"name", device_name}, {"containerEdits", container_edits}}})}};
   return spec.dump(2);
 }
 

@@ -1,12 +1,11 @@
 // The checkpoint's JSON form and its atomic write.
 #include "k8s/deviceplugin/checkpoint.h"
 
-#include "k8s/deviceplugin/container_edits.h"
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
+#include "k8s/deviceplugin/container_edits.h"
 
 namespace tessera::k8s {
 
@@ -55,10 +54,12 @@ Result<Checkpoint> LoadCheckpoint(const std::string& path) {
         rec.devices[it.key()] = it.value().get<std::vector<std::string>>();
       }
       for (const json& g : r.at("gpus")) {
-        rec.gpus.push_back({g.at("uuid"), g.at("index").get<int>(), Bytes(g.at("mem_bytes").get<uint64_t>()),
-                            Percent::FromInt(g.at("core_percent").get<int>()).value_or(Percent::Full())});
+        rec.gpus.push_back(
+            {g.at("uuid"), g.at("index").get<int>(), Bytes(g.at("mem_bytes").get<uint64_t>()),
+             Percent::FromInt(g.at("core_percent").get<int>()).value_or(Percent::Full())});
       }
-      if (r.contains("core") && !r["core"].is_null()) rec.core = Percent::FromInt(r["core"].get<int>());
+      if (r.contains("core") && !r["core"].is_null())
+        rec.core = Percent::FromInt(r["core"].get<int>());
       rec.weight = r.value("weight", 1u);
       rec.high_priority = r.value("high_priority", false);
       rec.registered = r.value("registered", false);
@@ -87,7 +88,9 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
   for (const AllocationRecord& r : c.records) {
     json gpus = json::array();
     for (const AllocatedGpu& g : r.gpus) {
-      gpus.push_back({{"uuid", g.uuid}, {"index", g.index}, {"mem_bytes", g.mem.count()},
+      gpus.push_back({{"uuid", g.uuid},
+                      {"index", g.index},
+                      {"mem_bytes", g.mem.count()},
                       {"core_percent", g.core.value()}});
     }
     records.push_back({{"id", r.id},
@@ -107,7 +110,8 @@ Status SaveCheckpoint(const std::string& path, const Checkpoint& c) {
                        {"also_waiting", r.also_waiting}});
     if (r.mode) records.back()["mode"] = std::string(NodeModeName(*r.mode));
   }
-  const json doc = {{"version", kCheckpointVersion}, {"records", records}, {"rejected", c.rejected}};
+  const json doc = {
+      {"version", kCheckpointVersion}, {"records", records}, {"rejected", c.rejected}};
   const std::string text = doc.dump(1);
   if (Status s = WriteFileAtomically(path, text); !s.ok()) {
     return Status::Error("checkpoint " + s.message());

@@ -51,8 +51,9 @@ Result<NodeMounts> PrepareNodeMounts(const std::string& state_dir, const std::st
   mkdir(m.shim_dir.c_str(), 0755);
   for (const char* lib : {"libcuda.so.1", "libnvidia-ml.so.1"}) {
     if (Status s = CopyFile(shim_source + "/" + lib, m.shim_dir + "/" + lib); !s.ok()) {
-      return Result<NodeMounts>::Error("--shim-dir=\"" + shim_source + "\": " + s.message() +
-                                       "; expected the folder of Tessera's shims (build/lib/tessera)");
+      return Result<NodeMounts>::Error(
+          "--shim-dir=\"" + shim_source + "\": " + s.message() +
+          "; expected the folder of Tessera's shims (build/lib/tessera)");
     }
   }
   const std::string preload = std::string(kContainerShimDir) + "/libcuda.so.1\n" +

@@ -60,7 +60,7 @@ struct IsolatedContainer {
   std::optional<Percent> core;     // its GPU-time cap; nullopt: none
   uint32_t weight = 1;
   bool high_priority = false;
-  std::string mps_root;  // tesserad's MPS folder on an mps node; "" elsewhere
+  std::string mps_root;   // tesserad's MPS folder on an mps node; "" elsewhere
   bool identify = false;  // the runtime identifies it (the OCI hook of NodeMounts.oci_hook)
 };
 

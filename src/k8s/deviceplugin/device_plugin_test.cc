@@ -37,12 +37,12 @@ namespace tessera::k8s {
 namespace {
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using process::BuildDir;
 using process::ChildProcess;
 using testing::AssignmentJson;
 using testing::ContainerSpec;
 using testing::GpuShare;
+using ::testing::HasSubstr;
 using testing::kGiB;
 using testing::PodJson;
 using testing::SimNode;
@@ -92,14 +92,21 @@ class DevicePluginTest : public ::testing::Test {
 
   void StartPlugin(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {BuildDir() + "/bin/tessera-device-plugin",
-                                     "--node-name", kNode,
-                                     "--kubeconfig", kubeconfig_,
-                                     "--device-plugin-dir", plugin_dir_,
-                                     "--tesserad-socket", node_.socket(),
-                                     "--container-sockets", node_.container_sockets(),
-                                     "--state-dir", state_dir_,
+                                     "--node-name",
+                                     kNode,
+                                     "--kubeconfig",
+                                     kubeconfig_,
+                                     "--device-plugin-dir",
+                                     plugin_dir_,
+                                     "--tesserad-socket",
+                                     node_.socket(),
+                                     "--container-sockets",
+                                     node_.container_sockets(),
+                                     "--state-dir",
+                                     state_dir_,
                                      "--sim",
-                                     "--reconcile-interval", "200ms"};
+                                     "--reconcile-interval",
+                                     "200ms"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     plugin_ = std::make_unique<ChildProcess>(argv, node_.SimEnv());
     ASSERT_TRUE(plugin_->started());
@@ -124,7 +131,8 @@ class DevicePluginTest : public ::testing::Test {
 
   // The extender's part: write the decision into the pod, then bind it.
   Json Place(Json pod, const std::map<std::string, std::vector<GpuShare>>& assignment) {
-    pod["metadata"]["annotations"][kAssignmentAnnotation] = AssignmentJson(kNode, ++seq_, assignment);
+    pod["metadata"]["annotations"][kAssignmentAnnotation] =
+        AssignmentJson(kNode, ++seq_, assignment);
     pod["metadata"]["annotations"][kPhaseAnnotation] = "assumed";
     return Bind(pod);
   }
@@ -147,7 +155,8 @@ class DevicePluginTest : public ::testing::Test {
     std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
                                     node_.Scratch("ctr" + std::to_string(containers_.size()))};
     for (const auto& m : a.mounts) {
-      cmd.insert(cmd.end(), {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
+      cmd.insert(cmd.end(),
+                 {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
     }
     for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
     for (const std::string& d : a.cdi_devices) cmd.insert(cmd.end(), {"--cdi", d});
@@ -205,9 +214,12 @@ class DevicePluginTest : public ::testing::Test {
 
 TEST_F(DevicePluginTest, RegistersEachResourceOnItsOwnSocketAndPublishesTheInventory) {
   StartPlugin({"--resource-names", "both", "--unhealthy-after", "1s"});
-  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
-                        "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu-count"}) {
-    ASSERT_TRUE(kubelet_->WaitForState(r, 30s, [](const TestKubelet::PluginState& s) { return s.connected; })) << r;
+  for (const char* r :
+       {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count", "aliyun.com/gpu-mem",
+        "aliyun.com/gpu-core.percentage", "aliyun.com/gpu-count"}) {
+    ASSERT_TRUE(kubelet_->WaitForState(r, 30s, [](const TestKubelet::PluginState& s) {
+      return s.connected;
+    })) << r;
   }
   auto mem = kubelet_->Resource("tessera.io/gpu-mem");
   EXPECT_EQ(mem->endpoint, "tessera-gpu-mem.sock");
@@ -219,13 +231,17 @@ TEST_F(DevicePluginTest, RegistersEachResourceOnItsOwnSocketAndPublishesTheInven
     EXPECT_EQ(health, "Healthy");
   }
   EXPECT_EQ(kubelet_->Resource("tessera.io/gpu-core")->devices.size(), 200u);
-  EXPECT_EQ(kubelet_->Resource("aliyun.com/gpu-core.percentage")->endpoint, "aliyun-gpu-core.percentage.sock");
-  ASSERT_TRUE(WaitUntil([&] {
-    auto n = api_.GetNode(kNode);
-    return n && (*n)["metadata"].contains("annotations") &&
-           (*n)["metadata"]["annotations"].contains(kInventoryAnnotation);
-  }, 10s));
-  auto inv = ParseGpuInventory((*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+  EXPECT_EQ(kubelet_->Resource("aliyun.com/gpu-core.percentage")->endpoint,
+            "aliyun-gpu-core.percentage.sock");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto n = api_.GetNode(kNode);
+        return n && (*n)["metadata"].contains("annotations") &&
+               (*n)["metadata"]["annotations"].contains(kInventoryAnnotation);
+      },
+      10s));
+  auto inv = ParseGpuInventory(
+      (*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
   ASSERT_TRUE(inv.ok()) << inv.error();
   EXPECT_EQ(inv->mode, NodeMode::kCoreMem);
   ASSERT_EQ(inv->gpus.size(), 2u);
@@ -234,13 +250,15 @@ TEST_F(DevicePluginTest, RegistersEachResourceOnItsOwnSocketAndPublishesTheInven
   EXPECT_EQ(inv->gpus[1].model, "SimA");
   // tesserad gone: the GPUs turn unhealthy (after its grace), and healthy again when it is back.
   node_.Stop();
-  EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-mem", 30s, [](const TestKubelet::PluginState& s) {
-    return !s.devices.empty() && s.devices[0].second == "Unhealthy";
-  }));
+  EXPECT_TRUE(
+      kubelet_->WaitForState("tessera.io/gpu-mem", 30s, [](const TestKubelet::PluginState& s) {
+        return !s.devices.empty() && s.devices[0].second == "Unhealthy";
+      }));
   ASSERT_TRUE(node_.Start());
-  EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-mem", 30s, [](const TestKubelet::PluginState& s) {
-    return !s.devices.empty() && s.devices[0].second == "Healthy";
-  }));
+  EXPECT_TRUE(
+      kubelet_->WaitForState("tessera.io/gpu-mem", 30s, [](const TestKubelet::PluginState& s) {
+        return !s.devices.empty() && s.devices[0].second == "Healthy";
+      }));
 }
 
 // The first acceptance criterion, with Tessera's names and with ACK's.
@@ -260,7 +278,8 @@ TEST_F(DevicePluginTest, APodSeesItsCapStopsThereExactlyAndNvmlAgrees) {
   int round = 0;
   for (const Names& n : {Names{"tessera.io/gpu-mem", "tessera.io/gpu-core"},
                          Names{"aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"}}) {
-    const Json pod = Place(PodJson("team", "infer-" + std::to_string(round++), {{"app", {{n.mem, "2"}, {n.core, "30"}}}}),
+    const Json pod = Place(PodJson("team", "infer-" + std::to_string(round++),
+                                   {{"app", {{n.mem, "2"}, {n.core, "30"}}}}),
                            {{"app", {{gpu1, 2 * kGiB, 30}}}});
     auto admitted = Admit(pod);
     ASSERT_TRUE(admitted.ok()) << admitted.error();
@@ -268,7 +287,8 @@ TEST_F(DevicePluginTest, APodSeesItsCapStopsThereExactlyAndNvmlAgrees) {
     const TestKubelet::ContainerAllocation& a = (*admitted)[0];
     EXPECT_EQ(a.envs.at("NVIDIA_VISIBLE_DEVICES"), gpu1);
     for (const std::string& id : a.device_ids.at(n.mem)) {
-      EXPECT_EQ(GpuOfDevice(id), gpu1) << "GetPreferredAllocation steered kubelet to the assigned GPU";
+      EXPECT_EQ(GpuOfDevice(id), gpu1)
+          << "GetPreferredAllocation steered kubelet to the assigned GPU";
     }
     // The process sees a 2 GiB GPU...
     ChildProcess* meminfo = Run(pod, a, {Tenant("shim_tenant"), "meminfo"});
@@ -283,7 +303,8 @@ TEST_F(DevicePluginTest, APodSeesItsCapStopsThereExactlyAndNvmlAgrees) {
     ASSERT_TRUE(allocated.has_value());
     EXPECT_EQ(*allocated, std::to_string(2 * kGiB));
     EXPECT_EQ(oom->values().at("failure"), "2");
-    EXPECT_THAT(oom->values().at("cuMemAlloc_v2_from"), HasSubstr("/usr/local/tessera/lib/libcuda.so.1"));
+    EXPECT_THAT(oom->values().at("cuMemAlloc_v2_from"),
+                HasSubstr("/usr/local/tessera/lib/libcuda.so.1"));
     EXPECT_EQ(oom->Wait(20s), 0);
     // ...and NVML (what nvidia-smi reads) shows 2 GiB.
     ChildProcess* nvml = Run(pod, a, {Tenant("nvml_tenant")});
@@ -316,7 +337,8 @@ TEST_F(DevicePluginTest, ATwoContainerPodGetsEachContainersOwnCaps) {
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   ASSERT_EQ(admitted->size(), 3u);
-  EXPECT_EQ((*admitted)[0].device_ids.at("tessera.io/gpu-mem"), (*admitted)[1].device_ids.at("tessera.io/gpu-mem"))
+  EXPECT_EQ((*admitted)[0].device_ids.at("tessera.io/gpu-mem"),
+            (*admitted)[1].device_ids.at("tessera.io/gpu-mem"))
       << "the stand-in kubelet reuses the init container's device";
   ChildProcess* setup = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "meminfo"});
   EXPECT_EQ(setup->WaitForKey("total", 30s), std::to_string(1 * kGiB));
@@ -362,11 +384,13 @@ TEST_F(DevicePluginTest, TwoPodsWithTheSameRequestAllocatedAtOnce) {
   const std::string root = testing::WritableCgroupRoot();
   auto cgroup = [&](const Json& pod) {
     return root.empty() ? std::string()
-                        : root + "/kubepods/pod" + pod["metadata"]["uid"].get<std::string>() + "/c" +
-                              std::to_string(cgroups_.size());
+                        : root + "/kubepods/pod" + pod["metadata"]["uid"].get<std::string>() +
+                              "/c" + std::to_string(cgroups_.size());
   };
-  ChildProcess* ha = Run(a, (*admitted_a)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)}, cgroup(a));
-  ChildProcess* hb = Run(b, (*admitted_b)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)}, cgroup(b));
+  ChildProcess* ha =
+      Run(a, (*admitted_a)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)}, cgroup(a));
+  ChildProcess* hb =
+      Run(b, (*admitted_b)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)}, cgroup(b));
   ASSERT_TRUE(ha->WaitForKey("ready", 30s).has_value());
   ASSERT_TRUE(hb->WaitForKey("ready", 30s).has_value());
   const TesseradContainer* ca = InTesserad(IdOf(a, "c"));
@@ -377,14 +401,18 @@ TEST_F(DevicePluginTest, TwoPodsWithTheSameRequestAllocatedAtOnce) {
   EXPECT_EQ(cb->used[1], Bytes(kGiB));
   EXPECT_TRUE(WaitUntil([&] { return PodAllocated(a) && PodAllocated(b); }, 10s));
   // The plugin checked its choice against the processes' cgroups: twin-a's runs in twin-a.
-  EXPECT_TRUE(WaitUntil([&] {
-    for (const Json& e : api_.Events("ns")) {
-      if (e["reason"] == "TesseraAdmissionOrder") return true;
-    }
-    return false;
-  }, 2s) == false) << "a correct choice was reported as wrong";
+  EXPECT_TRUE(WaitUntil(
+                  [&] {
+                    for (const Json& e : api_.Events("ns")) {
+                      if (e["reason"] == "TesseraAdmissionOrder") return true;
+                    }
+                    return false;
+                  },
+                  2s) == false)
+      << "a correct choice was reported as wrong";
 
-  if (root.empty()) GTEST_SKIP() << "no cgroup hierarchy this test may write: the cgroup check is not tried";
+  if (root.empty())
+    GTEST_SKIP() << "no cgroup hierarchy this test may write: the cgroup check is not tried";
   // Two more, which this kubelet admits against their binding order: the plugin follows binding
   // order, so their GPUs are swapped, and the cgroup check says so on the pod.
   const Json c =
@@ -397,14 +425,20 @@ TEST_F(DevicePluginTest, TwoPodsWithTheSameRequestAllocatedAtOnce) {
             {{"c", {{gpu1, 1 * kGiB, 10}}}});
   auto admitted_d = Admit(d);
   ASSERT_TRUE(admitted_d.ok()) << admitted_d.error();
-  ChildProcess* hd = Run(d, (*admitted_d)[0], {Tenant("shim_tenant"), "hold", std::to_string(256 << 20)}, cgroup(d));
+  ChildProcess* hd = Run(d, (*admitted_d)[0],
+                         {Tenant("shim_tenant"), "hold", std::to_string(256 << 20)}, cgroup(d));
   ASSERT_TRUE(hd->WaitForKey("ready", 30s).has_value());
-  EXPECT_TRUE(WaitUntil([&] {
-    for (const std::string& e : EventsOf("ns", "twin-c")) {
-      if (e.find("TesseraAdmissionOrder") == 0 && e.find("runs in pod " + d["metadata"]["uid"].get<std::string>()) != std::string::npos) return true;
-    }
-    return false;
-  }, 10s)) << "the swap was not reported";
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        for (const std::string& e : EventsOf("ns", "twin-c")) {
+          if (e.find("TesseraAdmissionOrder") == 0 &&
+              e.find("runs in pod " + d["metadata"]["uid"].get<std::string>()) != std::string::npos)
+            return true;
+        }
+        return false;
+      },
+      10s))
+      << "the swap was not reported";
 }
 
 TEST_F(DevicePluginTest, ADeletedPodsMemoryIsBackInTesseradWithinFiveSeconds) {
@@ -417,7 +451,8 @@ TEST_F(DevicePluginTest, ADeletedPodsMemoryIsBackInTesseradWithinFiveSeconds) {
             {{"c", {{gpu0, 4 * kGiB, 100}}}});
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
-  ChildProcess* holder = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(3 * kGiB)});
+  ChildProcess* holder =
+      Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(3 * kGiB)});
   ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
   const std::string id = IdOf(pod, "c");
   ASSERT_NE(InTesserad(id), nullptr);
@@ -430,8 +465,10 @@ TEST_F(DevicePluginTest, ADeletedPodsMemoryIsBackInTesseradWithinFiveSeconds) {
   kubelet_->RemovePod(pod["metadata"]["uid"]);
   ASSERT_TRUE(WaitUntil([&] { return InTesserad(id) == nullptr; }, 5s))
       << "tesserad still has the deleted pod's container";
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("[ released ] %s gone from tesserad %.2f s after the pod's deletion\n", id.c_str(), seconds);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[ released ] %s gone from tesserad %.2f s after the pod's deletion\n", id.c_str(),
+              seconds);
   struct stat st {};
   EXPECT_NE(stat((node_.container_sockets() + "/" + id).c_str(), &st), 0);
   uint64_t used = 0;
@@ -469,7 +506,8 @@ TEST_F(DevicePluginTest, AKubeletRestartReRegistersAndLeavesRunningContainersAlo
             {{"c", {{gpu0, 2 * kGiB, 100}}}});
   auto admitted = Admit(pod);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
-  ChildProcess* holder = Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)});
+  ChildProcess* holder =
+      Run(pod, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)});
   ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
   ASSERT_TRUE(kubelet_->Restart().ok());  // deletes every plugin socket, re-creates kubelet.sock
   WaitServing(2);
@@ -495,22 +533,24 @@ TEST_F(DevicePluginTest, APluginRestartRebuildsItsStateAndCountsNothingTwice) {
   StartPlugin();
   WaitServing();
   const std::string gpu0 = node_.Uuid(0), gpu1 = node_.Uuid(1);
-  const Json keep = Place(PodJson("ns", "keep", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "40"}}}}),
-                          {{"c", {{gpu1, 2 * kGiB, 40}}}});
+  const Json keep = Place(
+      PodJson("ns", "keep", {{"c", {{"tessera.io/gpu-mem", "2"}, {"tessera.io/gpu-core", "40"}}}}),
+      {{"c", {{gpu1, 2 * kGiB, 40}}}});
   const Json lose = Place(
       PodJson("ns", "lose", {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "100"}}}}),
       {{"c", {{gpu0, kGiB, 100}}}});
   auto admitted = Admit(keep);
   ASSERT_TRUE(admitted.ok()) << admitted.error();
   ASSERT_TRUE(Admit(lose).ok());
-  ChildProcess* holder = Run(keep, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)});
+  ChildProcess* holder =
+      Run(keep, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB)});
   ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
   ASSERT_TRUE(WaitUntil([&] { return PodAllocated(keep) && PodAllocated(lose); }, 10s));
   const TesseradStatus before = node_.Status();
   const std::string keep_rv = (*api_.GetPod("ns", "keep"))["metadata"]["resourceVersion"];
 
   StopPlugin(SIGKILL);
-  ASSERT_TRUE(api_.DeletePod("ns", "lose"));  // while no plugin runs
+  ASSERT_TRUE(api_.DeletePod("ns", "lose"));     // while no plugin runs
   kubelet_->RemovePod(lose["metadata"]["uid"]);  // kubelet frees its devices as it sees it go
   StartPlugin();
   WaitServing(2);
@@ -578,24 +618,32 @@ TEST_F(DevicePluginTest, BadInputsFailTheContainerByNameAndChangeNothingElse) {
     EXPECT_THAT(admitted.error(), HasSubstr("UnexpectedAdmissionError"));
     EXPECT_THAT(admitted.error(), HasSubstr(c.message)) << c.name;
     bool evented = false;
-    for (const std::string& e : EventsOf("bad", c.name)) evented |= e.find("TesseraAllocateFailed: ") == 0 && e.find(c.message) != std::string::npos;
+    for (const std::string& e : EventsOf("bad", c.name))
+      evented |= e.find("TesseraAllocateFailed: ") == 0 && e.find(c.message) != std::string::npos;
     EXPECT_TRUE(evented) << c.name << ": no event on the pod";
     kubelet_->RemovePod(bound["metadata"]["uid"]);
     EXPECT_TRUE(node_.Status().containers.empty()) << c.name;
   }
-  // A label value the plugin does not know: said on the Node; the node keeps its mode and serves on.
+  // A label value the plugin does not know: said on the Node; the node keeps its mode and serves
+  // on.
   ASSERT_TRUE(api_.SetNodeLabel(kNode, kScheduleLabel, std::string("turbo")));
-  ASSERT_TRUE(WaitUntil([&] {
-    for (const Json& e : api_.Events("default")) {
-      if (e["reason"] == "TesseraBadLabel" &&
-          e["message"].get<std::string>().find("node label tessera.io/gpu.schedule=\"turbo\": unknown GPU sharing mode; expected core_mem, mem, share, exclusive, mig or mps; the node stays in mode core_mem") != std::string::npos) {
-        return true;
-      }
-    }
-    return false;
-  }, 10s));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const Json& e : api_.Events("default")) {
+          if (e["reason"] == "TesseraBadLabel" &&
+              e["message"].get<std::string>().find(
+                  "node label tessera.io/gpu.schedule=\"turbo\": unknown GPU sharing mode; "
+                  "expected core_mem, mem, share, exclusive, mig or mps; the node stays in mode "
+                  "core_mem") != std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      10s));
   std::this_thread::sleep_for(600ms);
-  auto inv = ParseGpuInventory((*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+  auto inv = ParseGpuInventory(
+      (*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
   ASSERT_TRUE(inv.ok());
   EXPECT_EQ(inv->mode, NodeMode::kCoreMem);
   const Json fine =
@@ -607,37 +655,50 @@ TEST_F(DevicePluginTest, BadInputsFailTheContainerByNameAndChangeNothingElse) {
   EXPECT_EQ(node_.Status().containers.size(), 1u);
   // A known value changes the mode: on exclusive, one gpu-count device per GPU.
   ASSERT_TRUE(api_.SetNodeLabel(kNode, kScheduleLabel, std::string("exclusive")));
-  EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-count", 30s, [](const TestKubelet::PluginState& s) {
-    return s.connected && s.devices.size() == 2;
-  }));
+  EXPECT_TRUE(kubelet_->WaitForState(
+      "tessera.io/gpu-count", 30s,
+      [](const TestKubelet::PluginState& s) { return s.connected && s.devices.size() == 2; }));
 }
 
 // --default-mode is the mode of a node with no mode label (the kustomize overlays mps and mig set
 // it); a label still decides where there is one, and a mode the plugin does not know stops it.
 TEST_F(DevicePluginTest, TheDefaultModeServesAnUnlabelledNodeAndALabelStillDecides) {
   StartPlugin({"--default-mode", "exclusive"});
-  EXPECT_TRUE(kubelet_->WaitForState("tessera.io/gpu-count", 30s, [](const TestKubelet::PluginState& s) {
-    return s.connected && s.devices.size() == 2;
-  }));
-  ASSERT_TRUE(WaitUntil([&] {
-    auto node = api_.GetNode(kNode);
-    if (!node || !(*node)["metadata"]["annotations"].contains(kInventoryAnnotation)) return false;
-    auto inv = ParseGpuInventory((*node)["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
-    return inv.ok() && inv->mode == NodeMode::kExclusive;
-  }, 10s)) << "the unlabelled node's inventory does not say exclusive";
+  EXPECT_TRUE(kubelet_->WaitForState(
+      "tessera.io/gpu-count", 30s,
+      [](const TestKubelet::PluginState& s) { return s.connected && s.devices.size() == 2; }));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto node = api_.GetNode(kNode);
+        if (!node || !(*node)["metadata"]["annotations"].contains(kInventoryAnnotation))
+          return false;
+        auto inv = ParseGpuInventory(
+            (*node)["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
+        return inv.ok() && inv->mode == NodeMode::kExclusive;
+      },
+      10s))
+      << "the unlabelled node's inventory does not say exclusive";
   ASSERT_TRUE(api_.SetNodeLabel(kNode, kScheduleLabel, std::string("core_mem")));
-  ASSERT_TRUE(WaitUntil([&] {
-    auto inv = ParseGpuInventory((*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation].get<std::string>());
-    return inv.ok() && inv->mode == NodeMode::kCoreMem;
-  }, 10s)) << "the label did not decide over --default-mode";
-  FILE* bad = popen((BuildDir() + "/bin/tessera-device-plugin --node-name n --default-mode turbo 2>&1").c_str(), "r");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto inv = ParseGpuInventory(
+            (*api_.GetNode(kNode))["metadata"]["annotations"][kInventoryAnnotation]
+                .get<std::string>());
+        return inv.ok() && inv->mode == NodeMode::kCoreMem;
+      },
+      10s))
+      << "the label did not decide over --default-mode";
+  FILE* bad = popen(
+      (BuildDir() + "/bin/tessera-device-plugin --node-name n --default-mode turbo 2>&1").c_str(),
+      "r");
   ASSERT_NE(bad, nullptr);
   std::string said;
   char buf[512];
   while (size_t n = fread(buf, 1, sizeof(buf), bad)) said.append(buf, n);
   EXPECT_EQ(WEXITSTATUS(pclose(bad)), 2);
-  EXPECT_THAT(said, HasSubstr("--default-mode=\"turbo\": unknown GPU sharing mode; expected core_mem, "
-                              "mem, share, exclusive, mig or mps"));
+  EXPECT_THAT(said,
+              HasSubstr("--default-mode=\"turbo\": unknown GPU sharing mode; expected core_mem, "
+                        "mem, share, exclusive, mig or mps"));
 }
 
 // With CDI the container's spec also carries the createRuntime hook (tessera-oci-hook) that tells
@@ -688,9 +749,13 @@ TEST_F(DevicePluginTest, WithCdiTheRuntimeAppliesTheSpecTheAllocationNames) {
   EXPECT_EQ(oom->Wait(20s), 0);
   ASSERT_TRUE(api_.DeletePod("ns", "cdi"));
   struct stat st {};
-  EXPECT_TRUE(WaitUntil([&] {
-    return stat((cdi_dir_ + "/tessera.io-container-" + IdOf(pod, "c") + ".json").c_str(), &st) != 0;
-  }, 5s)) << "the CDI spec outlived the pod";
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return stat((cdi_dir_ + "/tessera.io-container-" + IdOf(pod, "c") + ".json").c_str(),
+                    &st) != 0;
+      },
+      5s))
+      << "the CDI spec outlived the pod";
 }
 
 // ---- the API server as upstream's behaves
@@ -1433,17 +1498,22 @@ TEST_F(GpuModesNodeTest, gpu_modes_AHostileGpuLabelIsReportedAndChangesNothing) 
 class LargeNodeTest : public DevicePluginTest {
  protected:
   LargeNodeTest()
-      : DevicePluginTest("SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,"
-                         "SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132",
-                         {}) {}
+      : DevicePluginTest(
+            "SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,"
+            "SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132,SimH200:141GiB:132",
+            {}) {}
 };
 
 TEST_F(LargeNodeTest, EightH200sFitInOneListAndWatchMessageUnderOneMiB) {
   StartPlugin({"--resource-names", "both"});
-  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count", "aliyun.com/gpu-mem"}) {
-    ASSERT_TRUE(kubelet_->WaitForState(r, 30s, [](const TestKubelet::PluginState& s) { return s.connected && !s.devices.empty(); })) << r;
+  for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
+                        "aliyun.com/gpu-mem"}) {
+    ASSERT_TRUE(kubelet_->WaitForState(r, 30s, [](const TestKubelet::PluginState& s) {
+      return s.connected && !s.devices.empty();
+    })) << r;
     const auto st = *kubelet_->Resource(r);
-    std::printf("[ message  ] %s: %zu devices in %zu bytes\n", r, st.devices.size(), st.last_message_bytes);
+    std::printf("[ message  ] %s: %zu devices in %zu bytes\n", r, st.devices.size(),
+                st.last_message_bytes);
     EXPECT_LT(st.last_message_bytes, 1u << 20) << r;
   }
   EXPECT_EQ(kubelet_->Resource("tessera.io/gpu-mem")->devices.size(), 8u * 141u);

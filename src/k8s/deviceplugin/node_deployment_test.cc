@@ -1,6 +1,6 @@
-// The node as shipped: the DaemonSet of deploy/kubernetes/device-plugin/tessera-node.yaml that runs on a
-// node of the mode under test is read from the file (yaml-cpp), and its pod's containers run under
-// podman
+// The node as shipped: the DaemonSet of deploy/kubernetes/device-plugin/tessera-node.yaml that runs
+// on a node of the mode under test is read from the file (yaml-cpp), and its pod's containers run
+// under podman
 // + runc with what the manifest gives them: command, environment (the downward API's node name),
 // privileges, hostPID, and every volume at its host path with its read-only flag and mount
 // propagation. Then a pod placed on the node gets its allocation from the plugin through the
@@ -77,9 +77,9 @@ constexpr char kSimMigGpus[] = "H100-80GB:8GiB:132:mig=H100-80GB";
 
 std::string ManifestPath() {
   const char* v = std::getenv("TESSERA_NODE_MANIFEST");
-  return v != nullptr && *v != '\0'
-             ? v
-             : std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/device-plugin/tessera-node.yaml";
+  return v != nullptr && *v != '\0' ? v
+                                    : std::string(TESSERA_SOURCE_DIR) +
+                                          "/deploy/kubernetes/device-plugin/tessera-node.yaml";
 }
 
 // The test process's own mount and network namespaces, made before any test (single-threaded).

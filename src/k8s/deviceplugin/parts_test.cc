@@ -12,10 +12,10 @@
 #include "k8s/deviceplugin/checkpoint.h"
 #include "k8s/deviceplugin/node_devices.h"
 #include "k8s/deviceplugin/pod_cgroup.h"
-#include "k8s/objects.h"
 #include "k8s/deviceplugin/tesserad_client.h"
-#include "testing/support/test_support.h"
+#include "k8s/objects.h"
 #include "process/child_process.h"
+#include "testing/support/test_support.h"
 
 namespace tessera::k8s {
 namespace {
@@ -26,7 +26,8 @@ constexpr char kUuid[] = "GPU-2e1fc313-a110-49be-8c5d-7c0bff8a19b5";
 
 TEST(NodeDevices, EachModeServesItsResourcesInTheSpellingsAsked) {
   EXPECT_EQ(ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera),
-            (std::vector<std::string>{"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count"}));
+            (std::vector<std::string>{"tessera.io/gpu-mem", "tessera.io/gpu-core",
+                                      "tessera.io/gpu-count"}));
   // An exclusive node serves all three too: a whole GPU may be asked as gpu-core 100, or with a
   // gpu-mem floor (the fit rule, k8s/fit.h); shares are refused there by the rule, not by kubelet.
   EXPECT_EQ(ServedResources(NodeMode::kExclusive, ResourceNames::kBoth),
@@ -34,7 +35,8 @@ TEST(NodeDevices, EachModeServesItsResourcesInTheSpellingsAsked) {
                                       "tessera.io/gpu-core", "aliyun.com/gpu-core.percentage",
                                       "tessera.io/gpu-count", "aliyun.com/gpu-count"}));
   EXPECT_EQ(ServedResources(NodeMode::kMem, ResourceNames::kAliyun),
-            (std::vector<std::string>{"aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage", "aliyun.com/gpu-count"}));
+            (std::vector<std::string>{"aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage",
+                                      "aliyun.com/gpu-count"}));
   EXPECT_TRUE(ServedResources(NodeMode::kMig, ResourceNames::kBoth).empty()) << "no MIG device yet";
   EXPECT_EQ(ServedResources(NodeMode::kMps, ResourceNames::kTessera),
             ServedResources(NodeMode::kCoreMem, ResourceNames::kTessera));
@@ -44,12 +46,14 @@ TEST(NodeDevices, EachModeServesItsResourcesInTheSpellingsAsked) {
   EXPECT_FALSE(ModeIsolates(NodeMode::kShare));
   EXPECT_FALSE(ModeIsolates(NodeMode::kExclusive));
   EXPECT_EQ(ParseResourceNames("both").value(), ResourceNames::kBoth);
-  EXPECT_EQ(ParseResourceNames("ack").error(), "--resource-names=\"ack\": expected tessera, aliyun or both");
+  EXPECT_EQ(ParseResourceNames("ack").error(),
+            "--resource-names=\"ack\": expected tessera, aliyun or both");
 }
 
 TEST(NodeDevices, OneDevicePerUnitWithTheGpuInItsId) {
-  const std::vector<NodeGpu> gpus = {{0, kUuid, "H200", Bytes(151397597184), 16, true},
-                                     {1, "GPU-00000000-0000-4000-8000-000000000001", "H200", Bytes(151397597184), 16, false}};
+  const std::vector<NodeGpu> gpus = {
+      {0, kUuid, "H200", Bytes(151397597184), 16, true},
+      {1, "GPU-00000000-0000-4000-8000-000000000001", "H200", Bytes(151397597184), 16, false}};
   const std::vector<Device> mem = DevicesOf("tessera.io/gpu-mem", NodeMode::kCoreMem, gpus);
   ASSERT_EQ(mem.size(), 2u * 141u) << "whole GiB only";
   EXPECT_EQ(mem[0].id, std::string(kUuid) + "-m0");
@@ -57,7 +61,8 @@ TEST(NodeDevices, OneDevicePerUnitWithTheGpuInItsId) {
   EXPECT_FALSE(mem.back().healthy);
   for (const Device& d : mem) EXPECT_LE(d.id.size(), 63u);
   EXPECT_EQ(DevicesOf("aliyun.com/gpu-core.percentage", NodeMode::kCoreMem, gpus).size(), 200u);
-  EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kShare, gpus).size(), 32u) << "max_inst per GPU";
+  EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kShare, gpus).size(), 32u)
+      << "max_inst per GPU";
   EXPECT_EQ(DevicesOf("tessera.io/gpu-count", NodeMode::kExclusive, gpus).size(), 2u);
   EXPECT_TRUE(DevicesOf("nvidia.com/gpu", NodeMode::kCoreMem, gpus).empty());
   EXPECT_EQ(GpuOfDevice(std::string(kUuid) + "-c99"), kUuid);
@@ -135,11 +140,14 @@ TEST(NodeDevices, AMigNodeServesEachProfileItHasWithTheMigUuidsAsIds) {
 TEST(PodCgroup, FindsThePodInEveryDriversLayout) {
   const std::string uid = "0c4f8a5e-6b0d-4f7e-9c3a-2d1b6e8f7a90";
   EXPECT_EQ(PodUidFromCgroup("0::/kubepods/burstable/pod" + uid + "/8d2c1f\n"), uid);
-  EXPECT_EQ(PodUidFromCgroup("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0c4f8a5e_6b0d_4f7e_9c3a_2d1b6e8f7a90.slice/cri-containerd-ab.scope\n"),
+  EXPECT_EQ(PodUidFromCgroup("0::/kubepods.slice/kubepods-besteffort.slice/"
+                             "kubepods-besteffort-pod0c4f8a5e_6b0d_4f7e_9c3a_2d1b6e8f7a90.slice/"
+                             "cri-containerd-ab.scope\n"),
             uid);
   EXPECT_EQ(PodUidFromCgroup("8:pids:/kubepods/pod" + uid + "/c0\n4:memory:/x\n"), uid);
   EXPECT_FALSE(PodUidFromCgroup("0::/system.slice/tesserad.service\n").has_value());
-  EXPECT_FALSE(PodUidFromCgroup("0::/user.slice/podman-pod" + uid.substr(0, 10) + "\n").has_value());
+  EXPECT_FALSE(
+      PodUidFromCgroup("0::/user.slice/podman-pod" + uid.substr(0, 10) + "\n").has_value());
   EXPECT_FALSE(PodUidFromCgroup("0::/kubepods/podnot-a-uid/x\n").has_value());
 }
 
@@ -149,7 +157,8 @@ TEST(PodCgroup, AProcessInAPodsCgroupNamesThatPod) {
   const std::string uid = "11111111-2222-4333-8444-555555555555";
   const std::string dir = root + "/kubepods/pod" + uid + "/c" + std::to_string(getpid());
   std::system(("mkdir -p " + dir).c_str());
-  process::ChildProcess child({"/bin/sh", "-c", "echo $$ > " + dir + "/cgroup.procs && echo in=1 && cat >/dev/null"}, {});
+  process::ChildProcess child(
+      {"/bin/sh", "-c", "echo $$ > " + dir + "/cgroup.procs && echo in=1 && cat >/dev/null"}, {});
   ASSERT_TRUE(child.WaitForKey("in", std::chrono::seconds(10)).has_value());
   EXPECT_EQ(PodUidOfProcess("/proc", child.pid()), uid);
   EXPECT_FALSE(PodUidOfProcess("/proc", getpid()).has_value());

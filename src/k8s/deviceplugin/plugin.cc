@@ -57,7 +57,8 @@ class DevicePluginServer::NodePods : public PodSource {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<NodePod> out;
     for (const auto& [uid, p] : by_uid_) out.push_back(p);
-    std::sort(out.begin(), out.end(), [](const NodePod& a, const NodePod& b) { return a.order < b.order; });
+    std::sort(out.begin(), out.end(),
+              [](const NodePod& a, const NodePod& b) { return a.order < b.order; });
     return out;
   }
 
@@ -91,7 +92,8 @@ class DevicePluginServer::NodePods : public PodSource {
         }
       }
       std::sort(fresh.begin(), fresh.end(), [](const PodView& a, const PodView& b) {
-        if (a.creation_timestamp != b.creation_timestamp) return a.creation_timestamp < b.creation_timestamp;
+        if (a.creation_timestamp != b.creation_timestamp)
+          return a.creation_timestamp < b.creation_timestamp;
         return a.Key() < b.Key();
       });
       for (PodView& v : fresh) next[v.uid] = {v, next_order_++};
@@ -145,7 +147,8 @@ class DevicePluginServer::ApiEvents : public EventSink {
     e.warning = warning;
     e.component = "tessera-device-plugin";
     e.host = node_;
-    if (auto r = api_->CreateEvent(e); !r.ok()) Log("event on pod " + pod.Key() + ": " + r.error().message);
+    if (auto r = api_->CreateEvent(e); !r.ok())
+      Log("event on pod " + pod.Key() + ": " + r.error().message);
   }
   void NodeEvent(const std::string& uid, const std::string& reason, const std::string& message) {
     EventSpec e;
@@ -156,7 +159,8 @@ class DevicePluginServer::ApiEvents : public EventSink {
     e.message = message;
     e.component = "tessera-device-plugin";
     e.host = node_;
-    if (auto r = api_->CreateEvent(e); !r.ok()) Log("event on node " + node_ + ": " + r.error().message);
+    if (auto r = api_->CreateEvent(e); !r.ok())
+      Log("event on node " + node_ + ": " + r.error().message);
   }
 
  private:
@@ -228,11 +232,14 @@ class DevicePluginServer::ResourceServer final : public pb::DevicePlugin::Servic
     return grpc::Status::OK;
   }
 
-  grpc::Status GetPreferredAllocation(grpc::ServerContext*, const pb::PreferredAllocationRequest* req,
+  grpc::Status GetPreferredAllocation(grpc::ServerContext*,
+                                      const pb::PreferredAllocationRequest* req,
                                       pb::PreferredAllocationResponse* out) override {
     for (const pb::ContainerPreferredAllocationRequest& c : req->container_requests()) {
-      const std::vector<std::string> available(c.available_deviceids().begin(), c.available_deviceids().end());
-      const std::vector<std::string> must(c.must_include_deviceids().begin(), c.must_include_deviceids().end());
+      const std::vector<std::string> available(c.available_deviceids().begin(),
+                                               c.available_deviceids().end());
+      const std::vector<std::string> must(c.must_include_deviceids().begin(),
+                                          c.must_include_deviceids().end());
       const size_t size = static_cast<size_t>(std::max(c.allocation_size(), 0));
       auto* r = out->add_container_responses();
       for (const std::string& id : owner_->allocator_->Prefer(resource_, available, must, size)) {
@@ -291,7 +298,8 @@ Status DevicePluginServer::Start() {
     wake_.notify_all();
   });
   events_ = std::make_unique<ApiEvents>(api_, options_.node);
-  allocator_ = std::make_unique<Allocator>(options_.allocator, &tesserad_, pods_.get(), events_.get());
+  allocator_ =
+      std::make_unique<Allocator>(options_.allocator, &tesserad_, pods_.get(), events_.get());
   if (Status s = allocator_->Load(); !s.ok()) return s;
   auto node = api_->GetNode(options_.node);
   if (!node.ok()) {
@@ -496,7 +504,8 @@ void DevicePluginServer::AddMigParts(std::vector<NodeGpu>* gpus) {
   }
 }
 
-std::vector<Device> DevicePluginServer::DevicesFor(const std::string& resource, uint64_t* version) const {
+std::vector<Device> DevicePluginServer::DevicesFor(const std::string& resource,
+                                                   uint64_t* version) const {
   std::lock_guard<std::mutex> lock(mu_);
   *version = devices_version_;
   if (!mode_) return {};
@@ -517,7 +526,8 @@ Status DevicePluginServer::RegisterWithKubelet(const std::string& resource) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + 5s);
   grpc::Status s = stub->Register(&ctx, req, &empty);
-  if (!s.ok()) return Status::Error("registering " + resource + " with kubelet: " + s.error_message());
+  if (!s.ok())
+    return Status::Error("registering " + resource + " with kubelet: " + s.error_message());
   registrations_.fetch_add(1);
   return Status::Ok();
 }
@@ -537,7 +547,8 @@ void DevicePluginServer::Serve(const std::vector<std::string>& resources, bool r
     auto it = servers_.find(r);
     if (it != servers_.end() && !restart) continue;
     if (it != servers_.end()) servers_.erase(it);
-    auto server = std::make_unique<ResourceServer>(this, r, options_.plugin_dir + "/" + SocketNameOf(r));
+    auto server =
+        std::make_unique<ResourceServer>(this, r, options_.plugin_dir + "/" + SocketNameOf(r));
     if (Status s = server->Start(); !s.ok()) {
       Log(s.message());
       continue;
@@ -548,7 +559,8 @@ void DevicePluginServer::Serve(const std::vector<std::string>& resources, bool r
       unregistered_.insert(r);
     } else {
       unregistered_.erase(r);
-      Log("serving " + r + " on " + options_.plugin_dir + "/" + SocketNameOf(r) + ", registered with kubelet");
+      Log("serving " + r + " on " + options_.plugin_dir + "/" + SocketNameOf(r) +
+          ", registered with kubelet");
     }
   }
 }
@@ -634,7 +646,8 @@ void DevicePluginServer::Reconcile() {
       tesserad_seen_ = now;
     }
     gpus.clear();
-    for (const TesseradGpu& g : status->gpus) gpus.push_back({g.index, g.uuid, g.name, g.total, g.max_inst, true});
+    for (const TesseradGpu& g : status->gpus)
+      gpus.push_back({g.index, g.uuid, g.name, g.total, g.max_inst, true});
     std::optional<NodeMode> mode;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -681,7 +694,8 @@ void DevicePluginServer::Reconcile() {
         gone.insert(r.pod_uid);
       } else if (pod.ok()) {
         auto v = PodFromJson(*pod);
-        if (v.ok() && (v->uid != r.pod_uid || v->Terminal() || v->deleting || v->node_name != options_.node)) {
+        if (v.ok() && (v->uid != r.pod_uid || v->Terminal() || v->deleting ||
+                       v->node_name != options_.node)) {
           gone.insert(r.pod_uid);
         }
       }
@@ -723,9 +737,11 @@ void DevicePluginServer::Reconcile() {
       }
     }
     if (!same) {
-      auto patched = api_->PatchNodeAnnotations(options_.node, {{kInventoryAnnotation, WriteGpuInventory(inventory)}});
+      auto patched = api_->PatchNodeAnnotations(
+          options_.node, {{kInventoryAnnotation, WriteGpuInventory(inventory)}});
       if (!patched.ok()) {
-        Log("publishing the GPU inventory on node " + options_.node + ": " + patched.error().message);
+        Log("publishing the GPU inventory on node " + options_.node + ": " +
+            patched.error().message);
       } else {
         std::lock_guard<std::mutex> lock(mu_);
         node_ = *patched;

@@ -114,7 +114,7 @@ class DevicePluginServer {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::optional<NodeMode> mode_;
-  std::string bad_label_;  // the last label value refused (reported once)
+  std::string bad_label_;      // the last label value refused (reported once)
   std::string bad_gpu_label_;  // the last refusal of the GPUs' own mode labels (reported once)
   std::map<int, NodeMode> wanted_modes_;   // GPUs' own modes, as labelled
   std::map<int, NodeMode> applied_modes_;  // each GPU's mode as served (all GPUs once resolved)

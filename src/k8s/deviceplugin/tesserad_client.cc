@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "protocol/protocol.h"
 #include "ipc/unix_socket.h"
+#include "protocol/protocol.h"
 
 namespace tessera::k8s {
 
@@ -28,7 +28,8 @@ const TesseradGpu* TesseradStatus::Gpu(const std::string& uuid) const {
 
 Result<TesseradStatus> ParseTesseradStatus(const std::string& text) {
   json doc = json::parse(text, nullptr, false);
-  if (!doc.is_object()) return Result<TesseradStatus>::Error("tesserad STATUS is not JSON: " + text.substr(0, 200));
+  if (!doc.is_object())
+    return Result<TesseradStatus>::Error("tesserad STATUS is not JSON: " + text.substr(0, 200));
   TesseradStatus out;
   try {
     for (const json& d : doc.at("devices")) {
@@ -44,17 +45,20 @@ Result<TesseradStatus> ParseTesseradStatus(const std::string& text) {
       TesseradContainer t;
       t.id = c.at("id").get<std::string>();
       for (const json& l : c.at("limit_bytes")) {
-        t.limits.push_back(l.is_null() ? std::nullopt : std::optional<Bytes>(Bytes(l.get<uint64_t>())));
+        t.limits.push_back(l.is_null() ? std::nullopt
+                                       : std::optional<Bytes>(Bytes(l.get<uint64_t>())));
       }
       for (const json& u : c.at("used_bytes")) t.used.push_back(Bytes(u.get<uint64_t>()));
       t.core_percent = c.value("core_percent", 100u);
       t.weight = c.value("weight", 1u);
       t.high_priority = c.value("high_priority", false);
-      for (const json& p : c.value("processes", json::array())) t.pids.push_back(p.at("pid").get<pid_t>());
+      for (const json& p : c.value("processes", json::array()))
+        t.pids.push_back(p.at("pid").get<pid_t>());
       out.containers.push_back(std::move(t));
     }
   } catch (const json::exception& e) {
-    return Result<TesseradStatus>::Error(std::string("tesserad STATUS: unexpected shape: ") + e.what());
+    return Result<TesseradStatus>::Error(std::string("tesserad STATUS: unexpected shape: ") +
+                                         e.what());
   }
   return out;
 }
@@ -65,9 +69,11 @@ TesseradClient::TesseradClient(std::string socket, std::chrono::milliseconds tim
 Result<std::string> TesseradClient::Call(const std::string& line) const {
   auto reply = ipc::Call(socket_, line, nullptr, timeout_);
   if (!reply.ok()) {
-    return Result<std::string>::Error("tesserad at " + socket_ + " is not reachable: " + reply.error());
+    return Result<std::string>::Error("tesserad at " + socket_ +
+                                      " is not reachable: " + reply.error());
   }
-  if (reply->rfind("ERR ", 0) == 0) return Result<std::string>::Error("tesserad refused: " + reply->substr(4));
+  if (reply->rfind("ERR ", 0) == 0)
+    return Result<std::string>::Error("tesserad refused: " + reply->substr(4));
   if (reply->rfind("OK", 0) != 0) return Result<std::string>::Error("tesserad answered: " + *reply);
   return *reply;
 }

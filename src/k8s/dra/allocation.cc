@@ -72,8 +72,8 @@ Json AllocationJson(const Json& claim, const std::vector<AllocatedRequest>& requ
     allocation["nodeSelector"] = {
         {"nodeSelectorTerms",
          Json::array({{{"matchFields", Json::array({{{"key", "metadata.name"},
-                                                      {"operator", "In"},
-                                                      {"values", Json::array({node})}}})}}})}};
+                                                     {"operator", "In"},
+                                                     {"values", Json::array({node})}}})}}})}};
   }
   return allocation;
 }

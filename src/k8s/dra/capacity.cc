@@ -136,7 +136,8 @@ Consumption ConsumedCapacity(const Consumption& requests, const Capacities& capa
   Consumption out;
   for (const auto& [name, cap] : capacities) {
     auto it = requests.find(name);
-    out[name] = ConsumedOf(it == requests.end() ? std::nullopt : std::optional<Amount>(it->second), cap);
+    out[name] =
+        ConsumedOf(it == requests.end() ? std::nullopt : std::optional<Amount>(it->second), cap);
   }
   return out;
 }
@@ -144,7 +145,8 @@ Consumption ConsumedCapacity(const Consumption& requests, const Capacities& capa
 Result<bool> FitsCapacity(const Consumption& in_use, const Consumption& requests,
                           const Capacities& capacities, const Consumption& allocating) {
   for (const auto& [name, q] : requests) {
-    if (capacities.count(name) == 0) return Result<bool>::Error("some requested capacity has not been defined");
+    if (capacities.count(name) == 0)
+      return Result<bool>::Error("some requested capacity has not been defined");
   }
   for (const auto& [name, cap] : capacities) {
     auto it = requests.find(name);

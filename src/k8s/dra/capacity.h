@@ -1,6 +1,7 @@
 // Consumable capacity (resource.k8s.io/v1, KEP-5075): what a request consumes of a device that
-// allows multiple allocations, by upstream's documented rules (DeviceCapacity, CapacityRequestPolicy
-// and CapacityRequirements in k8s.io/api resource/v1, as the structured allocator applies them):
+// allows multiple allocations, by upstream's documented rules (DeviceCapacity,
+// CapacityRequestPolicy and CapacityRequirements in k8s.io/api resource/v1, as the structured
+// allocator applies them):
 //  - a capacity the request does not ask for consumes its policy's default, or, without a policy,
 //    all of the capacity's value;
 //  - without a policy a request consumes what it asks;
@@ -50,14 +51,15 @@ struct DeviceCapacity {
 };
 
 using Capacities = std::map<std::string, DeviceCapacity>;  // by capacity name
-using Consumption = std::map<std::string, Amount>;        // by capacity name
+using Consumption = std::map<std::string, Amount>;         // by capacity name
 
 // Reads a quantity ("4Gi"); the error names `what`.
 Result<Amount> ParseAmount(const Json& quantity, const std::string& what);
 // A device's "capacity" map of a slice; the error names the device.
 Result<Capacities> ParseCapacities(const Json& capacity, const std::string& device);
 // A request's "capacity": {"requests": {...}} (absent: nothing asked).
-Result<Consumption> ParseCapacityRequests(const Json& exactly_or_subrequest, const std::string& what);
+Result<Consumption> ParseCapacityRequests(const Json& exactly_or_subrequest,
+                                          const std::string& what);
 
 // What `requested` (nullopt: not asked) consumes of `capacity` (calculateConsumedCapacity).
 Amount ConsumedOf(const std::optional<Amount>& requested, const DeviceCapacity& capacity);

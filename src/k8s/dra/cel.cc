@@ -41,8 +41,10 @@ std::optional<Version> ParseVersion(const std::string& text) {
   size_t pos = 0;
   for (int i = 0; i < 3; ++i) {
     const size_t end = core.find('.', pos);
-    const std::string p = core.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    if (p.empty() || p.size() > 18 || !std::all_of(p.begin(), p.end(), ::isdigit)) return std::nullopt;
+    const std::string p =
+        core.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    if (p.empty() || p.size() > 18 || !std::all_of(p.begin(), p.end(), ::isdigit))
+      return std::nullopt;
     *parts[i] = std::stoll(p);
     if ((i < 2) != (end != std::string::npos)) return std::nullopt;
     pos = end + 1;
@@ -55,8 +57,10 @@ struct DomainMap {
   Domain of;
   std::string domain;
 };
-struct Root {};               // `device`
-struct RootMap { Domain of; };  // device.attributes, device.capacity
+struct Root {};  // `device`
+struct RootMap {
+  Domain of;
+};  // device.attributes, device.capacity
 struct QuantityValue {
   int64_t milli;
 };
@@ -69,8 +73,8 @@ struct List {
 };
 
 std::string TypeName(const Value& v) {
-  static const char* names[] = {"null", "bool", "int", "string", "quantity", "version", "device",
-                                "map", "map", "list"};
+  static const char* names[] = {"null",    "bool",   "int", "string", "quantity",
+                                "version", "device", "map", "map",    "list"};
   return names[v.index()];
 }
 
@@ -88,7 +92,8 @@ bool Equal(const Value& a, const Value& b) {
   }
   if (std::holds_alternative<bool>(a)) return std::get<bool>(a) == std::get<bool>(b);
   if (std::holds_alternative<int64_t>(a)) return std::get<int64_t>(a) == std::get<int64_t>(b);
-  if (std::holds_alternative<std::string>(a)) return std::get<std::string>(a) == std::get<std::string>(b);
+  if (std::holds_alternative<std::string>(a))
+    return std::get<std::string>(a) == std::get<std::string>(b);
   return std::holds_alternative<std::monostate>(a);
 }
 
@@ -147,8 +152,8 @@ Result<std::vector<Token>> Lex(const std::string& s) {
       t.text = text;
       i = j + 1;
     } else {
-      static const char* ops[] = {"==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")",
-                                  "[", "]", ".", ",", "?", ":", "-"};
+      static const char* ops[] = {"==", "!=", "<=", ">=", "&&", "||", "<", ">", "!",
+                                  "(",  ")",  "[",  "]",  ".",  ",",  "?", ":", "-"};
       bool found = false;
       for (const char* op : ops) {
         if (s.compare(i, std::strlen(op), op) == 0) {
@@ -159,7 +164,8 @@ Result<std::vector<Token>> Lex(const std::string& s) {
           break;
         }
       }
-      if (!found) return fail(std::string("unexpected '") + c + "' (not in the CEL subset Tessera reads)");
+      if (!found)
+        return fail(std::string("unexpected '") + c + "' (not in the CEL subset Tessera reads)");
     }
     out.push_back(std::move(t));
   }
@@ -172,7 +178,19 @@ Result<std::vector<Token>> Lex(const std::string& s) {
 }  // namespace
 
 struct CelProgram::Node {
-  enum Kind { kLiteral, kIdent, kMember, kIndex, kCall, kMethod, kUnary, kBinary, kTernary, kList, kHas };
+  enum Kind {
+    kLiteral,
+    kIdent,
+    kMember,
+    kIndex,
+    kCall,
+    kMethod,
+    kUnary,
+    kBinary,
+    kTernary,
+    kList,
+    kHas
+  };
   Kind kind;
   std::string name;  // identifier, member, function, method or operator
   Value literal;
@@ -191,7 +209,8 @@ class Parser {
   Result<NodePtr> Parse() {
     auto e = Expr();
     if (!e.ok()) return e;
-    if (Peek().kind != Tok::kEnd) return Fail("unexpected \"" + Peek().text + "\" after the expression");
+    if (Peek().kind != Tok::kEnd)
+      return Fail("unexpected \"" + Peek().text + "\" after the expression");
     return e;
   }
 
@@ -314,7 +333,9 @@ class Parser {
       if (!a.ok()) return a.status();
       out.push_back(*a);
       if (Accept(close)) return out;
-      if (!Accept(",")) return Result<std::vector<NodePtr>>::Error(Fail(std::string("expected ',' or '") + close + "'").error());
+      if (!Accept(","))
+        return Result<std::vector<NodePtr>>::Error(
+            Fail(std::string("expected ',' or '") + close + "'").error());
     }
   }
   Result<NodePtr> Primary() {
@@ -338,9 +359,12 @@ class Parser {
       if (!items.ok()) return items.status();
       return Make(Node::kList, "[]", *items);
     }
-    if (t.kind != Tok::kIdent) return Fail(t.kind == Tok::kEnd ? "the expression ends too early" : "unexpected \"" + t.text + "\"");
+    if (t.kind != Tok::kIdent)
+      return Fail(t.kind == Tok::kEnd ? "the expression ends too early"
+                                      : "unexpected \"" + t.text + "\"");
     ++i_;
-    if (t.text == "true" || t.text == "false") return Make(Node::kLiteral, "", {}, Value(t.text == "true"));
+    if (t.text == "true" || t.text == "false")
+      return Make(Node::kLiteral, "", {}, Value(t.text == "true"));
     if (t.text == "null") return Make(Node::kLiteral, "", {}, Value());
     if (Accept("(")) {
       auto args = Args(")");
@@ -351,13 +375,15 @@ class Parser {
       }
       if (t.text == "has") {
         if (args->size() != 1 || (*args)[0]->kind != Node::kMember) {
-          return Fail("has() takes one field selection, such as has(device.attributes[\"d\"].name)");
+          return Fail(
+              "has() takes one field selection, such as has(device.attributes[\"d\"].name)");
         }
         return Make(Node::kHas, "has", *args);
       }
       return Make(Node::kCall, t.text, *args);
     }
-    if (t.text != "device") return Fail("unknown name \"" + t.text + "\"; a selector sees `device`");
+    if (t.text != "device")
+      return Fail("unknown name \"" + t.text + "\"; a selector sees `device`");
     return Make(Node::kIdent, t.text, {});
   }
 
@@ -397,13 +423,15 @@ class Evaluator {
       case Node::kUnary: {
         auto v = Eval(*n.args[0]);
         if (!v.ok()) return v;
-        if (!std::holds_alternative<bool>(*v)) return Err("'!' wants a bool, not a " + TypeName(*v));
+        if (!std::holds_alternative<bool>(*v))
+          return Err("'!' wants a bool, not a " + TypeName(*v));
         return Value(!std::get<bool>(*v));
       }
       case Node::kTernary: {
         auto c = Eval(*n.args[0]);
         if (!c.ok()) return c;
-        if (!std::holds_alternative<bool>(*c)) return Err("a conditional wants a bool, not a " + TypeName(*c));
+        if (!std::holds_alternative<bool>(*c))
+          return Err("a conditional wants a bool, not a " + TypeName(*c));
         return Eval(*n.args[std::get<bool>(*c) ? 1 : 2]);
       }
       case Node::kBinary:
@@ -427,12 +455,14 @@ class Evaluator {
     if (n.kind == Node::kIndex) {
       auto k = Eval(*n.args[1]);
       if (!k.ok()) return k;
-      if (!std::holds_alternative<std::string>(*k)) return Err("a map key must be a string, not a " + TypeName(*k));
+      if (!std::holds_alternative<std::string>(*k))
+        return Err("a map key must be a string, not a " + TypeName(*k));
       key = std::get<std::string>(*k);
     }
     if (std::holds_alternative<Root>(*base)) {
       if (key == "driver") return presence ? Value(true) : Value(d_.driver);
-      if (key == "allowMultipleAllocations") return presence ? Value(true) : Value(d_.allow_multiple_allocations);
+      if (key == "allowMultipleAllocations")
+        return presence ? Value(true) : Value(d_.allow_multiple_allocations);
       if (key == "attributes") return presence ? Value(true) : Value(RootMap{Domain::kAttributes});
       if (key == "capacity") return presence ? Value(true) : Value(RootMap{Domain::kCapacity});
       return presence ? Value(false) : Err("no such key: " + key);
@@ -455,12 +485,14 @@ class Evaluator {
 
   Result<Value> Typed(const Json& v, Domain of, const std::string& name) {
     if (of == Domain::kCapacity) {
-      if (!v.is_object() || !v.contains("value") || !v["value"].is_string()) return Err("capacity " + name + " has no value");
+      if (!v.is_object() || !v.contains("value") || !v["value"].is_string())
+        return Err("capacity " + name + " has no value");
       return QuantityOf(v["value"].get<std::string>());
     }
     if (v.contains("int") && v["int"].is_number_integer()) return Value(v["int"].get<int64_t>());
     if (v.contains("bool") && v["bool"].is_boolean()) return Value(v["bool"].get<bool>());
-    if (v.contains("string") && v["string"].is_string()) return Value(v["string"].get<std::string>());
+    if (v.contains("string") && v["string"].is_string())
+      return Value(v["string"].get<std::string>());
     if (v.contains("version") && v["version"].is_string()) {
       auto parsed = ParseVersion(v["version"].get<std::string>());
       if (!parsed) return Err("attribute " + name + " is no semantic version");
@@ -508,7 +540,9 @@ class Evaluator {
     if (n.name == "!=") return Value(!Equal(*l, *r));
     int cmp = 0;
     if (std::holds_alternative<int64_t>(*l) && std::holds_alternative<int64_t>(*r)) {
-      cmp = std::get<int64_t>(*l) < std::get<int64_t>(*r) ? -1 : std::get<int64_t>(*l) > std::get<int64_t>(*r);
+      cmp = std::get<int64_t>(*l) < std::get<int64_t>(*r)
+                ? -1
+                : std::get<int64_t>(*l) > std::get<int64_t>(*r);
     } else if (std::holds_alternative<std::string>(*l) && std::holds_alternative<std::string>(*r)) {
       cmp = std::get<std::string>(*l).compare(std::get<std::string>(*r));
     } else if (std::holds_alternative<bool>(*l) && std::holds_alternative<bool>(*r)) {
@@ -545,7 +579,8 @@ class Evaluator {
     // int()
     if (auto* i = std::get_if<int64_t>(&*a)) return Value(*i);
     if (auto* s = std::get_if<std::string>(&*a)) {
-      if (s->empty() || s->size() > 18 || !std::all_of(s->begin() + (s->front() == '-'), s->end(), ::isdigit)) {
+      if (s->empty() || s->size() > 18 ||
+          !std::all_of(s->begin() + (s->front() == '-'), s->end(), ::isdigit)) {
         return Err("int(\"" + *s + "\"): not a number");
       }
       return Value(static_cast<int64_t>(std::stoll(*s)));
@@ -555,7 +590,8 @@ class Evaluator {
 
   static Result<Value> Size(const Value& v) {
     if (auto* s = std::get_if<std::string>(&v)) return Value(static_cast<int64_t>(s->size()));
-    if (auto* l = std::get_if<std::shared_ptr<List>>(&v)) return Value(static_cast<int64_t>((*l)->items.size()));
+    if (auto* l = std::get_if<std::shared_ptr<List>>(&v))
+      return Value(static_cast<int64_t>((*l)->items.size()));
     return Err("size() of a " + TypeName(v));
   }
 
@@ -569,8 +605,9 @@ class Evaluator {
       args.push_back(*a);
     }
     auto want = [&](size_t count) {
-      return args.size() == count ? Status::Ok()
-                                  : Status::Error(n.name + "() takes " + std::to_string(count) + " argument(s)");
+      return args.size() == count
+                 ? Status::Ok()
+                 : Status::Error(n.name + "() takes " + std::to_string(count) + " argument(s)");
     };
     if (n.name == "size") {
       if (Status s = want(0); !s.ok()) return s;
@@ -590,7 +627,9 @@ class Evaluator {
       auto* p = std::get_if<std::string>(&args[0]);
       if (p == nullptr) return Err(n.name + "() wants a string");
       if (n.name == "startsWith") return Value(s->rfind(*p, 0) == 0);
-      if (n.name == "endsWith") return Value(s->size() >= p->size() && s->compare(s->size() - p->size(), p->size(), *p) == 0);
+      if (n.name == "endsWith")
+        return Value(s->size() >= p->size() &&
+                     s->compare(s->size() - p->size(), p->size(), *p) == 0);
       if (n.name == "contains") return Value(s->find(*p) != std::string::npos);
       return Err("no method " + n.name + "() on a string in the CEL subset Tessera reads");
     }
@@ -603,10 +642,12 @@ class Evaluator {
         return Value(milli / 1000);
       }
       if (Status st = want(1); !st.ok()) return st;
-      if (args[0].index() != recv->index()) return Err(n.name + "() compares a " + TypeName(*recv) + " with a " + TypeName(args[0]));
+      if (args[0].index() != recv->index())
+        return Err(n.name + "() compares a " + TypeName(*recv) + " with a " + TypeName(args[0]));
       int cmp;
       if (quantity) {
-        const int64_t a = std::get<QuantityValue>(*recv).milli, b = std::get<QuantityValue>(args[0]).milli;
+        const int64_t a = std::get<QuantityValue>(*recv).milli,
+                      b = std::get<QuantityValue>(args[0]).milli;
         cmp = a < b ? -1 : a > b;
       } else {
         cmp = std::get<Version>(*recv).Compare(std::get<Version>(args[0]));
@@ -615,7 +656,8 @@ class Evaluator {
       if (n.name == "isGreaterThan") return Value(cmp > 0);
       if (n.name == "isLessThan") return Value(cmp < 0);
     }
-    return Err("no method " + n.name + "() on a " + TypeName(*recv) + " in the CEL subset Tessera reads");
+    return Err("no method " + n.name + "() on a " + TypeName(*recv) +
+               " in the CEL subset Tessera reads");
   }
 
   const CelDevice& d_;
@@ -660,7 +702,8 @@ Result<bool> CelProgram::Matches(const CelDevice& device) const {
 
 Result<const CelProgram*> CelCache::Get(const std::string& expression) {
   auto it = programs_.find(expression);
-  if (it == programs_.end()) it = programs_.emplace(expression, CelProgram::Compile(expression)).first;
+  if (it == programs_.end())
+    it = programs_.emplace(expression, CelProgram::Compile(expression)).first;
   if (!it->second.ok()) return it->second.status();
   return &*it->second;
 }

@@ -9,7 +9,9 @@
 namespace tessera::k8s::dra {
 namespace {
 
-std::string Quote(const Json& v) { return v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.dump(); }
+std::string Quote(const Json& v) {
+  return v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.dump();
+}
 
 // Whether a config entry with `requests` applies to the result of request `request`
 // ("req" or "req/sub"): an empty list applies to all, a name to the request or its subrequest.
@@ -45,14 +47,16 @@ Result<GpuConfig> ParseGpuConfig(const Json& p, const std::string& where) {
     if (key == "apiVersion" || key == "kind") continue;
     if (key == "weight") {
       if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > 256) {
-        return fail(key, value, "expected a whole number from 1 to 256 (at most the GPUs' max_inst)");
+        return fail(key, value,
+                    "expected a whole number from 1 to 256 (at most the GPUs' max_inst)");
       }
       out.weight = static_cast<uint32_t>(value.get<int64_t>());
     } else if (key == "highPriority") {
       if (!value.is_boolean()) return fail(key, value, "expected true or false");
       out.high_priority = value.get<bool>();
     } else {
-      return fail(key, value, "unknown field; " + std::string(kConfigKind) + " has weight and highPriority");
+      return fail(key, value,
+                  "unknown field; " + std::string(kConfigKind) + " has weight and highPriority");
     }
   }
   return out;
@@ -66,7 +70,8 @@ Result<ClaimPlan> PlanClaim(const Json& claim, const ClaimRef& ref, const std::s
   auto field = [&](const std::string& path, const Json& value, const std::string& why) {
     return fail(path + "=" + Quote(value) + ": " + why);
   };
-  if (!claim.is_object() || !claim.contains("metadata")) return fail("the API server's answer is no object");
+  if (!claim.is_object() || !claim.contains("metadata"))
+    return fail("the API server's answer is no object");
   const Json& meta = claim["metadata"];
   if (meta.value("uid", "") != ref.uid) {
     return field("metadata.uid", meta.value("uid", ""),
@@ -101,8 +106,9 @@ Result<ClaimPlan> PlanClaim(const Json& claim, const ClaimRef& ref, const std::s
     if (d == devices.end()) {
       std::string have;
       for (const PublishedDevice& p : devices) have += (have.empty() ? "" : ", ") + p.name;
-      return field(at + ".device", r.value("device", Json()),
-                   "no such device in pool " + pool + " (it has " + (have.empty() ? "none" : have) + ")");
+      return field(
+          at + ".device", r.value("device", Json()),
+          "no such device in pool " + pool + " (it has " + (have.empty() ? "none" : have) + ")");
     }
     if (r.value("adminAccess", false)) {
       return field(at + ".adminAccess", true, "gpu.tessera.io gives no administrative access");
@@ -112,7 +118,8 @@ Result<ClaimPlan> PlanClaim(const Json& claim, const ClaimRef& ref, const std::s
     cd.pool = pool;
     cd.device = name;
     cd.uuid = d->gpu.uuid;
-    if (r.contains("shareID") && r["shareID"].is_string()) cd.share_id = r["shareID"].get<std::string>();
+    if (r.contains("shareID") && r["shareID"].is_string())
+      cd.share_id = r["shareID"].get<std::string>();
     // What the result consumes: what the scheduler wrote, or the whole device.
     const int64_t device_memory = static_cast<int64_t>(d->gpu.memory.count());
     int64_t memory = d->shared ? d->memory_max : device_memory;
@@ -127,30 +134,34 @@ Result<ClaimPlan> PlanClaim(const Json& claim, const ClaimRef& ref, const std::s
           return field(path, value, "device " + name + " has no such capacity (memory, cores)");
         }
         if (cap == kCapacityCores && !d->has_cores) {
-          return field(path, value, "node mode " + std::string(NodeModeName(mode)) +
-                                        " does not divide GPU time; device " + name + " has no cores");
+          return field(path, value,
+                       "node mode " + std::string(NodeModeName(mode)) +
+                           " does not divide GPU time; device " + name + " has no cores");
         }
-        auto q = value.is_string() ? Quantity::Parse(value.get<std::string>(), path)
-                                   : Result<Quantity>::Error(path + "=" + Quote(value) + ": expected a quantity");
+        auto q = value.is_string()
+                     ? Quantity::Parse(value.get<std::string>(), path)
+                     : Result<Quantity>::Error(path + "=" + Quote(value) + ": expected a quantity");
         if (!q.ok()) return fail(q.error());
         auto v = q->Scaled(0, path);
         if (!v.ok()) return fail(v.error());
         if (cap == kCapacityMemory) {
           if (*v < kMemoryStep || *v > device_memory) {
-            return field(path, value, "device " + name + " gives from " +
-                                          FormatBinaryQuantity(kMemoryStep) + " to " +
-                                          FormatBinaryQuantity(device_memory));
+            return field(path, value,
+                         "device " + name + " gives from " + FormatBinaryQuantity(kMemoryStep) +
+                             " to " + FormatBinaryQuantity(device_memory));
           }
           memory = *v;
         } else {
-          if (*v < 1 || *v > 100) return field(path, value, "expected 1 to 100 (percent of the GPU's time)");
+          if (*v < 1 || *v > 100)
+            return field(path, value, "expected 1 to 100 (percent of the GPU's time)");
           cores = static_cast<int>(*v);
         }
       }
     }
     auto [it, fresh] = gpu_of.emplace(cd.uuid, plan.gpus.size());
     if (fresh) {
-      plan.gpus.push_back({cd.uuid, d->gpu.index, Bytes(static_cast<uint64_t>(memory)), cores, whole});
+      plan.gpus.push_back(
+          {cd.uuid, d->gpu.index, Bytes(static_cast<uint64_t>(memory)), cores, whole});
     } else {
       // A second share of the same GPU in this claim: they add up.
       ClaimGpu& g = plan.gpus[it->second];
@@ -160,14 +171,16 @@ Result<ClaimPlan> PlanClaim(const Json& claim, const ClaimRef& ref, const std::s
       g.memory = Bytes(g.memory.count() + static_cast<uint64_t>(memory));
       g.cores += cores;
       if (static_cast<int64_t>(g.memory.count()) > device_memory || g.cores > 100) {
-        return field(at + ".consumedCapacity", consumed,
-                     "with the claim's other shares of " + name + " it asks more than the device has");
+        return field(
+            at + ".consumedCapacity", consumed,
+            "with the claim's other shares of " + name + " it asks more than the device has");
       }
     }
     plan.devices.push_back(std::move(cd));
   }
   if (plan.devices.empty()) {
-    return fail("status.allocation.devices.results names no device of driver " + std::string(kDriverName));
+    return fail("status.allocation.devices.results names no device of driver " +
+                std::string(kDriverName));
   }
   // One tesserad container per claim: one GPU-time share for all its GPUs.
   for (const ClaimGpu& g : plan.gpus) {
@@ -200,7 +213,8 @@ Result<ClaimPlan> PlanClaim(const Json& claim, const ClaimRef& ref, const std::s
       if (Applies(requests, d.request)) applies_to.push_back(d.request);
     }
     if (applies_to.empty()) continue;
-    auto config = ParseGpuConfig(c["opaque"].value("parameters", Json()), at + ".opaque.parameters");
+    auto config =
+        ParseGpuConfig(c["opaque"].value("parameters", Json()), at + ".opaque.parameters");
     if (!config.ok()) return fail(config.error());
     // Entries for different requests of one claim must agree (it is one container).
     const bool all = applies_to.size() == plan.devices.size();

@@ -43,12 +43,16 @@ class DraClusterTest : public ::testing::Test {
     for (auto& [name, n] : nodes_) ASSERT_TRUE(n->WaitRegistered());
     ASSERT_TRUE(WaitUntil([&] { return api_.ListResources("ResourceSlice").size() == 2; }, 20s));
     klass_ = {{"metadata", {{"name", "gpu.tessera.io"}}},
-              {"spec", {{"selectors", Json::array({{{"cel", {{"expression",
-                  "device.driver == \"gpu.tessera.io\" && device.attributes[\"gpu.tessera.io\"].type == \"gpu\""}}}}})}}}};
+              {"spec",
+               {{"selectors",
+                 Json::array({{{"cel",
+                                {{"expression",
+                                  "device.driver == \"gpu.tessera.io\" && "
+                                  "device.attributes[\"gpu.tessera.io\"].type == \"gpu\""}}}}})}}}};
     ASSERT_TRUE(api_.CreateResource("DeviceClass", klass_).ok());
     auto s = DraSteering::Create({{"dra-a", 32000, 131072}, {"dra-b", 32000, 131072}},
-                                 api_.ListResources("ResourceSlice"), api_.ListResources("DeviceClass"),
-                                 "bestfit", nullptr);
+                                 api_.ListResources("ResourceSlice"),
+                                 api_.ListResources("DeviceClass"), "bestfit", nullptr);
     ASSERT_TRUE(s.ok()) << s.error();
     steering_ = std::move(*s);
   }
@@ -63,15 +67,21 @@ class DraClusterTest : public ::testing::Test {
   std::optional<Json> Place(const std::string& name, const std::vector<DraRequest>& requests,
                             const std::optional<Json>& parameters = std::nullopt) {
     Json pod = api_.CreatePod(PodWithClaims("team", name, {{"gpu", name}}, {{"app", {"gpu"}}}));
-    auto claim = api_.CreateResource("ResourceClaim", ClaimJson("team", name, requests, parameters));
+    auto claim =
+        api_.CreateResource("ResourceClaim", ClaimJson("team", name, requests, parameters));
     EXPECT_TRUE(claim.ok()) << claim.error();
     auto d = steering_->Steer(1000, 1024, {*claim});
     EXPECT_TRUE(d.ok()) << d.error();
     if (!d.ok() || !*d) return std::nullopt;
-    Json status = {{"allocation", (*d)->allocations[0]},
-                   {"reservedFor", Json::array({{{"resource", "pods"}, {"name", name}, {"uid", pod["metadata"]["uid"]}}})}};
+    Json status = {
+        {"allocation", (*d)->allocations[0]},
+        {"reservedFor",
+         Json::array({{{"resource", "pods"}, {"name", name}, {"uid", pod["metadata"]["uid"]}}})}};
     EXPECT_TRUE(api_.SetClaimStatus("team", name, status));
-    EXPECT_TRUE(nodes_.at((*d)->node)->client().BindPod("team", name, pod["metadata"]["uid"], (*d)->node).ok());
+    EXPECT_TRUE(nodes_.at((*d)->node)
+                    ->client()
+                    .BindPod("team", name, pod["metadata"]["uid"], (*d)->node)
+                    .ok());
     pod = *api_.GetPod("team", name);
     Status prepared = nodes_.at((*d)->node)->kubelet().PrepareResources(pod);
     EXPECT_TRUE(prepared.ok()) << prepared.message();
@@ -118,8 +128,9 @@ TEST_F(DraClusterTest, ClaimsOfMixedShapesLandAsSteeredHoldTheirCapsAndGiveBackT
   EXPECT_EQ(oom->WaitForKey("allocated", 30s), std::to_string(4 * kGiB));
   EXPECT_EQ(oom->Wait(20s), 0);
   // A weighted high-priority share packs beside it (bestfit), on the same GPU.
-  auto weighted = Place("weighted", {Share("2Gi", "50")},
-                        Json::parse(R"({"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig",
+  auto weighted =
+      Place("weighted", {Share("2Gi", "50")},
+            Json::parse(R"({"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig",
                                         "weight": 4, "highPriority": true})"));
   ASSERT_TRUE(weighted);
   EXPECT_EQ((*weighted)["spec"]["nodeName"], (*share)["spec"]["nodeName"]);
@@ -140,7 +151,8 @@ TEST_F(DraClusterTest, ClaimsOfMixedShapesLandAsSteeredHoldTheirCapsAndGiveBackT
   EXPECT_EQ(c->limits[0], Bytes(16 * kGiB));
   EXPECT_EQ(c->limits[1], Bytes(16 * kGiB));
   EXPECT_EQ(c->core_percent, 100u);
-  process::ChildProcess* meminfo = nodes_.at((*pair)["spec"]["nodeName"])->Run(*pair, "app", {TestProgram("shim_tenant"), "meminfo"});
+  process::ChildProcess* meminfo = nodes_.at((*pair)["spec"]["nodeName"])
+                                       ->Run(*pair, "app", {TestProgram("shim_tenant"), "meminfo"});
   EXPECT_EQ(meminfo->WaitForKey("total", 30s), std::to_string(16 * kGiB));
   EXPECT_EQ(meminfo->Wait(20s), 0);
   // No whole GPU is left: the next waits.

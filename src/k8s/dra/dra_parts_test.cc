@@ -12,11 +12,11 @@
 namespace tessera::k8s::dra {
 namespace {
 
-using ::testing::HasSubstr;
 using k8s::testing::AllocatedStatus;
 using k8s::testing::ClaimJson;
 using k8s::testing::DraRequest;
 using k8s::testing::DraResult;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kGiB = 1ull << 30;
 
@@ -115,7 +115,8 @@ TEST(DraSlicesTest, TheStandInRefusesWhatUpstreamRefuses) {
   EXPECT_THAT(ValidateResourceSlice(bad).message(), HasSubstr("default is more than max"));
   bad = slice;
   bad["spec"]["devices"][0].erase("allowMultipleAllocations");
-  EXPECT_THAT(ValidateResourceSlice(bad).message(), HasSubstr("allowMultipleAllocations must be true"));
+  EXPECT_THAT(ValidateResourceSlice(bad).message(),
+              HasSubstr("allowMultipleAllocations must be true"));
   bad = slice;
   bad["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"]["validRange"]["max"] = "80000Mi";
   EXPECT_THAT(ValidateResourceSlice(bad).message(), HasSubstr("not a multiple of a given step"));
@@ -133,7 +134,8 @@ TEST(DraSlicesTest, TheStandInRefusesWhatUpstreamRefuses) {
   EXPECT_THAT(ValidateResourceSlice(bad).message(), HasSubstr("must be greater than zero"));
   Json moved = slice;
   moved["spec"]["nodeName"] = "node-b";
-  EXPECT_THAT(ValidateResourceSlice(moved, &slice).message(), HasSubstr("spec.nodeName: field is immutable"));
+  EXPECT_THAT(ValidateResourceSlice(moved, &slice).message(),
+              HasSubstr("spec.nodeName: field is immutable"));
 }
 
 TEST(DraSlicesTest, SemverOfDriverVersions) {
@@ -198,36 +200,49 @@ TEST_F(DraClaimsTest, RefusalsNameTheClaimTheFieldAndTheValue) {
     return plan.ok() ? std::string() : plan.error();
   };
   EXPECT_EQ(refused(Claim({{"gpu", "", "gpu-0", {{"memory", "90Gi"}, {"cores", "30"}}}})),
-            who + "status.allocation.devices.results[0].consumedCapacity.memory=\"90Gi\": device "
-                  "gpu-0 gives from 256Mi to 80Gi");
+            who +
+                "status.allocation.devices.results[0].consumedCapacity.memory=\"90Gi\": device "
+                "gpu-0 gives from 256Mi to 80Gi");
   EXPECT_EQ(refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}, {"cores", "130"}}}})),
-            who + "status.allocation.devices.results[0].consumedCapacity.cores=\"130\": expected 1 "
-                  "to 100 (percent of the GPU's time)");
+            who +
+                "status.allocation.devices.results[0].consumedCapacity.cores=\"130\": expected 1 "
+                "to 100 (percent of the GPU's time)");
   EXPECT_EQ(refused(Claim({{"gpu", "", "gpu-7", {{"memory", "1Gi"}}}})),
-            who + "status.allocation.devices.results[0].device=\"gpu-7\": no such device in pool "
-                  "node-a (it has gpu-0, gpu-1)");
-  EXPECT_EQ(refused(Claim({{"gpu", "node-b", "gpu-0", {{"memory", "1Gi"}}}})),
-            who + "status.allocation.devices.results[0].pool=\"node-b\": this node's pool is node-a");
-  EXPECT_THAT(refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}, {"cores", "30"}}}}), NodeMode::kMem),
-              HasSubstr("consumedCapacity.cores=\"30\": node mode mem does not divide GPU time"));
-  const Json unknown = Json::parse(R"([{"source": "FromClaim", "opaque": {"driver": "gpu.tessera.io",
+            who +
+                "status.allocation.devices.results[0].device=\"gpu-7\": no such device in pool "
+                "node-a (it has gpu-0, gpu-1)");
+  EXPECT_EQ(
+      refused(Claim({{"gpu", "node-b", "gpu-0", {{"memory", "1Gi"}}}})),
+      who + "status.allocation.devices.results[0].pool=\"node-b\": this node's pool is node-a");
+  EXPECT_THAT(
+      refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}, {"cores", "30"}}}}), NodeMode::kMem),
+      HasSubstr("consumedCapacity.cores=\"30\": node mode mem does not divide GPU time"));
+  const Json unknown =
+      Json::parse(R"([{"source": "FromClaim", "opaque": {"driver": "gpu.tessera.io",
       "parameters": {"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig", "turbo": true}}}])");
   EXPECT_EQ(refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}}}}, unknown)),
-            who + "status.allocation.devices.config[0].opaque.parameters.turbo=true: unknown field; "
-                  "GpuConfig has weight and highPriority");
-  const Json wrong_kind = Json::parse(R"([{"source": "FromClaim", "opaque": {"driver": "gpu.tessera.io",
+            who +
+                "status.allocation.devices.config[0].opaque.parameters.turbo=true: unknown field; "
+                "GpuConfig has weight and highPriority");
+  const Json wrong_kind =
+      Json::parse(R"([{"source": "FromClaim", "opaque": {"driver": "gpu.tessera.io",
       "parameters": {"apiVersion": "gpu.tessera.io/v2", "kind": "GpuConfig"}}}])");
-  EXPECT_EQ(refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}}}}, wrong_kind)),
-            who + "status.allocation.devices.config[0].opaque.parameters.apiVersion=\"gpu.tessera.io/v2\": "
-                  "expected gpu.tessera.io/v1alpha1");
+  EXPECT_EQ(
+      refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}}}}, wrong_kind)),
+      who +
+          "status.allocation.devices.config[0].opaque.parameters.apiVersion=\"gpu.tessera.io/v2\": "
+          "expected gpu.tessera.io/v1alpha1");
   const Json heavy = Json::parse(R"([{"source": "FromClaim", "opaque": {"driver": "gpu.tessera.io",
       "parameters": {"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig", "weight": 40}}}])");
   EXPECT_EQ(refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}}}}, heavy)),
-            who + "status.allocation.devices.config[0].opaque.parameters.weight=40: expected 1 to 16 "
-                  "(the GPUs' max_inst)");
-  EXPECT_THAT(refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}, {"cores", "30"}}},
-                             {"gpu", "", "gpu-1", {{"memory", "1Gi"}, {"cores", "50"}}}})),
-              HasSubstr("cores 30 on GPU-aaaa but 50 on GPU-bbbb; tesserad gives a claim one GPU-time share"));
+            who +
+                "status.allocation.devices.config[0].opaque.parameters.weight=40: expected 1 to 16 "
+                "(the GPUs' max_inst)");
+  EXPECT_THAT(
+      refused(Claim({{"gpu", "", "gpu-0", {{"memory", "1Gi"}, {"cores", "30"}}},
+                     {"gpu", "", "gpu-1", {{"memory", "1Gi"}, {"cores", "50"}}}})),
+      HasSubstr(
+          "cores 30 on GPU-aaaa but 50 on GPU-bbbb; tesserad gives a claim one GPU-time share"));
   EXPECT_THAT(refused(Claim({{"gpu", "", "gpu-0", {{"memory", "60Gi"}, {"cores", "30"}}},
                              {"gpu", "", "gpu-0", {{"memory", "30Gi"}, {"cores", "30"}}}})),
               HasSubstr("with the claim's other shares of gpu-0 it asks more than the device has"));

@@ -23,15 +23,14 @@
 #include "process/child_process.h"
 #include "testing/standins/test_apiserver.h"
 #include "testing/standins/test_dra_kubelet.h"
-#include "testing/support/dra_objects.h"
 #include "testing/support/dra_node.h"
+#include "testing/support/dra_objects.h"
 #include "testing/support/test_support.h"
 
 namespace tessera::k8s::dra {
 namespace {
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using k8s::testing::AllocatedStatus;
 using k8s::testing::ClaimJson;
 using k8s::testing::DraContainer;
@@ -44,6 +43,7 @@ using k8s::testing::SimNode;
 using k8s::testing::TestProgram;
 using k8s::testing::WaitUntil;
 using process::ChildProcess;
+using ::testing::HasSubstr;
 
 constexpr char kNode[] = "gpu-node-1";
 
@@ -82,7 +82,8 @@ class DraPluginTest : public ::testing::Test {
   // A claim of `consumed` on `device`, allocated and reserved for a new pod whose container "app"
   // uses it (as kube-scheduler would leave them), with `config` as the allocation copies it.
   Json ClaimAndPod(const std::string& name, const std::string& device,
-                   const std::map<std::string, std::string>& consumed, const Json& config = Json::array()) {
+                   const std::map<std::string, std::string>& consumed,
+                   const Json& config = Json::array()) {
     Json pod = api_.CreatePod(PodWithClaims("team", name, {{"gpu", name}}, {{"app", {"gpu"}}}));
     DraRequest request;
     request.capacity = consumed;
@@ -116,8 +117,9 @@ TEST_F(DraPluginTest, RegistersThroughThePluginWatcherAndReportsHealth) {
   ASSERT_TRUE(p);
   EXPECT_EQ(p->socket, node_->registry() + "/gpu.tessera.io-reg.sock");
   EXPECT_EQ(p->endpoint, node_->plugins() + "/gpu.tessera.io/dra.sock");
-  EXPECT_EQ(p->supported, (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin",
-                                                    "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"}));
+  EXPECT_EQ(p->supported,
+            (std::vector<std::string>{"v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                      "v1alpha1.DRAResourceHealth"}));
   EXPECT_EQ(p->service, "v1.DRAPlugin") << "kubelet takes the first it knows";
   EXPECT_EQ(p->health_service, "v1.DRAResourceHealth");
   ASSERT_TRUE(WaitUntil([&] { return kubelet()->Health(kDriverName).size() == 2; }, 10s));
@@ -126,13 +128,17 @@ TEST_F(DraPluginTest, RegistersThroughThePluginWatcherAndReportsHealth) {
   }
   // tesserad gone: the devices turn unhealthy, naming why, and healthy again when it is back.
   sim().Stop();
-  EXPECT_TRUE(WaitUntil([&] {
-    auto h = kubelet()->Health(kDriverName);
-    return h.size() == 2 && h["gpu-node-1/gpu-0"].first == "UNHEALTHY";
-  }, 15s));
-  EXPECT_THAT(kubelet()->Health(kDriverName)["gpu-node-1/gpu-0"].second, HasSubstr("is not reachable"));
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto h = kubelet()->Health(kDriverName);
+        return h.size() == 2 && h["gpu-node-1/gpu-0"].first == "UNHEALTHY";
+      },
+      15s));
+  EXPECT_THAT(kubelet()->Health(kDriverName)["gpu-node-1/gpu-0"].second,
+              HasSubstr("is not reachable"));
   ASSERT_TRUE(sim().Start());
-  EXPECT_TRUE(WaitUntil([&] { return kubelet()->Health(kDriverName)["gpu-node-1/gpu-0"].first == "HEALTHY"; }, 15s));
+  EXPECT_TRUE(WaitUntil(
+      [&] { return kubelet()->Health(kDriverName)["gpu-node-1/gpu-0"].first == "HEALTHY"; }, 15s));
 }
 
 TEST_F(DraPluginTest, PublishesTheNodesPoolAndFollowsTheNode) {
@@ -140,9 +146,11 @@ TEST_F(DraPluginTest, PublishesTheNodesPoolAndFollowsTheNode) {
   WaitRegistered();
   ASSERT_TRUE(WaitUntil([&] { return Published(1); }, 20s)) << ::testing::PrintToString(Slices());
   const Json slice = Slices()[0];
-  EXPECT_THAT(slice["metadata"]["name"].get<std::string>(), ::testing::StartsWith("00000-gpu.tessera.io-gpu-node-1-"));
+  EXPECT_THAT(slice["metadata"]["name"].get<std::string>(),
+              ::testing::StartsWith("00000-gpu.tessera.io-gpu-node-1-"));
   EXPECT_EQ(slice["spec"]["nodeName"], kNode);
-  EXPECT_EQ(slice["spec"]["pool"], Json::parse(R"({"name": "gpu-node-1", "generation": 1, "resourceSliceCount": 1})"));
+  EXPECT_EQ(slice["spec"]["pool"],
+            Json::parse(R"({"name": "gpu-node-1", "generation": 1, "resourceSliceCount": 1})"));
   const Json owner = slice["metadata"]["ownerReferences"][0];
   EXPECT_EQ(owner["kind"], "Node");
   EXPECT_EQ(owner["name"], kNode);
@@ -155,20 +163,25 @@ TEST_F(DraPluginTest, PublishesTheNodesPoolAndFollowsTheNode) {
 
   // The mode changes: the same slice, updated once, keeps its generation (one update).
   api_.SetNodeLabel(kNode, kScheduleLabel, "exclusive");
-  ASSERT_TRUE(WaitUntil([&] {
-    auto s = Slices();
-    return s.size() == 1 && !s[0]["spec"]["devices"][0].contains("allowMultipleAllocations");
-  }, 10s));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto s = Slices();
+        return s.size() == 1 && !s[0]["spec"]["devices"][0].contains("allowMultipleAllocations");
+      },
+      10s));
   EXPECT_EQ(Slices()[0]["metadata"]["name"], slice["metadata"]["name"]);
   EXPECT_EQ(Slices()[0]["spec"]["pool"]["generation"], 1);
   EXPECT_EQ(Slices()[0]["metadata"]["generation"], 2) << "the API server counts spec changes";
   // Someone deletes the slice: it comes back, a new slice. With no slice of the pool left, the
   // generation starts again from the first (as upstream's controller does).
   ASSERT_TRUE(api_.DeleteResource("ResourceSlice", "", slice["metadata"]["name"]));
-  ASSERT_TRUE(WaitUntil([&] {
-    auto s = Slices();
-    return s.size() == 1 && s[0]["metadata"]["name"] != slice["metadata"]["name"];
-  }, 10s)) << ::testing::PrintToString(Slices());
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto s = Slices();
+        return s.size() == 1 && s[0]["metadata"]["name"] != slice["metadata"]["name"];
+      },
+      10s))
+      << ::testing::PrintToString(Slices());
   EXPECT_EQ(Slices()[0]["spec"]["pool"]["generation"], 1);
   EXPECT_NE(Slices()[0]["metadata"]["name"], slice["metadata"]["name"]);
   // The plugin goes: kubelet forgets it and, after its grace, deletes the node's slices.
@@ -221,14 +234,17 @@ TEST_F(DraPluginTest, AClaimOfFourGibAndThirtyPercentStopsAtExactlyFourGib) {
   StopPlugin(SIGKILL);
   StartPlugin();
   WaitRegistered(2);
-  Json second = api_.CreatePod(PodWithClaims("team", "infer-2", {{"gpu", "infer"}}, {{"app", {"gpu"}}}));
+  Json second =
+      api_.CreatePod(PodWithClaims("team", "infer-2", {{"gpu", "infer"}}, {{"app", {"gpu"}}}));
   Json claim = *api_.GetResource("ResourceClaim", "team", "infer");
-  claim["status"]["reservedFor"].push_back({{"resource", "pods"}, {"name", "infer-2"}, {"uid", second["metadata"]["uid"]}});
+  claim["status"]["reservedFor"].push_back(
+      {{"resource", "pods"}, {"name", "infer-2"}, {"uid", second["metadata"]["uid"]}});
   ASSERT_TRUE(api_.SetClaimStatus("team", "infer", claim["status"]));
   ASSERT_TRUE(kubelet()->PrepareResources(second).ok());
   EXPECT_EQ(kubelet()->PreparedClaims()["team/infer"].size(), 2u) << "one claim, two pods";
   int dra_containers = 0;
-  for (const TesseradContainer& t : sim().Status().containers) dra_containers += t.id.rfind("dra.", 0) == 0;
+  for (const TesseradContainer& t : sim().Status().containers)
+    dra_containers += t.id.rfind("dra.", 0) == 0;
   EXPECT_EQ(dra_containers, 1);
   // Unprepared when its last pod goes: the container leaves tesserad and the spec is deleted.
   ASSERT_TRUE(kubelet()->UnprepareResources(pod).ok());
@@ -263,10 +279,12 @@ TEST_F(DraPluginTest, BadClaimsAreRefusedByNameAndChangeNothing) {
   const Json over = ClaimAndPod("over", "gpu-0", {{"memory", "20Gi"}, {"cores", "30"}});
   Status s = kubelet()->PrepareResources(over);
   ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.message(), "prepare dynamic resources: NodePrepareResources failed for ResourceClaim over: "
-                         "ResourceClaim team/over (uid " + ClaimUid("over") +
-                             "): status.allocation.devices.results[0].consumedCapacity.memory=\"20Gi\": "
-                             "device gpu-0 gives from 256Mi to 16Gi");
+  EXPECT_EQ(s.message(),
+            "prepare dynamic resources: NodePrepareResources failed for ResourceClaim over: "
+            "ResourceClaim team/over (uid " +
+                ClaimUid("over") +
+                "): status.allocation.devices.results[0].consumedCapacity.memory=\"20Gi\": "
+                "device gpu-0 gives from 256Mi to 16Gi");
   const Json odd = Json::parse(R"([{"source": "FromClaim", "opaque": {"driver": "gpu.tessera.io",
       "parameters": {"apiVersion": "gpu.tessera.io/v1alpha1", "kind": "GpuConfig", "priority": "high"}}}])");
   const Json unknown = ClaimAndPod("unknown", "gpu-0", {{"memory", "1Gi"}, {"cores", "30"}}, odd);
@@ -290,7 +308,9 @@ TEST_F(DraPluginTest, BadClaimsAreRefusedByNameAndChangeNothing) {
   EXPECT_EQ(status.containers[0].id, ContainerOf("first"));
   for (const char* name : {"over", "unknown", "twice"}) {
     struct stat st {};
-    EXPECT_NE(stat((node_->cdi() + "/gpu.tessera.io-claim-" + ClaimUid(name) + ".json").c_str(), &st), 0) << name;
+    EXPECT_NE(
+        stat((node_->cdi() + "/gpu.tessera.io-claim-" + ClaimUid(name) + ".json").c_str(), &st), 0)
+        << name;
   }
 }
 
@@ -306,8 +326,9 @@ TEST_F(DraPluginTest, ClaimsOfThirtyAndSeventyPercentShareAGpuUnderContention) {
   const uint64_t start = ipc::MonotonicNs() + 2'000'000'000ull;
   const int seconds = 10;
   auto spin = [&](const Json& pod) {
-    return Run(pod, "app", {Tenant("shim_tenant"), "spin", "1000", std::to_string(seconds),
-                            std::to_string(start), "stream"});
+    return Run(pod, "app",
+               {Tenant("shim_tenant"), "spin", "1000", std::to_string(seconds),
+                std::to_string(start), "stream"});
   };
   ChildProcess* t30 = spin(low);
   ChildProcess* t70 = spin(high);
@@ -316,8 +337,8 @@ TEST_F(DraPluginTest, ClaimsOfThirtyAndSeventyPercentShareAGpuUnderContention) {
   ASSERT_TRUE(k30 && k70);
   const double s30 = std::stod(*k30) / (seconds * 10.0), s70 = std::stod(*k70) / (seconds * 10.0);
   const double busy = s30 + s70;
-  std::printf("[ shares   ] claims: thirty %.1f %%  seventy %.1f %% of %d s; split %.1f/%.1f\n", s30,
-              s70, seconds, 100.0 * s30 / busy, 100.0 * s70 / busy);
+  std::printf("[ shares   ] claims: thirty %.1f %%  seventy %.1f %% of %d s; split %.1f/%.1f\n",
+              s30, s70, seconds, 100.0 * s30 / busy, 100.0 * s70 / busy);
   EXPECT_NEAR(100.0 * s30 / busy, 30.0, 1.0) << "of the device time the two claims got";
   EXPECT_NEAR(100.0 * s70 / busy, 70.0, 1.0) << "of the device time the two claims got";
   EXPECT_GT(busy, 94.0) << "the two kept the device busy only " << busy << " % of 10 s";

@@ -31,7 +31,6 @@ namespace tessera::k8s::dra {
 namespace {
 
 using namespace std::chrono_literals;
-using ::testing::HasSubstr;
 using k8s::testing::AllocatedStatus;
 using k8s::testing::ClaimJson;
 using k8s::testing::DraNode;
@@ -39,6 +38,7 @@ using k8s::testing::DraRequest;
 using k8s::testing::kGiB;
 using k8s::testing::PodWithClaims;
 using process::BuildDir;
+using ::testing::HasSubstr;
 
 constexpr char kNode[] = "gpu-node-1";
 // Where podman 4 reads CDI specs (and so where the node's plugin writes them).
@@ -100,10 +100,9 @@ class DraRuntimeTest : public ::testing::Test {
     auto claim = api_.CreateResource("ResourceClaim", ClaimJson("team", full, {request}));
     EXPECT_TRUE(claim.ok()) << claim.error();
     if (claim.ok()) uids_.push_back((*claim)["metadata"].value("uid", ""));
-    EXPECT_TRUE(api_.SetClaimStatus(
-        "team", full,
-        AllocatedStatus(kNode, {{"gpu", "", device, consumed}}, Json::array(), full,
-                        pod["metadata"]["uid"])));
+    EXPECT_TRUE(api_.SetClaimStatus("team", full,
+                                    AllocatedStatus(kNode, {{"gpu", "", device, consumed}},
+                                                    Json::array(), full, pod["metadata"]["uid"])));
     EXPECT_TRUE(node_->client().BindPod("team", full, pod["metadata"]["uid"], kNode).ok());
     pod = *api_.GetPod("team", full);
     const Status prepared = node_->kubelet().PrepareResources(pod);
@@ -215,8 +214,9 @@ TEST_F(DraRuntimeTest, ClaimsOfThirtyAndSeventyPercentInTwoPodmanContainers) {
   ASSERT_TRUE(k30 && k70);
   const double s30 = std::stod(*k30) / (seconds * 10.0), s70 = std::stod(*k70) / (seconds * 10.0);
   const double busy = s30 + s70;
-  std::printf("[ shares   ] claims in podman: thirty %.1f %%  seventy %.1f %% of %d s; split %.1f/%.1f\n",
-              s30, s70, seconds, 100.0 * s30 / busy, 100.0 * s70 / busy);
+  std::printf(
+      "[ shares   ] claims in podman: thirty %.1f %%  seventy %.1f %% of %d s; split %.1f/%.1f\n",
+      s30, s70, seconds, 100.0 * s30 / busy, 100.0 * s70 / busy);
   EXPECT_NEAR(100.0 * s30 / busy, 30.0, 1.0) << "of the device time the two claims got";
   EXPECT_NEAR(100.0 * s70 / busy, 70.0, 1.0) << "of the device time the two claims got";
   EXPECT_GT(busy, 94.0) << "the two kept the device busy only " << busy << " % of 10 s";

@@ -26,7 +26,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-void Log(const std::string& line) { std::fprintf(stderr, "tessera-dra-plugin: %s\n", line.c_str()); }
+void Log(const std::string& line) {
+  std::fprintf(stderr, "tessera-dra-plugin: %s\n", line.c_str());
+}
 
 bool SocketExists(const std::string& path) {
   struct stat st {};
@@ -82,7 +84,8 @@ class DraPluginServer::Services {
   class Registration final : public reg::Registration::Service {
    public:
     explicit Registration(DraPluginServer* o) : owner_(o) {}
-    grpc::Status GetInfo(grpc::ServerContext*, const reg::InfoRequest*, reg::PluginInfo* info) override {
+    grpc::Status GetInfo(grpc::ServerContext*, const reg::InfoRequest*,
+                         reg::PluginInfo* info) override {
       info->set_type("DRAPlugin");
       info->set_name(kDriverName);
       info->set_endpoint(owner_->endpoint());
@@ -97,7 +100,8 @@ class DraPluginServer::Services {
       }
       if (!s->plugin_registered()) {
         Log("kubelet did not register the plugin: " + s->error());
-        return grpc::Status(grpc::StatusCode::UNKNOWN, "failed registration process: " + s->error());
+        return grpc::Status(grpc::StatusCode::UNKNOWN,
+                            "failed registration process: " + s->error());
       }
       Log("registered with kubelet");
       return grpc::Status::OK;
@@ -112,7 +116,8 @@ class DraPluginServer::Services {
   class Node final : public Base {
    public:
     explicit Node(DraPluginServer* o) : owner_(o) {}
-    grpc::Status NodePrepareResources(grpc::ServerContext*, const drav1::NodePrepareResourcesRequest* req,
+    grpc::Status NodePrepareResources(grpc::ServerContext*,
+                                      const drav1::NodePrepareResourcesRequest* req,
                                       drav1::NodePrepareResourcesResponse* out) override {
       PrepareAll(owner_->preparer_.get(), *req, out);
       return grpc::Status::OK;
@@ -142,15 +147,16 @@ class DraPluginServer::Services {
         healthv1::NodeWatchResourcesResponse response;
         {
           std::unique_lock<std::mutex> lock(owner_->mu_);
-          owner_->wake_.wait_for(lock, 250ms, [&] {
-            return owner_->stop_.load() || owner_->health_version_ != sent;
-          });
+          owner_->wake_.wait_for(
+              lock, 250ms, [&] { return owner_->stop_.load() || owner_->health_version_ != sent; });
           if (owner_->stop_.load()) break;
-          if (owner_->health_version_ == sent && std::chrono::steady_clock::now() - last < 20s) continue;
+          if (owner_->health_version_ == sent && std::chrono::steady_clock::now() - last < 20s)
+            continue;
           sent = owner_->health_version_;
           const bool reachable = owner_->tesserad_seen_.has_value();
           const auto now = static_cast<int64_t>(std::time(nullptr));
-          for (const PublishedDevice& d : PoolDevices(owner_->mode_.value_or(NodeMode::kCoreMem), owner_->gpus_)) {
+          for (const PublishedDevice& d :
+               PoolDevices(owner_->mode_.value_or(NodeMode::kCoreMem), owner_->gpus_)) {
             auto* h = response.add_devices();
             h->mutable_device()->set_pool_name(owner_->options_.node);
             h->mutable_device()->set_device_name(d.name);
@@ -251,7 +257,8 @@ Status DraPluginServer::Serve() {
   reg_builder.AddListeningPort("unix:" + registration_socket(), grpc::InsecureServerCredentials());
   reg_builder.RegisterService(&services_->registration);
   registration_ = reg_builder.BuildAndStart();
-  if (!registration_) return Status::Error("cannot serve the registration on " + registration_socket());
+  if (!registration_)
+    return Status::Error("cannot serve the registration on " + registration_socket());
   Log("serving " + std::string(kDriverName) + " on " + endpoint() + ", registration on " +
       registration_socket());
   return Status::Ok();
@@ -288,7 +295,9 @@ void DraPluginServer::ApplyNode(const Json& node) {
   }
   bad_label_.clear();
   if (mode_ != *mode) {
-    if (mode_) Log("node mode " + std::string(NodeModeName(*mode_)) + " -> " + std::string(NodeModeName(*mode)));
+    if (mode_)
+      Log("node mode " + std::string(NodeModeName(*mode_)) + " -> " +
+          std::string(NodeModeName(*mode)));
     mode_ = *mode;
     ++health_version_;
     wake_.notify_all();

@@ -41,19 +41,18 @@ class Server;
 namespace tessera::k8s::dra {
 
 // What kubelet's plugin watcher is told the plugin serves, in this order.
-inline constexpr const char* kSupportedServices[] = {"v1.DRAPlugin", "v1beta1.DRAPlugin",
-                                                     "v1.DRAResourceHealth",
-                                                     "v1alpha1.DRAResourceHealth"};
+inline constexpr const char* kSupportedServices[] = {
+    "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"};
 
 struct DraPluginOptions {
   std::string node;
-  std::string plugins_dir = "/var/lib/kubelet/plugins";           // the endpoint's parent
+  std::string plugins_dir = "/var/lib/kubelet/plugins";            // the endpoint's parent
   std::string registry_dir = "/var/lib/kubelet/plugins_registry";  // kubelet's plugin watcher
   std::string tesserad_socket = "/run/tessera/tessera.sock";
   PreparerConfig preparer;
   PoolOptions pool;
   std::chrono::milliseconds reconcile_interval{1000};
-  std::chrono::seconds unhealthy_after{10};  // tesserad unreachable this long: devices unhealthy
+  std::chrono::seconds unhealthy_after{10};    // tesserad unreachable this long: devices unhealthy
   NodeMode default_mode = NodeMode::kCoreMem;  // a node without a mode label (--default-mode)
   // The NVML library a mig node's MIG devices are read from (opened only on a mig node).
   std::string nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
@@ -71,7 +70,7 @@ class DraPluginServer {
   Status Start();
   void Stop();
 
-  std::string endpoint() const;            // <plugins dir>/gpu.tessera.io/dra.sock
+  std::string endpoint() const;             // <plugins dir>/gpu.tessera.io/dra.sock
   std::string registration_socket() const;  // <registry dir>/gpu.tessera.io-reg.sock
   // kubelet's last NotifyRegistrationStatus: registered, or the error it gave (for tests, logs).
   std::optional<bool> registered() const;

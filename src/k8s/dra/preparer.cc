@@ -16,12 +16,16 @@ constexpr int kCheckpointVersion = 1;
 Json ClaimJson(const PreparedClaim& c) {
   Json gpus = Json::array();
   for (const ClaimGpu& g : c.gpus) {
-    gpus.push_back({{"uuid", g.uuid}, {"index", g.index}, {"memory_bytes", g.memory.count()},
-                    {"cores", g.cores}, {"whole", g.whole}});
+    gpus.push_back({{"uuid", g.uuid},
+                    {"index", g.index},
+                    {"memory_bytes", g.memory.count()},
+                    {"cores", g.cores},
+                    {"whole", g.whole}});
   }
   Json devices = Json::array();
   for (const PreparedDevice& d : c.devices) {
-    Json dev = {{"request", d.request}, {"pool", d.pool}, {"device", d.device}, {"cdi_ids", d.cdi_ids}};
+    Json dev = {
+        {"request", d.request}, {"pool", d.pool}, {"device", d.device}, {"cdi_ids", d.cdi_ids}};
     if (d.share_id) dev["share_id"] = *d.share_id;
     devices.push_back(std::move(dev));
   }
@@ -178,11 +182,13 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::Prepare(const ClaimRef& ref) 
   const std::string who = ref.Describe();
   auto claim = api_->Get(std::string(kResourceApiPrefix) + "/namespaces/" + ref.ns +
                          "/resourceclaims/" + ref.name);
-  if (!claim.ok()) return Out::Error(who + ": reading it from the API server: " + claim.error().message);
+  if (!claim.ok())
+    return Out::Error(who + ": reading it from the API server: " + claim.error().message);
   if (Status s = SimStateReachable(config_.mounts); !s.ok())
     return Out::Error(who + ": " + s.message());
   auto status = tesserad_->Status();
-  if (!status.ok()) return Out::Error(who + ": " + status.error() + "; nothing is prepared without it");
+  if (!status.ok())
+    return Out::Error(who + ": " + status.error() + "; nothing is prepared without it");
   uint32_t max_weight = 256;
   for (const TesseradGpu& g : status->gpus) max_weight = std::min(max_weight, g.max_inst);
   const std::vector<PublishedDevice> devices = PoolDevices(mode_, gpus_);
@@ -193,7 +199,8 @@ Result<std::vector<PreparedDevice>> ClaimPreparer::Prepare(const ClaimRef& ref) 
   for (const ClaimGpu& g : plan->gpus) {
     const TesseradGpu* gpu = status->Gpu(g.uuid);
     if (gpu == nullptr) {
-      return Out::Error(who + ": tesserad at " + tesserad_->socket() + " no longer has GPU " + g.uuid);
+      return Out::Error(who + ": tesserad at " + tesserad_->socket() + " no longer has GPU " +
+                        g.uuid);
     }
     uint64_t memory = g.memory.count();
     int cores = g.cores;

@@ -64,7 +64,10 @@ Json Comparable(const Json& spec) {
 
 SlicePublisher::SlicePublisher(ApiClient* api, std::string driver, std::string node,
                                std::string node_uid)
-    : api_(api), driver_(std::move(driver)), node_(std::move(node)), node_uid_(std::move(node_uid)) {}
+    : api_(api),
+      driver_(std::move(driver)),
+      node_(std::move(node)),
+      node_uid_(std::move(node_uid)) {}
 
 SlicePublisher::~SlicePublisher() { Stop(); }
 
@@ -280,8 +283,11 @@ Result<bool> SlicePublisher::Sync() {
   }
   for (size_t i = 0; i < desired.size(); ++i) {
     if (current.count(i) != 0) continue;
-    const Json owner = {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_},
-                        {"uid", node_uid_}, {"controller", true}};
+    const Json owner = {{"apiVersion", "v1"},
+                        {"kind", "Node"},
+                        {"name", node_},
+                        {"uid", node_uid_},
+                        {"controller", true}};
     Json slice = {{"apiVersion", kResourceApiVersion},
                   {"kind", "ResourceSlice"},
                   {"metadata",
@@ -289,7 +295,9 @@ Result<bool> SlicePublisher::Sync() {
                     {"ownerReferences", Json::array({owner})}}},
                   {"spec", spec_of(i)}};
     auto r = api_->Create(kSlicesPath, slice);
-    if (!r.ok()) return Status::Error("creating ResourceSlice " + std::to_string(i) + ": " + r.error().message);
+    if (!r.ok())
+      return Status::Error("creating ResourceSlice " + std::to_string(i) + ": " +
+                           r.error().message);
     ++writes_;
     Store(*r);
   }

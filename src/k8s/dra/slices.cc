@@ -13,7 +13,9 @@ namespace {
 Json StringAttribute(const std::string& value) { return {{"string", value.substr(0, 64)}}; }
 
 Json RangePolicy(int64_t min, int64_t max, int64_t step, int64_t default_value, bool bytes) {
-  auto q = [bytes](int64_t v) { return bytes ? FormatBinaryQuantity(v) : FormatDecimalQuantity(v); };
+  auto q = [bytes](int64_t v) {
+    return bytes ? FormatBinaryQuantity(v) : FormatDecimalQuantity(v);
+  };
   return {{"default", q(default_value)},
           {"validRange", {{"min", q(min)}, {"max", q(max)}, {"step", q(step)}}}};
 }
@@ -42,8 +44,8 @@ std::vector<PublishedDevice> PoolDevices(NodeMode mode, const std::vector<NodeGp
       if (!g.mig || ProfileOf(*g.mig, &model) == nullptr) continue;
       auto it = std::find(parents.begin(), parents.end(), g.mig->gpu);
       if (it == parents.end()) it = parents.insert(parents.end(), g.mig->gpu);
-      d.name = "gpu-" + std::to_string(it - parents.begin()) + "-mig-" +
-               std::to_string(g.mig->start);
+      d.name =
+          "gpu-" + std::to_string(it - parents.begin()) + "-mig-" + std::to_string(g.mig->start);
       d.memory_max = memory;
     } else if (mode == NodeMode::kExclusive) {
       d.name = "gpu-" + std::to_string(g.index);
@@ -78,9 +80,9 @@ std::vector<Json> PoolSlices(NodeMode mode, const std::vector<NodeGpu>& gpus,
     Json capacity = Json::object();
     const int64_t memory = static_cast<int64_t>(d.gpu.memory.count());
     if (d.shared) {
-      capacity[kCapacityMemory] = {
-          {"value", FormatBinaryQuantity(memory)},
-          {"requestPolicy", RangePolicy(kMemoryStep, d.memory_max, kMemoryStep, d.memory_max, true)}};
+      capacity[kCapacityMemory] = {{"value", FormatBinaryQuantity(memory)},
+                                   {"requestPolicy", RangePolicy(kMemoryStep, d.memory_max,
+                                                                 kMemoryStep, d.memory_max, true)}};
       if (d.has_cores) {
         capacity[kCapacityCores] = {{"value", "100"},
                                     {"requestPolicy", RangePolicy(1, 100, 1, 100, false)}};

@@ -44,9 +44,9 @@ inline constexpr char kCapacityCores[] = "cores";
 
 // One device of the node's pool.
 struct PublishedDevice {
-  std::string name;       // a DNS label, unique in the pool
-  NodeGpu gpu;            // tesserad's device (a MIG device carries gpu.mig)
-  bool shared = false;    // allowMultipleAllocations: claims consume capacity
+  std::string name;        // a DNS label, unique in the pool
+  NodeGpu gpu;             // tesserad's device (a MIG device carries gpu.mig)
+  bool shared = false;     // allowMultipleAllocations: claims consume capacity
   bool has_cores = false;  // publishes capacity `cores`
   // The memory a claim can consume: the GPU's memory rounded down to kMemoryStep (shared), or
   // all of it (whole devices).

@@ -60,7 +60,8 @@ Result<std::unique_ptr<DraSteering>> DraSteering::Create(
   std::unique_ptr<DraSteering> s(new DraSteering());
   s->workload_ = std::move(workload);
   for (const Json& c : classes) s->classes_[c["metadata"].value("name", "")] = c;
-  std::sort(nodes.begin(), nodes.end(), [](const SteeringNode& a, const SteeringNode& b) { return a.name < b.name; });
+  std::sort(nodes.begin(), nodes.end(),
+            [](const SteeringNode& a, const SteeringNode& b) { return a.name < b.name; });
   // Each node's pool of our driver, when whole: the slices of its highest generation.
   std::map<std::string, std::vector<const Json*>> pools;
   for (const CurrentPool& p : CurrentPools(slices)) {
@@ -83,7 +84,8 @@ Result<std::unique_ptr<DraSteering>> DraSteering::Create(
       for (const Json* slice : list) {
         for (const Json& d : (*slice)["spec"].value("devices", Json::array())) {
           const Json attrs = d.value("attributes", Json::object());
-          if (attrs.value("type", Json::object()).value("string", "") != "gpu") continue;  // MIG: not steered
+          if (attrs.value("type", Json::object()).value("string", "") != "gpu")
+            continue;  // MIG: not steered
           Gpu g;
           g.name = d.value("name", "");
           auto caps = ParseCapacities(d.value("capacity", Json::object()), g.name);
@@ -95,7 +97,8 @@ Result<std::unique_ptr<DraSteering>> DraSteering::Create(
           g.memory_mib = mem == g.capacities.end() ? 0 : mem->second.value.milli / 1000 / (1 << 20);
           if (node.gpus.empty()) {
             spec.mode = ModeOf(attrs.value("mode", Json::object()).value("string", ""));
-            auto model = models.Intern(attrs.value("productName", Json::object()).value("string", "GPU"), g.memory_mib);
+            auto model = models.Intern(
+                attrs.value("productName", Json::object()).value("string", "GPU"), g.memory_mib);
             if (!model.ok()) return model.status();
             spec.model = *model;
           }
@@ -152,13 +155,17 @@ Status DraSteering::Apply(const Json& allocation, bool add) {
     bool whole;
   };
   std::vector<Use> uses;
-  for (const Json& r : allocation.value("devices", Json::object()).value("results", Json::array())) {
+  for (const Json& r :
+       allocation.value("devices", Json::object()).value("results", Json::array())) {
     if (r.value("driver", "") != kDriverName) continue;
     auto n = node_index_.find(r.value("pool", ""));
-    if (n == node_index_.end()) return Status::Error("pool " + r.value("pool", "") + " is not in the picture");
+    if (n == node_index_.end())
+      return Status::Error("pool " + r.value("pool", "") + " is not in the picture");
     Node& node = nodes_[static_cast<size_t>(n->second)];
-    auto g = std::find_if(node.gpus.begin(), node.gpus.end(), [&](const Gpu& x) { return x.name == r.value("device", ""); });
-    if (g == node.gpus.end()) return Status::Error("device " + r.value("device", "") + " is not in pool " + node.name);
+    auto g = std::find_if(node.gpus.begin(), node.gpus.end(),
+                          [&](const Gpu& x) { return x.name == r.value("device", ""); });
+    if (g == node.gpus.end())
+      return Status::Error("device " + r.value("device", "") + " is not in pool " + node.name);
     Use use{n->second, static_cast<int>(g - node.gpus.begin()), {}, {}, !r.contains("shareID")};
     use.request.gpu_count = 1;
     if (use.whole) {
@@ -172,13 +179,16 @@ Status DraSteering::Apply(const Json& allocation, bool add) {
       }
       auto cores = use.consumed.find(kCapacityCores);
       auto mem = use.consumed.find(kCapacityMemory);
-      const int64_t mib = mem == use.consumed.end() ? g->memory_mib : CeilDiv(mem->second.milli / 1000, 1 << 20);
+      const int64_t mib =
+          mem == use.consumed.end() ? g->memory_mib : CeilDiv(mem->second.milli / 1000, 1 << 20);
       if (cores == use.consumed.end()) {
         use.request.gpu_milli = 0;  // a memory-only share (a mem node)
       } else {
-        use.request.gpu_milli = static_cast<int>(std::min<int64_t>(cores->second.milli / 100, pl::kMilliPerGpu));
+        use.request.gpu_milli =
+            static_cast<int>(std::min<int64_t>(cores->second.milli / 100, pl::kMilliPerGpu));
       }
-      use.request.gpu_mem_mib = use.request.gpu_milli >= pl::kMilliPerGpu ? pl::kProportionalMemory : mib;
+      use.request.gpu_mem_mib =
+          use.request.gpu_milli >= pl::kMilliPerGpu ? pl::kProportionalMemory : mib;
     }
     uses.push_back(std::move(use));
   }
@@ -191,8 +201,10 @@ Status DraSteering::Apply(const Json& allocation, bool add) {
         const pl::Assignment b{uses[j].node, 1u << uses[j].gpu};
         (void)(add ? cluster_->Remove(uses[j].request, b) : cluster_->Place(uses[j].request, b));
       }
-      return Status::Error("allocation on " + nodes_[static_cast<size_t>(u.node)].name + "/" +
-                           nodes_[static_cast<size_t>(u.node)].gpus[static_cast<size_t>(u.gpu)].name + ": " + s.message());
+      return Status::Error(
+          "allocation on " + nodes_[static_cast<size_t>(u.node)].name + "/" +
+          nodes_[static_cast<size_t>(u.node)].gpus[static_cast<size_t>(u.gpu)].name + ": " +
+          s.message());
     }
   }
   for (const Use& u : uses) {
@@ -203,7 +215,8 @@ Status DraSteering::Apply(const Json& allocation, bool add) {
       continue;
     }
     node.shares[g] += add ? 1 : -1;
-    for (const auto& [name, amount] : u.consumed) node.consumed[g][name].milli += add ? amount.milli : -amount.milli;
+    for (const auto& [name, amount] : u.consumed)
+      node.consumed[g][name].milli += add ? amount.milli : -amount.milli;
   }
   return Status::Ok();
 }
@@ -213,7 +226,8 @@ Result<std::vector<DraSteering::Ask>> DraSteering::AsksOf(const std::vector<Json
   std::vector<Ask> out;
   for (size_t c = 0; c < claims.size(); ++c) {
     const Json& claim = claims[c];
-    const std::string who = "claim " + claim["metadata"].value("namespace", "") + "/" + claim["metadata"].value("name", "");
+    const std::string who = "claim " + claim["metadata"].value("namespace", "") + "/" +
+                            claim["metadata"].value("name", "");
     const Json devices = claim.value("spec", Json::object()).value("devices", Json::object());
     if (!devices.value("constraints", Json::array()).empty()) {
       return Out::Error(who + " has constraints, which steering leaves to kube-scheduler");
@@ -222,15 +236,21 @@ Result<std::vector<DraSteering::Ask>> DraSteering::AsksOf(const std::vector<Json
       Ask ask;
       ask.claim = c;
       ask.request = req.value("name", "");
-      if (!req.contains("exactly")) return Out::Error(who + ", request " + ask.request + ": firstAvailable is left to kube-scheduler");
+      if (!req.contains("exactly"))
+        return Out::Error(who + ", request " + ask.request +
+                          ": firstAvailable is left to kube-scheduler");
       const Json& e = req["exactly"];
       if (e.value("allocationMode", "ExactCount") != "ExactCount") {
-        return Out::Error(who + ", request " + ask.request + ": allocationMode " + e.value("allocationMode", "") + " is left to kube-scheduler");
+        return Out::Error(who + ", request " + ask.request + ": allocationMode " +
+                          e.value("allocationMode", "") + " is left to kube-scheduler");
       }
-      if (e.value("adminAccess", false)) return Out::Error(who + ", request " + ask.request + ": adminAccess is left to kube-scheduler");
+      if (e.value("adminAccess", false))
+        return Out::Error(who + ", request " + ask.request +
+                          ": adminAccess is left to kube-scheduler");
       auto klass = classes_.find(e.value("deviceClassName", ""));
       if (klass == classes_.end()) {
-        return Out::Error(who + ", request " + ask.request + ": device class " + e.value("deviceClassName", "") + " is unknown");
+        return Out::Error(who + ", request " + ask.request + ": device class " +
+                          e.value("deviceClassName", "") + " is unknown");
       }
       ask.device_class = &klass->second;
       for (const Json& sel : klass->second["spec"].value("selectors", Json::array())) {
@@ -244,14 +264,19 @@ Result<std::vector<DraSteering::Ask>> DraSteering::AsksOf(const std::vector<Json
       ask.capacity = *cap;
       for (const auto& [name, amount] : ask.capacity) {
         if (name != kCapacityMemory && name != kCapacityCores) {
-          return Out::Error(who + ", request " + ask.request + ": capacity " + name + " is not one of gpu.tessera.io's");
+          return Out::Error(who + ", request " + ask.request + ": capacity " + name +
+                            " is not one of gpu.tessera.io's");
         }
       }
-      ask.count = static_cast<int>(std::clamp<int64_t>(e.value("count", int64_t{1}), 1, pl::kMaxGpusPerNode));
+      ask.count = static_cast<int>(
+          std::clamp<int64_t>(e.value("count", int64_t{1}), 1, pl::kMaxGpusPerNode));
       auto cores = ask.capacity.find(kCapacityCores);
       auto memory = ask.capacity.find(kCapacityMemory);
       // Rounded as the devices' policies round: cores 1-100, memory in 256 MiB steps from 256 MiB.
-      ask.cores = cores == ask.capacity.end() ? 100 : static_cast<int>(std::clamp<int64_t>(CeilDiv(cores->second.milli, 1000), 1, 100));
+      ask.cores =
+          cores == ask.capacity.end()
+              ? 100
+              : static_cast<int>(std::clamp<int64_t>(CeilDiv(cores->second.milli, 1000), 1, 100));
       if (memory != ask.capacity.end()) {
         const int64_t bytes = std::max<int64_t>(CeilDiv(memory->second.milli, 1000), kMemoryStep);
         ask.memory_mib = CeilDiv(bytes, kMemoryStep) * (kMemoryStep >> 20);
@@ -262,7 +287,8 @@ Result<std::vector<DraSteering::Ask>> DraSteering::AsksOf(const std::vector<Json
         ask.whole = true;  // all of a GPU's time leaves it to no one else
       } else if (memory == ask.capacity.end()) {
         return Out::Error(who + ", request " + ask.request +
-                          " asks cores but no memory (it would take all of a GPU's memory); left to kube-scheduler");
+                          " asks cores but no memory (it would take all of a GPU's memory); left "
+                          "to kube-scheduler");
       }
       out.push_back(std::move(ask));
     }
@@ -320,7 +346,8 @@ std::optional<std::vector<int>> DraSteering::GpusFor(int n, const Ask& ask, uint
     return ok.ok() && *ok;
   };
   std::vector<int> out;
-  for (int g = 0; g < static_cast<int>(node.gpus.size()) && static_cast<int>(out.size()) < ask.count; ++g) {
+  for (int g = 0;
+       g < static_cast<int>(node.gpus.size()) && static_cast<int>(out.size()) < ask.count; ++g) {
     if ((preferred >> g) & 1u) {
       if (!fits(g)) return std::nullopt;  // the policy's choice fails the DRA rules
       out.push_back(g);
@@ -343,7 +370,8 @@ Result<std::optional<SteeringDecision>> DraSteering::Steer(int64_t cpu, int64_t 
     bool ok = true;
     for (const Ask& a : *asks) {
       int matching = 0;
-      for (const Gpu& g : nodes_[static_cast<size_t>(n)].gpus) matching += DeviceMatches(a, g) ? 1 : 0;
+      for (const Gpu& g : nodes_[static_cast<size_t>(n)].gpus)
+        matching += DeviceMatches(a, g) ? 1 : 0;
       ok = ok && matching >= a.count;
     }
     if (ok) candidates.push_back(n);

@@ -2,29 +2,32 @@
 // writes allocations (the stand-in allocator restricted to the chosen devices writes the same),
 // selectors respected, what is held counted, capacity back when allocations go, and claims it does
 // not decide refused with the reason.
+#include "k8s/dra/steering.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "k8s/dra/slices.h"
-#include "k8s/dra/steering.h"
 #include "testing/standins/dra_allocator.h"
 #include "testing/support/dra_objects.h"
 
 namespace tessera::k8s::dra {
 namespace {
 
-using ::testing::HasSubstr;
 using k8s::testing::ClaimJson;
 using k8s::testing::DraRequest;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kGiB = 1ull << 30;
 
-Json Slice(const std::string& node, NodeMode mode, int gpus, uint64_t gib, const std::string& model) {
+Json Slice(const std::string& node, NodeMode mode, int gpus, uint64_t gib,
+           const std::string& model) {
   std::vector<NodeGpu> list;
   for (int i = 0; i < gpus; ++i) {
-    list.push_back({i, "GPU-" + node + std::to_string(i), model, Bytes(gib * kGiB), 16, true, std::nullopt});
+    list.push_back(
+        {i, "GPU-" + node + std::to_string(i), model, Bytes(gib * kGiB), 16, true, std::nullopt});
   }
   Json spec = PoolSlices(mode, list, {})[0];
   spec["driver"] = kDriverName;
@@ -34,13 +37,17 @@ Json Slice(const std::string& node, NodeMode mode, int gpus, uint64_t gib, const
 }
 
 Json GpuClass() {
-  return {{"metadata", {{"name", "gpu.tessera.io"}}},
-          {"spec", {{"selectors", Json::array({{{"cel", {{"expression",
-              "device.attributes[\"gpu.tessera.io\"].type == \"gpu\""}}}}})}}}};
+  return {
+      {"metadata", {{"name", "gpu.tessera.io"}}},
+      {"spec",
+       {{"selectors",
+         Json::array(
+             {{{"cel",
+                {{"expression", "device.attributes[\"gpu.tessera.io\"].type == \"gpu\""}}}}})}}}};
 }
 
-Json Claim(const std::string& name, const std::map<std::string, std::string>& capacity, int count = 1,
-           std::vector<std::string> selectors = {}) {
+Json Claim(const std::string& name, const std::map<std::string, std::string>& capacity,
+           int count = 1, std::vector<std::string> selectors = {}) {
   DraRequest r;
   r.capacity = capacity;
   r.count = count;
@@ -51,10 +58,12 @@ Json Claim(const std::string& name, const std::map<std::string, std::string>& ca
 class DraSteeringTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    slices_ = {Slice("a-node", NodeMode::kCoreMem, 2, 16, "T4"), Slice("b-node", NodeMode::kCoreMem, 4, 32, "V100M32"),
+    slices_ = {Slice("a-node", NodeMode::kCoreMem, 2, 16, "T4"),
+               Slice("b-node", NodeMode::kCoreMem, 4, 32, "V100M32"),
                Slice("c-node", NodeMode::kExclusive, 2, 80, "H100")};
-    auto s = DraSteering::Create({{"a-node", 32000, 131072}, {"b-node", 64000, 262144}, {"c-node", 64000, 262144}},
-                                 slices_, {GpuClass()}, "bestfit", nullptr);
+    auto s = DraSteering::Create(
+        {{"a-node", 32000, 131072}, {"b-node", 64000, 262144}, {"c-node", 64000, 262144}}, slices_,
+        {GpuClass()}, "bestfit", nullptr);
     ASSERT_TRUE(s.ok()) << s.error();
     steering_ = std::move(*s);
     verify_.SetSlices(slices_);
@@ -69,8 +78,11 @@ class DraSteeringTest : public ::testing::Test {
     for (const Json& a : (*d)->allocations) {
       for (const Json& r : a["devices"]["results"]) chosen.insert(r["device"].get<std::string>());
     }
-    auto check = verify_.Allocate({(*d)->node, {}}, claims,
-                                  [&](size_t, const std::string&, const DraAllocator::DeviceId& id) { return chosen.count(id.device) != 0; });
+    auto check =
+        verify_.Allocate({(*d)->node, {}}, claims,
+                         [&](size_t, const std::string&, const DraAllocator::DeviceId& id) {
+                           return chosen.count(id.device) != 0;
+                         });
     EXPECT_TRUE(check.ok() && *check) << "the stand-in allocator refuses the steered devices";
     if (check.ok() && *check) {
       for (size_t c = 0; c < claims.size(); ++c) {
@@ -79,9 +91,11 @@ class DraSteeringTest : public ::testing::Test {
         EXPECT_EQ(mine.size(), theirs.size());
         for (size_t k = 0; k < std::min(mine.size(), theirs.size()); ++k) {
           EXPECT_EQ(mine[k]["device"], theirs[k]["device"]);
-          EXPECT_EQ(mine[k].value("consumedCapacity", Json()), theirs[k].value("consumedCapacity", Json()));
+          EXPECT_EQ(mine[k].value("consumedCapacity", Json()),
+                    theirs[k].value("consumedCapacity", Json()));
         }
-        EXPECT_EQ((*d)->allocations[c].value("nodeSelector", Json()), (**check)[c].value("nodeSelector", Json()));
+        EXPECT_EQ((*d)->allocations[c].value("nodeSelector", Json()),
+                  (**check)[c].value("nodeSelector", Json()));
       }
       for (const Json& a : (*d)->allocations) verify_.AddAllocation(a);
     }
@@ -110,20 +124,24 @@ TEST_F(DraSteeringTest, ASharePacksOntoTheGpuThePolicyChooses) {
 }
 
 TEST_F(DraSteeringTest, WholeGpusSelectorsAndCapacityComingBack) {
-  auto h100 = Steer({Claim("big", {}, 2, {"device.attributes[\"gpu.tessera.io\"].productName == \"H100\""})});
+  auto h100 = Steer(
+      {Claim("big", {}, 2, {"device.attributes[\"gpu.tessera.io\"].productName == \"H100\""})});
   ASSERT_TRUE(h100);
   EXPECT_EQ(h100->node, "c-node");
   EXPECT_EQ(h100->allocations[0]["devices"]["results"].size(), 2u);
   EXPECT_FALSE(h100->allocations[0]["devices"]["results"][0].contains("shareID"));
   // The H100s are taken: the same ask finds no node.
-  auto none = steering_->Steer(1000, 1024, {Claim("again", {}, 2, {"device.attributes[\"gpu.tessera.io\"].productName == \"H100\""})});
+  auto none = steering_->Steer(
+      1000, 1024,
+      {Claim("again", {}, 2, {"device.attributes[\"gpu.tessera.io\"].productName == \"H100\""})});
   ASSERT_TRUE(none.ok()) << none.error();
   EXPECT_FALSE(*none);
   // The claim is deleted: its GPUs come back.
   ASSERT_TRUE(steering_->RemoveAllocation(h100->allocations[0]).ok());
   ASSERT_TRUE(steering_->RemovePod("c-node", 1000, 1024).ok());
   verify_.RemoveAllocation(h100->allocations[0]);
-  EXPECT_TRUE(Steer({Claim("again", {}, 2, {"device.attributes[\"gpu.tessera.io\"].productName == \"H100\""})}));
+  EXPECT_TRUE(Steer(
+      {Claim("again", {}, 2, {"device.attributes[\"gpu.tessera.io\"].productName == \"H100\""})}));
 }
 
 TEST_F(DraSteeringTest, WhatItDoesNotDecideIsLeftToKubeScheduler) {
@@ -132,7 +150,8 @@ TEST_F(DraSteeringTest, WhatItDoesNotDecideIsLeftToKubeScheduler) {
   Json first_available = Claim("fa", {});
   first_available["spec"]["devices"]["requests"][0] = Json::parse(
       R"({"name": "gpu", "firstAvailable": [{"name": "a", "deviceClassName": "gpu.tessera.io"}]})");
-  EXPECT_THAT(steering_->Steer(0, 0, {first_available}).error(), HasSubstr("firstAvailable is left to kube-scheduler"));
+  EXPECT_THAT(steering_->Steer(0, 0, {first_available}).error(),
+              HasSubstr("firstAvailable is left to kube-scheduler"));
   EXPECT_THAT(steering_->Steer(0, 0, {Claim("bw", {{"bandwidth", "1"}})}).error(),
               HasSubstr("capacity bandwidth is not one of gpu.tessera.io's"));
   EXPECT_THAT(steering_->Steer(0, 0, {}).error(), HasSubstr("ask no device"));
@@ -141,7 +160,8 @@ TEST_F(DraSteeringTest, WhatItDoesNotDecideIsLeftToKubeScheduler) {
 TEST_F(DraSteeringTest, AnAllocationKubeSchedulerMadeIsCounted) {
   // Upstream's allocator fills a-node's GPU 0 and 1; steering sees it and goes elsewhere.
   for (const char* name : {"u1", "u2"}) {
-    auto a = verify_.Allocate({"a-node", {}}, {Claim(name, {{"memory", "16Gi"}, {"cores", "100"}})});
+    auto a =
+        verify_.Allocate({"a-node", {}}, {Claim(name, {{"memory", "16Gi"}, {"cores", "100"}})});
     ASSERT_TRUE(a.ok() && *a);
     verify_.AddAllocation((**a)[0]);
     ASSERT_TRUE(steering_->AddAllocation((**a)[0]).ok());

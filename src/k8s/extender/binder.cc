@@ -24,7 +24,8 @@ std::string ApiBinder::CatchUp(const std::string& node, const NodeCommitView& vi
   if (!view.log_readable || !view.log.Covers(view.verified_seq)) {
     // Commits we cannot name: read every pod.
     auto list = client_.ListPods("");
-    if (!list.ok()) return "listing pods to read node " + node + "'s commits: " + list.error().message;
+    if (!list.ok())
+      return "listing pods to read node " + node + "'s commits: " + list.error().message;
     std::vector<k8s::Json> items;
     if (auto it = list->find("items"); it != list->end() && it->is_array()) {
       items.assign(it->begin(), it->end());
@@ -93,7 +94,8 @@ Binder::Outcome ApiBinder::Commit(const BindingArgs& args, BindPlan& plan) {
            {k8s::kPhaseAnnotation, std::string(k8s::PhaseName(k8s::Phase::kAssumed))}},
           written_rv.empty() ? pod_rv : written_rv);
       if (!patched.ok()) {
-        if (patched.kind() == k8s::ApiErrorKind::kNotFound) return fail("pod-gone", "the pod is gone");
+        if (patched.kind() == k8s::ApiErrorKind::kNotFound)
+          return fail("pod-gone", "the pod is gone");
         if (patched.kind() != k8s::ApiErrorKind::kConflict) {
           return fail("api-error", "writing its assignment: " + patched.error().message);
         }
@@ -103,7 +105,8 @@ Binder::Outcome ApiBinder::Commit(const BindingArgs& args, BindPlan& plan) {
                       "reading it after a conflict: " + now.error().message);
         }
         auto view_now = k8s::PodFromJson(*now);
-        if (!view_now.ok() || view_now->uid != args.pod_uid) return fail("pod-gone", "the pod was replaced");
+        if (!view_now.ok() || view_now->uid != args.pod_uid)
+          return fail("pod-gone", "the pod was replaced");
         if (!view_now->node_name.empty()) {
           written_rv.clear();  // not ours to undo any more
           return fail("already-bound", "the pod is bound to " + view_now->node_name + " already");
@@ -130,7 +133,8 @@ Binder::Outcome ApiBinder::Commit(const BindingArgs& args, BindPlan& plan) {
                     "committing on the node: " + committed.error().message);
       }
       auto node = client_.GetNode(args.node);
-      if (!node.ok()) return fail("api-error", "reading the node after a conflict: " + node.error().message);
+      if (!node.ok())
+        return fail("api-error", "reading the node after a conflict: " + node.error().message);
       (void)state_.UpsertNode(*node);
       continue;
     }

@@ -1,8 +1,6 @@
 // ClusterState's placement picture (cluster_state_impl.h): the node-name index, the Cluster built
 // from the node records with the holds applied in order, the policies and the workload they learn
 // from the pods seen. No I/O.
-#include "k8s/extender/cluster_state_impl.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -13,6 +11,7 @@
 
 #include "core/bytes.h"
 #include "core/text.h"
+#include "k8s/extender/cluster_state_impl.h"
 #include "k8s/fit.h"
 #include "k8s/quantity.h"
 #include "mig/profiles.h"
@@ -81,7 +80,8 @@ void ClusterState::Impl::EnsureBuilt() {
       const std::string key = rec.gpus.front().model + "/" + std::to_string(mib);
       auto id = models.Intern(key, std::max<int64_t>(mib, 1));
       if (id.ok()) {
-        if (*id == static_cast<int>(model_names.size())) model_names.push_back(rec.gpus.front().model);
+        if (*id == static_cast<int>(model_names.size()))
+          model_names.push_back(rec.gpus.front().model);
         s.model = *id;
         s.gpu_count = static_cast<int>(rec.gpus.size());
       } else {
@@ -106,7 +106,9 @@ void ClusterState::Impl::EnsureBuilt() {
   std::vector<Hold*> order;
   for (auto& [uid, h] : holds) order.push_back(&h);
   std::stable_sort(order.begin(), order.end(), [](const Hold* a, const Hold* b) {
-    auto rank = [](const Hold* h) { return h->kind == HoldKind::kObserved ? (h->bound ? 0 : 1) : 2; };
+    auto rank = [](const Hold* h) {
+      return h->kind == HoldKind::kObserved ? (h->bound ? 0 : 1) : 2;
+    };
     if (rank(a) != rank(b)) return rank(a) < rank(b);
     if (a->seq != b->seq) return a->seq < b->seq;
     return a->pod < b->pod;

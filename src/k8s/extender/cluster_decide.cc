@@ -1,8 +1,6 @@
 // ClusterState's decisions (cluster_state_impl.h): which of a pod's requests fit a node, the
 // engine's choice among the nodes that fit, the hold a choice makes, and the reason a node
 // refuses, worded as kube-scheduler words its own. No I/O.
-#include "k8s/extender/cluster_state_impl.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -13,6 +11,7 @@
 
 #include "core/bytes.h"
 #include "core/text.h"
+#include "k8s/extender/cluster_state_impl.h"
 #include "k8s/fit.h"
 #include "k8s/quantity.h"
 #include "mig/profiles.h"
@@ -47,8 +46,9 @@ pl::ModelSet ClusterState::Impl::Allowed(const k8s::PodDemand& d) const {
   return set;
 }
 
-pl::FitResult ClusterState::Impl::TryAll(const PodRequests& p, int node, std::optional<pl::Assignment> primary,
-                     std::vector<pl::Assignment>* where) {
+pl::FitResult ClusterState::Impl::TryAll(const PodRequests& p, int node,
+                                         std::optional<pl::Assignment> primary,
+                                         std::vector<pl::Assignment>* where) {
   std::vector<std::pair<pl::Request, pl::Assignment>> placed;
   pl::FitResult result = pl::FitResult::kFits;
   std::vector<pl::Assignment> out(p.requests.size(), pl::Assignment{node, 0});
@@ -78,8 +78,8 @@ pl::FitResult ClusterState::Impl::TryAll(const PodRequests& p, int node, std::op
   return result;
 }
 
-std::optional<ClusterState::Impl::Choice> ClusterState::Impl::Choose(const PodRequests& p, const std::vector<int>& candidates,
-                             std::vector<int64_t>* scores) {
+std::optional<ClusterState::Impl::Choice> ClusterState::Impl::Choose(
+    const PodRequests& p, const std::vector<int>& candidates, std::vector<int64_t>* scores) {
   std::map<k8s::PlacementPolicy, std::vector<int>> groups;
   for (int n : candidates) groups[quick[static_cast<size_t>(n)].policy].push_back(n);
   const pl::Request& primary = p.requests[p.primary];
@@ -107,7 +107,8 @@ std::optional<ClusterState::Impl::Choice> ClusterState::Impl::Choose(const PodRe
       for (const pl::NodeScore& s : group) {
         int64_t score = 9;
         if (hi > lo) {
-          score = std::min<int64_t>(9, static_cast<int64_t>(std::floor(9 * (s.primary - lo) / (hi - lo))));
+          score = std::min<int64_t>(
+              9, static_cast<int64_t>(std::floor(9 * (s.primary - lo) / (hi - lo))));
         }
         (*scores)[static_cast<size_t>(s.node)] = s.node == best->node ? 10 : score;
       }
@@ -123,7 +124,8 @@ std::optional<ClusterState::Impl::Choice> ClusterState::Impl::Choose(const PodRe
   return c;
 }
 
-Hold ClusterState::Impl::MakeHold(const PodRec& rec, const PodRequests& p, const Choice& c, HoldKind kind) const {
+Hold ClusterState::Impl::MakeHold(const PodRec& rec, const PodRequests& p, const Choice& c,
+                                  HoldKind kind) const {
   const NodeRec& node = *by_index[static_cast<size_t>(c.node)];
   Hold h;
   h.kind = kind;
@@ -212,7 +214,8 @@ std::string_view ClusterState::Impl::FitKind(pl::FitResult fit) {
   return "fits";
 }
 
-std::string ClusterState::Impl::MigReason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult) const {
+std::string ClusterState::Impl::MigReason(const PodRec& rec, const NodeRec& node, int n,
+                                          pl::FitResult) const {
   std::vector<std::string> asked;
   for (const k8s::ContainerAsk& a : rec.demand.asks) {
     if (!a.mig_profile.empty()) asked.push_back(a.mig_profile);
@@ -241,7 +244,8 @@ std::string ClusterState::Impl::MigReason(const PodRec& rec, const NodeRec& node
          ")";
 }
 
-std::string ClusterState::Impl::Reason(const PodRec& rec, const NodeRec& node, int n, pl::FitResult fit) const {
+std::string ClusterState::Impl::Reason(const PodRec& rec, const NodeRec& node, int n,
+                                       pl::FitResult fit) const {
   const k8s::PodDemand& d = rec.demand;
   if (fit == pl::FitResult::kMigInstance) return MigReason(rec, node, n, fit);
   if (pl::IsShapeFailure(fit)) {

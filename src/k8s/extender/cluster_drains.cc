@@ -1,8 +1,6 @@
 // ClusterState's drained nodes (cluster_state_impl.h): the pods kube-scheduler found no node for,
 // and the nodes placement/reservation.h keeps draining so that the oldest of them gets whole GPUs.
 // No I/O.
-#include "k8s/extender/cluster_state_impl.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -13,6 +11,7 @@
 
 #include "core/bytes.h"
 #include "core/text.h"
+#include "k8s/extender/cluster_state_impl.h"
 #include "k8s/fit.h"
 #include "k8s/quantity.h"
 #include "mig/profiles.h"
@@ -64,8 +63,7 @@ void ClusterState::Impl::EnsureDrains() {
   for (const Entry& e : entries) oldest_first.push_back({DrainKey(*e.rec), e.request});
   std::vector<uint8_t> eligible(quick.size(), 0);
   for (size_t n = 0; n < quick.size(); ++n) {
-    eligible[n] =
-        quick[n].gate == Gate::kOpen && quick[n].policy == k8s::PlacementPolicy::kTessera;
+    eligible[n] = quick[n].gate == Gate::kOpen && quick[n].policy == k8s::PlacementPolicy::kTessera;
   }
   drains.Plan(*cluster, oldest_first, eligible);
   drains_changes = changes;

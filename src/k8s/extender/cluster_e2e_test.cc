@@ -163,10 +163,12 @@ class ClusterE2ETest : public ::testing::Test {
       nodes_.push_back(std::move(n));
     }
     for (GpuNode& n : nodes_) {
-      n.sim = std::make_unique<k8s::testing::SimNode>(n.sim_gpus, std::vector<std::string>{"--policy", "3"});
+      n.sim = std::make_unique<k8s::testing::SimNode>(n.sim_gpus,
+                                                      std::vector<std::string>{"--policy", "3"});
       ASSERT_TRUE(n.sim->Start()) << n.name;
-      api_.CreateNode({{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", "core_mem"}}}}},
-                       {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
+      api_.CreateNode(
+          {{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", "core_mem"}}}}},
+           {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
       ASSERT_NO_FATAL_FAILURE(
           n.StartKubeletAndPlugin(n.name, api_.url(), {"--resource-names", "both"}));
     }
@@ -175,13 +177,17 @@ class ClusterE2ETest : public ::testing::Test {
                             "aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage"}) {
         ASSERT_TRUE(n.kubelet->WaitForResource(r, 30s)) << n.name << " " << r;
       }
-      ASSERT_TRUE(k8s::testing::WaitUntil([&] {
-        auto node = api_.GetNode(n.name);
-        return node && (*node)["metadata"].contains("annotations") &&
-               (*node)["metadata"]["annotations"].contains(k8s::kInventoryAnnotation);
-      }, 10s)) << n.name << " published no inventory";
+      ASSERT_TRUE(k8s::testing::WaitUntil(
+          [&] {
+            auto node = api_.GetNode(n.name);
+            return node && (*node)["metadata"].contains("annotations") &&
+                   (*node)["metadata"]["annotations"].contains(k8s::kInventoryAnnotation);
+          },
+          10s))
+          << n.name << " published no inventory";
       auto inv = k8s::ParseGpuInventory(
-          (*api_.GetNode(n.name))["metadata"]["annotations"][k8s::kInventoryAnnotation].get<std::string>());
+          (*api_.GetNode(n.name))["metadata"]["annotations"][k8s::kInventoryAnnotation]
+              .get<std::string>());
       ASSERT_TRUE(inv.ok()) << inv.error();
       for (const auto& g : inv->gpus) n.uuids.push_back(g.uuid);
       names_.push_back(n.name);
@@ -202,7 +208,8 @@ class ClusterE2ETest : public ::testing::Test {
     engine_cluster_ = std::make_unique<placement::Cluster>(models, specs);
     std::vector<placement::Request> shapes;
     for (const TestPod& p : pods) shapes.push_back(p.request);
-    workload_ = std::make_shared<placement::TargetWorkload>(placement::TargetWorkload::FromRequests(shapes));
+    workload_ = std::make_shared<placement::TargetWorkload>(
+        placement::TargetWorkload::FromRequests(shapes));
     placement::PolicyOptions po;
     po.workload = workload_.get();
     engine_ = std::move(placement::MakePolicy("tessera", po).value());
@@ -247,8 +254,8 @@ class ClusterE2ETest : public ::testing::Test {
     if (p.annotations.count("tessera.io/gpu-model") != 0) {
       allowed = placement::ModelSet::Of(engine_model(p.annotations["tessera.io/gpu-model"]));
     }
-    p.request = *placement::RequestFromShares(500, 512, count, whole ? 0 : int64_t{mem_gib} * 1024 / count,
-                                              whole ? 100 : core, allowed);
+    p.request = *placement::RequestFromShares(
+        500, 512, count, whole ? 0 : int64_t{mem_gib} * 1024 / count, whole ? 100 : core, allowed);
     p.cap_bytes = whole ? 0 : uint64_t(mem_gib) * kGiB / uint64_t(count);
     return p;
   }
@@ -275,8 +282,9 @@ class ClusterE2ETest : public ::testing::Test {
     const GpuNode& node = nodes_[static_cast<size_t>(p.expected->node)];
     EXPECT_EQ(r.node, node.name) << p.name << " landed elsewhere than the engine decided";
     p.node = r.node;
-    auto a = k8s::ParseAssignment((*api_.GetPod("default", p.name))["metadata"]["annotations"]
-                                  [k8s::kAssignmentAnnotation].get<std::string>());
+    auto a = k8s::ParseAssignment(
+        (*api_.GetPod("default", p.name))["metadata"]["annotations"][k8s::kAssignmentAnnotation]
+            .get<std::string>());
     ASSERT_TRUE(a.ok()) << a.error();
     for (const auto& g : a->containers.at(0).gpus) p.gpus.insert(g.uuid);
     std::set<std::string> expected_gpus;
@@ -290,7 +298,8 @@ class ClusterE2ETest : public ::testing::Test {
   // kubelet on the pod's node admits it (Allocate) and the runtime starts its process: a tenant
   // that allocates 64 MiB at a time until refused, then holds what it got.
   void Run(TestPod& p) {
-    GpuNode& node = *std::find_if(nodes_.begin(), nodes_.end(), [&](const GpuNode& n) { return n.name == p.node; });
+    GpuNode& node = *std::find_if(nodes_.begin(), nodes_.end(),
+                                  [&](const GpuNode& n) { return n.name == p.node; });
     auto admitted = node.kubelet->Admit(*api_.GetPod("default", p.name));
     ASSERT_TRUE(admitted.ok()) << p.name << ": " << admitted.error();
     ASSERT_EQ(admitted->size(), 1u);
@@ -332,7 +341,8 @@ class ClusterE2ETest : public ::testing::Test {
       p.process->Wait(10s);
     }
     ASSERT_TRUE(api_.DeletePod("default", p.name));
-    GpuNode& node = *std::find_if(nodes_.begin(), nodes_.end(), [&](const GpuNode& n) { return n.name == p.node; });
+    GpuNode& node = *std::find_if(nodes_.begin(), nodes_.end(),
+                                  [&](const GpuNode& n) { return n.name == p.node; });
     node.kubelet->RemovePod(p.created["metadata"]["uid"]);
     ASSERT_TRUE(engine_cluster_->Remove(p.request, *p.expected).ok());
   }
@@ -352,22 +362,26 @@ TEST_F(ClusterE2ETest, ThirtyPodsLandAsTheEngineDecidesAndStopAtTheirCaps) {
   std::vector<TestPod> pods;
   pods.push_back(MakePod("whole-0", {{"tessera.io/gpu-count", "1"}}));
   for (int i = 0; i < 10; ++i) {
-    pods.push_back(MakePod("frac-" + std::to_string(i), {{"tessera.io/gpu-core", "20"}, {"tessera.io/gpu-mem", "2"}}));
+    pods.push_back(MakePod("frac-" + std::to_string(i),
+                           {{"tessera.io/gpu-core", "20"}, {"tessera.io/gpu-mem", "2"}}));
   }
   for (int i = 0; i < 3; ++i) {
-    pods.push_back(MakePod("multi-" + std::to_string(i),
-                           {{"tessera.io/gpu-count", "2"}, {"tessera.io/gpu-core", "10"}, {"tessera.io/gpu-mem", "2"}}));
+    pods.push_back(MakePod("multi-" + std::to_string(i), {{"tessera.io/gpu-count", "2"},
+                                                          {"tessera.io/gpu-core", "10"},
+                                                          {"tessera.io/gpu-mem", "2"}}));
   }
   for (int i = 0; i < 4; ++i) {
-    pods.push_back(MakePod("simb-" + std::to_string(i), {{"tessera.io/gpu-core", "15"}, {"tessera.io/gpu-mem", "3"}},
+    pods.push_back(MakePod("simb-" + std::to_string(i),
+                           {{"tessera.io/gpu-core", "15"}, {"tessera.io/gpu-mem", "3"}},
                            {{"tessera.io/gpu-model", "SimB"}}));
   }
   for (int i = 0; i < 6; ++i) {
-    pods.push_back(MakePod("ack-" + std::to_string(i),
-                           {{"aliyun.com/gpu-core.percentage", "10"}, {"aliyun.com/gpu-mem", "1"}}));
+    pods.push_back(MakePod("ack-" + std::to_string(i), {{"aliyun.com/gpu-core.percentage", "10"},
+                                                        {"aliyun.com/gpu-mem", "1"}}));
   }
   for (int i = 0; i < 6; ++i) {
-    pods.push_back(MakePod("small-" + std::to_string(i), {{"tessera.io/gpu-core", "5"}, {"tessera.io/gpu-mem", "1"}}));
+    pods.push_back(MakePod("small-" + std::to_string(i),
+                           {{"tessera.io/gpu-core", "5"}, {"tessera.io/gpu-mem", "1"}}));
   }
   ASSERT_EQ(pods.size(), 30u);
   StartEngineAndExtender(pods);
@@ -385,7 +399,8 @@ TEST_F(ClusterE2ETest, ThirtyPodsLandAsTheEngineDecidesAndStopAtTheirCaps) {
   ASSERT_FALSE(r3.bound);
   ASSERT_EQ(r3.failures.size(), names_.size());
   for (const std::string& n : names_) {
-    EXPECT_NE(r3.failures.at(n).find("tessera.io/gpu-count=3"), std::string::npos) << r3.failures.at(n);
+    EXPECT_NE(r3.failures.at(n).find("tessera.io/gpu-count=3"), std::string::npos)
+        << r3.failures.at(n);
   }
   TestPod big = MakePod("too-big", {{"tessera.io/gpu-core", "5"}, {"tessera.io/gpu-mem", "30"}});
   ASSERT_NO_FATAL_FAILURE(Place(big));
@@ -404,9 +419,13 @@ TEST_F(ClusterE2ETest, ThirtyPodsLandAsTheEngineDecidesAndStopAtTheirCaps) {
 
   // Half of them are deleted; the next wave fits where they were, as the engine decides.
   for (size_t i = 0; i < pods.size(); i += 2) ASSERT_NO_FATAL_FAILURE(Delete(pods[i]));
-  ASSERT_TRUE(k8s::testing::WaitUntil([&] {
-    return extender_->state().Stats().gpu_milli_allocated == engine_cluster_->gpu_milli_allocated();
-  }, 10s)) << "the extender did not release the deleted pods' shares";
+  ASSERT_TRUE(k8s::testing::WaitUntil(
+      [&] {
+        return extender_->state().Stats().gpu_milli_allocated ==
+               engine_cluster_->gpu_milli_allocated();
+      },
+      10s))
+      << "the extender did not release the deleted pods' shares";
   std::vector<TestPod> wave;
   for (size_t i = 0; i < pods.size(); i += 2) {
     TestPod next = pods[i];

@@ -1,8 +1,6 @@
 // ClusterState's holds (cluster_state_impl.h): each decision on the books applied to the Cluster,
 // replaced, dropped, retried where room was made, observed from the API server and swept when a
 // reservation lapses; and the bind plan of a binding hold. No I/O.
-#include "k8s/extender/cluster_state_impl.h"
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -13,6 +11,7 @@
 
 #include "core/bytes.h"
 #include "core/text.h"
+#include "k8s/extender/cluster_state_impl.h"
 #include "k8s/fit.h"
 #include "k8s/quantity.h"
 #include "mig/profiles.h"
@@ -26,8 +25,8 @@ pl::Request ClusterState::Impl::PartRequest(const NodeRec& rec, const GpuPart& p
   pl::Request r;
   r.gpu_count = 1;
   const int64_t cap = static_cast<int64_t>(rec.gpus.front().memory.count());
-  const bool whole = (part.core_percent >= 100 && rec.mode != k8s::NodeMode::kMem) ||
-                     part.mem_bytes >= cap;
+  const bool whole =
+      (part.core_percent >= 100 && rec.mode != k8s::NodeMode::kMem) || part.mem_bytes >= cap;
   if (whole) {
     r.gpu_milli = pl::kMilliPerGpu;
   } else if (rec.mode == k8s::NodeMode::kMem) {
@@ -40,7 +39,8 @@ pl::Request ClusterState::Impl::PartRequest(const NodeRec& rec, const GpuPart& p
   return r;
 }
 
-void ClusterState::Impl::Place(Hold& h, const pl::Request& r, const pl::Assignment& a, const std::string& what) {
+void ClusterState::Impl::Place(Hold& h, const pl::Request& r, const pl::Assignment& a,
+                               const std::string& what) {
   Status s = cluster->Place(r, a);
   if (s.ok()) {
     h.applied.emplace_back(r, a);
@@ -84,8 +84,8 @@ void ClusterState::Impl::Apply(Hold& h) {
   }
 }
 
-void ClusterState::Impl::ApplyMigPart(Hold& h, const NodeRec& rec, int n, const std::string& container,
-                  const GpuPart& part) {
+void ClusterState::Impl::ApplyMigPart(Hold& h, const NodeRec& rec, int n,
+                                      const std::string& container, const GpuPart& part) {
   const auto [g, instance] = rec.MigDevice(part.uuid);
   if (instance == nullptr) {
     if (!rec.KnowsGpu(part.uuid) && h.conflict.empty()) {
@@ -179,8 +179,7 @@ std::optional<Hold> ClusterState::Impl::Observed(const PodRec& rec) const {
     for (const k8s::ContainerAssignment& c : rec.assignment->containers) {
       ContainerPart part{c.name, {}};
       for (const k8s::AssignedGpu& g : c.gpus) {
-        part.gpus.push_back(
-            {g.uuid, g.core.value(), static_cast<int64_t>(g.mem.count())});
+        part.gpus.push_back({g.uuid, g.core.value(), static_cast<int64_t>(g.mem.count())});
       }
       h.containers.push_back(std::move(part));
     }
@@ -238,8 +237,8 @@ BindPlan ClusterState::Impl::Plan(const PodRec& rec, Hold& h) {
     k8s::ContainerAssignment ca;
     ca.name = c.name;
     for (const GpuPart& g : c.gpus) {
-      ca.gpus.push_back({g.uuid, Bytes(static_cast<uint64_t>(g.mem_bytes)),
-                         *Percent::FromInt(g.core_percent)});
+      ca.gpus.push_back(
+          {g.uuid, Bytes(static_cast<uint64_t>(g.mem_bytes)), *Percent::FromInt(g.core_percent)});
     }
     plan.assignment.containers.push_back(std::move(ca));
   }

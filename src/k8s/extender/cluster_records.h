@@ -169,7 +169,6 @@ bool Older(const std::string& incoming, const std::string& held);
 
 Result<PodRec> ReadPodRec(const Json& pod);
 
-
 Result<NodeRec> ReadNodeRec(const Json& node);
 
 }  // namespace tessera::extender

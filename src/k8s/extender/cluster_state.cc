@@ -12,14 +12,13 @@
 
 #include "core/bytes.h"
 #include "core/text.h"
+#include "k8s/extender/cluster_state_impl.h"
 #include "k8s/fit.h"
 #include "k8s/quantity.h"
 #include "mig/profiles.h"
 #include "placement/fit.h"
 #include "placement/mig.h"
 #include "placement/stranded.h"
-
-#include "k8s/extender/cluster_state_impl.h"
 
 namespace tessera::extender {
 
@@ -507,8 +506,8 @@ Result<BindPlan> ClusterState::PrepareBind(const std::string& ns, const std::str
   }
   const int n = node_it->second;
   auto held = s.holds.find(uid);
-  const bool reserved_here = held != s.holds.end() &&
-                             held->second.kind == HoldKind::kReserved && held->second.node == node;
+  const bool reserved_here = held != s.holds.end() && held->second.kind == HoldKind::kReserved &&
+                             held->second.node == node;
   if (reserved_here) {
     held->second.kind = HoldKind::kBinding;
     s.reserved.erase(uid);
@@ -627,8 +626,11 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
   std::unordered_map<std::string, Json> node_holders;
   for (const auto& [uid, h] : s.holds) {
     const std::string state(HoldKindName(h.kind, h.bound));
-    Json pod_entry = {{"pod", h.pod}, {"uid", uid}, {"state", state},
-                      {"cpu_milli", h.cpu_milli}, {"memory_mib", h.memory_mib}};
+    Json pod_entry = {{"pod", h.pod},
+                      {"uid", uid},
+                      {"state", state},
+                      {"cpu_milli", h.cpu_milli},
+                      {"memory_mib", h.memory_mib}};
     if (h.seq != 0) pod_entry["seq"] = h.seq;
     if (!h.conflict.empty()) pod_entry["conflict"] = h.conflict;
     node_holders[h.node].push_back(pod_entry);
@@ -694,14 +696,15 @@ std::optional<Json> ClusterState::Inspect(std::optional<std::string> only) const
       for (size_t i = 0; i < rec.gpus.size(); ++i) add_gpu(rec.gpus[i], static_cast<int>(i));
     }
     for (const auto& g : rec.unhealthy) add_gpu(g, -1);
-    Json j = {{"name", name},
-              {"policy", std::string(k8s::PlacementPolicyName(rec.policy))},
-              {"mode", rec.has_inventory ? std::string(k8s::NodeModeName(rec.mode)) : "none"},
-              {"seq", rec.log.seq},
-              {"cpu_milli", {{"allocatable", rec.cpu_milli}, {"free", s.cluster->cpu_free(n)}}},
-              {"memory_mib", {{"allocatable", rec.memory_mib}, {"free", s.cluster->memory_free(n)}}},
-              {"gpus", std::move(gpus)},
-              {"pods", Json::array()}};
+    Json j = {
+        {"name", name},
+        {"policy", std::string(k8s::PlacementPolicyName(rec.policy))},
+        {"mode", rec.has_inventory ? std::string(k8s::NodeModeName(rec.mode)) : "none"},
+        {"seq", rec.log.seq},
+        {"cpu_milli", {{"allocatable", rec.cpu_milli}, {"free", s.cluster->cpu_free(n)}}},
+        {"memory_mib", {{"allocatable", rec.memory_mib}, {"free", s.cluster->memory_free(n)}}},
+        {"gpus", std::move(gpus)},
+        {"pods", Json::array()}};
     if (!rec.problem.empty()) j["problem"] = rec.problem;
     if (auto h = node_holders.find(name); h != node_holders.end()) j["pods"] = h->second;
     nodes.push_back(std::move(j));

@@ -53,17 +53,18 @@ struct ClusterState::Impl {
   bool pods_listed = false;  // a pod list has come in
 
   mutable std::mutex mu;
-  std::map<std::string, NodeRec> nodes;            // by name: the placement order
-  std::unordered_map<std::string, PodRec> pods;    // by uid, from the API server
-  std::unordered_map<std::string, PodRec> asked;   // by uid, from the latest filter/prioritize
-  std::unordered_map<std::string, Hold> holds;     // by uid
-  std::set<std::string> reserved;                  // uids with a reserved hold
-  std::set<std::string> conflicted;                // uids whose hold did not all fit
+  std::map<std::string, NodeRec> nodes;           // by name: the placement order
+  std::unordered_map<std::string, PodRec> pods;   // by uid, from the API server
+  std::unordered_map<std::string, PodRec> asked;  // by uid, from the latest filter/prioritize
+  std::unordered_map<std::string, Hold> holds;    // by uid
+  std::set<std::string> reserved;                 // uids with a reserved hold
+  std::set<std::string> conflicted;               // uids whose hold did not all fit
   // Pending pods kube-scheduler marked unschedulable (uids), and the nodes drained for them.
   std::set<std::string> unschedulable;
   uint64_t unschedulable_version = 0;  // bumped when `unschedulable` changes
   pl::Reservations drains;
-  uint64_t drains_changes = ~uint64_t{0};  // `changes` and `unschedulable_version` it was planned at
+  uint64_t drains_changes =
+      ~uint64_t{0};  // `changes` and `unschedulable_version` it was planned at
   uint64_t drains_waiting = ~uint64_t{0};
   std::unordered_map<std::string, uint64_t> drain_keys;  // uid -> the plan's key of the pod
   std::vector<std::string> drain_pods;                   // key - 1 -> ns/name, for reasons

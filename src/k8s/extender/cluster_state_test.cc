@@ -7,8 +7,8 @@
 #include <bit>
 #include <set>
 
-#include "testing/support/test_objects.h"
 #include "placement/policy.h"
+#include "testing/support/test_objects.h"
 
 namespace tessera::extender {
 namespace {
@@ -84,9 +84,9 @@ TEST(ClusterStateTest, FilterAnswersEveryNodeWithAReason) {
   ASSERT_TRUE(s->UpsertNode(Node("f-small-cpu", Gpus(2), "core_mem", "500m")).ok());
   ASSERT_TRUE(s->UpsertNode(Node("g-one-gpu", Gpus(1))).ok());
   ASSERT_TRUE(s->UpsertNode(Node("h-t4", Gpus(2, 16, "Tesla T4"))).ok());
-  const std::vector<std::string> names = {"a-fits",      "b-mem",     "c-exclusive",
-                                          "d-no-inventory", "e-bad-inventory", "f-small-cpu",
-                                          "g-one-gpu",   "h-t4",      "zz-unknown"};
+  const std::vector<std::string> names = {
+      "a-fits",      "b-mem",     "c-exclusive", "d-no-inventory", "e-bad-inventory",
+      "f-small-cpu", "g-one-gpu", "h-t4",        "zz-unknown"};
   auto out = s->Filter(Pod("p", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-count", "2"}},
                            {{"tessera.io/gpu-model", "simgpu"}}),
                        names);
@@ -129,7 +129,8 @@ TEST(ClusterStateTest, CapacityReasonsNameTheResource) {
   EXPECT_EQ(FailureOf(*mem, "n")->reason, "tessera: Insufficient tessera.io/gpu-mem");
   EXPECT_FALSE(FailureOf(*mem, "n")->unresolvable);
   // A memory-only share needs a mem node.
-  auto mem_only = s->Filter(Pod("e", {{"tessera.io/gpu-mem", "4"}}), std::vector<std::string>{"n", "m"});
+  auto mem_only =
+      s->Filter(Pod("e", {{"tessera.io/gpu-mem", "4"}}), std::vector<std::string>{"n", "m"});
   EXPECT_NE(FailureOf(*mem_only, "n")->reason.find("memory-only share"), std::string::npos);
   EXPECT_EQ(mem_only->fits, std::vector<std::string>{"m"});
 }
@@ -152,7 +153,8 @@ TEST(ClusterStateTest, DecisionsAreThePlacementEnginesOwn) {
   for (size_t i = 0; i < gpu_counts.size(); ++i) {
     const std::string name = "node-" + std::to_string(i);
     ASSERT_TRUE(s->UpsertNode(Node(name, Gpus(gpu_counts[i]), "core_mem", "16", "64Gi")).ok());
-    specs.push_back({name, 16000, 65536, gpu_counts[i], sim, placement::NodeMode::kMemoryAndCompute});
+    specs.push_back(
+        {name, 16000, 65536, gpu_counts[i], sim, placement::NodeMode::kMemoryAndCompute});
   }
   placement::Cluster direct(models, specs);
   placement::PolicyOptions po;
@@ -271,10 +273,14 @@ TEST(ClusterStateTest, ReservationsLapseWithoutABind) {
   o.clock = &clock;
   ClusterState s(o);
   ASSERT_TRUE(s.UpsertNode(Node("n", Gpus(1))).ok());
-  ASSERT_TRUE(s.Filter(Pod("a", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size() == 1);
-  EXPECT_TRUE(s.Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.empty());
+  ASSERT_TRUE(s.Filter(Pod("a", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})
+                  ->fits.size() == 1);
+  EXPECT_TRUE(s.Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})
+                  ->fits.empty());
   clock.Advance(std::chrono::seconds(31));
-  EXPECT_EQ(s.Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size(), 1u);
+  EXPECT_EQ(s.Filter(Pod("b", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})
+                ->fits.size(),
+            1u);
   EXPECT_EQ(s.Stats().reservations_expired, 1u);
 }
 
@@ -282,7 +288,10 @@ TEST(ClusterStateTest, BindPlansStateTheAssignmentAndFailuresReleaseIt) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(2, 16))).ok());
   std::string chosen;
-  auto plan = FilterAndBind(*s, Pod("a", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-mem", "6"}, {"tessera.io/gpu-count", "2"}}),
+  auto plan = FilterAndBind(*s,
+                            Pod("a", {{"tessera.io/gpu-core", "30"},
+                                      {"tessera.io/gpu-mem", "6"},
+                                      {"tessera.io/gpu-count", "2"}}),
                             {"n"}, &chosen);
   ASSERT_TRUE(plan.ok()) << plan.error();
   EXPECT_EQ(plan->assignment.node, "n");
@@ -311,7 +320,9 @@ TEST(ClusterStateTest, BindOnAnotherNodeThanReservedDecidesThere) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("n1", Gpus(1))).ok());
   ASSERT_TRUE(s->UpsertNode(Node("n2", Gpus(1))).ok());
-  ASSERT_TRUE(s->Filter(Pod("a", {{"tessera.io/gpu-core", "50"}}), std::vector<std::string>{"n1", "n2"}).ok());
+  ASSERT_TRUE(
+      s->Filter(Pod("a", {{"tessera.io/gpu-core", "50"}}), std::vector<std::string>{"n1", "n2"})
+          .ok());
   auto plan = s->PrepareBind("default", "a", "uid-a", "n2");  // kube-scheduler picked n2
   ASSERT_TRUE(plan.ok()) << plan.error();
   EXPECT_EQ(PlanGpus(*plan), std::set<std::string>{GpuUuid("n2", 0)});
@@ -329,11 +340,13 @@ TEST(ClusterStateTest, HoldsAreRebuiltFromAnnotationsAndReleasedWhenPodsEnd) {
   {
     auto first = MakeState();
     ASSERT_TRUE(first->UpsertNode(Node("n", Gpus(1))).ok());
-    for (const auto& [name, slot] : {std::pair{"run", &running}, {"assumed", &assumed}, {"done", &finished}}) {
+    for (const auto& [name, slot] :
+         {std::pair{"run", &running}, {"assumed", &assumed}, {"done", &finished}}) {
       k8s::Json pod = Pod(name, {{"tessera.io/gpu-core", "30"}});
       auto plan = FilterAndBind(*first, pod, {"n"}, &chosen);
       ASSERT_TRUE(plan.ok()) << plan.error();
-      pod["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(plan->assignment);
+      pod["metadata"]["annotations"][k8s::kAssignmentAnnotation] =
+          k8s::WriteAssignment(plan->assignment);
       pod["metadata"]["annotations"][k8s::kPhaseAnnotation] = "assumed";
       *slot = pod;
       first->FinishBind(std::string("uid-") + name, *plan, true);
@@ -488,54 +501,69 @@ TEST(ClusterStateTest, MultiContainerPodsGetOneEntryPerContainer) {
 TEST(ClusterStateTest, InvalidPodsAreRefusedAndEverythingElseServed) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
-  auto weight = s->Filter(Pod("w", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/weight", "lots"}}),
-                          std::vector<std::string>{"n"});
+  auto weight =
+      s->Filter(Pod("w", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/weight", "lots"}}),
+                std::vector<std::string>{"n"});
   ASSERT_TRUE(weight.ok());
   EXPECT_TRUE(weight->fits.empty());
   EXPECT_EQ(FailureOf(*weight, "n")->kind, "pod-invalid");
   EXPECT_NE(FailureOf(*weight, "n")->reason.find("tessera.io/weight=\"lots\""), std::string::npos);
   auto core = s->Filter(Pod("c", {{"tessera.io/gpu-core", "150"}}), std::vector<std::string>{"n"});
   EXPECT_NE(FailureOf(*core, "n")->reason.find("from 1 to 100"), std::string::npos);
-  auto ack = s->Filter(Pod("k", {{"aliyun.com/gpu-core.percentage", "33"}}), std::vector<std::string>{"n"});
-  EXPECT_NE(FailureOf(*ack, "n")->reason.find("multiple of 5"), std::string::npos);
-  auto cpu = s->Filter(Pod("q", std::vector<TestContainer>{{"app", {{"tessera.io/gpu-core", "10"}}, "lots"}}),
+  auto ack = s->Filter(Pod("k", {{"aliyun.com/gpu-core.percentage", "33"}}),
                        std::vector<std::string>{"n"});
+  EXPECT_NE(FailureOf(*ack, "n")->reason.find("multiple of 5"), std::string::npos);
+  auto cpu = s->Filter(
+      Pod("q", std::vector<TestContainer>{{"app", {{"tessera.io/gpu-core", "10"}}, "lots"}}),
+      std::vector<std::string>{"n"});
   ASSERT_TRUE(cpu.ok());  // a CPU quantity it cannot read counts as 0; the pod is still served
   EXPECT_FALSE(s->Filter(k8s::Json::array(), std::vector<std::string>{"n"}).ok());
   // And the next pod is placed as if nothing happened.
-  EXPECT_EQ(s->Filter(Pod("ok", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"n"})->fits.size(), 1u);
+  EXPECT_EQ(s->Filter(Pod("ok", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"n"})
+                ->fits.size(),
+            1u);
 }
 
 TEST(ClusterStateTest, AckNamesModelsAndPolicies) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("a100", Gpus(2, 40, "NVIDIA A100-SXM4-40GB"), "core_mem", "32",
-                                 "128Gi", {{"tessera.io/gpu.placement", "spread"}})).ok());
+                                 "128Gi", {{"tessera.io/gpu.placement", "spread"}}))
+                  .ok());
   ASSERT_TRUE(s->UpsertNode(Node("t4", Gpus(2, 16, "Tesla T4"), "core_mem", "32", "128Gi",
-                                 {{"ack.node.gpu.placement", "binpack"}})).ok());
+                                 {{"ack.node.gpu.placement", "binpack"}}))
+                  .ok());
   const std::vector<std::string> names = {"a100", "t4"};
   std::string chosen;
-  auto ack = FilterAndBind(*s, Pod("ack", {{"aliyun.com/gpu-core.percentage", "25"}, {"aliyun.com/gpu-mem", "4"}},
-                                   {{"tessera.io/gpu-model", "a100"}}),
-                           names, &chosen);
+  auto ack = FilterAndBind(
+      *s,
+      Pod("ack", {{"aliyun.com/gpu-core.percentage", "25"}, {"aliyun.com/gpu-mem", "4"}},
+          {{"tessera.io/gpu-model", "a100"}}),
+      names, &chosen);
   ASSERT_TRUE(ack.ok()) << ack.error();
   EXPECT_EQ(chosen, "a100");
   EXPECT_EQ(ack->assignment.containers[0].gpus[0].mem.count(), uint64_t{4} << 30);
   // spread: the next share on the A100 node goes to its other GPU.
   s->FinishBind("uid-ack", *ack, true);
-  auto second = FilterAndBind(*s, Pod("s2", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "A100"}}),
-                              names, &chosen);
+  auto second = FilterAndBind(
+      *s, Pod("s2", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "A100"}}), names,
+      &chosen);
   ASSERT_TRUE(second.ok());
   EXPECT_NE(PlanGpus(*second), PlanGpus(*ack));
   // binpack on the T4 node: two shares share a GPU.
-  auto t1 = FilterAndBind(*s, Pod("t1", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "T4"}}), names, &chosen);
+  auto t1 = FilterAndBind(
+      *s, Pod("t1", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "T4"}}), names,
+      &chosen);
   ASSERT_TRUE(t1.ok());
   s->FinishBind("uid-t1", *t1, true);
-  auto t2 = FilterAndBind(*s, Pod("t2", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "T4"}}), names, &chosen);
+  auto t2 = FilterAndBind(
+      *s, Pod("t2", {{"tessera.io/gpu-core", "25"}}, {{"tessera.io/gpu-model", "T4"}}), names,
+      &chosen);
   ASSERT_TRUE(t2.ok());
   EXPECT_EQ(PlanGpus(*t2), PlanGpus(*t1));
   // A bad placement label makes the node refuse GPU pods, naming the label.
   ASSERT_TRUE(s->UpsertNode(Node("odd", Gpus(1), "core_mem", "32", "128Gi",
-                                 {{"tessera.io/gpu.placement", "tetris"}})).ok());
+                                 {{"tessera.io/gpu.placement", "tetris"}}))
+                  .ok());
   auto odd = s->Filter(Pod("o", {{"tessera.io/gpu-core", "10"}}), std::vector<std::string>{"odd"});
   EXPECT_NE(FailureOf(*odd, "odd")->reason.find("tessera.io/gpu.placement"), std::string::npos);
 }
@@ -654,7 +682,8 @@ k8s::Json Assigned(const std::string& name, const std::string& node, int core, u
   k8s::Assignment a;
   a.node = node;
   a.seq = 100;
-  a.containers.push_back({"app", {{GpuUuid(node, gpu), Bytes(gib << 30), *Percent::FromInt(core)}}});
+  a.containers.push_back(
+      {"app", {{GpuUuid(node, gpu), Bytes(gib << 30), *Percent::FromInt(core)}}});
   pod["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
   pod["metadata"]["annotations"][k8s::kPhaseAnnotation] = "allocated";
   return pod;
@@ -800,7 +829,9 @@ TEST(ClusterStateTest, UnhealthyMigDevicesAreOutOfPlacement) {
 TEST(ClusterStateTest, WhatTheApiServerSaysOutranksReservations) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1))).ok());
-  ASSERT_EQ(s->Filter(Pod("r", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})->fits.size(), 1u);
+  ASSERT_EQ(s->Filter(Pod("r", {{"tessera.io/gpu-count", "1"}}), std::vector<std::string>{"n"})
+                ->fits.size(),
+            1u);
   // Another scheduler's pod turns up on the GPU: it counts, the reservation yields.
   ASSERT_TRUE(s->UpsertPod(Assigned("x", "n", 100, 16)).ok());
   EXPECT_EQ(s->Stats().holds_reserved, 0u);
@@ -831,8 +862,8 @@ TEST(ClusterStateTest, AWholeGpuKeepsTheMemoryCapItAskedFor) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(2))).ok());
   std::string chosen;
-  auto plan = FilterAndBind(*s, Pod("w", {{"tessera.io/gpu-core", "100"}, {"tessera.io/gpu-mem", "4"}}), {"n"},
-                            &chosen);
+  auto plan = FilterAndBind(
+      *s, Pod("w", {{"tessera.io/gpu-core", "100"}, {"tessera.io/gpu-mem", "4"}}), {"n"}, &chosen);
   ASSERT_TRUE(plan.ok()) << plan.error();
   EXPECT_EQ(plan->assignment.containers[0].gpus[0].core.value(), 100);
   EXPECT_EQ(plan->assignment.containers[0].gpus[0].mem.count(), uint64_t{4} << 30);

@@ -59,8 +59,8 @@ std::string WriteCommitLog(const CommitLog& log) {
   for (const CommitLog::Entry& e : log.recent) {
     recent.push_back({{"seq", e.seq}, {"uid", e.uid}, {"pod", e.pod}});
   }
-  return json{{"version", 1}, {"seq", log.seq}, {"trimmed", log.trimmed}, {"recent", recent}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  return json{{"version", 1}, {"seq", log.seq}, {"trimmed", log.trimmed}, {"recent", recent}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace tessera::extender

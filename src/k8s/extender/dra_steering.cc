@@ -17,7 +17,9 @@ namespace {
 
 constexpr char kResource[] = "/apis/resource.k8s.io/v1";
 
-void Log(const std::string& line) { std::fprintf(stderr, "tessera-extender: dra: %s\n", line.c_str()); }
+void Log(const std::string& line) {
+  std::fprintf(stderr, "tessera-extender: dra: %s\n", line.c_str());
+}
 
 std::string Key(const Json& obj) {
   return obj["metadata"].value("namespace", "") + "/" + obj["metadata"].value("name", "");
@@ -30,7 +32,8 @@ bool Gated(const Json& pod) {
   return false;
 }
 
-int64_t QuantityOr(const std::map<std::string, std::string>& m, const char* key, int scale, int64_t unit) {
+int64_t QuantityOr(const std::map<std::string, std::string>& m, const char* key, int scale,
+                   int64_t unit) {
   auto it = m.find(key);
   if (it == m.end()) return 0;
   auto q = k8s::Quantity::Parse(it->second, key);
@@ -67,7 +70,8 @@ void DraSteeringController::Loop() {
   }
 }
 
-void DraSteeringController::Event(const Json& pod, const std::string& reason, const std::string& message) {
+void DraSteeringController::Event(const Json& pod, const std::string& reason,
+                                  const std::string& message) {
   const std::string uid = pod["metadata"].value("uid", "");
   if (told_[uid] == reason + message) return;  // said once
   told_[uid] = reason + message;
@@ -79,14 +83,16 @@ void DraSteeringController::Event(const Json& pod, const std::string& reason, co
   e.message = message;
   e.warning = reason != "TesseraSteered";
   e.component = "tessera-extender";
-  if (auto r = api_->CreateEvent(e); !r.ok()) Log("event on pod " + Key(pod) + ": " + r.error().message);
+  if (auto r = api_->CreateEvent(e); !r.ok())
+    Log("event on pod " + Key(pod) + ": " + r.error().message);
 }
 
 Result<SteeringRound> DraSteeringController::RunOnce() {
   SteeringRound round;
   auto list = [&](const std::string& path) -> Result<std::vector<Json>> {
     auto r = api_->Get(path);
-    if (!r.ok()) return Result<std::vector<Json>>::Error("listing " + path + ": " + r.error().message);
+    if (!r.ok())
+      return Result<std::vector<Json>>::Error("listing " + path + ": " + r.error().message);
     std::vector<Json> items;
     for (const Json& i : (*r)["items"]) items.push_back(i);
     return items;
@@ -113,8 +119,10 @@ Result<SteeringRound> DraSteeringController::RunOnce() {
   auto claims_of = [&](const Json& pod) -> std::optional<std::vector<Json>> {
     std::vector<Json> out;
     const std::string ns = pod["metadata"].value("namespace", "");
-    const Json statuses = pod.value("status", Json::object()).value("resourceClaimStatuses", Json::array());
-    for (const Json& pc : pod.value("spec", Json::object()).value("resourceClaims", Json::array())) {
+    const Json statuses =
+        pod.value("status", Json::object()).value("resourceClaimStatuses", Json::array());
+    for (const Json& pc :
+         pod.value("spec", Json::object()).value("resourceClaims", Json::array())) {
       std::string name = pc.value("resourceClaimName", "");
       if (name.empty()) {
         for (const Json& s : statuses) {
@@ -160,9 +168,11 @@ Result<SteeringRound> DraSteeringController::RunOnce() {
       auto rs = (*probe)->RequestsOf(d.cpu, d.memory_mib, *pod_claims);
       if (rs.ok()) requests.insert(requests.end(), rs->begin(), rs->end());
     }
-    workload = std::make_shared<const placement::TargetWorkload>(placement::TargetWorkload::FromRequests(requests));
+    workload = std::make_shared<const placement::TargetWorkload>(
+        placement::TargetWorkload::FromRequests(requests));
   }
-  auto steering = k8s::dra::DraSteering::Create(steering_nodes, *slices, *classes, options_.policy, workload);
+  auto steering =
+      k8s::dra::DraSteering::Create(steering_nodes, *slices, *classes, options_.policy, workload);
   if (!steering.ok()) return steering.status();
   for (const Json& p : *pods) {
     auto view = k8s::PodFromJson(p);
@@ -181,7 +191,8 @@ Result<SteeringRound> DraSteeringController::RunOnce() {
     }
   }
   std::sort(gated.begin(), gated.end(), [](const Json* a, const Json* b) {
-    const std::string ta = (*a)["metadata"].value("creationTimestamp", ""), tb = (*b)["metadata"].value("creationTimestamp", "");
+    const std::string ta = (*a)["metadata"].value("creationTimestamp", ""),
+                      tb = (*b)["metadata"].value("creationTimestamp", "");
     return ta != tb ? ta < tb : Key(*a) < Key(*b);
   });
 
@@ -190,9 +201,10 @@ Result<SteeringRound> DraSteeringController::RunOnce() {
     for (const Json& g : pod["spec"]["schedulingGates"]) {
       if (g.value("name", "") != kSteeringGate) gates.push_back(g);
     }
-    const std::string path = "/api/v1/namespaces/" + pod["metadata"].value("namespace", "") + "/pods/" +
-                             pod["metadata"].value("name", "");
-    auto r = api_->MergePatch(path, {{"spec", {{"schedulingGates", gates.empty() ? Json() : gates}}}});
+    const std::string path = "/api/v1/namespaces/" + pod["metadata"].value("namespace", "") +
+                             "/pods/" + pod["metadata"].value("name", "");
+    auto r =
+        api_->MergePatch(path, {{"spec", {{"schedulingGates", gates.empty() ? Json() : gates}}}});
     if (!r.ok()) {
       Log("removing the gate of pod " + Key(pod) + ": " + r.error().message);
       return false;
@@ -215,12 +227,14 @@ Result<SteeringRound> DraSteeringController::RunOnce() {
     const Demand d = demand_of(*pod);
     auto decision = (*steering)->Steer(d.cpu, d.memory_mib, *pod_claims);
     if (!decision.ok()) {
-      Event(*pod, "TesseraSteeringHandedOn", decision.error() + "; kube-scheduler allocates the pod's claims");
+      Event(*pod, "TesseraSteeringHandedOn",
+            decision.error() + "; kube-scheduler allocates the pod's claims");
       if (ungate(*pod)) ++round.handed_on;
       continue;
     }
     if (!*decision) {
-      Event(*pod, "TesseraNoGpu", "no node has the CPU, memory and GPUs the pod's claims ask; the pod waits");
+      Event(*pod, "TesseraNoGpu",
+            "no node has the CPU, memory and GPUs the pod's claims ask; the pod waits");
       ++round.waiting;
       continue;
     }
@@ -235,8 +249,9 @@ Result<SteeringRound> DraSteeringController::RunOnce() {
                           {"name", (*pod)["metadata"].value("name", "")},
                           {"uid", (*pod)["metadata"].value("uid", "")}});
       status["reservedFor"] = reserved;
-      const std::string path = std::string(kResource) + "/namespaces/" + claim["metadata"].value("namespace", "") +
-                               "/resourceclaims/" + claim["metadata"].value("name", "") + "/status";
+      const std::string path = std::string(kResource) + "/namespaces/" +
+                               claim["metadata"].value("namespace", "") + "/resourceclaims/" +
+                               claim["metadata"].value("name", "") + "/status";
       auto r = api_->Update(path, claim);
       if (!r.ok()) {
         written = false;

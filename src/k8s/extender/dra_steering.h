@@ -1,7 +1,7 @@
-// DraSteeringController: tessera-extender's door for Dynamic Resource Allocation (`--dra-steering`).
-// kube-scheduler allocates a pod's ResourceClaims itself, by first fit, unless a claim is already
-// allocated when the pod is scheduled: then it only places the pod on the allocation's node. So a
-// pod that wants Tessera's placement is created with the scheduling gate
+// DraSteeringController: tessera-extender's door for Dynamic Resource Allocation
+// (`--dra-steering`). kube-scheduler allocates a pod's ResourceClaims itself, by first fit, unless
+// a claim is already allocated when the pod is scheduled: then it only places the pod on the
+// allocation's node. So a pod that wants Tessera's placement is created with the scheduling gate
 // `gpu.tessera.io/steering` (kube-scheduler leaves a gated pod alone), and this controller, every
 // `interval` or sooner when woken:
 //  1. reads the cluster: Nodes, Pods, ResourceSlices, DeviceClasses and ResourceClaims;
@@ -46,10 +46,10 @@ struct DraSteeringOptions {
 };
 
 struct SteeringRound {
-  int steered = 0;     // pods whose claims were allocated and which were ungated
-  int handed_on = 0;   // pods ungated for kube-scheduler to allocate
-  int waiting = 0;     // gated pods that fit no node, or whose claims do not exist yet
-  int conflicts = 0;   // writes that met a newer object (tried again next round)
+  int steered = 0;    // pods whose claims were allocated and which were ungated
+  int handed_on = 0;  // pods ungated for kube-scheduler to allocate
+  int waiting = 0;    // gated pods that fit no node, or whose claims do not exist yet
+  int conflicts = 0;  // writes that met a newer object (tried again next round)
 };
 
 class DraSteeringController {

@@ -2,22 +2,23 @@
 // steering decides and the gate removed, pods whose claims steering does not decide handed on to
 // kube-scheduler, a pod that fits nowhere kept gated with an Event, a template's claim not made yet
 // waited for, and a conflicting write left for the next round.
+#include "k8s/extender/dra_steering.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "k8s/dra/slices.h"
-#include "k8s/extender/dra_steering.h"
 #include "testing/standins/test_apiserver.h"
 #include "testing/support/dra_objects.h"
 
 namespace tessera::extender {
 namespace {
 
-using ::testing::HasSubstr;
 using k8s::Json;
 using k8s::testing::ClaimJson;
 using k8s::testing::DraRequest;
 using k8s::testing::PodWithClaims;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kGiB = 1ull << 30;
 
@@ -33,16 +34,27 @@ class DraSteeringTest : public ::testing::Test {
                        {"status", {{"allocatable", {{"cpu", "32"}, {"memory", "128Gi"}}}}}});
       std::vector<k8s::NodeGpu> gpus;
       for (int i = 0; i < 2; ++i) {
-        gpus.push_back({i, std::string("GPU-") + node + std::to_string(i), "T4", Bytes(16 * kGiB), 16, true, std::nullopt});
+        gpus.push_back({i, std::string("GPU-") + node + std::to_string(i), "T4", Bytes(16 * kGiB),
+                        16, true, std::nullopt});
       }
       Json spec = k8s::dra::PoolSlices(k8s::NodeMode::kCoreMem, gpus, {})[0];
       spec["driver"] = k8s::dra::kDriverName;
       spec["nodeName"] = node;
       spec["pool"] = {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}};
-      ASSERT_TRUE(api_.CreateResource("ResourceSlice", {{"metadata", {{"name", std::string("00000-") + node}}}, {"spec", spec}}).ok());
+      ASSERT_TRUE(api_.CreateResource(
+                          "ResourceSlice",
+                          {{"metadata", {{"name", std::string("00000-") + node}}}, {"spec", spec}})
+                      .ok());
     }
-    ASSERT_TRUE(api_.CreateResource("DeviceClass", {{"metadata", {{"name", "gpu.tessera.io"}}},
-        {"spec", {{"selectors", Json::array({{{"cel", {{"expression", "device.driver == \"gpu.tessera.io\""}}}}})}}}}).ok());
+    ASSERT_TRUE(
+        api_.CreateResource(
+                "DeviceClass",
+                {{"metadata", {{"name", "gpu.tessera.io"}}},
+                 {"spec",
+                  {{"selectors",
+                    Json::array(
+                        {{{"cel", {{"expression", "device.driver == \"gpu.tessera.io\""}}}}})}}}})
+            .ok());
     DraSteeringOptions o;
     o.policy = "bestfit";
     controller_ = std::make_unique<DraSteeringController>(client_.get(), o);
@@ -86,13 +98,16 @@ TEST_F(DraSteeringTest, AGatedPodsClaimIsAllocatedWhereSteeringDecidesAndTheGate
   EXPECT_EQ(result["driver"], "gpu.tessera.io");
   EXPECT_EQ(result["consumedCapacity"], Json::parse(R"({"memory": "4Gi", "cores": "30"})"));
   EXPECT_EQ(claim["status"]["reservedFor"][0]["uid"], pod["metadata"]["uid"]);
-  EXPECT_EQ(claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0],
+  EXPECT_EQ(claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
+                 ["values"][0],
             result["pool"]);
   // The next round sees the allocation: bestfit packs the next share on the same GPU.
   GatedPod("second", {Share("4Gi", "30")});
   ASSERT_TRUE(controller_->RunOnce().ok());
-  EXPECT_EQ(Claim("second")["status"]["allocation"]["devices"]["results"][0]["device"], result["device"]);
-  EXPECT_EQ(Claim("second")["status"]["allocation"]["devices"]["results"][0]["pool"], result["pool"]);
+  EXPECT_EQ(Claim("second")["status"]["allocation"]["devices"]["results"][0]["device"],
+            result["device"]);
+  EXPECT_EQ(Claim("second")["status"]["allocation"]["devices"]["results"][0]["pool"],
+            result["pool"]);
 }
 
 TEST_F(DraSteeringTest, WhatSteeringDoesNotDecideGoesOnAndWhatFitsNowhereWaits) {
@@ -118,7 +133,8 @@ TEST_F(DraSteeringTest, WhatSteeringDoesNotDecideGoesOnAndWhatFitsNowhereWaits) 
   EXPECT_TRUE(told);
   // A pod whose template claim the resourceclaim controller has not made yet waits for it.
   Json templated = PodWithClaims("team", "templated", {}, {{"app", {"gpu"}}});
-  templated["spec"]["resourceClaims"] = Json::array({{{"name", "gpu"}, {"resourceClaimTemplateName", "t"}}});
+  templated["spec"]["resourceClaims"] =
+      Json::array({{{"name", "gpu"}, {"resourceClaimTemplateName", "t"}}});
   templated["spec"]["schedulingGates"] = Json::array({{{"name", kSteeringGate}}});
   api_.CreatePod(templated);
   round = controller_->RunOnce();

@@ -5,14 +5,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
-
 #include <yaml-cpp/yaml.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <regex>
 #include <map>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -20,10 +19,10 @@
 #include "k8s/api_client.h"
 #include "k8s/extender/commit_log.h"
 #include "k8s/extender/extender_app.h"
-#include "testing/standins/scheduler_driver.h"
-#include "testing/support/test_objects.h"
-#include "testing/standins/test_apiserver.h"
 #include "process/child_process.h"
+#include "testing/standins/scheduler_driver.h"
+#include "testing/standins/test_apiserver.h"
+#include "testing/support/test_objects.h"
 
 namespace tessera::extender {
 namespace {
@@ -131,7 +130,8 @@ TEST_F(ExtenderApiTest, BindWritesTheDecisionAndEndedPodsFreeTheirShare) {
   // On the API server: bound, with the assignment and phase; the node's log names the commit.
   auto pa = *api_.GetPod("default", "a");
   EXPECT_EQ(pa["spec"]["nodeName"], "n1");
-  auto assignment = k8s::ParseAssignment(pa["metadata"]["annotations"][k8s::kAssignmentAnnotation].get<std::string>());
+  auto assignment = k8s::ParseAssignment(
+      pa["metadata"]["annotations"][k8s::kAssignmentAnnotation].get<std::string>());
   ASSERT_TRUE(assignment.ok()) << assignment.error();
   EXPECT_EQ(assignment->node, "n1");
   ASSERT_EQ(assignment->containers.size(), 1u);
@@ -141,7 +141,8 @@ TEST_F(ExtenderApiTest, BindWritesTheDecisionAndEndedPodsFreeTheirShare) {
   EXPECT_EQ(assignment->containers[0].gpus[0].core.value(), 60);
   EXPECT_EQ(assignment->containers[0].gpus[0].mem.count(), uint64_t{9830} << 20);  // 60 % of 16 GiB
   EXPECT_EQ(pa["metadata"]["annotations"][k8s::kPhaseAnnotation], "assumed");
-  auto log = ParseCommitLog((*api_.GetNode("n1"))["metadata"]["annotations"][kCommitLogAnnotation].get<std::string>());
+  auto log = ParseCommitLog(
+      (*api_.GetNode("n1"))["metadata"]["annotations"][kCommitLogAnnotation].get<std::string>());
   ASSERT_TRUE(log.ok()) << log.error();
   EXPECT_EQ(log->seq, assignment->seq);
   ASSERT_EQ(log->recent.size(), 1u);
@@ -157,11 +158,14 @@ TEST_F(ExtenderApiTest, BindWritesTheDecisionAndEndedPodsFreeTheirShare) {
   ASSERT_TRUE(api_.DeletePod("default", "a"));
   rc = ScheduleUntilBound(driver, c, nodes, kWait);
   ASSERT_TRUE(rc.bound) << rc.error;
-  auto pc = k8s::ParseAssignment((*api_.GetPod("default", "c"))["metadata"]["annotations"][k8s::kAssignmentAnnotation].get<std::string>());
+  auto pc = k8s::ParseAssignment(
+      (*api_.GetPod("default", "c"))["metadata"]["annotations"][k8s::kAssignmentAnnotation]
+          .get<std::string>());
   EXPECT_EQ(pc->containers[0].gpus[0].uuid, GpuUuid("n1", 0));
   // b finishes (Succeeded): its share is back too.
   ASSERT_TRUE(api_.SetPodPhase("default", "b", "Succeeded"));
-  auto rd = ScheduleUntilBound(driver, CreatePod(Pod("d", {{"tessera.io/gpu-core", "60"}})), nodes, kWait);
+  auto rd = ScheduleUntilBound(driver, CreatePod(Pod("d", {{"tessera.io/gpu-core", "60"}})), nodes,
+                               kWait);
   ASSERT_TRUE(rd.bound) << rd.error;
   ExpectNoGpuGivenTwice(api_.Pods());
 }
@@ -176,28 +180,36 @@ TEST_F(ExtenderApiTest, AFailedBindReleasesItsShareAtOnce) {
   std::string body;
   auto bind = [&](const k8s::Json& pod) {
     driver.Post("/bind",
-                k8s::Json{{"PodName", pod["metadata"]["name"]}, {"PodNamespace", "default"},
-                          {"PodUID", pod["metadata"]["uid"]}, {"Node", "n1"}}.dump(),
+                k8s::Json{{"PodName", pod["metadata"]["name"]},
+                          {"PodNamespace", "default"},
+                          {"PodUID", pod["metadata"]["uid"]},
+                          {"Node", "n1"}}
+                    .dump(),
                 &body);
     return k8s::Json::parse(body)["Error"].get<std::string>();
   };
   // a is filtered (its share reserved), then bound by someone else before our bind: the bind
   // fails and says so, and the reservation is gone at once.
   const k8s::Json a = CreatePod(Pod("a", {{"tessera.io/gpu-count", "1"}}));
-  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", a}, {"NodeNames", {"n1"}}}.dump(), &body), 200);
+  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", a}, {"NodeNames", {"n1"}}}.dump(), &body),
+            200);
   EXPECT_EQ(k8s::Json::parse(body)["NodeNames"], k8s::Json::array({"n1"}));
   ASSERT_TRUE(client.BindPod("default", "a", a["metadata"]["uid"], "n1").ok());
   EXPECT_NE(bind(a).find("already"), std::string::npos) << body;
-  EXPECT_EQ((*api_.GetPod("default", "a"))["metadata"]["annotations"].count(k8s::kAssignmentAnnotation), 0u);
+  EXPECT_EQ(
+      (*api_.GetPod("default", "a"))["metadata"]["annotations"].count(k8s::kAssignmentAnnotation),
+      0u);
   auto rb = driver.Schedule(CreatePod(Pod("b", {{"tessera.io/gpu-count", "1"}})), {"n1"});
   EXPECT_TRUE(rb.bound) << rb.error;
   // c is filtered, then deleted before its bind: the bind fails, nothing stays held.
   ASSERT_TRUE(api_.DeletePod("default", "b"));
   const k8s::Json c = CreatePod(Pod("c", {{"tessera.io/gpu-count", "1"}}));
-  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", c}, {"NodeNames", {"n1"}}}.dump(), &body), 200);
+  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", c}, {"NodeNames", {"n1"}}}.dump(), &body),
+            200);
   ASSERT_TRUE(api_.DeletePod("default", "c"));
   EXPECT_FALSE(bind(c).empty());
-  auto rd = ScheduleUntilBound(driver, CreatePod(Pod("d", {{"tessera.io/gpu-count", "1"}})), {"n1"}, kWait);
+  auto rd = ScheduleUntilBound(driver, CreatePod(Pod("d", {{"tessera.io/gpu-count", "1"}})), {"n1"},
+                               kWait);
   EXPECT_TRUE(rd.bound) << rd.error;
 }
 
@@ -212,28 +224,37 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   // Every answer is 200, the message where kube-scheduler reads it: it reads no body of any other
   // status (pkg/scheduler/extender.go, send).
   EXPECT_EQ(driver.Post("/filter", "{", &body), 200);
-  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("not valid JSON"), std::string::npos);
+  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("not valid JSON"),
+            std::string::npos);
   EXPECT_EQ(driver.Post("/prioritize", "[]", &body), 200);
   EXPECT_EQ(body, "[]") << "a prioritize error gives no score";
   EXPECT_EQ(driver.Post("/preempt", "[]", &body), 200);
   EXPECT_EQ(k8s::Json::parse(body), k8s::Json::parse(R"({"NodeNameToMetaVictims":{}})"))
       << "a preempt error preempts nowhere";
   EXPECT_EQ(driver.Post("/bind", "{}", &body), 200);
-  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("PodName is missing"), std::string::npos);
-  EXPECT_EQ(driver.Post("/bind", R"({"PodName":"x","PodNamespace":"default","PodUID":"u","Node":"good"})", &body), 200);
+  EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("PodName is missing"),
+            std::string::npos);
+  EXPECT_EQ(
+      driver.Post("/bind", R"({"PodName":"x","PodNamespace":"default","PodUID":"u","Node":"good"})",
+                  &body),
+      200);
   EXPECT_NE(k8s::Json::parse(body)["Error"].get<std::string>().find("pod default/x does not exist"),
             std::string::npos)
       << body;
   // A pod with an invalid annotation: every node says why.
-  auto invalid = driver.Schedule(CreatePod(Pod("w", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/weight", "0"}})),
-                                 {"bad", "good"});
+  auto invalid = driver.Schedule(
+      CreatePod(Pod("w", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/weight", "0"}})),
+      {"bad", "good"});
   EXPECT_FALSE(invalid.bound);
-  EXPECT_NE(invalid.failures["good"].find("tessera.io/weight=\"0\""), std::string::npos) << invalid.failures["good"];
+  EXPECT_NE(invalid.failures["good"].find("tessera.io/weight=\"0\""), std::string::npos)
+      << invalid.failures["good"];
   // A valid pod: the other node takes it; asked about the node with the malformed inventory
   // alone, the filter says why that one cannot (with a node passing, no reasons are written:
   // kube-scheduler reads them only when none passes).
   const k8s::Json ok = CreatePod(Pod("ok", {{"tessera.io/gpu-core", "10"}}));
-  ASSERT_EQ(driver.Post("/filter", k8s::Json{{"Pod", ok}, {"NodeNames", {"bad", "good"}}}.dump(), &body), 200);
+  ASSERT_EQ(
+      driver.Post("/filter", k8s::Json{{"Pod", ok}, {"NodeNames", {"bad", "good"}}}.dump(), &body),
+      200);
   const k8s::Json f = k8s::Json::parse(body);
   EXPECT_EQ(f["NodeNames"], k8s::Json::array({"good"}));
   EXPECT_TRUE(f["FailedAndUnresolvableNodes"].empty()) << body;
@@ -250,16 +271,20 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   EXPECT_EQ(http.Get("/healthz")->status, 200);
   EXPECT_EQ(http.Get("/inspect/nope")->status, 404);
   const std::string metrics = http.Get("/metrics")->body;
-  EXPECT_NE(metrics.find("tessera_extender_requests_total{verb=\"filter\",result=\"error\"} 1"), std::string::npos);
-  EXPECT_NE(metrics.find("tessera_extender_pods_refused_total{verb=\"filter\",reason=\"pod-invalid\"} 1"),
+  EXPECT_NE(metrics.find("tessera_extender_requests_total{verb=\"filter\",result=\"error\"} 1"),
             std::string::npos);
-  EXPECT_NE(metrics.find("tessera_extender_request_duration_seconds_bucket{verb=\"bind\""), std::string::npos);
+  EXPECT_NE(
+      metrics.find("tessera_extender_pods_refused_total{verb=\"filter\",reason=\"pod-invalid\"} 1"),
+      std::string::npos);
+  EXPECT_NE(metrics.find("tessera_extender_request_duration_seconds_bucket{verb=\"bind\""),
+            std::string::npos);
   // Every metric the Grafana dashboard of deploy/kubernetes/monitoring/monitoring.yaml queries is
   // served.
   std::string dashboard;
   for (const YAML::Node& doc : YAML::LoadAllFromFile(
            std::string(TESSERA_SOURCE_DIR) + "/deploy/kubernetes/monitoring/monitoring.yaml")) {
-    if (doc["data"] && doc["data"]["tessera-scheduler.json"]) dashboard = doc["data"]["tessera-scheduler.json"].as<std::string>();
+    if (doc["data"] && doc["data"]["tessera-scheduler.json"])
+      dashboard = doc["data"]["tessera-scheduler.json"].as<std::string>();
   }
   ASSERT_FALSE(dashboard.empty());
   std::set<std::string> queried;
@@ -268,10 +293,12 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
     for (const auto& target : panel["targets"]) {
       const std::string expr = target["expr"];
       const std::regex name(R"(tessera_extender_[a-z_]+)");
-      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name); it != std::sregex_iterator(); ++it) {
+      for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name);
+           it != std::sregex_iterator(); ++it) {
         std::string metric = it->str();
         for (const char* suffix : {"_bucket", "_sum", "_count"}) {
-          if (metric.size() > strlen(suffix) && metric.ends_with(suffix)) metric.resize(metric.size() - strlen(suffix));
+          if (metric.size() > strlen(suffix) && metric.ends_with(suffix))
+            metric.resize(metric.size() - strlen(suffix));
         }
         queried.insert(metric);
       }
@@ -279,7 +306,8 @@ TEST_F(ExtenderApiTest, MalformedInputIsRefusedAndEverythingElseServed) {
   }
   EXPECT_GE(queried.size(), 8u);
   for (const std::string& metric : queried) {
-    EXPECT_NE(metrics.find("# TYPE " + metric + " "), std::string::npos) << metric << " is not served";
+    EXPECT_NE(metrics.find("# TYPE " + metric + " "), std::string::npos)
+        << metric << " is not served";
   }
 }
 
@@ -412,8 +440,12 @@ TEST_F(ExtenderApiTest, TwoReplicasNeverGiveOneShareTwice) {
   ASSERT_EQ(k8s::Json::parse(body)["NodeNames"].size(), 1u);
   auto bind = [&](SchedulerDriver& d, const k8s::Json& pod) {
     std::string out;
-    d.Post("/bind", k8s::Json{{"PodName", pod["metadata"]["name"]}, {"PodNamespace", "default"},
-                              {"PodUID", pod["metadata"]["uid"]}, {"Node", "solo"}}.dump(),
+    d.Post("/bind",
+           k8s::Json{{"PodName", pod["metadata"]["name"]},
+                     {"PodNamespace", "default"},
+                     {"PodUID", pod["metadata"]["uid"]},
+                     {"Node", "solo"}}
+               .dump(),
            &out);
     return k8s::Json::parse(out)["Error"].get<std::string>();
   };
@@ -430,7 +462,8 @@ TEST_F(ExtenderApiTest, TwoReplicasNeverGiveOneShareTwice) {
   auto burst = [&](int port, int first) {
     SchedulerDriver d(port);
     for (int i = first; i < 24; i += 2) {
-      const k8s::Json pod = CreatePod(Pod("burst-" + std::to_string(i), {{"tessera.io/gpu-core", "50"}}));
+      const k8s::Json pod =
+          CreatePod(Pod("burst-" + std::to_string(i), {{"tessera.io/gpu-core", "50"}}));
       for (int attempt = 0; attempt < 20; ++attempt) {
         auto r = d.Schedule(pod, nodes);
         if (r.bound) {
@@ -471,8 +504,9 @@ TEST(ExtenderRestartTest, KilledDuringABurstOfBinds) {
   // 40 pods of 30 %: 24 fit on the 8 GPUs (3 per GPU), the rest stay Pending.
   std::vector<k8s::Json> pods;
   for (int i = 0; i < 40; ++i) {
-    auto created = client.Create("/api/v1/namespaces/default/pods",
-                                 Created(Pod("r-" + std::to_string(i), {{"tessera.io/gpu-core", "30"}})));
+    auto created =
+        client.Create("/api/v1/namespaces/default/pods",
+                      Created(Pod("r-" + std::to_string(i), {{"tessera.io/gpu-core", "30"}})));
     ASSERT_TRUE(created.ok());
     pods.push_back(*created);
   }

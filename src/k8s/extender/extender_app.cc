@@ -52,10 +52,13 @@ Status ExtenderApp::Start() {
   if (Status s = server_->Serve(); !s.ok()) return s;
   const bool quiet = config_.quiet;
   auto report = [quiet](const char* what, const Status& s) {
-    if (!s.ok() && !quiet) std::fprintf(stderr, "tessera-extender: %s: %s\n", what, s.message().c_str());
+    if (!s.ok() && !quiet)
+      std::fprintf(stderr, "tessera-extender: %s: %s\n", what, s.message().c_str());
   };
   k8s::Reflector::Handlers node_handlers;
-  node_handlers.on_replace = [this](const std::vector<k8s::Json>& items) { state_->ReplaceNodes(items); };
+  node_handlers.on_replace = [this](const std::vector<k8s::Json>& items) {
+    state_->ReplaceNodes(items);
+  };
   node_handlers.on_event = [this, report](const k8s::WatchEvent& e) {
     if (e.type == "DELETED") {
       state_->RemoveNode(NameOf(e.object));
@@ -64,7 +67,9 @@ Status ExtenderApp::Start() {
     }
   };
   k8s::Reflector::Handlers pod_handlers;
-  pod_handlers.on_replace = [this](const std::vector<k8s::Json>& items) { state_->ReplacePods(items); };
+  pod_handlers.on_replace = [this](const std::vector<k8s::Json>& items) {
+    state_->ReplacePods(items);
+  };
   pod_handlers.on_event = [this, report](const k8s::WatchEvent& e) {
     if (e.type == "DELETED") {
       state_->RemovePod(UidOf(e.object));

@@ -30,9 +30,8 @@ class ExtenderMetrics {
 
   std::string Render(const StateStats& state, bool ready) const;
 
-  static constexpr std::array<double, 14> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                     0.005,  0.01,    0.025,  0.05,  0.1,
-                                                     0.25,   0.5,     1,      5};
+  static constexpr std::array<double, 14> kBounds = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5};
 
  private:
   struct Latency {

@@ -268,7 +268,8 @@ std::string ExtenderServer::Filter(std::string_view body, int* status) {
       commonest = kind;
     }
   }
-  if (outcome->fits.empty()) metrics_.PodRefused("filter", commonest.empty() ? "no-nodes" : commonest);
+  if (outcome->fits.empty())
+    metrics_.PodRefused("filter", commonest.empty() ? "no-nodes" : commonest);
   return finish(WriteFilterResult(*args, *outcome), true);
 }
 
@@ -346,8 +347,10 @@ std::string ExtenderServer::Bind(std::string_view body, int* status) {
     return fail(kind, "bind: " + why);
   }
   if (binder_ == nullptr) {
-    return fail("read-only", "bind: this extender was started without API-server access; it "
-                             "cannot bind pod " + args->pod_namespace + "/" + args->pod_name);
+    return fail("read-only",
+                "bind: this extender was started without API-server access; it "
+                "cannot bind pod " +
+                    args->pod_namespace + "/" + args->pod_name);
   }
   auto plan = state_.PrepareBind(args->pod_namespace, args->pod_name, args->pod_uid, args->node);
   if (!plan.ok()) return fail("no-fit", "bind: " + plan.error());

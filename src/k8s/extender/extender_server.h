@@ -1,8 +1,8 @@
 // ExtenderServer: tessera-extender's HTTP door (src/http's HttpServer). kube-scheduler POSTs to
-// <prefix>/filter, <prefix>/prioritize, <prefix>/preempt and <prefix>/bind (any prefix; the last path segment names
-// the verb); operators GET /healthz (200 once the first list of Nodes and Pods is in, else 503),
-// /metrics (Prometheus text), /inspect[/NODE] (JSON: each node's GPUs and who holds what) and
-// / or /ui (the cluster page, over /inspect).
+// <prefix>/filter, <prefix>/prioritize, <prefix>/preempt and <prefix>/bind (any prefix; the last
+// path segment names the verb); operators GET /healthz (200 once the first list of Nodes and Pods
+// is in, else 503), /metrics (Prometheus text), /inspect[/NODE] (JSON: each node's GPUs and who
+// holds what) and / or /ui (the cluster page, over /inspect).
 //
 // Who may drive it: the verbs are served on one address (ListenOptions::host/port), over HTTPS
 // with client certificates when ListenOptions::tls is set (kube-scheduler's enableHTTPS and

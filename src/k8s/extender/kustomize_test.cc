@@ -5,12 +5,13 @@
 // default overlay runs tessera-node on every NVIDIA GPU node without a mode label and each mode's
 // DaemonSet on a node labelled with it, one DaemonSet per node; the mps and mig overlays run their
 // mode's DaemonSet, told so by --default-mode, where the default runs tessera-node; the dra overlay
-// runs tessera-dra-node on every GPU node, no device plugin, and steers claims; the ACK overlay serves ACK's resource names and takes ACK's node labels; the
-// monitoring overlay adds the scrape config and the dashboards; a user's kustomization over the
-// default (README.md's) names the image of every Tessera container; every kustomization.yaml keeps
-// to the fields kustomize v2.0.3 (kubectl 1.14 to 1.20, Debian 12's kubectl) knows, so the
-// kubectl on PATH, old or new, renders them alike. Fails when kubectl is missing.
-// Reads files, writes a kustomization under /tmp and runs kubectl only.
+// runs tessera-dra-node on every GPU node, no device plugin, and steers claims; the ACK overlay
+// serves ACK's resource names and takes ACK's node labels; the monitoring overlay adds the scrape
+// config and the dashboards; a user's kustomization over the default (README.md's) names the image
+// of every Tessera container; every kustomization.yaml keeps to the fields kustomize v2.0.3
+// (kubectl 1.14 to 1.20, Debian 12's kubectl) knows, so the kubectl on PATH, old or new, renders
+// them alike. Fails when kubectl is missing. Reads files, writes a kustomization under /tmp and
+// runs kubectl only.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -154,8 +155,7 @@ TEST_F(KustomizeTest, EveryOverlayRendersWithEveryObjectOfTheBaseAndItsDoorOnce)
   for (const auto& e : fs::directory_iterator(kDir + "/overlays")) {
     if (e.is_directory()) overlays.insert(e.path().filename().string());
   }
-  EXPECT_EQ(overlays,
-            (std::set<std::string>{"ack", "default", "dra", "mig", "monitoring", "mps"}));
+  EXPECT_EQ(overlays, (std::set<std::string>{"ack", "default", "dra", "mig", "monitoring", "mps"}));
   for (const std::string& o : overlays) {
     std::multiset<Key> want = base;
     const std::multiset<Key>& door = o == "dra" ? dra : device_plugin;

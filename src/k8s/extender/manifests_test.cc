@@ -1,12 +1,12 @@
-// The deployment manifests (deploy/kubernetes/{base,device-plugin,monitoring}/*.yaml) checked as CI can
-// without a cluster: every document parses and has what its kind requires; names and ports agree across files (a Service's
-// selector and target ports, ServiceAccounts, ConfigMaps and Roles referred to, the scheduler
-// configuration's extender address against the extender's container, the Prometheus jobs against
-// the Service and the DaemonSet, the Grafana dashboard against deploy/grafana-dashboard.json);
-// RBAC lists its verbs and covers what each program does; the doors are wired as docs/security.md
-// says (kube-scheduler alone drives the extender, over HTTPS with client certificates from one
-// Secret, behind a NetworkPolicy; tesserad runs as a node for hostile tenants, its HTTP door
-// read-only and open to Prometheus alone). Reads files only.
+// The deployment manifests (deploy/kubernetes/{base,device-plugin,monitoring}/*.yaml) checked as CI
+// can without a cluster: every document parses and has what its kind requires; names and ports
+// agree across files (a Service's selector and target ports, ServiceAccounts, ConfigMaps and Roles
+// referred to, the scheduler configuration's extender address against the extender's container, the
+// Prometheus jobs against the Service and the DaemonSet, the Grafana dashboard against
+// deploy/grafana-dashboard.json); RBAC lists its verbs and covers what each program does; the doors
+// are wired as docs/security.md says (kube-scheduler alone drives the extender, over HTTPS with
+// client certificates from one Secret, behind a NetworkPolicy; tesserad runs as a node for hostile
+// tenants, its HTTP door read-only and open to Prometheus alone). Reads files only.
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -40,7 +40,9 @@ struct Object {
   std::string ns;
   std::string name;
   YAML::Node doc;
-  std::string where() const { return file + ": " + kind + " " + (ns.empty() ? "" : ns + "/") + name; }
+  std::string where() const {
+    return file + ": " + kind + " " + (ns.empty() ? "" : ns + "/") + name;
+  }
 };
 
 // Kinds without a namespace.
@@ -49,7 +51,9 @@ bool ClusterScoped(const std::string& kind) {
          kind == "PriorityClass";
 }
 
-std::string Str(const YAML::Node& n) { return n && n.IsScalar() ? n.as<std::string>() : std::string(); }
+std::string Str(const YAML::Node& n) {
+  return n && n.IsScalar() ? n.as<std::string>() : std::string();
+}
 
 // n[k1][k2]..., or an undefined node when a key on the way is missing (yaml-cpp throws when a
 // missing key's node is indexed again).
@@ -81,7 +85,8 @@ std::map<std::string, std::string> Labels(const YAML::Node& n) {
   return out;
 }
 
-bool Subset(const std::map<std::string, std::string>& a, const std::map<std::string, std::string>& b) {
+bool Subset(const std::map<std::string, std::string>& a,
+            const std::map<std::string, std::string>& b) {
   for (const auto& [k, v] : a) {
     auto it = b.find(k);
     if (it == b.end() || it->second != v) return false;
@@ -159,7 +164,8 @@ class ManifestsTest : public ::testing::Test {
     ASSERT_FALSE(objects_.empty());
   }
 
-  const Object* Find(const std::string& kind, const std::string& ns, const std::string& name) const {
+  const Object* Find(const std::string& kind, const std::string& ns,
+                     const std::string& name) const {
     for (const Object& o : objects_) {
       if (o.kind == kind && o.ns == ns && o.name == name) return &o;
     }
@@ -179,12 +185,14 @@ class ManifestsTest : public ::testing::Test {
     return out;
   }
   // The verbs the roles bound to ServiceAccount ns/sa grant on `resource` (cluster-wide ones).
-  std::set<std::string> Granted(const std::string& ns, const std::string& sa, const std::string& resource) const {
+  std::set<std::string> Granted(const std::string& ns, const std::string& sa,
+                                const std::string& resource) const {
     std::set<std::string> verbs;
     for (const Object* b : OfKind("ClusterRoleBinding")) {
       bool ours = false;
       for (const auto& s : b->doc["subjects"]) {
-        ours |= Str(s["kind"]) == "ServiceAccount" && Str(s["name"]) == sa && Str(s["namespace"]) == ns;
+        ours |=
+            Str(s["kind"]) == "ServiceAccount" && Str(s["name"]) == sa && Str(s["namespace"]) == ns;
       }
       if (!ours) continue;
       const Object* role = Find("ClusterRole", "", Str(b->doc["roleRef"]["name"]));
@@ -229,7 +237,8 @@ TEST_F(ManifestsTest, NamesAreUniqueAndNamespacesExist) {
   for (const Object& o : objects_) {
     EXPECT_TRUE(seen.insert(o.kind + "/" + o.ns + "/" + o.name).second) << o.where() << ": twice";
     if (!o.ns.empty() && o.ns != "kube-system") {
-      EXPECT_NE(Find("Namespace", "", o.ns), nullptr) << o.where() << ": namespace " << o.ns << " is not in the manifests";
+      EXPECT_NE(Find("Namespace", "", o.ns), nullptr)
+          << o.where() << ": namespace " << o.ns << " is not in the manifests";
     }
   }
 }
@@ -239,15 +248,18 @@ TEST_F(ManifestsTest, WorkloadsReferToWhatExists) {
   for (const Object* w : Workloads()) {
     const YAML::Node spec = w->doc["spec"];
     const YAML::Node pod = spec["template"]["spec"];
-    EXPECT_TRUE(Subset(Labels(spec["selector"]["matchLabels"]), Labels(spec["template"]["metadata"]["labels"])))
+    EXPECT_TRUE(Subset(Labels(spec["selector"]["matchLabels"]),
+                       Labels(spec["template"]["metadata"]["labels"])))
         << w->where() << ": the selector does not match the pod template's labels";
     const std::string sa = Str(pod["serviceAccountName"]);
-    EXPECT_NE(Find("ServiceAccount", w->ns, sa), nullptr) << w->where() << ": ServiceAccount " << sa;
+    EXPECT_NE(Find("ServiceAccount", w->ns, sa), nullptr)
+        << w->where() << ": ServiceAccount " << sa;
     std::set<std::string> volumes;
     for (const auto& v : pod["volumes"]) {
       volumes.insert(Str(v["name"]));
       if (const YAML::Node cm = At(v, {"configMap", "name"})) {
-        EXPECT_NE(Find("ConfigMap", w->ns, Str(cm)), nullptr) << w->where() << ": ConfigMap " << Str(cm);
+        EXPECT_NE(Find("ConfigMap", w->ns, Str(cm)), nullptr)
+            << w->where() << ": ConfigMap " << Str(cm);
       }
     }
     ASSERT_TRUE(pod["containers"].IsSequence()) << w->where();
@@ -259,7 +271,8 @@ TEST_F(ManifestsTest, WorkloadsReferToWhatExists) {
       std::set<std::string> ports;
       for (const auto& p : c["ports"]) ports.insert(Str(p["name"]));
       for (const auto& m : c["volumeMounts"]) {
-        EXPECT_EQ(volumes.count(Str(m["name"])), 1u) << who << ": mounts unknown volume " << Str(m["name"]);
+        EXPECT_EQ(volumes.count(Str(m["name"])), 1u)
+            << who << ": mounts unknown volume " << Str(m["name"]);
       }
       for (const char* probe : {"readinessProbe", "livenessProbe"}) {
         for (const char* how : {"httpGet", "tcpSocket"}) {
@@ -281,7 +294,9 @@ TEST_F(ManifestsTest, ServicesSelectAWorkloadAndItsPorts) {
     const auto selector = Labels(s->doc["spec"]["selector"]);
     const Object* target = nullptr;
     for (const Object* w : Workloads()) {
-      if (w->ns == s->ns && Subset(selector, Labels(w->doc["spec"]["template"]["metadata"]["labels"]))) target = w;
+      if (w->ns == s->ns &&
+          Subset(selector, Labels(w->doc["spec"]["template"]["metadata"]["labels"])))
+        target = w;
     }
     ASSERT_NE(target, nullptr) << s->where() << ": selects no workload";
     std::set<std::string> names, numbers;
@@ -293,13 +308,15 @@ TEST_F(ManifestsTest, ServicesSelectAWorkloadAndItsPorts) {
     }
     for (const auto& p : s->doc["spec"]["ports"]) {
       const std::string t = Str(p["targetPort"]);
-      EXPECT_TRUE(names.count(t) || numbers.count(t)) << s->where() << ": targetPort " << t << " is not a port of " << target->where();
+      EXPECT_TRUE(names.count(t) || numbers.count(t))
+          << s->where() << ": targetPort " << t << " is not a port of " << target->where();
     }
   }
 }
 
 TEST_F(ManifestsTest, RbacListsItsVerbsAndBindsWhatExists) {
-  const std::set<std::string> builtin_cluster_roles = {"system:kube-scheduler", "system:volume-scheduler"};
+  const std::set<std::string> builtin_cluster_roles = {"system:kube-scheduler",
+                                                       "system:volume-scheduler"};
   const std::set<std::string> builtin_roles = {"extension-apiserver-authentication-reader"};
   for (const char* kind : {"Role", "ClusterRole"}) {
     for (const Object* r : OfKind(kind)) {
@@ -308,7 +325,8 @@ TEST_F(ManifestsTest, RbacListsItsVerbsAndBindsWhatExists) {
         const auto verbs = Strings(rule["verbs"]);
         EXPECT_FALSE(verbs.empty()) << r->where() << ": a rule without verbs";
         EXPECT_EQ(verbs.count("*"), 0u) << r->where() << ": verbs must be listed, not *";
-        EXPECT_EQ(Strings(rule["resources"]).count("*"), 0u) << r->where() << ": resources must be listed";
+        EXPECT_EQ(Strings(rule["resources"]).count("*"), 0u)
+            << r->where() << ": resources must be listed";
       }
     }
   }
@@ -317,9 +335,11 @@ TEST_F(ManifestsTest, RbacListsItsVerbsAndBindsWhatExists) {
       const std::string role_kind = Str(b->doc["roleRef"]["kind"]);
       const std::string role = Str(b->doc["roleRef"]["name"]);
       if (role_kind == "ClusterRole") {
-        EXPECT_TRUE(Find("ClusterRole", "", role) || builtin_cluster_roles.count(role)) << b->where() << ": " << role;
+        EXPECT_TRUE(Find("ClusterRole", "", role) || builtin_cluster_roles.count(role))
+            << b->where() << ": " << role;
       } else {
-        EXPECT_TRUE(Find("Role", b->ns, role) || builtin_roles.count(role)) << b->where() << ": " << role;
+        EXPECT_TRUE(Find("Role", b->ns, role) || builtin_roles.count(role))
+            << b->where() << ": " << role;
       }
       for (const auto& s : b->doc["subjects"]) {
         EXPECT_NE(Find("ServiceAccount", Str(s["namespace"]), Str(s["name"])), nullptr)
@@ -331,10 +351,12 @@ TEST_F(ManifestsTest, RbacListsItsVerbsAndBindsWhatExists) {
   const std::set<std::string> read_patch = {"get", "list", "watch", "patch"};
   EXPECT_EQ(Granted("tessera-system", "tessera-scheduler", "pods"), read_patch);
   EXPECT_EQ(Granted("tessera-system", "tessera-scheduler", "nodes"), read_patch);
-  EXPECT_EQ(Granted("tessera-system", "tessera-scheduler", "pods/binding"), std::set<std::string>{"create"});
+  EXPECT_EQ(Granted("tessera-system", "tessera-scheduler", "pods/binding"),
+            std::set<std::string>{"create"});
   EXPECT_EQ(Granted("kube-system", "tessera-device-plugin", "pods"), read_patch);
   EXPECT_EQ(Granted("kube-system", "tessera-device-plugin", "nodes"), read_patch);
-  EXPECT_EQ(Granted("kube-system", "tessera-device-plugin", "events"), std::set<std::string>{"create"});
+  EXPECT_EQ(Granted("kube-system", "tessera-device-plugin", "events"),
+            std::set<std::string>{"create"});
 }
 
 TEST_F(ManifestsTest, TheSchedulerConfigurationCallsTheExtenderWhereItListens) {
@@ -349,7 +371,8 @@ TEST_F(ManifestsTest, TheSchedulerConfigurationCallsTheExtenderWhereItListens) {
   ASSERT_NE(leader, nullptr);
   bool lease_named = false;
   for (const auto& rule : leader->doc["rules"]) {
-    lease_named |= Strings(rule["resourceNames"]).count(Str(config["leaderElection"]["resourceName"])) == 1;
+    lease_named |=
+        Strings(rule["resourceNames"]).count(Str(config["leaderElection"]["resourceName"])) == 1;
   }
   EXPECT_TRUE(lease_named) << "the leader Role does not name the scheduler's Lease";
   ASSERT_EQ(config["extenders"].size(), 1u);
@@ -554,7 +577,8 @@ TEST_F(ManifestsTest, PrometheusJobsFindTheServiceAndTheDaemonSet) {
   }
   const Object* service = Find("Service", "tessera-system", "tessera-extender");
   ASSERT_NE(service, nullptr);
-  EXPECT_EQ(keep["tessera-extender"], service->name + ";" + Str(service->doc["spec"]["ports"][0]["name"]));
+  EXPECT_EQ(keep["tessera-extender"],
+            service->name + ";" + Str(service->doc["spec"]["ports"][0]["name"]));
   const Object* node = Find("DaemonSet", "kube-system", "tessera-node");
   ASSERT_NE(node, nullptr);
   std::string metrics_port, http_flag;
@@ -567,9 +591,11 @@ TEST_F(ManifestsTest, PrometheusJobsFindTheServiceAndTheDaemonSet) {
       if (Str(c["command"][i]) == "--http") http_flag = Str(c["command"][i + 1]);
     }
   }
-  EXPECT_EQ(keep["tesserad"], Str(node->doc["spec"]["template"]["metadata"]["labels"]["app"]) + ";metrics");
+  EXPECT_EQ(keep["tesserad"],
+            Str(node->doc["spec"]["template"]["metadata"]["labels"]["app"]) + ";metrics");
   EXPECT_FALSE(metrics_port.empty());
-  EXPECT_EQ(http_flag.substr(http_flag.rfind(':') + 1), metrics_port) << "tesserad --http and its metrics port";
+  EXPECT_EQ(http_flag.substr(http_flag.rfind(':') + 1), metrics_port)
+      << "tesserad --http and its metrics port";
 }
 
 TEST_F(ManifestsTest, GrafanaDashboardsAreTheProjectsOwn) {
@@ -578,9 +604,11 @@ TEST_F(ManifestsTest, GrafanaDashboardsAreTheProjectsOwn) {
   std::ifstream in(std::string(TESSERA_SOURCE_DIR) + "/deploy/grafana-dashboard.json");
   std::stringstream text;
   text << in.rdbuf();
-  EXPECT_EQ(nlohmann::json::parse(Str(cm->doc["data"]["tesserad.json"])), nlohmann::json::parse(text.str()))
+  EXPECT_EQ(nlohmann::json::parse(Str(cm->doc["data"]["tesserad.json"])),
+            nlohmann::json::parse(text.str()))
       << "the ConfigMap's tesserad.json differs from deploy/grafana-dashboard.json";
-  const auto scheduler = nlohmann::json::parse(Str(cm->doc["data"]["tessera-scheduler.json"]), nullptr, false);
+  const auto scheduler =
+      nlohmann::json::parse(Str(cm->doc["data"]["tessera-scheduler.json"]), nullptr, false);
   ASSERT_FALSE(scheduler.is_discarded());
   ASSERT_FALSE(scheduler["panels"].empty());
   for (const auto& p : scheduler["panels"]) EXPECT_FALSE(p["targets"].empty()) << p["title"];

@@ -42,7 +42,9 @@ Result<std::string> StringMember(const Json& j, std::string_view key, std::strin
   const Json* v = Member(j, key);
   if (v == nullptr || !v->is_string() || v->get_ref<const std::string&>().empty()) {
     return Result<std::string>::Error(std::string(what) + ": " + std::string(key) + " is " +
-                                      (v == nullptr ? "missing" : v->is_string() ? "empty" : v->type_name()) +
+                                      (v == nullptr     ? "missing"
+                                       : v->is_string() ? "empty"
+                                                        : v->type_name()) +
                                       "; expected a non-empty string");
   }
   return v->get<std::string>();
@@ -102,7 +104,8 @@ class ArgsReader : public nlohmann::json_sax<Json> {
       names_array = true;
       return true;
     }
-    if (slot_ == Slot::kNames && depth_ > 2) return Fail("NodeNames holds an array; expected node names (strings)");
+    if (slot_ == Slot::kNames && depth_ > 2)
+      return Fail("NodeNames holds an array; expected node names (strings)");
     return Open(Json::array());
   }
   bool end_array() override { return Close(); }
@@ -126,13 +129,16 @@ class ArgsReader : public nlohmann::json_sax<Json> {
   Json* Target() { return slot_ == Slot::kPod ? &pod : slot_ == Slot::kNodes ? &nodes : nullptr; }
   // A scalar value at the current position.
   bool Value(Json v) {
-    if (depth_ == 0) return Fail("the body is a JSON " + std::string(v.type_name()) + "; expected an object");
+    if (depth_ == 0)
+      return Fail("the body is a JSON " + std::string(v.type_name()) + "; expected an object");
     if (slot_ == Slot::kNames) {
       if (depth_ == 1) {
         if (v.is_null()) return true;
-        return Fail("NodeNames is " + std::string(v.type_name()) + "; expected an array of node names");
+        return Fail("NodeNames is " + std::string(v.type_name()) +
+                    "; expected an array of node names");
       }
-      return Fail("NodeNames holds a " + std::string(v.type_name()) + "; expected node names (strings)");
+      return Fail("NodeNames holds a " + std::string(v.type_name()) +
+                  "; expected node names (strings)");
     }
     Json* root = Target();
     if (root == nullptr) return true;  // a key we skip
@@ -519,9 +525,9 @@ Result<BindingArgs> ParseBindingArgs(std::string_view body) {
   auto j = ParseObject(body, kWhat);
   if (!j.ok()) return j.status();
   BindingArgs out;
-  for (const auto& [key, slot] : {std::pair{"PodName", &out.pod_name},
-                                  std::pair{"PodNamespace", &out.pod_namespace},
-                                  std::pair{"PodUID", &out.pod_uid}, std::pair{"Node", &out.node}}) {
+  for (const auto& [key, slot] :
+       {std::pair{"PodName", &out.pod_name}, std::pair{"PodNamespace", &out.pod_namespace},
+        std::pair{"PodUID", &out.pod_uid}, std::pair{"Node", &out.node}}) {
     auto v = StringMember(*j, key, kWhat);
     if (!v.ok()) return v.status();
     *slot = std::move(*v);

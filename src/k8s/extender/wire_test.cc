@@ -18,7 +18,8 @@ TEST(WireTest, ExtenderArgsWithNodeNames) {
   EXPECT_FALSE(args->node_objects);
   FilterOutcome out;
   out.fits = {"a"};
-  out.failed = {{"b", "tessera: Insufficient cpu", false, "cpu"}, {"c", "tessera: x", true, "mode"}};
+  out.failed = {{"b", "tessera: Insufficient cpu", false, "cpu"},
+                {"c", "tessera: x", true, "mode"}};
   const Json j = Json::parse(WriteFilterResult(*args, out));
   EXPECT_EQ(j["NodeNames"], Json::array({"a"}));
   EXPECT_TRUE(j["Nodes"].is_null());
@@ -32,8 +33,14 @@ TEST(WireTest, AnswersEscapeWhatJsonStringsMust) {
   // UTF-8 must come back from a JSON parser as they went in, at the start, middle and end.
   auto args = ParseExtenderArgs(R"({"Pod":{"metadata":{"name":"p"}},"NodeNames":["a"]})");
   ASSERT_TRUE(args.ok()) << args.error();
-  const std::vector<std::string> texts = {"\"quoted\"", "back\\slash", "line\nbreak\x01",
-                                          "\x1f", "gr\xc3\xbc\xc3\x9f" "e", "plain", ""};
+  const std::vector<std::string> texts = {"\"quoted\"",
+                                          "back\\slash",
+                                          "line\nbreak\x01",
+                                          "\x1f",
+                                          "gr\xc3\xbc\xc3\x9f"
+                                          "e",
+                                          "plain",
+                                          ""};
   for (const std::string& text : texts) {
     FilterOutcome out;
     out.failed = {{"n-" + text, text, false, "cpu"}};
