@@ -205,14 +205,12 @@ bool LaunchCaptured(CUstream stream, bool per_thread) {
 
 // While a capture runs in the process, the calling thread's capture mode is relaxed for the scope:
 // the gate's event records and waits are then not the "unsafe" calls that invalidate a capture in
-// global mode. Costs one load when no capture runs.
+// global mode. Costs nothing when no capture runs.
 class RelaxedWhileCapturing {
  public:
-  RelaxedWhileCapturing() {
-    if (g_captures.load(std::memory_order_acquire) == 0 ||
-        g->driver.exchange_capture_mode == nullptr) {
-      return;
-    }
+  // `capturing`: whether a capture runs in the process (g_captures, as the caller read it).
+  explicit RelaxedWhileCapturing(bool capturing) {
+    if (!capturing || g->driver.exchange_capture_mode == nullptr) return;
     active_ = g->driver.exchange_capture_mode(&mode_) == CUDA_SUCCESS;
   }
   ~RelaxedWhileCapturing() {
@@ -1059,11 +1057,9 @@ void ResetGateAfterFork() {
 
 Track* BeforeLaunch(CUstream stream, bool per_thread) {
   if (g == nullptr || !g->started.load(std::memory_order_acquire)) return nullptr;
-  if (__builtin_expect(g_captures.load(std::memory_order_relaxed) != 0, 0) &&
-      LaunchCaptured(stream, per_thread)) {
-    return nullptr;
-  }
-  RelaxedWhileCapturing relaxed;
+  const bool capturing = __builtin_expect(g_captures.load(std::memory_order_acquire) != 0, 0);
+  if (capturing && LaunchCaptured(stream, per_thread)) return nullptr;
+  RelaxedWhileCapturing relaxed(capturing);
   Track* t = t_cache.track;
   if (__builtin_expect(
           t == nullptr || t_cache.stream != stream || t_cache.per_thread_entry != per_thread ||
@@ -1122,7 +1118,7 @@ void AfterLaunch(Track* t, CUresult launched) {
     }
   }
   if (__builtin_expect(n >= t->mark_every.load(std::memory_order_relaxed), 0)) {
-    RelaxedWhileCapturing relaxed;
+    RelaxedWhileCapturing relaxed(g_captures.load(std::memory_order_acquire) != 0);
     t->lock.Lock();
     MarkLocked(t, /*by_sampler=*/false);
     t->lock.Unlock();
