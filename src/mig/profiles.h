@@ -8,11 +8,11 @@
 // most one instance per GPU carries the media extensions (+me). Everything else (which mixes fit,
 // where) follows from these rules; planner.h does that.
 //
-// Sources: ../shared/research/kubernetes-mig-mps-cdi.md §E.1 (nvidia-smi mig -lgip/-lgipp
-// captures and the MIG user guide's tables), ../shared/research/scheduling.md §5. Where the doc is
-// thin (B200, H100 94/96 GB) the IDs follow the Hopper pattern, which the MIG user guide's B200
-// table and published lgipp-style captures agree with; memory sizes and SM counts are not kept
-// here at all, since they vary by driver: read them from NVML at run time.
+// Sources: NVIDIA's MIG user guide (its profile and placement tables) and `nvidia-smi mig
+// -lgip/-lgipp` output as published. Where the guide is thin (B200, H100 94/96 GB) the IDs follow
+// the Hopper pattern, which the MIG user guide's B200 table and published lgipp-style captures
+// agree with; memory sizes and SM counts are not kept here at all, since they vary by driver: read
+// them from NVML at run time.
 //
 // Pure data and lookups: no I/O, no NVML, nothing that allocates except the error messages.
 #pragma once
