@@ -240,6 +240,17 @@ std::vector<Scenario> Scenarios() {
        {{"service", "sync", 1000, thirty},
         {"trainer", "sync", 4000, seventy},
         {"alerts", "sporadic", 500, {"TESSERA_HIGH_PRIO=1", "TESSERA_CORE_LIMIT=100"}}}},
+      // The demo's tenants on a host that runs every thread 1 ms late after each synchronisation
+      // (simgpu's TESSERA_SIM_SYNC_DELAY): a gate's calibration, the host time its first event
+      // is seen complete, is then 1 ms late, and so would be every end measured from it.
+      {"late",
+       {"--policy", "3"},
+       {{"service", "sync", 1000, {"TESSERA_CORE_LIMIT=30", "TESSERA_SIM_SYNC_DELAY=1ms"}},
+        {"trainer", "sync", 4000, {"TESSERA_CORE_LIMIT=70", "TESSERA_SIM_SYNC_DELAY=1ms"}},
+        {"alerts",
+         "sporadic",
+         500,
+         {"TESSERA_HIGH_PRIO=1", "TESSERA_CORE_LIMIT=100", "TESSERA_SIM_SYNC_DELAY=1ms"}}}},
   };
 }
 

@@ -43,6 +43,8 @@ constexpr uint64_t kLaunchLeadNs = 200'000;
 constexpr uint64_t kSpinNs = 1'000'000;
 constexpr uint64_t kWaitSliceNs = 5'000'000;  // a gate wait re-checks the daemon this often
 constexpr uint64_t kDefaultBoundNs = 2'000'000;
+// How long a new track polls its calibration event before it waits for it (work queued ahead).
+constexpr uint64_t kCalibrationPollNs = 2'000'000;
 constexpr int kQuietTicks = 2;  // ticks without work before a process counts as idle
 // A launcher just handed the token counts as busy this long before the sampler sees its work.
 constexpr uint64_t kGrantedGraceNs = 2'000'000;
@@ -344,10 +346,15 @@ void ConsumeLocked(Track* t, bool wait_first) {
     wait_first = false;
     if (q == CUDA_ERROR_NOT_READY) break;
     if (q == CUDA_SUCCESS) {
+      // Seen complete now, so it ended no later. The chain's calibration is the host time its
+      // first event was seen complete, which is late by however long the host ran that thread
+      // late; every end derived from it would be late by as much, and each interval that long.
+      // The bound takes such an error out of the chain at the first mark seen promptly.
+      const uint64_t seen = MonotonicNs();
       float ms = 0;
       if (drv.event_elapsed(&ms, t->ref, m.event) == CUDA_SUCCESS) {
         const double delta = std::max(0.0, static_cast<double>(ms) * 1e6);
-        const uint64_t end = t->ref_ns + static_cast<uint64_t>(delta);
+        const uint64_t end = std::min(t->ref_ns + static_cast<uint64_t>(delta), seen);
         std::swap(t->ref, m.event);  // the completed mark is the new reference
         t->ref_ns = end;
         const uint64_t start = std::max(m.start_ns, t->last_end_ns);
@@ -435,9 +442,22 @@ Track* NewTrack(CUcontext ctx, CUstream stream, bool per_thread, bool legacy, in
   bool ok = drv.event_create(&t->ref, 0) == CUDA_SUCCESS;
   for (Mark& m : t->ring) ok = ok && drv.event_create(&m.event, 0) == CUDA_SUCCESS;
   // Calibration: the reference event's device instant is the host time it is seen complete.
+  // Polled, not waited for: a blocking wait returns when the host next runs the thread, which on
+  // a busy host is late, and the whole chain of ends measured from it would be as late (the
+  // bound in ConsumeLocked takes a late calibration out again, at the first mark seen promptly).
+  // A stream with work queued ahead of the event is waited for after a short poll.
   CUstream on = per_thread ? TESSERA_CU_STREAM_PER_THREAD : stream;
-  ok = ok && drv.event_record(t->ref, on) == CUDA_SUCCESS &&
-       drv.event_synchronize(t->ref) == CUDA_SUCCESS;
+  ok = ok && drv.event_record(t->ref, on) == CUDA_SUCCESS;
+  if (ok) {
+    const uint64_t give_up = MonotonicNs() + kCalibrationPollNs;
+    CUresult q = drv.event_query(t->ref);
+    while (q == CUDA_ERROR_NOT_READY && MonotonicNs() < give_up) {
+      sched_yield();
+      q = drv.event_query(t->ref);
+    }
+    if (q == CUDA_ERROR_NOT_READY) q = drv.event_synchronize(t->ref);
+    ok = q == CUDA_SUCCESS;
+  }
   if (!ok) {
     if (t->ref != nullptr) drv.event_destroy(t->ref);
     for (Mark& m : t->ring) {

@@ -50,6 +50,7 @@ CUresult EnsureAttached() {
   std::lock_guard<std::mutex> lock(attach_mu);
   std::call_once(g_atfork_once, [] { pthread_atfork(nullptr, nullptr, AfterForkInChild); });
   if (g_state == nullptr) {
+    if (!driver::ReadSyncDelay()) return CUDA_ERROR_INVALID_VALUE;
     auto attached = SimState::Attach();
     if (!attached.ok()) {
       std::fprintf(stderr, "simgpu: %s\n", attached.error().c_str());

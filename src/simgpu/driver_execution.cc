@@ -7,9 +7,14 @@
 // (driver_internal.h), validates its arguments in the driver's order and returns a CUresult; none
 // throws, and the lock is released before any sleep.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
+#include "core/duration.h"
 #include "simgpu/driver_internal.h"
 
 using tessera::sim::KernelKind;
@@ -133,8 +138,28 @@ CUresult SubmitKernel(Lock& lock, CUstream_st* s, const KernelWork& work) {
   return CUDA_SUCCESS;
 }
 
+namespace {
+std::atomic<uint64_t> g_sync_delay_ns{0};
+}  // namespace
+
+uint64_t SyncDelayNs() { return g_sync_delay_ns.load(std::memory_order_relaxed); }
+
+bool ReadSyncDelay() {
+  const char* text = std::getenv("TESSERA_SIM_SYNC_DELAY");
+  if (text == nullptr || *text == '\0') return true;
+  auto delay =
+      ParseDuration(text, "TESSERA_SIM_SYNC_DELAY", Nanos::zero(), std::chrono::seconds(1));
+  if (!delay.ok()) {
+    std::fprintf(stderr, "simgpu: %s\n", delay.error().c_str());
+    return false;
+  }
+  g_sync_delay_ns.store(static_cast<uint64_t>(delay->count()), std::memory_order_relaxed);
+  return true;
+}
+
 CUresult WaitUntil(Lock& lock, uint64_t t, CUctx_st* ctx) {
   lock.unlock();
+  if (const uint64_t delay = SyncDelayNs(); delay > 0) t = std::max(t, MonotonicNs()) + delay;
   if (t > MonotonicNs()) SleepUntilNs(t);
   lock.lock();
   TrimPools(Rt());

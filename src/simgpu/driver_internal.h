@@ -110,7 +110,13 @@ void NoteFinished(CUstream_st* s, uint64_t end);
 // Latest time by which everything in `ctx` is done.
 uint64_t ContextReady(CUctx_st* ctx);
 // Sleeps until `t` with the lock released, then trims the pools and returns the context's state.
+// With TESSERA_SIM_SYNC_DELAY set, it returns that much later: a host that runs the waiting thread
+// late after every synchronisation (docs/contracts.md).
 CUresult WaitUntil(Lock& lock, uint64_t t, CUctx_st* ctx);
+// TESSERA_SIM_SYNC_DELAY in nanoseconds (0 when unset); read once, at the first cuInit.
+uint64_t SyncDelayNs();
+// Reads TESSERA_SIM_SYNC_DELAY; false (and a message on stderr naming it) when it is not valid.
+bool ReadSyncDelay();
 // Books kernel work on `s` (or records it into the stream's capture) and applies its effects.
 // Releases the lock while the stream's queue is full, as a real launch blocks on a full queue.
 CUresult SubmitKernel(Lock& lock, CUstream_st* s, const KernelWork& work);

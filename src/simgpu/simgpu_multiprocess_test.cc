@@ -106,6 +106,29 @@ TEST_F(SimMultiProcessTest, EventElapsedTimeMeasuresDeviceExecution) {
   EXPECT_EQ(t->Wait(10s), 0);
 }
 
+// TESSERA_SIM_SYNC_DELAY: a synchronisation returns that much late (a host that runs the waiting
+// thread late), the device's own time is unchanged; a value that is not a duration up to 1s makes
+// cuInit fail, naming the variable.
+TEST_F(SimMultiProcessTest, ASyncDelayMakesWaitsReturnLateNotTheDeviceSlower) {
+  std::vector<std::string> argv = {BuildDir() + "/tests/sim_tenant",
+                                   BuildDir() + "/lib/libtessera-simgpu.so", "elapsed", "10000"};
+  ChildProcess t(argv, {"TESSERA_SIM_STATE=" + state_, "TESSERA_SIM_GPUS=SimT:8GiB:80",
+                        "TESSERA_SIM_SYNC_DELAY=5ms"});
+  auto ms = t.WaitForKey("elapsed_ms", 10s);
+  auto waited = t.WaitForKey("waited_ms", 10s);
+  ASSERT_TRUE(ms.has_value() && waited.has_value());
+  EXPECT_NEAR(std::stod(*ms), 10.0, 1.0);
+  EXPECT_GE(std::stod(*waited), 14.5);
+  EXPECT_EQ(t.Wait(10s), 0);
+  for (const std::string& bad : {"5", "2s", "-1ms"}) {
+    const auto [status, out] = tessera::process::RunShell(
+        "TESSERA_SIM_STATE=" + state_ + " TESSERA_SIM_SYNC_DELAY=" + bad + " " + argv[0] + " " +
+        argv[1] + " elapsed 1000 2>&1");
+    EXPECT_NE(status, 0) << bad;
+    EXPECT_NE(out.find("TESSERA_SIM_SYNC_DELAY"), std::string::npos) << bad << ": " << out;
+  }
+}
+
 TEST_F(SimMultiProcessTest, SigkilledProcessMemoryIsFreeWithinOneSecond) {
   auto holder = Tenant({"hold", std::to_string(6 * kGiB)});
   ASSERT_EQ(holder->WaitForKey("ready", 30s), "1");

@@ -286,10 +286,13 @@ int main(int argc, char** argv) {
     CHECK_CU(cu.cuEventRecord(a, s));
     CHECK_CU(LaunchSpin(spin, arg(3) * 1000, s));
     CHECK_CU(cu.cuEventRecord(b, s));
+    const uint64_t waited_from = MonotonicNs();
     CHECK_CU(cu.cuEventSynchronize(b));
+    const uint64_t waited_ns = MonotonicNs() - waited_from;
     float ms = 0;
     CHECK_CU(cu.cuEventElapsedTime(&ms, a, b));
-    std::printf("elapsed_ms=%.4f\n", static_cast<double>(ms));
+    std::printf("elapsed_ms=%.4f\nwaited_ms=%.4f\n", static_cast<double>(ms),
+                static_cast<double>(waited_ns) / 1e6);
     return 0;
   }
   if (mode == "fill-copy") {
