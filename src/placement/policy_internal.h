@@ -258,7 +258,8 @@ std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const Cl
 // Each such demand is spread over the classes it may use in proportion to their GPUs. So is
 // demand that may use any model but that only the larger nodes fit, for lack of CPU, memory or
 // GPUs on the others (TargetWorkload::sized_demands), over the GPUs of the nodes it fits when
-// empty. Demand that fits everywhere loads no class. tessera's rho_k.
+// empty, when those hold at most half the cluster's GPUs. Demand that fits everywhere loads no
+// class. tessera's rho_k.
 std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
                                   const TargetWorkload& workload);
 

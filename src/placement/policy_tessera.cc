@@ -304,9 +304,11 @@ std::vector<NodeKind> NodeKinds(const Cluster& cluster, std::span<const ClassInf
 
 // Adds to `load` (GPUs per class) the demand that no placement constraint limits but that only
 // the larger nodes can take, for lack of CPU, memory or GPUs on the others: each such request
-// size (TargetWorkload::sized_demands) is spread over the nodes it fits when empty, in
-// proportion to their GPUs. Constrained demand is left out: ClassPressure counts it by its
-// constraint.
+// size (TargetWorkload::sized_demands) that fits the nodes of at most half the cluster's GPUs is
+// spread over those nodes, in proportion to their GPUs. A size that most nodes fit is left out:
+// spread over nearly every class it would load them all alike and make the few small nodes look
+// free, drawing requests to them that constraints need there. Constrained demand is left out
+// too: ClassPressure counts it by its constraint.
 void AddSizedLoad(const Cluster& cluster, std::span<const ClassInfo> classes,
                   const TargetWorkload& w, std::vector<double>& load) {
   const int64_t all_gpus = AllGpus(classes);
@@ -326,7 +328,7 @@ void AddSizedLoad(const Cluster& cluster, std::span<const ClassInfo> classes,
       reach_of[kind.cls] += kind.gpus;
       reach += kind.gpus;
     }
-    if (reach == 0 || reach >= all_gpus) continue;
+    if (reach == 0 || 2 * reach > all_gpus) continue;
     const double demand = d.weight * static_cast<double>(all_gpus);
     for (size_t i = 0; i < classes.size(); ++i) {
       load[i] += demand * static_cast<double>(reach_of[i]) / static_cast<double>(reach);

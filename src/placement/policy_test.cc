@@ -286,6 +286,15 @@ TEST(PolicyTest, ClassPressureCountsDemandThatOnlyLargerNodesFit) {
   for (double p : internal::ClassPressure(c, classes, TargetWorkload({small, huge}))) {
     EXPECT_EQ(p, 0);
   }
+  // A size that more than half the GPUs fit loads nothing: with a small P100 node added, the
+  // 88-core request fits 24 of 26 GPUs.
+  const Cluster with_small =
+      Nodes({{128000, 8, "G3"}, {96000, 8, "G2"}, {96000, 8, "G2"}, {16000, 2, "P100"}});
+  const auto small_classes = internal::ClusterClasses(with_small);
+  for (double p :
+       internal::ClassPressure(with_small, small_classes, TargetWorkload({small, fits_g2}))) {
+    EXPECT_EQ(p, 0);
+  }
   // Limited to G2 by constraint, the request counts once, by its constraint (it fits no G2 node,
   // so it may not be placed at all, but it does not press on G3).
   TargetShape big_g2 = big;
