@@ -49,6 +49,13 @@ TargetWorkload::TargetWorkload(std::vector<TargetShape> shapes, MigDemand mig)
               s.weight * s.gpu_count * std::min(s.gpu_milli, kMilliPerGpu));
   }
   NormaliseWeights(demands_);
+  for (const TargetShape& s : shapes_) {
+    if (s.gpu_count == 0 || s.gpu_milli == 0) continue;
+    TargetShape d = s;
+    d.weight = s.weight * s.gpu_count * std::min(s.gpu_milli, kMilliPerGpu);
+    sized_.push_back(d);
+  }
+  NormaliseWeights(sized_);
 }
 
 TargetWorkload TargetWorkload::FromRequests(std::span<const Request> all, double coverage) {
@@ -99,11 +106,29 @@ TargetWorkload TargetWorkload::FromRequests(std::span<const Request> all, double
   TargetWorkload workload;
   workload.shapes_ = std::move(shapes);
   workload.mig_ = std::move(mig);
+  std::map<std::tuple<int64_t, int64_t, int, int, uint64_t>, double> sized;
   for (const Request& r : requests) {
     AddDemand(workload.demands_, r.allowed, r.whole_gpus(),
               static_cast<double>(r.total_gpu_milli()));
+    if (r.gpu_count == 0 || r.total_gpu_milli() == 0) continue;
+    sized[{r.cpu_milli, r.memory_mib, r.gpu_count, r.whole_gpus() ? kMilliPerGpu : r.gpu_milli,
+           r.allowed.bits()}] += static_cast<double>(r.total_gpu_milli());
   }
   NormaliseWeights(workload.demands_);
+  for (const auto& [key, milli] : sized) {
+    TargetShape d;
+    d.cpu_milli = std::get<0>(key);
+    d.memory_mib = std::get<1>(key);
+    d.gpu_count = std::get<2>(key);
+    d.gpu_milli = std::get<3>(key);
+    d.allowed = ModelSet::None();
+    for (int m = 0; m < kMaxModels; ++m) {
+      if (((std::get<4>(key) >> m) & 1) != 0) d.allowed = d.allowed.With(m);
+    }
+    d.weight = milli;
+    workload.sized_.push_back(d);
+  }
+  NormaliseWeights(workload.sized_);
   return workload;
 }
 

@@ -32,7 +32,8 @@ struct TargetShape {
   int gpu_milli = 0;                          // per-GPU compute share; 0 for memory-only shapes
   int64_t gpu_mem_mib = kProportionalMemory;  // per GPU, for memory-only shapes
   ModelSet allowed = ModelSet::Any();
-  double weight = 0;  // p_m
+  double weight = 0;       // p_m
+  int64_t memory_mib = 0;  // host memory; only sized_demands() set it
 };
 
 class TargetWorkload {
@@ -51,12 +52,17 @@ class TargetWorkload {
   // is its part of all the GPU milli asked. Memory-only shares ask no compute and are left out.
   // Constraints too rare to be among the typical shapes still count here.
   const std::vector<TargetShape>& demands() const { return demands_; }
+  // The GPU demand by request size: one entry per (CPU, memory, GPUs, per-GPU share or whole,
+  // allowed models), weight its part of all the GPU milli asked (as demands()). Tells which
+  // demand fits only the larger nodes: an 8-GPU request of 120 cores goes to 128-core nodes only.
+  const std::vector<TargetShape>& sized_demands() const { return sized_; }
   // How often each MIG profile is asked among the MIG requests (placement/mig.h).
   const MigDemand& mig_demand() const { return mig_; }
 
  private:
   std::vector<TargetShape> shapes_;
   std::vector<TargetShape> demands_;
+  std::vector<TargetShape> sized_;
   MigDemand mig_;
 };
 

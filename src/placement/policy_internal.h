@@ -255,8 +255,11 @@ std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const Cl
 
 // Per class of `classes`: the part of its GPUs (0..1) that the GPU demand which may use only some
 // classes (TargetWorkload::demands) will need once the arrived workload equals the cluster's GPUs.
-// Each such demand is spread over the classes it may use in proportion to their GPUs; demand that
-// may go anywhere loads no class. tessera's rho_k.
+// Each such demand is spread over the classes it may use in proportion to their GPUs. So is
+// demand that may use any model but that only the larger nodes fit, for lack of CPU, memory or
+// GPUs on the others (TargetWorkload::sized_demands), over the GPUs of the nodes it fits when
+// empty, when those hold at most half the cluster's GPUs. Demand that fits everywhere loads no
+// class. tessera's rho_k.
 std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
                                   const TargetWorkload& workload);
 

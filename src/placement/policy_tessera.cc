@@ -13,10 +13,11 @@
 //   R_n the sum over the node's GPUs of W_k(free share) (ExpectedResidual): what the shapes that
 //       may use class k are expected to leave unused on a GPU with that much free;
 //   P_n protects scarce models: with rho_k the part of class k's GPUs that demand which may go to
-//       few classes will need (ClassPressure), a request pays (rho_k - rho_min) per milli of GPU
-//       it takes, rho_min being the lowest pressure among the classes it may use. A request that
-//       could go elsewhere leaves scarce models to those that cannot; a request that may use only
-//       one class, or classes under equal pressure, pays nothing.
+//       few classes (by its constraint, or by its size: an 8-GPU request of 120 cores fits only
+//       128-core nodes) will need (ClassPressure), a request pays (rho_k - rho_min) per milli of
+//       GPU it takes, rho_min being the lowest pressure among the classes it may use. A request
+//       that could go elsewhere leaves scarce models to those that cannot; a request that may use
+//       only one class, or classes under equal pressure, pays nothing.
 // kappa_k and W_k weigh the shapes as class k sees them (ClassShapeWeights: a constrained shape
 // counts only on the classes it may use, by its arrivals per GPU there). Without placement
 // constraints every class sees the whole workload and P is 0.
@@ -271,6 +272,70 @@ int64_t AllGpus(std::span<const ClassInfo> classes) {
   return gpus;
 }
 
+// One spec of node (class, CPU, memory, GPUs) and how many GPUs the cluster's nodes of it hold.
+struct NodeKind {
+  int node = -1;   // its first node
+  size_t cls = 0;  // index into the classes
+  int64_t gpus = 0;
+};
+
+std::vector<NodeKind> NodeKinds(const Cluster& cluster, std::span<const ClassInfo> classes) {
+  std::vector<NodeKind> kinds;
+  for (int n = 0; n < cluster.node_count(); ++n) {
+    const NodeSpec& spec = cluster.spec(n);
+    const int k = NodeClass(spec);
+    if (k < 0) continue;
+    auto same = [&](const NodeKind& kind) {
+      const NodeSpec& o = cluster.spec(kind.node);
+      return NodeClass(o) == k && o.cpu_milli == spec.cpu_milli &&
+             o.memory_mib == spec.memory_mib && o.gpu_count == spec.gpu_count;
+    };
+    auto it = std::find_if(kinds.begin(), kinds.end(), same);
+    if (it == kinds.end()) {
+      size_t cls = 0;
+      while (cls < classes.size() && classes[cls].node_class != k) ++cls;
+      kinds.push_back(NodeKind{n, cls, 0});
+      it = kinds.end() - 1;
+    }
+    it->gpus += spec.gpu_count;
+  }
+  return kinds;
+}
+
+// Adds to `load` (GPUs per class) the demand that no placement constraint limits but that only
+// the larger nodes can take, for lack of CPU, memory or GPUs on the others: each such request
+// size (TargetWorkload::sized_demands) that fits the nodes of at most half the cluster's GPUs is
+// spread over those nodes, in proportion to their GPUs. A size that most nodes fit is left out:
+// spread over nearly every class it would load them all alike and make the few small nodes look
+// free, drawing requests to them that constraints need there. Constrained demand is left out
+// too: ClassPressure counts it by its constraint.
+void AddSizedLoad(const Cluster& cluster, std::span<const ClassInfo> classes,
+                  const TargetWorkload& w, std::vector<double>& load) {
+  const int64_t all_gpus = AllGpus(classes);
+  const std::vector<NodeKind> kinds = NodeKinds(cluster, classes);
+  std::vector<int64_t> reach_of(classes.size());
+  for (const TargetShape& d : w.sized_demands()) {
+    if (Reach(cluster, classes, d) < all_gpus) continue;
+    std::fill(reach_of.begin(), reach_of.end(), 0);
+    int64_t reach = 0;
+    for (const NodeKind& kind : kinds) {
+      const NodeSpec& spec = cluster.spec(kind.node);
+      if (kind.cls >= classes.size() || spec.cpu_milli < d.cpu_milli ||
+          spec.memory_mib < d.memory_mib || spec.gpu_count < d.gpu_count ||
+          ShapeNeed(cluster, kind.node, d) < 0) {
+        continue;
+      }
+      reach_of[kind.cls] += kind.gpus;
+      reach += kind.gpus;
+    }
+    if (reach == 0 || 2 * reach > all_gpus) continue;
+    const double demand = d.weight * static_cast<double>(all_gpus);
+    for (size_t i = 0; i < classes.size(); ++i) {
+      load[i] += demand * static_cast<double>(reach_of[i]) / static_cast<double>(reach);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const ClassInfo> classes,
@@ -311,6 +376,7 @@ std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassI
       load[i] += demand * static_cast<double>(classes[i].gpus) / static_cast<double>(reach);
     }
   }
+  AddSizedLoad(cluster, classes, w, load);
   std::vector<double> pressure(classes.size(), 0.0);
   for (size_t i = 0; i < classes.size(); ++i) {
     pressure[i] = std::min(1.0, load[i] / static_cast<double>(classes[i].gpus));

@@ -258,6 +258,76 @@ TEST(PolicyTest, TesseraLeavesScarceModelsToRequestsThatNeedThem) {
   EXPECT_EQ(Make("tessera", &w)->Select(t4s, any)->node, 0);
 }
 
+TEST(PolicyTest, ClassPressureCountsDemandThatOnlyLargerNodesFit) {
+  // An 8-GPU request of 120 cores may use any model but fits only the 128-core G3 node: its
+  // demand presses on G3's GPUs as a constraint would. A request that fits the 96-core nodes too
+  // (88 cores) is unconstrained: it loads nothing.
+  const Cluster c = Nodes({{128000, 8, "G3"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+  const int g2 = c.models().Find("G2");
+  const auto classes = internal::ClusterClasses(c);
+  ASSERT_EQ(classes.size(), 2u);
+  TargetShape small{4000, 1, 1000, kProportionalMemory, ModelSet::Any(), 0.7};
+  // Weights are per request: the 8-GPU requests ask 0.3 of the GPU milli (0.0375 x 8 against
+  // 0.7 x 1).
+  TargetShape big{120000, 8, 1000, kProportionalMemory, ModelSet::Any(), 0.0375};
+  TargetShape fits_g2{88000, 8, 1000, kProportionalMemory, ModelSet::Any(), 0.0375};
+  // 24 GPUs of demand: the big request asks 7.2 GPUs, all on G3's 8.
+  const std::vector<double> rho = internal::ClassPressure(c, classes, TargetWorkload({small, big}));
+  EXPECT_NEAR(rho[0], 7.2 / 8, 1e-9);
+  EXPECT_EQ(rho[1], 0);
+  for (double p : internal::ClassPressure(c, classes, TargetWorkload({small, fits_g2}))) {
+    EXPECT_EQ(p, 0);
+  }
+  // Host memory counts too: 1.5 TiB fits no node here (they have 1 TiB), so that size loads no
+  // class.
+  TargetShape huge = big;
+  huge.cpu_milli = 8000;
+  huge.memory_mib = int64_t{3} << 19;
+  for (double p : internal::ClassPressure(c, classes, TargetWorkload({small, huge}))) {
+    EXPECT_EQ(p, 0);
+  }
+  // A size that more than half the GPUs fit loads nothing: with a small P100 node added, the
+  // 88-core request fits 24 of 26 GPUs.
+  const Cluster with_small =
+      Nodes({{128000, 8, "G3"}, {96000, 8, "G2"}, {96000, 8, "G2"}, {16000, 2, "P100"}});
+  const auto small_classes = internal::ClusterClasses(with_small);
+  for (double p :
+       internal::ClassPressure(with_small, small_classes, TargetWorkload({small, fits_g2}))) {
+    EXPECT_EQ(p, 0);
+  }
+  // Limited to G2 by constraint, the request counts once, by its constraint (it fits no G2 node,
+  // so it may not be placed at all, but it does not press on G3).
+  TargetShape big_g2 = big;
+  big_g2.allowed = ModelSet::Of(g2);
+  const std::vector<double> constrained =
+      internal::ClassPressure(c, classes, TargetWorkload({small, big_g2}));
+  EXPECT_EQ(constrained[0], 0);
+  EXPECT_NEAR(constrained[1], 7.2 / 16, 1e-9);
+}
+
+TEST(PolicyTest, TesseraLeavesLargeNodesToRequestsOnlyTheyFit) {
+  // A quarter of the GPU demand is 8-GPU requests of 120 cores, which only the 128-core node
+  // takes; the rest are single GPUs of 4 cores. With a 2-GPU request already on the large node,
+  // the drain preference (the node left with the least free) would put a single GPU there too;
+  // the pressure of the large requests sends it to a 96-core node. From the requests: the sized
+  // demand comes from FromRequests, which sees every request, not only the typical shapes.
+  Cluster c = Nodes({{128000, 8, "G3"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+  const Request one = Pod(1000, 1, 4000);
+  Request big = Pod(1000, 8, 120000);
+  std::vector<Request> requests(24, one);
+  requests.push_back(big);
+  const TargetWorkload w = TargetWorkload::FromRequests(requests, 0.9);
+  ASSERT_EQ(w.shapes().size(), 1u);  // the large requests are too rare to be a typical shape
+  ASSERT_TRUE(c.Place(Pod(1000, 2, 8000), Assignment{0, 0b11}).ok());
+  EXPECT_EQ(c.models().model(c.spec(Make("tessera", &w)->Select(c, one)->node).model).name, "G2");
+  // The same single GPUs alone: the large node, partly used already, is the fullest.
+  const TargetWorkload small_only = TargetWorkload::FromRequests(std::vector<Request>(24, one));
+  EXPECT_EQ(Make("tessera", &small_only)->Select(c, one)->node, 0);
+  // The large request itself goes where it fits.
+  Cluster empty = Nodes({{128000, 8, "G3"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+  EXPECT_EQ(Make("tessera", &w)->Select(empty, big)->node, 0);
+}
+
 TEST(PolicyTest, TesseraMemoChangesNoDecision) {
   // tessera remembers scores of node states (NodeStateMemo); the unmemoised policy scores every
   // node afresh. On random clusters with many identical nodes, random requests (some limited to
