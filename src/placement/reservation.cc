@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <functional>
 
 namespace tessera::placement {
@@ -124,9 +125,12 @@ bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting,
       if (!d.fits_empty || holder_of[static_cast<size_t>(n)] >= 0) continue;
       if (!eligible.empty() && eligible[static_cast<size_t>(n)] == 0) continue;
       d.slack = Slack(c.spec(n), w.request, largest);
-      if (best_d == nullptr || d.slack < best_d->slack ||
-          (d.slack == best_d->slack &&
-           (d.gpu < best_d->gpu || (d.gpu == best_d->gpu && d.rest < best_d->rest)))) {
+      const auto whole = [](const Deficit& x) { return std::ceil(x.gpu / kMilliPerGpu); };
+      if (best_d == nullptr || whole(d) < whole(*best_d) ||
+          (whole(d) == whole(*best_d) &&
+           (d.slack < best_d->slack ||
+            (d.slack == best_d->slack &&
+             (d.gpu < best_d->gpu || (d.gpu == best_d->gpu && d.rest < best_d->rest)))))) {
         best = n;
         best_d = &d;
       }

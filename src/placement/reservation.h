@@ -4,14 +4,14 @@
 // needs several GPUs on one node fits only when one node happens to empty that far, while pods
 // asking one GPU or a share take whatever frees first, so it can wait for hours (the openb
 // replay's 8-GPU pods did). So every waiting pod that asks for two GPUs or more holds one node,
-// the oldest waiting pod first: among the nodes it fits when empty and no older holder took, one
-// of the smallest shape (the least GPUs, CPU and memory left over once it is on the node empty,
-// as parts of the largest node's), so that larger nodes stay for the pods only they fit; of
-// those, the node closest to fitting it (the least GPU share missing on its best GPUs for the
-// pod, then the least CPU and memory missing as parts of the node, then the lowest index). While
-// it holds the node, no other pod that asks for GPUs may go there, and a pod that asks for none
-// only if it leaves the holder's CPU and memory; so the node only drains until the holder fits,
-// and the holder may still go wherever else it fits first. A pod that asks for one GPU, or a
+// the oldest waiting pod first: among the nodes it fits when empty and no older holder took, the
+// node closest to fitting it: the fewest whole GPUs short on its best GPUs for the pod; then the
+// smallest shape (the least GPUs, CPU and memory left over once it is on the node empty, as
+// parts of the largest node's), so that larger nodes stay for the pods only they fit; then the
+// least GPU share short, the least CPU and memory short as parts of the node, the lowest index.
+// While it holds the node, no other pod that asks for GPUs may go there, and a pod that asks for
+// none only if it leaves the holder's CPU and memory; so the node only drains until the holder
+// fits, and the holder may still go wherever else it fits first. A pod that asks for one GPU, or a
 // share, holds nothing: any GPU that frees serves it, and the queue's order serves it in turn.
 //
 // The reservations are a function of the cluster and the waiting pods in age order, nothing
