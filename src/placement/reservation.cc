@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <functional>
 
 namespace tessera::placement {
@@ -33,25 +32,6 @@ size_t Reservations::ShapeHash::operator()(const ShapeKey& k) const {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   }
   return static_cast<size_t>(h);
-}
-
-double Reservations::Slack(const NodeSpec& spec, const Request& r, const Largest& largest) {
-  // What an empty node of this shape leaves over once the holder is on it, as parts of the
-  // cluster's largest GPU count, CPU and memory: a node of the smallest shape that fits leaves
-  // the least.
-  double slack = 0;
-  if (largest.gpu_count > 0) {
-    slack += static_cast<double>(spec.gpu_count - r.gpu_count) / largest.gpu_count;
-  }
-  if (largest.cpu_milli > 0) {
-    slack +=
-        static_cast<double>(spec.cpu_milli - r.cpu_milli) / static_cast<double>(largest.cpu_milli);
-  }
-  if (largest.memory_mib > 0) {
-    slack += static_cast<double>(spec.memory_mib - r.memory_mib) /
-             static_cast<double>(largest.memory_mib);
-  }
-  return slack;
 }
 
 Reservations::Deficit Reservations::Measure(const Cluster& c, int node, const Request& r) {
@@ -107,13 +87,6 @@ bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting,
                         std::span<const uint8_t> eligible) {
   std::vector<Held> held;
   std::vector<int> holder_of(static_cast<size_t>(c.node_count()), -1);
-  Largest& largest = largest_;
-  largest = Largest{};
-  for (int n = 0; n < c.node_count(); ++n) {
-    largest.gpu_count = std::max(largest.gpu_count, c.spec(n).gpu_count);
-    largest.cpu_milli = std::max(largest.cpu_milli, c.spec(n).cpu_milli);
-    largest.memory_mib = std::max(largest.memory_mib, c.spec(n).memory_mib);
-  }
   for (const WaitingPod& w : waiting) {
     if (!Holds(w.request)) continue;
     std::vector<Deficit>& deficits = DeficitsFor(c, w.request);
@@ -124,13 +97,8 @@ bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting,
       if (d.version != c.version(n)) d = Measure(c, n, w.request);
       if (!d.fits_empty || holder_of[static_cast<size_t>(n)] >= 0) continue;
       if (!eligible.empty() && eligible[static_cast<size_t>(n)] == 0) continue;
-      d.slack = Slack(c.spec(n), w.request, largest);
-      const auto whole = [](const Deficit& x) { return std::ceil(x.gpu / kMilliPerGpu); };
-      if (best_d == nullptr || whole(d) < whole(*best_d) ||
-          (whole(d) == whole(*best_d) &&
-           (d.slack < best_d->slack ||
-            (d.slack == best_d->slack &&
-             (d.gpu < best_d->gpu || (d.gpu == best_d->gpu && d.rest < best_d->rest)))))) {
+      if (best_d == nullptr || d.gpu < best_d->gpu ||
+          (d.gpu == best_d->gpu && d.rest < best_d->rest)) {
         best = n;
         best_d = &d;
       }

@@ -4,14 +4,12 @@
 // needs several GPUs on one node fits only when one node happens to empty that far, while pods
 // asking one GPU or a share take whatever frees first, so it can wait for hours (the openb
 // replay's 8-GPU pods did). So every waiting pod that asks for two GPUs or more holds one node,
-// the oldest waiting pod first: among the nodes it fits when empty and no older holder took, the
-// node closest to fitting it: the fewest whole GPUs short on its best GPUs for the pod; then the
-// smallest shape (the least GPUs, CPU and memory left over once it is on the node empty, as
-// parts of the largest node's), so that larger nodes stay for the pods only they fit; then the
-// least GPU share short, the least CPU and memory short as parts of the node, the lowest index.
-// While it holds the node, no other pod that asks for GPUs may go there, and a pod that asks for
-// none only if it leaves the holder's CPU and memory; so the node only drains until the holder
-// fits, and the holder may still go wherever else it fits first. A pod that asks for one GPU, or a
+// the oldest waiting pod first: the node that is closest to fitting it (the least GPU share
+// missing on its best GPUs for the pod, then the least CPU and memory missing as parts of the
+// node, then the lowest index) among those it fits when empty and no older holder took. While
+// it holds the node, no other pod that asks for GPUs may go there, and a pod that asks for none
+// only if it leaves the holder's CPU and memory; so the node only drains until the holder fits,
+// and the holder may still go wherever else it fits first. A pod that asks for one GPU, or a
 // share, holds nothing: any GPU that frees serves it, and the queue's order serves it in turn.
 //
 // The reservations are a function of the cluster and the waiting pods in age order, nothing
@@ -84,7 +82,6 @@ class Reservations {
     bool fits_empty = false;
     double gpu = 0;
     double rest = 0;
-    double slack = 0;  // what the node leaves over when the holder is on it empty
   };
   struct ShapeKey {
     int64_t cpu, memory, gpu_mem;
@@ -95,19 +92,11 @@ class Reservations {
   struct ShapeHash {
     size_t operator()(const ShapeKey& k) const;
   };
-  // The largest GPU count, CPU and memory of any node.
-  struct Largest {
-    int gpu_count = 0;
-    int64_t cpu_milli = 0;
-    int64_t memory_mib = 0;
-  };
-  static double Slack(const NodeSpec& spec, const Request& r, const Largest& largest);
   static Deficit Measure(const Cluster& cluster, int node, const Request& r);
   std::vector<Deficit>& DeficitsFor(const Cluster& cluster, const Request& r);
 
   std::vector<Held> held_;
   std::vector<int> holder_of_;  // per node: index into held_, or -1
-  Largest largest_;
   uint64_t generation_ = 0;
   uint64_t cluster_id_ = 0;
   std::unordered_map<ShapeKey, std::vector<Deficit>, ShapeHash> deficits_;

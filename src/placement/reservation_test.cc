@@ -1,7 +1,6 @@
-// Tests of the reservations for waiting multi-GPU pods: who holds one, which node (the fewest
-// GPUs short, then the smallest shape, then the closest to fitting, oldest pod first, one node
-// each), who may still use a held node, that a placement on a node no one holds leaves the plan
-// as it was, and FitsWhenEmpty's rules.
+// Tests of the reservations for waiting multi-GPU pods: who holds one, which node (the closest to
+// fitting, oldest pod first, one node each), who may still use a held node, that a placement on
+// a node no one holds leaves the plan as it was, and FitsWhenEmpty's rules.
 #include "placement/reservation.h"
 
 #include <gtest/gtest.h>
@@ -81,43 +80,10 @@ TEST(ReservationsTest, EachHolderOldestFirstGetsTheNodeClosestToFittingIt) {
   const uint64_t generation = r.generation();
   EXPECT_FALSE(r.Plan(c, waiting));
   EXPECT_EQ(r.generation(), generation);
-  // A 2-GPU pod alone takes the 2-GPU node: free already, as node 0's two, and smaller.
+  // A 2-GPU pod alone takes the node where 2 GPUs are free already.
   EXPECT_TRUE(r.Plan(c, std::vector<WaitingPod>{{20, Gpus(2)}}));
-  EXPECT_EQ(r.held()[0].node, 4);
+  EXPECT_EQ(r.held()[0].node, 0);
   EXPECT_GT(r.generation(), generation);
-}
-
-TEST(ReservationsTest, AmongNodesAsFarFromFittingTheSmallestShapeIsDrained) {
-  // A large node (128 cores, 768 GiB) and a smaller 8-GPU node (96 cores, 384 GiB) with two
-  // GPUs taken each, and another smaller one with four taken.
-  ModelTable models;
-  const int g = *models.Intern("G");
-  std::vector<NodeSpec> specs;
-  specs.push_back({"large", 128000, 768 << 10, 8, g, NodeMode::kMemoryAndCompute});
-  specs.push_back({"mid0", 96000, 384 << 10, 8, g, NodeMode::kMemoryAndCompute});
-  specs.push_back({"mid1", 96000, 384 << 10, 8, g, NodeMode::kMemoryAndCompute});
-  Cluster c = *Cluster::Create(models, specs);
-  Fill(c, 0, 2);
-  Fill(c, 1, 2);
-  Fill(c, 2, 4);
-  // An 8-GPU pod of 64 cores fits both shapes: of the two nodes two GPUs short it drains the
-  // smaller, and leaves the large one to a pod of 120 cores that only it fits.
-  Reservations r;
-  r.Plan(c, std::vector<WaitingPod>{{1, Gpus(8, kMilliPerGpu, 64000)},
-                                    {2, Gpus(8, kMilliPerGpu, 120000)},
-                                    {3, Gpus(8, kMilliPerGpu, 64000)}});
-  ASSERT_EQ(r.held().size(), 3u);
-  EXPECT_EQ(r.held()[0].node, 1);
-  EXPECT_EQ(r.held()[1].node, 0);
-  EXPECT_EQ(r.held()[2].node, 2);
-  // Fewer GPUs short still comes first: with the 120-core pod gone, the next 64-core pod drains
-  // the large node (two short) before the smaller one four short.
-  r.Plan(c, std::vector<WaitingPod>{{1, Gpus(8, kMilliPerGpu, 64000)},
-                                    {3, Gpus(8, kMilliPerGpu, 64000)},
-                                    {4, Gpus(8, kMilliPerGpu, 64000)}});
-  ASSERT_EQ(r.held().size(), 3u);
-  EXPECT_EQ(r.held()[1].node, 0);
-  EXPECT_EQ(r.held()[2].node, 2);
 }
 
 TEST(ReservationsTest, ShortCpuCountsOnlyAfterTheGpusAndAsAPartOfTheNode) {
