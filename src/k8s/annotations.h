@@ -48,6 +48,7 @@ inline constexpr char kPhaseAnnotation[] = "tessera.io/phase";                 /
 inline constexpr char kGpuModelAnnotation[] = "tessera.io/gpu-model";          // Pod, user
 inline constexpr char kHighPriorityAnnotation[] = "tessera.io/high-priority";  // Pod, user
 inline constexpr char kWeightAnnotation[] = "tessera.io/weight";               // Pod, user
+inline constexpr char kGpuModeAnnotation[] = "tessera.io/gpu-mode";            // Pod, user
 
 // The resource dimension an extended resource name stands for, whichever spelling.
 enum class GpuResource { kMem, kCore, kCount };
@@ -165,6 +166,9 @@ struct UserAnnotations {
   std::vector<std::string> gpu_models;  // tessera.io/gpu-model, '|'-separated; empty: any
   std::optional<bool> high_priority;    // tessera.io/high-priority: true/false
   std::optional<uint32_t> weight;       // tessera.io/weight: 1..max_weight
+  // tessera.io/gpu-mode: the GPU modes the pod's GPUs may be in, '|'-separated ("mps",
+  // "core_mem|mps"); empty: any whose mode takes its request.
+  std::vector<NodeMode> gpu_modes;
 
   bool operator==(const UserAnnotations&) const = default;
 };

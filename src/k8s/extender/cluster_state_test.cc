@@ -316,6 +316,94 @@ TEST(ClusterStateTest, BindPlansStateTheAssignmentAndFailuresReleaseIt) {
   EXPECT_EQ(s->Stats().gpu_milli_allocated, 300);
 }
 
+// A node whose GPUs 0-3 are mps and 4-7 core_mem (as the device plugin's inventory says them).
+std::vector<TestGpu> MixedGpus() {
+  std::vector<TestGpu> gpus = Gpus(8);
+  for (size_t i = 0; i < 4; ++i) gpus[i].mode = "mps";
+  return gpus;
+}
+
+TEST(ClusterStateTest, gpu_modes_AMixedNodePlacesEachPodOnGpusOfItsMode) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("mixed", MixedGpus(), "core_mem", "64")).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("plain", Gpus(2), "core_mem", "64")).ok());
+  auto gpu_of = [](const BindPlan& plan) {
+    const std::string uuid = plan.assignment.containers.at(0).gpus.at(0).uuid;
+    for (int i = 0; i < 8; ++i) {
+      if (GpuUuid("mixed", i) == uuid) return i;
+    }
+    return -1;
+  };
+  std::string chosen;
+  // MPS pods go to GPUs 0-3 only, core_mem pods to 4-7 only: four of each fill them (70 % each).
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "mps-" + std::to_string(i);
+    auto plan = FilterAndBind(
+        *s, Pod(name, {{"tessera.io/gpu-core", "70"}}, {{"tessera.io/gpu-mode", "mps"}}),
+        {"mixed", "plain"}, &chosen);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    EXPECT_EQ(chosen, "mixed");
+    const int g = gpu_of(*plan);
+    EXPECT_TRUE(g >= 0 && g < 4) << name << " on GPU " << g;
+    s->FinishBind("uid-" + name, *plan, true);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "core-" + std::to_string(i);
+    auto plan = FilterAndBind(
+        *s, Pod(name, {{"tessera.io/gpu-core", "70"}}, {{"tessera.io/gpu-mode", "core_mem"}}),
+        {"mixed"}, &chosen);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    const int g = gpu_of(*plan);
+    EXPECT_TRUE(g >= 4 && g < 8) << name << " on GPU " << g;
+    s->FinishBind("uid-" + name, *plan, true);
+  }
+  // Every GPU now has 30 % left: a fifth MPS pod of 70 % fits no GPU of its mode, nor here.
+  auto full =
+      s->Filter(Pod("mps-5", {{"tessera.io/gpu-core", "70"}}, {{"tessera.io/gpu-mode", "mps"}}),
+                std::vector<std::string>{"mixed"});
+  ASSERT_TRUE(full.ok());
+  EXPECT_TRUE(full->fits.empty());
+  // Two GPUs for one container, any mode: never MPS GPUs (one MPS server per container).
+  auto pair =
+      FilterAndBind(*s, Pod("pair", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-count", "2"}}),
+                    {"mixed"}, &chosen);
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  for (const std::string& uuid : PlanGpus(*pair)) {
+    EXPECT_TRUE(uuid == GpuUuid("mixed", 4) || uuid == GpuUuid("mixed", 5) ||
+                uuid == GpuUuid("mixed", 6) || uuid == GpuUuid("mixed", 7))
+        << uuid;
+  }
+  // A pod that only takes mps GPUs, two of them: refused with the modes the node has.
+  auto two_mps =
+      s->Filter(Pod("two-mps", {{"tessera.io/gpu-core", "10"}, {"tessera.io/gpu-count", "2"}},
+                    {{"tessera.io/gpu-mode", "mps"}}),
+                std::vector<std::string>{"mixed", "plain"});
+  ASSERT_TRUE(two_mps.ok());
+  EXPECT_TRUE(two_mps->fits.empty());
+  const NodeFailure* f = FailureOf(*two_mps, "mixed");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->kind, "mode");  // no GPU here is both mps and one a two-GPU container may take
+  EXPECT_TRUE(f->unresolvable);
+  EXPECT_NE(f->reason.find("core_mem: GPU 4,5,6,7; mps: GPU 0,1,2,3"), std::string::npos)
+      << f->reason;
+  EXPECT_NE(f->reason.find("tessera.io/gpu-mode=mps"), std::string::npos) << f->reason;
+  f = FailureOf(*two_mps, "plain");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->kind, "mode");
+  EXPECT_NE(f->reason.find("node mode core_mem is not among tessera.io/gpu-mode=mps"),
+            std::string::npos)
+      << f->reason;
+  // A hostile annotation is refused by name.
+  auto bad =
+      s->Filter(Pod("bad", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/gpu-mode", "mps|turbo"}}),
+                std::vector<std::string>{"mixed"});
+  ASSERT_TRUE(bad.ok());
+  ASSERT_EQ(bad->failed.size(), 1u);
+  EXPECT_NE(bad->failed[0].reason.find("tessera.io/gpu-mode=\"mps|turbo\""), std::string::npos)
+      << bad->failed[0].reason;
+  EXPECT_NE(bad->failed[0].reason.find("core_mem"), std::string::npos) << bad->failed[0].reason;
+}
+
 TEST(ClusterStateTest, BindOnAnotherNodeThanReservedDecidesThere) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("n1", Gpus(1))).ok());
