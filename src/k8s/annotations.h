@@ -39,6 +39,9 @@ inline constexpr char kAckScheduleLabel[] = "ack.node.gpu.schedule";
 inline constexpr char kGpuScheduleLabelPrefix[] = "tessera.io/gpu.schedule.";
 inline constexpr int kMaxGpuIndex = 255;
 inline constexpr char kPlacementLabel[] = "tessera.io/gpu.placement";
+// `true` on a mig node: the extender may ask the node to cut an idle GPU again
+// (kMigRecutAnnotation).
+inline constexpr char kMigRecutLabel[] = "tessera.io/mig.recut";
 inline constexpr char kAckPlacementLabel[] = "ack.node.gpu.placement";
 
 // Annotations.
@@ -49,6 +52,7 @@ inline constexpr char kGpuModelAnnotation[] = "tessera.io/gpu-model";          /
 inline constexpr char kHighPriorityAnnotation[] = "tessera.io/high-priority";  // Pod, user
 inline constexpr char kWeightAnnotation[] = "tessera.io/weight";               // Pod, user
 inline constexpr char kGpuModeAnnotation[] = "tessera.io/gpu-mode";            // Pod, user
+inline constexpr char kMigRecutAnnotation[] = "tessera.io/mig-recut";          // Node, extender
 
 // The resource dimension an extended resource name stands for, whichever spelling.
 enum class GpuResource { kMem, kCore, kCount };

@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <set>
+#include <sstream>
 
 #include "placement/policy.h"
 #include "testing/support/test_objects.h"
@@ -785,6 +786,108 @@ std::unique_ptr<ClusterState> MigState() {
   EXPECT_TRUE(s->UpsertNode(MigNode("mig", "H100-80GB", 1, {"3g.40gb=1", "1g.10gb=2"})).ok());
   EXPECT_TRUE(s->UpsertNode(Node("core", Gpus(2))).ok());
   return s;
+}
+
+// A mig node of two H100s cut whole (7g.80gb) that allows re-cuts, and one that does not.
+k8s::Json RecutNode(const std::string& name, bool recut, const std::string& layout = "7g.80gb=1",
+                    const std::string& version = "1") {
+  std::vector<std::string> counts;  // "1g.10gb=4 3g.40gb=1" as MigNode takes it
+  std::istringstream words(layout);
+  for (std::string w; words >> w;) counts.push_back(w);
+  k8s::Json node = MigNode(name, "H100-80GB", 2, counts);
+  if (recut) node["metadata"]["labels"][k8s::kMigRecutLabel] = "true";
+  node["metadata"]["resourceVersion"] = version;
+  return node;
+}
+
+TEST(ClusterStateTest, recut_APendingOneGPodGetsAnIdleGpuCutAgainNeverOneInUse) {
+  ManualClock clock;
+  StateOptions o;
+  o.workload = std::make_shared<placement::TargetWorkload>();
+  o.clock = &clock;
+  o.mig_recut_interval = std::chrono::seconds(60);
+  ClusterState s(o);
+  ASSERT_TRUE(s.UpsertNode(RecutNode("a-fixed", false)).ok());
+  ASSERT_TRUE(s.UpsertNode(RecutNode("b-dynamic", true)).ok());
+  const std::vector<std::string> nodes = {"a-fixed", "b-dynamic"};
+  EXPECT_TRUE(s.PlanMigRecuts().empty()) << "nothing waits";
+  // A whole-GPU pod runs on one of b's GPUs.
+  std::string chosen;
+  auto big =
+      FilterAndBind(s, Pod("big", {{"tessera.io/mig-7g.80gb", "1"}}), {"b-dynamic"}, &chosen);
+  ASSERT_TRUE(big.ok()) << big.error();
+  s.FinishBind("uid-big", *big, true);
+  const std::string used = big->assignment.containers[0].gpus[0].uuid;
+  const std::string used_gpu =
+      used == MigUuid("b-dynamic", 0, 0) ? GpuUuid("b-dynamic", 0) : GpuUuid("b-dynamic", 1);
+  // A 1g.10gb pod finds no 1g instance anywhere: it waits.
+  const k8s::Json one = Pod("one", {{"tessera.io/mig-1g.10gb", "1"}});
+  ASSERT_TRUE(s.Filter(one, nodes)->fits.empty());
+  auto recuts = s.PlanMigRecuts();
+  ASSERT_EQ(recuts.size(), 1u);
+  const MigRecut& r = recuts[0];
+  EXPECT_EQ(r.node, "b-dynamic") << "a-fixed is not labelled " << k8s::kMigRecutLabel;
+  EXPECT_NE(r.gpu, used_gpu) << "never the GPU a pod uses";
+  EXPECT_EQ(r.gpu.rfind("GPU-", 0), 0u) << r.gpu;
+  EXPECT_NE(r.layout.find("1g.10gb="), std::string::npos) << r.layout;
+  EXPECT_EQ(r.pod, "default/one");
+  // The interval bounds it: not again at once, nor within 60 s; again after.
+  EXPECT_TRUE(s.PlanMigRecuts().empty());
+  clock.Advance(std::chrono::seconds(59));
+  EXPECT_TRUE(s.PlanMigRecuts().empty());
+  clock.Advance(std::chrono::seconds(2));
+  ASSERT_EQ(s.PlanMigRecuts(), recuts);
+  // The node applied it (its inventory now lists the new instances): the pod lands there, and
+  // nothing more is cut.
+  clock.Advance(std::chrono::seconds(61));
+  k8s::Json applied = RecutNode("b-dynamic", true, r.layout, "2");
+  ASSERT_TRUE(s.UpsertNode(applied).ok());
+  s.RemovePod("uid-big");  // (the test's node has both GPUs cut so; the big pod is gone first)
+  auto landed = FilterAndBind(s, one, nodes, &chosen);
+  ASSERT_TRUE(landed.ok()) << landed.error();
+  EXPECT_EQ(chosen, "b-dynamic");
+  s.FinishBind("uid-one", *landed, true);
+  EXPECT_TRUE(s.PlanMigRecuts().empty());
+}
+
+TEST(ClusterStateTest, recut_NoGpuWithAPodOrAnUnlabelledNodeIsEverCut) {
+  ManualClock clock;
+  StateOptions o;
+  o.workload = std::make_shared<placement::TargetWorkload>();
+  o.clock = &clock;
+  o.mig_recut_interval = std::chrono::seconds(1);
+  ClusterState s(o);
+  ASSERT_TRUE(s.UpsertNode(RecutNode("a-fixed", false)).ok());
+  ASSERT_TRUE(s.UpsertNode(RecutNode("b-dynamic", true)).ok());
+  std::string chosen;
+  // Both of b's GPUs run a pod (one bound, one only reserved by a filter: both hold it).
+  auto big =
+      FilterAndBind(s, Pod("big", {{"tessera.io/mig-7g.80gb", "1"}}), {"b-dynamic"}, &chosen);
+  ASSERT_TRUE(big.ok()) << big.error();
+  s.FinishBind("uid-big", *big, true);
+  ASSERT_EQ(s.Filter(Pod("big2", {{"tessera.io/mig-7g.80gb", "1"}}),
+                     std::vector<std::string>{"b-dynamic"})
+                ->fits.size(),
+            1u);
+  ASSERT_TRUE(s.Filter(Pod("one", {{"tessera.io/mig-1g.10gb", "1"}}),
+                       std::vector<std::string>{"a-fixed", "b-dynamic"})
+                  ->fits.empty());
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(s.PlanMigRecuts().empty()) << "a-fixed is idle but not labelled; b is in use";
+    clock.Advance(std::chrono::seconds(2));
+  }
+  // A hostile label refuses the node by name.
+  k8s::Json bad = RecutNode("c-bad", false);
+  bad["metadata"]["labels"][k8s::kMigRecutLabel] = "yes";
+  ASSERT_TRUE(s.UpsertNode(bad).ok());
+  auto out =
+      s.Filter(Pod("one2", {{"tessera.io/mig-1g.10gb", "1"}}), std::vector<std::string>{"c-bad"});
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(out->failed.size(), 1u);
+  EXPECT_NE(
+      out->failed[0].reason.find("label tessera.io/mig.recut=\"yes\": expected true or false"),
+      std::string::npos)
+      << out->failed[0].reason;
 }
 
 TEST(ClusterStateTest, MigPodsTakeAFreeInstanceAndTheAssignmentNamesItsUuid) {
