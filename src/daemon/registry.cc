@@ -37,6 +37,33 @@ bool PidAlive(pid_t pid) {
   return close[2] != 'Z' && close[2] != 'X';
 }
 
+// The node's process slots are shared by its containers. Each container is owed an equal part of
+// them, counting one container more than are registered (the next one to arrive), and a container
+// past its part may take a slot only while what is left still covers what every other container
+// is owed, the next one's part included. So neighbours that each stay under their own limit
+// cannot fill the node together: a container with fewer processes than its part always finds a
+// slot. Returns the refusal's reason, empty when container `c` may register one more process.
+std::string SlotRefusal(const ledger::LedgerBook& book, uint32_t c) {
+  uint32_t live = 0, containers = 0;
+  for (const auto& p : book.processes) live += p.state.load() == ledger::kLive ? 1 : 0;
+  for (const auto& k : book.containers) containers += k.state.load() == ledger::kLive ? 1 : 0;
+  const uint32_t slots = ledger::kMaxProcesses;
+  const uint32_t part = slots / (containers + 1);
+  const uint32_t mine = book.containers[c].process_count.load();
+  const uint32_t free_slots = live < slots ? slots - live : 0;
+  if (mine < part && free_slots > 0) return "";
+  uint32_t owed = part;  // the next container's
+  for (uint32_t k = 0; k < static_cast<uint32_t>(ledger::kMaxContainers); ++k) {
+    if (k == c || book.containers[k].state.load() != ledger::kLive) continue;
+    const uint32_t count = book.containers[k].process_count.load();
+    owed += count < part ? part - count : 0;
+  }
+  if (free_slots > owed) return "";
+  return "the node has " + std::to_string(free_slots) + " of its " + std::to_string(slots) +
+         " process slots free and keeps them for containers with fewer than " +
+         std::to_string(part) + " processes (this container has " + std::to_string(mine) + ")";
+}
+
 // A valid container id that the control tree can also show: not one of its GPU files' names
 // (a container called `policy` would be hidden by the file `<gpu>/policy`).
 Status CheckContainerId(const std::string& id, const char* key) {
@@ -229,6 +256,11 @@ Result<protocol::Message> Registry::Hello(const protocol::Message& request, pid_
         " processes registered, the most one container may have (container_max_processes " +
         std::to_string(options_.max_processes_per_container) +
         "); this process was not registered");
+  }
+  if (const std::string refusal = SlotRefusal(ledger_.book(), static_cast<uint32_t>(c));
+      !refusal.empty()) {
+    return Result<protocol::Message>::Error("container " + id + ": " + refusal +
+                                            "; this process was not registered");
   }
   auto p = ledger_.AddProcess(static_cast<uint32_t>(c), pid, local_pid);
   if (!p.ok()) return p.status();

@@ -429,6 +429,57 @@ TEST_F(ServerAttackTest, ATenantCannotTakeEveryProcessSlot) {
   ExpectLogRateLimited();
 }
 
+// Eight containers, each staying under its own limit (container_max_processes), flood their
+// sockets with HELLOs together: they would hold all 1024 of the node's process slots. Each is owed
+// an equal part of the slots, and the slots others are still owed are kept for them: a ninth
+// container's real process then registers.
+TEST_F(ServerAttackTest, NeighboursTogetherCannotTakeEveryProcessSlot) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  ASSERT_NO_FATAL_FAILURE(RegisterContainers());
+  std::vector<std::string> attackers = {"tenant"};
+  for (int i = 2; i <= 8; ++i) {
+    const std::string id = "tenant" + std::to_string(i);
+    auto reply =
+        ipc::Call(socket_, "CONTAINER id=" + id + " mem=" + std::to_string(kGiB), nullptr, 5s);
+    ASSERT_TRUE(reply.ok() && reply->rfind("OK", 0) == 0) << (reply.ok() ? *reply : reply.error());
+    ASSERT_TRUE(ipc::WaitUntilListening(ContainerSocket(id), 5s)) << id << "'s socket";
+    attackers.push_back(id);
+  }
+  MarkLog();
+  int registered = 0;
+  std::string refusal;
+  for (const std::string& id : attackers) {
+    for (int i = 0; i < 128; ++i) {
+      auto fd = ipc::Connect(ContainerSocket(id), 1000ms);
+      if (!fd.ok()) continue;
+      held_.push_back(*fd);
+      std::string buffer;
+      std::vector<int> fds;
+      auto reply = ipc::SendLine(*fd, Hello()).ok()
+                       ? ipc::RecvLine(*fd, &buffer, &fds, 2000ms)
+                       : tessera::Result<std::string>::Error("send failed");
+      for (int f : fds) close(f);
+      if (reply.ok() && reply->rfind("OK", 0) == 0) {
+        ++registered;
+      } else if (refusal.empty() && reply.ok()) {
+        refusal = *reply;
+      }
+    }
+  }
+  std::printf("8 containers x 128 HELLOs: %d registered; first refusal: %s\n", registered,
+              refusal.c_str());
+  // Nine containers and one to come: each is owed 1024 / 10 = 102 slots.
+  EXPECT_LE(registered, 1024 - 102) << "the neighbours left victim less than its part";
+  EXPECT_NE(refusal.find("keeps them for containers with fewer than 102 processes"),
+            std::string::npos)
+      << refusal;
+  ChildProcess joined({BuildDir() + "/tests/shim_tenant", "hold", std::to_string(64 << 20)},
+                      TenantEnv(SimEnv(), ContainerSocket("victim")));
+  auto ready = joined.WaitForKey("ready", 20s);
+  EXPECT_TRUE(ready.has_value()) << "victim's cuInit failed: "
+                                 << joined.values().count("init_error");
+}
+
 // Connections that never send, that send half a line and stop, one that sends an endless line and
 // one that takes its replies a byte at a time: the endless one is closed at the line bound, the
 // others at their timeouts, a registered process's quiet connection is kept, and the neighbour is

@@ -178,15 +178,15 @@ std::atomic<uint32_t> g_stream_generation{1};  // bumped when a stream or contex
 // gate's own event calls run in relaxed capture mode (RelaxedWhileCapturing).
 std::atomic<int> g_captures{0};
 
+// The calling thread's last launch's track: the fast path's one thread-local read. A change of
+// the thread's current context empties it (CurrentContextChanged).
 struct TrackCache {
   CUstream stream = nullptr;
   bool per_thread_entry = false;
-  uint32_t ctx_generation = 0;
   uint32_t stream_generation = 0;
   Track* track = nullptr;
 };
 thread_local TrackCache t_cache;
-thread_local uint32_t t_ctx_generation = 1;
 thread_local char t_thread_tag;  // its address identifies the thread
 
 ledger::ProcessCounters& Self() { return g->own->processes[g->process]; }
@@ -490,7 +490,7 @@ Track* LookupSlow(CUstream stream, bool per_thread_entry) {
     }
   }
   StartSampler();
-  t_cache = TrackCache{stream, per_thread_entry, t_ctx_generation,
+  t_cache = TrackCache{stream, per_thread_entry,
                        g_stream_generation.load(std::memory_order_acquire), found};
   return found;
 }
@@ -1060,11 +1060,11 @@ Track* BeforeLaunch(CUstream stream, bool per_thread) {
   const bool capturing = __builtin_expect(g_captures.load(std::memory_order_acquire) != 0, 0);
   if (capturing && LaunchCaptured(stream, per_thread)) return nullptr;
   RelaxedWhileCapturing relaxed(capturing);
-  Track* t = t_cache.track;
+  const TrackCache& cache = t_cache;
+  Track* t = cache.track;
   if (__builtin_expect(
-          t == nullptr || t_cache.stream != stream || t_cache.per_thread_entry != per_thread ||
-              t_cache.ctx_generation != t_ctx_generation ||
-              t_cache.stream_generation != g_stream_generation.load(std::memory_order_relaxed),
+          t == nullptr || cache.stream != stream || cache.per_thread_entry != per_thread ||
+              cache.stream_generation != g_stream_generation.load(std::memory_order_relaxed),
           0)) {
     t = LookupSlow(stream, per_thread);
     if (t == nullptr) return nullptr;
@@ -1183,7 +1183,7 @@ void ForgetContext(CUcontext ctx) {
   Forget([&](Track* t) { return t->ctx == ctx; });
 }
 
-void CurrentContextChanged() { ++t_ctx_generation; }
+void CurrentContextChanged() { t_cache.track = nullptr; }
 
 void CaptureBegins() {
   BeforeSynchronize();  // the calling thread's open launches are marked while they still may be

@@ -345,9 +345,8 @@ CUresult InitialiseTenant(bool observer) {
   return CUDA_SUCCESS;
 }
 
-bool EnsureRegistered() {
+bool RegisterForkedChild() {
   TenantState& t = g_tenant;
-  if (!t.needs_registration.load(std::memory_order_acquire)) return true;
   std::lock_guard<std::mutex> lock(g_init_mu);
   if (!t.needs_registration.load()) return true;
   std::string error;

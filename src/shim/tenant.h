@@ -53,6 +53,10 @@ inline int LedgerDevice(int ordinal) {
 CUresult InitialiseTenant(bool observer = false);
 
 // Re-registers a forked child as its own process (slow path, once per child).
-bool EnsureRegistered();
+bool RegisterForkedChild();
+// Whether the process is registered: at once unless it is a forked child not yet registered.
+inline bool EnsureRegistered() {
+  return !Tenant().needs_registration.load(std::memory_order_acquire) || RegisterForkedChild();
+}
 
 }  // namespace tessera::shim
