@@ -334,6 +334,21 @@ class ServerAttackTest : public ::testing::Test {
   std::string daemon_runner_;  // a command tesserad runs under (setpriv, to run as a user)
   std::unique_ptr<ChildProcess> daemon_;
   std::unique_ptr<Neighbour> neighbour_;
+  // A HELLO on a new connection to `socket`, held open (a registered process keeps its
+  // connection): the reply, or an error when the connection or the exchange failed.
+  tessera::Result<std::string> HelloOnNewConnection(const std::string& socket) {
+    auto fd = ipc::Connect(socket, 1000ms);
+    if (!fd.ok()) return tessera::Result<std::string>::Error(fd.error());
+    held_.push_back(*fd);
+    std::string buffer;
+    std::vector<int> fds;
+    auto reply = ipc::SendLine(*fd, Hello()).ok()
+                     ? ipc::RecvLine(*fd, &buffer, &fds, 2000ms)
+                     : tessera::Result<std::string>::Error("send failed");
+    for (int f : fds) close(f);
+    return reply;
+  }
+
   std::vector<int> held_;  // the attacker's connections, closed at the end
   std::vector<std::unique_ptr<ChildProcess>> tenants_;
 };
@@ -398,18 +413,7 @@ TEST_F(ServerAttackTest, ATenantCannotTakeEveryProcessSlot) {
   MarkLog();
   int registered = 0, refused = 0;
   for (int i = 0; i < 1100; ++i) {
-    auto fd = ipc::Connect(ContainerSocket("tenant"), 1000ms);
-    if (!fd.ok()) {
-      ++refused;
-      continue;
-    }
-    held_.push_back(*fd);
-    std::string buffer;
-    std::vector<int> fds;
-    auto reply = ipc::SendLine(*fd, Hello()).ok()
-                     ? ipc::RecvLine(*fd, &buffer, &fds, 2000ms)
-                     : tessera::Result<std::string>::Error("send failed");
-    for (int f : fds) close(f);
+    auto reply = HelloOnNewConnection(ContainerSocket("tenant"));
     if (reply.ok() && reply->rfind("OK", 0) == 0) {
       ++registered;
     } else {
@@ -450,15 +454,7 @@ TEST_F(ServerAttackTest, NeighboursTogetherCannotTakeEveryProcessSlot) {
   std::string refusal;
   for (const std::string& id : attackers) {
     for (int i = 0; i < 128; ++i) {
-      auto fd = ipc::Connect(ContainerSocket(id), 1000ms);
-      if (!fd.ok()) continue;
-      held_.push_back(*fd);
-      std::string buffer;
-      std::vector<int> fds;
-      auto reply = ipc::SendLine(*fd, Hello()).ok()
-                       ? ipc::RecvLine(*fd, &buffer, &fds, 2000ms)
-                       : tessera::Result<std::string>::Error("send failed");
-      for (int f : fds) close(f);
+      auto reply = HelloOnNewConnection(ContainerSocket(id));
       if (reply.ok() && reply->rfind("OK", 0) == 0) {
         ++registered;
       } else if (refusal.empty() && reply.ok()) {

@@ -556,6 +556,20 @@ Result<UserAnnotations> ParseUserAnnotations(const std::map<std::string, std::st
       pos = bar + 1;
     }
   }
+  if (const std::string* v = Lookup(annotations, kGpuModeAnnotation)) {
+    for (size_t pos = 0;;) {
+      const size_t bar = v->find('|', pos);
+      const std::string word =
+          v->substr(pos, bar == std::string::npos ? std::string::npos : bar - pos);
+      auto mode = ParseNodeMode(word, std::string(kGpuModeAnnotation) + "=\"" + *v + "\": mode");
+      if (!mode.ok()) return Result<UserAnnotations>::Error(mode.error() + ", separated by '|'");
+      if (std::find(out.gpu_modes.begin(), out.gpu_modes.end(), *mode) == out.gpu_modes.end()) {
+        out.gpu_modes.push_back(*mode);
+      }
+      if (bar == std::string::npos) break;
+      pos = bar + 1;
+    }
+  }
   if (const std::string* v = Lookup(annotations, kHighPriorityAnnotation)) {
     if (*v == "true") {
       out.high_priority = true;

@@ -39,6 +39,9 @@ inline constexpr char kAckScheduleLabel[] = "ack.node.gpu.schedule";
 inline constexpr char kGpuScheduleLabelPrefix[] = "tessera.io/gpu.schedule.";
 inline constexpr int kMaxGpuIndex = 255;
 inline constexpr char kPlacementLabel[] = "tessera.io/gpu.placement";
+// `true` on a mig node: the extender may ask the node to cut an idle GPU again
+// (kMigRecutAnnotation).
+inline constexpr char kMigRecutLabel[] = "tessera.io/mig.recut";
 inline constexpr char kAckPlacementLabel[] = "ack.node.gpu.placement";
 
 // Annotations.
@@ -48,6 +51,8 @@ inline constexpr char kPhaseAnnotation[] = "tessera.io/phase";                 /
 inline constexpr char kGpuModelAnnotation[] = "tessera.io/gpu-model";          // Pod, user
 inline constexpr char kHighPriorityAnnotation[] = "tessera.io/high-priority";  // Pod, user
 inline constexpr char kWeightAnnotation[] = "tessera.io/weight";               // Pod, user
+inline constexpr char kGpuModeAnnotation[] = "tessera.io/gpu-mode";            // Pod, user
+inline constexpr char kMigRecutAnnotation[] = "tessera.io/mig-recut";          // Node, extender
 
 // The resource dimension an extended resource name stands for, whichever spelling.
 enum class GpuResource { kMem, kCore, kCount };
@@ -165,6 +170,9 @@ struct UserAnnotations {
   std::vector<std::string> gpu_models;  // tessera.io/gpu-model, '|'-separated; empty: any
   std::optional<bool> high_priority;    // tessera.io/high-priority: true/false
   std::optional<uint32_t> weight;       // tessera.io/weight: 1..max_weight
+  // tessera.io/gpu-mode: the GPU modes the pod's GPUs may be in, '|'-separated ("mps",
+  // "core_mem|mps"); empty: any whose mode takes its request.
+  std::vector<NodeMode> gpu_modes;
 
   bool operator==(const UserAnnotations&) const = default;
 };

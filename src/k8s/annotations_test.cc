@@ -367,5 +367,17 @@ TEST(UserAnnotations, ParsesAndRefuses) {
               HasSubstr("tessera.io/gpu-model=\"A100||H200\": an empty model name"));
 }
 
+TEST(UserAnnotations, gpu_modes_ThePodsGpuModeAnnotation) {
+  auto u = ParseUserAnnotations({{"tessera.io/gpu-mode", "mps|core_mem|mps"}});
+  ASSERT_TRUE(u.ok()) << u.error();
+  EXPECT_EQ(u->gpu_modes, (std::vector<NodeMode>{NodeMode::kMps, NodeMode::kCoreMem}));
+  for (const char* bad : {"turbo", "mps|", "|mps", "mps||core_mem", "MPS", ""}) {
+    auto refused = ParseUserAnnotations({{"tessera.io/gpu-mode", bad}});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.error(), HasSubstr("tessera.io/gpu-mode=\"" + std::string(bad) + "\""));
+    EXPECT_THAT(refused.error(), HasSubstr("core_mem, mem, share, exclusive, mig"));
+  }
+}
+
 }  // namespace
 }  // namespace tessera::k8s

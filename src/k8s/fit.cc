@@ -74,6 +74,13 @@ Result<placement::Request> PlacementRequestOf(const GpuRequest& r, int64_t cpu_m
                                       whole ? 100 : static_cast<int>(r.core), allowed);
 }
 
+int ModeTag(NodeMode mode) { return static_cast<int>(mode); }
+
+placement::GpuMode PlacementGpuModeOf(NodeMode mode) {
+  return placement::GpuMode{PlacementModeOf(mode), MaxGpusPerRequest(mode) == 1,
+                            static_cast<uint8_t>(ModeTag(mode))};
+}
+
 Result<PodPlacement> PlacementRequestsOf(const PodDemand& d, placement::ModelSet allowed) {
   PodPlacement out;
   constexpr int64_t kMiBytes = int64_t{1} << 20;
@@ -100,6 +107,10 @@ Result<PodPlacement> PlacementRequestsOf(const PodDemand& d, placement::ModelSet
     auto r =
         PlacementRequestOf(a.gpu, primary ? d.cpu_milli : 0, primary ? memory_mib : 0, allowed);
     if (!r.ok()) return Result<PodPlacement>::Error("container " + a.name + ": " + r.error());
+    if (!d.allowed_modes.empty()) {
+      r->gpu_modes = 0;
+      for (NodeMode m : d.allowed_modes) r->gpu_modes |= uint32_t{1} << ModeTag(m);
+    }
     out.requests.push_back(*r);
     out.names.push_back(a.name);
     out.asked.push_back(a.gpu);

@@ -27,6 +27,10 @@ namespace tessera::k8s {
 placement::NodeMode PlacementModeOf(NodeMode mode);
 // The most GPUs one container may span on a node of `mode`: 1 on mps (its GPU's MPS server).
 int MaxGpusPerRequest(NodeMode mode);
+// The placement mode tag of `mode` (placement::GpuMode::tag, a bit of Request::gpu_modes, which
+// PlacementRequestsOf sets from tessera.io/gpu-mode), and a GPU's whole placement mode.
+int ModeTag(NodeMode mode);
+placement::GpuMode PlacementGpuModeOf(NodeMode mode);
 
 // A node in `mode` with `gpu_count` GPUs of `gpu_memory` each (MiB, rounded down); on a mig node
 // `gpu_count` counts its GPUs in MIG mode and `mig_model` is their MIG model.

@@ -224,6 +224,7 @@ PodDemand ReadPodDemand(const PodView& view, const Json& pod) {
     note(out.demand_error, pod_name + ": annotation " + user.error());
   } else {
     out.allowed_models = user->gpu_models;
+    out.allowed_modes = user->gpu_modes;
   }
   return out;
 }

@@ -73,6 +73,7 @@ struct PodDemand {
   int64_t memory_bytes = 0;
   std::vector<ContainerAsk> asks;           // init containers first, in spec order
   std::vector<std::string> allowed_models;  // tessera.io/gpu-model; empty: any
+  std::vector<NodeMode> allowed_modes;      // tessera.io/gpu-mode; empty: any
   std::string demand_error;                 // why the Tessera ask cannot be placed
   std::string requests_error;               // why CPU or memory could not be read (then 0)
 

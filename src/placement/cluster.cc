@@ -2,6 +2,7 @@
 #include "placement/cluster.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <utility>
@@ -87,6 +88,29 @@ Result<Cluster> Cluster::Create(ModelTable models, std::vector<NodeSpec> nodes) 
     if (s.gpu_count > 0 && (s.model < 0 || s.model >= models.size())) {
       return Result<Cluster>::Error("node \"" + s.name + "\": GPUs of an unknown model");
     }
+    if (s.mode_tag > kMaxGpuModeTag) {
+      return Result<Cluster>::Error("node \"" + s.name + "\": mode tag " +
+                                    std::to_string(s.mode_tag) + "; expected 0 to " +
+                                    std::to_string(kMaxGpuModeTag));
+    }
+    if (s.mixed()) {
+      if (s.mode == NodeMode::kMig || static_cast<int>(s.gpu_modes.size()) != s.gpu_count) {
+        return Result<Cluster>::Error(
+            "node \"" + s.name + "\": " + std::to_string(s.gpu_modes.size()) + " GPU modes for " +
+            std::to_string(s.gpu_count) + " GPUs in mode " + std::string(NodeModeName(s.mode)) +
+            "; expected one per GPU, on a node not in mode mig");
+      }
+      for (size_t g = 0; g < s.gpu_modes.size(); ++g) {
+        const GpuMode& m = s.gpu_modes[g];
+        if (m.mode == NodeMode::kMig || m.tag > kMaxGpuModeTag) {
+          return Result<Cluster>::Error(
+              "node \"" + s.name + "\": GPU " + std::to_string(g) + " in mode " +
+              std::string(NodeModeName(m.mode)) + " (tag " + std::to_string(m.tag) +
+              "); expected memory+compute, memory-only or whole-gpu, tag 0 to " +
+              std::to_string(kMaxGpuModeTag));
+        }
+      }
+    }
     if (s.mode != NodeMode::kMig) {
       if (!s.mig_gpus.empty() || s.mig_relayout) {
         return Result<Cluster>::Error("node \"" + s.name + "\": MIG layouts on a node in mode " +
@@ -116,11 +140,36 @@ Result<Cluster> Cluster::Create(ModelTable models, std::vector<NodeSpec> nodes) 
 }
 
 bool Cluster::GpuFits(int node, int gpu, const Request& r) const {
-  if (r.mig() || spec(node).mode == NodeMode::kMig) return r.mig() && MigGpuFits(node, gpu, r);
+  const NodeSpec& s = spec(node);
+  if (r.mig() || s.mode == NodeMode::kMig) return r.mig() && MigGpuFits(node, gpu, r);
+  if (s.mixed()) {
+    if (!GpuModeTakes(s.gpu_modes[static_cast<size_t>(gpu)], r)) return false;
+    if (r.gpu_count > 1) return ((SpanGroup(node, r) >> gpu) & 1) != 0;
+  }
+  return GpuStateFits(node, gpu, r);
+}
+
+bool Cluster::GpuStateFits(int node, int gpu, const Request& r) const {
   const size_t i = offset(node) + static_cast<size_t>(gpu);
   const int64_t cap = gpu_mem_cap_[static_cast<size_t>(node)];
   if (r.whole_gpus()) return gpu_milli_free_[i] == kMilliPerGpu && gpu_mem_free_[i] == cap;
   return gpu_milli_free_[i] >= r.gpu_milli && gpu_mem_free_[i] >= r.MemoryOn(cap);
+}
+
+uint32_t Cluster::SpanGroup(int node, const Request& r) const {
+  const NodeSpec& s = spec(node);
+  std::array<uint32_t, kMaxGpuModeTag + 1> fit{};
+  for (int g = 0; g < s.gpu_count; ++g) {
+    const GpuMode& m = s.gpu_modes[static_cast<size_t>(g)];
+    if (GpuModeTakes(m, r) && GpuStateFits(node, g, r)) fit[m.tag] |= uint32_t{1} << g;
+  }
+  // The mode whose lowest GPU comes first, among those with enough.
+  uint32_t best = 0;
+  for (const uint32_t mask : fit) {
+    if (std::popcount(mask) < r.gpu_count) continue;
+    if (best == 0 || std::countr_zero(mask) < std::countr_zero(best)) best = mask;
+  }
+  return best;
 }
 
 uint32_t Cluster::FittingGpus(int node, const Request& r) const {
@@ -138,6 +187,8 @@ FitResult Cluster::Fits(int node, const Request& r) const {
   if (r.gpu_count == 0) return FitResult::kFits;
   const NodeSpec& s = specs_[n];
   if (s.gpu_count == 0 || !r.allowed.Contains(s.model)) return FitResult::kModel;
+  if (s.mixed()) return MixedFits(node, r);
+  if (!r.AcceptsModeTag(s.mode_tag)) return FitResult::kMode;
   const FitResult shape = ShapeFits(r, ShapeOf(s, gpu_mem_cap_[n], mig_model(node)));
   if (shape != FitResult::kFits) return shape;
   if (r.mig()) return MigFits(node, r);
@@ -160,14 +211,47 @@ FitResult Cluster::Fits(int node, const Request& r) const {
   return FitResult::kFits;
 }
 
+FitResult Cluster::MixedFits(int node, const Request& r) const {
+  const NodeSpec& s = spec(node);
+  const size_t n = static_cast<size_t>(node);
+  // Per mode (tag): its GPUs that take the request's form, those with the compute free, and those
+  // with compute and memory free. A request's GPUs are all of one mode (the device plugin refuses
+  // a container whose GPUs differ in mode).
+  std::array<int, kMaxGpuModeTag + 1> shape{}, compute_ok{}, both_ok{};
+  const int64_t need_mem = r.whole_gpus() ? gpu_mem_cap_[n] : r.MemoryOn(gpu_mem_cap_[n]);
+  const int32_t need_milli = r.whole_gpus() ? kMilliPerGpu : r.gpu_milli;
+  bool any = false;
+  for (int g = 0; g < s.gpu_count; ++g) {
+    const GpuMode& m = s.gpu_modes[static_cast<size_t>(g)];
+    if (!GpuModeTakes(m, r)) continue;
+    any = true;
+    ++shape[m.tag];
+    const size_t i = offset(node) + static_cast<size_t>(g);
+    if (gpu_milli_free_[i] >= need_milli) {
+      ++compute_ok[m.tag];
+      if (gpu_mem_free_[i] >= need_mem) ++both_ok[m.tag];
+    }
+  }
+  if (!any) return FitResult::kMode;
+  auto most = [](const std::array<int, kMaxGpuModeTag + 1>& a) {
+    return *std::max_element(a.begin(), a.end());
+  };
+  if (most(shape) < r.gpu_count) return FitResult::kGpuCount;
+  if (r.gpu_mem_mib > gpu_mem_cap_[n]) return FitResult::kGpuSize;
+  if (most(both_ok) >= r.gpu_count) return FitResult::kFits;
+  if (r.whole_gpus() || most(compute_ok) < r.gpu_count) return FitResult::kGpuCompute;
+  return FitResult::kGpuMemory;
+}
+
 void Cluster::RefreshGpu(int node, int gpu) {
   const size_t n = static_cast<size_t>(node);
   const size_t i = offset(node) + static_cast<size_t>(gpu);
   const int64_t cap = gpu_mem_cap_[n];
   const int32_t mem_share =
       cap > 0 ? static_cast<int32_t>(gpu_mem_free_[i] * kMilliPerGpu / cap) : 0;
-  int32_t share =
-      specs_[n].mode == NodeMode::kMemoryOnly ? mem_share : std::min(gpu_milli_free_[i], mem_share);
+  int32_t share = specs_[n].ModeOf(gpu) == NodeMode::kMemoryOnly
+                      ? mem_share
+                      : std::min(gpu_milli_free_[i], mem_share);
   if (specs_[n].mode == NodeMode::kMig) share = 0;  // no fractional share fits a MIG GPU
   share_total_[n] += share - gpu_share_free_[i];
   gpu_share_free_[i] = share;
@@ -190,10 +274,26 @@ Status Cluster::Place(const Request& r, const Assignment& a) {
         " GPUs (mask " + std::to_string(a.gpus) + "); the request needs " +
         std::to_string(r.gpu_count) + " of the node's " + std::to_string(s.gpu_count));
   }
+  int tag = -1;
   for (int g = 0; g < s.gpu_count; ++g) {
-    if (((a.gpus >> g) & 1) != 0 && !GpuFits(a.node, g, r)) {
+    if (((a.gpus >> g) & 1) == 0) continue;
+    // On a node with GPU modes of its own any GPUs of one mode that take it (not only those
+    // SpanGroup would choose: an assignment made earlier may have taken another mode's).
+    const bool fits = s.mixed() ? GpuModeTakes(s.gpu_modes[static_cast<size_t>(g)], r) &&
+                                      GpuStateFits(a.node, g, r)
+                                : GpuFits(a.node, g, r);
+    if (!fits) {
       return Status::Error("GPU " + std::to_string(g) + " of node \"" + s.name +
                            "\" cannot take the request's share");
+    }
+    if (s.mixed()) {
+      const int t = s.gpu_modes[static_cast<size_t>(g)].tag;
+      if (tag >= 0 && t != tag) {
+        return Status::Error("assignment on node \"" + s.name +
+                             "\" spans GPUs of different modes (GPU " + std::to_string(g) +
+                             "'s differs); a request's GPUs are all of one mode");
+      }
+      tag = t;
     }
   }
   const size_t n = static_cast<size_t>(a.node);

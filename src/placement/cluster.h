@@ -8,6 +8,10 @@
 //   count, its GPUs are as large as the memory it asks on each); at least `gpu_count` distinct
 //   GPUs each have the per-GPU compute share and memory free, and for whole-GPU requests those
 //   GPUs are entirely free.
+//   On a node whose GPUs have modes of their own (NodeSpec::gpu_modes) only the GPUs whose mode
+//   takes the request count (placement/fit.h GpuModeTakes), for the shape rule as for the shares,
+//   and a request of several GPUs takes them all of one mode (Cluster::SpanGroup); elsewhere the
+//   node's mode tag must be one the request accepts.
 //   A MIG request fits only a MIG node, whose model has its profile, with a free instance of that
 //   profile on some GPU (or a GPU it may cut again: all its instances free, on a node with
 //   mig_relayout). A MIG GPU's free compute and memory are what its taken instances leave (an
@@ -119,6 +123,13 @@ class Cluster {
   size_t offset(int node) const { return static_cast<size_t>(offset_[static_cast<size_t>(node)]); }
   void RefreshGpu(int node, int gpu);
   FitResult MigFits(int node, const Request& request) const;
+  // Fits past the model check, on a node with GPU modes of its own.
+  FitResult MixedFits(int node, const Request& request) const;
+  // Whether GPU `gpu`'s free compute and memory take one GPU's worth of `request` (not its mode).
+  bool GpuStateFits(int node, int gpu, const Request& request) const;
+  // A node with GPU modes of its own, a request of several GPUs: the GPUs of the one mode it would
+  // span (the mode whose lowest GPU comes first among those with enough that fit now), or 0.
+  uint32_t SpanGroup(int node, const Request& request) const;
   bool MigGpuFits(int node, int gpu, const Request& request) const;
   Status PlaceMig(const Request& request, const Assignment& a);
   Status RemoveMig(const Request& request, const Assignment& a);

@@ -179,6 +179,49 @@ TEST(FitTest, WholeGpusTakeOnlyFreeGpus) {
   EXPECT_FALSE(c.GpuFits(1, 1, Share(1000)));
 }
 
+TEST(FitTest, gpu_modes_AMixedNodeFitsByEachGpusMode) {
+  ModelTable models;
+  const int t4 = *models.Intern("T4");
+  NodeSpec s{"m", 64000, 262144, 4, t4, NodeMode::kMemoryAndCompute};
+  // GPUs 0-1 MPS (tag 5), 2 memory+compute (tag 0), 3 whole-GPU (tag 3).
+  s.gpu_modes = {
+      GpuMode{NodeMode::kMemoryAndCompute, true, 5}, GpuMode{NodeMode::kMemoryAndCompute, true, 5},
+      GpuMode{NodeMode::kMemoryAndCompute, false, 0}, GpuMode{NodeMode::kWholeGpus, false, 3}};
+  Cluster c = *Cluster::Create(models, {s});
+  EXPECT_EQ(c.Fits(0, Share(300)), FitResult::kFits);
+  EXPECT_EQ(c.FittingGpus(0, Share(300)), 0x7u) << "not the whole-GPU GPU";
+  EXPECT_EQ(c.Fits(0, Share(300, 2)), FitResult::kGpuCount) << "MPS GPUs serve one GPU requests";
+  Request memory = Share(0);
+  memory.gpu_mem_mib = 1024;
+  EXPECT_EQ(c.Fits(0, memory), FitResult::kMode) << "no memory-only GPU";
+  Request only_mps = Share(300);
+  only_mps.gpu_modes = uint32_t{1} << 5;
+  EXPECT_EQ(c.FittingGpus(0, only_mps), 0x3u);
+  Request only_whole = Share(300);
+  only_whole.gpu_modes = uint32_t{1} << 3;
+  EXPECT_EQ(c.Fits(0, only_whole), FitResult::kMode);
+  // Whole GPUs: one fits any of the four; two only of one mode: GPUs 2 and 3 differ, 0-1 are MPS.
+  EXPECT_EQ(c.FittingGpus(0, Share(1000)), 0xFu);
+  EXPECT_EQ(c.Fits(0, Share(1000, 2)), FitResult::kGpuCount);
+  EXPECT_FALSE(c.Place(Share(1000, 2), Assignment{0, 0xCu}).ok());
+  // The memory-only share of a GPU counts its own mode: take half of GPU 2's compute.
+  ASSERT_TRUE(c.Place(Share(500), Assignment{0, 0x4u}).ok());
+  EXPECT_EQ(c.gpu_share_free(0)[2], 500);
+  EXPECT_EQ(c.FittingGpus(0, Share(600)), 0x3u);
+
+  // Create checks the modes: one per GPU, never MIG.
+  NodeSpec short_list = s;
+  short_list.gpu_modes.pop_back();
+  auto bad = Cluster::Create(models, {short_list});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("3 GPU modes for 4 GPUs"), std::string::npos) << bad.error();
+  NodeSpec mig_gpu = s;
+  mig_gpu.gpu_modes[1].mode = NodeMode::kMig;
+  bad = Cluster::Create(models, {mig_gpu});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().find("GPU 1 in mode mig"), std::string::npos) << bad.error();
+}
+
 TEST(PlaceTest, PlaceAndRemoveKeepTheBooks) {
   Cluster c = TwoNodes();
   const uint64_t v = c.version(0);

@@ -61,6 +61,16 @@ inline FitResult ShapeFits(const Request& r, const NodeShape& node) {
   return FitResult::kFits;
 }
 
+// Whether a GPU in `gpu` mode can ever take one GPU's worth of `r` (a GPU request): MIG never; its
+// tag among those `r` accepts; not as one of several GPUs when it serves one request alone; whole
+// GPUs any mode, a compute share memory+compute, a memory share memory-only.
+inline bool GpuModeTakes(const GpuMode& gpu, const Request& r) {
+  if (r.mig() || gpu.mode == NodeMode::kMig || !r.AcceptsModeTag(gpu.tag)) return false;
+  if (r.gpu_count > 1 && gpu.one_gpu_per_request) return false;
+  if (r.whole_gpus()) return true;
+  return gpu.mode == (r.memory_only() ? NodeMode::kMemoryOnly : NodeMode::kMemoryAndCompute);
+}
+
 // Whether `fit` is a failure of the shape rule (so nothing freed on the node would cure it).
 inline bool IsShapeFailure(FitResult fit) {
   return fit == FitResult::kMode || fit == FitResult::kGpuCount || fit == FitResult::kGpuSize ||

@@ -183,7 +183,8 @@ int32_t ShareAfter(const Cluster& cluster, int node, int gpu, const Request& r) 
                         (r.whole_gpus() ? kMilliPerGpu : r.gpu_milli);
   const int64_t mem = cluster.gpu_memory_free(node)[static_cast<size_t>(gpu)] - r.MemoryOn(cap);
   const int32_t mem_share = cap > 0 ? static_cast<int32_t>(mem * kMilliPerGpu / cap) : 0;
-  return cluster.spec(node).mode == NodeMode::kMemoryOnly ? mem_share : std::min(milli, mem_share);
+  return cluster.spec(node).ModeOf(gpu) == NodeMode::kMemoryOnly ? mem_share
+                                                                 : std::min(milli, mem_share);
 }
 
 FragEvaluator::FragEvaluator(const Cluster& cluster, const TargetWorkload& workload)

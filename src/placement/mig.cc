@@ -182,6 +182,31 @@ std::optional<MigChoice> ChooseMigInstance(const Cluster& cluster, int node, con
   return best;
 }
 
+int ChooseRecutLayout(const mig::GpuModel& model, int profile_id, const MigDemand& demand) {
+  const mig::MigProfile* profile = MigProfileOn(model, profile_id);
+  if (profile == nullptr) return -1;
+  const std::vector<mig::Layout>& layouts = MigLayoutsOf(model);
+  std::optional<MigChoice> best;
+  for (size_t k = 0; k < layouts.size(); ++k) {
+    MigGpu after{layouts[k], 0};
+    const int i = after.FreeInstanceOf(*profile);
+    if (i < 0) continue;
+    after.taken = uint32_t{1} << i;
+    MigChoice c;
+    c.start = after.layout.instances[static_cast<size_t>(i)].start;
+    c.layout = static_cast<int>(k);
+    // Before: an all-free GPU that may be cut strands nothing.
+    c.newly_stranded = StrandedSlices(after, /*relayout=*/true, demand);
+    for (size_t j = 0; j < after.layout.instances.size(); ++j) {
+      if (static_cast<int>(j) == i) continue;
+      const mig::MigProfile& p = *after.layout.instances[j].profile;
+      c.asked_free_after += demand.Weight(IdOn(model, p)) * p.memory_slices;
+    }
+    if (!best || c.BetterThan(*best)) best = c;
+  }
+  return best ? best->layout : -1;
+}
+
 std::optional<Assignment> MigAssignmentOn(const Cluster& cluster, int node, const Request& r,
                                           const MigDemand& demand) {
   auto c = ChooseMigInstance(cluster, node, r, demand);

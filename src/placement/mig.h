@@ -104,6 +104,14 @@ struct MigChoice {
 };
 std::optional<MigChoice> ChooseMigInstance(const Cluster& cluster, int node, const Request& request,
                                            const MigDemand& demand);
+// A new layout for a GPU of `model` whose instances are all free, holding a free instance of
+// `profile` (a MigProfileId), chosen by the rule ChooseMigInstance applies to a re-cut: the fewest
+// memory slices stranded for `demand` once the instance is taken, then the most memory in free
+// instances of the most asked profiles, then the first in MigLayoutsOf order. Its index in
+// MigLayoutsOf(model), or -1 when the model has no such profile. What the extender asks a node to
+// cut a GPU into for a MIG pod that finds no free instance anywhere.
+int ChooseRecutLayout(const mig::GpuModel& model, int profile, const MigDemand& demand);
+
 // The same as an Assignment (node, the GPU's bit, mig_start, mig_layout), or nullopt.
 std::optional<Assignment> MigAssignmentOn(const Cluster& cluster, int node, const Request& request,
                                           const MigDemand& demand);

@@ -257,6 +257,39 @@ TEST(MigRelayoutTest, TheChosenCutStrandsNoMoreThanAnyLayoutCountedByHand) {
   }
 }
 
+TEST(MigRelayoutTest, recut_TheExtendersLayoutIsTheEnginesOwnReCut) {
+  // For every model and asked mix, ChooseRecutLayout gives the layout ChooseMigInstance cuts an
+  // all-free GPU into on a dynamic node.
+  std::mt19937 rng(11);
+  for (const char* model_name : {"H100-80GB", "A30", "A100-40GB"}) {
+    const mig::GpuModel& model = Model(model_name);
+    for (int round = 0; round < 40; ++round) {
+      std::vector<Request> pods;
+      for (const mig::MigProfile& p : model.Profiles()) {
+        if (rng() % 3 == 0) pods.push_back(Mig(p.name));
+      }
+      if (pods.empty()) continue;
+      const Request& r = pods[rng() % pods.size()];
+      ModelTable models;
+      auto c = *Cluster::Create(models, {MigNode("dyn", models, mig::Layout{&model, {}}, 1, true)});
+      const TargetWorkload w = TargetWorkload::FromRequests(pods);
+      auto choice = ChooseMigInstance(c, 0, r, w.mig_demand());
+      ASSERT_TRUE(choice.has_value());
+      EXPECT_EQ(ChooseRecutLayout(model, r.mig_profile, w.mig_demand()), choice->layout)
+          << model_name << " " << MigProfileName(r.mig_profile);
+    }
+  }
+  // A 1g.10gb pod alone asks: seven 1g.10gb instances strand nothing it cannot use.
+  const mig::GpuModel& h100 = Model("H100-80GB");
+  const std::vector<Request> ones = {Mig("1g.10gb")};
+  const int k = ChooseRecutLayout(h100, MigProfileId("1g.10gb"),
+                                  TargetWorkload::FromRequests(ones).mig_demand());
+  ASSERT_GE(k, 0);
+  const mig::Layout& cut = MigLayoutsOf(h100)[static_cast<size_t>(k)];
+  EXPECT_EQ(mig::FormatCounts(h100, cut.Counts()), "1g.10gb=7");
+  EXPECT_EQ(ChooseRecutLayout(Model("A30"), MigProfileId("7g.80gb"), MigDemand{}), -1);
+}
+
 TEST(MigRelayoutTest, AFreeInstanceComesBeforeCuttingAnotherGpu) {
   ModelTable models;
   const mig::Layout empty{&Model("H100-80GB"), {}};

@@ -3,10 +3,13 @@
 // free where) lives in cluster.h.
 //
 // A node has CPU (milli-cores), host memory (MiB) and 0..kMaxGpusPerNode GPUs of one model. Every
-// GPU has a compute capacity of 1000 milli and its model's memory. A node runs in one sharing mode,
-// never mixed (as ACK requires): memory-only (tenants share a GPU by memory; compute is not
-// divided), memory+compute (both are divided), whole GPUs (nothing is shared) or MIG (each GPU is
-// cut into MIG instances, and a request takes one instance; placement/mig.h).
+// GPU has a compute capacity of 1000 milli and its model's memory. A node runs in one sharing mode:
+// memory-only (tenants share a GPU by memory; compute is not divided), memory+compute (both are
+// divided), whole GPUs (nothing is shared) or MIG (each GPU is cut into MIG instances, and a
+// request takes one instance; placement/mig.h). A node not in MIG mode may give some GPUs a mode
+// of their own (NodeSpec::gpu_modes, GpuMode): a request then goes only to GPUs whose mode takes
+// its form, and a GPU that serves one request alone (MPS) is never one of several GPUs of a
+// request.
 //
 // A request asks for CPU, host memory and `gpu_count` distinct GPUs, each with the same per-GPU
 // share: `gpu_milli` of compute (1000 = a whole GPU, which only a completely free GPU can give;
@@ -43,6 +46,19 @@ enum class NodeMode : uint8_t {
 };
 
 std::string_view NodeModeName(NodeMode mode);
+
+// A GPU's own mode (NodeSpec::gpu_modes): how it is shared (never kMig, which is a whole node's),
+// whether it serves only requests of one GPU (an MPS GPU: a container's one GPU is its MPS
+// server's), and a tag: the caller's name for the mode, 0..kMaxGpuModeTag, which a request's
+// `gpu_modes` selects by (the extender's tags are its modes, `mps` apart from `core_mem`).
+inline constexpr int kMaxGpuModeTag = 31;
+inline constexpr uint32_t kAnyGpuMode = ~uint32_t{0};
+struct GpuMode {
+  NodeMode mode = NodeMode::kMemoryAndCompute;
+  bool one_gpu_per_request = false;
+  uint8_t tag = 0;
+  bool operator==(const GpuMode&) const = default;
+};
 
 // A set of GPU models, as bits of ModelTable ids.
 class ModelSet {
@@ -98,6 +114,17 @@ struct NodeSpec {
   // The most GPUs one request may span here (an MPS node gives a container one GPU, its MPS
   // server's; trace mode `mps`).
   int max_gpus_per_request = kMaxGpusPerNode;
+  // The node's mode's tag (GpuMode::tag) for a request's `gpu_modes`.
+  uint8_t mode_tag = 0;
+  // Each GPU's mode, when they are not all the node's (never on a kMig node); empty: every GPU is
+  // in `mode` (tag `mode_tag`, one request alone when max_gpus_per_request is 1).
+  std::vector<GpuMode> gpu_modes{};
+
+  bool mixed() const { return !gpu_modes.empty(); }
+  // GPU `gpu`'s sharing mode.
+  NodeMode ModeOf(int gpu) const {
+    return gpu_modes.empty() ? mode : gpu_modes[static_cast<size_t>(gpu)].mode;
+  }
 };
 
 struct Request {
@@ -110,7 +137,10 @@ struct Request {
   // A MIG request: the MigProfileId of the one instance it asks (gpu_count 1, gpu_milli an
   // estimate of its compute share for demand totals, gpu_mem_mib 0); -1 for every other request.
   int mig_profile = -1;
+  // The GPU modes it may use, a bit per GpuMode::tag (kAnyGpuMode: any whose mode takes its form).
+  uint32_t gpu_modes = kAnyGpuMode;
 
+  bool AcceptsModeTag(int tag) const { return ((gpu_modes >> tag) & 1) != 0; }
   bool cpu_only() const { return gpu_count == 0; }
   bool mig() const { return mig_profile >= 0; }
   bool whole_gpus() const { return gpu_count > 0 && gpu_milli >= kMilliPerGpu && !mig(); }

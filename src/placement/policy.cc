@@ -123,7 +123,7 @@ size_t ScoredNodePolicy::ShapeHash::operator()(const ShapeKey& k) const {
   uint64_t h = 0x9e3779b97f4a7c15ULL;
   for (uint64_t v : {static_cast<uint64_t>(k.cpu), static_cast<uint64_t>(k.memory),
                      static_cast<uint64_t>(k.gpu_mem), static_cast<uint64_t>(k.gpu_count),
-                     static_cast<uint64_t>(k.gpu_milli), k.allowed}) {
+                     static_cast<uint64_t>(k.gpu_milli), k.allowed, uint64_t{k.gpu_modes}}) {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   }
   return static_cast<size_t>(h);
@@ -136,8 +136,8 @@ std::vector<ScoredNodePolicy::Entry>* ScoredNodePolicy::EntriesFor(const Cluster
     cluster_id_ = c.id();
     Attach(c);
   }
-  const ShapeKey key{r.cpu_milli, r.memory_mib, r.gpu_mem_mib,
-                     r.gpu_count, r.gpu_milli,  r.allowed.bits()};
+  const ShapeKey key{r.cpu_milli, r.memory_mib,     r.gpu_mem_mib, r.gpu_count,
+                     r.gpu_milli, r.allowed.bits(), r.gpu_modes};
   if (auto it = cache_.find(key); it != cache_.end()) return &it->second;
   if (cache_.size() >= kMaxCachedShapes) return nullptr;
   return &cache_.emplace(key, std::vector<Entry>(static_cast<size_t>(c.node_count())))
@@ -243,8 +243,11 @@ bool SameAsEarlierGpu(const Cluster& cluster, int node, int gpu) {
   const auto milli = cluster.gpu_milli_free(node);
   const auto mem = cluster.gpu_memory_free(node);
   const auto g = static_cast<size_t>(gpu);
+  const NodeSpec& s = cluster.spec(node);
   for (size_t h = 0; h < g; ++h) {
-    if (milli[h] == milli[g] && mem[h] == mem[g]) return true;
+    if (milli[h] == milli[g] && mem[h] == mem[g] &&
+        (!s.mixed() || s.gpu_modes[h] == s.gpu_modes[g]))
+      return true;
   }
   return false;
 }

@@ -27,7 +27,7 @@ uint32_t BestFitGpus(const Cluster& cluster, int node, const Request& request);
 uint32_t WorstFitGpus(const Cluster& cluster, int node, const Request& request);
 uint32_t RandomGpus(const Cluster& cluster, int node, const Request& request, Rng& rng);
 
-// True when an earlier GPU of `node` has the same free share and memory as `gpu`: a one-GPU
+// True when an earlier GPU of `node` has the same free share, memory and mode as `gpu`: a one-GPU
 // placement there would score the same, so scoring policies skip it.
 bool SameAsEarlierGpu(const Cluster& cluster, int node, int gpu);
 
@@ -82,6 +82,7 @@ class ScoredNodePolicy : public Policy {
     int64_t cpu, memory, gpu_mem;
     int32_t gpu_count, gpu_milli;
     uint64_t allowed;
+    uint32_t gpu_modes;
     bool operator==(const ShapeKey&) const = default;
   };
   struct ShapeHash {
@@ -188,7 +189,7 @@ class NodeStateMemo {
   static bool SameShape(const Request& a, const Request& b) {
     return a.cpu_milli == b.cpu_milli && a.memory_mib == b.memory_mib &&
            a.gpu_count == b.gpu_count && a.gpu_milli == b.gpu_milli &&
-           a.gpu_mem_mib == b.gpu_mem_mib && a.allowed == b.allowed;
+           a.gpu_mem_mib == b.gpu_mem_mib && a.allowed == b.allowed && a.gpu_modes == b.gpu_modes;
   }
 
   // Points shape_ at `r`'s shape, adding it (after a Clear when there are too many).

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 
@@ -85,6 +86,77 @@ TEST(PolicyTest, EveryPolicyPlacesValidlyUntilNothingFits) {
     }
     EXPECT_GT(placed, 10);
     EXPECT_GT(refused, 0);
+  }
+}
+
+// A node whose GPUs 0-3 are MPS (memory+compute, one GPU per request, tag 5) and 4-7 memory+compute
+// (tag 0), beside a node whose GPUs 0-1 are whole-GPU (tag 3) and 2-3 memory-only (tag 1).
+Cluster MixedNodes() {
+  ModelTable models;
+  const int a100 = *models.Intern("A100");
+  NodeSpec mixed{"mixed", 96000, 1 << 20, 8, a100, NodeMode::kMemoryAndCompute};
+  for (int g = 0; g < 8; ++g) {
+    mixed.gpu_modes.push_back(g < 4 ? GpuMode{NodeMode::kMemoryAndCompute, true, 5}
+                                    : GpuMode{NodeMode::kMemoryAndCompute, false, 0});
+  }
+  NodeSpec other{"other", 96000, 1 << 20, 4, a100, NodeMode::kWholeGpus};
+  other.gpu_modes = {
+      GpuMode{NodeMode::kWholeGpus, false, 3}, GpuMode{NodeMode::kWholeGpus, false, 3},
+      GpuMode{NodeMode::kMemoryOnly, false, 1}, GpuMode{NodeMode::kMemoryOnly, false, 1}};
+  auto c = Cluster::Create(models, {mixed, other});
+  EXPECT_TRUE(c.ok()) << c.error();
+  return *c;
+}
+
+TEST(PolicyTest, gpu_modes_EachRequestGoesOnlyToGpusOfAModeThatTakesIt) {
+  const TargetWorkload w = TraceLike();
+  Request mps = Pod(300, 1, 1000);
+  mps.gpu_modes = uint32_t{1} << 5;
+  Request core = Pod(300, 1, 1000);
+  core.gpu_modes = uint32_t{1} << 0;
+  const Request pair = Pod(300, 2, 1000);  // any mode; spans GPUs, so never MPS ones
+  const Request whole2 = Pod(1000, 2, 1000);
+  Request memory = Pod(0, 1, 1000);
+  memory.gpu_mem_mib = 4096;
+  const std::array<Request, 5> mix = {mps, core, pair, whole2, memory};
+  for (std::string_view name : PolicyNames()) {
+    SCOPED_TRACE(std::string(name));
+    Cluster c = MixedNodes();
+    auto policy = Make(name, &w);
+    std::array<int, 5> placed{};
+    for (int i = 0; i < 60; ++i) {
+      const size_t k = static_cast<size_t>(i) % mix.size();
+      const Request& r = mix[k];
+      const auto a = policy->Select(c, r);
+      bool fits_somewhere = false;
+      for (int n = 0; n < c.node_count(); ++n) fits_somewhere |= c.Fits(n, r) == FitResult::kFits;
+      ASSERT_EQ(a.has_value(), fits_somewhere) << "request " << i;
+      if (!a) continue;
+      const Status placed_ok = c.Place(r, *a);
+      ASSERT_TRUE(placed_ok.ok()) << i << ": " << placed_ok.message() << " node " << a->node
+                                  << " gpus " << a->gpus;
+      policy->OnPlaced(c, r, *a);
+      ++placed[k];
+      const uint32_t g = a->gpus;
+      if (k == 0) {
+        EXPECT_TRUE(a->node == 0 && (g & 0xF0u) == 0) << i << " " << g;
+      }
+      if (k == 1) {
+        EXPECT_TRUE(a->node == 0 && (g & 0x0Fu) == 0) << i << " " << g;
+      }
+      if (k == 2) {
+        EXPECT_TRUE(a->node == 0 && (g & 0x0Fu) == 0) << i << " " << g;
+      }
+      if (k == 4) {
+        EXPECT_TRUE(a->node == 1 && (g & 0x3u) == 0) << i << " " << g;
+      }
+      if (k == 3) {
+        // Two whole GPUs of one mode: 4-7 on the mixed node, or 0-1 on the other (never 1 and 2).
+        EXPECT_TRUE((a->node == 0 && (g & 0x0Fu) == 0) || (a->node == 1 && g == 0x3u))
+            << i << " " << g;
+      }
+    }
+    for (size_t k = 0; k < mix.size(); ++k) EXPECT_GT(placed[k], 0) << "request kind " << k;
   }
 }
 

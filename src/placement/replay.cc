@@ -174,6 +174,7 @@ struct AttemptKey {
   int64_t cpu, memory, gpu_mem;
   int32_t gpu_count, gpu_milli, mig_profile;
   uint64_t allowed;
+  uint32_t gpu_modes;
   int held_node;
   bool operator==(const AttemptKey&) const = default;
 };
@@ -318,8 +319,8 @@ Result<bool> Run::Attempt(int pod, double now) {
       if (h.key == static_cast<uint64_t>(pod)) held_node = h.node;
     }
   }
-  const AttemptKey key{r.cpu_milli, r.memory_mib,  r.gpu_mem_mib,    r.gpu_count,
-                       r.gpu_milli, r.mig_profile, r.allowed.bits(), held_node};
+  const AttemptKey key{r.cpu_milli,   r.memory_mib,     r.gpu_mem_mib, r.gpu_count, r.gpu_milli,
+                       r.mig_profile, r.allowed.bits(), r.gpu_modes,   held_node};
   KnownFailure& known = known_[key];
   std::optional<Assignment> chosen;
   if (!options_.skip_known_failures || known.capacity_gen != capacity_gen_ ||

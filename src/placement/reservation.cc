@@ -76,8 +76,8 @@ std::vector<Reservations::Deficit>& Reservations::DeficitsFor(const Cluster& c, 
     cluster_id_ = c.id();
   }
   if (deficits_.size() >= 64) deficits_.clear();  // many shapes: start again
-  const ShapeKey key{r.cpu_milli, r.memory_mib, r.gpu_mem_mib,
-                     r.gpu_count, r.gpu_milli,  r.allowed.bits()};
+  const ShapeKey key{r.cpu_milli, r.memory_mib,     r.gpu_mem_mib, r.gpu_count,
+                     r.gpu_milli, r.allowed.bits(), r.gpu_modes};
   auto [it, fresh] = deficits_.try_emplace(key);
   if (fresh) it->second.resize(static_cast<size_t>(c.node_count()));
   return it->second;

@@ -87,6 +87,7 @@ class Reservations {
     int64_t cpu, memory, gpu_mem;
     int32_t gpu_count, gpu_milli;
     uint64_t allowed;
+    uint32_t gpu_modes;
     bool operator==(const ShapeKey&) const = default;
   };
   struct ShapeHash {

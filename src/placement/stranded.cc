@@ -9,7 +9,7 @@ bool GpuHasFree(const Cluster& cluster, int node, int gpu) {
   const auto g = static_cast<size_t>(gpu);
   const int64_t cap = cluster.gpu_memory_mib(node);
   const bool memory = cap > 0 && cluster.gpu_memory_free(node)[g] * kMilliPerGpu / cap > 0;
-  if (cluster.spec(node).mode == NodeMode::kMemoryOnly) return memory;
+  if (cluster.spec(node).ModeOf(gpu) == NodeMode::kMemoryOnly) return memory;
   return memory || cluster.gpu_milli_free(node)[g] > 0;
 }
 
@@ -33,9 +33,9 @@ StrandedCount CountStranded(const Cluster& cluster, std::span<const Request> dem
   StrandedCount out;
   for (int n = 0; n < cluster.node_count(); ++n) {
     const uint32_t mask = StrandedGpus(cluster, n, demand);
-    const bool memory_only = cluster.spec(n).mode == NodeMode::kMemoryOnly;
     for (int g = 0; g < cluster.spec(n).gpu_count; ++g) {
       if (((mask >> g) & 1) == 0) continue;
+      const bool memory_only = cluster.spec(n).ModeOf(g) == NodeMode::kMemoryOnly;
       ++out.gpus;
       out.free_milli += memory_only ? cluster.gpu_share_free(n)[static_cast<size_t>(g)]
                                     : cluster.gpu_milli_free(n)[static_cast<size_t>(g)];
@@ -49,7 +49,7 @@ namespace {
 bool SameRequest(const Request& a, const Request& b) {
   return a.cpu_milli == b.cpu_milli && a.memory_mib == b.memory_mib && a.gpu_count == b.gpu_count &&
          a.gpu_milli == b.gpu_milli && a.gpu_mem_mib == b.gpu_mem_mib && a.allowed == b.allowed &&
-         a.mig_profile == b.mig_profile;
+         a.mig_profile == b.mig_profile && a.gpu_modes == b.gpu_modes;
 }
 
 }  // namespace

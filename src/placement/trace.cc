@@ -181,6 +181,86 @@ int64_t MigModelMemoryMib(const mig::GpuModel& model) {
   return 0;
 }
 
+// The sharing modes a node file names, as GpuModes; the tag is the word's place in this list.
+struct ModeWord {
+  std::string_view word;
+  GpuMode mode;
+};
+constexpr ModeWord kModeWords[] = {
+    {"memory+compute", {NodeMode::kMemoryAndCompute, false, 0}},
+    {"memory-only", {NodeMode::kMemoryOnly, false, 1}},
+    {"whole-gpu", {NodeMode::kWholeGpus, false, 2}},
+    {"mps", {NodeMode::kMemoryAndCompute, true, 3}},
+    {"mig", {NodeMode::kMig, false, 4}},
+};
+const GpuMode* FindModeWord(std::string_view word) {
+  for (const ModeWord& m : kModeWords) {
+    if (m.word == word) return &m.mode;
+  }
+  return nullptr;
+}
+
+// The mode column: one mode for every GPU, or each GPU's, in index order, as MODE=COUNT parts
+// separated by '|' whose counts sum to the node's GPUs ("mps=4|memory+compute=4"; never mig).
+Status ParseModeColumn(const CsvReader& csv, int col, NodeSpec* node) {
+  const std::string_view text = csv.Field(col);
+  if (text.find('=') == std::string_view::npos) {
+    const GpuMode* m = FindModeWord(text);
+    if (m == nullptr) {
+      return Status::Error(csv.ColumnError(
+          col, "is not a sharing mode",
+          "memory+compute, memory-only, whole-gpu, mps or mig, or each GPU's as MODE=COUNT parts "
+          "separated by | such as mps=4|memory+compute=4"));
+    }
+    node->mode = m->mode;
+    node->mode_tag = m->tag;
+    if (m->one_gpu_per_request) node->max_gpus_per_request = 1;  // its MPS server's one GPU
+    return Status::Ok();
+  }
+  std::vector<GpuMode> modes;
+  for (size_t pos = 0;;) {
+    const size_t bar = text.find('|', pos);
+    const std::string_view part =
+        text.substr(pos, bar == std::string_view::npos ? std::string_view::npos : bar - pos);
+    const size_t eq = part.find('=');
+    const GpuMode* m = eq == std::string_view::npos ? nullptr : FindModeWord(part.substr(0, eq));
+    if (m == nullptr || m->mode == NodeMode::kMig) {
+      return Status::Error(csv.ColumnError(
+          col, "has a part \"" + std::string(part) + "\" that is no GPU mode and count",
+          "MODE=COUNT parts separated by |, MODE memory+compute, memory-only, whole-gpu or mps "
+          "(mig is a whole node's), COUNT 1-" +
+              std::to_string(kMaxGpusPerNode)));
+    }
+    const std::string_view digits = part.substr(eq + 1);
+    int count = 0;
+    bool number = !digits.empty() && digits.size() <= 2;
+    for (char c : digits) {
+      number = number && c >= '0' && c <= '9';
+      count = count * 10 + (c - '0');
+    }
+    if (!number || count < 1 || static_cast<int>(modes.size()) + count > kMaxGpusPerNode) {
+      return Status::Error(
+          csv.ColumnError(col,
+                          "has a part \"" + std::string(part) + "\" whose count is not 1-" +
+                              std::to_string(kMaxGpusPerNode) + " (or exceeds that in all)",
+                          "MODE=COUNT parts whose counts sum to the node's GPUs"));
+    }
+    modes.insert(modes.end(), static_cast<size_t>(count), *m);
+    if (bar == std::string_view::npos) break;
+    pos = bar + 1;
+  }
+  if (static_cast<int>(modes.size()) != node->gpu_count) {
+    return Status::Error(csv.ColumnError(
+        col, "gives modes to " + std::to_string(modes.size()) + " GPUs",
+        "counts summing to the node's " + std::to_string(node->gpu_count) + " GPUs (column gpu)"));
+  }
+  // The node's own mode is its first GPU's (what per-node estimates count it as).
+  node->mode = modes.front().mode;
+  node->mode_tag = modes.front().tag;
+  node->gpu_modes = std::move(modes);
+  return Status::Ok();
+}
+
 // The mig column of a mig node: "dynamic", "dynamic COUNTS" or "COUNTS"; the layout of each GPU.
 Status ParseMigColumn(const CsvReader& csv, int col, const mig::GpuModel& model, NodeSpec* node) {
   std::vector<std::string> words;
@@ -247,18 +327,7 @@ Result<NodeList> ParseNodeCsv(std::string_view text, std::string_view file_name)
     node.gpu_count = static_cast<int>(*gpu);
     const std::string_view model = csv.Field(c_model);
     if (c_mode >= 0 && !csv.Field(c_mode).empty()) {
-      if (csv.Field(c_mode) == "memory-only") {
-        node.mode = NodeMode::kMemoryOnly;
-      } else if (csv.Field(c_mode) == "whole-gpu") {
-        node.mode = NodeMode::kWholeGpus;
-      } else if (csv.Field(c_mode) == "mig") {
-        node.mode = NodeMode::kMig;
-      } else if (csv.Field(c_mode) == "mps") {
-        node.max_gpus_per_request = 1;  // memory+compute, one GPU (its MPS server) per request
-      } else if (csv.Field(c_mode) != "memory+compute") {
-        return Status::Error(csv.ColumnError(c_mode, "is not a sharing mode",
-                                             "memory+compute, memory-only, whole-gpu, mps or mig"));
-      }
+      if (Status st = ParseModeColumn(csv, c_mode, &node); !st.ok()) return st;
     }
     const bool mig_given = c_mig >= 0 && !csv.Field(c_mig).empty();
     if (mig_given && node.mode != NodeMode::kMig) {

@@ -51,6 +51,52 @@ TEST(NodeCsvTest, OptionalModeAndGpuMemoryColumns) {
               "memory+compute, memory-only, whole-gpu, mps or mig");
 }
 
+TEST(NodeCsvTest, gpu_modes_EachGpusModeInTheModeColumn) {
+  auto list = ParseNodeCsv(
+      "sn,cpu_milli,memory_mib,gpu,model,mode\n"
+      "m0,96000,786432,8,A100,mps=4|memory+compute=4\n"
+      "m1,96000,786432,3,A100,whole-gpu=1|memory-only=2\n"
+      "m2,96000,786432,8,A100,mps\n",
+      "n.csv");
+  ASSERT_TRUE(list.ok()) << list.error();
+  const NodeSpec& m0 = list->nodes[0];
+  ASSERT_EQ(m0.gpu_modes.size(), 8u);
+  for (int g = 0; g < 8; ++g) {
+    EXPECT_EQ(m0.ModeOf(g), NodeMode::kMemoryAndCompute) << g;
+    EXPECT_EQ(m0.gpu_modes[static_cast<size_t>(g)].one_gpu_per_request, g < 4) << g;
+  }
+  EXPECT_NE(m0.gpu_modes[0].tag, m0.gpu_modes[4].tag);
+  const NodeSpec& m1 = list->nodes[1];
+  ASSERT_EQ(m1.gpu_modes.size(), 3u);
+  EXPECT_EQ(m1.ModeOf(0), NodeMode::kWholeGpus);
+  EXPECT_EQ(m1.ModeOf(1), NodeMode::kMemoryOnly);
+  EXPECT_EQ(m1.ModeOf(2), NodeMode::kMemoryOnly);
+  EXPECT_TRUE(list->nodes[2].gpu_modes.empty());
+  EXPECT_EQ(list->nodes[2].max_gpus_per_request, 1);
+
+  const std::string header = "sn,cpu_milli,memory_mib,gpu,model,mode\n";
+  struct Case {
+    std::string row, where, what;
+  };
+  const Case cases[] = {
+      {"x,1,1,8,T4,mps=4|memory+compute=3", "column 6 (mode): \"mps=4|memory+compute=3\"",
+       "counts summing to the node's 8 GPUs"},
+      {"x,1,1,8,T4,mps=4|mig=4", "has a part \"mig=4\" that is no GPU mode and count",
+       "(mig is a whole node's)"},
+      {"x,1,1,8,T4,mps=4|shared=4", "has a part \"shared=4\"", "MODE=COUNT parts separated by |"},
+      {"x,1,1,8,T4,mps=0|memory+compute=8", "has a part \"mps=0\" whose count is not 1-32",
+       "sum to the node's GPUs"},
+      {"x,1,1,8,T4,mps=x4|memory+compute=4", "has a part \"mps=x4\"", "whose count"},
+      {"x,1,1,8,T4,mps=4||memory+compute=4", "has a part \"\"", "MODE=COUNT"},
+      {"x,1,1,8,T4,mps=4|", "has a part \"\"", "MODE=COUNT"},
+  };
+  for (const Case& c : cases) {
+    auto bad = ParseNodeCsv(header + c.row + "\n", "n.csv");
+    ASSERT_FALSE(bad.ok()) << c.row;
+    ExpectError(bad.error(), c.where, c.what);
+  }
+}
+
 TEST(NodeCsvTest, RejectsMalformedRowsWithFileLineAndColumn) {
   const std::string header = "sn,cpu_milli,memory_mib,gpu,model\n";
   struct Case {

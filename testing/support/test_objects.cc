@@ -35,6 +35,7 @@ k8s::Json Node(const std::string& name, const std::vector<TestGpu>& gpus, const 
       g.model = gpus[i].model;
       g.memory = Bytes(gpus[i].memory_gib << 30);
       g.healthy = gpus[i].healthy;
+      if (!gpus[i].mode.empty()) g.mode = *k8s::ParseNodeMode(gpus[i].mode, "test GPU mode");
       inv.gpus.push_back(g);
     }
     annotations[k8s::kInventoryAnnotation] = k8s::WriteGpuInventory(inv);

@@ -16,6 +16,7 @@ struct TestGpu {
   std::string model = "SimGPU";
   uint64_t memory_gib = 16;
   bool healthy = true;
+  std::string mode{};  // the GPU's own mode in the inventory ("mps"); empty: the node's
 };
 
 // A node with `gpus` in `mode` (nullopt: no inventory annotation), allocatable `cpu` and

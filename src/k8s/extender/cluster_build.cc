@@ -73,6 +73,7 @@ void ClusterState::Impl::EnsureBuilt() {
     s.memory_mib = rec.memory_mib;
     s.mode = k8s::PlacementModeOf(rec.mode);
     s.max_gpus_per_request = k8s::MaxGpusPerRequest(rec.mode);
+    s.mode_tag = static_cast<uint8_t>(k8s::ModeTag(rec.mode));
     if (rec.mode == k8s::NodeMode::kMig) {
       AddMigGpus(rec, models, &s);
     } else if (!rec.gpus.empty()) {
@@ -84,6 +85,14 @@ void ClusterState::Impl::EnsureBuilt() {
           model_names.push_back(rec.gpus.front().model);
         s.model = *id;
         s.gpu_count = static_cast<int>(rec.gpus.size());
+        // GPUs with a mode of their own (the inventory says each as the device plugin serves it,
+        // a change it holds under tenants not yet made): every GPU then carries its mode.
+        if (std::any_of(rec.gpus.begin(), rec.gpus.end(),
+                        [](const k8s::InventoryGpu& g) { return g.mode.has_value(); })) {
+          for (const k8s::InventoryGpu& g : rec.gpus) {
+            s.gpu_modes.push_back(k8s::PlacementGpuModeOf(g.mode.value_or(rec.mode)));
+          }
+        }
       } else {
         rec.problem = "node " + name + ": " + id.error();
         rec.gpus.clear();

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -158,8 +159,8 @@ Hold ClusterState::Impl::MakeHold(const PodRec& rec, const PodRequests& p, const
         // A whole GPU, capped as k8s/fit.h says (the device plugin checks the same).
         gp.core_percent = 100;
         gp.mem_bytes = static_cast<int64_t>(gpu.memory.count());
-        gp.mem_bytes =
-            static_cast<int64_t>(k8s::WholeGpuCap(p.asked[i], node.mode, gpu.memory).count());
+        gp.mem_bytes = static_cast<int64_t>(
+            k8s::WholeGpuCap(p.asked[i], gpu.mode.value_or(node.mode), gpu.memory).count());
       } else {
         gp.core_percent = r.memory_only() ? 100 : r.gpu_milli / 10;
         gp.mem_bytes = r.MemoryOn(cluster->gpu_memory_mib(c.node)) * kMiB;
@@ -248,6 +249,34 @@ std::string ClusterState::Impl::Reason(const PodRec& rec, const NodeRec& node, i
                                        pl::FitResult fit) const {
   const k8s::PodDemand& d = rec.demand;
   if (fit == pl::FitResult::kMigInstance) return MigReason(rec, node, n, fit);
+  if (fit == pl::FitResult::kMode && !cluster->spec(n).mixed() && !d.allowed_modes.empty() &&
+      std::find(d.allowed_modes.begin(), d.allowed_modes.end(), node.mode) ==
+          d.allowed_modes.end()) {
+    std::string allowed;
+    for (k8s::NodeMode m : d.allowed_modes) {
+      allowed += (allowed.empty() ? "" : "|") + std::string(k8s::NodeModeName(m));
+    }
+    return "tessera: node mode " + std::string(k8s::NodeModeName(node.mode)) +
+           " is not among tessera.io/gpu-mode=" + allowed;
+  }
+  if (pl::IsShapeFailure(fit) && cluster->spec(n).mixed()) {
+    // GPUs of several modes: say which modes the node has and what the pod allows.
+    std::map<std::string, std::string> modes;  // mode -> its GPU indices
+    for (const k8s::InventoryGpu& g : node.gpus) {
+      std::string& list = modes[std::string(k8s::NodeModeName(g.mode.value_or(node.mode)))];
+      list += (list.empty() ? "" : ",") + std::to_string(g.index);
+    }
+    std::string has;
+    for (const auto& [m, list] : modes) has += (has.empty() ? "" : "; ") + m + ": GPU " + list;
+    std::string allowed;
+    for (k8s::NodeMode m : d.allowed_modes) {
+      allowed += (allowed.empty() ? "" : "|") + std::string(k8s::NodeModeName(m));
+    }
+    return "tessera: too few GPUs of one mode that takes it (" + has + ")" +
+           (allowed.empty() ? std::string(" for its request (an mps GPU serves one GPU per "
+                                          "container, exclusive whole GPUs, mem memory shares)")
+                            : " among those tessera.io/gpu-mode=" + allowed + " allows");
+  }
   if (pl::IsShapeFailure(fit)) {
     // The shape rule, worded as the device plugin words it, for the first container it refuses.
     const pl::NodeShape shape =

@@ -142,6 +142,14 @@ Result<NodeRec> ReadNodeRec(const Json& node) {
     *target = *v;
   }
   rec.memory_mib /= kMiB;
+  if (auto it = view->labels.find(k8s::kMigRecutLabel); it != view->labels.end()) {
+    if (it->second == "true" || it->second == "false") {
+      rec.mig_recut = it->second == "true";
+    } else {
+      note(who + ": label " + k8s::kMigRecutLabel + "=\"" + it->second +
+           "\": expected true or false");
+    }
+  }
   auto policy = k8s::PlacementPolicyFromLabels(view->labels);
   if (policy.ok()) {
     rec.policy = *policy;

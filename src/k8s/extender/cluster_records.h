@@ -38,6 +38,7 @@ struct NodeRec {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   k8s::PlacementPolicy policy = k8s::PlacementPolicy::kTessera;
+  bool mig_recut = false;  // label tessera.io/mig.recut=true: its idle MIG GPUs may be cut again
   bool has_inventory = false;
   k8s::NodeMode mode = k8s::NodeMode::kCoreMem;
   std::vector<k8s::InventoryGpu> gpus;       // healthy, in index order: placement GPU i
@@ -75,8 +76,8 @@ struct NodeRec {
 
   bool SamePlacement(const NodeRec& o) const {
     return cpu_milli == o.cpu_milli && memory_mib == o.memory_mib && policy == o.policy &&
-           has_inventory == o.has_inventory && mode == o.mode && gpus == o.gpus &&
-           unhealthy == o.unhealthy && problem == o.problem;
+           mig_recut == o.mig_recut && has_inventory == o.has_inventory && mode == o.mode &&
+           gpus == o.gpus && unhealthy == o.unhealthy && problem == o.problem;
   }
   int GpuIndex(std::string_view uuid) const {
     for (size_t i = 0; i < gpus.size(); ++i) {

@@ -79,6 +79,8 @@ struct StateOptions {
   // kube-scheduler marked unschedulable (placement/reservation.h), on the nodes whose policy
   // keeps such reservations (tessera).
   bool reserve_for_waiting = true;
+  // The least time between two re-cuts of one MIG GPU (PlanMigRecuts).
+  std::chrono::milliseconds mig_recut_interval{300000};
   // Where reservation deadlines, relearning and waiting times read the time; it must outlive the
   // state. Null: the host's steady clock (RealClock()).
   const Clock* clock = nullptr;
@@ -115,6 +117,15 @@ struct PreemptCandidate {
   std::string node;
   std::vector<std::string> victims;  // pod UIDs
   int64_t pdb_violations = 0;
+};
+
+// A MIG GPU the extender asks its node to cut again (docs/contracts.md, tessera.io/mig-recut).
+struct MigRecut {
+  std::string node;
+  std::string gpu;     // the GPU's UUID
+  std::string layout;  // profile counts as `tessera mig apply` takes them: "1g.10gb=7"
+  std::string pod;     // ns/name of the waiting pod it is for
+  bool operator==(const MigRecut&) const = default;
 };
 
 // A decision ready to be written: the assignment annotation and the pod's version it was made on.
@@ -222,6 +233,15 @@ class ClusterState {
   // The pod with `uid` as the API server last reported it; nullopt when the watch has not shown
   // it (or shows it deleted). A verb's own copy of a pod never counts here.
   std::optional<PodFacts> Observed(const std::string& uid) const;
+
+  // The MIG GPUs to cut again now, for MIG pods whose latest filter found no node: for each such
+  // pod (oldest first) whose profile has no free instance on any node that otherwise takes it,
+  // one GPU of a node labelled tessera.io/mig.recut=true, of a model with that profile, whose
+  // instances are all free (no pod holds, reserves or is binding any) and healthy, and that was
+  // not planned for within `mig_recut_interval`; the new layout is the engine's re-cut
+  // (placement::ChooseRecutLayout, for the workload the policies learn). A GPU is planned for at
+  // most once per call and per interval; each GPU returned counts as cut from now.
+  std::vector<MigRecut> PlanMigRecuts();
 
   // JSON for GET /inspect (every node) or /inspect/NODE (one; nullopt when unknown).
   std::optional<k8s::Json> Inspect(std::optional<std::string> node) const;

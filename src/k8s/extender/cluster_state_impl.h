@@ -79,6 +79,8 @@ struct ClusterState::Impl {
     k8s::PodDemand demand;
   };
   std::unordered_map<std::string, Waiting> waiting;
+  // When each MIG GPU (by UUID) was last planned for a re-cut (PlanMigRecuts).
+  std::unordered_map<std::string, Nanos> recut_at;
 
   bool dirty = true;
   uint64_t epoch = 0;

@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <set>
+#include <sstream>
 
 #include "placement/policy.h"
 #include "testing/support/test_objects.h"
@@ -314,6 +315,94 @@ TEST(ClusterStateTest, BindPlansStateTheAssignmentAndFailuresReleaseIt) {
   EXPECT_GT(again->assignment.seq, plan->assignment.seq);
   s->FinishBind("uid-a", *again, true);
   EXPECT_EQ(s->Stats().gpu_milli_allocated, 300);
+}
+
+// A node whose GPUs 0-3 are mps and 4-7 core_mem (as the device plugin's inventory says them).
+std::vector<TestGpu> MixedGpus() {
+  std::vector<TestGpu> gpus = Gpus(8);
+  for (size_t i = 0; i < 4; ++i) gpus[i].mode = "mps";
+  return gpus;
+}
+
+TEST(ClusterStateTest, gpu_modes_AMixedNodePlacesEachPodOnGpusOfItsMode) {
+  auto s = MakeState();
+  ASSERT_TRUE(s->UpsertNode(Node("mixed", MixedGpus(), "core_mem", "64")).ok());
+  ASSERT_TRUE(s->UpsertNode(Node("plain", Gpus(2), "core_mem", "64")).ok());
+  auto gpu_of = [](const BindPlan& plan) {
+    const std::string uuid = plan.assignment.containers.at(0).gpus.at(0).uuid;
+    for (int i = 0; i < 8; ++i) {
+      if (GpuUuid("mixed", i) == uuid) return i;
+    }
+    return -1;
+  };
+  std::string chosen;
+  // MPS pods go to GPUs 0-3 only, core_mem pods to 4-7 only: four of each fill them (70 % each).
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "mps-" + std::to_string(i);
+    auto plan = FilterAndBind(
+        *s, Pod(name, {{"tessera.io/gpu-core", "70"}}, {{"tessera.io/gpu-mode", "mps"}}),
+        {"mixed", "plain"}, &chosen);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    EXPECT_EQ(chosen, "mixed");
+    const int g = gpu_of(*plan);
+    EXPECT_TRUE(g >= 0 && g < 4) << name << " on GPU " << g;
+    s->FinishBind("uid-" + name, *plan, true);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "core-" + std::to_string(i);
+    auto plan = FilterAndBind(
+        *s, Pod(name, {{"tessera.io/gpu-core", "70"}}, {{"tessera.io/gpu-mode", "core_mem"}}),
+        {"mixed"}, &chosen);
+    ASSERT_TRUE(plan.ok()) << plan.error();
+    const int g = gpu_of(*plan);
+    EXPECT_TRUE(g >= 4 && g < 8) << name << " on GPU " << g;
+    s->FinishBind("uid-" + name, *plan, true);
+  }
+  // Every GPU now has 30 % left: a fifth MPS pod of 70 % fits no GPU of its mode, nor here.
+  auto full =
+      s->Filter(Pod("mps-5", {{"tessera.io/gpu-core", "70"}}, {{"tessera.io/gpu-mode", "mps"}}),
+                std::vector<std::string>{"mixed"});
+  ASSERT_TRUE(full.ok());
+  EXPECT_TRUE(full->fits.empty());
+  // Two GPUs for one container, any mode: never MPS GPUs (one MPS server per container).
+  auto pair =
+      FilterAndBind(*s, Pod("pair", {{"tessera.io/gpu-core", "30"}, {"tessera.io/gpu-count", "2"}}),
+                    {"mixed"}, &chosen);
+  ASSERT_TRUE(pair.ok()) << pair.error();
+  for (const std::string& uuid : PlanGpus(*pair)) {
+    EXPECT_TRUE(uuid == GpuUuid("mixed", 4) || uuid == GpuUuid("mixed", 5) ||
+                uuid == GpuUuid("mixed", 6) || uuid == GpuUuid("mixed", 7))
+        << uuid;
+  }
+  // A pod that only takes mps GPUs, two of them: refused with the modes the node has.
+  auto two_mps =
+      s->Filter(Pod("two-mps", {{"tessera.io/gpu-core", "10"}, {"tessera.io/gpu-count", "2"}},
+                    {{"tessera.io/gpu-mode", "mps"}}),
+                std::vector<std::string>{"mixed", "plain"});
+  ASSERT_TRUE(two_mps.ok());
+  EXPECT_TRUE(two_mps->fits.empty());
+  const NodeFailure* f = FailureOf(*two_mps, "mixed");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->kind, "mode");  // no GPU here is both mps and one a two-GPU container may take
+  EXPECT_TRUE(f->unresolvable);
+  EXPECT_NE(f->reason.find("core_mem: GPU 4,5,6,7; mps: GPU 0,1,2,3"), std::string::npos)
+      << f->reason;
+  EXPECT_NE(f->reason.find("tessera.io/gpu-mode=mps"), std::string::npos) << f->reason;
+  f = FailureOf(*two_mps, "plain");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->kind, "mode");
+  EXPECT_NE(f->reason.find("node mode core_mem is not among tessera.io/gpu-mode=mps"),
+            std::string::npos)
+      << f->reason;
+  // A hostile annotation is refused by name.
+  auto bad =
+      s->Filter(Pod("bad", {{"tessera.io/gpu-core", "10"}}, {{"tessera.io/gpu-mode", "mps|turbo"}}),
+                std::vector<std::string>{"mixed"});
+  ASSERT_TRUE(bad.ok());
+  ASSERT_EQ(bad->failed.size(), 1u);
+  EXPECT_NE(bad->failed[0].reason.find("tessera.io/gpu-mode=\"mps|turbo\""), std::string::npos)
+      << bad->failed[0].reason;
+  EXPECT_NE(bad->failed[0].reason.find("core_mem"), std::string::npos) << bad->failed[0].reason;
 }
 
 TEST(ClusterStateTest, BindOnAnotherNodeThanReservedDecidesThere) {
@@ -697,6 +786,108 @@ std::unique_ptr<ClusterState> MigState() {
   EXPECT_TRUE(s->UpsertNode(MigNode("mig", "H100-80GB", 1, {"3g.40gb=1", "1g.10gb=2"})).ok());
   EXPECT_TRUE(s->UpsertNode(Node("core", Gpus(2))).ok());
   return s;
+}
+
+// A mig node of two H100s cut whole (7g.80gb) that allows re-cuts, and one that does not.
+k8s::Json RecutNode(const std::string& name, bool recut, const std::string& layout = "7g.80gb=1",
+                    const std::string& version = "1") {
+  std::vector<std::string> counts;  // "1g.10gb=4 3g.40gb=1" as MigNode takes it
+  std::istringstream words(layout);
+  for (std::string w; words >> w;) counts.push_back(w);
+  k8s::Json node = MigNode(name, "H100-80GB", 2, counts);
+  if (recut) node["metadata"]["labels"][k8s::kMigRecutLabel] = "true";
+  node["metadata"]["resourceVersion"] = version;
+  return node;
+}
+
+TEST(ClusterStateTest, recut_APendingOneGPodGetsAnIdleGpuCutAgainNeverOneInUse) {
+  ManualClock clock;
+  StateOptions o;
+  o.workload = std::make_shared<placement::TargetWorkload>();
+  o.clock = &clock;
+  o.mig_recut_interval = std::chrono::seconds(60);
+  ClusterState s(o);
+  ASSERT_TRUE(s.UpsertNode(RecutNode("a-fixed", false)).ok());
+  ASSERT_TRUE(s.UpsertNode(RecutNode("b-dynamic", true)).ok());
+  const std::vector<std::string> nodes = {"a-fixed", "b-dynamic"};
+  EXPECT_TRUE(s.PlanMigRecuts().empty()) << "nothing waits";
+  // A whole-GPU pod runs on one of b's GPUs.
+  std::string chosen;
+  auto big =
+      FilterAndBind(s, Pod("big", {{"tessera.io/mig-7g.80gb", "1"}}), {"b-dynamic"}, &chosen);
+  ASSERT_TRUE(big.ok()) << big.error();
+  s.FinishBind("uid-big", *big, true);
+  const std::string used = big->assignment.containers[0].gpus[0].uuid;
+  const std::string used_gpu =
+      used == MigUuid("b-dynamic", 0, 0) ? GpuUuid("b-dynamic", 0) : GpuUuid("b-dynamic", 1);
+  // A 1g.10gb pod finds no 1g instance anywhere: it waits.
+  const k8s::Json one = Pod("one", {{"tessera.io/mig-1g.10gb", "1"}});
+  ASSERT_TRUE(s.Filter(one, nodes)->fits.empty());
+  auto recuts = s.PlanMigRecuts();
+  ASSERT_EQ(recuts.size(), 1u);
+  const MigRecut& r = recuts[0];
+  EXPECT_EQ(r.node, "b-dynamic") << "a-fixed is not labelled " << k8s::kMigRecutLabel;
+  EXPECT_NE(r.gpu, used_gpu) << "never the GPU a pod uses";
+  EXPECT_EQ(r.gpu.rfind("GPU-", 0), 0u) << r.gpu;
+  EXPECT_NE(r.layout.find("1g.10gb="), std::string::npos) << r.layout;
+  EXPECT_EQ(r.pod, "default/one");
+  // The interval bounds it: not again at once, nor within 60 s; again after.
+  EXPECT_TRUE(s.PlanMigRecuts().empty());
+  clock.Advance(std::chrono::seconds(59));
+  EXPECT_TRUE(s.PlanMigRecuts().empty());
+  clock.Advance(std::chrono::seconds(2));
+  ASSERT_EQ(s.PlanMigRecuts(), recuts);
+  // The node applied it (its inventory now lists the new instances): the pod lands there, and
+  // nothing more is cut.
+  clock.Advance(std::chrono::seconds(61));
+  k8s::Json applied = RecutNode("b-dynamic", true, r.layout, "2");
+  ASSERT_TRUE(s.UpsertNode(applied).ok());
+  s.RemovePod("uid-big");  // (the test's node has both GPUs cut so; the big pod is gone first)
+  auto landed = FilterAndBind(s, one, nodes, &chosen);
+  ASSERT_TRUE(landed.ok()) << landed.error();
+  EXPECT_EQ(chosen, "b-dynamic");
+  s.FinishBind("uid-one", *landed, true);
+  EXPECT_TRUE(s.PlanMigRecuts().empty());
+}
+
+TEST(ClusterStateTest, recut_NoGpuWithAPodOrAnUnlabelledNodeIsEverCut) {
+  ManualClock clock;
+  StateOptions o;
+  o.workload = std::make_shared<placement::TargetWorkload>();
+  o.clock = &clock;
+  o.mig_recut_interval = std::chrono::seconds(1);
+  ClusterState s(o);
+  ASSERT_TRUE(s.UpsertNode(RecutNode("a-fixed", false)).ok());
+  ASSERT_TRUE(s.UpsertNode(RecutNode("b-dynamic", true)).ok());
+  std::string chosen;
+  // Both of b's GPUs run a pod (one bound, one only reserved by a filter: both hold it).
+  auto big =
+      FilterAndBind(s, Pod("big", {{"tessera.io/mig-7g.80gb", "1"}}), {"b-dynamic"}, &chosen);
+  ASSERT_TRUE(big.ok()) << big.error();
+  s.FinishBind("uid-big", *big, true);
+  ASSERT_EQ(s.Filter(Pod("big2", {{"tessera.io/mig-7g.80gb", "1"}}),
+                     std::vector<std::string>{"b-dynamic"})
+                ->fits.size(),
+            1u);
+  ASSERT_TRUE(s.Filter(Pod("one", {{"tessera.io/mig-1g.10gb", "1"}}),
+                       std::vector<std::string>{"a-fixed", "b-dynamic"})
+                  ->fits.empty());
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(s.PlanMigRecuts().empty()) << "a-fixed is idle but not labelled; b is in use";
+    clock.Advance(std::chrono::seconds(2));
+  }
+  // A hostile label refuses the node by name.
+  k8s::Json bad = RecutNode("c-bad", false);
+  bad["metadata"]["labels"][k8s::kMigRecutLabel] = "yes";
+  ASSERT_TRUE(s.UpsertNode(bad).ok());
+  auto out =
+      s.Filter(Pod("one2", {{"tessera.io/mig-1g.10gb", "1"}}), std::vector<std::string>{"c-bad"});
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(out->failed.size(), 1u);
+  EXPECT_NE(
+      out->failed[0].reason.find("label tessera.io/mig.recut=\"yes\": expected true or false"),
+      std::string::npos)
+      << out->failed[0].reason;
 }
 
 TEST(ClusterStateTest, MigPodsTakeAFreeInstanceAndTheAssignmentNamesItsUuid) {
