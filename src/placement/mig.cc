@@ -126,6 +126,32 @@ bool MigChoice::BetterThan(const MigChoice& other) const {
   return Secondary() > other.Secondary();
 }
 
+namespace {
+
+// An all-free GPU of `model` cut as layout `k` with one instance of `profile` taken: where it
+// starts, the slices it strands (an all-free GPU that may be cut strands none before) and the
+// asked memory left free; nullopt when the layout has no such instance. The caller sets the GPU
+// and the node's free slices.
+std::optional<MigChoice> RecutChoice(const mig::GpuModel& model, size_t k,
+                                     const mig::MigProfile& profile, const MigDemand& demand) {
+  MigGpu after{MigLayoutsOf(model)[k], 0};
+  const int i = after.FreeInstanceOf(profile);
+  if (i < 0) return std::nullopt;
+  after.taken = uint32_t{1} << i;
+  MigChoice c;
+  c.start = after.layout.instances[static_cast<size_t>(i)].start;
+  c.layout = static_cast<int>(k);
+  c.newly_stranded = StrandedSlices(after, /*relayout=*/true, demand);
+  for (size_t j = 0; j < after.layout.instances.size(); ++j) {
+    if (static_cast<int>(j) == i) continue;
+    const mig::MigProfile& p = *after.layout.instances[j].profile;
+    c.asked_free_after += demand.Weight(IdOn(model, p)) * p.memory_slices;
+  }
+  return c;
+}
+
+}  // namespace
+
 std::optional<MigChoice> ChooseMigInstance(const Cluster& cluster, int node, const Request& r,
                                            const MigDemand& demand) {
   const mig::GpuModel* model = cluster.mig_model(node);
@@ -159,24 +185,13 @@ std::optional<MigChoice> ChooseMigInstance(const Cluster& cluster, int node, con
       consider(c);
     }
     if (!relayout || !gpu.AllFree()) continue;
-    const std::vector<mig::Layout>& layouts = MigLayoutsOf(*model);
-    for (size_t k = 0; k < layouts.size(); ++k) {
-      MigGpu after{layouts[k], 0};
-      const int i = after.FreeInstanceOf(*profile);
-      if (i < 0) continue;
-      after.taken = uint32_t{1} << i;
-      MigChoice c;
-      c.gpu = static_cast<int>(g);
-      c.start = after.layout.instances[static_cast<size_t>(i)].start;
-      c.layout = static_cast<int>(k);
-      c.newly_stranded = StrandedSlices(after, relayout, demand) - before;
-      for (size_t j = 0; j < after.layout.instances.size(); ++j) {
-        if (static_cast<int>(j) == i) continue;
-        const mig::MigProfile& p = *after.layout.instances[j].profile;
-        c.asked_free_after += demand.Weight(IdOn(*model, p)) * p.memory_slices;
-      }
-      c.free_slices_after = free_after;
-      consider(c);
+    for (size_t k = 0; k < MigLayoutsOf(*model).size(); ++k) {
+      std::optional<MigChoice> c = RecutChoice(*model, k, *profile, demand);
+      if (!c) continue;
+      c->gpu = static_cast<int>(g);
+      c->newly_stranded -= before;
+      c->free_slices_after = free_after;
+      consider(*c);
     }
   }
   return best;
@@ -185,24 +200,10 @@ std::optional<MigChoice> ChooseMigInstance(const Cluster& cluster, int node, con
 int ChooseRecutLayout(const mig::GpuModel& model, int profile_id, const MigDemand& demand) {
   const mig::MigProfile* profile = MigProfileOn(model, profile_id);
   if (profile == nullptr) return -1;
-  const std::vector<mig::Layout>& layouts = MigLayoutsOf(model);
   std::optional<MigChoice> best;
-  for (size_t k = 0; k < layouts.size(); ++k) {
-    MigGpu after{layouts[k], 0};
-    const int i = after.FreeInstanceOf(*profile);
-    if (i < 0) continue;
-    after.taken = uint32_t{1} << i;
-    MigChoice c;
-    c.start = after.layout.instances[static_cast<size_t>(i)].start;
-    c.layout = static_cast<int>(k);
-    // Before: an all-free GPU that may be cut strands nothing.
-    c.newly_stranded = StrandedSlices(after, /*relayout=*/true, demand);
-    for (size_t j = 0; j < after.layout.instances.size(); ++j) {
-      if (static_cast<int>(j) == i) continue;
-      const mig::MigProfile& p = *after.layout.instances[j].profile;
-      c.asked_free_after += demand.Weight(IdOn(model, p)) * p.memory_slices;
-    }
-    if (!best || c.BetterThan(*best)) best = c;
+  for (size_t k = 0; k < MigLayoutsOf(model).size(); ++k) {
+    const std::optional<MigChoice> c = RecutChoice(model, k, *profile, demand);
+    if (c && (!best || c->BetterThan(*best))) best = c;
   }
   return best ? best->layout : -1;
 }
