@@ -620,6 +620,13 @@ uint64_t ComputeService::Step(uint64_t now) {
       changed = true;
     }
     uint64_t& drain_wake = wake[static_cast<size_t>(d)];
+    // A lane granted at once to a container still draining (its lane ended, then came back) holds
+    // the token again: its queue is its own, not a drain ahead of it. Counted in the drain end
+    // published to it, its own end fed back into its estimate and ran away by a kernel a tick.
+    if (decision.high_priority_lane) {
+      dev.draining &= ~desired;
+      dev.tail_revoked &= ~desired;
+    }
     // When the revoked holders' queued work ends, as they published it (GateDevice::drain_end_ns),
     // no further ahead than a grant can last: it is theirs to say, and it moves only estimates.
     uint64_t drain_end = 0;

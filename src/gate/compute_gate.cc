@@ -365,7 +365,12 @@ void ConsumeLocked(Track* t, bool wait_first) {
           // A mark charged only after later work of another container (this sampler ran late)
           // tells nothing about its length and leaves the estimate alone: taken as zero, it cut
           // a 10 ms tenant's estimate by a quarter, which queued its next kernel ms too early.
-          const uint64_t ran_from = Charge(t->device, start, end);
+          // Nor before the drain it was recorded behind (Mark::ahead_ns): asked only at this
+          // point, who holds the token has often changed (a tail hand-off, a lane that ended),
+          // and a launch that waited behind another's kernel counted the wait as its own length
+          // (a 0.5 ms high-priority kernel was estimated at 2 ms, its lane held that much late).
+          const uint64_t ran_from =
+              std::max(Charge(t->device, start, end), std::min(m.ahead_ns, end));
           if (end > ran_from) {
             const double per_launch =
                 static_cast<double>(end - ran_from) / std::max(m.launches, 1u);
@@ -404,7 +409,13 @@ void MarkLocked(Track* t, bool by_sampler) {
   t->since_mark.store(0, std::memory_order_relaxed);
   if (g->driver.event_record(m.event, on) != CUDA_SUCCESS) return;  // e.g. a capturing stream
   m.start_ns = t->first_launch_ns.load(std::memory_order_relaxed);
-  m.ahead_ns = g->layout->gate.devices[t->device].drain_end_ns.load(std::memory_order_relaxed);
+  // The drain it queues behind: the revoked holders' as published now, or, while this container
+  // holds the token, where its grant said theirs would end (GateDevice::charge_from_ns).
+  const ledger::GateDevice& gd = g->layout->gate.devices[t->device];
+  m.ahead_ns = gd.drain_end_ns.load(std::memory_order_relaxed);
+  if (gd.holder.load(std::memory_order_relaxed) == static_cast<int32_t>(g->container)) {
+    m.ahead_ns = std::max(m.ahead_ns, gd.charge_from_ns.load(std::memory_order_relaxed));
+  }
   t->last_marked_ns = by_sampler ? std::max(t->last_marked_ns, m.start_ns) : MonotonicNs();
   m.launches = n;
   ++t->count;
@@ -816,17 +827,26 @@ uint64_t Tick(uint64_t now) {
   uint64_t last_mark[ledger::kMaxDevices] = {};
   uint32_t epoch[ledger::kMaxDevices] = {};
   uint64_t ahead[ledger::kMaxDevices] = {};
+  uint64_t behind[ledger::kMaxDevices] = {};
   for (int d = 0; d < ledger::kMaxDevices; ++d) {
     const ledger::GateDevice& gd = g->layout->gate.devices[d];
     epoch[d] = g->devices[d].mark_epoch.load();
     end_known[d] = true;
     // Work it launched while holding the token queues behind what revoked holders still drain.
     if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = DrainEnd(d);
+    // Held from the arbiter (not just an open lane): its outstanding marks queued behind it too.
+    if (ahead[d] != 0 && Granted(d)) behind[d] = ahead[d];
   }
   for (Track* t : g->tracks) {
     if (!t->live.load() || !t->lock.TryLock()) {
       if (t->live.load()) busy[t->device] = true;  // a launcher holds it: it is active
       continue;
+    }
+    // Its outstanding marks were all launched before a drain that is still to end (a lane taken
+    // before the arbiter revoked the holder it queues behind): they wait for it.
+    for (uint32_t i = 0; i < t->count; ++i) {
+      Mark& m = t->ring[(t->head + i) % kRing];
+      if (m.start_ns < behind[t->device]) m.ahead_ns = std::max(m.ahead_ns, behind[t->device]);
     }
     worked[t->device] = worked[t->device] || t->count > 0;
     ConsumeLocked(t, false);
