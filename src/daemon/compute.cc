@@ -466,7 +466,16 @@ uint64_t ComputeService::Step(uint64_t now) {
       const bool busy_here = (busy & (1u << d)) != 0;
       const bool ending =
           busy_here && Ending(ps, d, now, &wake[static_cast<size_t>(d)], kTailLeadNs);
-      const bool working = busy_here && !(members_[c].spec.high_priority && ending);
+      // A high-priority end short of the drain published to it was estimated before the drain
+      // was known: its work queues behind that drain, so it is not ending yet (taken as ending,
+      // the lane went and the next holder was let in a whole kernel early, with its own end
+      // reckoned from it, and the next request waited behind two best-effort kernels).
+      const bool behind_drain =
+          ending && devices_[static_cast<size_t>(d)].lane &&
+          devices_[static_cast<size_t>(d)].holder == static_cast<int>(c) &&
+          ps.idle_at_ns[d].load() < layout_->gate.devices[d].drain_end_ns.load();
+      const bool working =
+          busy_here && !(members_[c].spec.high_priority && ending && !behind_drain);
       const bool waits = ps.waiting[d].load() > 0;
       if (fresh && (waits || working)) pending[d].set(c);
       if (fresh && (waits || (busy_here && !ending))) beyond_tail[d].set(c);

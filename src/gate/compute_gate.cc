@@ -827,15 +827,15 @@ uint64_t Tick(uint64_t now) {
   uint64_t last_mark[ledger::kMaxDevices] = {};
   uint32_t epoch[ledger::kMaxDevices] = {};
   uint64_t ahead[ledger::kMaxDevices] = {};
-  uint64_t behind[ledger::kMaxDevices] = {};
   for (int d = 0; d < ledger::kMaxDevices; ++d) {
     const ledger::GateDevice& gd = g->layout->gate.devices[d];
     epoch[d] = g->devices[d].mark_epoch.load();
     end_known[d] = true;
     // Work it launched while holding the token queues behind what revoked holders still drain.
-    if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = DrainEnd(d);
-    // Held from the arbiter (not just an open lane): its outstanding marks queued behind it too.
-    if (ahead[d] != 0 && Granted(d)) behind[d] = ahead[d];
+    // Held from the arbiter, not just through an open lane: a high-priority process whose lane
+    // ended is among those revoked holders, and reading its own end as work ahead of it moved
+    // its end on by a kernel a tick (its lane taken and handed back every few dozen us).
+    if ((gd.may_run[g->word_index].load() & g->bit) != 0 && Granted(d)) ahead[d] = DrainEnd(d);
   }
   for (Track* t : g->tracks) {
     if (!t->live.load() || !t->lock.TryLock()) {
@@ -846,7 +846,7 @@ uint64_t Tick(uint64_t now) {
     // before the arbiter revoked the holder it queues behind): they wait for it.
     for (uint32_t i = 0; i < t->count; ++i) {
       Mark& m = t->ring[(t->head + i) % kRing];
-      if (m.start_ns < behind[t->device]) m.ahead_ns = std::max(m.ahead_ns, behind[t->device]);
+      if (m.start_ns < ahead[t->device]) m.ahead_ns = std::max(m.ahead_ns, ahead[t->device]);
     }
     worked[t->device] = worked[t->device] || t->count > 0;
     ConsumeLocked(t, false);
