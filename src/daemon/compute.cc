@@ -465,7 +465,8 @@ uint64_t ComputeService::Step(uint64_t now) {
       // at its tail unless another of its processes has work beyond the lead.
       const bool busy_here = (busy & (1u << d)) != 0;
       const bool ending =
-          busy_here && Ending(ps, d, now, &wake[static_cast<size_t>(d)], kTailLeadNs);
+          busy_here && Ending(ps, d, now, &wake[static_cast<size_t>(d)],
+                              members_[c].spec.high_priority ? kHandoffLeadNs : kTailLeadNs);
       // A high-priority end short of the drain published to it was estimated before the drain
       // was known: its work queues behind that drain, so it is not ending yet (taken as ending,
       // the lane went and the next holder was let in a whole kernel early, with its own end
