@@ -365,12 +365,12 @@ void ConsumeLocked(Track* t, bool wait_first) {
           // A mark charged only after later work of another container (this sampler ran late)
           // tells nothing about its length and leaves the estimate alone: taken as zero, it cut
           // a 10 ms tenant's estimate by a quarter, which queued its next kernel ms too early.
-          // Nor before the drain it was recorded behind (Mark::ahead_ns): asked only at this
-          // point, who holds the token has often changed (a tail hand-off, a lane that ended),
-          // and a launch that waited behind another's kernel counted the wait as its own length
-          // (a 0.5 ms high-priority kernel was estimated at 2 ms, its lane held that much late).
-          const uint64_t ran_from =
-              std::max(Charge(t->device, start, end), std::min(m.ahead_ns, end));
+          // A high-priority launch began no earlier than the drain it was recorded behind
+          // (Mark::ahead_ns): it always queues behind a revoked holder's work, and by now its lane
+          // has usually ended, so Charge no longer knows that drain; counted as its own length,
+          // the wait made a 0.5 ms kernel look 2 ms long and held the lane that much late.
+          const uint64_t drained = HighPriority() ? std::min(m.ahead_ns, end) : 0;
+          const uint64_t ran_from = std::max(Charge(t->device, start, end), drained);
           if (end > ran_from) {
             const double per_launch =
                 static_cast<double>(end - ran_from) / std::max(m.launches, 1u);
@@ -409,13 +409,7 @@ void MarkLocked(Track* t, bool by_sampler) {
   t->since_mark.store(0, std::memory_order_relaxed);
   if (g->driver.event_record(m.event, on) != CUDA_SUCCESS) return;  // e.g. a capturing stream
   m.start_ns = t->first_launch_ns.load(std::memory_order_relaxed);
-  // The drain it queues behind: the revoked holders' as published now, or, while this container
-  // holds the token, where its grant said theirs would end (GateDevice::charge_from_ns).
-  const ledger::GateDevice& gd = g->layout->gate.devices[t->device];
-  m.ahead_ns = gd.drain_end_ns.load(std::memory_order_relaxed);
-  if (gd.holder.load(std::memory_order_relaxed) == static_cast<int32_t>(g->container)) {
-    m.ahead_ns = std::max(m.ahead_ns, gd.charge_from_ns.load(std::memory_order_relaxed));
-  }
+  m.ahead_ns = g->layout->gate.devices[t->device].drain_end_ns.load(std::memory_order_relaxed);
   t->last_marked_ns = by_sampler ? std::max(t->last_marked_ns, m.start_ns) : MonotonicNs();
   m.launches = n;
   ++t->count;
@@ -834,7 +828,7 @@ uint64_t Tick(uint64_t now) {
     // Work it launched while holding the token queues behind what revoked holders still drain.
     // Held from the arbiter, not just through an open lane: a high-priority process whose lane
     // ended is among those revoked holders, and reading its own end as work ahead of it moved
-    // its end on by a kernel a tick (its lane taken and handed back every few dozen us).
+    // its end on by a kernel a tick, its lane taken and handed back every few dozen us.
     if ((gd.may_run[g->word_index].load() & g->bit) != 0 && Granted(d)) ahead[d] = DrainEnd(d);
   }
   for (Track* t : g->tracks) {
