@@ -465,18 +465,8 @@ uint64_t ComputeService::Step(uint64_t now) {
       // at its tail unless another of its processes has work beyond the lead.
       const bool busy_here = (busy & (1u << d)) != 0;
       const bool ending =
-          busy_here && Ending(ps, d, now, &wake[static_cast<size_t>(d)],
-                              members_[c].spec.high_priority ? kHandoffLeadNs : kTailLeadNs);
-      // A high-priority end short of the drain published to it was estimated before the drain
-      // was known: its work queues behind that drain, so it is not ending yet (taken as ending,
-      // the lane went and the next holder was let in a whole kernel early, with its own end
-      // reckoned from it, and the next request waited behind two best-effort kernels).
-      const bool behind_drain =
-          ending && devices_[static_cast<size_t>(d)].lane &&
-          devices_[static_cast<size_t>(d)].holder == static_cast<int>(c) &&
-          ps.idle_at_ns[d].load() < layout_->gate.devices[d].drain_end_ns.load();
-      const bool working =
-          busy_here && !(members_[c].spec.high_priority && ending && !behind_drain);
+          busy_here && Ending(ps, d, now, &wake[static_cast<size_t>(d)], kTailLeadNs);
+      const bool working = busy_here && !(members_[c].spec.high_priority && ending);
       const bool waits = ps.waiting[d].load() > 0;
       if (fresh && (waits || working)) pending[d].set(c);
       if (fresh && (waits || (busy_here && !ending))) beyond_tail[d].set(c);
@@ -630,13 +620,6 @@ uint64_t ComputeService::Step(uint64_t now) {
       changed = true;
     }
     uint64_t& drain_wake = wake[static_cast<size_t>(d)];
-    // A lane granted at once to a container still draining (its lane ended, then came back) holds
-    // the token again: its queue is its own, not a drain ahead of it. Counted in the drain end
-    // published to it, its own end fed back into its estimate and ran away by a kernel a tick.
-    if (decision.high_priority_lane) {
-      dev.draining &= ~desired;
-      dev.tail_revoked &= ~desired;
-    }
     // When the revoked holders' queued work ends, as they published it (GateDevice::drain_end_ns),
     // no further ahead than a grant can last: it is theirs to say, and it moves only estimates.
     uint64_t drain_end = 0;

@@ -365,12 +365,7 @@ void ConsumeLocked(Track* t, bool wait_first) {
           // A mark charged only after later work of another container (this sampler ran late)
           // tells nothing about its length and leaves the estimate alone: taken as zero, it cut
           // a 10 ms tenant's estimate by a quarter, which queued its next kernel ms too early.
-          // A high-priority launch began no earlier than the drain it was recorded behind
-          // (Mark::ahead_ns): it always queues behind a revoked holder's work, and by now its lane
-          // has usually ended, so Charge no longer knows that drain; counted as its own length,
-          // the wait made a 0.5 ms kernel look 2 ms long and held the lane that much late.
-          const uint64_t drained = HighPriority() ? std::min(m.ahead_ns, end) : 0;
-          const uint64_t ran_from = std::max(Charge(t->device, start, end), drained);
+          const uint64_t ran_from = Charge(t->device, start, end);
           if (end > ran_from) {
             const double per_launch =
                 static_cast<double>(end - ran_from) / std::max(m.launches, 1u);
@@ -826,21 +821,12 @@ uint64_t Tick(uint64_t now) {
     epoch[d] = g->devices[d].mark_epoch.load();
     end_known[d] = true;
     // Work it launched while holding the token queues behind what revoked holders still drain.
-    // Held from the arbiter, not just through an open lane: a high-priority process whose lane
-    // ended is among those revoked holders, and reading its own end as work ahead of it moved
-    // its end on by a kernel a tick, its lane taken and handed back every few dozen us.
-    if ((gd.may_run[g->word_index].load() & g->bit) != 0 && Granted(d)) ahead[d] = DrainEnd(d);
+    if ((gd.may_run[g->word_index].load() & g->bit) != 0) ahead[d] = DrainEnd(d);
   }
   for (Track* t : g->tracks) {
     if (!t->live.load() || !t->lock.TryLock()) {
       if (t->live.load()) busy[t->device] = true;  // a launcher holds it: it is active
       continue;
-    }
-    // Its outstanding marks were all launched before a drain that is still to end (a lane taken
-    // before the arbiter revoked the holder it queues behind): they wait for it.
-    for (uint32_t i = 0; i < t->count; ++i) {
-      Mark& m = t->ring[(t->head + i) % kRing];
-      if (m.start_ns < ahead[t->device]) m.ahead_ns = std::max(m.ahead_ns, ahead[t->device]);
     }
     worked[t->device] = worked[t->device] || t->count > 0;
     ConsumeLocked(t, false);
