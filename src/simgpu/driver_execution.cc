@@ -6,6 +6,8 @@
 // driver_context.cc, driver_modules.cc). Every entry point opens with DriverCall
 // (driver_internal.h), validates its arguments in the driver's order and returns a CUresult; none
 // throws, and the lock is released before any sleep.
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -157,10 +159,24 @@ bool ReadSyncDelay() {
   return true;
 }
 
+// A driver's synchronisation spins by default (CU_CTX_SCHED_AUTO) and returns within microseconds
+// of the work's end; a sleeping thread wakes up to its timer slack late (50 µs unless set), so the
+// wait sleeps with 1 µs of slack, the caller's own slack restored after.
+namespace {
+void SleepAsSynchronisationUntil(uint64_t t) {
+  constexpr unsigned long kSlackNs = 1000;
+  const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  const bool lower = slack > static_cast<int>(kSlackNs);
+  if (lower) prctl(PR_SET_TIMERSLACK, kSlackNs, 0, 0, 0);
+  SleepUntilNs(t);
+  if (lower) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0, 0, 0);
+}
+}  // namespace
+
 CUresult WaitUntil(Lock& lock, uint64_t t, CUctx_st* ctx) {
   lock.unlock();
   if (const uint64_t delay = SyncDelayNs(); delay > 0) t = std::max(t, MonotonicNs()) + delay;
-  if (t > MonotonicNs()) SleepUntilNs(t);
+  if (t > MonotonicNs()) SleepAsSynchronisationUntil(t);
   lock.lock();
   TrimPools(Rt());
   if (Rt().contexts.count(ctx) == 0) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
