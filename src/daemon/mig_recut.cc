@@ -110,9 +110,13 @@ Result<protocol::Message> CutMigGpu(const protocol::Message& request, const MigC
       if (id.empty()) continue;
       bool limited = false, holds = false;
       for (int d = 0; d < devices; ++d) {
-        const bool finite = l.Limit(c, d) != ledger::kUnlimited;
-        limited = limited || finite;
-        if (d >= first && (finite || l.Used(c, d) > 0)) holds = true;
+        // A limit of 0 bars the container from the device (the device plugin's registrations
+        // give 0 on every GPU but the container's own): that stays true wherever indices move.
+        const uint64_t limit = l.Limit(c, d);
+        limited = limited || limit != ledger::kUnlimited;
+        if (d >= first && ((limit != ledger::kUnlimited && limit > 0) || l.Used(c, d) > 0)) {
+          holds = true;
+        }
       }
       if (!limited && l.book().containers[c].process_count.load() > 0) holds = true;
       if (holds) out += (out.empty() ? "" : ", ") + id;

@@ -6,8 +6,8 @@
 // done: the ledger is reopened with the new device table and the tenants of other GPUs re-attach,
 // as after any restart.
 //
-// Refused, with a reason naming the containers: any container that uses or is limited on a device
-// of the GPU or on a device after it (those devices' indices move, and a container's limits and
+// Refused, with a reason naming the containers: any container that uses a device of the GPU or
+// one after it, or has a limit above 0 there (those devices' indices move, and a container's limits and
 // visible devices are by index), or that has processes and no limit on any device (it may use
 // any); NVML processes on the GPU (ApplyMigLayout's own check). No Kubernetes, no JSON.
 #pragma once

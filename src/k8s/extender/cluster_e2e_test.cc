@@ -711,7 +711,8 @@ class RecutClusterE2ETest : public ::testing::Test {
         (*api_.GetPod("default", "big"))["metadata"]["annotations"][k8s::kAssignmentAnnotation]
             .get<std::string>());
     ASSERT_TRUE(a.ok()) << a.error();
-    const k8s::InventoryGpu* dev = Inventory().Find(a->containers[0].gpus[0].uuid);
+    const k8s::GpuInventory inv = Inventory();
+    const k8s::InventoryGpu* dev = inv.Find(a->containers[0].gpus[0].uuid);
     ASSERT_NE(dev, nullptr);
     ASSERT_TRUE(dev->mig.has_value());
     *gpu0 = dev->mig->gpu;
@@ -775,7 +776,8 @@ TEST_F(RecutClusterE2ETest, recut_APendingOneGPodGetsAnIdleGpuCutAgainAndLands) 
       (*api_.GetPod("default", "small"))["metadata"]["annotations"][k8s::kAssignmentAnnotation]
           .get<std::string>());
   ASSERT_TRUE(a.ok()) << a.error();
-  const k8s::InventoryGpu* dev = Inventory().Find(a->containers[0].gpus[0].uuid);
+  const k8s::GpuInventory inv = Inventory();
+  const k8s::InventoryGpu* dev = inv.Find(a->containers[0].gpus[0].uuid);
   ASSERT_NE(dev, nullptr);
   ASSERT_TRUE(dev->mig.has_value());
   EXPECT_EQ(dev->mig->gpu, gpu1);
