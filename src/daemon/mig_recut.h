@@ -7,8 +7,8 @@
 // as after any restart.
 //
 // Refused, with a reason naming the containers: any container that uses a device of the GPU or
-// one after it, or has a limit above 0 there (those devices' indices move, and a container's limits and
-// visible devices are by index), or that has processes and no limit on any device (it may use
+// one after it, or has a limit above 0 there (those devices' indices move, and a container's limits
+// and visible devices are by index), or that has processes and no limit on any device (it may use
 // any); NVML processes on the GPU (ApplyMigLayout's own check). No Kubernetes, no JSON.
 #pragma once
 
