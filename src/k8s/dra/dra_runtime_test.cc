@@ -212,14 +212,25 @@ TEST_F(DraRuntimeTest, ClaimsOfThirtyAndSeventyPercentInTwoPodmanContainers) {
   auto k30 = t30->process().WaitForKey("kernels", std::chrono::seconds(seconds + 30));
   auto k70 = t70->process().WaitForKey("kernels", std::chrono::seconds(seconds + 30));
   ASSERT_TRUE(k30 && k70);
-  const double s30 = std::stod(*k30) / (seconds * 10.0), s70 = std::stod(*k70) / (seconds * 10.0);
+  // A container that reached the common start late (podman and the shim starting on a loaded
+  // machine) ran for less than the window: each is measured over the time it ran. Lateness itself
+  // is bounded, so a start-up that eats the window still fails.
+  auto late_s = [](podman::Container* c) {
+    const auto& v = c->process().values();
+    return v.count("late_ms") ? std::stod(v.at("late_ms")) / 1000.0 : 0.0;
+  };
+  const double late30 = late_s(t30), late70 = late_s(t70);
+  ASSERT_LT(std::max(late30, late70), seconds / 4.0) << "the containers started too late to measure";
+  const double s30 = std::stod(*k30) / ((seconds - late30) * 10.0);
+  const double s70 = std::stod(*k70) / ((seconds - late70) * 10.0);
   const double busy = s30 + s70;
   std::printf(
-      "[ shares   ] claims in podman: thirty %.1f %%  seventy %.1f %% of %d s; split %.1f/%.1f\n",
-      s30, s70, seconds, 100.0 * s30 / busy, 100.0 * s70 / busy);
+      "[ shares   ] claims in podman: thirty %.1f %%  seventy %.1f %% of %d s (late %.3f / %.3f s); "
+      "split %.1f/%.1f\n",
+      s30, s70, seconds, late30, late70, 100.0 * s30 / busy, 100.0 * s70 / busy);
   EXPECT_NEAR(100.0 * s30 / busy, 30.0, 1.0) << "of the device time the two claims got";
   EXPECT_NEAR(100.0 * s70 / busy, 70.0, 1.0) << "of the device time the two claims got";
-  EXPECT_GT(busy, 94.0) << "the two kept the device busy only " << busy << " % of 10 s";
+  EXPECT_GT(busy, 94.0) << "the two kept the device busy only " << busy << " % of the time they ran";
 }
 
 // tesserad as docs/security.md runs it for hostile tenants: what goes over a cap is killed.
