@@ -19,6 +19,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <set>
 #include <string>
@@ -30,6 +31,7 @@
 #include "daemon/compute.h"
 #include "daemon/http_door.h"
 #include "daemon/identity.h"
+#include "daemon/mig_recut.h"
 #include "daemon/node_control.h"
 #include "daemon/nvml_node.h"
 #include "daemon/reconciler.h"
@@ -231,6 +233,16 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   // tessera run (and the device plugin) derive each GPU's MPS pipe directory from this root.
   if (mps) server.set_container_reply_fields({{"mps_root", mps_options.root}});
+  // MIGCUT (mig_recut.h): a GPU cut again; tesserad restarts itself to manage its new devices.
+  std::vector<tessera::ledger::DeviceInfo> recut_devices;
+  server.set_mig_cutter([&](const tessera::protocol::Message& request) {
+    tessera::daemon::MigCutContext context{nvml, *devices, &registry};
+    auto cut = tessera::daemon::CutMigGpu(request, context, &recut_devices);
+    std::fprintf(stderr, "tesserad: MIGCUT gpu=%s layout=%s: %s\n", request.Get("gpu").c_str(),
+                 request.Get("layout").c_str(),
+                 cut.ok() ? "cut; restarting to manage its MIG devices" : cut.error().c_str());
+    return cut;
+  });
   tessera::Status run = server.Run(g_stop);
   if (mps) mps->Stop();
   if (http) http->Stop();
@@ -239,6 +251,16 @@ int main(int argc, char** argv) {
   compute.Stop();
   close(*listen_fd);
   unlink(n.socket.c_str());
+  if (server.restart_requested() && !g_stop.load()) {
+    registry.WithLedger([&](tessera::ledger::MemoryLedger& l) {
+      l.RecordDevicesForRestart(recut_devices);
+      return 0;
+    });
+    std::fflush(stdout);
+    std::fflush(stderr);
+    execv("/proc/self/exe", argv);
+    return Fail(std::string("restarting after a MIG re-cut: ") + std::strerror(errno), 2);
+  }
   if (s.ephemeral) tessera::ledger::MemoryLedger::Remove(n.ledger);
   return run.ok() ? 0 : Fail(run.message());
 }

@@ -112,7 +112,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
   epoll_event events[256];
   auto next_sweep = Clock::now();
   auto next_expiry = Clock::now();
-  while (!stop.load()) {
+  while (!stop.load() && !restart_requested_) {
     const auto now = Clock::now();
     // Processes registered with an earlier daemon (before a restart) have no connection here:
     // their deaths are found by a sweep once a second instead of by a close.
@@ -402,13 +402,15 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
   }
   if (!conn.refusal.empty()) {
     reply = "ERR " + conn.refusal;
+  } else if (restart_requested_) {
+    reply = "ERR tesserad restarts to take a GPU's new MIG devices; ask again in a moment";
   } else if (!request.ok()) {
     reply = "ERR " + request.error();
   } else if (conn.scope && request->verb == "HELLO" && request->Get("container") != *conn.scope) {
     reply = "ERR this socket belongs to container " + *conn.scope +
             "; HELLO container=" + request->Get("container") + " is not allowed on it";
   } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS" ||
-                            request->verb == "IDENTIFY")) {
+                            request->verb == "IDENTIFY" || request->verb == "MIGCUT")) {
     reply = "ERR " + request->verb + " is node-wide and not served on container " + *conn.scope +
             "'s socket; use the node socket, or CTL for this container's view";
   } else if (request->verb == "HELLO") {
@@ -472,6 +474,14 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
       identities_->Expect(request->Get("id"), *identify == "1");
     }
     if (set.ok()) SyncContainerSockets(epoll_fd);
+  } else if (request->verb == "MIGCUT" && !PeerIsAdministrator(conn.peer, options_.admins)) {
+    reply = "ERR permission denied: MIGCUT cuts a GPU again; " +
+            WhoMayAdminister(conn.peer, options_.admins);
+  } else if (request->verb == "MIGCUT") {
+    auto cut = mig_cutter_ ? mig_cutter_(*request)
+                           : Result<protocol::Message>::Error("this tesserad cuts no MIG GPU");
+    reply = cut.ok() ? protocol::FormatMessage(*cut) : "ERR " + cut.error();
+    if (cut.ok()) restart_requested_ = true;
   } else if (request->verb == "IDENTIFY") {
     auto identified =
         identities_ == nullptr
@@ -491,7 +501,7 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
     }
   } else {
     reply = "ERR unknown verb " + request->verb +
-            "; expected HELLO, CONTAINER, STATUS, CTL or IDENTIFY";
+            "; expected HELLO, CONTAINER, STATUS, CTL, IDENTIFY or MIGCUT";
   }
   if (!reply.empty() && reply.rfind("ERR ", 0) == 0) {
     Refused("tesserad: refused \"" + line.substr(0, 200) + "\" on " + Describe(conn.scope) + ": " +

@@ -49,6 +49,7 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -108,8 +109,14 @@ class Server {
   // `tree` (may be null: CTL is refused) and `registry` must outlive the server.
   Server(Registry* registry, int listen_fd, const ctl::ControlTree* tree = nullptr,
          ServerOptions options = {});
-  // Runs until `stop` becomes true (checked at least every 100 ms).
+  // Runs until `stop` becomes true (checked at least every 100 ms), or a MIGCUT succeeded
+  // (restart_requested()).
   Status Run(const std::atomic<bool>& stop);
+  // MIGCUT (mig_recut.h), the administrator's: cuts a MIG GPU again. Unset: refused. After one
+  // succeeds every later request is refused and Run returns: the caller restarts tesserad.
+  using MigCutter = std::function<Result<protocol::Message>(const protocol::Message&)>;
+  void set_mig_cutter(MigCutter cutter) { mig_cutter_ = std::move(cutter); }
+  bool restart_requested() const { return restart_requested_; }
   // Facts of the node added to every successful CONTAINER reply (MPS mode: mps_root=DIR).
   void set_container_reply_fields(std::map<std::string, std::string> fields) {
     container_reply_fields_ = std::move(fields);
@@ -195,6 +202,8 @@ class Server {
   std::set<int> backlogged_;  // connections with complete lines left for the next turn
   uint64_t turn_ = 0;         // turns of the loop so far
   std::map<std::string, std::string> container_reply_fields_;
+  MigCutter mig_cutter_;
+  bool restart_requested_ = false;
   RateLimitedLog log_;
   IdentityBook* identities_ = nullptr;
   bool require_identity_ = false;

@@ -525,6 +525,158 @@ std::string WriteAssignment(const Assignment& assignment) {
   return doc.dump();
 }
 
+Result<std::vector<std::string>> MigRecutLayoutWords(std::string_view layout,
+                                                     std::string_view input_name) {
+  const std::string what =
+      "space-separated <profile>=<count> (count 1-7; profiles: " + mig::AllProfileNamesText() + ")";
+  auto fail = [&](const std::string& problem) {
+    std::string shown(layout.substr(0, 80));
+    return Result<std::vector<std::string>>::Error(std::string(input_name) + "=\"" + shown +
+                                                   (layout.size() > 80 ? "..." : "") +
+                                                   "\": " + problem + "; expected " + what);
+  };
+  std::vector<std::string> words;
+  size_t at = 0;
+  while (at < layout.size()) {
+    if (layout[at] == ' ') {
+      ++at;
+      continue;
+    }
+    const size_t end = std::min(layout.find(' ', at), layout.size());
+    const std::string word(layout.substr(at, end - at));
+    at = end;
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos) return fail("\"" + word + "\" has no count");
+    const std::string name = word.substr(0, eq);
+    const auto names = mig::AllProfileNames();
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      return fail("\"" + name + "\" is no MIG profile");
+    }
+    const std::string count = word.substr(eq + 1);
+    if (count.size() != 1 || count[0] < '1' || count[0] > '7') {
+      return fail("\"" + word + "\" has count \"" + count + "\"");
+    }
+    for (const std::string& w : words) {
+      if (w.substr(0, w.find('=')) == name) return fail("\"" + name + "\" is named twice");
+    }
+    words.push_back(word);
+    if (words.size() > 7) return fail("more than 7 profiles");
+  }
+  if (words.empty()) return fail("no instances");
+  return words;
+}
+
+Result<MigRecutRequest> ParseMigRecutRequest(std::string_view text) {
+  const Reader r(kMigRecutAnnotation);
+  if (text.size() > 4096) {
+    return Result<MigRecutRequest>(
+        r.Fail("", "value of " + std::to_string(text.size()) + " bytes; expected at most 4096"));
+  }
+  auto doc = r.Parse(text);
+  if (!doc.ok()) return doc.status();
+  if (Status s = r.Version(*doc, kMigRecutVersion); !s.ok()) return s;
+  MigRecutRequest out;
+  auto id = r.Unsigned(*doc, "", "id", 1, kMaxMigRecutId, "the request's number, 1 to 2^53");
+  if (!id.ok()) return id.status();
+  out.id = *id;
+  auto gpu = r.String(*doc, "", "gpu", kUuidWhat);
+  if (!gpu.ok()) return gpu.status();
+  if (!IsGpuUuid(*gpu) || gpu->rfind("GPU-", 0) != 0) {
+    return Result<MigRecutRequest>(r.Fail("gpu", "=\"" + *gpu + "\": expected " + kUuidWhat));
+  }
+  out.gpu = *gpu;
+  auto layout = r.String(*doc, "", "layout", "profile counts such as \"1g.10gb=7\"");
+  if (!layout.ok()) return layout.status();
+  auto words = MigRecutLayoutWords(*layout, std::string(kMigRecutAnnotation) + ": layout");
+  if (!words.ok()) return words.status();
+  out.layout = *layout;
+  if (auto pod = doc->find("pod"); pod != doc->end()) {
+    if (!pod->is_string() || pod->get<std::string>().size() > 317) {
+      return Result<MigRecutRequest>(
+          r.Fail("pod", "=" + Shown(*pod) + ": expected the waiting pod's namespace/name"));
+    }
+    out.pod = pod->get<std::string>();
+  }
+  return out;
+}
+
+std::string WriteMigRecutRequest(const MigRecutRequest& request) {
+  json doc = {{"version", kMigRecutVersion},
+              {"id", request.id},
+              {"gpu", request.gpu},
+              {"layout", request.layout}};
+  if (!request.pod.empty()) doc["pod"] = request.pod;
+  return doc.dump();
+}
+
+namespace {
+struct RecutStateName {
+  MigRecutState state;
+  const char* name;
+};
+constexpr RecutStateName kRecutStates[] = {{MigRecutState::kApplied, "applied"},
+                                           {MigRecutState::kRefused, "refused"},
+                                           {MigRecutState::kFailed, "failed"}};
+}  // namespace
+
+std::string_view MigRecutStateName(MigRecutState state) {
+  for (const RecutStateName& s : kRecutStates) {
+    if (s.state == state) return s.name;
+  }
+  return "failed";
+}
+
+Result<MigRecutStatus> ParseMigRecutStatus(std::string_view text) {
+  const Reader r(kMigRecutStatusAnnotation);
+  if (text.size() > 8192) {
+    return Result<MigRecutStatus>(
+        r.Fail("", "value of " + std::to_string(text.size()) + " bytes; expected at most 8192"));
+  }
+  auto doc = r.Parse(text);
+  if (!doc.ok()) return doc.status();
+  if (Status s = r.Version(*doc, kMigRecutVersion); !s.ok()) return s;
+  MigRecutStatus out;
+  auto id = r.Unsigned(*doc, "", "id", 0, kMaxMigRecutId, "the request's number, 0 to 2^53");
+  if (!id.ok()) return id.status();
+  out.id = *id;
+  auto state = r.String(*doc, "", "state", "applied, refused or failed");
+  if (!state.ok()) return state.status();
+  bool known = false;
+  for (const RecutStateName& s : kRecutStates) {
+    if (*state == s.name) {
+      out.state = s.state;
+      known = true;
+    }
+  }
+  if (!known) {
+    return Result<MigRecutStatus>(
+        r.Fail("state", "=\"" + *state + "\": expected applied, refused or failed"));
+  }
+  if (auto gpu = doc->find("gpu"); gpu != doc->end()) {
+    if (!gpu->is_string() ||
+        (!gpu->get<std::string>().empty() && !IsGpuUuid(gpu->get<std::string>()))) {
+      return Result<MigRecutStatus>(r.Fail("gpu", "=" + Shown(*gpu) + ": expected " + kUuidWhat));
+    }
+    out.gpu = gpu->get<std::string>();
+  }
+  if (auto reason = doc->find("reason"); reason != doc->end()) {
+    if (!reason->is_string()) {
+      return Result<MigRecutStatus>(r.Fail("reason", "=" + Shown(*reason) + ": expected a string"));
+    }
+    out.reason = reason->get<std::string>();
+  }
+  return out;
+}
+
+std::string WriteMigRecutStatus(const MigRecutStatus& status) {
+  json doc = {{"version", kMigRecutVersion},
+              {"id", status.id},
+              {"state", std::string(MigRecutStateName(status.state))},
+              {"gpu", status.gpu},
+              {"reason", status.reason}};
+  return doc.dump();
+}
+
 std::string_view PhaseName(Phase phase) {
   return phase == Phase::kAssumed ? "assumed" : "allocated";
 }

@@ -53,6 +53,7 @@ inline constexpr char kHighPriorityAnnotation[] = "tessera.io/high-priority";  /
 inline constexpr char kWeightAnnotation[] = "tessera.io/weight";               // Pod, user
 inline constexpr char kGpuModeAnnotation[] = "tessera.io/gpu-mode";            // Pod, user
 inline constexpr char kMigRecutAnnotation[] = "tessera.io/mig-recut";          // Node, extender
+inline constexpr char kMigRecutStatusAnnotation[] = "tessera.io/mig-recut-status";  // Node, plugin
 
 // The resource dimension an extended resource name stands for, whichever spelling.
 enum class GpuResource { kMem, kCore, kCount };
@@ -159,6 +160,43 @@ struct Assignment {
 inline constexpr int kAssignmentVersion = 1;  // a MIG device is one of `gpus`, by its MIG- UUID
 Result<Assignment> ParseAssignment(std::string_view json);
 std::string WriteAssignment(const Assignment& assignment);
+
+// Node annotation tessera.io/mig-recut, written by the extender: cut GPU `gpu` of this node
+// again into `layout`. `id` numbers the node's requests (each one more than the last), so the
+// node answers each once (MigRecutStatus).
+struct MigRecutRequest {
+  uint64_t id = 0;     // 1 ..= 2^53
+  std::string gpu;     // the GPU's UUID ("GPU-...")
+  std::string layout;  // profile counts as `tessera mig apply` takes them: "1g.10gb=7"
+  std::string pod;     // namespace/name of the waiting pod it is for (for people; "" allowed)
+
+  bool operator==(const MigRecutRequest&) const = default;
+};
+inline constexpr int kMigRecutVersion = 1;
+inline constexpr uint64_t kMaxMigRecutId = uint64_t{1} << 53;
+// The layout must be space-separated `<profile>=<count>` (profile names of `tessera mig
+// profiles`, counts 1-7); whether the GPU's model has the profiles is the node's check.
+Result<MigRecutRequest> ParseMigRecutRequest(std::string_view json);
+std::string WriteMigRecutRequest(const MigRecutRequest& request);
+// The layout's words ("1g.10gb=7 3g.40gb=1" -> {"1g.10gb=7", "3g.40gb=1"}), checked as above; the
+// error names `input_name`.
+Result<std::vector<std::string>> MigRecutLayoutWords(std::string_view layout,
+                                                     std::string_view input_name);
+
+// Node annotation tessera.io/mig-recut-status, written by the device plugin: what became of
+// request `id`.
+enum class MigRecutState { kApplied, kRefused, kFailed };
+std::string_view MigRecutStateName(MigRecutState state);
+struct MigRecutStatus {
+  uint64_t id = 0;  // the request's
+  MigRecutState state = MigRecutState::kApplied;
+  std::string gpu;  // the GPU's UUID as the request named it ("" when the request was unreadable)
+  std::string reason;  // why refused or failed; what was applied
+
+  bool operator==(const MigRecutStatus&) const = default;
+};
+Result<MigRecutStatus> ParseMigRecutStatus(std::string_view json);
+std::string WriteMigRecutStatus(const MigRecutStatus& status);
 
 // Pod annotation tessera.io/phase.
 enum class Phase { kAssumed, kAllocated };

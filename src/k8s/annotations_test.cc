@@ -379,5 +379,59 @@ TEST(UserAnnotations, gpu_modes_ThePodsGpuModeAnnotation) {
   }
 }
 
+TEST(MigRecut, recut_RequestAndStatusRoundTripAndHostileValuesAreRefusedByName) {
+  const MigRecutRequest req{7, kUuid0, "1g.10gb=7", "team/small"};
+  auto back = ParseMigRecutRequest(WriteMigRecutRequest(req));
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(*back, req);
+  const MigRecutRequest two{1, kUuid1, "3g.40gb=1 1g.10gb=4", ""};
+  back = ParseMigRecutRequest(WriteMigRecutRequest(two));
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(*back, two);
+  const std::string head = std::string(R"({"version":1,"id":3,"gpu":")") + kUuid0 + "\",";
+  for (const auto& [value, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"not json", "tessera.io/mig-recut: \"not json\" is not valid JSON"},
+           {R"({"version":2})", "tessera.io/mig-recut: version=2: expected 1"},
+           {R"({"version":1,"id":0,"gpu":"x","layout":"1g.10gb=1"})",
+            "tessera.io/mig-recut: id=0: expected the request's number, 1 to 2^53"},
+           {R"({"version":1,"id":-1})", "tessera.io/mig-recut: id=-1: expected"},
+           {R"({"version":1,"id":1,"gpu":"MIG-1234","layout":"1g.10gb=1"})",
+            "tessera.io/mig-recut: gpu=\"MIG-1234\": expected a GPU UUID"},
+           {R"({"version":1,"id":1,"gpu":"GPU-../../x","layout":"1g.10gb=1"})",
+            "gpu=\"GPU-../../x\": expected a GPU UUID"},
+           {head + R"("layout":"1g.10gb"})",
+            "tessera.io/mig-recut: layout=\"1g.10gb\": \"1g.10gb\" has no count; expected "
+            "space-separated <profile>=<count> (count 1-7; profiles: "},
+           {head + R"("layout":"9g.99gb=1"})", "\"9g.99gb\" is no MIG profile"},
+           {head + R"("layout":"1g.10gb=8"})", "\"1g.10gb=8\" has count \"8\""},
+           {head + R"("layout":"1g.10gb=0"})", "has count \"0\""},
+           {head + R"("layout":"1g.10gb=1 1g.10gb=2"})", "\"1g.10gb\" is named twice"},
+           {head + R"("layout":"   "})", "no instances"},
+           {head + R"("layout":7})", "layout=7: expected profile counts"},
+           {head + R"("layout":"1g.10gb=1","pod":5})", "pod=5: expected the waiting pod's"},
+           {std::string(5000, ' '), "value of 5000 bytes; expected at most 4096"}}) {
+    auto r = ParseMigRecutRequest(value);
+    ASSERT_FALSE(r.ok()) << value;
+    EXPECT_THAT(r.error(), HasSubstr(expected)) << value;
+  }
+
+  const MigRecutStatus st{7, MigRecutState::kRefused, kUuid0, "GPU-x runs pod team/a"};
+  auto sback = ParseMigRecutStatus(WriteMigRecutStatus(st));
+  ASSERT_TRUE(sback.ok()) << sback.error();
+  EXPECT_EQ(*sback, st);
+  for (const auto& [value, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"version":1,"id":1,"state":"done"})",
+            "tessera.io/mig-recut-status: state=\"done\": expected applied, refused or failed"},
+           {R"({"version":1,"id":1,"state":"applied","gpu":"../x"})",
+            "tessera.io/mig-recut-status: gpu=\"../x\": expected a GPU UUID"},
+           {R"({"version":1,"state":"applied"})", "tessera.io/mig-recut-status: id is missing"},
+           {R"({"version":1,"id":1,"state":"applied","reason":[]})",
+            "reason=[]: expected a string"}}) {
+    auto r = ParseMigRecutStatus(value);
+    ASSERT_FALSE(r.ok()) << value;
+    EXPECT_THAT(r.error(), HasSubstr(expected)) << value;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::k8s

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -270,6 +271,17 @@ Result<MemoryLedger> MemoryLedger::CreateOrOpen(const std::string& shm_name,
     }
   }
   return ledger;
+}
+
+void MemoryLedger::RecordDevicesForRestart(const std::vector<DeviceInfo>& devices) {
+  const size_t n = std::min(devices.size(), static_cast<size_t>(kMaxDevices));
+  for (size_t d = 0; d < n; ++d) {
+    LedgerDevice& dev = store_->devices[d];
+    std::snprintf(dev.uuid, sizeof(dev.uuid), "%s", devices[d].uuid.c_str());
+    std::snprintf(dev.name, sizeof(dev.name), "%s", devices[d].name.c_str());
+    dev.total_bytes = devices[d].total_bytes;
+  }
+  store_->device_count.store(static_cast<uint32_t>(n));
 }
 
 namespace {

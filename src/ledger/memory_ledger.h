@@ -140,6 +140,11 @@ class MemoryLedger {
   // Takes back everything process `p` holds and frees its slot. Idempotent per generation.
   void ReclaimProcess(uint32_t p);
 
+  // Writes `devices` as the node segment's device table, for the daemon that opens this ledger
+  // next (a restart after a MIG GPU was cut again: CreateOrOpen then finds the devices it
+  // discovers). Neither the book nor the view changes: call it only when this daemon stops next.
+  void RecordDevicesForRestart(const std::vector<DeviceInfo>& devices);
+
   // ---- The daemon's book ----
   const LedgerBook& book() const { return *book_; }
   // The book, writable, for the one part of it that ComputeService (the arbiter thread) keeps:

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
+#include "core/duration.h"
 #include "k8s/deviceplugin/plugin.h"
 #include "k8s/door.h"
 #include "process/child_process.h"
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   std::string names_text = "tessera";
   std::string cdi_dir = "/var/run/cdi";
   std::string grace_text = "10s";
+  std::string recut_text = "5m";
   std::string proc_root = "/proc";
   std::string oci_hook = process::ExecutableDir() + "/tessera-oci-hook";
   bool cdi = false;
@@ -47,6 +49,9 @@ int main(int argc, char** argv) {
   app.add_option("--proc-root", proc_root, "the host's /proc (to read processes' cgroups)");
   app.add_option("--unhealthy-after", grace_text,
                  "tesserad unreachable this long marks the GPUs unhealthy (1s to 10m)");
+  app.add_option("--mig-recut-interval", recut_text,
+                 "a mig node labelled tessera.io/mig.recut=true cuts one GPU again at most once "
+                 "this long, whatever the extender asks (1s to 7 days; default 5m)");
   CLI11_PARSE(app, argc, argv);
 
   auto door = CheckNodeDoor(door_flags, grace_text,
@@ -55,6 +60,9 @@ int main(int argc, char** argv) {
                              {"--cdi-dir", cdi_dir},
                              {"--proc-root", proc_root}});
   if (!door.ok()) return Fail(door.error());
+  auto recut = ParseDuration(recut_text, "--mig-recut-interval", std::chrono::seconds(1),
+                             std::chrono::hours(24 * 7));
+  if (!recut.ok()) return Fail(recut.error());
   auto names = ParseResourceNames(names_text);
   if (!names.ok()) return Fail(names.error());
 
@@ -68,6 +76,7 @@ int main(int argc, char** argv) {
   options.proc_root = proc_root;
   options.unhealthy_after = door->unhealthy_after;
   options.nvml_library = door->nvml_library;
+  options.mig_recut_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*recut);
   AllocatorConfig& a = options.allocator;
   a.node = door->node;
   a.checkpoint_path = state_dir + "/checkpoint.json";

@@ -504,6 +504,102 @@ void DevicePluginServer::AddMigParts(std::vector<NodeGpu>* gpus) {
   }
 }
 
+void DevicePluginServer::HandleMigRecut() {
+  Json node;
+  std::vector<NodeGpu> gpus;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    node = node_;
+    gpus = gpus_;
+  }
+  auto view = NodeFromJson(node);
+  if (!view.ok()) return;
+  auto asked = view->annotations.find(kMigRecutAnnotation);
+  if (asked == view->annotations.end() || asked->second == recut_answered_) return;
+  // Answered already (by this plugin before a restart)?
+  uint64_t answered = 0;
+  if (auto it = view->annotations.find(kMigRecutStatusAnnotation); it != view->annotations.end()) {
+    if (auto st = ParseMigRecutStatus(it->second); st.ok()) answered = st->id;
+  }
+  MigRecutStatus status;
+  auto request = ParseMigRecutRequest(asked->second);
+  if (!request.ok()) {
+    status.state = MigRecutState::kFailed;
+    status.reason = request.error();
+  } else if (request->id <= answered) {
+    recut_answered_ = asked->second;
+    return;
+  } else {
+    status.id = request->id;
+    status.gpu = request->gpu;
+    status.state = MigRecutState::kRefused;
+    const std::string& gpu = request->gpu;
+    std::set<int> indices;  // tesserad's indices of the GPU's MIG devices
+    for (const NodeGpu& g : gpus) {
+      if (g.mig && g.mig->gpu == gpu) indices.insert(g.index);
+    }
+    const auto label = view->labels.find(kMigRecutLabel);
+    const auto now = std::chrono::steady_clock::now();
+    const auto last = recut_at_.find(gpu);
+    if (label == view->labels.end() || label->second != "true") {
+      status.reason = "node " + options_.node + " is not labelled " + kMigRecutLabel +
+                      "=true: its GPUs are cut by hand only";
+    } else if (indices.empty()) {
+      status.reason = "node " + options_.node + " serves no MIG device of GPU " + gpu;
+    } else if (last != recut_at_.end() && now - last->second < options_.mig_recut_interval) {
+      status.reason =
+          "GPU " + gpu + " was cut " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::seconds>(now - last->second).count()) +
+          "s ago; at most once per " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::seconds>(options_.mig_recut_interval)
+                  .count()) +
+          "s (--mig-recut-interval)";
+    } else {
+      // Never under a pod: every container set up on one of the GPU's MIG devices.
+      std::set<std::string> pods;
+      for (const AllocationRecord& r : allocator_->Snapshot().records) {
+        for (const AllocatedGpu& g : r.gpus) {
+          if (indices.count(g.index) != 0) pods.insert(r.ns + "/" + r.pod);
+        }
+      }
+      if (!pods.empty()) {
+        std::string names;
+        for (const std::string& p : pods) names += (names.empty() ? "" : ", ") + p;
+        status.reason = "GPU " + gpu + " runs pod(s) " + names + ": a GPU is never cut under a pod";
+      } else {
+        auto cut = tesserad_.CutMigGpu(gpu, request->layout);
+        if (cut.ok()) {
+          status.state = MigRecutState::kApplied;
+          status.reason = "GPU " + gpu + " cut into " + request->layout + " (" +
+                          std::to_string(*cut) + " MIG devices); tesserad restarts to manage them";
+          recut_at_[gpu] = now;
+        } else {
+          status.reason = cut.error();
+        }
+      }
+    }
+  }
+  const std::string line = std::string("MIG re-cut request ") + std::to_string(status.id) + ": " +
+                           std::string(MigRecutStateName(status.state)) + ": " + status.reason;
+  Log(line);
+  auto patched = api_->PatchNodeAnnotations(
+      options_.node, {{kMigRecutStatusAnnotation, WriteMigRecutStatus(status)}});
+  if (!patched.ok()) {
+    Log("answering the MIG re-cut request on node " + options_.node + ": " +
+        patched.error().message);
+    if (status.state != MigRecutState::kApplied) return;  // asked again next time
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    node_ = *patched;
+  }
+  recut_answered_ = asked->second;
+  if (status.state != MigRecutState::kApplied) {
+    events_->NodeEvent(view->uid, "TesseraMigRecutRefused", line);
+  }
+}
+
 std::vector<Device> DevicePluginServer::DevicesFor(const std::string& resource,
                                                    uint64_t* version) const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -748,6 +844,8 @@ void DevicePluginServer::Reconcile() {
       }
     }
   }
+
+  if (mode == NodeMode::kMig) HandleMigRecut();
 
   // A container chosen among pods with identical requests: does it run in the pod it was given?
   if (status.ok()) {

@@ -15,7 +15,10 @@
 // tessera.io/gpu-inventory follows tesserad's GPUs, and a container chosen among pods with the
 // same request is checked against its processes' cgroups. On a mig node the reconciler also reads
 // each MIG device's profile and place from NVML (mig_devices.h) whenever tesserad's devices
-// change; the profiles present are the resources served.
+// change; the profiles present are the resources served. It also answers the extender's MIG
+// re-cut requests (tessera.io/mig-recut): never while a pod uses the GPU, else through tesserad's
+// MIGCUT (daemon/mig_recut.h), after which tesserad restarts with the new MIG devices and the
+// reconciler serves and publishes them like any change of tesserad's devices.
 //
 // A GPU's own mode takes effect when no recorded container uses that GPU: while one does, the GPU
 // keeps (and is advertised in) the mode it has, said once in the log and as a Node event
@@ -56,6 +59,8 @@ struct PluginOptions {
   NodeMode default_mode = NodeMode::kCoreMem;  // a node without a mode label (--default-mode)
   // The NVML library a mig node's MIG devices are read from (opened only on a mig node).
   std::string nvml_library = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1";
+  // The least time between two re-cuts of one GPU this plugin applies (--mig-recut-interval).
+  std::chrono::milliseconds mig_recut_interval{300000};
 };
 
 // The socket file name of `resource` in the plugin directory ("tessera-gpu-mem.sock").
@@ -101,6 +106,10 @@ class DevicePluginServer {
   // A mig node: each of `gpus` that is a MIG device gets its profile and place (read from NVML
   // when the devices changed since the last call).
   void AddMigParts(std::vector<NodeGpu>* gpus);
+  // A mig node: answers the extender's request tessera.io/mig-recut once (the reconciler's
+  // thread): refused while a pod uses the GPU, else cut through tesserad (MIGCUT); the answer in
+  // tessera.io/mig-recut-status, a refusal also as a Node event.
+  void HandleMigRecut();
   std::vector<Device> DevicesFor(const std::string& resource, uint64_t* version) const;
 
   PluginOptions options_;
@@ -132,6 +141,9 @@ class DevicePluginServer {
   MigDeviceLister mig_lister_;
   std::string mig_key_;
   std::map<std::string, InventoryMig> mig_parts_;
+  // The reconciler's: the request value last answered, and when each GPU (UUID) was last cut.
+  std::string recut_answered_;
+  std::map<std::string, std::chrono::steady_clock::time_point> recut_at_;
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> reconcile_now_{false};

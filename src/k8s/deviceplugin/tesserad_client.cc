@@ -117,4 +117,21 @@ Result<uint32_t> TesseradClient::Unregister(const std::string& id) const {
   return static_cast<uint32_t>(std::strtoul(parsed->Get("processes", "0").c_str(), nullptr, 10));
 }
 
+Result<int> TesseradClient::CutMigGpu(const std::string& gpu, const std::string& layout) const {
+  std::string words;
+  for (char c : layout) {
+    if (c == ' ') {
+      if (!words.empty() && words.back() != ',') words += ',';
+    } else {
+      words += c == '=' ? ':' : c;
+    }
+  }
+  while (!words.empty() && words.back() == ',') words.pop_back();
+  auto reply = Call(protocol::FormatMessage({"MIGCUT", {{"gpu", gpu}, {"layout", words}}}));
+  if (!reply.ok()) return reply.status();
+  auto parsed = protocol::ParseMessage(*reply);
+  if (!parsed.ok()) return parsed.status();
+  return static_cast<int>(std::strtol(parsed->Get("devices", "0").c_str(), nullptr, 10));
+}
+
 }  // namespace tessera::k8s

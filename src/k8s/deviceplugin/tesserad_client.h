@@ -70,6 +70,10 @@ class TesseradClient {
   // The number of processes of the container that remain (they keep their memory until they
   // exit); 0 and ok when tesserad has no such container.
   Result<uint32_t> Unregister(const std::string& id) const;
+  // MIGCUT: cuts MIG GPU `gpu` (UUID) into `layout` ("1g.10gb=7 3g.40gb=1", as `tessera mig
+  // apply` takes it); tesserad then restarts to manage the new MIG devices. Returns how many MIG
+  // devices the GPU has now; tesserad's refusal as the error.
+  Result<int> CutMigGpu(const std::string& gpu, const std::string& layout) const;
 
  private:
   Result<std::string> Call(const std::string& line) const;

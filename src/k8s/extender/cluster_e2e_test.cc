@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -602,6 +603,244 @@ TEST_F(MigClusterE2ETest, MigPodsLandOnTheirInstancesAndWaitWithTheReasonWhenNon
   ASSERT_TRUE(k8s::testing::WaitUntil([&] { return driver_->Schedule(next, names_).bound; }, 10s))
       << "the freed instance was not given to the waiting pod";
   EXPECT_EQ(AssignmentOf("next").containers[0].gpus[0].uuid, three);
+}
+
+// ---- MIG re-cuts ------------------------------------------------------------------------------
+
+// A mig node labelled tessera.io/mig.recut=true whose simulated H100s (8 GiB each, named after
+// their model) are each cut whole (7g.80gb) by the real `tessera mig apply` before its tesserad
+// starts; GPU 0 runs a pod whose real tenant holds its instance. The extender, the real plugin
+// and the real tesserad as above, the extender planning re-cuts every 200 ms.
+class RecutClusterE2ETest : public ::testing::Test {
+ protected:
+  void StartCluster(int gpus) {
+    ASSERT_TRUE(api_.Start(0).ok());
+    api_.RequireToken("t");
+    std::string sim_gpus;
+    for (int g = 0; g < gpus; ++g) {
+      sim_gpus += (g ? "," : "") + std::string("H100-80GB:8GiB:132:mig=H100-80GB");
+    }
+    node_.sim = std::make_unique<k8s::testing::SimNode>(sim_gpus, std::vector<std::string>{});
+    std::string env;
+    for (const std::string& e : node_.sim->SimEnv()) env += e + " ";
+    for (int g = 0; g < gpus; ++g) {
+      const auto [status, out] =
+          process::RunShell(env + "'" + BuildDir() + "/bin/tessera' mig apply --sim --index " +
+                            std::to_string(g) + " 7g.80gb=1 2>&1");
+      ASSERT_EQ(status, 0) << out;
+    }
+    ASSERT_TRUE(node_.sim->Start());
+    api_.CreateNode(
+        {{"metadata",
+          {{"name", "mig-r"},
+           {"labels", {{"tessera.io/gpu.schedule", "mig"}, {k8s::kMigRecutLabel, "true"}}}}},
+         {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
+    ASSERT_NO_FATAL_FAILURE(node_.StartKubeletAndPlugin("mig-r", api_.url(), {}));
+    ASSERT_TRUE(node_.kubelet->WaitForResource("tessera.io/mig-7g.80gb", 30s));
+    AppConfig c;
+    c.api.server = api_.url();
+    c.api.token = "t";
+    c.listen_host = "127.0.0.1";
+    c.listen_port = 0;
+    c.quiet = true;
+    c.recut_poll = 200ms;
+    c.state.mig_recut_interval = 60s;
+    extender_ = std::make_unique<ExtenderApp>(c);
+    ASSERT_TRUE(extender_->Start().ok());
+    ASSERT_TRUE(extender_->WaitReady(10s));
+    ASSERT_TRUE(k8s::testing::WaitUntil(
+        [&] {
+          auto j = extender_->state().Inspect(std::string("mig-r"));
+          return j && (*j)["gpus"].size() == static_cast<size_t>(gpus);
+        },
+        20s))
+        << "the extender never saw the mig node's MIG devices";
+    driver_ = std::make_unique<testing::SchedulerDriver>(extender_->port());
+  }
+
+  void TearDown() override {
+    std::vector<NodeParts> nodes;
+    nodes.push_back(std::move(node_));
+    StopCluster(containers_, extender_, nodes, api_);
+  }
+
+  Json Create(const std::string& name, const std::string& resource) {
+    testing::TestContainer c;
+    c.limits = {{resource, "1"}};
+    c.cpu = "500m";
+    c.memory = "512Mi";
+    Json pod = testing::Pod(name, std::vector<testing::TestContainer>{c});
+    pod["metadata"].erase("uid");
+    pod["metadata"].erase("resourceVersion");
+    return api_.CreatePod(pod);
+  }
+  // kubelet admits the pod and the runtime starts a tenant that allocates until refused.
+  ChildProcess* Run(const std::string& name, const Json& created) {
+    auto admitted = node_.kubelet->Admit(*api_.GetPod("default", name));
+    EXPECT_TRUE(admitted.ok()) << name << ": " << admitted.error();
+    if (!admitted.ok()) return nullptr;
+    const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
+    EXPECT_TRUE(node_.kubelet->PreStart(created["metadata"]["uid"], a.name).ok());
+    containers_.push_back(node_.StartTenant(name, a));
+    api_.SetPodPhase("default", name, "Running");
+    return containers_.back().get();
+  }
+  std::string NodeAnnotation(const char* key) {
+    auto node = api_.GetNode("mig-r");
+    if (!node || !(*node)["metadata"].contains("annotations")) return "";
+    const Json& a = (*node)["metadata"]["annotations"];
+    return a.contains(key) ? a[key].get<std::string>() : "";
+  }
+  k8s::GpuInventory Inventory() {
+    auto inv = k8s::ParseGpuInventory(NodeAnnotation(k8s::kInventoryAnnotation));
+    EXPECT_TRUE(inv.ok()) << inv.error();
+    return inv.ok() ? *inv : k8s::GpuInventory{};
+  }
+  // The 7g.80gb pod "big" on GPU 0, its tenant holding the whole instance.
+  void RunBigOnGpuZero(std::string* gpu0) {
+    const Json big = Create("big", "tessera.io/mig-7g.80gb");
+    const testing::ScheduleResult r = driver_->Schedule(big, {"mig-r"});
+    ASSERT_TRUE(r.bound) << r.error;
+    ChildProcess* p = Run("big", big);
+    ASSERT_NE(p, nullptr);
+    auto allocated = p->WaitForKey("allocated", 60s);
+    ASSERT_TRUE(allocated.has_value());
+    big_bytes_ = std::stoull(*allocated);
+    ASSERT_GT(big_bytes_, 4 * kGiB) << "the 7g.80gb instance is the whole GPU";
+    auto a = k8s::ParseAssignment(
+        (*api_.GetPod("default", "big"))["metadata"]["annotations"][k8s::kAssignmentAnnotation]
+            .get<std::string>());
+    ASSERT_TRUE(a.ok()) << a.error();
+    const k8s::GpuInventory inv = Inventory();
+    const k8s::InventoryGpu* dev = inv.Find(a->containers[0].gpus[0].uuid);
+    ASSERT_NE(dev, nullptr);
+    ASSERT_TRUE(dev->mig.has_value());
+    *gpu0 = dev->mig->gpu;
+  }
+
+  k8s::TestApiServer api_;
+  NodeParts node_;
+  std::unique_ptr<ExtenderApp> extender_;
+  std::unique_ptr<testing::SchedulerDriver> driver_;
+  std::vector<std::unique_ptr<ChildProcess>> containers_;
+  uint64_t big_bytes_ = 0;  // what big's tenant holds
+};
+
+// GPU 0 busy, GPU 1 idle and cut whole: a pending 1g.10gb pod makes the extender ask the node to
+// cut GPU 1 again (tessera.io/mig-recut), the plugin has tesserad cut it (MIGCUT, the code of
+// `tessera mig apply`), tesserad restarts with the new MIG devices, the plugin serves
+// tessera.io/mig-1g.10gb and publishes them, and the pod is bound, allocated and stops at its
+// instance's memory; the tenant on GPU 0 runs on.
+TEST_F(RecutClusterE2ETest, recut_APendingOneGPodGetsAnIdleGpuCutAgainAndLands) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2));
+  std::string gpu0;
+  ASSERT_NO_FATAL_FAILURE(RunBigOnGpuZero(&gpu0));
+  std::string gpu1;
+  for (const k8s::InventoryGpu& g : Inventory().gpus) {
+    if (g.mig && g.mig->gpu != gpu0) gpu1 = g.mig->gpu;
+  }
+  ASSERT_FALSE(gpu1.empty());
+  const Json small = Create("small", "tessera.io/mig-1g.10gb");
+  testing::ScheduleResult r = driver_->Schedule(small, {"mig-r"});
+  ASSERT_FALSE(r.bound) << "no 1g.10gb instance exists yet";
+  // The extender's request, then the node's answer.
+  ASSERT_TRUE(k8s::testing::WaitUntil(
+      [&] { return !NodeAnnotation(k8s::kMigRecutStatusAnnotation).empty(); }, 30s))
+      << "request: " << NodeAnnotation(k8s::kMigRecutAnnotation);
+  auto request = k8s::ParseMigRecutRequest(NodeAnnotation(k8s::kMigRecutAnnotation));
+  ASSERT_TRUE(request.ok()) << request.error();
+  EXPECT_EQ(request->gpu, gpu1) << "only the idle GPU is cut";
+  EXPECT_EQ(request->pod, "default/small");
+  EXPECT_NE(request->layout.find("1g.10gb="), std::string::npos) << request->layout;
+  auto status = k8s::ParseMigRecutStatus(NodeAnnotation(k8s::kMigRecutStatusAnnotation));
+  ASSERT_TRUE(status.ok()) << status.error();
+  EXPECT_EQ(status->id, request->id);
+  ASSERT_EQ(status->state, k8s::MigRecutState::kApplied) << status->reason;
+  // The plugin serves the new instances, without anyone restarting anything.
+  ASSERT_TRUE(node_.kubelet->WaitForResource("tessera.io/mig-1g.10gb", 30s));
+  ASSERT_TRUE(k8s::testing::WaitUntil(
+      [&] {
+        int small_on_gpu1 = 0;
+        for (const k8s::InventoryGpu& g : Inventory().gpus) {
+          if (g.mig && g.mig->gpu == gpu1 && g.mig->profile == "1g.10gb") ++small_on_gpu1;
+        }
+        return small_on_gpu1 > 0;
+      },
+      20s))
+      << "the inventory never showed GPU 1's new instances";
+  // The pod lands on one of them.
+  ASSERT_TRUE(
+      k8s::testing::WaitUntil([&] { return driver_->Schedule(small, {"mig-r"}).bound; }, 30s))
+      << "the pending pod was never bound";
+  auto a = k8s::ParseAssignment(
+      (*api_.GetPod("default", "small"))["metadata"]["annotations"][k8s::kAssignmentAnnotation]
+          .get<std::string>());
+  ASSERT_TRUE(a.ok()) << a.error();
+  const k8s::GpuInventory inv = Inventory();
+  const k8s::InventoryGpu* dev = inv.Find(a->containers[0].gpus[0].uuid);
+  ASSERT_NE(dev, nullptr);
+  ASSERT_TRUE(dev->mig.has_value());
+  EXPECT_EQ(dev->mig->gpu, gpu1);
+  EXPECT_EQ(dev->mig->profile, "1g.10gb");
+  ChildProcess* p = Run("small", small);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->WaitForKey("allocated", 60s), std::to_string(kGiB));
+  // GPU 0's tenant still holds its instance in the restarted tesserad.
+  const k8s::TesseradStatus st = node_.sim->Status();
+  EXPECT_EQ(st.containers.size(), 2u);
+  bool big_holds = false;
+  for (const k8s::TesseradContainer& c : st.containers) {
+    for (const Bytes& u : c.used) big_holds = big_holds || u == Bytes(big_bytes_);
+  }
+  EXPECT_TRUE(big_holds) << "GPU 0's tenant lost its memory over the re-cut";
+}
+
+// One GPU, running a pod: the extender never asks for it to be cut, and a request that names it
+// anyway (an extender whose view lagged, or a hand) is refused by the plugin with the pod named,
+// in tessera.io/mig-recut-status and a Node event; tesserad itself refuses MIGCUT while the
+// container holds the GPU; the layout and the tenant stay as they were.
+TEST_F(RecutClusterE2ETest, recut_AGpuWithARunningPodIsNeverCutAndTheStatusSaysWhy) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1));
+  std::string gpu0;
+  ASSERT_NO_FATAL_FAILURE(RunBigOnGpuZero(&gpu0));
+  const Json small = Create("small", "tessera.io/mig-1g.10gb");
+  ASSERT_FALSE(driver_->Schedule(small, {"mig-r"}).bound);
+  std::this_thread::sleep_for(2s);  // ten of the extender's planning rounds
+  EXPECT_EQ(NodeAnnotation(k8s::kMigRecutAnnotation), "") << "a busy GPU was planned for a cut";
+  // A request naming the busy GPU, written through the API server.
+  k8s::ClientConfig cc;
+  cc.server = api_.url();
+  cc.token = "t";
+  k8s::ApiClient client(cc);
+  const k8s::MigRecutRequest req{1, gpu0, "1g.10gb=7", "default/small"};
+  ASSERT_TRUE(
+      client.PatchNodeAnnotations("mig-r", {{k8s::kMigRecutAnnotation, WriteMigRecutRequest(req)}})
+          .ok());
+  ASSERT_TRUE(k8s::testing::WaitUntil(
+      [&] { return !NodeAnnotation(k8s::kMigRecutStatusAnnotation).empty(); }, 20s));
+  auto status = k8s::ParseMigRecutStatus(NodeAnnotation(k8s::kMigRecutStatusAnnotation));
+  ASSERT_TRUE(status.ok()) << status.error();
+  EXPECT_EQ(status->id, 1u);
+  EXPECT_EQ(status->state, k8s::MigRecutState::kRefused);
+  EXPECT_EQ(status->reason,
+            "GPU " + gpu0 + " runs pod(s) default/big: a GPU is never cut under a pod");
+  bool event = false;
+  for (const Json& e : api_.Events()) {
+    event = event || (e.value("reason", "") == "TesseraMigRecutRefused" &&
+                      e["message"].get<std::string>().find("default/big") != std::string::npos);
+  }
+  EXPECT_TRUE(event) << "no TesseraMigRecutRefused event names the pod";
+  // tesserad refuses too, naming the container that holds the GPU.
+  auto cut = node_.sim->client().CutMigGpu(gpu0, "1g.10gb=7");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.error().find("is not cut while containers use it"), std::string::npos)
+      << cut.error();
+  // Nothing changed: one 7g.80gb instance, the tenant holding it, the pod still pending.
+  const k8s::GpuInventory inv = Inventory();
+  ASSERT_EQ(inv.gpus.size(), 1u);
+  EXPECT_EQ(inv.gpus[0].mig->profile, "7g.80gb");
+  EXPECT_EQ(node_.sim->Status().containers.size(), 1u);
+  EXPECT_FALSE(driver_->Schedule(small, {"mig-r"}).bound);
 }
 
 }  // namespace

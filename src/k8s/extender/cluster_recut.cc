@@ -1,6 +1,6 @@
 // ClusterState's MIG re-cuts (cluster_state.h PlanMigRecuts): which idle MIG GPUs to ask their
 // nodes to cut again for the MIG pods that found no free instance. Decides only; writing the
-// request on the Node (tessera.io/mig-recut) is the caller's. No I/O.
+// request on the Node (tessera.io/mig-recut) is recut_writer.h's. No I/O.
 #include <algorithm>
 #include <set>
 #include <string>
@@ -77,6 +77,11 @@ std::vector<MigRecut> ClusterState::PlanMigRecuts() {
     }
   }
   return out;
+}
+
+void ClusterState::UnplanMigRecut(const std::string& gpu) {
+  std::lock_guard lock(impl_->mu);
+  impl_->recut_at.erase(gpu);
 }
 
 }  // namespace tessera::extender

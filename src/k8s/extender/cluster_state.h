@@ -242,6 +242,9 @@ class ClusterState {
   // (placement::ChooseRecutLayout, for the workload the policies learn). A GPU is planned for at
   // most once per call and per interval; each GPU returned counts as cut from now.
   std::vector<MigRecut> PlanMigRecuts();
+  // Forgets that GPU `gpu` (UUID) was planned for (its request could not be written), so a later
+  // PlanMigRecuts may choose it again within the interval.
+  void UnplanMigRecut(const std::string& gpu);
 
   // JSON for GET /inspect (every node) or /inspect/NODE (one; nullopt when unknown).
   std::optional<k8s::Json> Inspect(std::optional<std::string> node) const;

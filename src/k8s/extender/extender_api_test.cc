@@ -19,6 +19,7 @@
 #include "k8s/api_client.h"
 #include "k8s/extender/commit_log.h"
 #include "k8s/extender/extender_app.h"
+#include "k8s/extender/recut_writer.h"
 #include "process/child_process.h"
 #include "testing/standins/scheduler_driver.h"
 #include "testing/standins/test_apiserver.h"
@@ -591,6 +592,57 @@ TEST(ExtenderRestartTest, KilledDuringABurstOfBinds) {
   again->Wait(kWait);
   api.CloseStdin();
   api.Wait(kWait);
+}
+
+// The re-cut request on its way to the Node (recut_writer.h), through the stand-in API server: a
+// hostile value there is replaced, no request is written over one the node has not answered, each
+// answered one is followed by the next number, and a write that loses to another (409) reads the
+// node again and wins on the next resourceVersion.
+TEST(RecutWriterTest, recut_OneRequestPerNodeNumberedAndWrittenOnItsResourceVersion) {
+  k8s::TestApiServer api;
+  ASSERT_TRUE(api.Start(0).ok());
+  api.CreateNode(
+      {{"metadata",
+        {{"name", "n"},
+         {"annotations", {{k8s::kMigRecutAnnotation, "{\"version\":1,\"id\":\"x\"}"}}}}}});
+  k8s::ClientConfig cc;
+  cc.server = api.url();
+  k8s::ApiClient client(cc);
+  const std::string gpu = "GPU-2e1fc313-a110-49be-8c5d-7c0bff8a19b5";
+  const MigRecut recut{"n", gpu, "1g.10gb=7", "team/small"};
+  auto request = [&] {
+    auto node = api.GetNode("n");
+    return k8s::ParseMigRecutRequest(
+        (*node)["metadata"]["annotations"][k8s::kMigRecutAnnotation].get<std::string>());
+  };
+  RecutWriteOutcome out = WriteMigRecut(client, recut);
+  ASSERT_TRUE(out.written) << out.reason;
+  EXPECT_EQ(out.id, 1u);
+  ASSERT_TRUE(request().ok()) << request().error();
+  EXPECT_EQ(*request(), (k8s::MigRecutRequest{1, gpu, "1g.10gb=7", "team/small"}));
+  // Unanswered: nothing is written over it.
+  out = WriteMigRecut(client, {"n", gpu, "3g.40gb=2", "team/other"});
+  EXPECT_FALSE(out.written);
+  EXPECT_EQ(out.reason, "node n has not answered request 1 yet (tessera.io/mig-recut-status)");
+  EXPECT_EQ(request()->layout, "1g.10gb=7");
+  // Answered: the next number.
+  ASSERT_TRUE(client
+                  .PatchNodeAnnotations(
+                      "n", {{k8s::kMigRecutStatusAnnotation,
+                             k8s::WriteMigRecutStatus({1, k8s::MigRecutState::kRefused, gpu,
+                                                       "GPU runs pod(s) team/big"})}})
+                  .ok());
+  api.InjectFault({"PATCH", "/api/v1/nodes/n", 1, 409});
+  out = WriteMigRecut(client, {"n", gpu, "3g.40gb=2", "team/other"});
+  ASSERT_TRUE(out.written) << out.reason;
+  EXPECT_EQ(out.id, 2u);
+  EXPECT_EQ(request()->layout, "3g.40gb=2");
+  EXPECT_EQ(api.faults_served(), 1) << "the 409 was answered and the write tried again";
+  // A node that is not there.
+  out = WriteMigRecut(client, {"gone", gpu, "1g.10gb=7", ""});
+  EXPECT_FALSE(out.written);
+  EXPECT_NE(out.reason.find("reading node gone"), std::string::npos) << out.reason;
+  api.Stop();
 }
 
 }  // namespace

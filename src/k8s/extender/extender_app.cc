@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "k8s/extender/recut_writer.h"
+
 namespace tessera::extender {
 
 namespace {
@@ -84,6 +86,7 @@ Status ExtenderApp::Start() {
   // Nodes first, then pods (ClusterState::ReplaceNodes says why); ready after both.
   nodes_->Start();
   sync_ = std::thread([this] { Sync(); });
+  if (config_.recut_poll.count() > 0) recut_ = std::thread([this] { RecutLoop(); });
   return Status::Ok();
 }
 
@@ -97,6 +100,32 @@ void ExtenderApp::Sync() {
   if (!stop_) server_->SetReady(true);
 }
 
+void ExtenderApp::RecutLoop() {
+  std::unique_lock lock(recut_mu_);
+  while (!stop_) {
+    recut_wake_.wait_for(lock, config_.recut_poll, [this] { return stop_.load(); });
+    if (stop_) return;
+    if (!server_->ready()) continue;
+    lock.unlock();
+    for (const MigRecut& r : state_->PlanMigRecuts()) {
+      const RecutWriteOutcome out = WriteMigRecut(*client_, r);
+      if (!out.written) state_->UnplanMigRecut(r.gpu);
+      if (config_.quiet) continue;
+      if (out.written) {
+        std::fprintf(stderr,
+                     "tessera-extender: asked node %s to cut %s into %s for pod %s "
+                     "(request %llu)\n",
+                     r.node.c_str(), r.gpu.c_str(), r.layout.c_str(), r.pod.c_str(),
+                     static_cast<unsigned long long>(out.id));
+      } else {
+        std::fprintf(stderr, "tessera-extender: MIG re-cut of %s on %s not asked: %s\n",
+                     r.gpu.c_str(), r.node.c_str(), out.reason.c_str());
+      }
+    }
+    lock.lock();
+  }
+}
+
 bool ExtenderApp::WaitReady(std::chrono::milliseconds timeout) const {
   const auto end = std::chrono::steady_clock::now() + timeout;
   while (!server_->ready()) {
@@ -107,8 +136,13 @@ bool ExtenderApp::WaitReady(std::chrono::milliseconds timeout) const {
 }
 
 void ExtenderApp::Stop() {
-  stop_ = true;
+  {
+    std::lock_guard lock(recut_mu_);
+    stop_ = true;
+  }
+  recut_wake_.notify_all();
   if (sync_.joinable()) sync_.join();
+  if (recut_.joinable()) recut_.join();
   if (pods_) pods_->Stop();
   if (nodes_) nodes_->Stop();
   server_->Stop();

@@ -2,12 +2,15 @@
 // (a Reflector for Nodes, then one for Pods, feeding ClusterState), the binder and the HTTP
 // server. The program (main.cc) runs one; tests and the openb replay run one in process against
 // the test API server. Owns threads: Start() returns once it listens; it turns ready (GET
-// /healthz 200, verbs served) once Nodes and then Pods have been listed. A pod the verbs are asked
+// /healthz 200, verbs served) once Nodes and then Pods have been listed; then, every recut_poll,
+// the MIG re-cuts it plans are written on their nodes (recut_writer.h). A pod the verbs are asked
 // about that the watch has not shown yet is read from the API server (extender_server.h).
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -34,6 +37,9 @@ struct AppConfig {
   std::vector<std::string> scheduler_names = DoorOptions().scheduler_names;
   StateOptions state;
   bool quiet = false;  // no log line per informer event problem (or refused HTTP client)
+  // How often the MIG re-cuts are planned and their requests written on the nodes
+  // (ClusterState::PlanMigRecuts, recut_writer.h); 0: never.
+  std::chrono::milliseconds recut_poll{1000};
 };
 
 class ExtenderApp {
@@ -60,6 +66,7 @@ class ExtenderApp {
 
  private:
   void Sync();
+  void RecutLoop();
 
   AppConfig config_;
   std::unique_ptr<k8s::ApiClient> client_;
@@ -69,6 +76,9 @@ class ExtenderApp {
   std::unique_ptr<k8s::Reflector> nodes_;
   std::unique_ptr<k8s::Reflector> pods_;
   std::thread sync_;
+  std::thread recut_;
+  std::mutex recut_mu_;
+  std::condition_variable recut_wake_;
   std::atomic<bool> stop_{false};
 };
 

@@ -63,6 +63,9 @@ void AddExtenderFlags(CLI::App& app, ExtenderFlags* flags) {
                  "how long a filter's reservation waits for its bind (default 30s)");
   app.add_option("--relearn", flags->relearn_text,
                  "how often the learned target workload is refreshed (default 60s)");
+  app.add_option("--mig-recut-interval", flags->recut_interval_text,
+                 "the least time between two re-cuts of one MIG GPU of a node labelled "
+                 "tessera.io/mig.recut=true (default 5m)");
   app.add_option(
          "--filter-answer", flags->answer_text,
          "what a filter passes: chosen (the node Tessera chose: kube-scheduler binds there "
@@ -131,6 +134,10 @@ Result<ExtenderSetup> ExtenderSetupFrom(const ExtenderFlags& f) {
       ParseDuration(f.relearn_text, "--relearn", std::chrono::seconds(1), std::chrono::hours(24));
   if (!relearn.ok()) return Fail(relearn.error());
   config.state.relearn_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*relearn);
+  auto recut = ParseDuration(f.recut_interval_text, "--mig-recut-interval", std::chrono::seconds(1),
+                             std::chrono::hours(24 * 7));
+  if (!recut.ok()) return Fail(recut.error());
+  config.state.mig_recut_interval = std::chrono::duration_cast<std::chrono::milliseconds>(*recut);
   config.state.filter_answer =
       f.answer_text == "fitting" ? FilterAnswer::kFitting : FilterAnswer::kChosen;
   if (!f.apiserver.empty() && !f.kubeconfig.empty()) {

@@ -28,6 +28,7 @@ struct ExtenderFlags {
   std::string max_request_text = "4MiB";
   std::string apiserver, kubeconfig, context, workload_csv;
   std::string ttl_text = "30s", relearn_text = "60s", answer_text = "chosen";
+  std::string recut_interval_text = "5m";
   std::string dra_interval_text = "1s";
   bool dra_steering = false;
 };
