@@ -220,17 +220,20 @@ TEST_F(DraRuntimeTest, ClaimsOfThirtyAndSeventyPercentInTwoPodmanContainers) {
     return v.count("late_ms") ? std::stod(v.at("late_ms")) / 1000.0 : 0.0;
   };
   const double late30 = late_s(t30), late70 = late_s(t70);
-  ASSERT_LT(std::max(late30, late70), seconds / 4.0) << "the containers started too late to measure";
+  ASSERT_LT(std::max(late30, late70), seconds / 4.0)
+      << "the containers started too late to measure";
   const double s30 = std::stod(*k30) / ((seconds - late30) * 10.0);
   const double s70 = std::stod(*k70) / ((seconds - late70) * 10.0);
   const double busy = s30 + s70;
   std::printf(
-      "[ shares   ] claims in podman: thirty %.1f %%  seventy %.1f %% of %d s (late %.3f / %.3f s); "
+      "[ shares   ] claims in podman: thirty %.1f %%  seventy %.1f %% of %d s (late %.3f / %.3f "
+      "s); "
       "split %.1f/%.1f\n",
       s30, s70, seconds, late30, late70, 100.0 * s30 / busy, 100.0 * s70 / busy);
   EXPECT_NEAR(100.0 * s30 / busy, 30.0, 1.0) << "of the device time the two claims got";
   EXPECT_NEAR(100.0 * s70 / busy, 70.0, 1.0) << "of the device time the two claims got";
-  EXPECT_GT(busy, 94.0) << "the two kept the device busy only " << busy << " % of the time they ran";
+  EXPECT_GT(busy, 94.0) << "the two kept the device busy only " << busy
+                        << " % of the time they ran";
 }
 
 // tesserad as docs/security.md runs it for hostile tenants: what goes over a cap is killed.
