@@ -36,7 +36,7 @@ class Reader {
             "", "value " + Shown(doc) + " is not a JSON object; expected {\"version\":1,...}"));
       }
       return doc;
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
       std::string shown(text.substr(0, 80));
       return Result<json>(Fail("", "\"" + shown + (text.size() > 80 ? "..." : "") +
                                        "\" is not valid JSON (" + e.what() + ")"));

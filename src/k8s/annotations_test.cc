@@ -379,6 +379,26 @@ TEST(UserAnnotations, gpu_modes_ThePodsGpuModeAnnotation) {
   }
 }
 
+// A number no double holds makes the JSON reader throw out_of_range, not parse_error: every
+// annotation a user may write on a pod or a node is refused by name, never thrown out of the reader
+// (it took the extender and the device plugin down).
+TEST(Annotations, ANumberOutOfRangeIsRefusedByNameInEveryJsonAnnotation) {
+  const std::string value = R"({"version":1,"id":-2e1222222222222})";
+  auto assignment = ParseAssignment(value);
+  ASSERT_FALSE(assignment.ok());
+  EXPECT_THAT(assignment.error(), HasSubstr("tessera.io/assignment: "));
+  EXPECT_THAT(assignment.error(), HasSubstr("is not valid JSON"));
+  auto inventory = ParseGpuInventory(value);
+  ASSERT_FALSE(inventory.ok());
+  EXPECT_THAT(inventory.error(), HasSubstr("tessera.io/gpu-inventory: "));
+  auto request = ParseMigRecutRequest(value);
+  ASSERT_FALSE(request.ok());
+  EXPECT_THAT(request.error(), HasSubstr("tessera.io/mig-recut: "));
+  auto status = ParseMigRecutStatus(value);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.error(), HasSubstr("tessera.io/mig-recut-status: "));
+}
+
 TEST(MigRecut, recut_RequestAndStatusRoundTripAndHostileValuesAreRefusedByName) {
   const MigRecutRequest req{7, kUuid0, "1g.10gb=7", "team/small"};
   auto back = ParseMigRecutRequest(WriteMigRecutRequest(req));
