@@ -106,16 +106,23 @@ struct Arrival {
   const Shape* shape;
 };
 
-// The pods in a fixed mixed order (a small linear congruential shuffle, the same every run).
-std::vector<Arrival> Burst() {
+// Each shape's pods, named <shape>-01, -02, ..., in the shapes' order.
+template <size_t N>
+std::vector<Arrival> Named(const Shape (&shapes)[N]) {
   std::vector<Arrival> out;
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : shapes) {
     for (int i = 1; i <= s.count; ++i) {
       char name[32];
       std::snprintf(name, sizeof(name), "%s-%02d", s.name, i);
       out.push_back({name, &s});
     }
   }
+  return out;
+}
+
+// The pods in a fixed mixed order (a small linear congruential shuffle, the same every run).
+std::vector<Arrival> Burst() {
+  std::vector<Arrival> out = Named(kShapes);
   uint32_t x = 12345;
   for (size_t i = out.size(); i > 1; --i) {
     x = x * 1103515245u + 12345u;
@@ -316,14 +323,7 @@ int Run() {
       }
     }
   }
-  std::vector<Arrival> wave;
-  for (const Shape& s : kWave) {
-    for (int i = 1; i <= s.count; ++i) {
-      char name[32];
-      std::snprintf(name, sizeof(name), "%s-%02d", s.name, i);
-      wave.push_back({name, &s});
-    }
-  }
+  const std::vector<Arrival> wave = Named(kWave);
   std::printf("\n\nThen %zu pods that need whole GPUs arrive:\n", wave.size());
   Arrive(wave, tessera, binpack);
   std::vector<Arrival> all = burst;

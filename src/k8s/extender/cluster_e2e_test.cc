@@ -124,6 +124,21 @@ void StopCluster(std::vector<std::unique_ptr<ChildProcess>>& containers,
   api.Stop();
 }
 
+// kubelet on `node` admits pod `name` and the runtime starts a tenant that allocates until refused;
+// the tenant joins `containers`.
+ChildProcess* AdmitAndStart(k8s::TestApiServer& api, NodeParts& node,
+                            std::vector<std::unique_ptr<ChildProcess>>& containers,
+                            const std::string& name, const Json& created) {
+  auto admitted = node.kubelet->Admit(*api.GetPod("default", name));
+  EXPECT_TRUE(admitted.ok()) << name << ": " << admitted.error();
+  if (!admitted.ok()) return nullptr;
+  const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
+  EXPECT_TRUE(node.kubelet->PreStart(created["metadata"]["uid"], a.name).ok());
+  containers.push_back(node.StartTenant(name, a));
+  api.SetPodPhase("default", name, "Running");
+  return containers.back().get();
+}
+
 // One simulated GPU node of the cluster.
 struct GpuNode : NodeParts {
   std::string name;
@@ -525,16 +540,8 @@ class MigClusterE2ETest : public ::testing::Test {
     EXPECT_TRUE(a.ok()) << a.error();
     return a.ok() ? *a : k8s::Assignment{};
   }
-  // kubelet on `node` admits the pod and the runtime starts a tenant that allocates until refused.
   ChildProcess* Run(Node& node, const std::string& name, const Json& created) {
-    auto admitted = node.kubelet->Admit(*api_.GetPod("default", name));
-    EXPECT_TRUE(admitted.ok()) << name << ": " << admitted.error();
-    if (!admitted.ok()) return nullptr;
-    const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
-    EXPECT_TRUE(node.kubelet->PreStart(created["metadata"]["uid"], a.name).ok());
-    containers_.push_back(node.StartTenant(name, a));
-    api_.SetPodPhase("default", name, "Running");
-    return containers_.back().get();
+    return AdmitAndStart(api_, node, containers_, name, created);
   }
   // The MIG device of `profile` at slot `start` in mig-a's inventory.
   std::string MigDevice(const std::string& profile, int start) {
@@ -674,16 +681,8 @@ class RecutClusterE2ETest : public ::testing::Test {
     pod["metadata"].erase("resourceVersion");
     return api_.CreatePod(pod);
   }
-  // kubelet admits the pod and the runtime starts a tenant that allocates until refused.
   ChildProcess* Run(const std::string& name, const Json& created) {
-    auto admitted = node_.kubelet->Admit(*api_.GetPod("default", name));
-    EXPECT_TRUE(admitted.ok()) << name << ": " << admitted.error();
-    if (!admitted.ok()) return nullptr;
-    const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
-    EXPECT_TRUE(node_.kubelet->PreStart(created["metadata"]["uid"], a.name).ok());
-    containers_.push_back(node_.StartTenant(name, a));
-    api_.SetPodPhase("default", name, "Running");
-    return containers_.back().get();
+    return AdmitAndStart(api_, node_, containers_, name, created);
   }
   std::string NodeAnnotation(const char* key) {
     auto node = api_.GetNode("mig-r");
