@@ -178,12 +178,20 @@ std::optional<Assignment> ScoredNodePolicy::Scan(const Cluster& c, const Request
   Score best_score;
   uint64_t ties = 0;
   Entry uncached;
+  const bool adjusting = BeginScan(c, r);
+  Score adjusted;
   for (int i = 0; i < count; ++i) {
     const int n = candidates != nullptr ? candidates[i] : i;
     Entry* e = entries != nullptr ? &(*entries)[static_cast<size_t>(n)] : &uncached;
     if (entries == nullptr || e->version != c.version(n)) Refresh(c, n, r, *e);
     if (!e->fits) continue;
-    const Score& s = e->score;
+    const Score* score = &e->score;
+    if (adjusting) {
+      adjusted = e->score;
+      AdjustScore(c, n, r, adjusted);
+      score = &adjusted;
+    }
+    const Score& s = *score;
     if (scores != nullptr) scores->push_back(NodeScore{n, s.primary, s.secondary, s.gpus});
     if (best < 0 || s.primary > best_score.primary ||
         (s.primary == best_score.primary && s.secondary > best_score.secondary)) {

@@ -69,6 +69,11 @@ class ScoredNodePolicy : public Policy {
   }
   // Called before scoring whenever the cluster object differs from the last call's.
   virtual void Attach(const Cluster& cluster) {}
+  // Called once per scan, before any score is compared. A policy whose choice also depends on
+  // the cluster as a whole, not only on each node, prepares that part here and returns true;
+  // AdjustScore then adds it to each fitting node's (cached) score for this scan.
+  virtual bool BeginScan(const Cluster& cluster, const Request& request) { return false; }
+  virtual void AdjustScore(const Cluster& cluster, int node, const Request& request, Score& s) {}
 
   Rng rng_;
 
@@ -263,6 +268,12 @@ std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const Cl
 // class. tessera's rho_k.
 std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
                                   const TargetWorkload& workload);
+// Per class: the part of its GPUs that multi-GPU requests which only the larger nodes fit (as
+// ClassPressure counts them by size) will need; such requests need nodes whole, so a request that
+// takes part of an empty node of the class spoils all of it for them.
+std::vector<double> ClassWholeNodePressure(const Cluster& cluster,
+                                           std::span<const ClassInfo> classes,
+                                           const TargetWorkload& workload);
 
 std::unique_ptr<Policy> MakeRandom(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeBinpack(const PolicyOptions& options);

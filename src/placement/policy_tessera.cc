@@ -23,6 +23,19 @@
 // constraints every class sees the whole workload and P is 0.
 // R_n only changes for fractional shares (a whole GPU goes from fresh to full on every node), so
 // it is left out of whole-GPU scores.
+// A request that takes every GPU of a node is judged without F_n (it leaves no fragment on any
+// node it may take whole). Two charges keep whole nodes for the multi-GPU requests that need them:
+//   opening: a request that takes part of an empty node of class k pays (w_k - w_min) times the
+//       node's GPUs, w_k being the part of class k's GPUs that multi-GPU requests only the larger
+//       nodes fit will need (ClassWholeNodePressure; 120-core 8-GPU requests fit only 128-core
+//       nodes) and w_min the lowest among the classes the request may use. Such requests need
+//       nodes whole, so opening one spoils all of it for them, however small the request.
+//   scarce empty nodes: with D the multi-GPU requests of a node kind's size that run at once when
+//       the arrived workload equals the cluster (AttachWholeNodeDemand), a request that takes
+//       part of an empty node of that kind while at most kKeptEmptyPart x D of them are empty,
+//       counted over the whole cluster, pays kScarceEmptyNodeCharge. A cluster filling from empty
+//       places as before until its last empty nodes; with departures, CPU-heavy single GPUs no
+//       longer open the last whole nodes that 8-GPU requests wait for.
 // The decrease is cut into steps of kStepMilli (differences smaller than a step are noise, and
 // acting on them spreads requests over the cluster); the highest step wins and equal steps go to
 // the first node in list order, which packs. Fractional single-GPU requests take the GPU with the
@@ -43,6 +56,10 @@ namespace {
 constexpr double kStepMilli = 30;
 // Future arrivals a GPU's free share waits for before the cluster fills (ExpectedResidual).
 constexpr double kArrivalsPerGap = 100;
+// The part of a node kind's whole-node demand kept as empty nodes, and what taking part of one
+// of the last of them costs (milli, as the score's other terms).
+constexpr double kKeptEmptyPart = 0.5;
+constexpr double kScarceEmptyNodeCharge = 3000;
 
 // CPU milli that shapes ask per whole GPU, with these weights (0 when none asks for a GPU).
 double CpuPerGpu(const TargetWorkload& w, const std::vector<double>& weights) {
@@ -101,6 +118,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
     eval_ = std::make_unique<FragEvaluator>(c, *workload_);
     const std::vector<ClassInfo> classes = ClusterClasses(c);
     const std::vector<double> pressure = ClassPressure(c, classes, *workload_);
+    const std::vector<double> whole_pressure = ClassWholeNodePressure(c, classes, *workload_);
     class_of_.assign(kNodeClasses, -1);
     tables_.clear();
     fillers_.clear();
@@ -119,17 +137,47 @@ class TesseraPolicy final : public ScoredNodePolicy {
       if (t.residual.empty()) t.residual = ExpectedResidual(fillers, kArrivalsPerGap);
       fillers_.push_back(std::move(fillers));
       t.pressure = pressure[i];
+      t.whole_pressure = whole_pressure[i];
       tables_.push_back(std::move(t));
     }
+    AttachWholeNodeDemand(c, classes);
+  }
+
+  // The scarce-empty-node charge (the file's comment) depends on how many nodes of a kind are
+  // empty in the whole cluster, so it is added to the cached scores for each scan: counted over
+  // every node, also when the extender asks among kube-scheduler's candidates only.
+  bool BeginScan(const Cluster& c, const Request& r) override {
+    if (kind_keep_.empty() || r.mig()) return false;
+    std::fill(kind_empty_.begin(), kind_empty_.end(), 0);
+    for (int n = 0; n < c.node_count(); ++n) {
+      const int k = kind_of_[static_cast<size_t>(n)];
+      if (k >= 0 && Empty(c, n)) ++kind_empty_[static_cast<size_t>(k)];
+    }
+    return true;
+  }
+
+  void AdjustScore(const Cluster& c, int n, const Request& r, Score& s) override {
+    const int k = kind_of_[static_cast<size_t>(n)];
+    if (k < 0 || r.gpu_count >= c.spec(n).gpu_count || !Empty(c, n)) return;
+    if (kind_empty_[static_cast<size_t>(k)] > kind_keep_[static_cast<size_t>(k)]) return;
+    s.primary -= kScarceEmptyNodeCharge / kStepMilli;
   }
 
   Score ScoreNode(const Cluster& c, int n, const Request& r) override {
-    if (!memo_on_) return Compute(c, n, r);
-    // A node's score depends only on its class, free CPU and GPUs and the request: nodes in the
-    // same state (idle nodes of one kind, above all) are scored once.
-    if (const Score* known = memo_.Find(c, n, r)) return *known;
-    const Score s = Compute(c, n, r);
-    memo_.Store(s);
+    Score s;
+    if (!memo_on_) {
+      s = Compute(c, n, r);
+    } else if (const Score* known = memo_.Find(c, n, r)) {
+      // A node's score depends only on its class, free CPU and GPUs and the request: nodes in
+      // the same state (idle nodes of one kind, above all) are scored once.
+      s = *known;
+    } else {
+      s = Compute(c, n, r);
+      memo_.Store(s);
+    }
+    // Whether the node is empty also depends on its capacity, which the memo's state of a used
+    // node leaves out: the opening charge is added here, in whole steps.
+    s.primary -= std::ceil(OpeningCharge(c, n, r) / kStepMilli);
     return s;
   }
 
@@ -166,7 +214,12 @@ class TesseraPolicy final : public ScoredNodePolicy {
       return best;
     }
     const uint32_t gpus = BestFitGpus(c, n, r);
-    const double after = eval_->FragAfter(n, r, gpus);
+    // A request that takes every GPU of a node leaves no fragment there, wherever it goes: F_n's
+    // decrease would only be F_n of the node before, which is high on nodes that many typical
+    // shapes may not use (a model few constraints allow), and would draw whole-node requests to
+    // the nodes that only the largest requests fit. Such placements are judged without it.
+    const double after =
+        r.gpu_count == c.spec(n).gpu_count ? before : eval_->FragAfter(n, r, gpus);
     double residual_gain = 0;
     if (r.gpu_count > 0 && !r.whole_gpus()) {
       for (int g = 0; g < c.spec(n).gpu_count; ++g) {
@@ -190,12 +243,77 @@ class TesseraPolicy final : public ScoredNodePolicy {
     return -(gpu_left + cpu_left);
   }
 
+  static bool Empty(const Cluster& c, int n) {
+    return c.cpu_free(n) == c.spec(n).cpu_milli &&
+           c.share_free_total(n) == int64_t{c.spec(n).gpu_count} * kMilliPerGpu;
+  }
+
+  // The whole-node demand per node kind (class, CPU, memory, GPU count; nodes of 2 GPUs or more):
+  // each multi-GPU request size of the workload (TargetWorkload::sized_demands) spread over the
+  // kinds it fits when empty, in proportion to their GPUs, as the requests of it running at once
+  // when the arrived workload equals the cluster. kind_keep_ is kKeptEmptyPart of it, rounded up:
+  // the empty nodes below which taking part of one costs kScarceEmptyNodeCharge.
+  void AttachWholeNodeDemand(const Cluster& c, std::span<const ClassInfo> classes) {
+    kind_of_.assign(static_cast<size_t>(c.node_count()), -1);
+    std::vector<int> first;  // per kind: its first node
+    std::vector<int64_t> gpus;
+    for (int n = 0; n < c.node_count(); ++n) {
+      const NodeSpec& spec = c.spec(n);
+      if (NodeClass(spec) < 0 || spec.gpu_count < 2) continue;
+      size_t k = 0;
+      while (k < first.size() && !SameKind(c.spec(first[k]), spec)) ++k;
+      if (k == first.size()) {
+        first.push_back(n);
+        gpus.push_back(0);
+      }
+      gpus[k] += spec.gpu_count;
+      kind_of_[static_cast<size_t>(n)] = static_cast<int>(k);
+    }
+    int64_t all_gpus = 0;
+    for (const ClassInfo& k : classes) all_gpus += k.gpus;
+    std::vector<double> demand(first.size(), 0.0);
+    std::vector<uint8_t> fits(first.size());
+    for (const TargetShape& d : workload_->sized_demands()) {
+      if (d.gpu_count < 2) continue;
+      int64_t reach = 0;
+      for (size_t k = 0; k < first.size(); ++k) {
+        const NodeSpec& spec = c.spec(first[k]);
+        fits[k] = spec.cpu_milli >= d.cpu_milli && spec.memory_mib >= d.memory_mib &&
+                  spec.gpu_count >= d.gpu_count && ShapeNeed(c, first[k], d) >= 0;
+        if (fits[k] != 0) reach += gpus[k];
+      }
+      if (reach == 0) continue;
+      const double per_request = static_cast<double>(d.gpu_count) *
+                                 std::clamp(d.gpu_milli, 1, kMilliPerGpu) / kMilliPerGpu;
+      const double requests = d.weight * static_cast<double>(all_gpus) / per_request;
+      for (size_t k = 0; k < first.size(); ++k) {
+        if (fits[k] != 0) {
+          demand[k] += requests * static_cast<double>(gpus[k]) / static_cast<double>(reach);
+        }
+      }
+    }
+    kind_keep_.assign(first.size(), 0);
+    kind_empty_.assign(first.size(), 0);
+    bool any = false;
+    for (size_t k = 0; k < first.size(); ++k) {
+      kind_keep_[k] = static_cast<int>(std::ceil(kKeptEmptyPart * demand[k]));
+      any = any || kind_keep_[k] > 0;
+    }
+    if (!any) kind_keep_.clear();
+  }
+
+  static bool SameKind(const NodeSpec& a, const NodeSpec& b) {
+    return NodeClass(a) == NodeClass(b) && a.cpu_milli == b.cpu_milli &&
+           a.memory_mib == b.memory_mib && a.gpu_count == b.gpu_count;
+  }
+
   // What tessera knows of one node class of the attached cluster.
   struct ClassTable {
     int first_node = -1;           // stands for the class's model and mode
     double cpu_per_gpu = 0;        // kappa_k
     std::vector<double> residual;  // W_k, indexed by free share 0..1000
     double pressure = 0;           // rho_k
+    double whole_pressure = 0;     // the part of class k's GPUs needed as whole nodes
   };
 
   const ClassTable* TableOf(const Cluster& c, int n) const {
@@ -217,6 +335,28 @@ class TesseraPolicy final : public ScoredNodePolicy {
            t.residual[static_cast<size_t>(std::clamp(to, 0, kMilliPerGpu))];
   }
 
+  // The opening charge (the file's comment), in milli: what `r` pays for taking part of empty
+  // node `n`.
+  double OpeningCharge(const Cluster& c, int n, const Request& r) const {
+    const ClassTable* t = TableOf(c, n);
+    if (t == nullptr || t->whole_pressure <= 0 || r.gpu_count >= c.spec(n).gpu_count ||
+        !Empty(c, n)) {
+      return 0;
+    }
+    return (t->whole_pressure - LowestWholePressure(c, r)) *
+           static_cast<double>(c.spec(n).gpu_count) * kMilliPerGpu;
+  }
+
+  // The lowest whole-node pressure among the classes `r` may use; 0 for a request asking no GPU.
+  double LowestWholePressure(const Cluster& c, const Request& r) const {
+    if (r.gpu_count == 0) return 0;
+    double lowest = 1;
+    for (const ClassTable& t : tables_) {
+      if (MayUse(r, c.spec(t.first_node))) lowest = std::min(lowest, t.whole_pressure);
+    }
+    return lowest;
+  }
+
   // The lowest pressure among the classes `r` may use.
   double LowestPressure(const Cluster& c, const Request& r) const {
     double lowest = 1;
@@ -235,6 +375,9 @@ class TesseraPolicy final : public ScoredNodePolicy {
   int64_t largest_cpu_milli_ = 1;
   std::vector<ClassTable> tables_;
   std::vector<std::vector<std::pair<int, double>>> fillers_;  // per class, W_k's fillers
+  std::vector<int> kind_of_;     // per node: its kind, -1 for nodes of fewer than 2 GPUs
+  std::vector<int> kind_keep_;   // per kind: empty nodes kept for whole-node demand
+  std::vector<int> kind_empty_;  // per kind: empty nodes, counted by BeginScan
 };
 
 }  // namespace
@@ -310,11 +453,12 @@ std::vector<NodeKind> NodeKinds(const Cluster& cluster, std::span<const ClassInf
 // free, drawing requests to them that constraints need there. Constrained demand is left out
 // too: ClassPressure counts it by its constraint.
 void AddSizedLoad(const Cluster& cluster, std::span<const ClassInfo> classes,
-                  const TargetWorkload& w, std::vector<double>& load) {
+                  const TargetWorkload& w, std::vector<double>& load, int min_gpu_count = 1) {
   const int64_t all_gpus = AllGpus(classes);
   const std::vector<NodeKind> kinds = NodeKinds(cluster, classes);
   std::vector<int64_t> reach_of(classes.size());
   for (const TargetShape& d : w.sized_demands()) {
+    if (d.gpu_count < min_gpu_count) continue;
     if (Reach(cluster, classes, d) < all_gpus) continue;
     std::fill(reach_of.begin(), reach_of.end(), 0);
     int64_t reach = 0;
@@ -377,6 +521,18 @@ std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassI
     }
   }
   AddSizedLoad(cluster, classes, w, load);
+  std::vector<double> pressure(classes.size(), 0.0);
+  for (size_t i = 0; i < classes.size(); ++i) {
+    pressure[i] = std::min(1.0, load[i] / static_cast<double>(classes[i].gpus));
+  }
+  return pressure;
+}
+
+std::vector<double> ClassWholeNodePressure(const Cluster& cluster,
+                                           std::span<const ClassInfo> classes,
+                                           const TargetWorkload& w) {
+  std::vector<double> load(classes.size(), 0.0);  // GPUs
+  AddSizedLoad(cluster, classes, w, load, /*min_gpu_count=*/2);
   std::vector<double> pressure(classes.size(), 0.0);
   for (size_t i = 0; i < classes.size(); ++i) {
     pressure[i] = std::min(1.0, load[i] / static_cast<double>(classes[i].gpus));
