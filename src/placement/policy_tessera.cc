@@ -218,8 +218,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
     // decrease would only be F_n of the node before, which is high on nodes that many typical
     // shapes may not use (a model few constraints allow), and would draw whole-node requests to
     // the nodes that only the largest requests fit. Such placements are judged without it.
-    const double after =
-        r.gpu_count == c.spec(n).gpu_count ? before : eval_->FragAfter(n, r, gpus);
+    const double after = r.gpu_count == c.spec(n).gpu_count ? before : eval_->FragAfter(n, r, gpus);
     double residual_gain = 0;
     if (r.gpu_count > 0 && !r.whole_gpus()) {
       for (int g = 0; g < c.spec(n).gpu_count; ++g) {
