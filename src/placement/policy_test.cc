@@ -400,6 +400,103 @@ TEST(PolicyTest, TesseraLeavesLargeNodesToRequestsOnlyTheyFit) {
   EXPECT_EQ(Make("tessera", &w)->Select(empty, big)->node, 0);
 }
 
+TEST(PolicyTest, ClassWholeNodePressureCountsOnlyMultiGpuSizes) {
+  // The 120-core 8-GPU request fits only the 128-core G3 node and needs it whole; a 120-core
+  // single GPU fits only G3 as well, but needs no whole node: it presses on G3 (ClassPressure),
+  // not on its whole nodes.
+  const Cluster c = Nodes({{128000, 8, "G3"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+  const auto classes = internal::ClusterClasses(c);
+  TargetShape small{4000, 1, 1000, kProportionalMemory, ModelSet::Any(), 0.7};
+  TargetShape big{120000, 8, 1000, kProportionalMemory, ModelSet::Any(), 0.0375};
+  TargetShape big_single{120000, 1, 1000, kProportionalMemory, ModelSet::Any(), 0.3};
+  const std::vector<double> whole =
+      internal::ClassWholeNodePressure(c, classes, TargetWorkload({small, big}));
+  EXPECT_NEAR(whole[0], 7.2 / 8, 1e-9);
+  EXPECT_EQ(whole[1], 0);
+  for (double p :
+       internal::ClassWholeNodePressure(c, classes, TargetWorkload({small, big_single}))) {
+    EXPECT_EQ(p, 0);
+  }
+  EXPECT_NEAR(internal::ClassPressure(c, classes, TargetWorkload({small, big_single}))[0], 7.2 / 8,
+              1e-9);
+}
+
+// Two G3 nodes (128 cores) and two G2 nodes (96 cores). Some single GPUs may use only G2, as
+// much of G2's GPUs as the 120-core 8-GPU requests need of G3's: the pressure on both classes is
+// 0.4, so the protection does not tell them apart. FGD's measure does: the G2-only shape cannot
+// use G3, so G3's free share counts as fragment for it, and consuming it lowers the measure. Two
+// G3 nodes are empty, more than the one kept empty for the 8-GPU requests (the scarce-empty-node
+// charge stays out of it).
+struct G3AndG2 {
+  Cluster cluster =
+      Nodes({{128000, 8, "G3"}, {128000, 8, "G3"}, {96000, 8, "G2"}, {96000, 8, "G2"}});
+  TargetWorkload workload;
+  G3AndG2() {
+    const Request one = Pod(1000, 1, 4000);
+    Request g2_only = one;
+    g2_only.allowed = ModelSet::Of(cluster.models().Find("G2"));
+    std::vector<Request> requests(24, one);
+    requests.insert(requests.end(), 8, g2_only);
+    requests.push_back(Pod(1000, 8, 120000));
+    workload = TargetWorkload::FromRequests(requests, 0.9);
+  }
+  std::string ModelOf(int node) const {
+    return cluster.models().model(cluster.spec(node).model).name;
+  }
+};
+
+TEST(PolicyTest, TesseraKeepsNodesThatOnlyTheLargestRequestsFitWhole) {
+  G3AndG2 f;
+  const auto classes = internal::ClusterClasses(f.cluster);
+  const std::vector<double> rho = internal::ClassPressure(f.cluster, classes, f.workload);
+  ASSERT_NEAR(rho[0], 0.4, 1e-9);
+  ASSERT_NEAR(rho[1], 0.4, 1e-9);
+  // A single GPU that may go anywhere would spoil the empty G3 node for the 120-core requests:
+  // the opening charge sends it to G2 (without it, FGD's measure sends it to G3).
+  const Request one = Pod(1000, 1, 4000);
+  const auto placed = Make("tessera", &f.workload)->Select(f.cluster, one);
+  ASSERT_TRUE(placed.has_value());
+  EXPECT_EQ(f.ModelOf(placed->node), "G2");
+  // An 88-core 8-GPU request fits both and takes a node whole, wherever it goes: judged without
+  // FGD's measure (which would favour G3), the drain preference sends it to the G2 node it fills.
+  const auto whole = Make("tessera", &f.workload)->Select(f.cluster, Pod(1000, 8, 88000));
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_EQ(f.ModelOf(whole->node), "G2");
+  // A request that may use only G3 pays nothing for opening it.
+  Request g3_only = one;
+  g3_only.allowed = ModelSet::Of(f.cluster.models().Find("G3"));
+  EXPECT_EQ(Make("tessera", &f.workload)->Select(f.cluster, g3_only)->node, 0);
+}
+
+TEST(PolicyTest, TesseraKeepsTheLastEmptyNodesOfAKindForMultiGpuRequests) {
+  // Single GPUs of 4 cores and, for a quarter of the GPU demand, 8-GPU requests of 88 cores,
+  // which every node fits when empty: one of them runs at once per 32 GPUs, and half of that
+  // (rounded up) is kept empty. Nodes 0-2 have 2 GPUs and 16 cores left.
+  auto make = [](int nodes) {
+    std::vector<std::tuple<int64_t, int, std::string>> specs(nodes, {96000, 8, "G2"});
+    Cluster c = Nodes(specs);
+    for (int n = 0; n < 3; ++n) EXPECT_TRUE(c.Place(Pod(1000, 6, 80000), {n, 0b111111}).ok());
+    return c;
+  };
+  std::vector<Request> requests(24, Pod(1000, 1, 4000));
+  requests.push_back(Pod(1000, 8, 88000));
+  const TargetWorkload w = TargetWorkload::FromRequests(requests, 0.9);
+  // A single GPU of 14 cores on a used node leaves its last GPU 2 cores: stranded, so the score
+  // prefers an empty node. With one empty node left (the kept one) it goes to a used node.
+  const Request heavy = Pod(1000, 1, 14000);
+  const Cluster one_empty = make(4);
+  EXPECT_LT(Make("tessera", &w)->Select(one_empty, heavy)->node, 3);
+  // With two empty nodes (one more than kept) it takes an empty one.
+  const Cluster two_empty = make(5);
+  EXPECT_EQ(Make("tessera", &w)->Select(two_empty, heavy)->node, 3);
+  // The empty nodes are counted over the whole cluster, also when the extender asks among some
+  // candidates only.
+  const std::vector<int> candidates = {0, 3};
+  EXPECT_EQ(Make("tessera", &w)->SelectAmong(two_empty, heavy, candidates, nullptr)->node, 3);
+  // A request that takes the whole node pays nothing.
+  EXPECT_EQ(Make("tessera", &w)->Select(one_empty, Pod(1000, 8, 88000))->node, 3);
+}
+
 TEST(PolicyTest, TesseraMemoChangesNoDecision) {
   // tessera remembers scores of node states (NodeStateMemo); the unmemoised policy scores every
   // node afresh. On random clusters with many identical nodes, random requests (some limited to
