@@ -151,15 +151,27 @@ class TesseraPolicy final : public ScoredNodePolicy {
     std::fill(kind_empty_.begin(), kind_empty_.end(), 0);
     for (int n = 0; n < c.node_count(); ++n) {
       const int k = kind_of_[static_cast<size_t>(n)];
-      if (k >= 0 && Empty(c, n)) ++kind_empty_[static_cast<size_t>(k)];
+      if (k < 0) continue;
+      const KindSize& size = kind_size_[static_cast<size_t>(k)];
+      if (c.cpu_free(n) == size.cpu_milli && c.share_free_total(n) == size.share_milli) {
+        ++kind_empty_[static_cast<size_t>(k)];
+      }
     }
-    return true;
+    // Only a kind at or below what is kept, which the request would take part of, is charged.
+    for (size_t k = 0; k < kind_keep_.size(); ++k) {
+      if (kind_empty_[k] <= kind_keep_[k] && r.gpu_count < kind_size_[k].gpu_count) return true;
+    }
+    return false;
   }
 
   void AdjustScore(const Cluster& c, int n, const Request& r, Score& s) override {
     const int k = kind_of_[static_cast<size_t>(n)];
-    if (k < 0 || r.gpu_count >= c.spec(n).gpu_count || !Empty(c, n)) return;
-    if (kind_empty_[static_cast<size_t>(k)] > kind_keep_[static_cast<size_t>(k)]) return;
+    if (k < 0 || kind_empty_[static_cast<size_t>(k)] > kind_keep_[static_cast<size_t>(k)]) return;
+    const KindSize& size = kind_size_[static_cast<size_t>(k)];
+    if (r.gpu_count >= size.gpu_count || c.cpu_free(n) != size.cpu_milli ||
+        c.share_free_total(n) != size.share_milli) {
+      return;
+    }
     s.primary -= kScarceEmptyNodeCharge / kStepMilli;
   }
 
@@ -254,6 +266,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
   // the empty nodes below which taking part of one costs kScarceEmptyNodeCharge.
   void AttachWholeNodeDemand(const Cluster& c, std::span<const ClassInfo> classes) {
     kind_of_.assign(static_cast<size_t>(c.node_count()), -1);
+    kind_size_.clear();
     std::vector<int> first;  // per kind: its first node
     std::vector<int64_t> gpus;
     for (int n = 0; n < c.node_count(); ++n) {
@@ -264,6 +277,8 @@ class TesseraPolicy final : public ScoredNodePolicy {
       if (k == first.size()) {
         first.push_back(n);
         gpus.push_back(0);
+        kind_size_.push_back(
+            {spec.cpu_milli, int64_t{spec.gpu_count} * kMilliPerGpu, spec.gpu_count});
       }
       gpus[k] += spec.gpu_count;
       kind_of_[static_cast<size_t>(n)] = static_cast<int>(k);
@@ -377,6 +392,12 @@ class TesseraPolicy final : public ScoredNodePolicy {
   std::vector<int> kind_of_;     // per node: its kind, -1 for nodes of fewer than 2 GPUs
   std::vector<int> kind_keep_;   // per kind: empty nodes kept for whole-node demand
   std::vector<int> kind_empty_;  // per kind: empty nodes, counted by BeginScan
+  struct KindSize {
+    int64_t cpu_milli = 0;
+    int64_t share_milli = 0;  // all its GPUs' share
+    int gpu_count = 0;
+  };
+  std::vector<KindSize> kind_size_;  // per kind
 };
 
 }  // namespace
