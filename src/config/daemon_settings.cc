@@ -182,7 +182,6 @@ Status ApplyFlags(const DaemonFlags& flags, DaemonSettings* s) {
     *out = *parsed;
   }
   s->policy_without_mps = n.policy;
-  s->mps_sets_policy = s->mps && !policy_given;
   if (s->mps && !policy_given) {
     // MPS runs clients' kernels side by side; slicing GPU time would undo that. Memory isolation
     // stays (policy 5); an explicit --policy or --gpu-policy still wins. With --mps-gpus, only

@@ -70,9 +70,7 @@ struct DaemonSettings {
   // GPUs' labels: docs/contracts.md).
   std::set<int> mps_gpus;
   bool mps_none = false;  // --mps-gpus none: MPS allowed, no GPU runs it at start
-  // Whether a GPU gets policy 5 while it runs MPS (no --policy given), and the policy it has
-  // otherwise (the node's, before MPS).
-  bool mps_sets_policy = false;
+  // The node's policy before --mps made it 5: what a GPU that stops running MPS (MPSGPUS) gets.
   ArbiterPolicy policy_without_mps = ArbiterPolicy::kFair;
   std::string mps_control;         // --mps-control; empty: mps's default
   std::string mps_dir;             // --mps-dir; empty: mps's default

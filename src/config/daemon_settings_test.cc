@@ -273,11 +273,10 @@ TEST(ResolveDaemonSettings, gpu_modes_MpsGpusNoneAllowsMpsOnNoGpuYet) {
   EXPECT_EQ(s.mps_control, "/opt/mps-control");
   EXPECT_EQ(s.node.policy, ArbiterPolicy::kFair) << "no GPU runs MPS yet";
   EXPECT_TRUE(s.node.gpus.empty());
-  EXPECT_TRUE(s.mps_sets_policy) << "a GPU that joins gets policy 5";
   EXPECT_EQ(s.policy_without_mps, ArbiterPolicy::kFair);
-  setup = Resolve({"--mps-gpus", "none", "--policy", "2"});
+  setup = Resolve({"--mps", "--policy", "2"});
   ASSERT_TRUE(setup.settings.ok());
-  EXPECT_FALSE(setup.settings->mps_sets_policy) << "--policy wins";
+  EXPECT_EQ(setup.settings->policy_without_mps, ArbiterPolicy::kWeightedPreemptive) << "--policy's";
   setup = Resolve({"--mps-gpus", "None"});
   ASSERT_FALSE(setup.settings.ok());
   EXPECT_NE(setup.settings.error().find("; or none (MPS allowed, on no GPU yet)"),

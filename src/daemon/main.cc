@@ -149,7 +149,11 @@ int main(int argc, char** argv) {
   mps_context.supervisor = mps.get();
   mps_context.processes = tessera::daemon::NvmlProcessLister();
   mps_context.exempt = [](int32_t pid) { return tessera::daemon::DescendsFrom(pid, getpid()); };
-  mps_context.set_policy = s.mps_sets_policy;
+  // A GPU that joins MPS gets policy 5 (MPS runs its clients' kernels side by side; slicing GPU
+  // time would undo that) even where --policy set the node's: on a node of mixed modes that is
+  // the other GPUs' policy. A GPU's own --gpu-policy is kept.
+  mps_context.set_policy = true;
+  for (const auto& [gpu, policy] : s.gpu_policies) mps_context.own_policy.insert(gpu);
   mps_context.policy_without_mps = s.policy_without_mps;
   tessera::daemon::MpsGpuSwitch mps_switch(std::move(mps_context));
   if (mps) registry.SetMpsGpus(mps_options.root, mps_switch.Running());

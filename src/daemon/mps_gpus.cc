@@ -139,7 +139,8 @@ Result<protocol::Message> MpsGpuSwitch::Apply(const protocol::Message& request) 
         continue;
       }
       started.insert(gpu);
-      if (context_.set_policy && context_.compute != nullptr) {
+      if (context_.set_policy && context_.compute != nullptr &&
+          context_.own_policy.count(gpu) == 0) {
         arbiter::ArbiterConfig config = context_.compute->Config(gpu);
         before_[gpu] = config;
         config.policy = ArbiterPolicy::kNative;
@@ -148,7 +149,8 @@ Result<protocol::Message> MpsGpuSwitch::Apply(const protocol::Message& request) 
     } else {
       context_.supervisor->Remove(gpu);
       stopped.insert(gpu);
-      if (context_.set_policy && context_.compute != nullptr) {
+      if (context_.set_policy && context_.compute != nullptr &&
+          context_.own_policy.count(gpu) == 0) {
         arbiter::ArbiterConfig config = context_.compute->Config(gpu);
         auto b = before_.find(gpu);
         config.policy = b != before_.end() ? b->second.policy : context_.policy_without_mps;

@@ -35,6 +35,7 @@ struct MpsGpusContext {
   ProcessLister processes;                   // NVML's processes of a device; unset: none
   std::function<bool(int32_t)> exempt;       // tesserad's own (control daemons, MPS servers)
   bool set_policy = false;                   // policy 5 while a GPU runs MPS
+  std::set<int> own_policy;  // GPUs whose policy was given (--gpu-policy): kept as they are
   ArbiterPolicy policy_without_mps = ArbiterPolicy::kFair;  // for a GPU that leaves, started so
 };
 

@@ -105,6 +105,17 @@ int RunControl(const std::string& control, const std::string& arg, const std::st
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+Status CheckControl(const std::string& control) {
+  struct stat st {};
+  if (control.empty() || control[0] != '/' || stat(control.c_str(), &st) != 0 ||
+      !S_ISREG(st.st_mode) || access(control.c_str(), X_OK) != 0) {
+    return Status::Error("--mps-control=\"" + control +
+                         "\": not an executable file; expected the absolute path of "
+                         "nvidia-cuda-mps-control");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 MpsPaths PathsFor(const std::string& root, const std::string& gpu_uuid) {
@@ -146,13 +157,9 @@ Result<std::vector<std::string>> MpsClientEnvironment(const MpsPaths& paths,
 Result<std::unique_ptr<MpsSupervisor>> MpsSupervisor::Start(MpsOptions options,
                                                             std::vector<MpsGpu> gpus) {
   using Out = Result<std::unique_ptr<MpsSupervisor>>;
-  struct stat st {};
-  if (options.control.empty() || options.control[0] != '/' ||
-      stat(options.control.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      access(options.control.c_str(), X_OK) != 0) {
-    return Out::Error("--mps-control=\"" + options.control +
-                      "\": not an executable file; expected the absolute path of "
-                      "nvidia-cuda-mps-control");
+  // With no GPU yet the program is checked when one is added: a node that runs no MPS needs none.
+  if (Status checked = CheckControl(options.control); !gpus.empty() && !checked.ok()) {
+    return Out::Error(checked.message());
   }
   std::unique_ptr<MpsSupervisor> s(new MpsSupervisor(std::move(options)));
   for (const MpsGpu& gpu : gpus) {
@@ -168,6 +175,7 @@ Result<std::unique_ptr<MpsSupervisor>> MpsSupervisor::Start(MpsOptions options,
 Status MpsSupervisor::Add(const MpsGpu& gpu) {
   std::lock_guard<std::mutex> walk(walk_mu_);
   if (stop_.load()) return Status::Error("MPS for GPU " + std::to_string(gpu.index) + ": stopped");
+  if (Status checked = CheckControl(options_.control); !checked.ok()) return checked;
   for (const auto& d : daemons_) {
     if (d->gpu.index == gpu.index) return Status::Ok();
   }

@@ -90,10 +90,10 @@ struct MpsOptions {
 // One control daemon per GPU, kept running (see the file comment). Thread-safe.
 class MpsSupervisor {
  public:
-  // Creates the directories and starts every GPU's daemon (none at all is fine: Add() them later);
-  // fails (stopping those it started) when a directory cannot be made, CONTROL is not an
-  // executable file, `CONTROL -d` fails, or no pid file appears within start_timeout, naming the
-  // GPU and what was found.
+  // Creates the directories and starts every GPU's daemon (none at all is fine: Add() them later,
+  // and CONTROL is checked then); fails (stopping those it started) when a directory cannot be
+  // made, CONTROL is not an executable file, `CONTROL -d` fails, or no pid file appears within
+  // start_timeout, naming the GPU and what was found.
   static Result<std::unique_ptr<MpsSupervisor>> Start(MpsOptions options, std::vector<MpsGpu> gpus);
   ~MpsSupervisor();
   MpsSupervisor(const MpsSupervisor&) = delete;
