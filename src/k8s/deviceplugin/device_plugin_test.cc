@@ -1243,12 +1243,14 @@ TEST_F(DevicePluginTest, ThirtyPercentBesideSeventyWithTheAckNames) {
 // run MPS on the GPUs the labels put in mps (MPSGPUS). One plugin serves both sets.
 class GpuModesNodeTest : public DevicePluginTest {
  protected:
-  explicit GpuModesNodeTest(std::string dir = NewMpsDir())
+  explicit GpuModesNodeTest(std::string dir = NewMpsDir(), bool mps = true)
       : DevicePluginTest(
             "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,"
             "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20",
-            {"--mps-gpus", "none", "--mps-control", BuildDir() + "/tests/mps_control_standin",
-             "--mps-dir", dir}),
+            mps ? std::vector<std::string>{"--mps-gpus", "none", "--mps-control",
+                                           BuildDir() + "/tests/mps_control_standin", "--mps-dir",
+                                           dir}
+                : std::vector<std::string>{}),
         mps_dir_(std::move(dir)) {
     labels_ = {{kScheduleLabel, "core_mem"}};
     for (int i = 0; i < 4; ++i) labels_[kGpuScheduleLabelPrefix + std::to_string(i)] = "mps";
@@ -1557,6 +1559,35 @@ TEST_F(GpuModesNodeTest, gpu_modes_LabelsAloneStartAndStopMpsAndAClientHoldsIt) 
   ASSERT_TRUE(on2.ok()) << on2.error();
   EXPECT_EQ((*on2)[0].envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
   EXPECT_TRUE(node_.Status().gpus[5].mps) << "GPU 5's daemon was not touched";
+}
+
+// A tesserad that may not run MPS (started as an older manifest did): GPUs labelled mps stay in
+// the node's mode, so no pod is set up as a client of a server that does not exist, and the plugin
+// says why once.
+class GpuModesWithoutMpsTest : public GpuModesNodeTest {
+ protected:
+  GpuModesWithoutMpsTest() : GpuModesNodeTest(NewMpsDir(), false) {}
+};
+
+TEST_F(GpuModesWithoutMpsTest, gpu_modes_GpusLabelledMpsStayInTheNodesModeAndThePluginSaysWhy) {
+  StartPlugin();
+  WaitServing();
+  const std::string why = "tesserad at " + node_.socket() +
+                          " runs no MPS control daemons: GPUs labelled mps stay in the mode they "
+                          "have until it does (start it with --mps-gpus none, --mps-control and "
+                          "--mps-dir)";
+  ASSERT_TRUE(WaitUntil([&] { return Event("TesseraModeChangeHeld", why); }, 10s))
+      << "no reason given";
+  ASSERT_TRUE(WaitUntil([&] { return !InventoryMode(0).empty(); }, 10s));
+  std::this_thread::sleep_for(600ms);  // three reconciles
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(InventoryMode(i), "core_mem") << i;
+  int said = 0;
+  for (const Json& e : api_.Events("")) said += e["reason"] == "TesseraModeChangeHeld" ? 1 : 0;
+  EXPECT_EQ(said, 1) << "said once";
+  const Json on0 = Share("team", "on-zero", 0);
+  auto zero = Admit(on0);
+  ASSERT_TRUE(zero.ok()) << zero.error();
+  EXPECT_EQ((*zero)[0].envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
 }
 
 // A hostile per-GPU label changes nothing and is said on the Node by name.
