@@ -254,9 +254,11 @@ int main(int argc, char** argv) {
   if (mps) {
     server.set_mps_gpus_setter([&](const tessera::protocol::Message& request) {
       auto set = mps_switch.Apply(request);
-      const std::string said = set.ok() ? tessera::protocol::FormatMessage(*set) : set.error();
-      std::fprintf(stderr, "tesserad: MPSGPUS gpus=%s: %s\n", request.Get("gpus").c_str(),
-                   said.c_str());
+      // A refusal is logged by the server (rate-limited), as every refused request is.
+      if (set.ok()) {
+        std::fprintf(stderr, "tesserad: MPSGPUS gpus=%s: %s\n", request.Get("gpus").c_str(),
+                     tessera::protocol::FormatMessage(*set).c_str());
+      }
       return set;
     });
   }

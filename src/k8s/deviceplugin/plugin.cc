@@ -501,7 +501,12 @@ bool DevicePluginServer::SyncMps(const TesseradStatus& status) {
     refused = "tesserad at " + options_.tesserad_socket +
               " runs no MPS control daemons: GPUs labelled mps stay in the mode they have until "
               "it does (start it with --mps-gpus none, --mps-control and --mps-dir)";
+  } else if (!mps_refused_.empty() && wanted == mps_asked_ &&
+             std::chrono::steady_clock::now() - mps_asked_at_ < std::chrono::seconds(3)) {
+    return false;  // refused a moment ago: asked again shortly
   } else {
+    mps_asked_ = wanted;
+    mps_asked_at_ = std::chrono::steady_clock::now();
     auto set = tesserad_.SetMpsGpus(wanted);
     changed = !set.ok() || *set != running;
     if (!set.ok()) refused = set.error() + "; those GPUs stay in the mode they have";

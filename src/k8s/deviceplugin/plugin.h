@@ -137,6 +137,10 @@ class DevicePluginServer {
   // The GPUs whose mode, their tenants allowing, is mps: where tesserad must run MPS.
   std::set<int> mps_wanted_;
   std::string mps_refused_;  // tesserad's last refusal of MPSGPUS (said once)
+  // The reconciler's: the set last asked for and when, so a refused set is asked again every few
+  // seconds, not every pass.
+  std::set<int> mps_asked_;
+  std::chrono::steady_clock::time_point mps_asked_at_{};
   std::vector<NodeGpu> gpus_;
   uint64_t devices_version_ = 1;
   std::optional<std::chrono::steady_clock::time_point> tesserad_seen_;
