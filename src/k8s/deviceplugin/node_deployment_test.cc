@@ -488,7 +488,7 @@ class NodeDeploymentTest : public ::testing::Test {
   std::vector<ManifestDaemonSet> sets_;
   std::string mode_;
   std::map<std::string, std::string> extra_labels_;  // the node's labels beside its mode's
-  ManifestDaemonSet ds_;  // the one that runs on the node under test
+  ManifestDaemonSet ds_;                             // the one that runs on the node under test
   std::string scratch_, node_image_, tenant_image_;
   std::vector<std::string> mounted_;
   TestApiServer api_;
