@@ -290,4 +290,43 @@ Result<bool> ExtenderReplayScheduler::Advance(double now) {
   return any;
 }
 
+Result<MigExtenderRun> ReplayMigThroughExtender(const pl::Cluster& cluster,
+                                                std::span<const pl::Request> pods,
+                                                std::span<const pl::PodTimes> times,
+                                                std::shared_ptr<const pl::TargetWorkload> workload,
+                                                pl::ReplayOptions options,
+                                                MigNodeOptions node_options,
+                                                double recut_interval_s, double recut_poll_s) {
+  k8s::TestApiServer api;
+  if (Status s = api.Start(0); !s.ok()) return s;
+  MigNodeStandin nodes(api, node_options);
+  for (int n = 0; n < cluster.node_count(); ++n) {
+    if (Status s = nodes.AddNode(cluster, n); !s.ok()) return s;
+  }
+  ManualClock clock;
+  AppConfig config;
+  config.api.server = api.url();
+  config.listen_host = "127.0.0.1";
+  config.listen_port = 0;
+  config.quiet = true;
+  config.state.workload = std::move(workload);
+  config.state.clock = &clock;
+  config.state.mig_recut_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(std::llround(recut_interval_s * 1000)));
+  config.recut_poll = std::chrono::milliseconds(0);  // RecutOnce on the replay's clock
+  ExtenderApp app(config);
+  if (Status s = app.Start(); !s.ok()) return s;
+  if (!app.WaitReady(std::chrono::seconds(30))) {
+    return Status::Error("the extender did not list Nodes and Pods within 30 s");
+  }
+  ExtenderReplayScheduler scheduler(api, app, app.port(), cluster, {&nodes, &clock, recut_poll_s});
+  options.skip_known_failures = false;  // every attempt through the verbs
+  auto r = pl::ReplayWith(cluster, pods, times, scheduler, options);
+  app.Stop();
+  api.Stop();
+  if (!r.ok()) return r.status();
+  return MigExtenderRun{std::move(*r), nodes.counts(), scheduler.recuts_written(),
+                        scheduler.recuts_not_written(), scheduler.rounds()};
+}
+
 }  // namespace tessera::extender::testing

@@ -23,6 +23,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -110,5 +111,21 @@ class ExtenderReplayScheduler final : public placement::ReplayScheduler {
   double last_pass_ = -1;
   int64_t recut_passes_ = 0, recuts_written_ = 0, recuts_not_written_ = 0;
 };
+
+// A whole replay on mig nodes through a fresh extender and API server (the nodes created by a
+// MigNodeStandin with `node_options`; the extender's --mig-recut-interval `recut_interval_s`, its
+// re-cut loop every `recut_poll_s`, both on the replay's clock), every attempt through the verbs.
+struct MigExtenderRun {
+  placement::ReplayResult result;
+  MigNodeStandin::Counts nodes;
+  int64_t recuts_written = 0;
+  int64_t recuts_not_written = 0;
+  int64_t rounds = 0;
+};
+Result<MigExtenderRun> ReplayMigThroughExtender(
+    const placement::Cluster& cluster, std::span<const placement::Request> pods,
+    std::span<const placement::PodTimes> times,
+    std::shared_ptr<const placement::TargetWorkload> workload, placement::ReplayOptions options,
+    MigNodeOptions node_options, double recut_interval_s, double recut_poll_s = 1);
 
 }  // namespace tessera::extender::testing

@@ -34,32 +34,10 @@ Result<Replayed> ThroughExtender(const pl::Cluster& cluster, const pl::PodList& 
                                  std::shared_ptr<pl::TargetWorkload> workload,
                                  const pl::ReplayOptions& o, testing::MigNodeOptions node_options,
                                  double recut_interval_s) {
-  k8s::TestApiServer api;
-  if (Status s = api.Start(0); !s.ok()) return s;
-  testing::MigNodeStandin nodes(api, node_options);
-  for (int n = 0; n < cluster.node_count(); ++n) {
-    if (Status s = nodes.AddNode(cluster, n); !s.ok()) return s;
-  }
-  ManualClock clock;
-  AppConfig config;
-  config.api.server = api.url();
-  config.listen_host = "127.0.0.1";
-  config.listen_port = 0;
-  config.quiet = true;
-  config.state.workload = workload;
-  config.state.clock = &clock;
-  config.state.mig_recut_interval =
-      std::chrono::milliseconds(static_cast<int64_t>(recut_interval_s * 1000));
-  config.recut_poll = std::chrono::milliseconds(0);
-  ExtenderApp app(config);
-  if (Status s = app.Start(); !s.ok()) return s;
-  if (!app.WaitReady(std::chrono::seconds(30))) return Status::Error("extender not ready");
-  testing::ExtenderReplayScheduler scheduler(api, app, app.port(), cluster, {&nodes, &clock, 1.0});
-  auto r = pl::ReplayWith(cluster, trace.requests, trace.times, scheduler, o);
-  app.Stop();
-  api.Stop();
-  if (!r.ok()) return r.status();
-  return Replayed{*r, nodes.counts(), scheduler.recuts_written()};
+  auto run = testing::ReplayMigThroughExtender(cluster, trace.requests, trace.times, workload, o,
+                                               node_options, recut_interval_s);
+  if (!run.ok()) return run.status();
+  return Replayed{run->result, run->nodes, run->recuts_written};
 }
 
 // Two mig nodes of two H100s, `mig` the column of each ("dynamic ..." or a fixed cut), and 40
