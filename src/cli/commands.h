@@ -54,7 +54,9 @@ struct SimArgs {
 int RunVersion();
 int RunDemo(const DemoArgs& args);
 int RunDemoTenant(const std::vector<std::string>& args);
-int RunSim(const SimArgs& args);
+int RunSim(const SimArgs& args);  // tessera-sim (sim_main.cc, sim.cc)
+// `tessera sim` in the CLI: runs tessera-sim with this command line (sim_program.cc).
+int RunSimProgram(int argc, char** argv);
 int RunRun(const RunArgs& args);
 int RunSmi(const SmiArgs& args);
 int RunCtl(const CtlArgs& args);

@@ -1,8 +1,8 @@
-// `tessera sim`: replays a cluster trace through the placement engine (src/placement) with the
-// FGD paper's protocol and reports allocation and fragmentation, or (--replay) with the trace's
-// arrivals and departures and reports allocation over time and waits. A thin door: it parses and
-// validates flags, loads the CSVs, runs Simulate or Replay for each policy and seed, and prints;
-// no policy or metric logic lives here.
+// `tessera sim` (the program tessera-sim): replays a cluster trace through the placement engine
+// (src/placement) with the FGD paper's protocol and reports allocation and fragmentation, or
+// (--replay) with the trace's arrivals and departures and reports allocation over time and waits.
+// A thin door: it validates the flags' values, loads the CSVs, runs Simulate or Replay for each
+// policy and seed, and prints; no policy or metric logic lives here.
 #include <unistd.h>
 
 #include <cmath>
@@ -19,6 +19,7 @@
 #include "placement/report.h"
 #include "placement/simulator.h"
 #include "placement/trace.h"
+#include "process/child_process.h"
 
 namespace tessera::cli {
 
@@ -90,7 +91,7 @@ std::string DefaultTraceDir() {
   }
   // build/bin/tessera -> <repo>/data/openb, which ships the default trace; else the source tree
   // this binary was built from (a build directory elsewhere).
-  const std::string beside = ExecutableDir() + "/../../data/openb";
+  const std::string beside = process::ExecutableDir() + "/../../data/openb";
   if (std::filesystem::exists(beside + "/openb_node_list_gpu_node.csv")) return beside;
   return TESSERA_OPENB_DATA_DIR;
 }
