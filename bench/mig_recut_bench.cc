@@ -9,9 +9,9 @@
 // extender's re-cut loop on the replay's clock with the node side stood in by
 // testing/standins/mig_node_standin.h). Reported per run and as means over the seeds: the GPU
 // allocation, the allocation while a pod waits, the share of pods that waited, the peak of
-// waiting pods, wait p50/p99/max, and for the extender the re-cut requests and the nodes'
-// answers. The --dynamic file's GPUs need a first cut (the extender sees a GPU only through its
-// MIG devices).
+// waiting pods, wait p50/p99/max, and for the extender the pods placed (node, GPU, instance) or
+// waiting otherwise than in process, the re-cut requests and the nodes' answers. The --dynamic
+// file's GPUs need a first cut (the extender sees a GPU only through its MIG devices).
 //
 // Settings of the exchange (seconds on the replay's clock): --recut-interval (the extender's
 // and the plugin's --mig-recut-interval, default 300), --poll (the extender's loop, 1),
@@ -120,7 +120,17 @@ int Run(const Options& o) {
                      static_cast<unsigned long long>(seed), ext.error().c_str());
         return 1;
       }
-      const Json s = Summary(*sim), e = Summary(ext->result);
+      Json s = Summary(*sim), e = Summary(ext->result);
+      // Pods placed elsewhere (node, GPU, instance) or waiting otherwise than in process.
+      int64_t differ = 0;
+      for (size_t i = 0; i < sim->pod_waits.size() && i < ext->result.pod_waits.size(); ++i) {
+        const pl::Assignment& a = sim->pod_placements[i];
+        const pl::Assignment& b = ext->result.pod_placements[i];
+        const bool same = a.node == b.node && a.gpus == b.gpus && a.mig_start == b.mig_start &&
+                          sim->pod_waits[i] == ext->result.pod_waits[i];
+        differ += same ? 0 : 1;
+      }
+      e["pods_unlike_sim"] = differ;
       const Json x = {{"requests", ext->recuts_written},
                       {"not_written", ext->recuts_not_written},
                       {"applied", ext->nodes.applied},
@@ -147,6 +157,8 @@ int Run(const Options& o) {
     }
     Print((std::string(label) + ", tessera sim --replay").c_str(), sim_sum);
     Print((std::string(label) + ", extender").c_str(), ext_sum);
+    std::printf("  pods placed or waiting otherwise than in process, per run: %.1f\n",
+                ext_sum.value("pods_unlike_sim", 0.0));
     std::printf(
         "  re-cut requests per run %.1f: applied %.1f, refused: interval %.1f, pod %.1f, "
         "later device %.1f, other %.1f\n",
