@@ -16,7 +16,8 @@
 // Settings of the exchange (seconds on the replay's clock): --recut-interval (the extender's
 // and the plugin's --mig-recut-interval, default 300), --poll (the extender's loop, 1),
 // --reconcile (the plugin's --reconcile-interval, 1), --cut (a cut's new devices listed after,
-// 1), --later-devices on|off (tesserad refuses a cut while a later GPU's device is used; on).
+// 1), --later-devices on|off (tesserad refuses a cut while a later GPU's device is used; on);
+// --layouts fixed|dynamic|both (both).
 // Writes JSON (default build/bench/mig_recut_bench.json). A benchmark of placement outcomes,
 // not of speed; nothing asserted. Test tooling: the API server and the node side are stand-ins.
 #include <algorithm>
@@ -46,6 +47,7 @@ struct Options {
   double speedup = 1;
   double recut_interval = 300, poll = 1;
   ts::MigNodeOptions node;
+  bool run_fixed = true, run_dynamic = true;
   std::string json = "build/bench/mig_recut_bench.json";
 };
 
@@ -89,6 +91,7 @@ int Run(const Options& o) {
   std::printf("%-34s %9s %9s %9s %6s %10s %10s %10s\n", "layouts / placed by", "alloc",
               "alloc|wait", "waited", "peak", "wait p50", "wait p99", "wait max");
   for (const auto& [label, path] : {std::pair{"fixed", o.fixed}, {"dynamic", o.dynamic}}) {
+    if (!(std::string(label) == "fixed" ? o.run_fixed : o.run_dynamic)) continue;
     auto nodes = pl::LoadNodeCsv(path);
     if (!nodes.ok()) {
       std::fprintf(stderr, "mig_recut_bench: %s\n", nodes.error().c_str());
@@ -243,13 +246,24 @@ int main(int argc, char** argv) {
         return 2;
       }
       o.node.later_devices_block = v == "on";
+    } else if (a == "--layouts") {
+      const std::string v = value();
+      if (v != "fixed" && v != "dynamic" && v != "both") {
+        std::fprintf(stderr, "mig_recut_bench: --layouts \"%s\": expected fixed, dynamic or both\n",
+                     v.c_str());
+        return 2;
+      }
+      o.run_fixed = v != "dynamic";
+      o.run_dynamic = v != "fixed";
     } else if (a == "--json") {
       o.json = value();
     } else {
-      std::fprintf(stderr,
-                   "usage: mig_recut_bench [--fixed CSV] [--dynamic CSV] [--pods CSV] "
-                   "[--seeds A-B | --seed S] [--speedup F] [--recut-interval S] [--poll S] "
-                   "[--reconcile S] [--cut S] [--later-devices on|off] [--json PATH]\n");
+      std::fprintf(
+          stderr,
+          "usage: mig_recut_bench [--fixed CSV] [--dynamic CSV] [--pods CSV] "
+          "[--seeds A-B | --seed S] [--speedup F] [--recut-interval S] [--poll S] "
+          "[--reconcile S] [--cut S] [--later-devices on|off] [--layouts fixed|dynamic|both] "
+          "[--json PATH]\n");
       return 2;
     }
   }
