@@ -143,10 +143,11 @@ int Run(const Options& o) {
                       {"refused_other", ext->nodes.refused_other},
                       {"failed", ext->nodes.failed}};
       std::fprintf(stderr,
-                   "%s seed %llu: sim alloc %.2f, extender %.2f; %lld cut requests, %lld applied "
-                   "(%.0f s)\n",
+                   "%s seed %llu: sim alloc %.2f, extender %.2f; %lld pods unlike the sim; %lld "
+                   "cut requests, %lld applied (%.0f s)\n",
                    label, static_cast<unsigned long long>(seed), sim->allocation_mean,
-                   ext->result.allocation_mean, static_cast<long long>(ext->recuts_written),
+                   ext->result.allocation_mean, static_cast<long long>(differ),
+                   static_cast<long long>(ext->recuts_written),
                    static_cast<long long>(ext->nodes.applied), ext->result.seconds);
       out["runs"].push_back(
           {{"layouts", label}, {"seed", seed}, {"sim", s}, {"extender", e}, {"recuts", x}});
