@@ -74,6 +74,18 @@ void PrintTables(const Json& doc) {
                 has_policy ? PolicyName(d.at("policy").get<int>()) : "-",
                 has_policy ? std::to_string(d.at("max_inst").get<int>()).c_str() : "-");
   }
+  // tesserad may run MPS (mps_root): which GPUs' control daemons run.
+  if (doc.contains("mps_root")) {
+    std::string on;
+    for (const Json& d : devices) {
+      if (Member(d, "mps").is_boolean() && d.at("mps").get<bool>()) {
+        on += (on.empty() ? "" : ",") + std::to_string(d.at("index").get<int>());
+      }
+    }
+    std::printf("%s (pipes under %s)\n",
+                on.empty() ? "MPS on no GPU" : ("MPS on GPUs " + on).c_str(),
+                doc.at("mps_root").get<std::string>().c_str());
+  }
   // GOT: the device time the container's kernels occupied over the arbiter's window; GPU TIME: the
   // same since it took its slot (or tesserad started).
   std::printf("\n%-20s %-4s %10s %10s %8s %8s %10s %-4s %s\n", "CONTAINER", "GPU", "USED", "LIMIT",

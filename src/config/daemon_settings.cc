@@ -54,36 +54,6 @@ Result<gid_t> LookUpGroup(const std::string& name, const std::string& input) {
   return found->gr_gid;
 }
 
-// "0-3,6": GPU indices and inclusive ranges, comma-separated, each 0 to kMaxConfigGpuIndex.
-Result<std::set<int>> ParseGpuIndexList(const std::string& text, const char* flag) {
-  using Out = Result<std::set<int>>;
-  const std::string allowed = "expected GPU indices 0-" + std::to_string(kMaxConfigGpuIndex) +
-                              " and ranges, comma-separated, e.g. 0-3 or 0,2,5-7";
-  std::set<int> out;
-  size_t begin = 0;
-  while (true) {
-    const size_t comma = text.find(',', begin);
-    const std::string item =
-        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
-    const size_t dash = item.find('-');
-    const bool plain =
-        item.find_first_not_of("0123456789-") == std::string::npos && item.size() <= 7;
-    auto first = !plain ? Result<uint64_t>::Error("")
-                        : ParseUnsigned(item.substr(0, dash), flag, 0, kMaxConfigGpuIndex);
-    auto last = dash == std::string::npos
-                    ? first
-                    : ParseUnsigned(item.substr(dash + 1), flag, 0, kMaxConfigGpuIndex);
-    if (!first.ok() || !last.ok() || *last < *first) {
-      return Out::Error(std::string(flag) + " \"" + text + "\": \"" + item +
-                        "\" is no GPU index or range; " + allowed);
-    }
-    for (uint64_t i = *first; i <= *last; ++i) out.insert(static_cast<int>(i));
-    if (comma == std::string::npos) break;
-    begin = comma + 1;
-  }
-  return out;
-}
-
 // The command line over the file's settings in `s` (the file, if any, already read into s->node).
 Status ApplyFlags(const DaemonFlags& flags, DaemonSettings* s) {
   DaemonConfig& n = s->node;
@@ -126,9 +96,12 @@ Status ApplyFlags(const DaemonFlags& flags, DaemonSettings* s) {
     for (auto& [gpu, o] : n.gpus) o.policy.reset();
   }
   s->mps = flags.mps;
-  if (flags.mps_gpus) {
+  if (flags.mps_gpus && *flags.mps_gpus == "none") {
+    s->mps = true;
+    s->mps_none = true;
+  } else if (flags.mps_gpus) {
     auto list = ParseGpuIndexList(*flags.mps_gpus, "--mps-gpus");
-    if (!list.ok()) return list.status();
+    if (!list.ok()) return Status::Error(list.error() + "; or none (MPS allowed, on no GPU yet)");
     s->mps = true;
     s->mps_gpus = std::move(*list);
   }
@@ -208,11 +181,12 @@ Status ApplyFlags(const DaemonFlags& flags, DaemonSettings* s) {
     if (!parsed.ok()) return parsed.status();
     *out = *parsed;
   }
+  s->policy_without_mps = n.policy;
   if (s->mps && !policy_given) {
     // MPS runs clients' kernels side by side; slicing GPU time would undo that. Memory isolation
     // stays (policy 5); an explicit --policy or --gpu-policy still wins. With --mps-gpus, only
-    // those GPUs.
-    if (s->mps_gpus.empty()) {
+    // those GPUs (a GPU MPSGPUS adds later gets policy 5 then).
+    if (s->mps_gpus.empty() && !s->mps_none) {
       n.policy = ArbiterPolicy::kNative;
     } else {
       for (int gpu : s->mps_gpus) n.gpus[gpu].policy = ArbiterPolicy::kNative;
@@ -256,6 +230,35 @@ void ApplyEnvironment(const Environment& env, DaemonSettings* s) {
 }
 
 }  // namespace
+
+Result<std::set<int>> ParseGpuIndexList(const std::string& text, const char* flag) {
+  using Out = Result<std::set<int>>;
+  const std::string allowed = "expected GPU indices 0-" + std::to_string(kMaxConfigGpuIndex) +
+                              " and ranges, comma-separated, e.g. 0-3 or 0,2,5-7";
+  std::set<int> out;
+  size_t begin = 0;
+  while (true) {
+    const size_t comma = text.find(',', begin);
+    const std::string item =
+        text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    const size_t dash = item.find('-');
+    const bool plain =
+        item.find_first_not_of("0123456789-") == std::string::npos && item.size() <= 7;
+    auto first = !plain ? Result<uint64_t>::Error("")
+                        : ParseUnsigned(item.substr(0, dash), flag, 0, kMaxConfigGpuIndex);
+    auto last = dash == std::string::npos
+                    ? first
+                    : ParseUnsigned(item.substr(dash + 1), flag, 0, kMaxConfigGpuIndex);
+    if (!first.ok() || !last.ok() || *last < *first) {
+      return Out::Error(std::string(flag) + " \"" + text + "\": \"" + item +
+                        "\" is no GPU index or range; " + allowed);
+    }
+    for (uint64_t i = *first; i <= *last; ++i) out.insert(static_cast<int>(i));
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  return out;
+}
 
 std::optional<int> ParseDaemonCommandLine(int argc, char** argv, const std::string& version,
                                           DaemonFlags* flags) {
@@ -303,8 +306,9 @@ std::optional<int> ParseDaemonCommandLine(int argc, char** argv, const std::stri
          "one socket per registered container in DIR");
   option("--require-identity", &flags->require_identity, "true|false",
          "a container's socket serves only processes identified as its own (default false)");
-  option("--mps-gpus", &flags->mps_gpus, "LIST",
-         "MPS on these GPUs only, e.g. 0-3 or 0,2,5-7 (device indices); implies --mps");
+  option("--mps-gpus", &flags->mps_gpus, "LIST|none",
+         "MPS on these GPUs only at start, e.g. 0-3 or 0,2,5-7 (device indices), or none; "
+         "implies --mps; the device plugin changes the set (MPSGPUS) as GPUs' labels ask");
   app.add_flag("--mps", flags->mps,
                "MPS mode: run and supervise one nvidia-cuda-mps-control per GPU (policy 5 unless "
                "--policy is given)");

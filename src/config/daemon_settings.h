@@ -64,9 +64,14 @@ struct DaemonSettings {
   // INDEX is one of the node's GPUs is known only once they are discovered.
   std::vector<std::pair<int, ArbiterPolicy>> gpu_policies;
   bool mps = false;  // --mps, or --mps-gpus
-  // --mps-gpus LIST: the GPUs (device indices) that run MPS; empty with `mps`: every GPU. Whether
-  // each is one of the node's GPUs is known only once they are discovered.
+  // --mps-gpus LIST: the GPUs (device indices) that run MPS at start; empty with `mps`: every GPU,
+  // unless `mps_none`. Whether each is one of the node's GPUs is known only once they are
+  // discovered. Either way the set changes at runtime by MPSGPUS (the device plugin's, from the
+  // GPUs' labels: docs/contracts.md).
   std::set<int> mps_gpus;
+  bool mps_none = false;  // --mps-gpus none: MPS allowed, no GPU runs it at start
+  // The node's policy before --mps made it 5: what a GPU that stops running MPS (MPSGPUS) gets.
+  ArbiterPolicy policy_without_mps = ArbiterPolicy::kFair;
   std::string mps_control;         // --mps-control; empty: mps's default
   std::string mps_dir;             // --mps-dir; empty: mps's default
   std::optional<gid_t> admin_gid;  // node.admin_group's id on this node
@@ -91,5 +96,9 @@ DaemonSetup ResolveDaemonSettings(const DaemonFlags& flags, const Environment& e
 // The ledger name of a daemon on `socket_path` when none is given: one per socket path, so daemons
 // on different sockets never share accounting ("/tessera-ledger-" and 16 hex digits).
 std::string DerivedLedgerName(const std::string& socket_path);
+
+// "0-3,6": GPU indices and inclusive ranges, comma-separated, each 0 to kMaxConfigGpuIndex (63),
+// at most 7 characters an item; `flag` names the input in the error (--mps-gpus, MPSGPUS gpus=).
+Result<std::set<int>> ParseGpuIndexList(const std::string& text, const char* flag);
 
 }  // namespace tessera::config

@@ -260,6 +260,30 @@ TEST(ResolveDaemonSettings, gpu_modes_MpsGpusRunsMpsOnTheListedGpusOnly) {
   }
 }
 
+// --mps-gpus none: MPS allowed (the control program and folder known) on no GPU yet: the device
+// plugin asks for GPUs as their labels say (MPSGPUS). No GPU's policy changes at start.
+TEST(ResolveDaemonSettings, gpu_modes_MpsGpusNoneAllowsMpsOnNoGpuYet) {
+  DaemonSetup setup = Resolve(
+      {"--mps-gpus", "none", "--mps-control", "/opt/mps-control", "--mps-dir", "/run/tessera/mps"});
+  ASSERT_TRUE(setup.settings.ok()) << setup.settings.error();
+  const DaemonSettings& s = *setup.settings;
+  EXPECT_TRUE(s.mps);
+  EXPECT_TRUE(s.mps_none);
+  EXPECT_TRUE(s.mps_gpus.empty());
+  EXPECT_EQ(s.mps_control, "/opt/mps-control");
+  EXPECT_EQ(s.node.policy, ArbiterPolicy::kFair) << "no GPU runs MPS yet";
+  EXPECT_TRUE(s.node.gpus.empty());
+  EXPECT_EQ(s.policy_without_mps, ArbiterPolicy::kFair);
+  setup = Resolve({"--mps", "--policy", "2"});
+  ASSERT_TRUE(setup.settings.ok());
+  EXPECT_EQ(setup.settings->policy_without_mps, ArbiterPolicy::kWeightedPreemptive) << "--policy's";
+  setup = Resolve({"--mps-gpus", "None"});
+  ASSERT_FALSE(setup.settings.ok());
+  EXPECT_NE(setup.settings.error().find("; or none (MPS allowed, on no GPU yet)"),
+            std::string::npos)
+      << setup.settings.error();
+}
+
 TEST_P(RefusedFlags, NameTheFlagTheValueAndWhatIsAllowed) {
   DaemonSetup setup = Resolve(GetParam().args);
   ASSERT_FALSE(setup.settings.ok());

@@ -32,6 +32,7 @@
 #include "daemon/http_door.h"
 #include "daemon/identity.h"
 #include "daemon/mig_recut.h"
+#include "daemon/mps_gpus.h"
 #include "daemon/node_control.h"
 #include "daemon/nvml_node.h"
 #include "daemon/reconciler.h"
@@ -130,9 +131,10 @@ int main(int argc, char** argv) {
   if (!s.mps_control.empty()) mps_options.control = s.mps_control;
   if (!s.mps_dir.empty()) mps_options.root = s.mps_dir;
   if (s.mps) {
-    // One control daemon per MPS GPU: every GPU, or those --mps-gpus names.
+    // One control daemon per MPS GPU: every GPU, those --mps-gpus names, or none yet (--mps-gpus
+    // none); MPSGPUS changes the set later.
     std::vector<tessera::mps::MpsGpu> mps_gpus;
-    for (size_t d = 0; d < devices->size(); ++d) {
+    for (size_t d = 0; d < devices->size() && !s.mps_none; ++d) {
       if (!s.mps_gpus.empty() && s.mps_gpus.count(static_cast<int>(d)) == 0) continue;
       mps_gpus.push_back({static_cast<int>(d), (*devices)[d].uuid});
     }
@@ -140,6 +142,21 @@ int main(int argc, char** argv) {
     if (!started.ok()) return Fail("--mps: " + started.error());
     mps = std::move(*started);
   }
+  tessera::daemon::MpsGpusContext mps_context;
+  mps_context.devices = *devices;
+  mps_context.registry = &registry;
+  mps_context.compute = &compute;
+  mps_context.supervisor = mps.get();
+  mps_context.processes = tessera::daemon::NvmlProcessLister();
+  mps_context.exempt = [](int32_t pid) { return tessera::daemon::DescendsFrom(pid, getpid()); };
+  // A GPU that joins MPS gets policy 5 (MPS runs its clients' kernels side by side; slicing GPU
+  // time would undo that) even where --policy set the node's: on a node of mixed modes that is
+  // the other GPUs' policy. A GPU's own --gpu-policy is kept.
+  mps_context.set_policy = true;
+  for (const auto& [gpu, policy] : s.gpu_policies) mps_context.own_policy.insert(gpu);
+  mps_context.policy_without_mps = s.policy_without_mps;
+  tessera::daemon::MpsGpuSwitch mps_switch(std::move(mps_context));
+  if (mps) registry.SetMpsGpus(mps_options.root, mps_switch.Running());
 
   tessera::daemon::DaemonNodeControl node(&registry, &compute, version);
   const tessera::ctl::ControlTree tree(&node);
@@ -233,6 +250,18 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   // tessera run (and the device plugin) derive each GPU's MPS pipe directory from this root.
   if (mps) server.set_container_reply_fields({{"mps_root", mps_options.root}});
+  // MPSGPUS (mps_gpus.h): the device plugin starts and stops GPUs' MPS as their labels ask.
+  if (mps) {
+    server.set_mps_gpus_setter([&](const tessera::protocol::Message& request) {
+      auto set = mps_switch.Apply(request);
+      // A refusal is logged by the server (rate-limited), as every refused request is.
+      if (set.ok()) {
+        std::fprintf(stderr, "tesserad: MPSGPUS gpus=%s: %s\n", request.Get("gpus").c_str(),
+                     tessera::protocol::FormatMessage(*set).c_str());
+      }
+      return set;
+    });
+  }
   // MIGCUT (mig_recut.h): a GPU cut again; tesserad restarts itself to manage its new devices.
   std::vector<tessera::ledger::DeviceInfo> recut_devices;
   server.set_mig_cutter([&](const tessera::protocol::Message& request) {

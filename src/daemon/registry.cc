@@ -385,6 +385,12 @@ int Registry::ReclaimDeadProcesses() {
   return reclaimed;
 }
 
+void Registry::SetMpsGpus(std::string root, std::set<int> gpus) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mps_root_ = std::move(root);
+  mps_gpus_ = std::move(gpus);
+}
+
 std::string Registry::StatusJson() const {
   std::lock_guard<std::mutex> lock(mu_);
   // Who exists and their settings come from the daemon's book; bytes in use are what the
@@ -416,6 +422,7 @@ std::string Registry::StatusJson() const {
       device["holder"] = l->gate.devices[d].holder.load();
       device["gpu_time_until_ns"] = shares[d].gpu_time_until_ns;
     }
+    if (!mps_root_.empty()) device["mps"] = mps_gpus_.count(d) != 0;
     out["devices"].push_back(std::move(device));
   }
   for (int c = 0; c < ledger::kMaxContainers; ++c) {
@@ -464,6 +471,7 @@ std::string Registry::StatusJson() const {
                                  {"compute", std::move(compute)},
                                  {"processes", std::move(processes)}});
   }
+  if (!mps_root_.empty()) out["mps_root"] = mps_root_;
   // Names come from NVML and ids are validated, but a byte that is not UTF-8 must not throw here.
   return out.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

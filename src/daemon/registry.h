@@ -15,6 +15,7 @@
 #include <bitset>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,9 @@ class Registry {
   // The limit (bytes, on every device) given to a container declared by its first process's HELLO
   // when that HELLO declares none (no `mem=`); ledger::kUnlimited (the default): no limit.
   void SetDefaultLimit(uint64_t bytes) { default_limit_.store(bytes); }
+  // MPS (daemon/mps_gpus.h): the folder its pipes are under and the GPUs whose control daemons
+  // run, for STATUS (`mps_root`, each device's `mps`). An empty root: this tesserad runs no MPS.
+  void SetMpsGpus(std::string root, std::set<int> gpus);
   uint64_t default_limit() const { return default_limit_.load(); }
 
   // Runs `f(ledger)` under the registry's mutex and returns what it returns. `f` must be quick and
@@ -116,6 +120,8 @@ class Registry {
   Result<std::vector<uint64_t>> ParseLimits(const std::string& text, int devices) const;
 
   mutable std::mutex mu_;
+  std::string mps_root_;    // under mu_
+  std::set<int> mps_gpus_;  // under mu_
   // Process slots with a live connection to this daemon (HELLO or resume; cleared on close). Slots
   // live in the ledger without one belong to processes of an earlier daemon that have not resumed.
   std::bitset<ledger::kMaxProcesses> attached_;

@@ -410,7 +410,8 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
     reply = "ERR this socket belongs to container " + *conn.scope +
             "; HELLO container=" + request->Get("container") + " is not allowed on it";
   } else if (conn.scope && (request->verb == "CONTAINER" || request->verb == "STATUS" ||
-                            request->verb == "IDENTIFY" || request->verb == "MIGCUT")) {
+                            request->verb == "IDENTIFY" || request->verb == "MIGCUT" ||
+                            request->verb == "MPSGPUS")) {
     reply = "ERR " + request->verb + " is node-wide and not served on container " + *conn.scope +
             "'s socket; use the node socket, or CTL for this container's view";
   } else if (request->verb == "HELLO") {
@@ -482,6 +483,16 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
                            : Result<protocol::Message>::Error("this tesserad cuts no MIG GPU");
     reply = cut.ok() ? protocol::FormatMessage(*cut) : "ERR " + cut.error();
     if (cut.ok()) restart_requested_ = true;
+  } else if (request->verb == "MPSGPUS" && !PeerIsAdministrator(conn.peer, options_.admins)) {
+    reply = "ERR permission denied: MPSGPUS starts and stops GPUs' MPS control daemons; " +
+            WhoMayAdminister(conn.peer, options_.admins);
+  } else if (request->verb == "MPSGPUS") {
+    auto set = mps_gpus_setter_
+                   ? mps_gpus_setter_(*request)
+                   : Result<protocol::Message>::Error(
+                         "MPSGPUS: this tesserad runs no MPS; start it with --mps-gpus none (or "
+                         "--mps, --mps-gpus LIST) and --mps-control, --mps-dir");
+    reply = set.ok() ? protocol::FormatMessage(*set) : "ERR " + set.error();
   } else if (request->verb == "IDENTIFY") {
     auto identified =
         identities_ == nullptr
@@ -501,7 +512,7 @@ std::string Server::Handle(int epoll_fd, int /*fd*/, Connection& conn, const std
     }
   } else {
     reply = "ERR unknown verb " + request->verb +
-            "; expected HELLO, CONTAINER, STATUS, CTL, IDENTIFY or MIGCUT";
+            "; expected HELLO, CONTAINER, STATUS, CTL, IDENTIFY, MIGCUT or MPSGPUS";
   }
   if (!reply.empty() && reply.rfind("ERR ", 0) == 0) {
     Refused("tesserad: refused \"" + line.substr(0, 200) + "\" on " + Describe(conn.scope) + ": " +

@@ -117,6 +117,9 @@ class Server {
   using MigCutter = std::function<Result<protocol::Message>(const protocol::Message&)>;
   void set_mig_cutter(MigCutter cutter) { mig_cutter_ = std::move(cutter); }
   bool restart_requested() const { return restart_requested_; }
+  // MPSGPUS (mps_gpus.h), the administrator's: the GPUs that run MPS. Unset: refused.
+  using MpsGpusSetter = std::function<Result<protocol::Message>(const protocol::Message&)>;
+  void set_mps_gpus_setter(MpsGpusSetter setter) { mps_gpus_setter_ = std::move(setter); }
   // Facts of the node added to every successful CONTAINER reply (MPS mode: mps_root=DIR).
   void set_container_reply_fields(std::map<std::string, std::string> fields) {
     container_reply_fields_ = std::move(fields);
@@ -203,6 +206,7 @@ class Server {
   uint64_t turn_ = 0;         // turns of the loop so far
   std::map<std::string, std::string> container_reply_fields_;
   MigCutter mig_cutter_;
+  MpsGpusSetter mps_gpus_setter_;
   bool restart_requested_ = false;
   RateLimitedLog log_;
   IdentityBook* identities_ = nullptr;

@@ -105,6 +105,17 @@ int RunControl(const std::string& control, const std::string& arg, const std::st
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+Status CheckControl(const std::string& control) {
+  struct stat st {};
+  if (control.empty() || control[0] != '/' || stat(control.c_str(), &st) != 0 ||
+      !S_ISREG(st.st_mode) || access(control.c_str(), X_OK) != 0) {
+    return Status::Error("--mps-control=\"" + control +
+                         "\": not an executable file; expected the absolute path of "
+                         "nvidia-cuda-mps-control");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 MpsPaths PathsFor(const std::string& root, const std::string& gpu_uuid) {
@@ -146,32 +157,59 @@ Result<std::vector<std::string>> MpsClientEnvironment(const MpsPaths& paths,
 Result<std::unique_ptr<MpsSupervisor>> MpsSupervisor::Start(MpsOptions options,
                                                             std::vector<MpsGpu> gpus) {
   using Out = Result<std::unique_ptr<MpsSupervisor>>;
-  struct stat st {};
-  if (options.control.empty() || options.control[0] != '/' ||
-      stat(options.control.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
-      access(options.control.c_str(), X_OK) != 0) {
-    return Out::Error("--mps-control=\"" + options.control +
-                      "\": not an executable file; expected the absolute path of "
-                      "nvidia-cuda-mps-control");
+  // With no GPU yet the program is checked when one is added: a node that runs no MPS needs none.
+  if (Status checked = CheckControl(options.control); !gpus.empty() && !checked.ok()) {
+    return Out::Error(checked.message());
   }
   std::unique_ptr<MpsSupervisor> s(new MpsSupervisor(std::move(options)));
   for (const MpsGpu& gpu : gpus) {
-    Daemon d;
-    d.gpu = gpu;
-    d.paths = PathsFor(s->options_.root, gpu.uuid);
-    s->daemons_.push_back(d);
-  }
-  for (Daemon& d : s->daemons_) {
-    if (Status st2 = s->Launch(d); !st2.ok()) {
+    if (Status st2 = s->Add(gpu); !st2.ok()) {
       s->Stop();
       return st2;
     }
-    s->Log("MPS control daemon for GPU " + std::to_string(d.gpu.index) + " (" + d.gpu.uuid +
-           ") runs as pid " + std::to_string(d.pid) +
-           "; clients use CUDA_MPS_PIPE_DIRECTORY=" + d.paths.pipe_dir);
   }
   s->watcher_ = std::thread([p = s.get()] { p->Watch(); });
   return s;
+}
+
+Status MpsSupervisor::Add(const MpsGpu& gpu) {
+  std::lock_guard<std::mutex> walk(walk_mu_);
+  if (stop_.load()) return Status::Error("MPS for GPU " + std::to_string(gpu.index) + ": stopped");
+  if (Status checked = CheckControl(options_.control); !checked.ok()) return checked;
+  for (const auto& d : daemons_) {
+    if (d->gpu.index == gpu.index) return Status::Ok();
+  }
+  auto d = std::make_unique<Daemon>();
+  d->gpu = gpu;
+  d->paths = PathsFor(options_.root, gpu.uuid);
+  if (Status st = Launch(*d); !st.ok()) return st;
+  Log("MPS control daemon for GPU " + std::to_string(d->gpu.index) + " (" + d->gpu.uuid +
+      ") runs as pid " + std::to_string(d->pid) +
+      "; clients use CUDA_MPS_PIPE_DIRECTORY=" + d->paths.pipe_dir);
+  std::lock_guard<std::mutex> lock(mu_);
+  daemons_.push_back(std::move(d));
+  return Status::Ok();
+}
+
+bool MpsSupervisor::Remove(int index) {
+  std::lock_guard<std::mutex> walk(walk_mu_);
+  for (auto it = daemons_.begin(); it != daemons_.end(); ++it) {
+    if ((*it)->gpu.index != index) continue;
+    Quit(**it);
+    Log("MPS control daemon for GPU " + std::to_string(index) + " (" + (*it)->gpu.uuid +
+        ") stopped; the GPU runs no MPS");
+    std::lock_guard<std::mutex> lock(mu_);
+    daemons_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+std::vector<MpsGpu> MpsSupervisor::Gpus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<MpsGpu> out;
+  for (const auto& d : daemons_) out.push_back(d->gpu);
+  return out;
 }
 
 MpsSupervisor::~MpsSupervisor() { Stop(); }
@@ -225,8 +263,9 @@ Status MpsSupervisor::Launch(Daemon& d) {
 
 void MpsSupervisor::Watch() {
   while (!stop_.load()) {
+    std::unique_lock<std::mutex> walk(walk_mu_);
     for (size_t i = 0; i < daemons_.size() && !stop_.load(); ++i) {
-      Daemon& d = daemons_[i];
+      Daemon& d = *daemons_[i];
       pid_t pid;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -255,6 +294,7 @@ void MpsSupervisor::Watch() {
             std::to_string(d.pid));
       }
     }
+    walk.unlock();
     const auto until = std::chrono::steady_clock::now() + options_.check_interval;
     while (!stop_.load() && std::chrono::steady_clock::now() < until) {
       std::this_thread::sleep_for(
@@ -266,30 +306,33 @@ void MpsSupervisor::Watch() {
 void MpsSupervisor::Stop() {
   if (stop_.exchange(true)) return;
   if (watcher_.joinable()) watcher_.join();
-  for (Daemon& d : daemons_) {
-    if (d.pid <= 0) continue;
-    RunControl(options_.control, "", d.gpu.uuid, d.paths, "quit\n", 10s);
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
-    while (Alive(d.pid) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(10ms);
-    }
-    if (Alive(d.pid)) {
-      Log("MPS control daemon pid " + std::to_string(d.pid) + " did not quit; SIGKILL");
-      kill(d.pid, SIGKILL);
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    d.pid = 0;
+  std::lock_guard<std::mutex> walk(walk_mu_);
+  for (auto& d : daemons_) Quit(*d);
+}
+
+void MpsSupervisor::Quit(Daemon& d) {
+  if (d.pid <= 0) return;
+  RunControl(options_.control, "", d.gpu.uuid, d.paths, "quit\n", 10s);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (Alive(d.pid) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
   }
+  if (Alive(d.pid)) {
+    Log("MPS control daemon pid " + std::to_string(d.pid) + " did not quit; SIGKILL");
+    kill(d.pid, SIGKILL);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  d.pid = 0;
 }
 
 pid_t MpsSupervisor::pid(size_t i) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return i < daemons_.size() ? daemons_[i].pid : 0;
+  return i < daemons_.size() ? daemons_[i]->pid : 0;
 }
 
 int MpsSupervisor::restarts(size_t i) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return i < daemons_.size() ? daemons_[i].restarts : 0;
+  return i < daemons_.size() ? daemons_[i]->restarts : 0;
 }
 
 }  // namespace tessera::mps

@@ -17,8 +17,9 @@
 // MpsSupervisor starts `CONTROL -d` for each GPU (CONTROL: the nvidia-cuda-mps-control binary,
 // configurable) with CUDA_VISIBLE_DEVICES=<UUID> and the two directories, learns the daemon's pid
 // from PIPE/nvidia-cuda-mps-control.pid, checks it every interval and starts a new one when it is
-// gone; Stop() sends `quit` to each through CONTROL, as an operator would. No Kubernetes, no JSON;
-// processes and files only.
+// gone; Stop() sends `quit` to each through CONTROL, as an operator would. Add() and Remove() start
+// and stop one GPU's daemon while the others run on (a GPU whose mode changes: docs/kubernetes.md,
+// "A mode per GPU"). No Kubernetes, no JSON; processes and files only.
 #pragma once
 
 #include <sys/types.h>
@@ -89,9 +90,10 @@ struct MpsOptions {
 // One control daemon per GPU, kept running (see the file comment). Thread-safe.
 class MpsSupervisor {
  public:
-  // Creates the directories and starts every GPU's daemon; fails (stopping those it started)
-  // when a directory cannot be made, CONTROL is not an executable file, `CONTROL -d` fails, or no
-  // pid file appears within start_timeout, naming the GPU and what was found.
+  // Creates the directories and starts every GPU's daemon (none at all is fine: Add() them later,
+  // and CONTROL is checked then); fails (stopping those it started) when a directory cannot be
+  // made, CONTROL is not an executable file, `CONTROL -d` fails, or no pid file appears within
+  // start_timeout, naming the GPU and what was found.
   static Result<std::unique_ptr<MpsSupervisor>> Start(MpsOptions options, std::vector<MpsGpu> gpus);
   ~MpsSupervisor();
   MpsSupervisor(const MpsSupervisor&) = delete;
@@ -100,10 +102,19 @@ class MpsSupervisor {
   // Sends `quit` to each daemon through CONTROL and waits for it to go (SIGKILL after 10 s).
   void Stop();
 
+  // Starts the daemon of one more GPU (as Start does each), leaving the others alone; ok and
+  // nothing done when the GPU has one already. Refused after Stop().
+  Status Add(const MpsGpu& gpu);
+  // Stops GPU `index`'s daemon (as Stop does each) and supervises it no more; the others run on.
+  // False when the GPU had none.
+  bool Remove(int index);
+  // The GPUs supervised now, in the order they were started.
+  std::vector<MpsGpu> Gpus() const;
+
   const MpsOptions& options() const { return options_; }
-  // The daemon's pid for GPU `i` (in the order given to Start), 0 while none runs.
+  // The daemon's pid for the `i`th GPU supervised (in the order started), 0 while none runs.
   pid_t pid(size_t i) const;
-  // How many times GPU `i`'s daemon was found dead and started again.
+  // How many times the `i`th GPU's daemon was found dead and started again.
   int restarts(size_t i) const;
 
  private:
@@ -117,12 +128,16 @@ class MpsSupervisor {
   };
   explicit MpsSupervisor(MpsOptions options) : options_(std::move(options)) {}
   Status Launch(Daemon& d);  // runs CONTROL -d and waits for the pid file
+  void Quit(Daemon& d);      // `quit` through CONTROL; SIGKILL after 10 s
   void Watch();              // the supervising thread
   void Log(const std::string& line) const;
 
   MpsOptions options_;
-  mutable std::mutex mu_;
-  std::vector<Daemon> daemons_;
+  // Held while the daemons are walked or their list changes (Watch, Add, Remove, Stop): a daemon
+  // is never restarted while it is being removed.
+  std::mutex walk_mu_;
+  mutable std::mutex mu_;  // pids and restart counts; the list's shape, for pid() and Gpus()
+  std::vector<std::unique_ptr<Daemon>> daemons_;
   std::atomic<bool> stop_{false};
   std::thread watcher_;
 };

@@ -7,9 +7,11 @@
 #include "mps/mps.h"
 
 #include <gmock/gmock.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -28,6 +31,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -167,10 +171,46 @@ TEST_F(SupervisorTest, FailuresAreNamed) {
                         " -d` exited with status 1; see " + root_ + "/GPU-cccc/log/control.log"));
 }
 
+// A GPU's daemon starts and stops while the others' run on, untouched (a GPU whose mode changes).
+TEST_F(SupervisorTest, gpu_modes_AddAndRemoveLeaveTheOtherGpusAlone) {
+  auto s = MpsSupervisor::Start(options_, {});
+  ASSERT_TRUE(s.ok()) << s.error();
+  EXPECT_TRUE((*s)->Gpus().empty()) << "none at start is fine";
+  ASSERT_TRUE((*s)->Add({0, "GPU-aaaa"}).ok());
+  ASSERT_TRUE((*s)->Add({3, "GPU-dddd"}).ok());
+  const pid_t zero = (*s)->pid(0), three = (*s)->pid(1);
+  ASSERT_GT(zero, 0);
+  ASSERT_GT(three, 0);
+  EXPECT_TRUE((*s)->Add({0, "GPU-aaaa"}).ok());
+  EXPECT_EQ((*s)->pid(0), zero) << "adding a GPU that runs one starts no second daemon";
+  EXPECT_TRUE((*s)->Remove(0));
+  EXPECT_FALSE((*s)->Remove(0)) << "it has none any more";
+  EXPECT_THAT(ControlLog("GPU-aaaa"),
+              HasSubstr("command quit\nexit pid=" + std::to_string(zero) + "\n"));
+  EXPECT_TRUE(Gone(zero));
+  ASSERT_EQ((*s)->Gpus().size(), 1u);
+  EXPECT_EQ((*s)->Gpus()[0].index, 3);
+  EXPECT_EQ((*s)->pid(0), three);
+  EXPECT_EQ(kill(three, 0), 0) << "GPU 3's daemon runs on";
+  EXPECT_THAT(ControlLog("GPU-dddd"), Not(HasSubstr("command")));
+  // A removed GPU's daemon is not started again by the watcher; the others' are.
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ((*s)->Gpus().size(), 1u);
+  setenv("TESSERA_MPS_STANDIN_FAIL", "1", 1);
+  auto failed = (*s)->Add({5, "GPU-ffff"});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.message(),
+              HasSubstr("MPS for GPU 5 (GPU-ffff): `" + Standin() + " -d` exited with status 1"));
+  EXPECT_EQ((*s)->Gpus().size(), 1u) << "a GPU whose daemon did not start is not supervised";
+  (*s)->Stop();
+  EXPECT_FALSE((*s)->Add({0, "GPU-aaaa"}).ok()) << "refused after Stop";
+}
+
 // ---- tesserad --mps and tessera run -------------------------------------------------------------
 
 class MpsNodeTest : public ::testing::Test {
  protected:
+  explicit MpsNodeTest(std::string mps_flags = "--mps") : mps_flags_(std::move(mps_flags)) {}
   void SetUp() override {
     signal(SIGPIPE, SIG_IGN);
     state_ = process::UniqueName("mpsnode");
@@ -178,8 +218,8 @@ class MpsNodeTest : public ::testing::Test {
     socket_ = "/tmp/" + state_ + ".sock";
     log_ = "/tmp/" + state_ + ".err";
     const std::string cmd = "exec '" + process::BuildDir() + "/bin/tesserad' --sim --ephemeral " +
-                            "--socket '" + socket_ + "' --mps --mps-control '" + Standin() +
-                            "' --mps-dir '" + root_ + "' 2>'" + log_ + "'";
+                            "--socket '" + socket_ + "' " + mps_flags_ + " --mps-control '" +
+                            Standin() + "' --mps-dir '" + root_ + "' 2>'" + log_ + "'";
     daemon_ = std::make_unique<process::ChildProcess>(
         std::vector<std::string>{"/bin/sh", "-c", cmd}, Env());
     ASSERT_TRUE(daemon_->started());
@@ -217,7 +257,7 @@ class MpsNodeTest : public ::testing::Test {
     return json.substr(pos, json.find('"', pos) - pos);
   }
 
-  std::string state_, root_, socket_, log_;
+  std::string mps_flags_, state_, root_, socket_, log_;
   std::unique_ptr<process::ChildProcess> daemon_;
 };
 
@@ -282,6 +322,186 @@ TEST_F(MpsNodeTest, TesseradStartsADeadControlDaemonAgainAndQuitsThemOnStop) {
   daemon_.reset();
   EXPECT_THAT(ReadFile(p0.log_dir + "/control.log"),
               HasSubstr("command quit\nexit pid=" + std::to_string(now) + "\n"));
+}
+
+// ---- MPSGPUS: tesserad's MPS GPUs changed while it runs ----------------------------------------
+
+// tesserad --mps-gpus none: MPS allowed, on no GPU until MPSGPUS (the device plugin's) asks.
+class MpsGpusNodeTest : public MpsNodeTest {
+ protected:
+  MpsGpusNodeTest() : MpsNodeTest("--mps-gpus none") {}
+  std::string Call(const std::string& request) const {
+    auto reply = ipc::Call(socket_, request, nullptr, 20s);
+    return reply.ok() ? *reply : "unreachable: " + reply.error();
+  }
+  nlohmann::json Status() const {
+    const std::string reply = Call("STATUS");
+    return nlohmann::json::parse(reply.size() > 3 ? reply.substr(3) : "{}", nullptr, false);
+  }
+  bool PidFile(int gpu) const {
+    return access((PathsFor(root_, Uuid(gpu)).pipe_dir + "/" + kPidFileName).c_str(), F_OK) == 0;
+  }
+};
+
+TEST_F(MpsGpusNodeTest, gpu_modes_MpsGpusStartsAndStopsOneGpusControlDaemonAndSaysSoInStatus) {
+  nlohmann::json st = Status();
+  ASSERT_TRUE(st.is_object());
+  EXPECT_EQ(st["mps_root"], root_) << "STATUS says tesserad can run MPS, and where";
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(st["devices"][i]["mps"], false) << i;
+    EXPECT_EQ(st["devices"][i]["policy"], 0) << i;
+    EXPECT_FALSE(PidFile(i)) << "no GPU runs MPS before it is asked";
+  }
+  EXPECT_EQ(Call("MPSGPUS gpus=1"), "OK mps=1 started=1 stopped=none");
+  EXPECT_TRUE(PidFile(1));
+  EXPECT_FALSE(PidFile(0));
+  st = Status();
+  EXPECT_EQ(st["devices"][1]["mps"], true);
+  EXPECT_EQ(st["devices"][1]["policy"], 5) << "MPS shares the SMs: policy 5 while it runs";
+  EXPECT_EQ(st["devices"][0]["mps"], false);
+  EXPECT_EQ(st["devices"][0]["policy"], 0);
+  const pid_t one = std::stoi(ReadFile(PathsFor(root_, Uuid(1)).pipe_dir + "/" + kPidFileName));
+  // tessera smi says which GPUs run MPS.
+  const auto [smi_status, table] = Tessera("smi");
+  EXPECT_EQ(smi_status, 0) << table;
+  EXPECT_THAT(table, HasSubstr("MPS on GPUs 1"));
+  // A container on GPU 1 is an MPS client of GPU 1's server.
+  const auto [status, env] = Tessera("run --sim --core 30 --mem 1GiB --devices 1 -- env");
+  ASSERT_EQ(status, 0) << env;
+  EXPECT_THAT(env, HasSubstr("CUDA_MPS_PIPE_DIRECTORY=" + PathsFor(root_, Uuid(1)).pipe_dir));
+  // The same set again changes nothing; the other way round moves both.
+  EXPECT_EQ(Call("MPSGPUS gpus=1"), "OK mps=1 started=none stopped=none");
+  EXPECT_EQ(Call("MPSGPUS gpus=0"), "OK mps=0 started=0 stopped=1");
+  EXPECT_THAT(ReadFile(PathsFor(root_, Uuid(1)).log_dir + "/control.log"),
+              HasSubstr("command quit\nexit pid=" + std::to_string(one) + "\n"));
+  st = Status();
+  EXPECT_EQ(st["devices"][1]["mps"], false);
+  EXPECT_EQ(st["devices"][1]["policy"], 0) << "its policy back";
+  EXPECT_EQ(st["devices"][0]["mps"], true);
+  EXPECT_EQ(Call("MPSGPUS gpus=none"), "OK mps=none started=none stopped=0");
+  EXPECT_THAT(ReadFile(log_),
+              HasSubstr("tesserad: MPSGPUS gpus=none: OK mps=none started=none stopped=0"));
+}
+
+TEST_F(MpsGpusNodeTest, gpu_modes_MpsGpusRefusesBadListsByName) {
+  const std::string ranges =
+      "expected GPU indices 0-63 and ranges, comma-separated, e.g. 0-3 or "
+      "0,2,5-7; or none";
+  for (const auto& [request, why] : std::vector<std::pair<std::string, std::string>>{
+           {"MPSGPUS gpus=1-",
+            "ERR MPSGPUS gpus= \"1-\": \"1-\" is no GPU index or range; " + ranges},
+           {"MPSGPUS gpus=3-1",
+            "ERR MPSGPUS gpus= \"3-1\": \"3-1\" is no GPU index or range; " + ranges},
+           {"MPSGPUS gpus=0,,1",
+            "ERR MPSGPUS gpus= \"0,,1\": \"\" is no GPU index or range; " + ranges},
+           {"MPSGPUS gpus=all",
+            "ERR MPSGPUS gpus= \"all\": \"all\" is no GPU index or range; " + ranges},
+           {"MPSGPUS gpus=99999999",
+            "ERR MPSGPUS gpus= \"99999999\": \"99999999\" is no GPU "
+            "index or range; " +
+                ranges},
+           {"MPSGPUS gpus=0-63",
+            "ERR MPSGPUS gpus=\"0-63\": GPU 2 is not on this node; it has 2 "
+            "GPU(s), indices 0-1"},
+           {"MPSGPUS",
+            "ERR MPSGPUS: gpus= missing; expected gpus=0-3,5 (device indices) or "
+            "gpus=none"},
+           {"MPSGPUS gpus=0 force=1", "ERR MPSGPUS force=1: unknown field; expected gpus=LIST"},
+       }) {
+    EXPECT_EQ(Call(request), why) << request;
+  }
+  EXPECT_FALSE(PidFile(0));
+  EXPECT_FALSE(PidFile(1));
+  EXPECT_EQ(Status()["devices"][0]["mps"], false) << "a refused request changed nothing";
+}
+
+// MPS does not start under tenants that are no MPS clients, nor stop under its clients; the
+// reply names the GPU, the containers and their processes. The GPUs that can change do.
+TEST_F(MpsGpusNodeTest, gpu_modes_MpsGpusRefusesToChangeAGpuWithTenantsNamingThem) {
+  ASSERT_EQ(Call("MPSGPUS gpus=0").rfind("OK", 0), 0u);
+  // As the device plugin registers them: a limit on the container's own GPU, 0 on the others. An
+  // MPS client holds memory on GPU 0; a tenant that is no MPS client on GPU 1; a container with
+  // nothing running yet is no tenant.
+  ASSERT_EQ(Call("CONTAINER id=mps-client mem=1073741824,0").rfind("OK", 0), 0u);
+  ASSERT_EQ(Call("CONTAINER id=plain mem=0,1073741824").rfind("OK", 0), 0u);
+  ASSERT_EQ(Call("CONTAINER id=idle mem=0,1073741824").rfind("OK", 0), 0u);
+  auto tenant = [&](const std::string& container) {
+    std::vector<std::string> env = process::TenantEnv(Env(), socket_, container);
+    env.push_back("TESSERA_REAL_NVML=" + process::BuildDir() + "/lib/libtessera-simgpu.so");
+    const int gpu = container == "mps-client" ? 0 : 1;
+    env.push_back("TESSERA_VISIBLE_DEVICES=" + Uuid(gpu));
+    if (gpu == 0) env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + PathsFor(root_, Uuid(0)).pipe_dir);
+    auto child = std::make_unique<process::ChildProcess>(
+        std::vector<std::string>{process::BuildDir() + "/tests/shim_tenant", "hold", "1048576"},
+        env);
+    EXPECT_TRUE(child->WaitForKey("ready", 30s).has_value()) << container;
+    return child;
+  };
+  auto client = tenant("mps-client");
+  auto plain = tenant("plain");
+  const std::string reply = Call("MPSGPUS gpus=1");
+  EXPECT_EQ(reply, "ERR MPSGPUS gpus=1: GPU 0 (" + Uuid(0) +
+                       ") does not stop MPS under its MPS clients: containers mps-client (pids " +
+                       std::to_string(client->pid()) + "); GPU 1 (" + Uuid(1) +
+                       ") does not start MPS under tenants that are no MPS clients: containers "
+                       "plain (pids " +
+                       std::to_string(plain->pid()) + "); MPS runs on GPUs 0 now");
+  EXPECT_TRUE(PidFile(0)) << "GPU 0's daemon runs on under its client";
+  EXPECT_FALSE(PidFile(1));
+  // Only what can change does: GPU 0 stays, GPU 1 is left as it is when asked alone.
+  EXPECT_THAT(Call("MPSGPUS gpus=0,1"), HasSubstr("containers plain"));
+  EXPECT_TRUE(PidFile(0));
+  // Gone, both: the GPUs change.
+  client->Kill(SIGKILL);
+  plain->Kill(SIGKILL);
+  client->Wait(10s);
+  plain->Wait(10s);
+  const auto freed = std::chrono::steady_clock::now();
+  std::string now;
+  while (std::chrono::steady_clock::now() - freed < 10s) {
+    now = Call("MPSGPUS gpus=1");
+    if (now.rfind("OK", 0) == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(now, "OK mps=1 started=1 stopped=0");
+}
+
+// Only an administrator (root, tesserad's own user, the admin group) changes the MPS GPUs.
+TEST_F(MpsGpusNodeTest, gpu_modes_MpsGpusNeedsAnAdministrator) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to act as another user (setuid)";
+  ASSERT_EQ(chmod(socket_.c_str(), 0666), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0) _exit(100);
+    auto reply = ipc::Call(socket_, "MPSGPUS gpus=0", nullptr, 5s);
+    _exit(reply.ok() && reply->rfind("ERR permission denied: MPSGPUS starts and stops GPUs' MPS "
+                                     "control daemons; ",
+                                     0) == 0
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "nobody changed the MPS GPUs";
+  EXPECT_FALSE(PidFile(0));
+  EXPECT_EQ(Call("MPSGPUS gpus=0"), "OK mps=0 started=0 stopped=none") << "root may";
+}
+
+// A tesserad without MPS refuses the verb and says how to allow it.
+class NoMpsNodeTest : public MpsNodeTest {
+ protected:
+  NoMpsNodeTest() : MpsNodeTest("") {}
+};
+
+TEST_F(NoMpsNodeTest, gpu_modes_MpsGpusOnATesseradWithoutMpsIsRefused) {
+  auto reply = ipc::Call(socket_, "MPSGPUS gpus=0", nullptr, 5s);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(*reply,
+            "ERR MPSGPUS: this tesserad runs no MPS; start it with --mps-gpus none (or --mps, "
+            "--mps-gpus LIST) and --mps-control, --mps-dir");
+  auto status = ipc::Call(socket_, "STATUS", nullptr, 5s);
+  ASSERT_TRUE(status.ok());
+  EXPECT_THAT(*status, Not(HasSubstr("mps")));
 }
 
 }  // namespace

@@ -119,6 +119,9 @@ Result<std::vector<int>> SampleForLoad(std::span<const Request> pods,
   return draws;
 }
 
+double ReplayScheduler::NextEvent(double) const { return kNever; }
+Result<bool> ReplayScheduler::Advance(double) { return false; }
+
 std::string_view QueueModelName(QueueModel model) {
   return model == QueueModel::kFcfs ? "fcfs" : "kube-scheduler";
 }
@@ -461,10 +464,17 @@ Result<ReplayResult> Run::Go() {
     if (t == kNever) break;  // nothing arrives or leaves: the pods left wait for ever
     if (next == order_.size() && pending_.empty()) break;  // only departures are left
     if (kube && !pending_.empty()) t = std::min(t, queue_.NextFlush(now_));
+    if (!pending_.empty()) t = std::min(t, scheduler_.NextEvent(now_));
     RecordUntil(t);
     Integrate(t);
     if (kube) queue_.RunFlushesUntil(t);
     if (Status s = Depart(t); !s.ok()) return s;
+    auto changed = scheduler_.Advance(t);
+    if (!changed.ok()) return changed.status();
+    if (*changed) {
+      ++capacity_gen_;  // what fits may have changed: no attempt is known to fail
+      if (kube) queue_.MoveAll(QueueEvent::kNodeAnnotationUpdate, t);
+    }
     for (; next < order_.size() && at_[next] <= t; ++next) {
       const int pod = static_cast<int>(next);
       if (!CanEverFit(pod)) {

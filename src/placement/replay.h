@@ -133,6 +133,15 @@ class ReplayScheduler {
   // `pod` left; the replay already took it off `cluster`.
   virtual Status Leave(const Cluster& cluster, int pod, const Request& request,
                        const Assignment& a) = 0;
+  // What the scheduler's side does on its own clock, between attempts (the extender's MIG
+  // re-cut loop, the nodes answering it): the first instant after `now` at which it acts
+  // (infinity: none), and running what is due at `now`. Advance returns whether a Node changed
+  // in a way kube-scheduler's queue sees (an annotation update: it moves the pods an extender
+  // rejected). The replay calls Advance at every instant it stops at, after that instant's
+  // departures and before its arrivals and attempts, and stops at NextEvent while pods wait.
+  // The policy in process has none.
+  virtual double NextEvent(double now) const;
+  virtual Result<bool> Advance(double now);
 };
 
 // The pods of a run and their times, in arrival order: `order` indexes the list (`pods`).

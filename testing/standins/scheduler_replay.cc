@@ -4,10 +4,14 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include "k8s/annotations.h"
+#include "placement/mig.h"
 #include "testing/support/test_objects.h"
 
 namespace tessera::extender::testing {
@@ -39,7 +43,11 @@ k8s::Json NodeFor(const pl::NodeSpec& spec, const pl::ModelTable& models) {
 
 k8s::Json PodFor(const std::string& name, const pl::Request& r) {
   std::map<std::string, std::string> limits;
-  if (r.gpu_count > 0) {
+  if (r.mig()) {
+    std::string profile(pl::MigProfileName(r.mig_profile));
+    std::replace(profile.begin(), profile.end(), '+', '.');
+    limits["tessera.io/mig-" + profile] = "1";
+  } else if (r.gpu_count > 0) {
     limits["tessera.io/gpu-count"] = std::to_string(r.gpu_count);
     if (!r.whole_gpus()) limits["tessera.io/gpu-core"] = std::to_string(r.gpu_milli / 10);
   }
@@ -54,11 +62,17 @@ k8s::Json PodFor(const std::string& name, const pl::Request& r) {
 }
 
 ExtenderReplayScheduler::ExtenderReplayScheduler(k8s::TestApiServer& api, ExtenderApp& app,
-                                                 int port, const pl::Cluster& cluster)
-    : api_(api), app_(app), driver_(port), http_(std::make_unique<httplib::Client>(api.url())) {
+                                                 int port, const pl::Cluster& cluster,
+                                                 MigReplay mig)
+    : api_(api),
+      app_(app),
+      driver_(port),
+      http_(std::make_unique<httplib::Client>(api.url())),
+      mig_(mig) {
   http_->set_keep_alive(true);
   for (int n = 0; n < cluster.node_count(); ++n) {
     const std::string& name = cluster.spec(n).name;
+    recut_nodes_ = recut_nodes_ || (mig_.nodes != nullptr && cluster.spec(n).mig_relayout);
     node_names_.push_back(name);
     node_index_[name] = n;
     for (int g = 0; g < cluster.spec(n).gpu_count; ++g) gpu_index_[GpuUuid(name, g)] = g;
@@ -109,6 +123,16 @@ Result<std::optional<pl::Assignment>> ExtenderReplayScheduler::Attempt(const pl:
     if (!assignment.ok()) return assignment.status();
     for (const k8s::ContainerAssignment& c : assignment->containers) {
       for (const k8s::AssignedGpu& g : c.gpus) {
+        if (mig_.nodes != nullptr && g.uuid.rfind("MIG-", 0) == 0) {
+          auto m = MigAssignment(cluster, g.uuid);
+          if (!m.ok()) return m.status();
+          if (m->node != a.node) {
+            return Result<std::optional<pl::Assignment>>::Error("MIG device " + g.uuid +
+                                                                " is not on node " + r.node);
+          }
+          a = *m;
+          continue;
+        }
         auto gi = gpu_index_.find(g.uuid);
         if (gi == gpu_index_.end()) {
           return Result<std::optional<pl::Assignment>>::Error("assigned unknown GPU " + g.uuid);
@@ -140,8 +164,9 @@ Status ExtenderReplayScheduler::MarkWaiting(int pod, const pl::Request&) {
   return Status::Ok();
 }
 
-void ExtenderReplayScheduler::Placed(const pl::Cluster&, int pod, const pl::Request&,
+void ExtenderReplayScheduler::Placed(const pl::Cluster& cluster, int pod, const pl::Request&,
                                      const pl::Assignment&) {
+  allocated_ = cluster.gpu_milli_allocated();
   pending_.erase(pod);
   if (is_waiting_[static_cast<size_t>(pod)] != 0) {
     is_waiting_[static_cast<size_t>(pod)] = 0;
@@ -149,8 +174,9 @@ void ExtenderReplayScheduler::Placed(const pl::Cluster&, int pod, const pl::Requ
   }
 }
 
-Status ExtenderReplayScheduler::Leave(const pl::Cluster&, int pod, const pl::Request&,
+Status ExtenderReplayScheduler::Leave(const pl::Cluster& cluster, int pod, const pl::Request&,
                                       const pl::Assignment&) {
+  allocated_ = cluster.gpu_milli_allocated();
   if (!api_.DeletePod("default", PodName(pod))) {
     return Status::Error("replay pod " + PodName(pod) + ": not on the API server to delete");
   }
@@ -161,9 +187,22 @@ Status ExtenderReplayScheduler::Leave(const pl::Cluster&, int pod, const pl::Req
 Status ExtenderReplayScheduler::AwaitExtender(size_t pods, size_t waiting, int64_t allocated) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   StateStats s;
+  // On a replay with re-cuts, also every Node as the API server has it (the requests, answers
+  // and inventories written since).
+  auto nodes_seen = [&] {
+    if (mig_.nodes == nullptr) return true;
+    for (const std::string& name : node_names_) {
+      const auto node = api_.GetNode(name);
+      if (!node) continue;
+      const std::string rv = (*node)["metadata"].value("resourceVersion", "");
+      if (app_.state().CommitView(name).resource_version != rv) return false;
+    }
+    return true;
+  };
   while (std::chrono::steady_clock::now() < deadline) {
     s = app_.state().Stats();
-    if (s.pods == pods && s.pods_waiting == waiting && s.gpu_milli_allocated == allocated) {
+    if (s.pods == pods && s.pods_waiting == waiting && s.gpu_milli_allocated == allocated &&
+        nodes_seen()) {
       return Status::Ok();
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -173,6 +212,121 @@ Status ExtenderReplayScheduler::AwaitExtender(size_t pods, size_t waiting, int64
                        std::to_string(s.pods_waiting) + " waiting (want " +
                        std::to_string(waiting) + "), " + std::to_string(s.gpu_milli_allocated) +
                        " GPU milli allocated (want " + std::to_string(allocated) + ")");
+}
+
+Result<pl::Assignment> ExtenderReplayScheduler::MigAssignment(const pl::Cluster& cluster,
+                                                              const std::string& uuid) const {
+  const auto device = mig_.nodes->Find(uuid);
+  if (!device) return Result<pl::Assignment>::Error("assigned unknown MIG device " + uuid);
+  pl::Assignment a{device->node, uint32_t{1} << device->gpu, -1, -1};
+  // The node cuts a GPU as `tessera mig apply` places the counts (mig::Place), which may put the
+  // instances at other start slots than the engine's layout of the same mix (MigLayoutsOf): the
+  // replay's picture holds the engine's, and an instance is the one of the same profile and rank
+  // (by start slot) there. Which mixes fit, and what an instance counts, are the same.
+  const mig::Layout& now = mig_.nodes->LayoutOf(device->node, device->gpu);
+  const pl::MigGpu& seen = cluster.mig_gpus(device->node)[static_cast<size_t>(device->gpu)];
+  const mig::Layout* target = &seen.layout;
+  if (seen.layout.Counts() != now.Counts()) {
+    const std::vector<mig::Layout>& layouts = pl::MigLayoutsOf(*cluster.mig_model(device->node));
+    target = nullptr;
+    for (size_t k = 0; k < layouts.size() && target == nullptr; ++k) {
+      if (layouts[k].Counts() == now.Counts()) {
+        a.mig_layout = static_cast<int>(k);
+        target = &layouts[k];
+      }
+    }
+    if (target == nullptr) {
+      return Result<pl::Assignment>::Error("GPU " + std::to_string(device->gpu) + " of node " +
+                                           cluster.spec(device->node).name + " was cut into " +
+                                           mig::SliceMap(now) + ", a mix the engine does not list");
+    }
+  }
+  const mig::MigProfile* profile = nullptr;
+  int rank = 0;
+  for (const mig::PlacedInstance& p : now.instances) {
+    if (p.start == device->start) profile = p.profile;
+  }
+  for (const mig::PlacedInstance& p : now.instances) {
+    if (p.profile == profile && p.start < device->start) ++rank;
+  }
+  for (const mig::PlacedInstance& p : target->instances) {
+    if (p.profile == profile && rank-- == 0) a.mig_start = p.start;
+  }
+  return a;
+}
+
+double ExtenderReplayScheduler::NextEvent(double now) const {
+  if (mig_.nodes == nullptr) return std::numeric_limits<double>::infinity();
+  double next = mig_.nodes->NextEvent(now);
+  if (recut_nodes_ && waiting_ > 0) {
+    const double p = mig_.recut_poll_s;
+    double tick = std::floor(now / p + 1) * p;
+    if (tick <= now) tick += p;
+    next = std::min(next, tick);
+  }
+  return next;
+}
+
+Result<bool> ExtenderReplayScheduler::Advance(double now) {
+  if (mig_.nodes == nullptr) return false;
+  if (mig_.clock != nullptr) {
+    mig_.clock->AdvanceTo(Nanos(static_cast<int64_t>(std::llround(now * 1e9))));
+  }
+  // The nodes' reconciles first, then the extender's pass of that instant.
+  auto changed = mig_.nodes->Advance(now);
+  if (!changed.ok()) return changed.status();
+  bool any = *changed;
+  const double p = mig_.recut_poll_s;
+  const double tick = std::floor(now / p) * p;
+  if (recut_nodes_ && waiting_ > 0 && tick > last_pass_) {
+    last_pass_ = tick;
+    if (Status s = AwaitExtender(live_pods_, waiting_, allocated_); !s.ok()) return s;
+    const ExtenderApp::RecutPass pass = app_.RecutOnce();
+    ++recut_passes_;
+    recuts_written_ += pass.written;
+    recuts_not_written_ += pass.not_written;
+    any = any || pass.written > 0;
+  }
+  return any;
+}
+
+Result<MigExtenderRun> ReplayMigThroughExtender(const pl::Cluster& cluster,
+                                                std::span<const pl::Request> pods,
+                                                std::span<const pl::PodTimes> times,
+                                                std::shared_ptr<const pl::TargetWorkload> workload,
+                                                pl::ReplayOptions options,
+                                                MigNodeOptions node_options,
+                                                double recut_interval_s, double recut_poll_s) {
+  k8s::TestApiServer api;
+  if (Status s = api.Start(0); !s.ok()) return s;
+  MigNodeStandin nodes(api, node_options);
+  for (int n = 0; n < cluster.node_count(); ++n) {
+    if (Status s = nodes.AddNode(cluster, n); !s.ok()) return s;
+  }
+  ManualClock clock;
+  AppConfig config;
+  config.api.server = api.url();
+  config.listen_host = "127.0.0.1";
+  config.listen_port = 0;
+  config.quiet = true;
+  config.state.workload = std::move(workload);
+  config.state.clock = &clock;
+  config.state.mig_recut_interval =
+      std::chrono::milliseconds(static_cast<int64_t>(std::llround(recut_interval_s * 1000)));
+  config.recut_poll = std::chrono::milliseconds(0);  // RecutOnce on the replay's clock
+  ExtenderApp app(config);
+  if (Status s = app.Start(); !s.ok()) return s;
+  if (!app.WaitReady(std::chrono::seconds(30))) {
+    return Status::Error("the extender did not list Nodes and Pods within 30 s");
+  }
+  ExtenderReplayScheduler scheduler(api, app, app.port(), cluster, {&nodes, &clock, recut_poll_s});
+  options.skip_known_failures = false;  // every attempt through the verbs
+  auto r = pl::ReplayWith(cluster, pods, times, scheduler, options);
+  app.Stop();
+  api.Stop();
+  if (!r.ok()) return r.status();
+  return MigExtenderRun{std::move(*r), nodes.counts(), scheduler.recuts_written(),
+                        scheduler.recuts_not_written(), scheduler.rounds()};
 }
 
 }  // namespace tessera::extender::testing

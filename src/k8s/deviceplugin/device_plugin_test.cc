@@ -1238,16 +1238,19 @@ TEST_F(DevicePluginTest, ThirtyPercentBesideSeventyWithTheAckNames) {
 // ---- a mode per GPU ----------------------------------------------------------------------------
 
 // An 8-GPU node whose GPUs 0-3 are in mps (labels tessera.io/gpu.schedule.0-3) and 4-7 in the
-// node's core_mem; tesserad runs MPS on GPUs 0-3 only (--mps-gpus 0-3), its control program the
-// stand-in above. One plugin serves both sets.
+// node's core_mem. tesserad is started as the shipped tessera-node DaemonSet starts it: MPS
+// allowed on no GPU (--mps-gpus none), its control program the stand-in above; the plugin has it
+// run MPS on the GPUs the labels put in mps (MPSGPUS). One plugin serves both sets.
 class GpuModesNodeTest : public DevicePluginTest {
  protected:
-  explicit GpuModesNodeTest(std::string dir = NewMpsDir())
+  explicit GpuModesNodeTest(std::string dir = NewMpsDir(), bool mps = true)
       : DevicePluginTest(
             "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,"
             "SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20,SimA:4GiB:20",
-            {"--mps-gpus", "0-3", "--mps-control", BuildDir() + "/tests/mps_control_standin",
-             "--mps-dir", dir}),
+            mps ? std::vector<std::string>{"--mps-gpus", "none", "--mps-control",
+                                           BuildDir() + "/tests/mps_control_standin", "--mps-dir",
+                                           dir}
+                : std::vector<std::string>{}),
         mps_dir_(std::move(dir)) {
     labels_ = {{kScheduleLabel, "core_mem"}};
     for (int i = 0; i < 4; ++i) labels_[kGpuScheduleLabelPrefix + std::to_string(i)] = "mps";
@@ -1315,7 +1318,9 @@ TEST_F(GpuModesNodeTest, gpu_modes_MpsAndCoreMemGpusServedByOnePluginAndPodsLand
               i < 4 ? std::optional<NodeMode>(NodeMode::kMps) : std::nullopt)
         << i;
   }
-  // tesserad runs MPS on GPUs 0-3 only.
+  // tesserad, started with MPS on no GPU, runs it on GPUs 0-3 only: the plugin asked.
+  const TesseradStatus st = node_.Status();
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(st.gpus[static_cast<size_t>(i)].mps, i < 4) << i;
   for (int i = 0; i < 8; ++i) {
     struct stat st {};
     const std::string pid_file =
@@ -1430,11 +1435,15 @@ TEST_F(GpuModesNodeTest, gpu_modes_AModeChangeUnderATenantWaitsUntilItDrains) {
   auto second_admitted = Admit(second);
   ASSERT_TRUE(second_admitted.ok()) << second_admitted.error();
   EXPECT_EQ((*second_admitted)[0].envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
-  // And on GPU 6, now mps (tesserad runs no MPS there: --mps-gpus 0-3), a pod is refused by name.
+  // GPU 6, now mps, runs MPS (the plugin had tesserad start it) and takes an MPS client; GPU 0,
+  // now core_mem, runs MPS no more.
+  EXPECT_TRUE(node_.Status().gpus[6].mps);
+  EXPECT_FALSE(node_.Status().gpus[0].mps);
+  EXPECT_FALSE(node_.Status().gpus[5].mps) << "held: no MPS under its tenants";
   const Json on6 = Share("team", "on-six", 6);
-  auto refused = Admit(on6);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.error(), HasSubstr("tesserad's MPS pipe folder of GPU " + node_.Uuid(6)));
+  auto six = Admit(on6);
+  ASSERT_TRUE(six.ok()) << six.error();
+  EXPECT_EQ((*six)[0].envs.at("CUDA_MPS_PIPE_DIRECTORY"), kContainerMpsPipeDir);
   int held = 0;
   for (const Json& e : api_.Events("")) held += e["reason"] == "TesseraModeChangeHeld" ? 1 : 0;
   EXPECT_EQ(held, 1) << "said once";
@@ -1453,8 +1462,8 @@ TEST_F(GpuModesNodeTest, gpu_modes_AModeChangeUnderATenantWaitsUntilItDrains) {
   EXPECT_EQ(InventoryMode(5), "core_mem");
   EXPECT_EQ(InventoryMode(6), "mps");
 
-  // Drained: both pods gone, GPU 5 turns mps, and a new pod on it is an MPS client... of a GPU
-  // tesserad runs no MPS on, so it is refused by name: the plugin serves the new mode.
+  // Drained: both pods gone, GPU 5 turns mps, tesserad runs MPS there, and a new pod on it is an
+  // MPS client.
   holder->Kill(SIGKILL);
   holder->Wait(10s);
   for (const Json& p : {tenant, second}) {
@@ -1463,11 +1472,118 @@ TEST_F(GpuModesNodeTest, gpu_modes_AModeChangeUnderATenantWaitsUntilItDrains) {
   }
   ASSERT_TRUE(WaitUntil([&] { return InventoryMode(5) == "mps"; }, 10s))
       << "GPU 5 did not change once free";
+  EXPECT_TRUE(node_.Status().gpus[5].mps);
   const Json after = Share("team", "after", 5);
-  refused = Admit(after);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_THAT(refused.error(), HasSubstr("tesserad's MPS pipe folder of GPU " + node_.Uuid(5)));
+  auto five = Admit(after);
+  ASSERT_TRUE(five.ok()) << five.error();
+  EXPECT_EQ((*five)[0].envs.at("CUDA_MPS_PIPE_DIRECTORY"), kContainerMpsPipeDir);
+  EXPECT_TRUE(std::any_of((*five)[0].mounts.begin(), (*five)[0].mounts.end(),
+                          [&](const TestKubelet::Mount& x) {
+                            return x.host_path == mps_dir_ + "/" + node_.Uuid(5) + "/pipe";
+                          }));
   // GPU 0, back in core_mem, takes a tenant that is no MPS client.
+  const Json on0 = Share("team", "on-zero", 0);
+  auto zero = Admit(on0);
+  ASSERT_TRUE(zero.ok()) << zero.error();
+  EXPECT_EQ((*zero)[0].envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+}
+
+// Labels alone move GPUs into and out of MPS: a free GPU relabelled mps gets its control daemon
+// and is served as mps; a GPU relabelled out of mps under an MPS client keeps MPS (the plugin
+// holds the change, and tesserad itself refuses to stop it, naming the client) until it drains.
+TEST_F(GpuModesNodeTest, gpu_modes_LabelsAloneStartAndStopMpsAndAClientHoldsIt) {
+  StartPlugin();
+  WaitServing();
+  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(0) == "mps"; }, 10s));
+  // GPU 5, free, into mps: tesserad runs MPS there and a pod on it is an MPS client of GPU 5.
+  ASSERT_TRUE(
+      api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("5"), std::string("mps")));
+  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(5) == "mps"; }, 10s));
+  EXPECT_TRUE(node_.Status().gpus[5].mps) << "served as mps only once its daemon runs";
+  EXPECT_FALSE(node_.Status().gpus[4].mps) << "the other GPUs are left alone";
+  const Json on5 = Share("team", "on-five", 5);
+  auto five = Admit(on5);
+  ASSERT_TRUE(five.ok()) << five.error();
+  EXPECT_EQ((*five)[0].envs.at("CUDA_MPS_PIPE_DIRECTORY"), kContainerMpsPipeDir);
+  EXPECT_TRUE(std::any_of((*five)[0].mounts.begin(), (*five)[0].mounts.end(),
+                          [&](const TestKubelet::Mount& x) {
+                            return x.host_path == mps_dir_ + "/" + node_.Uuid(5) + "/pipe";
+                          }));
+
+  // An MPS client runs on GPU 2; GPU 2 is relabelled back to the node's core_mem.
+  const Json client = Share("team", "client", 2);
+  auto admitted = Admit(client);
+  ASSERT_TRUE(admitted.ok()) << admitted.error();
+  EXPECT_EQ((*admitted)[0].envs.at("CUDA_MPS_PIPE_DIRECTORY"), kContainerMpsPipeDir);
+  ChildProcess* holder =
+      Run(client, (*admitted)[0], {Tenant("shim_tenant"), "hold", std::to_string(kGiB / 2)});
+  ASSERT_TRUE(holder->WaitForKey("ready", 30s).has_value());
+  ASSERT_TRUE(node_.Status().gpus[2].mps) << "GPU 2 runs MPS";
+  ASSERT_TRUE(api_.SetNodeLabel(kNode, kGpuScheduleLabelPrefix + std::string("2"), std::nullopt));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Event("TesseraModeChangeHeld",
+                     "GPU 2 (" + node_.Uuid(2) +
+                         ") of node gpu-node-1 stays in mode mps, not core_mem: pods run on it "
+                         "(team/client); it changes when they are gone");
+      },
+      10s));
+  std::this_thread::sleep_for(600ms);
+  EXPECT_EQ(InventoryMode(2), "mps");
+  EXPECT_TRUE(node_.Status().gpus[2].mps) << "MPS is not stopped under its client";
+  // tesserad itself refuses to stop it, naming the client and its process.
+  const TesseradStatus before = node_.Status();
+  const TesseradContainer* c = before.Find(IdOf(client, "c"));
+  ASSERT_NE(c, nullptr);
+  ASSERT_FALSE(c->pids.empty());
+  auto reply = ipc::Call(node_.socket(), "MPSGPUS gpus=0,1,3,5", nullptr, 10s);
+  ASSERT_TRUE(reply.ok()) << reply.error();
+  EXPECT_EQ(*reply, "ERR MPSGPUS gpus=0,1,3,5: GPU 2 (" + node_.Uuid(2) +
+                        ") does not stop MPS under its MPS clients: containers " +
+                        IdOf(client, "c") + " (pids " + std::to_string(c->pids[0]) +
+                        "); MPS runs on GPUs 0-3,5 now");
+
+  // Drained: GPU 2 leaves mps, its daemon stops, and a new pod there is no MPS client.
+  holder->Kill(SIGKILL);
+  holder->Wait(10s);
+  ASSERT_TRUE(api_.DeletePod("team", client["metadata"]["name"]));
+  kubelet_->RemovePod(client["metadata"]["uid"]);
+  ASSERT_TRUE(WaitUntil([&] { return InventoryMode(2) == "core_mem"; }, 15s));
+  EXPECT_FALSE(node_.Status().gpus[2].mps);
+  std::ifstream control_log(mps_dir_ + "/" + node_.Uuid(2) + "/log/control.log");
+  const std::string control((std::istreambuf_iterator<char>(control_log)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_THAT(control, HasSubstr("command quit"));
+  const Json plain = Share("team", "plain", 2);
+  auto on2 = Admit(plain);
+  ASSERT_TRUE(on2.ok()) << on2.error();
+  EXPECT_EQ((*on2)[0].envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u);
+  EXPECT_TRUE(node_.Status().gpus[5].mps) << "GPU 5's daemon was not touched";
+}
+
+// A tesserad that may not run MPS (started as an older manifest did): GPUs labelled mps stay in
+// the node's mode, so no pod is set up as a client of a server that does not exist, and the plugin
+// says why once.
+class GpuModesWithoutMpsTest : public GpuModesNodeTest {
+ protected:
+  GpuModesWithoutMpsTest() : GpuModesNodeTest(NewMpsDir(), false) {}
+};
+
+TEST_F(GpuModesWithoutMpsTest, gpu_modes_GpusLabelledMpsStayInTheNodesModeAndThePluginSaysWhy) {
+  StartPlugin();
+  WaitServing();
+  const std::string why = "tesserad at " + node_.socket() +
+                          " runs no MPS control daemons: GPUs labelled mps stay in the mode they "
+                          "have until it does (start it with --mps-gpus none, --mps-control and "
+                          "--mps-dir)";
+  ASSERT_TRUE(WaitUntil([&] { return Event("TesseraModeChangeHeld", why); }, 10s))
+      << "no reason given";
+  ASSERT_TRUE(WaitUntil([&] { return !InventoryMode(0).empty(); }, 10s));
+  std::this_thread::sleep_for(600ms);  // three reconciles
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(InventoryMode(i), "core_mem") << i;
+  int said = 0;
+  for (const Json& e : api_.Events("")) said += e["reason"] == "TesseraModeChangeHeld" ? 1 : 0;
+  EXPECT_EQ(said, 1) << "said once";
   const Json on0 = Share("team", "on-zero", 0);
   auto zero = Admit(on0);
   ASSERT_TRUE(zero.ok()) << zero.error();

@@ -239,7 +239,9 @@ class NodeDeploymentTest : public ::testing::Test {
     ClientConfig c;
     c.server = api_.url();
     client_ = std::make_unique<ApiClient>(c);
-    api_.CreateNode({{"metadata", {{"name", kNode}, {"labels", {{kModeLabel, mode}}}}}});
+    Json labels = {{kModeLabel, mode}};
+    for (const auto& [k, v] : extra_labels_) labels[k] = v;
+    api_.CreateNode({{"metadata", {{"name", kNode}, {"labels", labels}}}});
 
     ASSERT_NO_FATAL_FAILURE(StartPod(ds));
     // The stand-in kubelet at kubelet's folder, now a private tmpfs (the manifest's hostPath).
@@ -485,7 +487,8 @@ class NodeDeploymentTest : public ::testing::Test {
 
   std::vector<ManifestDaemonSet> sets_;
   std::string mode_;
-  ManifestDaemonSet ds_;  // the one that runs on the node under test
+  std::map<std::string, std::string> extra_labels_;  // the node's labels beside its mode's
+  ManifestDaemonSet ds_;                             // the one that runs on the node under test
   std::string scratch_, node_image_, tenant_image_;
   std::vector<std::string> mounted_;
   TestApiServer api_;
@@ -602,6 +605,40 @@ TEST_F(NodeDeploymentTest, TheShippedMpsDaemonSetRunsAnMpsNodeAndItsTenantIsACli
   EXPECT_FALSE(pid.empty()) << "no control daemon's pid file in the tenant's pipe folder";
   EXPECT_EQ(v.count("server_shm") ? v.at("server_shm") : "", pid);
   EXPECT_EQ(v.count("ledgers") ? v.at("ledgers") : "", "0");
+}
+
+// A node of mixed modes by its labels alone: the node core_mem, GPU 0 labelled mps. The shared
+// DaemonSet's tesserad runs MPS on no GPU at start (--mps-gpus none); the plugin has it start GPU
+// 0's control daemon. A tenant on GPU 0 is an MPS client of it; one on GPU 1 is none.
+TEST_F(NodeDeploymentTest, gpu_modes_TheSharesDaemonSetStartsMpsOnTheGpuLabelledSo) {
+  extra_labels_ = {{std::string(kGpuScheduleLabelPrefix) + "0", "mps"}};
+  const Json inventory = NodeUp("core_mem");
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(ds_.name, "tessera-node");
+  std::string mode0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto node = api_.GetNode(kNode);
+        const Json annotations =
+            node ? (*node)["metadata"].value("annotations", Json::object()) : Json::object();
+        const Json inv = Json::parse(annotations.value(kInventoryAnnotation, "{}"));
+        mode0 =
+            inv.contains("gpus") && !inv["gpus"].empty() ? inv["gpus"][0].value("mode", "") : "";
+        return mode0 == "mps";
+      },
+      20s))
+      << "GPU 0 is served in mode " << mode0;
+  const auto v =
+      TenantCapped(kShare, inventory["gpus"][0]["uuid"], 3 * kGiB, 50,
+                   "echo pid=$(cat \"$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid\"); "
+                   "echo server_shm=$(cat /dev/shm/tessera-mps-standin.* 2>/dev/null); ");
+  const std::string pid = v.count("pid") ? v.at("pid") : "";
+  EXPECT_FALSE(pid.empty()) << "no control daemon's pid file in the tenant's pipe folder";
+  EXPECT_EQ(v.count("server_shm") ? v.at("server_shm") : "", pid);
+  const TestKubelet::ContainerAllocation plain =
+      Admit("plain", kShare, inventory["gpus"][1]["uuid"], 3 * kGiB, 50);
+  EXPECT_EQ(plain.envs.count("CUDA_MPS_PIPE_DIRECTORY"), 0u) << "GPU 1 runs no MPS";
+  EXPECT_EQ(plain.envs.count("TESSERA_VISIBLE_DEVICES"), 1u);
 }
 
 }  // namespace

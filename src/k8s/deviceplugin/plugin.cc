@@ -405,6 +405,7 @@ void DevicePluginServer::ApplyNode(const Json& node) {
 
 std::vector<NodeGpu> DevicePluginServer::ResolveModes(std::vector<NodeGpu> gpus,
                                                       const Allocator::TenantsByGpu& tenants,
+                                                      const std::optional<std::set<int>>& mps,
                                                       std::vector<std::string>* changed,
                                                       std::vector<std::string>* held) {
   if (!mode_ || *mode_ == NodeMode::kMig) {
@@ -417,8 +418,10 @@ std::vector<NodeGpu> DevicePluginServer::ResolveModes(std::vector<NodeGpu> gpus,
     for (NodeGpu& g : gpus) g.mode.reset();
     applied_modes_.clear();
     own_modes_ = false;
+    mps_wanted_.clear();
     return gpus;
   }
+  std::set<int> mps_wanted;
   if (wanted_modes_.empty() || *mode_ != NodeMode::kMig) held_.erase(-1);
   const bool whole_node = wanted_modes_.empty() && !own_modes_;
   bool own = false;
@@ -450,21 +453,85 @@ std::vector<NodeGpu> DevicePluginServer::ResolveModes(std::vector<NodeGpu> gpus,
       current = target;
       held_.erase(g.index);
     }
+    if (current == NodeMode::kMps) mps_wanted.insert(g.index);
+    // In or out of mps only as tesserad's MPS follows (SyncMps asks it): until then the GPU keeps
+    // the mode it was served in (a GPU new to the plugin: the node's, where that is not mps).
+    const bool runs = mps && mps->count(g.index) != 0;
+    if (mps && (current == NodeMode::kMps) != runs) {
+      NodeMode keep = NodeMode::kMps;
+      if (a != applied_modes_.end() && (a->second == NodeMode::kMps) == runs) {
+        keep = a->second;
+      } else if (runs) {
+        keep = t != tenants.end() && !t->second.pods.empty() ? current : NodeMode::kMps;
+      } else if (a != applied_modes_.end() && a->second != NodeMode::kMps) {
+        keep = a->second;
+      } else if (*mode_ != NodeMode::kMps) {
+        keep = *mode_;
+      }
+      current = keep;
+    }
     applied_modes_[g.index] = current;
     g.mode = current != *mode_ ? std::optional<NodeMode>(current) : std::nullopt;
     own = own || g.mode.has_value();
   }
   own_modes_ = own;
+  mps_wanted_ = std::move(mps_wanted);
   return gpus;
 }
 
-void DevicePluginServer::SetGpus(std::vector<NodeGpu> gpus) {
+bool DevicePluginServer::SyncMps(const TesseradStatus& status) {
+  std::set<int> wanted, running;
+  std::string uid;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    wanted = mps_wanted_;
+    if (auto view = NodeFromJson(node_); view.ok()) uid = view->uid;
+  }
+  for (const TesseradGpu& g : status.gpus) {
+    if (g.mps) running.insert(g.index);
+  }
+  if (wanted == running) {
+    std::lock_guard<std::mutex> lock(mu_);
+    mps_refused_.clear();
+    return false;
+  }
+  std::string refused;
+  bool changed = false;
+  if (status.mps_root.empty()) {
+    refused = "tesserad at " + options_.tesserad_socket +
+              " runs no MPS control daemons: GPUs labelled mps stay in the mode they have until "
+              "it does (start it with --mps-gpus none, --mps-control and --mps-dir)";
+  } else if (!mps_refused_.empty() && wanted == mps_asked_ &&
+             std::chrono::steady_clock::now() - mps_asked_at_ < std::chrono::seconds(3)) {
+    return false;  // refused a moment ago: asked again shortly
+  } else {
+    mps_asked_ = wanted;
+    mps_asked_at_ = std::chrono::steady_clock::now();
+    auto set = tesserad_.SetMpsGpus(wanted);
+    changed = !set.ok() || *set != running;
+    if (!set.ok()) refused = set.error() + "; those GPUs stay in the mode they have";
+  }
+  if (refused.empty()) return changed;
+  bool say = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    say = refused != mps_refused_;
+    mps_refused_ = refused;
+  }
+  if (say) {
+    Log(refused);
+    events_->NodeEvent(uid, "TesseraModeChangeHeld", refused);
+  }
+  return changed;
+}
+
+void DevicePluginServer::SetGpus(std::vector<NodeGpu> gpus, std::optional<std::set<int>> mps) {
   std::vector<std::string> changed, held;
   bool differ = false;
   std::string uid;
   allocator_->UpdateNodeGpus([&](const Allocator::TenantsByGpu& tenants) {
     std::lock_guard<std::mutex> lock(mu_);
-    gpus = ResolveModes(std::move(gpus), tenants, &changed, &held);
+    gpus = ResolveModes(std::move(gpus), tenants, mps, &changed, &held);
     if (gpus != gpus_) {
       gpus_ = gpus;
       ++devices_version_;
@@ -750,7 +817,21 @@ void DevicePluginServer::Reconcile() {
       mode = mode_;
     }
     if (mode == NodeMode::kMig) AddMigParts(&gpus);
-    SetGpus(gpus);
+    auto mps_of = [](const TesseradStatus& st) {
+      std::set<int> on;
+      for (const TesseradGpu& g : st.gpus) {
+        if (g.mps) on.insert(g.index);
+      }
+      return on;
+    };
+    SetGpus(gpus, mps_of(*status));
+    // tesserad's MPS follows the modes; once it has, they are served at once, not a pass later.
+    if (SyncMps(*status)) {
+      if (auto again = tesserad_.Status(); again.ok()) {
+        status = std::move(again);
+        SetGpus(gpus, mps_of(*status));
+      }
+    }
     for (const std::string& line : allocator_->Resync(*status)) Log(line);
   } else {
     bool report = false;

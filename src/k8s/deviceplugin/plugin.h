@@ -95,12 +95,17 @@ class DevicePluginServer {
   void Serve(const std::vector<std::string>& resources, bool restart);
   Status RegisterWithKubelet(const std::string& resource);
   void ApplyNode(const Json& node);
-  // `gpus` as tesserad lists them, each given its mode as applied (ResolveModes).
-  void SetGpus(std::vector<NodeGpu> gpus);
-  // Under mu_: each GPU's mode moves to its wanted one unless `tenants` use it; lines of what
-  // changed or is held.
+  // `gpus` as tesserad lists them, each given its mode as applied (ResolveModes). `mps`: the
+  // GPUs tesserad runs MPS on, when it answered (an empty set too when it runs no MPS at all).
+  void SetGpus(std::vector<NodeGpu> gpus, std::optional<std::set<int>> mps = std::nullopt);
+  // Has tesserad run MPS on exactly the GPUs served, or to be served, in mode mps (MPSGPUS);
+  // true when it changed something. A refusal is said once, as a held mode change.
+  bool SyncMps(const TesseradStatus& status);
+  // Under mu_: each GPU's mode moves to its wanted one unless `tenants` use it, and into or out of
+  // mps only as tesserad's MPS (`mps`) follows; lines of what changed or is held.
   std::vector<NodeGpu> ResolveModes(std::vector<NodeGpu> gpus,
                                     const Allocator::TenantsByGpu& tenants,
+                                    const std::optional<std::set<int>>& mps,
                                     std::vector<std::string>* changed,
                                     std::vector<std::string>* held);
   // A mig node: each of `gpus` that is a MIG device gets its profile and place (read from NVML
@@ -129,6 +134,13 @@ class DevicePluginServer {
   std::map<int, NodeMode> applied_modes_;  // each GPU's mode as served (all GPUs once resolved)
   std::map<int, NodeMode> held_;           // GPUs whose change waits for their tenants (said once)
   bool own_modes_ = false;                 // some GPU was last served in a mode of its own
+  // The GPUs whose mode, their tenants allowing, is mps: where tesserad must run MPS.
+  std::set<int> mps_wanted_;
+  std::string mps_refused_;  // tesserad's last refusal of MPSGPUS (said once)
+  // The reconciler's: the set last asked for and when, so a refused set is asked again every few
+  // seconds, not every pass.
+  std::set<int> mps_asked_;
+  std::chrono::steady_clock::time_point mps_asked_at_{};
   std::vector<NodeGpu> gpus_;
   uint64_t devices_version_ = 1;
   std::optional<std::chrono::steady_clock::time_point> tesserad_seen_;

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "ipc/unix_socket.h"
@@ -39,6 +41,7 @@ Result<TesseradStatus> ParseTesseradStatus(const std::string& text) {
       g.name = d.at("name").get<std::string>();
       g.total = Bytes(d.at("total_bytes").get<uint64_t>());
       g.max_inst = d.value("max_inst", 16u);
+      g.mps = d.value("mps", false);
       out.gpus.push_back(std::move(g));
     }
     for (const json& c : doc.at("containers")) {
@@ -56,6 +59,7 @@ Result<TesseradStatus> ParseTesseradStatus(const std::string& text) {
         t.pids.push_back(p.at("pid").get<pid_t>());
       out.containers.push_back(std::move(t));
     }
+    out.mps_root = doc.value("mps_root", std::string());
   } catch (const json::exception& e) {
     return Result<TesseradStatus>::Error(std::string("tesserad STATUS: unexpected shape: ") +
                                          e.what());
@@ -115,6 +119,28 @@ Result<uint32_t> TesseradClient::Unregister(const std::string& id) const {
   auto parsed = protocol::ParseMessage(*reply);
   if (!parsed.ok()) return 0u;
   return static_cast<uint32_t>(std::strtoul(parsed->Get("processes", "0").c_str(), nullptr, 10));
+}
+
+Result<std::set<int>> TesseradClient::SetMpsGpus(const std::set<int>& gpus) const {
+  std::string list;
+  for (int g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
+  auto reply = Call(protocol::FormatMessage({"MPSGPUS", {{"gpus", list.empty() ? "none" : list}}}));
+  if (!reply.ok()) return reply.status();
+  auto parsed = protocol::ParseMessage(*reply);
+  if (!parsed.ok()) return parsed.status();
+  // The reply's list is tesserad's own "0-3,5" form.
+  std::set<int> out;
+  const std::string mps = parsed->Get("mps", "none");
+  for (size_t at = 0; mps != "none" && at < mps.size();) {
+    const size_t end = std::min(mps.find(',', at), mps.size());
+    const std::string item = mps.substr(at, end - at);
+    const size_t dash = item.find('-');
+    const int first = std::atoi(item.substr(0, dash).c_str());
+    const int last = dash == std::string::npos ? first : std::atoi(item.substr(dash + 1).c_str());
+    for (int i = first; i <= last && i - first < 256; ++i) out.insert(i);
+    at = end + 1;
+  }
+  return out;
 }
 
 Result<int> TesseradClient::CutMigGpu(const std::string& gpu, const std::string& layout) const {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct TesseradGpu {
   std::string name;
   Bytes total;
   uint32_t max_inst = 16;  // the largest sum of weights the GPU's arbiter admits
+  bool mps = false;        // an MPS control daemon of tesserad's runs on it
 };
 
 struct TesseradContainer {
@@ -37,6 +39,8 @@ struct TesseradContainer {
 struct TesseradStatus {
   std::vector<TesseradGpu> gpus;  // in index order
   std::vector<TesseradContainer> containers;
+  // tesserad runs MPS (--mps, --mps-gpus): the folder of its pipes; "" when it cannot run MPS.
+  std::string mps_root;
 
   const TesseradContainer* Find(const std::string& id) const;
   const TesseradGpu* Gpu(const std::string& uuid) const;
@@ -70,6 +74,9 @@ class TesseradClient {
   // The number of processes of the container that remain (they keep their memory until they
   // exit); 0 and ok when tesserad has no such container.
   Result<uint32_t> Unregister(const std::string& id) const;
+  // MPSGPUS: the GPUs (indices) that must run MPS. The GPUs whose control daemons run after, or
+  // tesserad's refusal (naming each GPU it did not change and why) as the error.
+  Result<std::set<int>> SetMpsGpus(const std::set<int>& gpus) const;
   // MIGCUT: cuts MIG GPU `gpu` (UUID) into `layout` ("1g.10gb=7 3g.40gb=1", as `tessera mig
   // apply` takes it); tesserad then restarts to manage the new MIG devices. Returns how many MIG
   // devices the GPU has now; tesserad's refusal as the error.

@@ -107,23 +107,30 @@ void ExtenderApp::RecutLoop() {
     if (stop_) return;
     if (!server_->ready()) continue;
     lock.unlock();
-    for (const MigRecut& r : state_->PlanMigRecuts()) {
-      const RecutWriteOutcome out = WriteMigRecut(*client_, r);
-      if (!out.written) state_->UnplanMigRecut(r.gpu);
-      if (config_.quiet) continue;
-      if (out.written) {
-        std::fprintf(stderr,
-                     "tessera-extender: asked node %s to cut %s into %s for pod %s "
-                     "(request %llu)\n",
-                     r.node.c_str(), r.gpu.c_str(), r.layout.c_str(), r.pod.c_str(),
-                     static_cast<unsigned long long>(out.id));
-      } else {
-        std::fprintf(stderr, "tessera-extender: MIG re-cut of %s on %s not asked: %s\n",
-                     r.gpu.c_str(), r.node.c_str(), out.reason.c_str());
-      }
-    }
+    RecutOnce();
     lock.lock();
   }
+}
+
+ExtenderApp::RecutPass ExtenderApp::RecutOnce() {
+  RecutPass pass;
+  for (const MigRecut& r : state_->PlanMigRecuts()) {
+    const RecutWriteOutcome out = WriteMigRecut(*client_, r);
+    ++(out.written ? pass.written : pass.not_written);
+    if (!out.written) state_->UnplanMigRecut(r.gpu);
+    if (config_.quiet) continue;
+    if (out.written) {
+      std::fprintf(stderr,
+                   "tessera-extender: asked node %s to cut %s into %s for pod %s "
+                   "(request %llu)\n",
+                   r.node.c_str(), r.gpu.c_str(), r.layout.c_str(), r.pod.c_str(),
+                   static_cast<unsigned long long>(out.id));
+    } else {
+      std::fprintf(stderr, "tessera-extender: MIG re-cut of %s on %s not asked: %s\n",
+                   r.gpu.c_str(), r.node.c_str(), out.reason.c_str());
+    }
+  }
+  return pass;
 }
 
 bool ExtenderApp::WaitReady(std::chrono::milliseconds timeout) const {

@@ -38,7 +38,8 @@ struct AppConfig {
   StateOptions state;
   bool quiet = false;  // no log line per informer event problem (or refused HTTP client)
   // How often the MIG re-cuts are planned and their requests written on the nodes
-  // (ClusterState::PlanMigRecuts, recut_writer.h); 0: never.
+  // (ClusterState::PlanMigRecuts, recut_writer.h); 0: no loop of its own (a caller that keeps
+  // its own clock, the replay, calls RecutOnce).
   std::chrono::milliseconds recut_poll{1000};
 };
 
@@ -62,6 +63,14 @@ class ExtenderApp {
            "://127.0.0.1:" + std::to_string(port());
   }
   ClusterState& state() { return *state_; }
+
+  // One pass of the re-cut loop: the MIG re-cuts planned now, each written on its node (a plan
+  // not written is given back). The loop runs it every recut_poll once ready.
+  struct RecutPass {
+    int written = 0;
+    int not_written = 0;
+  };
+  RecutPass RecutOnce();
   ExtenderServer& server() { return *server_; }
 
  private:

@@ -710,6 +710,10 @@ TEST_F(ManifestsTest, MigAndMpsNodesGetTheirOwnArguments) {
     ASSERT_TRUE(tesserad && plugin) << ds.name;
     const bool mig = ds.name == "tessera-node-mig", mps = ds.name == "tessera-node-mps";
     EXPECT_EQ(node::Flag(tesserad["command"], "--mps").empty(), !mps) << ds.name << ": --mps";
+    // The shared DaemonSet allows MPS on no GPU at start: GPUs labelled mps get it by MPSGPUS.
+    const bool shares = ds.name == "tessera-node";
+    EXPECT_EQ(node::Flag(tesserad["command"], "--mps-gpus"), shares ? "none" : "")
+        << ds.name << ": --mps-gpus";
     for (const YAML::Node& c : {tesserad, plugin}) {
       const auto env = node::Env(c);
       EXPECT_EQ(env.count("NVIDIA_MIG_MONITOR_DEVICES") == 1, mig)
@@ -722,7 +726,7 @@ TEST_F(ManifestsTest, MigAndMpsNodesGetTheirOwnArguments) {
                 "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1");
       EXPECT_EQ(node::Env(plugin).at("NVIDIA_VISIBLE_DEVICES"), "all");
     }
-    if (mps) {
+    if (mps || shares) {
       // The MPS folders are under a host path the plugin mounts at the same path (it hands them
       // to pods), and tesserad needs CAP_SYS_ADMIN for each control daemon's mount namespace.
       const std::string dir = node::Flag(tesserad["command"], "--mps-dir");
