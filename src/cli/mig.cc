@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "\n"
     "models: %s\n";
 
-int Usage(const std::string& message) {
+int MigUsage(const std::string& message) {
   std::fprintf(stderr, "tessera mig: %s\n(see tessera mig --help)\n", message.c_str());
   return 2;
 }
@@ -61,9 +61,9 @@ const std::string* FlagValue(const std::vector<std::string>& args, size_t* i) {
 std::optional<int> TakeModel(const std::vector<std::string>& args, size_t* i,
                              const mig::GpuModel** model) {
   const std::string* v = FlagValue(args, i);
-  if (v == nullptr) return Usage("--gpu needs a model; one of " + mig::ModelNames());
+  if (v == nullptr) return MigUsage("--gpu needs a model; one of " + mig::ModelNames());
   auto m = mig::FindGpuModel(*v);
-  if (!m.ok()) return Usage(m.error());
+  if (!m.ok()) return MigUsage(m.error());
   *model = *m;
   return std::nullopt;
 }
@@ -74,7 +74,7 @@ int RunProfiles(const std::vector<std::string>& args) {
     if (args[i] == "--gpu") {
       if (auto bad = TakeModel(args, &i, &only)) return *bad;
     } else {
-      return Usage("profiles: unexpected argument \"" + args[i] + "\"");
+      return MigUsage("profiles: unexpected argument \"" + args[i] + "\"");
     }
   }
   for (const mig::GpuModel& m : mig::GpuModels()) {
@@ -128,36 +128,36 @@ int RunPlan(const std::vector<std::string>& args) {
       fit = true;
     } else if (a == "--gpus") {
       const std::string* v = FlagValue(args, &i);
-      if (v == nullptr) return Usage("--gpus needs a number of GPUs from 1 to 64");
+      if (v == nullptr) return MigUsage("--gpus needs a number of GPUs from 1 to 64");
       auto n = ParseUnsigned(*v, "--gpus", 1, 64);
-      if (!n.ok()) return Usage(n.error());
+      if (!n.ok()) return MigUsage(n.error());
       gpus = static_cast<int>(*n);
       gpus_given = true;
     } else if (a == "--out") {
       const std::string* v = FlagValue(args, &i);
-      if (v == nullptr) return Usage("--out needs a file name");
+      if (v == nullptr) return MigUsage("--out needs a file name");
       out_path = *v;
     } else if (a == "--config-name") {
       const std::string* v = FlagValue(args, &i);
-      if (v == nullptr) return Usage("--config-name needs a name of [A-Za-z0-9_.-]");
+      if (v == nullptr) return MigUsage("--config-name needs a name of [A-Za-z0-9_.-]");
       Status valid = mig::ValidConfigName(*v, "--config-name");
-      if (!valid.ok()) return Usage(valid.message());
+      if (!valid.ok()) return MigUsage(valid.message());
       config_name = *v;
     } else if (a.rfind("--", 0) == 0) {
-      return Usage("plan: unknown flag \"" + a +
-                   "\"; expected --gpu, --fit, --gpus, --out or --config-name");
+      return MigUsage("plan: unknown flag \"" + a +
+                      "\"; expected --gpu, --fit, --gpus, --out or --config-name");
     } else {
       requests.push_back(a);
     }
   }
-  if (model == nullptr) return Usage("plan needs --gpu MODEL; one of " + mig::ModelNames());
-  if (gpus_given && !fit) return Usage("--gpus goes with --fit (plan places one GPU)");
+  if (model == nullptr) return MigUsage("plan needs --gpu MODEL; one of " + mig::ModelNames());
+  if (gpus_given && !fit) return MigUsage("--gpus goes with --fit (plan places one GPU)");
   if (requests.empty()) {
-    return Usage("plan needs at least one PROFILE[=COUNT]; " + std::string(model->name) +
-                 " profiles: " + mig::ProfileNames(*model));
+    return MigUsage("plan needs at least one PROFILE[=COUNT]; " + std::string(model->name) +
+                    " profiles: " + mig::ProfileNames(*model));
   }
   auto counts = mig::ParseProfileCounts(*model, requests);
-  if (!counts.ok()) return Usage(counts.error());
+  if (!counts.ok()) return MigUsage(counts.error());
 
   std::vector<mig::Layout> layouts;
   std::vector<std::string> comment;
@@ -218,19 +218,19 @@ int RunApply(const std::vector<std::string>& args) {
       if (auto bad = TakeModel(args, &i, &model)) return *bad;
     } else if (a == "--index") {
       const std::string* v = FlagValue(args, &i);
-      if (v == nullptr) return Usage("--index needs a GPU index from 0 to 63");
+      if (v == nullptr) return MigUsage("--index needs a GPU index from 0 to 63");
       auto n = ParseUnsigned(*v, "--index", 0, 63);
-      if (!n.ok()) return Usage(n.error());
+      if (!n.ok()) return MigUsage(n.error());
       index = static_cast<unsigned int>(*n);
     } else if (a == "--sim") {
       sim = true;
     } else if (a.rfind("--", 0) == 0) {
-      return Usage("apply: unknown flag \"" + a + "\"; expected --sim, --index or --gpu");
+      return MigUsage("apply: unknown flag \"" + a + "\"; expected --sim, --index or --gpu");
     } else {
       requests.push_back(a);
     }
   }
-  if (requests.empty()) return Usage("apply needs at least one PROFILE[=COUNT]");
+  if (requests.empty()) return MigUsage("apply needs at least one PROFILE[=COUNT]");
   const char* real = std::getenv("TESSERA_REAL_NVML");
   const std::string path = sim ? ExecutableDir() + "/../lib/libtessera-simgpu.so"
                            : real != nullptr && *real != '\0'
@@ -267,7 +267,7 @@ int RunApply(const std::vector<std::string>& args) {
     }
   }
   auto counts = mig::ParseProfileCounts(*names, requests);
-  if (!counts.ok()) return Usage(counts.error());
+  if (!counts.ok()) return MigUsage(counts.error());
   auto created = mig::ApplyMigLayout(*nvml, index, names, *counts);
   if (!created.ok()) {
     std::fprintf(stderr, "tessera mig apply: %s\n", created.error().c_str());
@@ -286,7 +286,7 @@ int RunApply(const std::vector<std::string>& args) {
 }  // namespace
 
 int RunMig(const std::vector<std::string>& args) {
-  if (args.empty()) return Usage("expected plan, profiles or apply");
+  if (args.empty()) return MigUsage("expected plan, profiles or apply");
   const std::string& sub = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (sub == "--help" || sub == "-h" || sub == "help") {
@@ -296,7 +296,7 @@ int RunMig(const std::vector<std::string>& args) {
   if (sub == "plan") return RunPlan(rest);
   if (sub == "profiles") return RunProfiles(rest);
   if (sub == "apply") return RunApply(rest);
-  return Usage("unknown subcommand \"" + sub + "\"; expected plan, profiles or apply");
+  return MigUsage("unknown subcommand \"" + sub + "\"; expected plan, profiles or apply");
 }
 
 }  // namespace tessera::cli

@@ -40,7 +40,7 @@ void Forward(int signal) {
   if (g_child > 0) kill(g_child, signal);
 }
 
-int Usage(const std::string& problem) {
+int RunUsage(const std::string& problem) {
   std::fprintf(stderr, "tessera run: %s\n(see tessera run --help)\n", problem.c_str());
   return 2;
 }
@@ -67,25 +67,25 @@ int RunRun(const RunArgs& args) {
   std::string mem_bytes;
   if (!mem.empty()) {
     auto limits = ParseBytesList(mem, "--mem");
-    if (!limits.ok()) return Usage(limits.error());
+    if (!limits.ok()) return RunUsage(limits.error());
     for (const Bytes& b : *limits) {
       mem_bytes += (mem_bytes.empty() ? "" : ",") + std::to_string(b.count());
     }
   }
   if (!core.empty()) {
     auto p = ParsePercent(core, "--core", 1, 100);
-    if (!p.ok()) return Usage(p.error());
+    if (!p.ok()) return RunUsage(p.error());
   }
   if (!weight.empty()) {
     auto w = ParseUnsigned(weight, "--weight", 1, 256);
-    if (!w.ok()) return Usage(w.error());
+    if (!w.ok()) return RunUsage(w.error());
   }
   if (!devices.empty()) {
     auto d = ParseDeviceSelector(devices, "--devices");
-    if (!d.ok()) return Usage(d.error());
+    if (!d.ok()) return RunUsage(d.error());
   }
   if (container.empty()) container = "run-" + std::to_string(getpid());
-  if (auto id = ParseContainerId(container, "--container"); !id.ok()) return Usage(id.error());
+  if (auto id = ParseContainerId(container, "--container"); !id.ok()) return RunUsage(id.error());
 
   const std::string bin = ExecutableDir();
   const std::string lib = bin + "/../lib";
@@ -145,7 +145,7 @@ int RunRun(const RunArgs& args) {
   std::string mps_shm;  // an MPS node: the /dev/shm the command shares with its GPU's server
   if (auto fields = protocol::ParseMessage(*reply); fields.ok() && fields->Has("mps_root")) {
     auto mps = MpsRunEnvironment(socket, fields->Get("mps_root"), devices, core, mem, &mps_shm);
-    if (!mps.ok()) return Usage(mps.error());
+    if (!mps.ok()) return RunUsage(mps.error());
     env.insert(env.end(), mps->begin(), mps->end());
   }
   if (sim) {

@@ -11,7 +11,7 @@ namespace {
 constexpr std::array<std::string_view, kArbiterPolicyCount> kNames = {
     "fair", "preemptive", "weighted-preemptive", "fixed-percentage", "weak", "native"};
 
-constexpr std::string_view kExpected =
+constexpr std::string_view kPolicyExpected =
     "0 fair, 1 preemptive, 2 weighted-preemptive, 3 fixed-percentage, 4 weak or 5 native "
     "(the number or the name)";
 
@@ -40,7 +40,7 @@ Result<ArbiterPolicy> ParseArbiterPolicy(std::string_view text, std::string_view
     }
   }
   return Result<ArbiterPolicy>::Error(
-      InputError(input_name, text, s.empty() ? "empty value" : "unknown policy", kExpected));
+      InputError(input_name, text, s.empty() ? "empty value" : "unknown policy", kPolicyExpected));
 }
 
 }  // namespace tessera

@@ -15,7 +15,7 @@ constexpr std::string_view kSizeExpected =
 constexpr std::string_view kListExpected =
     "a size such as 512MiB, 2GiB, 1.5GiB or a whole number of GiB, or a comma list of them "
     "(one per device) such as 3GiB,4GiB";
-constexpr int kMaxFractionDigits = 9;
+constexpr int kBytesFractionDigits = 9;
 
 struct Unit {
   std::string_view name;
@@ -40,7 +40,6 @@ constexpr std::array<Unit, 13> kUnits = {{
     {"TiB", kBytesPerTiB},
 }};
 
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 std::string TooLarge() {
@@ -60,11 +59,11 @@ Result<Bytes> ParseSize(std::string_view text) {
   if (s.front() == '.') {
     return Result<Bytes>::Error("expected a digit before the decimal point");
   }
-  if (!IsDigit(s.front())) {
+  if (!IsAsciiDigit(s.front())) {
     return Result<Bytes>::Error("not a size");
   }
 
-  const DecimalPrefix number = SplitDecimalPrefix(s, kMaxFractionDigits);
+  const DecimalPrefix number = SplitDecimalPrefix(s, kBytesFractionDigits);
   if (!number.error.empty()) {
     return Result<Bytes>::Error(number.error);
   }
@@ -74,7 +73,7 @@ Result<Bytes> ParseSize(std::string_view text) {
   while (!unit_text.empty() && unit_text.front() == ' ') {
     unit_text.remove_prefix(1);
   }
-  if (!unit_text.empty() && (unit_text.front() == '.' || IsDigit(unit_text.front()))) {
+  if (!unit_text.empty() && (unit_text.front() == '.' || IsAsciiDigit(unit_text.front()))) {
     return Result<Bytes>::Error("malformed number");
   }
   for (char c : unit_text) {

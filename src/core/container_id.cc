@@ -6,7 +6,7 @@
 namespace tessera {
 namespace {
 
-constexpr std::string_view kExpected =
+constexpr std::string_view kContainerIdExpected =
     "1 to 64 characters from A-Z, a-z, 0-9, '_', '.' and '-', other than \".\" and \"..\"";
 
 bool IsIdChar(char c) {
@@ -30,7 +30,7 @@ bool IsValidContainerId(std::string_view id) {
 
 Result<std::string> ParseContainerId(std::string_view text, std::string_view input_name) {
   auto fail = [&](const std::string& reason) {
-    return Result<std::string>::Error(InputError(input_name, text, reason, kExpected));
+    return Result<std::string>::Error(InputError(input_name, text, reason, kContainerIdExpected));
   };
   if (text.empty()) {
     return fail("empty value");

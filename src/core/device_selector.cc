@@ -8,7 +8,7 @@
 namespace tessera {
 namespace {
 
-constexpr std::string_view kExpected =
+constexpr std::string_view kSelectorExpected =
     "all, or a comma list of device indices 0-63, ranges such as 1-3 and UUIDs such as "
     "GPU-8a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
 constexpr size_t kMaxItems = kMaxDeviceIndex + 1;
@@ -98,7 +98,7 @@ std::string DeviceSelector::ToString() const {
 
 Result<DeviceSelector> ParseDeviceSelector(std::string_view text, std::string_view input_name) {
   auto fail = [&](const std::string& reason) {
-    return Result<DeviceSelector>::Error(InputError(input_name, text, reason, kExpected));
+    return Result<DeviceSelector>::Error(InputError(input_name, text, reason, kSelectorExpected));
   };
   const std::string_view trimmed = TrimSpaces(text);
   if (trimmed.empty()) {

@@ -28,9 +28,7 @@ constexpr std::array<DurationUnit, 7> kDurationUnits = {{
     {"h", uint64_t{3600} * 1000 * 1000 * 1000},
 }};
 
-constexpr int kMaxFractionDigits = 9;
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+constexpr int kDurationFractionDigits = 9;
 
 }  // namespace
 
@@ -53,10 +51,10 @@ Result<std::chrono::nanoseconds> ParseDuration(std::string_view text, std::strin
   if (s.front() == '-') {
     return fail("negative durations are not allowed");
   }
-  if (!IsDigit(s.front())) {
+  if (!IsAsciiDigit(s.front())) {
     return fail("not a duration");
   }
-  const DecimalPrefix number = SplitDecimalPrefix(s, kMaxFractionDigits);
+  const DecimalPrefix number = SplitDecimalPrefix(s, kDurationFractionDigits);
   if (!number.error.empty()) {
     return fail(number.error);
   }

@@ -9,7 +9,7 @@
 namespace tessera {
 namespace {
 
-constexpr std::string_view kExpected =
+constexpr std::string_view kHostPortExpected =
     "HOST:PORT with an IPv4 address, [IPv6] address or localhost and a port from 0 to 65535, "
     "such as 127.0.0.1:9400";
 
@@ -17,7 +17,7 @@ constexpr std::string_view kExpected =
 
 Result<HostPort> ParseHostPort(std::string_view text, std::string_view input_name) {
   auto fail = [&](std::string_view reason) {
-    return Result<HostPort>::Error(InputError(input_name, text, reason, kExpected));
+    return Result<HostPort>::Error(InputError(input_name, text, reason, kHostPortExpected));
   };
   const std::string_view s = TrimSpaces(text);
   if (s.empty()) {

@@ -136,4 +136,13 @@ DecimalPrefix SplitDecimalPrefix(std::string_view text, size_t max_fraction_digi
   return out;
 }
 
+std::string Join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
 }  // namespace tessera

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tessera {
 
@@ -34,6 +35,12 @@ struct DecimalPrefix {
   std::string error;
 };
 DecimalPrefix SplitDecimalPrefix(std::string_view text, size_t max_fraction_digits);
+
+// `items` with `separator` between them.
+std::string Join(const std::vector<std::string>& items, std::string_view separator = ",");
+
+// '0'-'9' only, whatever the locale.
+inline bool IsAsciiDigit(char c) { return c >= '0' && c <= '9'; }
 
 // The error form used across Tessera: `NAME="value": reason; expected what`.
 // `expected` may be empty, in which case the "; expected ..." tail is left out.

@@ -95,6 +95,14 @@ Result<PodView> PodFromJson(const Json& pod) {
   return view;
 }
 
+std::string ResourceVersionOf(const Json& object) {
+  if (!object.is_object()) return {};
+  auto meta = object.find("metadata");
+  if (meta == object.end() || !meta->is_object()) return {};
+  auto rv = meta->find("resourceVersion");
+  return rv != meta->end() && rv->is_string() ? rv->get<std::string>() : std::string();
+}
+
 Result<NodeView> NodeFromJson(const Json& node) {
   if (!node.is_object()) return Result<NodeView>::Error("a node is not a JSON object");
   NodeView view;

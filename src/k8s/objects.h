@@ -63,4 +63,7 @@ struct NodeView {
 };
 Result<NodeView> NodeFromJson(const Json& node);
 
+// Any object's metadata.resourceVersion; empty when it has none (or it is not a string).
+std::string ResourceVersionOf(const Json& object);
+
 }  // namespace tessera::k8s

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/text.h"
 #include "k8s/deviceplugin/cdi.h"
 #include "k8s/fit.h"
 #include "k8s/quantity.h"
@@ -16,12 +17,6 @@
 
 namespace tessera::k8s {
 namespace {
-
-std::string Join(const std::vector<std::string>& items, const std::string& sep = ",") {
-  std::string out;
-  for (const std::string& s : items) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
 
 bool Pending(const PodView& p) { return !p.deleting && (p.phase.empty() || p.phase == "Pending"); }
 

@@ -12,20 +12,11 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/text.h"
 #include "mps/mps.h"
 #include "simgpu/sim_state.h"
 
 namespace tessera::k8s {
-namespace {
-
-std::string Join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const std::string& s : items) out += (out.empty() ? "" : ",") + s;
-  return out;
-}
-
-}  // namespace
-
 Status CopyFile(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   if (!in) return Status::Error(from + ": cannot be read");

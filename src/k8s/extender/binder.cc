@@ -6,18 +6,9 @@
 #include <utility>
 #include <vector>
 
+#include "k8s/objects.h"
+
 namespace tessera::extender {
-
-namespace {
-
-std::string VersionOf(const k8s::Json& object) {
-  auto meta = object.find("metadata");
-  if (meta == object.end() || !meta->is_object()) return {};
-  auto rv = meta->find("resourceVersion");
-  return rv != meta->end() && rv->is_string() ? rv->get<std::string>() : std::string();
-}
-
-}  // namespace
 
 std::string ApiBinder::CatchUp(const std::string& node, const NodeCommitView& view,
                                const std::string& uid) {
@@ -120,7 +111,7 @@ Binder::Outcome ApiBinder::Commit(const BindingArgs& args, BindPlan& plan) {
         continue;
       }
       written = text;
-      written_rv = VersionOf(*patched);
+      written_rv = k8s::ResourceVersionOf(*patched);
     }
     // 2. The node's commit log.
     CommitLog log = view.log_readable ? view.log : CommitLog{};
@@ -138,7 +129,7 @@ Binder::Outcome ApiBinder::Commit(const BindingArgs& args, BindPlan& plan) {
       (void)state_.UpsertNode(*node);
       continue;
     }
-    state_.NoteCommit(args.node, VersionOf(*committed), log, view.log.seq);
+    state_.NoteCommit(args.node, k8s::ResourceVersionOf(*committed), log, view.log.seq);
     break;
   }
   // 3. The Binding.

@@ -21,7 +21,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-http::Response Json(int status, std::string body) {
+http::Response JsonReply(int status, std::string body) {
   http::Response r;
   r.status = status;
   r.content_type = kJson;
@@ -125,7 +125,7 @@ http::Response ExtenderServer::Route(const http::Request& request, bool verbs) {
                        : verb == "prioritize" ? Prioritize(request.body, &status)
                        : verb == "preempt"    ? Preempt(request.body, &status)
                                               : Bind(request.body, &status);
-    return Json(status, std::move(body));
+    return JsonReply(status, std::move(body));
   }
   const bool inspect_one =
       path.rfind("/inspect/", 0) == 0 && path.size() > 9 && path.find('/', 9) == std::string::npos;
@@ -150,7 +150,7 @@ http::Response ExtenderServer::Route(const http::Request& request, bool verbs) {
     return r;
   }
   if (!inspect_one) {
-    return Json(
+    return JsonReply(
         200,
         state_.Inspect(std::nullopt)->dump(2, ' ', false, k8s::Json::error_handler_t::replace) +
             "\n");
@@ -158,11 +158,12 @@ http::Response ExtenderServer::Route(const http::Request& request, bool verbs) {
   const std::string node = path.substr(9);
   auto j = state_.Inspect(node);
   if (!j) {
-    return Json(404, k8s::Json{{"error", "node " + node + " is not known to the extender"}}.dump(
+    return JsonReply(404,
+                     k8s::Json{{"error", "node " + node + " is not known to the extender"}}.dump(
                          -1, ' ', false, k8s::Json::error_handler_t::replace) +
                          "\n");
   }
-  return Json(200, j->dump(2, ' ', false, k8s::Json::error_handler_t::replace) + "\n");
+  return JsonReply(200, j->dump(2, ' ', false, k8s::Json::error_handler_t::replace) + "\n");
 }
 
 std::string ExtenderServer::Admit(const std::string& ns, const std::string& name,

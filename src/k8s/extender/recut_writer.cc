@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "k8s/annotations.h"
+#include "k8s/objects.h"
 
 namespace tessera::extender {
 
@@ -17,13 +18,6 @@ const k8s::Json* AnnotationOf(const k8s::Json& node, const char* key) {
   if (ann == meta->end() || !ann->is_object()) return nullptr;
   auto it = ann->find(key);
   return it == ann->end() || !it->is_string() ? nullptr : &*it;
-}
-
-std::string VersionOf(const k8s::Json& node) {
-  auto meta = node.find("metadata");
-  if (meta == node.end() || !meta->is_object()) return {};
-  auto rv = meta->find("resourceVersion");
-  return rv == meta->end() || !rv->is_string() ? std::string() : rv->get<std::string>();
 }
 
 }  // namespace
@@ -58,7 +52,7 @@ RecutWriteOutcome WriteMigRecut(k8s::ApiClient& client, const MigRecut& recut) {
     const k8s::MigRecutRequest request{id, recut.gpu, recut.layout, recut.pod};
     auto patched = client.PatchNodeAnnotations(
         recut.node, {{k8s::kMigRecutAnnotation, k8s::WriteMigRecutRequest(request)}},
-        VersionOf(*node));
+        k8s::ResourceVersionOf(*node));
     if (patched.ok()) {
       out.written = true;
       out.id = id;
