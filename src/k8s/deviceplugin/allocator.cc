@@ -420,8 +420,13 @@ Status Allocator::Register(AllocationRecord* rec) const {
 // The node's side of a container's edits; the OCI hook only with CDI (a response of mounts and
 // environment has no hooks).
 static NodeMounts MountsOf(const AllocatorConfig& config) {
-  NodeMounts m{config.container_socket_dir, config.shim_dir,  config.preload_file,
-               config.sim_library,          config.sim_state, config.sim_env};
+  NodeMounts m;
+  m.container_socket_dir = config.container_socket_dir;
+  m.shim_dir = config.shim_dir;
+  m.preload_file = config.preload_file;
+  m.sim_library = config.sim_library;
+  m.sim_state = config.sim_state;
+  m.sim_env = config.sim_env;
   if (config.cdi) {
     m.oci_hook = config.oci_hook;
     m.tesserad_socket = config.tesserad_socket;

@@ -53,9 +53,15 @@ std::vector<MigRecut> ClusterState::PlanMigRecuts() {
       const NodeRec& rec = *s.by_index[static_cast<size_t>(n)];
       const mig::GpuModel* model = s.cluster->mig_model(n);
       const std::span<const pl::MigGpu> gpus = s.cluster->mig_gpus(n);
-      for (size_t g = 0; g < gpus.size() && g < rec.mig_gpus.size() && !done; ++g) {
+      // tesserad cuts no GPU while a device of a later GPU is in use (its index would move:
+      // docs/kubernetes.md, "mig nodes"), so only GPUs after the last one in use are candidates.
+      size_t first_cuttable = 0;
+      for (size_t g = 0; g < gpus.size(); ++g) {
+        if (!gpus[g].AllFree()) first_cuttable = g + 1;
+      }
+      for (size_t g = first_cuttable; g < gpus.size() && g < rec.mig_gpus.size() && !done; ++g) {
         const std::string& uuid = rec.mig_gpus[g].uuid;
-        if (!gpus[g].AllFree() || planned.count(uuid) > 0) continue;
+        if (planned.count(uuid) > 0) continue;
         // An unhealthy MIG device of the GPU: someone may still use it; never cut under it.
         const bool unhealthy =
             std::any_of(rec.unhealthy.begin(), rec.unhealthy.end(),

@@ -850,6 +850,45 @@ TEST(ClusterStateTest, recut_APendingOneGPodGetsAnIdleGpuCutAgainNeverOneInUse) 
   EXPECT_TRUE(s.PlanMigRecuts().empty());
 }
 
+// tesserad cuts no GPU while a device of a later GPU is in use: the extender never asks it to.
+TEST(ClusterStateTest, recut_NoGpuBeforeOneInUseIsAskedFor) {
+  ManualClock clock;
+  StateOptions o;
+  o.workload = std::make_shared<placement::TargetWorkload>();
+  o.clock = &clock;
+  o.mig_recut_interval = std::chrono::seconds(1);
+  ClusterState s(o);
+  ASSERT_TRUE(s.UpsertNode(RecutNode("b-dynamic", true)).ok());
+  const std::vector<std::string> nodes = {"b-dynamic"};
+  // Two whole-GPU pods take both GPUs; the one on GPU 0 leaves.
+  std::string chosen;
+  std::vector<std::string> uids;
+  for (const std::string name : {"big0", "big1"}) {
+    auto out = FilterAndBind(s, Pod(name, {{"tessera.io/mig-7g.80gb", "1"}}), nodes, &chosen);
+    ASSERT_TRUE(out.ok()) << out.error();
+    s.FinishBind("uid-" + name, *out, true);
+    if (out->assignment.containers[0].gpus[0].uuid == MigUuid("b-dynamic", 0, 0)) {
+      uids.insert(uids.begin(), "uid-" + name);
+    } else {
+      uids.push_back("uid-" + name);
+    }
+  }
+  ASSERT_EQ(uids.size(), 2u);
+  s.RemovePod(uids[0]);
+  const k8s::Json one = Pod("one", {{"tessera.io/mig-1g.10gb", "1"}});
+  ASSERT_TRUE(s.Filter(one, nodes)->fits.empty());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(s.PlanMigRecuts().empty()) << "GPU 0 is free but GPU 1 is in use after it";
+    clock.Advance(std::chrono::seconds(2));
+  }
+  // GPU 1's pod leaves: now GPU 0, the first of the free GPUs after the last in use, is cut.
+  s.RemovePod(uids[1]);
+  ASSERT_TRUE(s.Filter(one, nodes)->fits.empty());
+  auto recuts = s.PlanMigRecuts();
+  ASSERT_EQ(recuts.size(), 1u);
+  EXPECT_EQ(recuts[0].gpu, GpuUuid("b-dynamic", 0));
+}
+
 TEST(ClusterStateTest, recut_NoGpuWithAPodOrAnUnlabelledNodeIsEverCut) {
   ManualClock clock;
   StateOptions o;
