@@ -1,5 +1,6 @@
 // Test support for the device plugin's tests (tests only): a real tesserad on its own simulated
-// GPUs, pods written as the extender would place them, and small waits. Holds no stand-in of our
+// GPUs (SimNode, testing/support/sim_node.h), pods written as the extender would place them, and
+// small waits. Holds no stand-in of our
 // own components: tesserad, simgpu and the shims are the real ones.
 #pragma once
 
@@ -15,42 +16,9 @@
 #include "k8s/objects.h"
 #include "process/child_process.h"
 #include "testing/support/cgroup_container.h"
+#include "testing/support/sim_node.h"
 
 namespace tessera::k8s::testing {
-
-// A tesserad on simulated GPUs of its own (TESSERA_SIM_STATE), with container sockets and a
-// ledger that outlives a restart of the daemon (Restart()).
-class SimNode {
- public:
-  // `gpus`: TESSERA_SIM_GPUS, e.g. "SimA:16GiB:80,SimA:16GiB:80". `daemon_args` are added.
-  explicit SimNode(const std::string& gpus, std::vector<std::string> daemon_args = {});
-  ~SimNode();
-  SimNode(const SimNode&) = delete;
-  SimNode& operator=(const SimNode&) = delete;
-
-  bool Start();
-  void Stop();
-  bool Restart() {
-    Stop();
-    return Start();
-  }
-  const std::string& name() const { return name_; }
-  const std::string& socket() const { return socket_; }
-  const std::string& container_sockets() const { return container_sockets_; }
-  std::vector<std::string> SimEnv() const;
-  TesseradClient& client() { return *client_; }
-  TesseradStatus Status();  // fails the test when tesserad does not answer
-  std::string Uuid(int gpu);
-  // A scratch folder of the test, removed at the end.
-  std::string Scratch(const std::string& leaf);
-
- private:
-  std::string name_, gpus_, socket_, container_sockets_, ledger_;
-  std::string sim_state_;  // TESSERA_SIM_STATE: a name, or a file outside /dev/shm under --mps
-  std::vector<std::string> daemon_args_;
-  std::unique_ptr<process::ChildProcess> daemon_;
-  std::unique_ptr<TesseradClient> client_;
-};
 
 // A container of a pod: its name and limits.
 struct ContainerSpec {
@@ -75,9 +43,6 @@ std::string AssignmentJson(const std::string& node, uint64_t seq,
 
 // A cgroup hierarchy tests may write (testing/support/cgroup_container.h).
 using ::tessera::testing::WritableCgroupRoot;
-
-// Polls `done` every 20 ms until it is true or `timeout` passes.
-bool WaitUntil(const std::function<bool()>& done, std::chrono::milliseconds timeout);
 
 constexpr uint64_t kGiB = 1ull << 30;
 

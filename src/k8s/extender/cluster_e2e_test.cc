@@ -31,6 +31,7 @@
 #include "testing/standins/scheduler_driver.h"
 #include "testing/standins/test_apiserver.h"
 #include "testing/standins/test_kubelet.h"
+#include "testing/support/cluster_node.h"
 #include "testing/support/http_attack.h"
 #include "testing/support/test_objects.h"
 #include "testing/support/test_support.h"
@@ -45,98 +46,19 @@ using process::ChildProcess;
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
-// What a simulated node runs: tesserad on its own simgpu state (SimNode), a stand-in kubelet and
-// the real device plugin, which talks to the stand-in API server.
-struct NodeParts {
-  std::unique_ptr<k8s::testing::SimNode> sim;
-  std::unique_ptr<k8s::TestKubelet> kubelet;
-  std::unique_ptr<ChildProcess> plugin;
-
-  // Starts the kubelet and the plugin of node `name` (its tesserad runs) against `api_url`.
-  void StartKubeletAndPlugin(const std::string& name, const std::string& api_url,
-                             const std::vector<std::string>& plugin_flags) {
-    const std::string dir = sim->Scratch("device-plugins");
-    kubelet = std::make_unique<k8s::TestKubelet>(dir);
-    ASSERT_TRUE(kubelet->Start().ok());
-    const std::string kubeconfig = sim->Scratch("kube") + "/config";
-    std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: test\n"
-                                 "contexts: [{name: test, context: {cluster: c, user: u}}]\n"
-                                 "clusters: [{name: c, cluster: {server: \""
-                              << api_url << "\"}}]\nusers: [{name: u, user: {token: t}}]\n";
-    std::vector<std::string> argv = {BuildDir() + "/bin/tessera-device-plugin",
-                                     "--node-name",
-                                     name,
-                                     "--kubeconfig",
-                                     kubeconfig,
-                                     "--device-plugin-dir",
-                                     dir,
-                                     "--tesserad-socket",
-                                     sim->socket(),
-                                     "--container-sockets",
-                                     sim->container_sockets(),
-                                     "--state-dir",
-                                     sim->Scratch("state"),
-                                     "--sim",
-                                     "--reconcile-interval",
-                                     "200ms"};
-    argv.insert(argv.end(), plugin_flags.begin(), plugin_flags.end());
-    plugin = std::make_unique<ChildProcess>(argv, sim->SimEnv());
-    ASSERT_TRUE(plugin->started());
-  }
-  void Stop() {
-    if (plugin) {
-      plugin->Kill(SIGTERM);
-      plugin->Wait(20s);
-    }
-    kubelet.reset();
-    sim.reset();
-  }
-  // The container of allocation `a` of pod `pod`, started by the stand-in runtime with the
-  // allocation's mounts and environment: a tenant that allocates 64 MiB at a time until refused,
-  // then holds what it got until its stdin closes.
-  std::unique_ptr<ChildProcess> StartTenant(const std::string& pod,
-                                            const k8s::TestKubelet::ContainerAllocation& a) const {
-    std::vector<std::string> cmd = {BuildDir() + "/tests/k8s_container_run", "--scratch",
-                                    sim->Scratch("ctr-" + pod)};
-    for (const auto& m : a.mounts) {
-      cmd.insert(cmd.end(),
-                 {"--mount", m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "")});
-    }
-    for (const auto& [k, v] : a.envs) cmd.insert(cmd.end(), {"--env", k + "=" + v});
-    cmd.insert(cmd.end(), {"--", BuildDir() + "/tests/shim_tenant", "alloc-until-oom", "64"});
-    return std::make_unique<ChildProcess>(
-        cmd, std::vector<std::string>{"ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0"});
-  }
-};
-
-// Stops what a cluster test started, in that order: the containers (their stdin closed), the
-// extender, each node's plugin, kubelet and tesserad, the API server.
-template <typename Nodes>
-void StopCluster(std::vector<std::unique_ptr<ChildProcess>>& containers,
-                 std::unique_ptr<ExtenderApp>& extender, Nodes& nodes, k8s::TestApiServer& api) {
-  for (auto& p : containers) {
-    p->CloseStdin();
-    p->Wait(10s);
-  }
-  containers.clear();
-  extender.reset();
-  for (auto& n : nodes) n.Stop();
-  api.Stop();
-}
+// A simulated node: tesserad on its own simgpu state, the real device plugin talking to the
+// stand-in API server, a stand-in kubelet (testing/support/cluster_node.h).
+using NodeParts = k8s::testing::ClusterNode;
+using k8s::testing::StopCluster;
 
 // kubelet on `node` admits pod `name` and the runtime starts a tenant that allocates until refused;
-// the tenant joins `containers`.
-ChildProcess* AdmitAndStart(k8s::TestApiServer& api, NodeParts& node,
-                            std::vector<std::unique_ptr<ChildProcess>>& containers,
-                            const std::string& name, const Json& created) {
-  auto admitted = node.kubelet->Admit(*api.GetPod("default", name));
-  EXPECT_TRUE(admitted.ok()) << name << ": " << admitted.error();
-  if (!admitted.ok()) return nullptr;
-  const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
-  EXPECT_TRUE(node.kubelet->PreStart(created["metadata"]["uid"], a.name).ok());
-  containers.push_back(node.StartTenant(name, a));
-  api.SetPodPhase("default", name, "Running");
-  return containers.back().get();
+// the tenant joins `containers` (nullptr and a test failure when kubelet refuses it).
+ChildProcess* StartPod(k8s::TestApiServer& api, NodeParts& node,
+                       std::vector<std::unique_ptr<ChildProcess>>& containers,
+                       const std::string& name, const Json& created) {
+  auto started = k8s::testing::AdmitAndStart(api, node, containers, name, created);
+  EXPECT_TRUE(started.ok()) << started.error();
+  return started.ok() ? *started : nullptr;
 }
 
 // One simulated GPU node of the cluster.
@@ -185,8 +107,10 @@ class ClusterE2ETest : public ::testing::Test {
       api_.CreateNode(
           {{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", "core_mem"}}}}},
            {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
-      ASSERT_NO_FATAL_FAILURE(
-          n.StartKubeletAndPlugin(n.name, api_.url(), {"--resource-names", "both"}));
+      {
+        const Status s = n.StartKubeletAndPlugin(n.name, api_.url(), {"--resource-names", "both"});
+        ASSERT_TRUE(s.ok()) << s.message();
+      }
     }
     for (GpuNode& n : nodes_) {
       for (const char* r : {"tessera.io/gpu-mem", "tessera.io/gpu-core", "tessera.io/gpu-count",
@@ -496,7 +420,10 @@ class MigClusterE2ETest : public ::testing::Test {
       api_.CreateNode(
           {{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", n.mode}}}}},
            {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
-      ASSERT_NO_FATAL_FAILURE(n.StartKubeletAndPlugin(n.name, api_.url(), {}));
+      {
+        const Status s = n.StartKubeletAndPlugin(n.name, api_.url(), {});
+        ASSERT_TRUE(s.ok()) << s.message();
+      }
       names_.push_back(n.name);
     }
     ASSERT_TRUE(nodes_[1].kubelet->WaitForResource("tessera.io/mig-3g.40gb", 30s));
@@ -541,7 +468,7 @@ class MigClusterE2ETest : public ::testing::Test {
     return a.ok() ? *a : k8s::Assignment{};
   }
   ChildProcess* Run(Node& node, const std::string& name, const Json& created) {
-    return AdmitAndStart(api_, node, containers_, name, created);
+    return StartPod(api_, node, containers_, name, created);
   }
   // The MIG device of `profile` at slot `start` in mig-a's inventory.
   std::string MigDevice(const std::string& profile, int start) {
@@ -642,7 +569,10 @@ class RecutClusterE2ETest : public ::testing::Test {
           {{"name", "mig-r"},
            {"labels", {{"tessera.io/gpu.schedule", "mig"}, {k8s::kMigRecutLabel, "true"}}}}},
          {"status", {{"allocatable", {{"cpu", "16"}, {"memory", "64Gi"}, {"pods", "110"}}}}}});
-    ASSERT_NO_FATAL_FAILURE(node_.StartKubeletAndPlugin("mig-r", api_.url(), {}));
+    {
+      const Status s = node_.StartKubeletAndPlugin("mig-r", api_.url(), {});
+      ASSERT_TRUE(s.ok()) << s.message();
+    }
     ASSERT_TRUE(node_.kubelet->WaitForResource("tessera.io/mig-7g.80gb", 30s));
     AppConfig c;
     c.api.server = api_.url();
@@ -682,7 +612,7 @@ class RecutClusterE2ETest : public ::testing::Test {
     return api_.CreatePod(pod);
   }
   ChildProcess* Run(const std::string& name, const Json& created) {
-    return AdmitAndStart(api_, node_, containers_, name, created);
+    return StartPod(api_, node_, containers_, name, created);
   }
   std::string NodeAnnotation(const char* key) {
     auto node = api_.GetNode("mig-r");
