@@ -235,8 +235,8 @@ int RunRound(const Round& round, const TenantSpec* tenants, size_t count, double
 
 std::string ExecutableDir() { return process::ExecutableDir(); }
 
-// The cluster act: build/tests/tessera-demo-cluster (testing/demo), the real extender over the
-// stand-in API server.
+// The cluster act: build/tests/tessera-demo-cluster (testing/demo): real tesserads, device plugins
+// and extender over the stand-in API server and kubelets.
 int RunClusterAct() {
   const std::string act = ExecutableDir() + "/../tests/tessera-demo-cluster";
   if (access(act.c_str(), X_OK) != 0) {
