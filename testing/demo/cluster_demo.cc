@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -164,7 +165,7 @@ struct Cluster {
   std::unique_ptr<ExtenderApp> app;
   std::unique_ptr<testing::SchedulerDriver> driver;
   std::vector<std::string> nodes;
-  std::map<std::string, Json> created;  // by pod name
+  std::map<std::string, Json> created;       // by pod name
   std::map<std::string, std::string> bound;  // pod name -> node
   std::map<std::string, int> bind_order;     // pod name -> its place in the order of binds
   std::vector<std::unique_ptr<ChildProcess>> containers;
@@ -368,50 +369,69 @@ bool CheckCaps(const std::vector<Arrival>& burst, Cluster& tessera, Cluster& bin
               "cap (from the plugin)", "the tenant got");
   bool ok = true;
   for (auto [c, a] : picked) {
-    {
-      k8s::TestKubelet::ContainerAllocation allocation;
-      auto fail = [&](const std::string& why) {
-        std::fprintf(stderr, "tessera demo cluster: %s: %s: %s\n", c->policy.c_str(),
-                     a->name.c_str(), why.c_str());
-        ok = false;
-      };
-      auto started = c->Admit(a->name, &allocation);
-      if (!started.ok()) {
-        fail("bound by tessera-extender but refused by kubelet or the device plugin: " +
-             started.error());
-        continue;
-      }
-      // The cap the plugin gave the container, per GPU (TESSERA_MEM_LIMIT).
-      const auto env = allocation.envs.find("TESSERA_MEM_LIMIT");
-      if (env == allocation.envs.end()) {
-        fail("the device plugin gave its container no TESSERA_MEM_LIMIT");
-        continue;
-      }
-      auto caps = ParseBytesList(env->second, "TESSERA_MEM_LIMIT");
-      if (!caps.ok()) {
-        fail(caps.error());
-        continue;
-      }
-      const uint64_t cap = caps->front().count();
-      const auto got = (*started)->WaitForKey("allocated", 60s);
-      if (!got) {
-        fail("its tenant reported nothing within 60 s");
-        continue;
-      }
-      const uint64_t allocated = std::stoull(*got);
-      const std::string failure =
-          (*started)->values().count("failure") != 0 ? (*started)->values().at("failure") : "";
-      std::string cap_text = FormatBytes(caps->front());
-      if (caps->size() > 1) cap_text += " on each of " + std::to_string(caps->size()) + " GPUs";
-      std::printf("    %-12s %-13s %-8s %-7s %-25s %s, the next 64 MiB refused\n", a->name.c_str(),
-                  a->shape->asks, c->policy.c_str(), c->bound[a->name].c_str(), cap_text.c_str(),
-                  Mib(allocated).c_str());
-      if (allocated > cap) fail("its process got " + Mib(allocated) + ", past its cap");
-      if (allocated + kStep <= cap) {
-        fail("its process was refused at " + Mib(allocated) + ", more than 64 MiB under its cap");
-      }
-      if (failure != "2") fail("the refusal was CUresult " + failure + ", not out of memory (2)");
+    k8s::TestKubelet::ContainerAllocation allocation;
+    auto fail = [&](const std::string& why) {
+      std::fprintf(stderr, "tessera demo cluster: %s: %s: %s\n", c->policy.c_str(), a->name.c_str(),
+                   why.c_str());
+      ok = false;
+    };
+    auto started = c->Admit(a->name, &allocation);
+    if (!started.ok()) {
+      fail("bound by tessera-extender but refused by kubelet or the device plugin: " +
+           started.error());
+      continue;
     }
+    // The cap the plugin gave the container, per GPU (TESSERA_MEM_LIMIT).
+    const auto env = allocation.envs.find("TESSERA_MEM_LIMIT");
+    if (env == allocation.envs.end()) {
+      fail("the device plugin gave its container no TESSERA_MEM_LIMIT");
+      continue;
+    }
+    auto caps = ParseBytesList(env->second, "TESSERA_MEM_LIMIT");
+    if (!caps.ok()) {
+      fail(caps.error());
+      continue;
+    }
+    // What the pod asked for: its memory on each of its GPUs (a whole GPU's, 16 GiB, for whole
+    // GPUs).
+    const uint64_t cap = caps->front().count();
+    const uint64_t asked = uint64_t(a->shape->gpu_mem_gib) * kGiB;
+    if (caps->size() != size_t(a->shape->gpu_count) ||
+        std::any_of(caps->begin(), caps->end(), [&](Bytes b) { return b.count() != asked; })) {
+      fail("the device plugin gave its container TESSERA_MEM_LIMIT=" + env->second + ", not " +
+           FormatBytes(Bytes(asked)) + " on each of " + std::to_string(a->shape->gpu_count) +
+           " GPU(s) as the pod asked");
+      continue;
+    }
+    const auto got = (*started)->WaitForKey("allocated", 60s);
+    if (!got) {
+      fail("its tenant reported nothing within 60 s");
+      continue;
+    }
+    char* end = nullptr;
+    const uint64_t allocated = std::strtoull(got->c_str(), &end, 10);
+    if (got->empty() || *end != '\0') {
+      fail("its tenant reported allocated=\"" + *got + "\", not a number of bytes");
+      continue;
+    }
+    const std::string failure =
+        (*started)->values().count("failure") != 0 ? (*started)->values().at("failure") : "";
+    std::string cap_text = FormatBytes(caps->front());
+    std::string got_text = Mib(allocated);
+    if (caps->size() > 1) {
+      cap_text += " on each of " + std::to_string(caps->size()) + " GPUs";
+      got_text += " on its first";  // the tenant allocates on its first GPU
+    }
+    const std::string then =
+        failure == "2" ? "the next 64 MiB refused" : "then CUresult " + failure;
+    std::printf("    %-12s %-13s %-8s %-7s %-25s %s, %s\n", a->name.c_str(), a->shape->asks,
+                c->policy.c_str(), c->bound[a->name].c_str(), cap_text.c_str(), got_text.c_str(),
+                then.c_str());
+    if (allocated > cap) fail("its process got " + Mib(allocated) + ", past its cap");
+    if (allocated + kStep <= cap) {
+      fail("its process was refused at " + Mib(allocated) + ", more than 64 MiB under its cap");
+    }
+    if (failure != "2") fail("the refusal was CUresult " + failure + ", not out of memory (2)");
   }
   return ok;
 }
