@@ -414,8 +414,8 @@ bool CheckCaps(const std::vector<Arrival>& burst, Cluster& tessera, Cluster& bin
       fail("its tenant reported allocated=\"" + *got + "\", not a number of bytes");
       continue;
     }
-    const std::string failure =
-        (*started)->values().count("failure") != 0 ? (*started)->values().at("failure") : "";
+    // It prints why the last allocation failed on the line after (it may not be read yet).
+    const std::string failure = (*started)->WaitForKey("failure", 10s).value_or("");
     std::string cap_text = FormatBytes(caps->front());
     std::string got_text = Mib(allocated);
     if (caps->size() > 1) {

@@ -254,7 +254,9 @@ class ClusterE2ETest : public ::testing::Test {
     auto allocated = p.process->WaitForKey("allocated", 60s);
     ASSERT_TRUE(allocated.has_value()) << p.name << ": the process did not report";
     EXPECT_EQ(*allocated, std::to_string(p.cap_bytes)) << p.name;
-    EXPECT_EQ(p.process->values().at("failure"), "2") << p.name << ": not CUDA_ERROR_OUT_OF_MEMORY";
+    // The line after "allocated", which may not be read yet.
+    EXPECT_EQ(p.process->WaitForKey("failure", 10s), "2")
+        << p.name << ": not CUDA_ERROR_OUT_OF_MEMORY";
   }
 
   // Places every pod in turn, starts each bound one's process, then checks that `expected_bound`
