@@ -145,28 +145,24 @@ class TesseraPolicy final : public ScoredNodePolicy {
 
   // The scarce-empty-node charge (the file's comment) depends on how many nodes of a kind are
   // empty in the whole cluster, so it is added to the cached scores for each scan: counted over
-  // every node, also when the extender asks among kube-scheduler's candidates only.
+  // every node (kept up to date from the nodes changed since the last scan), also when the
+  // extender asks among kube-scheduler's candidates only.
   bool BeginScan(const Cluster& c, const Request& r) override {
     if (kind_keep_.empty() || r.mig()) return false;
-    std::fill(kind_empty_.begin(), kind_empty_.end(), 0);
-    for (int n = 0; n < c.node_count(); ++n) {
-      const int k = kind_of_[static_cast<size_t>(n)];
-      if (k < 0) continue;
-      const KindSize& size = kind_size_[static_cast<size_t>(k)];
-      if (c.cpu_free(n) == size.cpu_milli && c.share_free_total(n) == size.share_milli) {
-        ++kind_empty_[static_cast<size_t>(k)];
-      }
-    }
+    empty_.Update(c);
     // Only a kind at or below what is kept, which the request would take part of, is charged.
     for (size_t k = 0; k < kind_keep_.size(); ++k) {
-      if (kind_empty_[k] <= kind_keep_[k] && r.gpu_count < kind_size_[k].gpu_count) return true;
+      if (empty_.empty(static_cast<int>(k)) <= kind_keep_[k] &&
+          r.gpu_count < kind_size_[k].gpu_count) {
+        return true;
+      }
     }
     return false;
   }
 
   void AdjustScore(const Cluster& c, int n, const Request& r, Score& s) override {
     const int k = kind_of_[static_cast<size_t>(n)];
-    if (k < 0 || kind_empty_[static_cast<size_t>(k)] > kind_keep_[static_cast<size_t>(k)]) return;
+    if (k < 0 || empty_.empty(k) > kind_keep_[static_cast<size_t>(k)]) return;
     const KindSize& size = kind_size_[static_cast<size_t>(k)];
     if (r.gpu_count >= size.gpu_count || c.cpu_free(n) != size.cpu_milli ||
         c.share_free_total(n) != size.share_milli) {
@@ -254,11 +250,6 @@ class TesseraPolicy final : public ScoredNodePolicy {
     return -(gpu_left + cpu_left);
   }
 
-  static bool Empty(const Cluster& c, int n) {
-    return c.cpu_free(n) == c.spec(n).cpu_milli &&
-           c.share_free_total(n) == int64_t{c.spec(n).gpu_count} * kMilliPerGpu;
-  }
-
   // The whole-node demand per node kind (class, CPU, memory, GPU count; nodes of 2 GPUs or more):
   // each multi-GPU request size of the workload (TargetWorkload::sized_demands) spread over the
   // kinds it fits when empty, in proportion to their GPUs, as the requests of it running at once
@@ -307,7 +298,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
       }
     }
     kind_keep_.assign(first.size(), 0);
-    kind_empty_.assign(first.size(), 0);
+    empty_.Reset(kind_of_, static_cast<int>(first.size()));
     bool any = false;
     for (size_t k = 0; k < first.size(); ++k) {
       kind_keep_[k] = static_cast<int>(std::ceil(kKeptEmptyPart * demand[k]));
@@ -354,7 +345,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
   double OpeningCharge(const Cluster& c, int n, const Request& r) const {
     const ClassTable* t = TableOf(c, n);
     if (t == nullptr || t->whole_pressure <= 0 || r.gpu_count >= c.spec(n).gpu_count ||
-        !Empty(c, n)) {
+        !EmptyNodeCount::Empty(c, n)) {
       return 0;
     }
     return (t->whole_pressure - LowestWholePressure(c, r)) *
@@ -391,7 +382,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
   std::vector<std::vector<std::pair<int, double>>> fillers_;  // per class, W_k's fillers
   std::vector<int> kind_of_;     // per node: its kind, -1 for nodes of fewer than 2 GPUs
   std::vector<int> kind_keep_;   // per kind: empty nodes kept for whole-node demand
-  std::vector<int> kind_empty_;  // per kind: empty nodes, counted by BeginScan
+  EmptyNodeCount empty_;         // per kind: empty nodes, brought up to date by BeginScan
   struct KindSize {
     int64_t cpu_milli = 0;
     int64_t share_milli = 0;  // all its GPUs' share
@@ -401,6 +392,37 @@ class TesseraPolicy final : public ScoredNodePolicy {
 };
 
 }  // namespace
+
+void EmptyNodeCount::Reset(std::vector<int> kind_of, int kinds) {
+  kind_of_ = std::move(kind_of);
+  empty_.assign(kind_of_.size(), 0);
+  count_.assign(static_cast<size_t>(kinds), 0);
+  cluster_id_ = 0;
+  changes_ = 0;
+}
+
+void EmptyNodeCount::Set(const Cluster& c, int n) {
+  const int k = kind_of_[static_cast<size_t>(n)];
+  if (k < 0) return;
+  const uint8_t now = Empty(c, n) ? 1 : 0;
+  uint8_t& was = empty_[static_cast<size_t>(n)];
+  count_[static_cast<size_t>(k)] += now - was;
+  was = now;
+}
+
+void EmptyNodeCount::Update(const Cluster& c) {
+  if (c.id() == cluster_id_ && c.changes() - changes_ <= Cluster::kChangeLog) {
+    for (uint64_t change = changes_ + 1; change <= c.changes(); ++change) {
+      Set(c, c.changed_node(change));
+    }
+  } else {
+    std::fill(empty_.begin(), empty_.end(), 0);
+    std::fill(count_.begin(), count_.end(), 0);
+    for (int n = 0; n < c.node_count(); ++n) Set(c, n);
+    cluster_id_ = c.id();
+  }
+  changes_ = c.changes();
+}
 
 std::vector<ClassInfo> ClusterClasses(const Cluster& cluster) {
   std::vector<ClassInfo> classes;
