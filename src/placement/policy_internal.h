@@ -268,6 +268,12 @@ std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const Cl
 // class. tessera's rho_k.
 std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
                                   const TargetWorkload& workload);
+// ClassPressure without the demand that only the larger nodes fit: the part of each class's GPUs
+// that the demand constrained to some models will need. What a constrained class's CPU is kept
+// for (tessera's sigma_k).
+std::vector<double> ClassConstraintPressure(const Cluster& cluster,
+                                            std::span<const ClassInfo> classes,
+                                            const TargetWorkload& w);
 // Per class: the part of its GPUs that multi-GPU requests which only the larger nodes fit (as
 // ClassPressure counts them by size) will need; such requests need nodes whole, so a request that
 // takes part of an empty node of the class spoils all of it for them.

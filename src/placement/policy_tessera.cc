@@ -17,7 +17,12 @@
 //       128-core nodes) will need (ClassPressure), a request pays (rho_k - rho_min) per milli of
 //       GPU it takes, rho_min being the lowest pressure among the classes it may use. A request
 //       that could go elsewhere leaves scarce models to those that cannot; a request that may use
-//       only one class, or classes under equal pressure, pays nothing.
+//       only one class, or classes under equal pressure, pays nothing. A request that asks no
+//       GPU pays for the CPU it takes in the same way, at kCpuProtection of the rate: with
+//       sigma_k the part of class k's GPUs that constrained demand alone will need
+//       (ClassConstraintPressure) and sigma_min the lowest over the cluster's classes,
+//       kCpuProtection (sigma_k - sigma_min) per milli of GPU its CPU would serve (its CPU over
+//       kappa_k): the constrained pods of a class run out of its CPU before its GPUs.
 // kappa_k and W_k weigh the shapes as class k sees them (ClassShapeWeights: a constrained shape
 // counts only on the classes it may use, by its arrivals per GPU there). Without placement
 // constraints every class sees the whole workload and P is 0.
@@ -60,6 +65,9 @@ constexpr double kArrivalsPerGap = 100;
 // of the last of them costs (milli, as the score's other terms).
 constexpr double kKeptEmptyPart = 0.5;
 constexpr double kScarceEmptyNodeCharge = 3000;
+// What a request that asks no GPU pays for a constrained class's CPU, as a part of what the GPUs
+// its CPU would serve cost a GPU request (the file's comment).
+constexpr double kCpuProtection = 0.3;
 
 // CPU milli that shapes ask per whole GPU, with these weights (0 when none asks for a GPU).
 double CpuPerGpu(const TargetWorkload& w, const std::vector<double>& weights) {
@@ -119,6 +127,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
     const std::vector<ClassInfo> classes = ClusterClasses(c);
     const std::vector<double> pressure = ClassPressure(c, classes, *workload_);
     const std::vector<double> whole_pressure = ClassWholeNodePressure(c, classes, *workload_);
+    const std::vector<double> constraint_pressure = ClassConstraintPressure(c, classes, *workload_);
     class_of_.assign(kNodeClasses, -1);
     tables_.clear();
     fillers_.clear();
@@ -138,7 +147,12 @@ class TesseraPolicy final : public ScoredNodePolicy {
       fillers_.push_back(std::move(fillers));
       t.pressure = pressure[i];
       t.whole_pressure = whole_pressure[i];
+      t.constraint_pressure = constraint_pressure[i];
       tables_.push_back(std::move(t));
+    }
+    lowest_constraint_pressure_ = 1;
+    for (const ClassTable& t : tables_) {
+      lowest_constraint_pressure_ = std::min(lowest_constraint_pressure_, t.constraint_pressure);
     }
     AttachWholeNodeDemand(c, classes);
   }
@@ -201,10 +215,13 @@ class TesseraPolicy final : public ScoredNodePolicy {
         Stranded(cpu_per_gpu, static_cast<double>(c.cpu_free(n) - r.cpu_milli),
                  static_cast<double>(c.share_free_total(n) - r.total_gpu_milli()));
     // P_n's decrease: minus what the request pays for taking a scarcer class than it needs.
-    const double protection =
-        t != nullptr && r.gpu_count > 0
-            ? -(t->pressure - LowestPressure(c, r)) * static_cast<double>(r.total_gpu_milli())
-            : 0;
+    double protection = 0;
+    if (t != nullptr && r.gpu_count > 0) {
+      protection = -(t->pressure - LowestPressure(c, r)) * static_cast<double>(r.total_gpu_milli());
+    } else if (t != nullptr && t->cpu_per_gpu > 0) {
+      protection = -kCpuProtection * (t->constraint_pressure - lowest_constraint_pressure_) *
+                   static_cast<double>(r.cpu_milli) / t->cpu_per_gpu * kMilliPerGpu;
+    }
     const double gain = stranded_gain + protection;
     if (r.gpu_count == 1 && !r.whole_gpus()) {
       Score best{-1e300, 0, 0};
@@ -319,6 +336,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
     std::vector<double> residual;  // W_k, indexed by free share 0..1000
     double pressure = 0;           // rho_k
     double whole_pressure = 0;     // the part of class k's GPUs needed as whole nodes
+    double constraint_pressure = 0;  // sigma_k
   };
 
   const ClassTable* TableOf(const Cluster& c, int n) const {
@@ -379,6 +397,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
   int64_t largest_gpu_milli_ = 1;  // the largest node's GPU share and CPU, in milli
   int64_t largest_cpu_milli_ = 1;
   std::vector<ClassTable> tables_;
+  double lowest_constraint_pressure_ = 1;                     // sigma_min
   std::vector<std::vector<std::pair<int, double>>> fillers_;  // per class, W_k's fillers
   std::vector<int> kind_of_;     // per node: its kind, -1 for nodes of fewer than 2 GPUs
   std::vector<int> kind_keep_;   // per kind: empty nodes kept for whole-node demand
@@ -549,8 +568,12 @@ std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const Cl
   return weights;
 }
 
-std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
-                                  const TargetWorkload& w) {
+namespace {
+
+// Per class: the GPUs that the demand which may use only some classes by its constraint will need,
+// each demand spread over the classes it may use in proportion to their GPUs.
+std::vector<double> ConstrainedLoad(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                    const TargetWorkload& w) {
   const int64_t all_gpus = AllGpus(classes);
   std::vector<double> load(classes.size(), 0.0);  // GPUs
   for (const TargetShape& d : w.demands()) {
@@ -562,12 +585,30 @@ std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassI
       load[i] += demand * static_cast<double>(classes[i].gpus) / static_cast<double>(reach);
     }
   }
-  AddSizedLoad(cluster, classes, w, load);
+  return load;
+}
+
+std::vector<double> PressureOf(std::span<const ClassInfo> classes, std::span<const double> load) {
   std::vector<double> pressure(classes.size(), 0.0);
   for (size_t i = 0; i < classes.size(); ++i) {
     pressure[i] = std::min(1.0, load[i] / static_cast<double>(classes[i].gpus));
   }
   return pressure;
+}
+
+}  // namespace
+
+std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                  const TargetWorkload& w) {
+  std::vector<double> load = ConstrainedLoad(cluster, classes, w);
+  AddSizedLoad(cluster, classes, w, load);
+  return PressureOf(classes, load);
+}
+
+std::vector<double> ClassConstraintPressure(const Cluster& cluster,
+                                            std::span<const ClassInfo> classes,
+                                            const TargetWorkload& w) {
+  return PressureOf(classes, ConstrainedLoad(cluster, classes, w));
 }
 
 std::vector<double> ClassWholeNodePressure(const Cluster& cluster,

@@ -330,6 +330,35 @@ TEST(PolicyTest, TesseraLeavesScarceModelsToRequestsThatNeedThem) {
   EXPECT_EQ(Make("tessera", &w)->Select(t4s, any)->node, 0);
 }
 
+TEST(PolicyTest, TesseraLeavesTheCpuOfScarceModelsToRequestsThatNeedThem) {
+  // As above: 40 % of the GPU demand may run only on T4. A CPU-only pod would go to the first
+  // node (a T4 node: its CPU strands no GPU there either); it goes to G2, leaving T4's CPU to the
+  // T4-only pods. Without the constrained demand, and on T4 nodes alone, it takes the first node.
+  const Cluster c = T4FirstThenG2();
+  const int t4 = c.models().Find("T4");
+  const Request any = Pod(1000, 1, 8000);
+  std::vector<Request> requests(6, any);
+  for (int i = 0; i < 4; ++i) {
+    requests.push_back(Pod(1000, 1, 1000 * (i + 1)));
+    requests.back().allowed = ModelSet::Of(t4);
+  }
+  const Request cpu_only = Pod(0, 0, 8000);
+  requests.push_back(cpu_only);
+  const TargetWorkload w = TargetWorkload::FromRequests(requests, 0.6);
+  const auto classes = internal::ClusterClasses(c);
+  const std::vector<double> sigma = internal::ClassConstraintPressure(c, classes, w);
+  EXPECT_GT(sigma[0], 0);  // T4
+  EXPECT_EQ(sigma[1], 0);  // G2
+  EXPECT_EQ(c.models().model(c.spec(Make("tessera", &w)->Select(c, cpu_only)->node).model).name,
+            "G2");
+  std::vector<Request> unconstrained(6, any);
+  unconstrained.push_back(cpu_only);
+  const TargetWorkload free_to_go = TargetWorkload::FromRequests(unconstrained);
+  EXPECT_EQ(Make("tessera", &free_to_go)->Select(c, cpu_only)->node, 0);
+  const Cluster t4s = Nodes({{104000, 2, "T4"}, {104000, 2, "T4"}});
+  EXPECT_EQ(Make("tessera", &w)->Select(t4s, cpu_only)->node, 0);
+}
+
 TEST(PolicyTest, ClassPressureCountsDemandThatOnlyLargerNodesFit) {
   // An 8-GPU request of 120 cores may use any model but fits only the 128-core G3 node: its
   // demand presses on G3's GPUs as a constraint would. A request that fits the 96-core nodes too
@@ -347,6 +376,10 @@ TEST(PolicyTest, ClassPressureCountsDemandThatOnlyLargerNodesFit) {
   const std::vector<double> rho = internal::ClassPressure(c, classes, TargetWorkload({small, big}));
   EXPECT_NEAR(rho[0], 7.2 / 8, 1e-9);
   EXPECT_EQ(rho[1], 0);
+  // Demand limited by its size alone is not constrained demand.
+  for (double p : internal::ClassConstraintPressure(c, classes, TargetWorkload({small, big}))) {
+    EXPECT_EQ(p, 0);
+  }
   for (double p : internal::ClassPressure(c, classes, TargetWorkload({small, fits_g2}))) {
     EXPECT_EQ(p, 0);
   }
