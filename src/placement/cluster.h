@@ -177,9 +177,9 @@ class Cluster {
   std::vector<uint64_t> version_;
   uint64_t changes_ = 0;
   std::array<int32_t, kChangeLog> change_log_{};  // by change number modulo kChangeLog
-  std::vector<int32_t> gpu_milli_free_;   // flat, per GPU
-  std::vector<int64_t> gpu_mem_free_;     // flat, per GPU
-  std::vector<int32_t> gpu_share_free_;   // flat, per GPU
+  std::vector<int32_t> gpu_milli_free_;           // flat, per GPU
+  std::vector<int64_t> gpu_mem_free_;             // flat, per GPU
+  std::vector<int32_t> gpu_share_free_;           // flat, per GPU
   std::vector<std::vector<MigGpu>> mig_;  // per node: its GPUs in MIG mode (kMig nodes only)
   int64_t gpu_capacity_milli_ = 0;
   int64_t gpu_allocated_milli_ = 0;

@@ -331,11 +331,11 @@ class TesseraPolicy final : public ScoredNodePolicy {
 
   // What tessera knows of one node class of the attached cluster.
   struct ClassTable {
-    int first_node = -1;           // stands for the class's model and mode
-    double cpu_per_gpu = 0;        // kappa_k
-    std::vector<double> residual;  // W_k, indexed by free share 0..1000
-    double pressure = 0;           // rho_k
-    double whole_pressure = 0;     // the part of class k's GPUs needed as whole nodes
+    int first_node = -1;             // stands for the class's model and mode
+    double cpu_per_gpu = 0;          // kappa_k
+    std::vector<double> residual;    // W_k, indexed by free share 0..1000
+    double pressure = 0;             // rho_k
+    double whole_pressure = 0;       // the part of class k's GPUs needed as whole nodes
     double constraint_pressure = 0;  // sigma_k
   };
 
@@ -399,9 +399,9 @@ class TesseraPolicy final : public ScoredNodePolicy {
   std::vector<ClassTable> tables_;
   double lowest_constraint_pressure_ = 1;                     // sigma_min
   std::vector<std::vector<std::pair<int, double>>> fillers_;  // per class, W_k's fillers
-  std::vector<int> kind_of_;     // per node: its kind, -1 for nodes of fewer than 2 GPUs
-  std::vector<int> kind_keep_;   // per kind: empty nodes kept for whole-node demand
-  EmptyNodeCount empty_;         // per kind: empty nodes, brought up to date by BeginScan
+  std::vector<int> kind_of_;    // per node: its kind, -1 for nodes of fewer than 2 GPUs
+  std::vector<int> kind_keep_;  // per kind: empty nodes kept for whole-node demand
+  EmptyNodeCount empty_;        // per kind: empty nodes, brought up to date by BeginScan
   struct KindSize {
     int64_t cpu_milli = 0;
     int64_t share_milli = 0;  // all its GPUs' share
