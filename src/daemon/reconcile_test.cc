@@ -327,7 +327,9 @@ TEST_F(ReconcilerTest, DeviceTimeOfProcessesThatNeverRegisteredIsChargedOrActedO
   events = r.RunOnce();
   ASSERT_EQ(Count(events, Kind::kGpuTimeUnseen), 1) << ::testing::PrintToString(log_);
   for (const ReconcileEvent& e : events) {
-    if (e.kind == Kind::kGpuTimeUnseen) EXPECT_EQ(e.container, "web");
+    if (e.kind == Kind::kGpuTimeUnseen) {
+      EXPECT_EQ(e.container, "web");
+    }
   }
   EXPECT_EQ(registry_->ledger().book().containers[web].unseen_gpu_ns[0].load(), 700'000'000u);
   std::set<pid_t> killed;

@@ -660,8 +660,11 @@ int SimState::CreateGpuInstance(int gpu, int profile_index, int start, MigRefusa
     d.mig_model = g.mig_model;
     d.mig_profile = static_cast<uint32_t>(profile_index);
     d.mig_start = static_cast<uint32_t>(chosen);
-    std::snprintf(d.name, sizeof(d.name), "%s MIG %.*s", g.name, static_cast<int>(p.name.size()),
-                  p.name.data());
+    // A name longer than the field is cut there, as NVML cuts a name to the caller's buffer.
+    if (std::snprintf(d.name, sizeof(d.name), "%s MIG %.*s", g.name,
+                      static_cast<int>(p.name.size()), p.name.data()) < 0) {
+      d.name[0] = '\0';
+    }
     d.uuid[0] = '\0';
     const uint64_t share = g.total_bytes / static_cast<uint64_t>(model->memory_slices) *
                            static_cast<uint64_t>(p.memory_slices);

@@ -120,7 +120,7 @@ TEST_F(SimMultiProcessTest, ASyncDelayMakesWaitsReturnLateNotTheDeviceSlower) {
   EXPECT_NEAR(std::stod(*ms), 10.0, 1.0);
   EXPECT_GE(std::stod(*waited), 14.5);
   EXPECT_EQ(t.Wait(10s), 0);
-  for (const std::string& bad : {"5", "2s", "-1ms"}) {
+  for (const char* bad : {"5", "2s", "-1ms"}) {
     const auto [status, out] = tessera::process::RunShell(
         "TESSERA_SIM_STATE=" + state_ + " TESSERA_SIM_SYNC_DELAY=" + bad + " " + argv[0] + " " +
         argv[1] + " elapsed 1000 2>&1");
