@@ -313,7 +313,7 @@ Status Cluster::Place(const Request& r, const Assignment& a) {
     RefreshGpu(a.node, g);
   }
   gpu_allocated_milli_ += r.total_gpu_milli();
-  ++version_[n];
+  Changed(n);
   return Status::Ok();
 }
 
@@ -350,7 +350,7 @@ Status Cluster::Remove(const Request& r, const Assignment& a) {
     RefreshGpu(a.node, g);
   }
   gpu_allocated_milli_ -= r.total_gpu_milli();
-  ++version_[n];
+  Changed(n);
   return Status::Ok();
 }
 
@@ -469,7 +469,7 @@ Status Cluster::PlaceMig(const Request& r, const Assignment& a) {
   mem_free_[n] -= r.memory_mib;
   mig_[n][static_cast<size_t>(g)] = std::move(next);
   RefreshMigGpu(a.node, g);
-  ++version_[n];
+  Changed(n);
   return Status::Ok();
 }
 
@@ -494,7 +494,7 @@ Status Cluster::RemoveMig(const Request& r, const Assignment& a) {
   mem_free_[n] += r.memory_mib;
   mig_[n][static_cast<size_t>(g)].taken &= ~(uint32_t{1} << i);
   RefreshMigGpu(a.node, g);
-  ++version_[n];
+  Changed(n);
   return Status::Ok();
 }
 

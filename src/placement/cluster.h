@@ -20,6 +20,7 @@
 // Not thread-safe; one writer. Holds no policy and no I/O.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -81,6 +82,16 @@ class Cluster {
   int64_t share_free_total(int node) const { return share_total_[static_cast<size_t>(node)]; }
   // Bumped on every change of the node, so policies can cache per-node values.
   uint64_t version(int node) const { return version_[static_cast<size_t>(node)]; }
+  // Node changes since the cluster was built, counted over all nodes (each bumps one version),
+  // and the node of change number `change` (1..changes()) while it is one of the last
+  // kChangeLog; -1 for an older one or none. A reader that keeps a per-node value up to date
+  // revisits the nodes changed since it last looked, or all of them when it fell further behind.
+  static constexpr uint64_t kChangeLog = 64;
+  uint64_t changes() const { return changes_; }
+  int changed_node(uint64_t change) const {
+    if (change == 0 || change > changes_ || changes_ - change >= kChangeLog) return -1;
+    return change_log_[change % kChangeLog];
+  }
   // Unique per Cluster object and per copy; a cache keyed by (id, node, version) stays exact.
   uint64_t id() const { return id_.value; }
 
@@ -135,6 +146,12 @@ class Cluster {
   Status RemoveMig(const Request& request, const Assignment& a);
   // Sets GPU `gpu`'s free compute and memory from its taken instances.
   void RefreshMigGpu(int node, int gpu);
+  // Records a change of `node`: its version and the change log.
+  void Changed(size_t node) {
+    ++version_[node];
+    ++changes_;
+    change_log_[changes_ % kChangeLog] = static_cast<int32_t>(node);
+  }
 
   // A fresh id for every constructed, copied or moved-into Cluster.
   struct InstanceId {
@@ -158,9 +175,11 @@ class Cluster {
   std::vector<int32_t> whole_free_;
   std::vector<int64_t> share_total_;
   std::vector<uint64_t> version_;
-  std::vector<int32_t> gpu_milli_free_;   // flat, per GPU
-  std::vector<int64_t> gpu_mem_free_;     // flat, per GPU
-  std::vector<int32_t> gpu_share_free_;   // flat, per GPU
+  uint64_t changes_ = 0;
+  std::array<int32_t, kChangeLog> change_log_{};  // by change number modulo kChangeLog
+  std::vector<int32_t> gpu_milli_free_;           // flat, per GPU
+  std::vector<int64_t> gpu_mem_free_;             // flat, per GPU
+  std::vector<int32_t> gpu_share_free_;           // flat, per GPU
   std::vector<std::vector<MigGpu>> mig_;  // per node: its GPUs in MIG mode (kMig nodes only)
   int64_t gpu_capacity_milli_ = 0;
   int64_t gpu_allocated_milli_ = 0;

@@ -222,6 +222,39 @@ TEST(FitTest, gpu_modes_AMixedNodeFitsByEachGpusMode) {
   EXPECT_NE(bad.error().find("GPU 1 in mode mig"), std::string::npos) << bad.error();
 }
 
+TEST(PlaceTest, ChangeLogNamesTheLastChangedNodes) {
+  Cluster c = TwoNodes();
+  EXPECT_EQ(c.changes(), 0u);
+  EXPECT_EQ(c.changed_node(0), -1);
+  EXPECT_EQ(c.changed_node(1), -1);
+  const Request r = Share(1000, 1, 1000, 1024);  // a whole GPU: fits either node's mode
+  ASSERT_TRUE(c.Place(r, {1, 0b1}).ok());
+  ASSERT_TRUE(c.Place(r, {0, 0b1}).ok());
+  EXPECT_EQ(c.changes(), 2u);
+  EXPECT_EQ(c.changed_node(1), 1);
+  EXPECT_EQ(c.changed_node(2), 0);
+  EXPECT_EQ(c.changed_node(3), -1);  // not yet made
+  // A refused placement or removal changes nothing and logs nothing.
+  EXPECT_FALSE(c.Remove(Share(250, 2, 1000, 1024), {1, 0b11}).ok());
+  EXPECT_EQ(c.changes(), 2u);
+  // Only the last kChangeLog changes are kept.
+  for (uint64_t i = 0; i < Cluster::kChangeLog; ++i) {
+    ASSERT_TRUE(c.Remove(r, {1, 0b1}).ok());
+    ASSERT_TRUE(c.Place(r, {1, 0b1}).ok());
+  }
+  const uint64_t last = c.changes();
+  EXPECT_EQ(last, 2 + 2 * Cluster::kChangeLog);
+  EXPECT_EQ(c.changed_node(last), 1);
+  EXPECT_EQ(c.changed_node(last - Cluster::kChangeLog + 1), 1);
+  EXPECT_EQ(c.changed_node(last - Cluster::kChangeLog), -1);
+  EXPECT_EQ(c.changed_node(2), -1);
+  // A copy has the same log (and another id).
+  const Cluster copy = c;
+  EXPECT_EQ(copy.changes(), last);
+  EXPECT_EQ(copy.changed_node(last), 1);
+  EXPECT_NE(copy.id(), c.id());
+}
+
 TEST(PlaceTest, PlaceAndRemoveKeepTheBooks) {
   Cluster c = TwoNodes();
   const uint64_t v = c.version(0);

@@ -268,12 +268,45 @@ std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const Cl
 // class. tessera's rho_k.
 std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
                                   const TargetWorkload& workload);
+// ClassPressure without the demand that only the larger nodes fit: the part of each class's GPUs
+// that the demand constrained to some models will need. What a constrained class's CPU is kept
+// for (tessera's sigma_k).
+std::vector<double> ClassConstraintPressure(const Cluster& cluster,
+                                            std::span<const ClassInfo> classes,
+                                            const TargetWorkload& w);
 // Per class: the part of its GPUs that multi-GPU requests which only the larger nodes fit (as
 // ClassPressure counts them by size) will need; such requests need nodes whole, so a request that
 // takes part of an empty node of the class spoils all of it for them.
 std::vector<double> ClassWholeNodePressure(const Cluster& cluster,
                                            std::span<const ClassInfo> classes,
                                            const TargetWorkload& workload);
+
+// The empty nodes (all CPU and every GPU's share free) of each kind, kept up to date from the
+// cluster's change log: a call revisits only the nodes changed since the last one, and counts
+// every node afresh for another cluster object or when more than Cluster::kChangeLog changes
+// have passed. tessera's scarce-empty-node charge reads it once per decision.
+class EmptyNodeCount {
+ public:
+  // `kind_of`: per node of the clusters to count, its kind (0..kinds-1), or -1 for a node not
+  // counted. Forgets the counts.
+  void Reset(std::vector<int> kind_of, int kinds);
+  // Brings the counts up to date with `cluster`, whose nodes `kind_of` lists.
+  void Update(const Cluster& cluster);
+  int empty(int kind) const { return count_[static_cast<size_t>(kind)]; }
+  static bool Empty(const Cluster& cluster, int node) {
+    return cluster.cpu_free(node) == cluster.spec(node).cpu_milli &&
+           cluster.share_free_total(node) == int64_t{cluster.spec(node).gpu_count} * kMilliPerGpu;
+  }
+
+ private:
+  void Set(const Cluster& cluster, int node);
+
+  std::vector<int> kind_of_;
+  std::vector<uint8_t> empty_;  // per node, as last seen
+  std::vector<int> count_;      // per kind
+  uint64_t cluster_id_ = 0;     // the cluster counted (0: none; Cluster ids start at 1)
+  uint64_t changes_ = 0;        // its Cluster::changes() when counted
+};
 
 std::unique_ptr<Policy> MakeRandom(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeBinpack(const PolicyOptions& options);

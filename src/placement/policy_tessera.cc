@@ -17,7 +17,12 @@
 //       128-core nodes) will need (ClassPressure), a request pays (rho_k - rho_min) per milli of
 //       GPU it takes, rho_min being the lowest pressure among the classes it may use. A request
 //       that could go elsewhere leaves scarce models to those that cannot; a request that may use
-//       only one class, or classes under equal pressure, pays nothing.
+//       only one class, or classes under equal pressure, pays nothing. A request that asks no
+//       GPU pays for the CPU it takes in the same way, at kCpuProtection of the rate: with
+//       sigma_k the part of class k's GPUs that constrained demand alone will need
+//       (ClassConstraintPressure) and sigma_min the lowest over the cluster's classes,
+//       kCpuProtection (sigma_k - sigma_min) per milli of GPU its CPU would serve (its CPU over
+//       kappa_k): the constrained pods of a class run out of its CPU before its GPUs.
 // kappa_k and W_k weigh the shapes as class k sees them (ClassShapeWeights: a constrained shape
 // counts only on the classes it may use, by its arrivals per GPU there). Without placement
 // constraints every class sees the whole workload and P is 0.
@@ -60,6 +65,9 @@ constexpr double kArrivalsPerGap = 100;
 // of the last of them costs (milli, as the score's other terms).
 constexpr double kKeptEmptyPart = 0.5;
 constexpr double kScarceEmptyNodeCharge = 3000;
+// What a request that asks no GPU pays for a constrained class's CPU, as a part of what the GPUs
+// its CPU would serve cost a GPU request (the file's comment).
+constexpr double kCpuProtection = 0.3;
 
 // CPU milli that shapes ask per whole GPU, with these weights (0 when none asks for a GPU).
 double CpuPerGpu(const TargetWorkload& w, const std::vector<double>& weights) {
@@ -119,6 +127,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
     const std::vector<ClassInfo> classes = ClusterClasses(c);
     const std::vector<double> pressure = ClassPressure(c, classes, *workload_);
     const std::vector<double> whole_pressure = ClassWholeNodePressure(c, classes, *workload_);
+    const std::vector<double> constraint_pressure = ClassConstraintPressure(c, classes, *workload_);
     class_of_.assign(kNodeClasses, -1);
     tables_.clear();
     fillers_.clear();
@@ -138,35 +147,36 @@ class TesseraPolicy final : public ScoredNodePolicy {
       fillers_.push_back(std::move(fillers));
       t.pressure = pressure[i];
       t.whole_pressure = whole_pressure[i];
+      t.constraint_pressure = constraint_pressure[i];
       tables_.push_back(std::move(t));
+    }
+    lowest_constraint_pressure_ = 1;
+    for (const ClassTable& t : tables_) {
+      lowest_constraint_pressure_ = std::min(lowest_constraint_pressure_, t.constraint_pressure);
     }
     AttachWholeNodeDemand(c, classes);
   }
 
   // The scarce-empty-node charge (the file's comment) depends on how many nodes of a kind are
   // empty in the whole cluster, so it is added to the cached scores for each scan: counted over
-  // every node, also when the extender asks among kube-scheduler's candidates only.
+  // every node (kept up to date from the nodes changed since the last scan), also when the
+  // extender asks among kube-scheduler's candidates only.
   bool BeginScan(const Cluster& c, const Request& r) override {
     if (kind_keep_.empty() || r.mig()) return false;
-    std::fill(kind_empty_.begin(), kind_empty_.end(), 0);
-    for (int n = 0; n < c.node_count(); ++n) {
-      const int k = kind_of_[static_cast<size_t>(n)];
-      if (k < 0) continue;
-      const KindSize& size = kind_size_[static_cast<size_t>(k)];
-      if (c.cpu_free(n) == size.cpu_milli && c.share_free_total(n) == size.share_milli) {
-        ++kind_empty_[static_cast<size_t>(k)];
-      }
-    }
+    empty_.Update(c);
     // Only a kind at or below what is kept, which the request would take part of, is charged.
     for (size_t k = 0; k < kind_keep_.size(); ++k) {
-      if (kind_empty_[k] <= kind_keep_[k] && r.gpu_count < kind_size_[k].gpu_count) return true;
+      if (empty_.empty(static_cast<int>(k)) <= kind_keep_[k] &&
+          r.gpu_count < kind_size_[k].gpu_count) {
+        return true;
+      }
     }
     return false;
   }
 
   void AdjustScore(const Cluster& c, int n, const Request& r, Score& s) override {
     const int k = kind_of_[static_cast<size_t>(n)];
-    if (k < 0 || kind_empty_[static_cast<size_t>(k)] > kind_keep_[static_cast<size_t>(k)]) return;
+    if (k < 0 || empty_.empty(k) > kind_keep_[static_cast<size_t>(k)]) return;
     const KindSize& size = kind_size_[static_cast<size_t>(k)];
     if (r.gpu_count >= size.gpu_count || c.cpu_free(n) != size.cpu_milli ||
         c.share_free_total(n) != size.share_milli) {
@@ -205,10 +215,13 @@ class TesseraPolicy final : public ScoredNodePolicy {
         Stranded(cpu_per_gpu, static_cast<double>(c.cpu_free(n) - r.cpu_milli),
                  static_cast<double>(c.share_free_total(n) - r.total_gpu_milli()));
     // P_n's decrease: minus what the request pays for taking a scarcer class than it needs.
-    const double protection =
-        t != nullptr && r.gpu_count > 0
-            ? -(t->pressure - LowestPressure(c, r)) * static_cast<double>(r.total_gpu_milli())
-            : 0;
+    double protection = 0;
+    if (t != nullptr && r.gpu_count > 0) {
+      protection = -(t->pressure - LowestPressure(c, r)) * static_cast<double>(r.total_gpu_milli());
+    } else if (t != nullptr && t->cpu_per_gpu > 0) {
+      protection = -kCpuProtection * (t->constraint_pressure - lowest_constraint_pressure_) *
+                   static_cast<double>(r.cpu_milli) / t->cpu_per_gpu * kMilliPerGpu;
+    }
     const double gain = stranded_gain + protection;
     if (r.gpu_count == 1 && !r.whole_gpus()) {
       Score best{-1e300, 0, 0};
@@ -252,11 +265,6 @@ class TesseraPolicy final : public ScoredNodePolicy {
     const double cpu_left =
         static_cast<double>(c.cpu_free(n) - r.cpu_milli) / static_cast<double>(largest_cpu_milli_);
     return -(gpu_left + cpu_left);
-  }
-
-  static bool Empty(const Cluster& c, int n) {
-    return c.cpu_free(n) == c.spec(n).cpu_milli &&
-           c.share_free_total(n) == int64_t{c.spec(n).gpu_count} * kMilliPerGpu;
   }
 
   // The whole-node demand per node kind (class, CPU, memory, GPU count; nodes of 2 GPUs or more):
@@ -307,7 +315,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
       }
     }
     kind_keep_.assign(first.size(), 0);
-    kind_empty_.assign(first.size(), 0);
+    empty_.Reset(kind_of_, static_cast<int>(first.size()));
     bool any = false;
     for (size_t k = 0; k < first.size(); ++k) {
       kind_keep_[k] = static_cast<int>(std::ceil(kKeptEmptyPart * demand[k]));
@@ -323,11 +331,12 @@ class TesseraPolicy final : public ScoredNodePolicy {
 
   // What tessera knows of one node class of the attached cluster.
   struct ClassTable {
-    int first_node = -1;           // stands for the class's model and mode
-    double cpu_per_gpu = 0;        // kappa_k
-    std::vector<double> residual;  // W_k, indexed by free share 0..1000
-    double pressure = 0;           // rho_k
-    double whole_pressure = 0;     // the part of class k's GPUs needed as whole nodes
+    int first_node = -1;             // stands for the class's model and mode
+    double cpu_per_gpu = 0;          // kappa_k
+    std::vector<double> residual;    // W_k, indexed by free share 0..1000
+    double pressure = 0;             // rho_k
+    double whole_pressure = 0;       // the part of class k's GPUs needed as whole nodes
+    double constraint_pressure = 0;  // sigma_k
   };
 
   const ClassTable* TableOf(const Cluster& c, int n) const {
@@ -354,7 +363,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
   double OpeningCharge(const Cluster& c, int n, const Request& r) const {
     const ClassTable* t = TableOf(c, n);
     if (t == nullptr || t->whole_pressure <= 0 || r.gpu_count >= c.spec(n).gpu_count ||
-        !Empty(c, n)) {
+        !EmptyNodeCount::Empty(c, n)) {
       return 0;
     }
     return (t->whole_pressure - LowestWholePressure(c, r)) *
@@ -388,10 +397,11 @@ class TesseraPolicy final : public ScoredNodePolicy {
   int64_t largest_gpu_milli_ = 1;  // the largest node's GPU share and CPU, in milli
   int64_t largest_cpu_milli_ = 1;
   std::vector<ClassTable> tables_;
+  double lowest_constraint_pressure_ = 1;                     // sigma_min
   std::vector<std::vector<std::pair<int, double>>> fillers_;  // per class, W_k's fillers
-  std::vector<int> kind_of_;     // per node: its kind, -1 for nodes of fewer than 2 GPUs
-  std::vector<int> kind_keep_;   // per kind: empty nodes kept for whole-node demand
-  std::vector<int> kind_empty_;  // per kind: empty nodes, counted by BeginScan
+  std::vector<int> kind_of_;    // per node: its kind, -1 for nodes of fewer than 2 GPUs
+  std::vector<int> kind_keep_;  // per kind: empty nodes kept for whole-node demand
+  EmptyNodeCount empty_;        // per kind: empty nodes, brought up to date by BeginScan
   struct KindSize {
     int64_t cpu_milli = 0;
     int64_t share_milli = 0;  // all its GPUs' share
@@ -401,6 +411,37 @@ class TesseraPolicy final : public ScoredNodePolicy {
 };
 
 }  // namespace
+
+void EmptyNodeCount::Reset(std::vector<int> kind_of, int kinds) {
+  kind_of_ = std::move(kind_of);
+  empty_.assign(kind_of_.size(), 0);
+  count_.assign(static_cast<size_t>(kinds), 0);
+  cluster_id_ = 0;
+  changes_ = 0;
+}
+
+void EmptyNodeCount::Set(const Cluster& c, int n) {
+  const int k = kind_of_[static_cast<size_t>(n)];
+  if (k < 0) return;
+  const uint8_t now = Empty(c, n) ? 1 : 0;
+  uint8_t& was = empty_[static_cast<size_t>(n)];
+  count_[static_cast<size_t>(k)] += now - was;
+  was = now;
+}
+
+void EmptyNodeCount::Update(const Cluster& c) {
+  if (c.id() == cluster_id_ && c.changes() - changes_ <= Cluster::kChangeLog) {
+    for (uint64_t change = changes_ + 1; change <= c.changes(); ++change) {
+      Set(c, c.changed_node(change));
+    }
+  } else {
+    std::fill(empty_.begin(), empty_.end(), 0);
+    std::fill(count_.begin(), count_.end(), 0);
+    for (int n = 0; n < c.node_count(); ++n) Set(c, n);
+    cluster_id_ = c.id();
+  }
+  changes_ = c.changes();
+}
 
 std::vector<ClassInfo> ClusterClasses(const Cluster& cluster) {
   std::vector<ClassInfo> classes;
@@ -527,8 +568,12 @@ std::vector<double> ClassShapeWeights(const Cluster& cluster, std::span<const Cl
   return weights;
 }
 
-std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
-                                  const TargetWorkload& w) {
+namespace {
+
+// Per class: the GPUs that the demand which may use only some classes by its constraint will need,
+// each demand spread over the classes it may use in proportion to their GPUs.
+std::vector<double> ConstrainedLoad(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                    const TargetWorkload& w) {
   const int64_t all_gpus = AllGpus(classes);
   std::vector<double> load(classes.size(), 0.0);  // GPUs
   for (const TargetShape& d : w.demands()) {
@@ -540,12 +585,30 @@ std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassI
       load[i] += demand * static_cast<double>(classes[i].gpus) / static_cast<double>(reach);
     }
   }
-  AddSizedLoad(cluster, classes, w, load);
+  return load;
+}
+
+std::vector<double> PressureOf(std::span<const ClassInfo> classes, std::span<const double> load) {
   std::vector<double> pressure(classes.size(), 0.0);
   for (size_t i = 0; i < classes.size(); ++i) {
     pressure[i] = std::min(1.0, load[i] / static_cast<double>(classes[i].gpus));
   }
   return pressure;
+}
+
+}  // namespace
+
+std::vector<double> ClassPressure(const Cluster& cluster, std::span<const ClassInfo> classes,
+                                  const TargetWorkload& w) {
+  std::vector<double> load = ConstrainedLoad(cluster, classes, w);
+  AddSizedLoad(cluster, classes, w, load);
+  return PressureOf(classes, load);
+}
+
+std::vector<double> ClassConstraintPressure(const Cluster& cluster,
+                                            std::span<const ClassInfo> classes,
+                                            const TargetWorkload& w) {
+  return PressureOf(classes, ConstrainedLoad(cluster, classes, w));
 }
 
 std::vector<double> ClassWholeNodePressure(const Cluster& cluster,

@@ -330,6 +330,35 @@ TEST(PolicyTest, TesseraLeavesScarceModelsToRequestsThatNeedThem) {
   EXPECT_EQ(Make("tessera", &w)->Select(t4s, any)->node, 0);
 }
 
+TEST(PolicyTest, TesseraLeavesTheCpuOfScarceModelsToRequestsThatNeedThem) {
+  // As above: 40 % of the GPU demand may run only on T4. A CPU-only pod would go to the first
+  // node (a T4 node: its CPU strands no GPU there either); it goes to G2, leaving T4's CPU to the
+  // T4-only pods. Without the constrained demand, and on T4 nodes alone, it takes the first node.
+  const Cluster c = T4FirstThenG2();
+  const int t4 = c.models().Find("T4");
+  const Request any = Pod(1000, 1, 8000);
+  std::vector<Request> requests(6, any);
+  for (int i = 0; i < 4; ++i) {
+    requests.push_back(Pod(1000, 1, 1000 * (i + 1)));
+    requests.back().allowed = ModelSet::Of(t4);
+  }
+  const Request cpu_only = Pod(0, 0, 8000);
+  requests.push_back(cpu_only);
+  const TargetWorkload w = TargetWorkload::FromRequests(requests, 0.6);
+  const auto classes = internal::ClusterClasses(c);
+  const std::vector<double> sigma = internal::ClassConstraintPressure(c, classes, w);
+  EXPECT_GT(sigma[0], 0);  // T4
+  EXPECT_EQ(sigma[1], 0);  // G2
+  EXPECT_EQ(c.models().model(c.spec(Make("tessera", &w)->Select(c, cpu_only)->node).model).name,
+            "G2");
+  std::vector<Request> unconstrained(6, any);
+  unconstrained.push_back(cpu_only);
+  const TargetWorkload free_to_go = TargetWorkload::FromRequests(unconstrained);
+  EXPECT_EQ(Make("tessera", &free_to_go)->Select(c, cpu_only)->node, 0);
+  const Cluster t4s = Nodes({{104000, 2, "T4"}, {104000, 2, "T4"}});
+  EXPECT_EQ(Make("tessera", &w)->Select(t4s, cpu_only)->node, 0);
+}
+
 TEST(PolicyTest, ClassPressureCountsDemandThatOnlyLargerNodesFit) {
   // An 8-GPU request of 120 cores may use any model but fits only the 128-core G3 node: its
   // demand presses on G3's GPUs as a constraint would. A request that fits the 96-core nodes too
@@ -347,6 +376,10 @@ TEST(PolicyTest, ClassPressureCountsDemandThatOnlyLargerNodesFit) {
   const std::vector<double> rho = internal::ClassPressure(c, classes, TargetWorkload({small, big}));
   EXPECT_NEAR(rho[0], 7.2 / 8, 1e-9);
   EXPECT_EQ(rho[1], 0);
+  // Demand limited by its size alone is not constrained demand.
+  for (double p : internal::ClassConstraintPressure(c, classes, TargetWorkload({small, big}))) {
+    EXPECT_EQ(p, 0);
+  }
   for (double p : internal::ClassPressure(c, classes, TargetWorkload({small, fits_g2}))) {
     EXPECT_EQ(p, 0);
   }
@@ -495,6 +528,68 @@ TEST(PolicyTest, TesseraKeepsTheLastEmptyNodesOfAKindForMultiGpuRequests) {
   EXPECT_EQ(Make("tessera", &w)->SelectAmong(two_empty, heavy, candidates, nullptr)->node, 3);
   // A request that takes the whole node pays nothing.
   EXPECT_EQ(Make("tessera", &w)->Select(one_empty, Pod(1000, 8, 88000))->node, 3);
+  // One policy follows the cluster as it changes: the count is kept up to date.
+  Cluster changing = make(5);
+  const auto p = Make("tessera", &w);
+  EXPECT_EQ(p->Select(changing, heavy)->node, 3);
+  const Request whole = Pod(1000, 8, 88000);
+  ASSERT_TRUE(changing.Place(whole, {4, 0xff}).ok());  // one empty node left: the kept one
+  EXPECT_LT(p->Select(changing, heavy)->node, 3);
+  ASSERT_TRUE(changing.Remove(whole, {4, 0xff}).ok());
+  EXPECT_EQ(p->Select(changing, heavy)->node, 3);
+}
+
+TEST(PolicyTest, EmptyNodeCountFollowsEveryChange) {
+  // Nodes of three kinds (and uncounted ones); random placements and removals, read back after
+  // batches of 0 to 3 x Cluster::kChangeLog changes, against a count over every node.
+  std::vector<std::tuple<int64_t, int, std::string>> specs;
+  std::vector<int> kind_of;
+  for (int n = 0; n < 40; ++n) {
+    const int k = n % 4;
+    specs.emplace_back(k == 0 ? 32000 : 64000, k == 3 ? 1 : 2 + 2 * (k % 2), "G1");
+    kind_of.push_back(k == 3 ? -1 : k);
+  }
+  Cluster c = Nodes(specs);
+  internal::EmptyNodeCount count;
+  count.Reset(kind_of, 3);
+  auto check = [&](const Cluster& cluster) {
+    count.Update(cluster);
+    std::array<int, 3> want{};
+    for (int n = 0; n < cluster.node_count(); ++n) {
+      if (kind_of[static_cast<size_t>(n)] >= 0 && internal::EmptyNodeCount::Empty(cluster, n)) {
+        ++want[static_cast<size_t>(kind_of[static_cast<size_t>(n)])];
+      }
+    }
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(count.empty(k), want[static_cast<size_t>(k)]) << k;
+  };
+  check(c);
+  EXPECT_EQ(count.empty(0), 10);
+  Rng rng(7);
+  std::vector<std::pair<Request, Assignment>> placed;
+  for (int round = 0; round < 60; ++round) {
+    const uint64_t batch = rng.Below(3 * Cluster::kChangeLog + 1);
+    for (uint64_t i = 0; i < batch; ++i) {
+      if (!placed.empty() && rng.Below(2) == 0) {
+        const size_t j = rng.Below(placed.size());
+        ASSERT_TRUE(c.Remove(placed[j].first, placed[j].second).ok());
+        placed.erase(placed.begin() + static_cast<std::ptrdiff_t>(j));
+        continue;
+      }
+      const Request r = Pod(rng.Below(2) == 0 ? 1000 : 500, 1, 1000);
+      const int n = static_cast<int>(rng.Below(40));
+      const uint32_t gpus = c.FittingGpus(n, r);
+      if (c.Fits(n, r) != FitResult::kFits || gpus == 0) continue;
+      const Assignment a{n, gpus & (~gpus + 1)};
+      ASSERT_TRUE(c.Place(r, a).ok());
+      placed.emplace_back(r, a);
+    }
+    check(c);
+    if (round == 30) {  // another cluster object: counted afresh
+      const Cluster copy = c;
+      check(copy);
+      check(c);
+    }
+  }
 }
 
 TEST(PolicyTest, TesseraMemoChangesNoDecision) {
