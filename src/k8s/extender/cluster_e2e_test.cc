@@ -1,4 +1,4 @@
-// A whole cluster in one test (issue 15, item 6): the stand-in API server; tessera-extender (in
+// A whole cluster in one test: the stand-in API server; tessera-extender (in
 // process, on its real HTTP verbs, driven as kube-scheduler drives an extender, over HTTPS with
 // kube-scheduler's client certificate as deploy/kubernetes wires it); three simulated
 // GPU nodes, each with its own simgpu state, a real tesserad and the real tessera-device-plugin;
