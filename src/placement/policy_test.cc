@@ -304,6 +304,17 @@ TEST(PolicyTest, ClassShapeWeightsCountAShapeWhereItMayGoByItsArrivalsPerGpu) {
   EXPECT_NEAR(on_g2[2], 0.2 / 0.8, 1e-9);
 }
 
+// Six whole-GPU requests of 8 cores that may go anywhere, then four of 1-4 cores that may run only
+// on T4 (40 % of the GPU demand), too varied to be typical shapes.
+std::vector<Request> AnyThenT4Only(const Cluster& c) {
+  std::vector<Request> requests(6, Pod(1000, 1, 8000));
+  for (int i = 0; i < 4; ++i) {
+    requests.push_back(Pod(1000, 1, 1000 * (i + 1)));
+    requests.back().allowed = ModelSet::Of(c.models().Find("T4"));
+  }
+  return requests;
+}
+
 TEST(PolicyTest, TesseraLeavesScarceModelsToRequestsThatNeedThem) {
   // 40 % of the GPU demand may run only on T4, which has 4 of the 20 GPUs. Those requests are
   // too varied to be typical shapes, so fragmentation (and FGD) does not see them; only the
@@ -311,13 +322,8 @@ TEST(PolicyTest, TesseraLeavesScarceModelsToRequestsThatNeedThem) {
   // the T4 nodes come first; without the constrained demand it takes the first node, as first
   // fit does. A T4-only request itself still goes to T4.
   const Cluster c = T4FirstThenG2();
-  const int t4 = c.models().Find("T4");
   const Request any = Pod(1000, 1, 8000);
-  std::vector<Request> requests(6, any);
-  for (int i = 0; i < 4; ++i) {
-    requests.push_back(Pod(1000, 1, 1000 * (i + 1)));
-    requests.back().allowed = ModelSet::Of(t4);
-  }
+  std::vector<Request> requests = AnyThenT4Only(c);
   const TargetWorkload w = TargetWorkload::FromRequests(requests, 0.6);
   ASSERT_EQ(w.shapes().size(), 1u);  // only the unconstrained shape is typical
   const TargetWorkload free_to_go = TargetWorkload::FromRequests(std::vector<Request>(6, any));
@@ -335,13 +341,8 @@ TEST(PolicyTest, TesseraLeavesTheCpuOfScarceModelsToRequestsThatNeedThem) {
   // node (a T4 node: its CPU strands no GPU there either); it goes to G2, leaving T4's CPU to the
   // T4-only pods. Without the constrained demand, and on T4 nodes alone, it takes the first node.
   const Cluster c = T4FirstThenG2();
-  const int t4 = c.models().Find("T4");
   const Request any = Pod(1000, 1, 8000);
-  std::vector<Request> requests(6, any);
-  for (int i = 0; i < 4; ++i) {
-    requests.push_back(Pod(1000, 1, 1000 * (i + 1)));
-    requests.back().allowed = ModelSet::Of(t4);
-  }
+  std::vector<Request> requests = AnyThenT4Only(c);
   const Request cpu_only = Pod(0, 0, 8000);
   requests.push_back(cpu_only);
   const TargetWorkload w = TargetWorkload::FromRequests(requests, 0.6);
