@@ -800,13 +800,19 @@ k8s::Json RecutNode(const std::string& name, bool recut, const std::string& layo
   return node;
 }
 
-TEST(ClusterStateTest, recut_APendingOneGPodGetsAnIdleGpuCutAgainNeverOneInUse) {
-  ManualClock clock;
+// What the re-cut tests' ClusterState runs with: no target workload, `clock`, re-cuts at most
+// every `interval`.
+StateOptions RecutOptions(ManualClock* clock, std::chrono::seconds interval) {
   StateOptions o;
   o.workload = std::make_shared<placement::TargetWorkload>();
-  o.clock = &clock;
-  o.mig_recut_interval = std::chrono::seconds(60);
-  ClusterState s(o);
+  o.clock = clock;
+  o.mig_recut_interval = interval;
+  return o;
+}
+
+TEST(ClusterStateTest, recut_APendingOneGPodGetsAnIdleGpuCutAgainNeverOneInUse) {
+  ManualClock clock;
+  ClusterState s(RecutOptions(&clock, std::chrono::seconds(60)));
   ASSERT_TRUE(s.UpsertNode(RecutNode("a-fixed", false)).ok());
   ASSERT_TRUE(s.UpsertNode(RecutNode("b-dynamic", true)).ok());
   const std::vector<std::string> nodes = {"a-fixed", "b-dynamic"};
@@ -853,11 +859,7 @@ TEST(ClusterStateTest, recut_APendingOneGPodGetsAnIdleGpuCutAgainNeverOneInUse) 
 // tesserad cuts no GPU while a device of a later GPU is in use: the extender never asks it to.
 TEST(ClusterStateTest, recut_NoGpuBeforeOneInUseIsAskedFor) {
   ManualClock clock;
-  StateOptions o;
-  o.workload = std::make_shared<placement::TargetWorkload>();
-  o.clock = &clock;
-  o.mig_recut_interval = std::chrono::seconds(1);
-  ClusterState s(o);
+  ClusterState s(RecutOptions(&clock, std::chrono::seconds(1)));
   ASSERT_TRUE(s.UpsertNode(RecutNode("b-dynamic", true)).ok());
   const std::vector<std::string> nodes = {"b-dynamic"};
   // Two whole-GPU pods take both GPUs; the one on GPU 0 leaves.
@@ -891,11 +893,7 @@ TEST(ClusterStateTest, recut_NoGpuBeforeOneInUseIsAskedFor) {
 
 TEST(ClusterStateTest, recut_NoGpuWithAPodOrAnUnlabelledNodeIsEverCut) {
   ManualClock clock;
-  StateOptions o;
-  o.workload = std::make_shared<placement::TargetWorkload>();
-  o.clock = &clock;
-  o.mig_recut_interval = std::chrono::seconds(1);
-  ClusterState s(o);
+  ClusterState s(RecutOptions(&clock, std::chrono::seconds(1)));
   ASSERT_TRUE(s.UpsertNode(RecutNode("a-fixed", false)).ok());
   ASSERT_TRUE(s.UpsertNode(RecutNode("b-dynamic", true)).ok());
   std::string chosen;
