@@ -708,9 +708,12 @@ std::vector<std::string> Allocator::Release(const std::set<std::string>& gone) {
   return lines;
 }
 
-std::vector<std::string> Allocator::Resync(const TesseradStatus& status) {
+std::vector<std::string> Allocator::Resync() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> lines;
+  auto read = tesserad_->Status();
+  if (!read.ok()) return lines;  // the reconciler's own read reports tesserad's absence
+  const TesseradStatus& status = *read;
   for (AllocationRecord& r : checkpoint_.records) {
     if (r.registered && status.Find(r.id) == nullptr) {
       Status s = Register(&r);

@@ -156,7 +156,9 @@ class Allocator {
   std::vector<std::string> Release(const std::set<std::string>& gone_pod_uids);
   // Registers again every recorded container that tesserad lacks (a restarted tesserad with a
   // fresh ledger) and unregisters containers of ours that no record names. Lines of what it did.
-  std::vector<std::string> Resync(const TesseradStatus& status);
+  // tesserad's status is read under the allocator's lock: one read before it would miss a
+  // container that Allocate registered meanwhile, or still list one that Release removed.
+  std::vector<std::string> Resync();
   // Forgets refusals of pods no longer on the node.
   void ForgetRejected(const std::set<std::string>& live_pod_uids);
 

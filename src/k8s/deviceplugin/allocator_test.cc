@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <fstream>
+#include <set>
+#include <thread>
 
 #include "testing/support/test_support.h"
 
@@ -388,7 +391,7 @@ TEST_F(AllocatorTest, ResyncRegistersWhatTesseradLostAndDropsOrphans) {
   ContainerRegistration other;  // not the plugin's: left alone
   other.id = "batch";
   ASSERT_TRUE(node_.client().Register(other).ok());
-  const std::vector<std::string> lines = allocator_->Resync(node_.Status());
+  const std::vector<std::string> lines = allocator_->Resync();
   EXPECT_EQ(lines, (std::vector<std::string>{
                        "registered " + id + " again (tesserad had lost it)",
                        "unregistered k8s.gone.c-abcdef, which no pod of this node owns"}));
@@ -397,6 +400,37 @@ TEST_F(AllocatorTest, ResyncRegistersWhatTesseradLostAndDropsOrphans) {
   EXPECT_EQ(back->limits[0], Bytes(2 * kGiB));
   EXPECT_EQ(Registered("k8s.gone.c-abcdef"), nullptr);
   EXPECT_NE(Registered("batch"), nullptr);
+}
+
+// The reconciler resyncs while kubelet allocates and pods leave: what Allocate registers and
+// Release removes meanwhile is neither "lost" nor an orphan.
+TEST_F(AllocatorTest, ResyncBesideAllocationsAndReleasesFindsNothingAmiss) {
+  std::set<std::string> uids;
+  for (int i = 0; i < 8; ++i) {
+    const std::string name = "p" + std::to_string(i);
+    uids.insert(
+        pods_
+            .Add(PodJson(
+                "ns", name, {{"c", {{"tessera.io/gpu-mem", "1"}, {"tessera.io/gpu-core", "10"}}}},
+                {{kAssignmentAnnotation, AssignmentJson(kNode, i, {{"c", {{uuid0_, kGiB, 10}}}})}}))
+            .uid);
+  }
+  std::atomic<bool> done{false};
+  std::vector<std::string> lines;
+  std::thread reconciler([&] {
+    while (!done.load()) {
+      for (std::string& l : allocator_->Resync()) lines.push_back(std::move(l));
+    }
+  });
+  for (int i = 0; i < 8; ++i) {
+    auto r = allocator_->Allocate("tessera.io/gpu-mem", Ids(1));
+    EXPECT_TRUE(r.ok()) << r.error();
+  }
+  EXPECT_EQ(allocator_->Release(uids).size(), 8u);
+  done.store(true);
+  reconciler.join();
+  EXPECT_THAT(lines, ::testing::IsEmpty());
+  EXPECT_EQ(Containers(), 0u);
 }
 
 TEST_F(AllocatorTest, PreferencesNameTheAssignedGpus) {

@@ -832,7 +832,7 @@ void DevicePluginServer::Reconcile() {
         SetGpus(gpus, mps_of(*status));
       }
     }
-    for (const std::string& line : allocator_->Resync(*status)) Log(line);
+    for (const std::string& line : allocator_->Resync()) Log(line);
   } else {
     bool report = false;
     {

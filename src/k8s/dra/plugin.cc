@@ -334,7 +334,7 @@ void DraPluginServer::Reconcile() {
       }
     }
     preparer_->SetNode(*mode, gpus);
-    for (const std::string& line : preparer_->Resync(*status)) Log(line);
+    for (const std::string& line : preparer_->Resync()) Log(line);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

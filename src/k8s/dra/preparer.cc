@@ -285,9 +285,12 @@ Status ClaimPreparer::Unprepare(const ClaimRef& ref) {
   return Save();
 }
 
-std::vector<std::string> ClaimPreparer::Resync(const TesseradStatus& status) {
+std::vector<std::string> ClaimPreparer::Resync() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> lines;
+  auto read = tesserad_->Status();
+  if (!read.ok()) return lines;  // the plugin's own read reports tesserad's absence
+  const TesseradStatus& status = *read;
   bool changed = false;
   for (auto& [uid, c] : claims_) {
     if (!c.registered || status.Find(c.container) != nullptr) continue;

@@ -88,7 +88,9 @@ class ClaimPreparer {
 
   // Registers again every prepared claim tesserad lacks (a tesserad started afresh) and
   // unregisters containers named dra.* that no prepared claim owns. Lines of what it did.
-  std::vector<std::string> Resync(const TesseradStatus& status);
+  // tesserad's status is read under the preparer's lock, so that a claim prepared or unprepared
+  // meanwhile is not taken for one tesserad lost or one nobody owns.
+  std::vector<std::string> Resync();
   std::vector<PreparedClaim> Snapshot() const;
 
  private:
