@@ -8,7 +8,8 @@
 namespace tessera::extender::testing {
 
 SchedulerDriver::SchedulerDriver(int port)
-    : http_(std::make_unique<httplib::Client>("127.0.0.1", port)), port_(port) {
+    : http_(std::make_unique<httplib::Client>("127.0.0.1", port)),
+      url_("http://127.0.0.1:" + std::to_string(port)) {
   http_->set_keep_alive(true);
   http_->set_tcp_nodelay(true);
   http_->set_read_timeout(30, 0);
@@ -17,7 +18,8 @@ SchedulerDriver::SchedulerDriver(int port)
 
 SchedulerDriver::SchedulerDriver(int port, const SchedulerTls& tls)
     : http_(std::make_unique<httplib::Client>("https://127.0.0.1:" + std::to_string(port),
-                                              tls.cert_file, tls.key_file)) {
+                                              tls.cert_file, tls.key_file)),
+      url_("https://127.0.0.1:" + std::to_string(port)) {
   http_->set_keep_alive(true);
   http_->set_tcp_nodelay(true);
   http_->set_read_timeout(30, 0);
@@ -32,21 +34,23 @@ SchedulerDriver::~SchedulerDriver() = default;
 
 int SchedulerDriver::Post(const std::string& path, const std::string& request, std::string* body) {
   auto res = http_->Post(path, request, "application/json");
-  if (!res) return 0;
+  if (!res) {
+    last_error_ = httplib::to_string(res.error());
+    return 0;
+  }
   *body = res->body;
   return res->status;
 }
 
 namespace {
 
-// kube-scheduler's message for an answer other than 200 (its send(): the body is not read).
-std::string CodeError(const std::string& verb, int port, int status) {
-  if (status == 0) {
-    return "Post \"http://127.0.0.1:" + std::to_string(port) + "/" + verb +
-           "\": no answer from the extender (connection refused, reset or timed out)";
-  }
-  return "failed " + verb + " with extender at URL http://127.0.0.1:" + std::to_string(port) + "/" +
-         verb + ", code " + std::to_string(status);
+// kube-scheduler's message for an answer other than 200 (its send(): the body is not read), and
+// for no answer (Go's client error: the URL and what the transport saw).
+std::string CodeError(const std::string& verb, const std::string& url, int status,
+                      const std::string& why) {
+  if (status == 0) return "Post \"" + url + "/" + verb + "\": " + why;
+  return "failed " + verb + " with extender at URL " + url + "/" + verb + ", code " +
+         std::to_string(status);
 }
 
 }  // namespace
@@ -57,7 +61,7 @@ ScheduleResult SchedulerDriver::Schedule(const k8s::Json& pod,
   std::string body;
   int status = Post("/filter", testing::ExtenderArgsBody(pod, nodes), &body);
   if (status != 200) {
-    out.error = CodeError("filter", port_, status);
+    out.error = CodeError("filter", url_, status, last_error_);
     return out;
   }
   k8s::Json filtered = k8s::Json::parse(body, nullptr, false);
@@ -102,7 +106,7 @@ ScheduleResult SchedulerDriver::Schedule(const k8s::Json& pod,
                           {"Node", best}};
   status = Post("/bind", bind.dump(), &body);
   if (status != 200) {
-    out.error = CodeError("bind", port_, status);
+    out.error = CodeError("bind", url_, status, last_error_);
     return out;
   }
   const k8s::Json result = k8s::Json::parse(body, nullptr, false);
@@ -130,7 +134,7 @@ Result<std::map<std::string, std::vector<std::string>>> SchedulerDriver::Preempt
                               "\"NodeNameToMetaVictims\":" + meta.dump() + "}";
   std::string body;
   const int status = Post("/preempt", request, &body);
-  if (status != 200) return Out::Error(CodeError("preempt", port_, status));
+  if (status != 200) return Out::Error(CodeError("preempt", url_, status, last_error_));
   const k8s::Json result = k8s::Json::parse(body, nullptr, false);
   if (result.is_discarded() || !result.is_object())
     return Out::Error("preempt: the answer is not a JSON object: " + body);

@@ -57,7 +57,8 @@ class SchedulerDriver {
 
  private:
   std::unique_ptr<httplib::Client> http_;
-  int port_ = 0;
+  std::string url_;         // http(s)://127.0.0.1:PORT
+  std::string last_error_;  // the client's error when a POST got no answer
 };
 
 }  // namespace tessera::extender::testing

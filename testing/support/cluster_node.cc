@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <fstream>
+#include <iterator>
 
 namespace tessera::k8s::testing {
 
@@ -50,6 +51,23 @@ using process::ChildProcess;
     return ::tessera::Status::Error(name + ": tessera-device-plugin did not start");
   }
   return ::tessera::Status::Ok();
+}
+
+void ClusterNode::KeepLogs() {
+  tesserad_log_ = sim->Scratch("logs") + "/tesserad.log";
+  plugin_log = sim->Scratch("logs") + "/device-plugin.log";
+  sim->LogTo(tesserad_log_);
+}
+
+std::string ClusterNode::Logs() const {
+  std::string out;
+  for (const std::string& path : {tesserad_log_, plugin_log}) {
+    if (path.empty()) continue;
+    std::ifstream in(path);
+    out += "---- " + path + "\n" +
+           std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return out;
 }
 
 void ClusterNode::Stop() {

@@ -28,6 +28,11 @@ struct ClusterNode {
   // Where the plugin's stderr goes (appended); empty: inherited.
   std::string plugin_log;
 
+  // Sends tesserad's and the plugin's stderr to files in the node's scratch folder (once `sim`
+  // exists, before either starts). Logs(): what they have written, each under a heading.
+  void KeepLogs();
+  std::string Logs() const;
+
   // Starts the kubelet and the plugin of node `name` (its tesserad runs) against `api_url`, with
   // the API server's token "t"; `plugin_flags` are added to the plugin's.
   ::tessera::Status StartKubeletAndPlugin(const std::string& name, const std::string& api_url,
@@ -40,6 +45,9 @@ struct ClusterNode {
   // closes.
   std::unique_ptr<process::ChildProcess> StartTenant(
       const std::string& pod, const TestKubelet::ContainerAllocation& a) const;
+
+ private:
+  std::string tesserad_log_;  // set by KeepLogs()
 };
 
 // kubelet on `node` admits pod `name` of namespace default (Allocate per container), calls

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -49,7 +50,17 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 // A simulated node: tesserad on its own simgpu state, the real device plugin talking to the
 // stand-in API server, a stand-in kubelet (testing/support/cluster_node.h).
 using NodeParts = k8s::testing::ClusterNode;
-using k8s::testing::StopCluster;
+
+// Stops the cluster; when the test failed, prints each node's tesserad and plugin output after the
+// failures (it is kept in files while the test runs, so that the failures come first).
+template <typename Nodes>
+void StopCluster(std::vector<std::unique_ptr<ChildProcess>>& containers,
+                 std::unique_ptr<ExtenderApp>& extender, Nodes& nodes, k8s::TestApiServer& api) {
+  if (::testing::Test::HasFailure()) {
+    for (const NodeParts& n : nodes) std::fprintf(stderr, "%s", n.Logs().c_str());
+  }
+  k8s::testing::StopCluster(containers, extender, nodes, api);
+}
 
 // kubelet on `node` admits pod `name` and the runtime starts a tenant that allocates until refused;
 // the tenant joins `containers` (nullptr and a test failure when kubelet refuses it).
@@ -103,6 +114,7 @@ class ClusterE2ETest : public ::testing::Test {
     for (GpuNode& n : nodes_) {
       n.sim = std::make_unique<k8s::testing::SimNode>(n.sim_gpus,
                                                       std::vector<std::string>{"--policy", "3"});
+      n.KeepLogs();
       ASSERT_TRUE(n.sim->Start()) << n.name;
       api_.CreateNode(
           {{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", "core_mem"}}}}},
@@ -244,7 +256,8 @@ class ClusterE2ETest : public ::testing::Test {
     ASSERT_TRUE(admitted.ok()) << p.name << ": " << admitted.error();
     ASSERT_EQ(admitted->size(), 1u);
     const k8s::TestKubelet::ContainerAllocation& a = (*admitted)[0];
-    ASSERT_TRUE(node.kubelet->PreStart(p.created["metadata"]["uid"], a.name).ok());
+    const Status started = node.kubelet->PreStart(p.created["metadata"]["uid"], a.name);
+    ASSERT_TRUE(started.ok()) << p.name << ": " << started.message();
     containers_.push_back(node.StartTenant(p.name, a));
     p.process = containers_.back().get();
     api_.SetPodPhase("default", p.name, "Running");
@@ -418,6 +431,7 @@ class MigClusterE2ETest : public ::testing::Test {
             env + "'" + BuildDir() + "/bin/tessera' mig apply --sim 3g.40gb=1 1g.10gb=2 2>&1");
         ASSERT_EQ(status, 0) << out;
       }
+      n.KeepLogs();
       ASSERT_TRUE(n.sim->Start()) << n.name;
       api_.CreateNode(
           {{"metadata", {{"name", n.name}, {"labels", {{"tessera.io/gpu.schedule", n.mode}}}}},
@@ -565,6 +579,7 @@ class RecutClusterE2ETest : public ::testing::Test {
                             std::to_string(g) + " 7g.80gb=1 2>&1");
       ASSERT_EQ(status, 0) << out;
     }
+    node_.KeepLogs();
     ASSERT_TRUE(node_.sim->Start());
     api_.CreateNode(
         {{"metadata",
