@@ -770,12 +770,19 @@ TEST_F(RecutClusterE2ETest, recut_AGpuWithARunningPodIsNeverCutAndTheStatusSaysW
   EXPECT_EQ(status->state, k8s::MigRecutState::kRefused);
   EXPECT_EQ(status->reason,
             "GPU " + gpu0 + " runs pod(s) default/big: a GPU is never cut under a pod");
-  bool event = false;
-  for (const Json& e : api_.Events()) {
-    event = event || (e.value("reason", "") == "TesseraMigRecutRefused" &&
-                      e["message"].get<std::string>().find("default/big") != std::string::npos);
-  }
-  EXPECT_TRUE(event) << "no TesseraMigRecutRefused event names the pod";
+  // The Node event follows the status annotation.
+  EXPECT_TRUE(k8s::testing::WaitUntil(
+      [&] {
+        for (const Json& e : api_.Events()) {
+          if (e.value("reason", "") == "TesseraMigRecutRefused" &&
+              e["message"].get<std::string>().find("default/big") != std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      10s))
+      << "no TesseraMigRecutRefused event names the pod";
   // tesserad refuses too, naming the container that holds the GPU.
   auto cut = node_.sim->client().CutMigGpu(gpu0, "1g.10gb=7");
   ASSERT_FALSE(cut.ok());
