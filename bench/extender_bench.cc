@@ -198,7 +198,10 @@ int RunReplay(const Options& o) {
   }
   for (const auto& spec : list->nodes)
     api.CreateNode(tessera::extender::testing::NodeFor(spec, list->models));
+  // The extender on the replay's clock (trace seconds), as the simulator's starts are.
+  tessera::ManualClock replay_clock;
   tessera::extender::AppConfig config;
+  config.state.clock = &replay_clock;
   config.api.server = api.url();
   config.listen_host = "127.0.0.1";
   config.listen_port = 0;
@@ -211,7 +214,8 @@ int RunReplay(const Options& o) {
     std::fprintf(stderr, "extender_bench: the extender did not start: %s\n", s.message().c_str());
     return 1;
   }
-  tessera::extender::testing::ExtenderReplayScheduler scheduler(api, app, app.port(), cluster);
+  tessera::extender::testing::ExtenderReplayScheduler scheduler(api, app, app.port(), cluster,
+                                                                {nullptr, &replay_clock});
   const auto t_ext = Clock::now();
   auto ext = pl::ReplayWith(cluster, requests, times, scheduler, ro);
   const double ext_s = std::chrono::duration<double>(Clock::now() - t_ext).count();

@@ -19,6 +19,9 @@ namespace tessera {
 // A duration, or an instant counted from a clock's epoch, in nanoseconds.
 using Nanos = std::chrono::nanoseconds;
 
+// A duration or instant in seconds, for arithmetic in seconds (the placement engine's clock).
+inline double Seconds(Nanos d) { return std::chrono::duration<double>(d).count(); }
+
 // Parses one duration (syntax above) within [min, max]. `input_name` starts every error message:
 //   quota_min="50us": 50us is out of range; expected a duration from 100us to 1s, such as 2ms
 Result<Nanos> ParseDuration(std::string_view text, std::string_view input_name,

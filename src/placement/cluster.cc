@@ -5,6 +5,8 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include "placement/fit.h"
@@ -55,6 +57,8 @@ Cluster::Cluster(ModelTable models, std::vector<NodeSpec> nodes)
   share_total_.resize(n);
   version_.assign(n, 0);
   mig_.resize(n);
+  starts_.resize(n);
+  oldest_start_.assign(n, std::numeric_limits<double>::infinity());
   int32_t next = 0;
   for (size_t i = 0; i < n; ++i) {
     const NodeSpec& s = specs_[i];
@@ -257,11 +261,46 @@ void Cluster::RefreshGpu(int node, int gpu) {
   gpu_share_free_[i] = share;
 }
 
-Status Cluster::Place(const Request& r, const Assignment& a) {
+Status Cluster::Place(const Request& r, const Assignment& a, double started_s) {
   if (a.node < 0 || a.node >= node_count()) {
     return Status::Error("assignment to node " + std::to_string(a.node) + ": no such node");
   }
-  if (r.mig()) return PlaceMig(r, a);
+  if (!std::isfinite(started_s)) {
+    return Status::Error("assignment to node \"" + spec(a.node).name + "\": start " +
+                         std::to_string(started_s) + " is not a finite number of seconds");
+  }
+  Status placed = r.mig() ? PlaceMig(r, a) : PlaceRequest(r, a);
+  if (!placed.ok() || r.gpu_count == 0) return placed;
+  const auto n = static_cast<size_t>(a.node);
+  starts_[n].push_back(started_s);
+  oldest_start_[n] = std::min(oldest_start_[n], started_s);
+  return placed;
+}
+
+Status Cluster::Remove(const Request& r, const Assignment& a, double started_s) {
+  if (a.node < 0 || a.node >= node_count()) {
+    return Status::Error("removal from node " + std::to_string(a.node) + ": no such node");
+  }
+  const auto n = static_cast<size_t>(a.node);
+  std::vector<double>& starts = starts_[n];
+  const auto start =
+      r.gpu_count > 0 ? std::find(starts.begin(), starts.end(), started_s) : starts.end();
+  if (r.gpu_count > 0 && start == starts.end()) {
+    return Status::Error("removal from node \"" + spec(a.node).name +
+                         "\": no request with GPUs placed there started at " +
+                         std::to_string(started_s) + " s");
+  }
+  Status removed = r.mig() ? RemoveMig(r, a) : RemoveRequest(r, a);
+  if (!removed.ok() || r.gpu_count == 0) return removed;
+  starts.erase(start);
+  if (started_s == oldest_start_[n]) {
+    oldest_start_[n] = starts.empty() ? std::numeric_limits<double>::infinity()
+                                      : *std::min_element(starts.begin(), starts.end());
+  }
+  return removed;
+}
+
+Status Cluster::PlaceRequest(const Request& r, const Assignment& a) {
   const NodeSpec& s = spec(a.node);
   const FitResult fit = Fits(a.node, r);
   if (fit != FitResult::kFits) {
@@ -317,11 +356,7 @@ Status Cluster::Place(const Request& r, const Assignment& a) {
   return Status::Ok();
 }
 
-Status Cluster::Remove(const Request& r, const Assignment& a) {
-  if (a.node < 0 || a.node >= node_count()) {
-    return Status::Error("removal from node " + std::to_string(a.node) + ": no such node");
-  }
-  if (r.mig()) return RemoveMig(r, a);
+Status Cluster::RemoveRequest(const Request& r, const Assignment& a) {
   const NodeSpec& s = spec(a.node);
   const size_t n = static_cast<size_t>(a.node);
   const int32_t milli = r.whole_gpus() ? kMilliPerGpu : r.gpu_milli;

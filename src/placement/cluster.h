@@ -17,6 +17,11 @@
 //   mig_relayout). A MIG GPU's free compute and memory are what its taken instances leave (an
 //   instance takes its slices' share of both); its free share for fractional requests is 0.
 //
+// Time: the caller may keep a clock on the cluster (set_now, seconds on any clock of its own) and
+// place each request with its start on that clock; the cluster keeps, per node, the earliest start
+// among the requests holding its GPUs, so a policy can tell nodes of long-running pods from nodes
+// of young ones. A caller that keeps no time places everything at 0 with the clock at 0.
+//
 // Not thread-safe; one writer. Holds no policy and no I/O.
 #pragma once
 
@@ -125,10 +130,17 @@ class Cluster {
   // Applies `a` after checking it: node fits, exactly gpu_count distinct GPUs that each fit. For a
   // MIG request, `a` names the instance (mig_start) and, when the GPU is cut again first, its new
   // layout (mig_layout, which must hold a free instance of the profile at mig_start); a new layout
-  // stays when the request is removed, as a cut GPU does.
-  Status Place(const Request& request, const Assignment& a);
-  // Takes back what Place gave. The caller must pass the same request and assignment.
-  Status Remove(const Request& request, const Assignment& a);
+  // stays when the request is removed, as a cut GPU does. A request with GPUs started at
+  // `started_s` (the clock's seconds).
+  Status Place(const Request& request, const Assignment& a, double started_s = 0);
+  // Takes back what Place gave. The caller must pass the same request, assignment and start.
+  Status Remove(const Request& request, const Assignment& a, double started_s = 0);
+
+  // The caller's clock, in seconds: the instant decisions are made at (0 until set).
+  void set_now(double seconds) { now_s_ = seconds; }
+  double now() const { return now_s_; }
+  // The earliest start among the requests holding GPUs of `node`; +infinity when none does.
+  double oldest_gpu_start(int node) const { return oldest_start_[static_cast<size_t>(node)]; }
 
  private:
   size_t offset(int node) const { return static_cast<size_t>(offset_[static_cast<size_t>(node)]); }
@@ -142,6 +154,8 @@ class Cluster {
   // span (the mode whose lowest GPU comes first among those with enough that fit now), or 0.
   uint32_t SpanGroup(int node, const Request& request) const;
   bool MigGpuFits(int node, int gpu, const Request& request) const;
+  Status PlaceRequest(const Request& request, const Assignment& a);
+  Status RemoveRequest(const Request& request, const Assignment& a);
   Status PlaceMig(const Request& request, const Assignment& a);
   Status RemoveMig(const Request& request, const Assignment& a);
   // Sets GPU `gpu`'s free compute and memory from its taken instances.
@@ -183,6 +197,9 @@ class Cluster {
   std::vector<std::vector<MigGpu>> mig_;  // per node: its GPUs in MIG mode (kMig nodes only)
   int64_t gpu_capacity_milli_ = 0;
   int64_t gpu_allocated_milli_ = 0;
+  double now_s_ = 0;
+  std::vector<std::vector<double>> starts_;  // per node: the start of each request with GPUs
+  std::vector<double> oldest_start_;         // per node: the least of starts_, or +infinity
 };
 
 }  // namespace tessera::placement

@@ -1,8 +1,11 @@
 // Tests of the resource model and every fit rule: CPU, memory, model, compute share, memory share,
-// mode, multi-GPU, whole GPUs; and of Place/Remove bookkeeping.
+// mode, multi-GPU, whole GPUs; and of Place/Remove bookkeeping, the starts of GPU requests
+// included.
 #include "placement/cluster.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "placement/model.h"
 
@@ -274,6 +277,36 @@ TEST(PlaceTest, PlaceAndRemoveKeepTheBooks) {
   // Taking back what was never placed is refused and changes nothing.
   EXPECT_FALSE(c.Remove(r, {0, 0b11}).ok());
   EXPECT_EQ(c.cpu_free(0), 16000);
+}
+
+TEST(PlaceTest, TheOldestStartOfANodesGpuRequestsFollowsPlacesAndRemoves) {
+  Cluster c = TwoNodes();
+  const double none = c.oldest_gpu_start(0);
+  EXPECT_TRUE(std::isinf(none));
+  EXPECT_EQ(c.now(), 0);
+  c.set_now(500);
+  EXPECT_EQ(c.now(), 500);
+  ASSERT_TRUE(c.Place(Share(250), {0, 0b01}, 300).ok());
+  ASSERT_TRUE(c.Place(Share(250), {0, 0b01}, 100).ok());
+  ASSERT_TRUE(c.Place(Share(250), {0, 0b10}, 200).ok());
+  Request cpu_only;
+  cpu_only.cpu_milli = 1000;
+  ASSERT_TRUE(c.Place(cpu_only, {0, 0}, 50).ok());  // no GPU: not counted
+  EXPECT_EQ(c.oldest_gpu_start(0), 100);
+  EXPECT_TRUE(std::isinf(c.oldest_gpu_start(1)));
+  // A removal names the start it was placed with; one that names another changes nothing.
+  Status wrong = c.Remove(Share(250), {0, 0b01}, 150);
+  EXPECT_NE(wrong.message().find("started at 150"), std::string::npos) << wrong.message();
+  EXPECT_EQ(c.share_free_total(0), 1250);
+  ASSERT_TRUE(c.Remove(Share(250), {0, 0b01}, 100).ok());
+  EXPECT_EQ(c.oldest_gpu_start(0), 200);
+  ASSERT_TRUE(c.Remove(Share(250), {0, 0b10}, 200).ok());
+  ASSERT_TRUE(c.Remove(cpu_only, {0, 0}, 50).ok());
+  EXPECT_EQ(c.oldest_gpu_start(0), 300);
+  ASSERT_TRUE(c.Remove(Share(250), {0, 0b01}, 300).ok());
+  EXPECT_TRUE(std::isinf(c.oldest_gpu_start(0)));
+  EXPECT_FALSE(c.Place(Share(250), {0, 0b01}, std::nan("")).ok());
+  EXPECT_EQ(c.share_free_total(0), 2000);
 }
 
 TEST(PlaceTest, InvalidAssignmentsAreRefusedWithReasons) {

@@ -42,10 +42,18 @@
 //       places as before until its last empty nodes; with departures, CPU-heavy single GPUs no
 //       longer open the last whole nodes that 8-GPU requests wait for.
 // The decrease is cut into steps of kStepMilli (differences smaller than a step are noise, and
-// acting on them spreads requests over the cluster); the highest step wins and equal steps go to
-// the first node in list order, which packs. Fractional single-GPU requests take the GPU with the
-// best step on the node (lowest-numbered among equals); whole GPUs the lowest-numbered free ones.
-// Why each part is there, with measurements: docs/placement.md. Reads the cluster only.
+// acting on them spreads requests over the cluster); the highest step wins. Equal steps go to the
+// highest of
+//     kAgeWeight x ln(1 + a / kAgeScaleS)  -  (share left + CPU left)
+// (then the first node in list order): a the time the node's longest-running GPU pod has run on
+// the cluster's clock (Cluster::now, oldest_gpu_start; 0 without GPU pods, and for a caller that
+// keeps no time), the lefts what the node keeps free after the placement, each as a part of the
+// largest node's. A pod that has run long is likely to run long yet (on openb the median time
+// still to run of a pod that has run t seconds is about t), so new pods join the nodes that will
+// not empty soon, and nodes of young pods and nearly empty nodes are left to empty: whole nodes
+// form for multi-GPU pods without holding any. Fractional single-GPU requests take the GPU with
+// the best step on the node (lowest-numbered among equals); whole GPUs the lowest-numbered free
+// ones. Why each part is there, with measurements: docs/placement.md. Reads the cluster only.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -68,6 +76,9 @@ constexpr double kScarceEmptyNodeCharge = 3000;
 // What a request that asks no GPU pays for a constrained class's CPU, as a part of what the GPUs
 // its CPU would serve cost a GPU request (the file's comment).
 constexpr double kCpuProtection = 0.3;
+// The age preference among equal steps (the file's comment).
+constexpr double kAgeWeight = 1;
+constexpr double kAgeScaleS = 600;
 
 // CPU milli that shapes ask per whole GPU, with these weights (0 when none asks for a GPU).
 double CpuPerGpu(const TargetWorkload& w, const std::vector<double>& weights) {
@@ -200,6 +211,9 @@ class TesseraPolicy final : public ScoredNodePolicy {
     // Whether the node is empty also depends on its capacity, which the memo's state of a used
     // node leaves out: the opening charge is added here, in whole steps.
     s.primary -= std::ceil(OpeningCharge(c, n, r) / kStepMilli);
+    // How long the node's GPU pods have run depends on the clock, which the memo leaves out.
+    const double oldest = c.oldest_gpu_start(n);
+    if (oldest < c.now()) s.secondary += kAgeWeight * std::log1p((c.now() - oldest) / kAgeScaleS);
     return s;
   }
 
@@ -255,10 +269,10 @@ class TesseraPolicy final : public ScoredNodePolicy {
     return {std::floor((before - after + gain + residual_gain) / kStepMilli), Drain(c, n, r), gpus};
   }
 
-  // The drain preference, which decides equal steps: the node left with the least free after the
-  // placement (GPU share and CPU, each as a part of the largest node's), so that free capacity
-  // gathers on the nodes that are emptying and whole nodes form for multi-GPU pods. Higher is
-  // better.
+  // The drain preference, which decides equal steps with the age preference (ScoreNode): the node
+  // left with the least free after the placement (GPU share and CPU, each as a part of the largest
+  // node's), so that free capacity gathers on the nodes that are emptying and whole nodes form for
+  // multi-GPU pods. Higher is better.
   double Drain(const Cluster& c, int n, const Request& r) const {
     const double gpu_left = static_cast<double>(c.share_free_total(n) - r.total_gpu_milli()) /
                             static_cast<double>(largest_gpu_milli_);

@@ -593,6 +593,27 @@ TEST(PolicyTest, EmptyNodeCountFollowsEveryChange) {
   }
 }
 
+TEST(PolicyTest, TesseraJoinsLongRunningPodsAndLeavesYoungOnesToEmpty) {
+  // Two nodes in the same state, one GPU used on each: equal steps. The pod on node 1 has run an
+  // hour, the one on node 0 a minute: a new pod joins node 1, and node 0 may empty.
+  const TargetWorkload w = TraceLike();
+  Cluster c = Nodes({{96000, 8, "G2"}, {96000, 8, "G2"}});
+  ASSERT_TRUE(c.Place(Pod(1000), {0, 0b1}, 3540).ok());
+  ASSERT_TRUE(c.Place(Pod(1000), {1, 0b1}, 0).ok());
+  c.set_now(3600);
+  EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(1000))->node, 1);
+  EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(500))->node, 1);
+  // Without a clock (a caller that keeps no time) every node is as young: the first in list
+  // order, as the FGD protocol's placements go.
+  Cluster timeless = Nodes({{96000, 8, "G2"}, {96000, 8, "G2"}});
+  ASSERT_TRUE(timeless.Place(Pod(1000), {0, 0b1}).ok());
+  ASSERT_TRUE(timeless.Place(Pod(1000), {1, 0b1}).ok());
+  EXPECT_EQ(Make("tessera", &w)->Select(timeless, Pod(1000))->node, 0);
+  // Age decides only equal steps: a node where the pod fits better wins however young its pods.
+  ASSERT_TRUE(c.Place(Pod(500), {0, 0b10}, 3590).ok());
+  EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(500))->node, 0);
+}
+
 TEST(PolicyTest, TesseraMemoChangesNoDecision) {
   // tessera remembers scores of node states (NodeStateMemo); the unmemoised policy scores every
   // node afresh. On random clusters with many identical nodes, random requests (some limited to
@@ -623,13 +644,15 @@ TEST(PolicyTest, TesseraMemoChangesNoDecision) {
     const TargetWorkload w = TargetWorkload::FromRequests(pool);
     auto memo = Make("tessera", &w);
     auto reference = internal::MakeTesseraUnmemoised(PolicyOptions{1, &w});
-    std::vector<std::pair<Request, Assignment>> running;
+    std::vector<std::tuple<Request, Assignment, double>> running;
     for (int step = 0; step < 300; ++step) {
+      c.set_now(60.0 * step);  // the age preference is scored outside the memo
       if (!running.empty() && rng.Below(4) == 0) {
         const size_t k = rng.Below(running.size());
-        ASSERT_TRUE(c.Remove(running[k].first, running[k].second).ok());
-        memo->OnRemoved(c, running[k].first, running[k].second);
-        reference->OnRemoved(c, running[k].first, running[k].second);
+        const auto& [gone, where, started] = running[k];
+        ASSERT_TRUE(c.Remove(gone, where, started).ok());
+        memo->OnRemoved(c, gone, where);
+        reference->OnRemoved(c, gone, where);
         running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
         continue;
       }
@@ -640,10 +663,10 @@ TEST(PolicyTest, TesseraMemoChangesNoDecision) {
       ++decisions;
       if (!a) continue;
       ASSERT_EQ(*a, *b) << "trial " << trial << " step " << step;
-      ASSERT_TRUE(c.Place(r, *a).ok());
+      ASSERT_TRUE(c.Place(r, *a, c.now()).ok());
       memo->OnPlaced(c, r, *a);
       reference->OnPlaced(c, r, *a);
-      running.emplace_back(r, *a);
+      running.emplace_back(r, *a, c.now());
       ++placements;
     }
   }

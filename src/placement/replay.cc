@@ -248,6 +248,7 @@ class Run {
 
   std::vector<int8_t> placeable_;  // per pod of the list: -1 unknown, 0 no, 1 yes
   std::vector<Assignment> where_;  // per pod of the run
+  std::vector<double> started_;    // per pod of the run: when it was placed
   std::vector<char> failed_once_;
   using Departure = std::pair<double, int>;
   std::priority_queue<Departure, std::vector<Departure>, std::greater<>> running_;
@@ -306,6 +307,7 @@ uint8_t Run::Rejectors(const Request& r, KnownFailure& known) {
 Result<bool> Run::Attempt(int pod, double now) {
   const Request& r = RequestOf(pod);
   ++res_.attempts;
+  cluster_.set_now(now);
   if (reserving_ && plan_dirty_) {
     std::vector<WaitingPod> waiting;
     waiting.reserve(holders_.size());
@@ -353,13 +355,14 @@ Result<bool> Run::Attempt(int pod, double now) {
     }
     return false;
   }
-  Status placed = cluster_.Place(r, *chosen);
+  Status placed = cluster_.Place(r, *chosen, now);
   if (!placed.ok()) {
     return Status::Error("scheduler " + std::string(scheduler_.name()) +
                          " chose an invalid placement: " + placed.message());
   }
   scheduler_.Placed(cluster_, pod, r, *chosen);
   where_[static_cast<size_t>(pod)] = *chosen;
+  started_[static_cast<size_t>(pod)] = now;
   ErasePending(pod);
   if (holders_.erase(pod) > 0) plan_dirty_ = true;
   ++res_.placed;
@@ -384,7 +387,7 @@ Status Run::Depart(double t) {
     running_.pop();
     const Request& r = RequestOf(pod);
     const Assignment a = where_[static_cast<size_t>(pod)];
-    if (Status removed = cluster_.Remove(r, a); !removed.ok()) {
+    if (Status removed = cluster_.Remove(r, a, started_[static_cast<size_t>(pod)]); !removed.ok()) {
       return Status::Error("replay: " + removed.message());
     }
     if (Status left = scheduler_.Leave(cluster_, pod, r, a); !left.ok()) return left;
@@ -453,6 +456,7 @@ Result<ReplayResult> Run::Go() {
   res_.timeline_start_s = std::min(demand.reaches_threshold_at, res_.last_arrival_s);
   placeable_.assign(pods_.size(), -1);
   where_.assign(order_.size(), Assignment{});
+  started_.assign(order_.size(), 0);
   failed_once_.assign(order_.size(), 0);
   res_.pod_waits.assign(order_.size(), -1);
 

@@ -87,8 +87,10 @@ bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting,
                         std::span<const uint8_t> eligible) {
   std::vector<Held> held;
   std::vector<int> holder_of(static_cast<size_t>(c.node_count()), -1);
+  int held_gpus = 0;
   for (const WaitingPod& w : waiting) {
     if (!Holds(w.request)) continue;
+    if (held_gpus >= kHeldGpus) break;
     std::vector<Deficit>& deficits = DeficitsFor(c, w.request);
     int best = -1;
     const Deficit* best_d = nullptr;
@@ -105,6 +107,7 @@ bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting,
     }
     if (best < 0) continue;  // every node it fits is held by older pods
     holder_of[static_cast<size_t>(best)] = static_cast<int>(held.size());
+    held_gpus += w.request.gpu_count;
     held.push_back(Held{w.key, best, w.request});
   }
   const bool changed =

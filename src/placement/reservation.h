@@ -3,10 +3,14 @@
 // With pods leaving, the GPUs they free are scattered over many partly used nodes. A pod that
 // needs several GPUs on one node fits only when one node happens to empty that far, while pods
 // asking one GPU or a share take whatever frees first, so it can wait for hours (the openb
-// replay's 8-GPU pods did). So every waiting pod that asks for two GPUs or more holds one node,
-// the oldest waiting pod first: the node that is closest to fitting it (the least GPU share
-// missing on its best GPUs for the pod, then the least CPU and memory missing as parts of the
-// node, then the lowest index) among those it fits when empty and no older holder took. While
+// replay's 8-GPU pods did). So the waiting pods that ask for two GPUs or more hold one node each,
+// the oldest waiting pod first, while the GPUs asked by those that hold come to less than
+// kHeldGpus (the oldest always holds one): the node that is closest to fitting it (the least GPU
+// share missing on its best GPUs for the pod, then the least CPU and memory missing as parts of
+// the node, then the lowest index) among those it fits when empty and no older holder took. A
+// held node stands partly idle while it drains, and the pods that could have used it wait; the
+// policy's age preference (policy_tessera.cc) lets nodes empty on their own, so a few holders at
+// a time are enough to bound the longest wait. While
 // it holds the node, no other pod that asks for GPUs may go there, and a pod that asks for none
 // only if it leaves the holder's CPU and memory; so the node only drains until the holder fits,
 // and the holder may still go wherever else it fits first. A pod that asks for one GPU, or a
@@ -49,6 +53,8 @@ class Reservations {
 
   // Whether a waiting pod asking `r` holds a reservation: two GPUs or more (not MIG).
   static bool Holds(const Request& r);
+  // Holders are planned, oldest first, while the GPUs they ask come to less than this.
+  static constexpr int kHeldGpus = 8;
   // Whether `r` fits `node` once everything on it has left: the node's shape, model and mode.
   static bool FitsWhenEmpty(const Cluster& cluster, int node, const Request& r);
 

@@ -1,6 +1,7 @@
 // Tests of the reservations for waiting multi-GPU pods: who holds one, which node (the closest to
-// fitting, oldest pod first, one node each), who may still use a held node, that a placement on
-// a node no one holds leaves the plan as it was, and FitsWhenEmpty's rules.
+// fitting, oldest pod first, one node each, fewer than kHeldGpus GPUs asked by the holders), who
+// may still use a held node, that a placement on a node no one holds leaves the plan as it was,
+// and FitsWhenEmpty's rules.
 #include "placement/reservation.h"
 
 #include <gtest/gtest.h>
@@ -59,31 +60,50 @@ TEST(ReservationsTest, OnlyPodsAskingSeveralGpusHoldOne) {
 TEST(ReservationsTest, EachHolderOldestFirstGetsTheNodeClosestToFittingIt) {
   Cluster c = Nodes();
   Fill(c, 0, 6);  // 2 free GPUs
-  Fill(c, 1, 3);  // 5 free
-  Fill(c, 2, 5);  // 3 free
+  Fill(c, 1, 5);  // 3 free
+  Fill(c, 2, 7);  // 1 free
   Fill(c, 3, 8);  // none
   Reservations r;
-  // The oldest 8-GPU pod gets node 1 (3 GPUs missing), the next node 2 (5), the third node 0
-  // (6); a fourth gets node 3; a fifth nothing (the 2-GPU node never fits it).
-  const std::vector<WaitingPod> waiting = {{10, Gpus(8)}, {11, Gpus(1)}, {12, Gpus(8)},
-                                           {13, Gpus(8)}, {14, Gpus(8)}, {15, Gpus(8)}};
+  // The oldest 4-GPU pod gets node 1 (1 GPU missing), the next node 0 (2); the 1-GPU pod holds
+  // nothing, and the third 4-GPU pod nothing either: the two ask 8 GPUs already.
+  const std::vector<WaitingPod> waiting = {
+      {10, Gpus(4)}, {11, Gpus(1)}, {12, Gpus(4)}, {13, Gpus(4)}};
   EXPECT_TRUE(r.Plan(c, waiting));
-  ASSERT_EQ(r.held().size(), 4u);
+  ASSERT_EQ(r.held().size(), 2u);
   EXPECT_EQ(r.held()[0].key, 10u);
   EXPECT_EQ(r.held()[0].node, 1);
   EXPECT_EQ(r.held()[1].key, 12u);
-  EXPECT_EQ(r.held()[1].node, 2);
-  EXPECT_EQ(r.held()[2].node, 0);
-  EXPECT_EQ(r.held()[3].node, 3);
-  EXPECT_EQ(r.On(4), nullptr);
+  EXPECT_EQ(r.held()[1].node, 0);
+  EXPECT_EQ(r.On(2), nullptr);
   // The same plan again changes nothing.
   const uint64_t generation = r.generation();
   EXPECT_FALSE(r.Plan(c, waiting));
   EXPECT_EQ(r.generation(), generation);
-  // A 2-GPU pod alone takes the node where 2 GPUs are free already.
-  EXPECT_TRUE(r.Plan(c, std::vector<WaitingPod>{{20, Gpus(2)}}));
-  EXPECT_EQ(r.held()[0].node, 0);
+  // Once the oldest is placed elsewhere, the third holds the next closest node.
+  EXPECT_TRUE(r.Plan(c, std::vector<WaitingPod>{{12, Gpus(4)}, {13, Gpus(4)}}));
+  ASSERT_EQ(r.held().size(), 2u);
+  EXPECT_EQ(r.held()[0].node, 1);
+  EXPECT_EQ(r.held()[1].key, 13u);
+  EXPECT_EQ(r.held()[1].node, 0);
   EXPECT_GT(r.generation(), generation);
+}
+
+TEST(ReservationsTest, HoldersAskFewerThanEightGpusTogetherAndTheOldestAlwaysHolds) {
+  Cluster c = Nodes();
+  for (int n = 0; n < 4; ++n) Fill(c, n, 6);
+  Reservations r;
+  // 8-GPU pods: the oldest alone.
+  r.Plan(c, std::vector<WaitingPod>{{1, Gpus(8)}, {2, Gpus(8)}, {3, Gpus(8)}});
+  ASSERT_EQ(r.held().size(), 1u);
+  EXPECT_EQ(r.held()[0].key, 1u);
+  // 3-GPU pods: three (3 + 3 < 8, then 9).
+  r.Plan(c, std::vector<WaitingPod>{{4, Gpus(3)}, {5, Gpus(3)}, {6, Gpus(3)}, {7, Gpus(3)}});
+  ASSERT_EQ(r.held().size(), 3u);
+  EXPECT_EQ(r.held()[2].key, 6u);
+  // A pod that fits no node even empty holds nothing and counts for nothing.
+  r.Plan(c, std::vector<WaitingPod>{{8, Gpus(16)}, {9, Gpus(8)}});
+  ASSERT_EQ(r.held().size(), 1u);
+  EXPECT_EQ(r.held()[0].key, 9u);
 }
 
 TEST(ReservationsTest, ShortCpuCountsOnlyAfterTheGpusAndAsAPartOfTheNode) {

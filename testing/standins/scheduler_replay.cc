@@ -268,10 +268,10 @@ double ExtenderReplayScheduler::NextEvent(double now) const {
 }
 
 Result<bool> ExtenderReplayScheduler::Advance(double now) {
-  if (mig_.nodes == nullptr) return false;
   if (mig_.clock != nullptr) {
     mig_.clock->AdvanceTo(Nanos(static_cast<int64_t>(std::llround(now * 1e9))));
   }
+  if (mig_.nodes == nullptr) return false;
   // The nodes' reconciles first, then the extender's pass of that instant.
   auto changed = mig_.nodes->Advance(now);
   if (!changed.ok()) return changed.status();

@@ -11,6 +11,11 @@
 // change it, until the extender's state agrees (pod count, GPUs allocated, pods waiting). Test and
 // benchmark tooling: it is not kube-scheduler.
 //
+// The extender's clock (MigReplay::clock, its StateOptions::clock) is the replay's: moved to each
+// instant the replay stops at, in seconds from 0, so the pods' starts it places with (the policy's
+// age preference) are the trace's, as the simulator's are. Without one the extender keeps the
+// host's clock, and its choices can differ from the simulator's where ages decide.
+//
 // On mig nodes (MigReplay): the node side of MIG re-cuts is a MigNodeStandin
 // (mig_node_standin.h), and the extender's re-cut loop runs on the replay's clock: the extender
 // is started without a loop of its own (AppConfig::recut_poll 0) and with `clock` as its state's
@@ -47,7 +52,8 @@ namespace tessera::extender::testing {
 k8s::Json NodeFor(const placement::NodeSpec& spec, const placement::ModelTable& models);
 k8s::Json PodFor(const std::string& name, const placement::Request& request);
 
-// A replay on mig nodes (see the file comment).
+// A replay on mig nodes, and the extender's clock, which is moved on every replay, mig nodes or
+// not (see the file comment).
 struct MigReplay {
   MigNodeStandin* nodes = nullptr;  // holds every mig node of the cluster (AddNode)
   ManualClock* clock = nullptr;     // the extender's StateOptions::clock; seconds from 0

@@ -65,7 +65,7 @@ pl::FitResult ClusterState::Impl::TryAll(const PodRequests& p, int node,
       break;
     }
     const pl::Assignment a = i == p.primary && primary ? *primary : On(node, r);
-    if (!cluster->Place(r, a).ok()) {
+    if (!cluster->Place(r, a, cluster->now()).ok()) {
       result = r.mig() ? pl::FitResult::kMigInstance : pl::FitResult::kGpuCompute;
       break;
     }
@@ -73,7 +73,7 @@ pl::FitResult ClusterState::Impl::TryAll(const PodRequests& p, int node,
     out[i] = a;
   }
   for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
-    (void)cluster->Remove(it->first, it->second);
+    (void)cluster->Remove(it->first, it->second, cluster->now());
   }
   if (where != nullptr) *where = std::move(out);
   return result;
@@ -81,6 +81,7 @@ pl::FitResult ClusterState::Impl::TryAll(const PodRequests& p, int node,
 
 std::optional<ClusterState::Impl::Choice> ClusterState::Impl::Choose(
     const PodRequests& p, const std::vector<int>& candidates, std::vector<int64_t>* scores) {
+  cluster->set_now(Seconds(clock.Now()));
   std::map<k8s::PlacementPolicy, std::vector<int>> groups;
   for (int n : candidates) groups[quick[static_cast<size_t>(n)].policy].push_back(n);
   const pl::Request& primary = p.requests[p.primary];

@@ -41,7 +41,7 @@ pl::Request ClusterState::Impl::PartRequest(const NodeRec& rec, const GpuPart& p
 
 void ClusterState::Impl::Place(Hold& h, const pl::Request& r, const pl::Assignment& a,
                                const std::string& what) {
-  Status s = cluster->Place(r, a);
+  Status s = cluster->Place(r, a, h.started_s);
   if (s.ok()) {
     h.applied.emplace_back(r, a);
     return;
@@ -104,7 +104,7 @@ void ClusterState::Impl::Unapply(Hold& h) {
   ++changes;
   if (h.epoch == epoch && cluster) {
     for (auto it = h.applied.rbegin(); it != h.applied.rend(); ++it) {
-      (void)cluster->Remove(it->first, it->second);
+      (void)cluster->Remove(it->first, it->second, h.started_s);
     }
   }
   h.applied.clear();
@@ -138,6 +138,9 @@ void ClusterState::Impl::Retry(const std::string& node) {
 }
 
 void ClusterState::Impl::Put(const std::string& uid, Hold h) {
+  // A pod keeps the start of its first hold (a reservation, then the bind, then the bound pod).
+  auto earlier = holds.find(uid);
+  h.started_s = earlier != holds.end() ? earlier->second.started_s : Seconds(clock.Now());
   Drop(uid);
   if (h.kind == HoldKind::kReserved) reserved.insert(uid);
   Hold& placed = holds.emplace(uid, std::move(h)).first->second;

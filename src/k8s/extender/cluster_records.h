@@ -119,6 +119,9 @@ struct Hold {
   uint64_t seq = 0;
   bool bound = false;  // observed on a bound pod (else assumed)
   Nanos deadline{0};
+  // When the pod was first held, in seconds on the state's clock: what it is placed with on the
+  // Cluster (its start, for the policy's age preference).
+  double started_s = 0;
   // What was placed on the cluster of build `epoch` (nothing when the node is unknown there).
   uint64_t epoch = 0;
   std::vector<std::pair<pl::Request, pl::Assignment>> applied;

@@ -13,6 +13,8 @@
 //              kube-scheduler may ask for before this one's bind arrives, sees it; it lapses after
 //              `reservation_ttl` without a bind, and the pod's next filter replaces it;
 //   binding    between PrepareBind and the API server confirming the bound pod.
+// A pod's holds carry when it was first held, on the state's clock: the start its shares are
+// placed with, from which the engine tells nodes of long-running pods from nodes of young ones.
 // A pod that is deleted, Succeeded or Failed releases everything at once; a failed bind releases
 // the binding hold (FinishBind). No lock survives a restart: the new process rebuilds every
 // observed hold from the pods' annotations.

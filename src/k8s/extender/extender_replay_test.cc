@@ -1,14 +1,16 @@
 // The replay with departures through tessera-extender's HTTP verbs (kube-scheduler's side stood in
 // by testing/standins/scheduler_replay.h, the API server by the stand-in) places every pod where
 // `tessera sim --replay` does and makes it wait as long: the same policy code, the same queue
-// model, and the same nodes drained for waiting multi-GPU pods, planned by the extender from the
-// pods' PodScheduled conditions. A small trace that fills the cluster, so pods wait, multi-GPU
-// pods hold nodes, and pods leave.
+// model, the same nodes drained for waiting multi-GPU pods, planned by the extender from the pods'
+// PodScheduled conditions, and the same ages of the pods on each node (the extender on the
+// replay's clock). A small trace that fills the cluster, so pods wait, multi-GPU pods hold nodes,
+// and pods leave.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
+#include "core/clock.h"
 #include "k8s/extender/extender_app.h"
 #include "placement/replay.h"
 #include "placement/trace.h"
@@ -84,16 +86,19 @@ TEST(ExtenderReplayTest, SamePlacementsAndWaitsAsTheSimulator) {
   for (int n = 0; n < cluster.node_count(); ++n) {
     api.CreateNode(testing::NodeFor(cluster.spec(n), cluster.models()));
   }
+  // The extender on the replay's clock, so the starts it places pods with are the trace's.
+  ManualClock clock;
   AppConfig config;
   config.api.server = api.url();
   config.listen_host = "127.0.0.1";
   config.listen_port = 0;
   config.quiet = true;
   config.state.workload = workload;
+  config.state.clock = &clock;
   ExtenderApp app(config);
   ASSERT_TRUE(app.Start().ok());
   ASSERT_TRUE(app.WaitReady(std::chrono::seconds(30)));
-  testing::ExtenderReplayScheduler scheduler(api, app, app.port(), cluster);
+  testing::ExtenderReplayScheduler scheduler(api, app, app.port(), cluster, {nullptr, &clock});
   o.skip_known_failures = false;  // every attempt through the verbs
   auto ext = pl::ReplayWith(cluster, trace.requests, trace.times, scheduler, o);
   app.Stop();
