@@ -77,7 +77,7 @@ constexpr double kScarceEmptyNodeCharge = 3000;
 // its CPU would serve cost a GPU request (the file's comment).
 constexpr double kCpuProtection = 0.3;
 // The age preference among equal steps (the file's comment).
-constexpr double kAgeWeight = 1;
+constexpr double kAgeWeight = 2;
 constexpr double kAgeScaleS = 600;
 
 // CPU milli that shapes ask per whole GPU, with these weights (0 when none asks for a GPU).
@@ -168,24 +168,32 @@ class TesseraPolicy final : public ScoredNodePolicy {
     AttachWholeNodeDemand(c, classes);
   }
 
-  // The scarce-empty-node charge (the file's comment) depends on how many nodes of a kind are
-  // empty in the whole cluster, so it is added to the cached scores for each scan: counted over
-  // every node (kept up to date from the nodes changed since the last scan), also when the
-  // extender asks among kube-scheduler's candidates only.
+  // Two parts of a score are added to the cached scores for each scan. The age preference (the
+  // file's comment) depends on the clock, which moves without the node changing. The
+  // scarce-empty-node charge depends on how many nodes of a kind are empty in the whole cluster:
+  // counted over every node (kept up to date from the nodes changed since the last scan), also
+  // when the extender asks among kube-scheduler's candidates only.
   bool BeginScan(const Cluster& c, const Request& r) override {
-    if (kind_keep_.empty() || r.mig()) return false;
-    empty_.Update(c);
-    // Only a kind at or below what is kept, which the request would take part of, is charged.
-    for (size_t k = 0; k < kind_keep_.size(); ++k) {
-      if (empty_.empty(static_cast<int>(k)) <= kind_keep_[k] &&
-          r.gpu_count < kind_size_[k].gpu_count) {
-        return true;
+    aging_ = c.now() > 0;
+    if (aging_ && (age_.size() != static_cast<size_t>(c.node_count()) || age_cluster_ != c.id())) {
+      age_.assign(static_cast<size_t>(c.node_count()), AgeEntry{});
+      age_cluster_ = c.id();
+    }
+    charging_ = false;
+    if (!kind_keep_.empty() && !r.mig()) {
+      empty_.Update(c);
+      // Only a kind at or below what is kept, which the request would take part of, is charged.
+      for (size_t k = 0; k < kind_keep_.size() && !charging_; ++k) {
+        charging_ = empty_.empty(static_cast<int>(k)) <= kind_keep_[k] &&
+                    r.gpu_count < kind_size_[k].gpu_count;
       }
     }
-    return false;
+    return aging_ || charging_;
   }
 
   void AdjustScore(const Cluster& c, int n, const Request& r, Score& s) override {
+    if (aging_) s.secondary += AgeTerm(c, n);
+    if (!charging_) return;
     const int k = kind_of_[static_cast<size_t>(n)];
     if (k < 0 || empty_.empty(k) > kind_keep_[static_cast<size_t>(k)]) return;
     const KindSize& size = kind_size_[static_cast<size_t>(k)];
@@ -211,9 +219,6 @@ class TesseraPolicy final : public ScoredNodePolicy {
     // Whether the node is empty also depends on its capacity, which the memo's state of a used
     // node leaves out: the opening charge is added here, in whole steps.
     s.primary -= std::ceil(OpeningCharge(c, n, r) / kStepMilli);
-    // How long the node's GPU pods have run depends on the clock, which the memo leaves out.
-    const double oldest = c.oldest_gpu_start(n);
-    if (oldest < c.now()) s.secondary += kAgeWeight * std::log1p((c.now() - oldest) / kAgeScaleS);
     return s;
   }
 
@@ -269,7 +274,20 @@ class TesseraPolicy final : public ScoredNodePolicy {
     return {std::floor((before - after + gain + residual_gain) / kStepMilli), Drain(c, n, r), gpus};
   }
 
-  // The drain preference, which decides equal steps with the age preference (ScoreNode): the node
+  // The age preference: kAgeWeight x ln(1 + a / kAgeScaleS), a the time the node's longest-running
+  // GPU pod has run. Worked out once per node and instant (many decisions share an instant).
+  double AgeTerm(const Cluster& c, int n) {
+    AgeEntry& e = age_[static_cast<size_t>(n)];
+    if (e.now != c.now() || e.version != c.version(n)) {
+      const double oldest = c.oldest_gpu_start(n);
+      e.now = c.now();
+      e.version = c.version(n);
+      e.term = oldest < c.now() ? kAgeWeight * std::log1p((c.now() - oldest) / kAgeScaleS) : 0;
+    }
+    return e.term;
+  }
+
+  // The drain preference, which decides equal steps with the age preference (AgeTerm): the node
   // left with the least free after the placement (GPU share and CPU, each as a part of the largest
   // node's), so that free capacity gathers on the nodes that are emptying and whole nodes form for
   // multi-GPU pods. Higher is better.
@@ -422,6 +440,15 @@ class TesseraPolicy final : public ScoredNodePolicy {
     int gpu_count = 0;
   };
   std::vector<KindSize> kind_size_;  // per kind
+  bool charging_ = false;            // this scan adds the scarce-empty-node charge
+  bool aging_ = false;               // this scan adds the age preference (a clock is kept)
+  struct AgeEntry {
+    double now = -1;
+    uint64_t version = ~uint64_t{0};
+    double term = 0;
+  };
+  std::vector<AgeEntry> age_;  // per node: AgeTerm at an instant and node version
+  uint64_t age_cluster_ = 0;   // the Cluster age_ is of
 };
 
 }  // namespace

@@ -614,6 +614,23 @@ TEST(PolicyTest, TesseraJoinsLongRunningPodsAndLeavesYoungOnesToEmpty) {
   EXPECT_EQ(Make("tessera", &w)->Select(c, Pod(500))->node, 0);
 }
 
+TEST(PolicyTest, TesseraWorksOutAgesAtEachDecisionsInstant) {
+  // Node 0's pod has run since 0; node 1, fuller, holds two pods started at 3 000 s. An hour in,
+  // node 0's older pod outweighs node 1's better drain; a hundred hours in, both have run about
+  // as long and the drain decides. Nothing changed on either node in between: an age kept with a
+  // node's cached score would choose node 0 again.
+  const TargetWorkload w = TraceLike();
+  Cluster c = Nodes({{96000, 8, "G2"}, {96000, 8, "G2"}});
+  ASSERT_TRUE(c.Place(Pod(1000), {0, 0b1}, 0).ok());
+  ASSERT_TRUE(c.Place(Pod(1000), {1, 0b1}, 3000).ok());
+  ASSERT_TRUE(c.Place(Pod(1000), {1, 0b10}, 3000).ok());
+  auto policy = Make("tessera", &w);
+  c.set_now(3600);
+  EXPECT_EQ(policy->Select(c, Pod(1000))->node, 0);
+  c.set_now(360000);
+  EXPECT_EQ(policy->Select(c, Pod(1000))->node, 1);
+}
+
 TEST(PolicyTest, TesseraMemoChangesNoDecision) {
   // tessera remembers scores of node states (NodeStateMemo); the unmemoised policy scores every
   // node afresh. On random clusters with many identical nodes, random requests (some limited to
