@@ -10,11 +10,11 @@
 // the node, then the lowest index) among those it fits when empty and no older holder took. A
 // held node stands partly idle while it drains, and the pods that could have used it wait; the
 // policy's age preference (policy_tessera.cc) lets nodes empty on their own, so a few holders at
-// a time are enough to bound the longest wait. While
-// it holds the node, no other pod that asks for GPUs may go there, and a pod that asks for none
-// only if it leaves the holder's CPU and memory; so the node only drains until the holder fits,
-// and the holder may still go wherever else it fits first. A pod that asks for one GPU, or a
-// share, holds nothing: any GPU that frees serves it, and the queue's order serves it in turn.
+// a time are enough to bound the longest wait. While it holds the node, no other pod that asks
+// for GPUs may go there, and a pod that asks for none only if it leaves the holder's CPU and
+// memory; so the node only drains until the holder fits, and the holder may still go wherever
+// else it fits first. A pod that asks for one GPU, or a share, holds nothing: any GPU that frees
+// serves it, and the queue's order serves it in turn.
 //
 // The reservations are a function of the cluster and the waiting pods in age order, nothing
 // else: the simulator knows its waiting pods; the extender reads them from the API server (pods
