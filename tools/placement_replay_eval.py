@@ -7,7 +7,9 @@ the longest, p99 and mean wait), and checks the goals of docs/placement.md ("Wit
 tessera's allocation while pods wait at least the best other policy's - 0.5 points, its longest
 wait at most 1.2 x the best other's, its p99 wait at most the best other's, each against the best
 other policy on that measure (these count as missed goals), and all three against the one policy
-best on allocation while pods wait (printed, not counted). Prints a Markdown
+best on allocation while pods wait (printed, not counted). With --starving-factor F, the policies
+whose longest wait is over F times the shortest among the others are named and left out of "the
+best other" (they starve their big pods, which keeps their p99 short). Prints a Markdown
 table per trace and load, the pass/fail per goal, and (--protocol) tessera against FGD on the FGD
 paper's protocol (mean allocation at 100 % arrived) on the same traces.
 
@@ -21,7 +23,7 @@ instead of running them again.
 usage: tools/placement_replay_eval.py [--traces "default gpushare40 ..."] [--loads 1.0,1.2]
            [--seeds 1-5] [--policies all] [--jobs 2] [--queue kube-scheduler|fcfs]
            [--variant-seed 2023] [--variants-dir DIR] [--json OUT] [--protocol] [--svg DIR]
-           [--from-json FILE]
+           [--from-json FILE] [--starving-factor F]
 Needs build/bin/tessera; the trace is data/openb ($TESSERA_OPENB_DIR for another copy).
 """
 
@@ -143,6 +145,9 @@ def main():
     ap.add_argument("--json", default="", help="also write every run's summary here")
     ap.add_argument("--svg", default="", help="draw pods waiting over time into this directory")
     ap.add_argument("--from-json", default="", help="read the runs a --json wrote")
+    ap.add_argument("--starving-factor", type=float, default=0,
+                    help="leave out of the best other the policies whose longest wait is over F "
+                    "x the shortest longest wait among the others (0: leave none out)")
     ap.add_argument("--protocol", action="store_true",
                     help="also tessera against fgd on the FGD protocol (seeds 42-51)")
     args = ap.parse_args()
@@ -201,8 +206,19 @@ def main():
                 p, m["allocation_while_waiting"], m["wait_s_max"], m["wait_s_p99"],
                 m["wait_s_mean"]))
         verdicts = []
+        # Policies that starve pods (their longest wait far above the others') have short p99
+        # waits because they never serve their big pods; --starving-factor leaves them out.
+        rivals = {p: m for p, m in means.items() if p != "tessera"}
+        if args.starving_factor > 0:
+            shortest = min(m["wait_s_max"] for m in rivals.values())
+            starving = sorted(p for p, m in rivals.items()
+                              if m["wait_s_max"] > args.starving_factor * shortest)
+            if starving:
+                verdicts.append("left out as starving (longest wait over %g x %.0f s): %s" % (
+                    args.starving_factor, shortest, ", ".join(starving)))
+            rivals = {p: m for p, m in rivals.items() if p not in starving}
         for metric, better, goal, text in GOALS:
-            others = {p: m[metric] for p, m in means.items() if p != "tessera"}
+            others = {p: m[metric] for p, m in rivals.items()}
             best_policy = better(others, key=others.get)
             ok = goal(means["tessera"][metric], others[best_policy])
             failures += 0 if ok else 1
@@ -210,7 +226,7 @@ def main():
                 text, "PASS" if ok else "FAIL", means["tessera"][metric], best_policy,
                 others[best_policy]))
         # The same goals against one policy: the best other on allocation while pods wait.
-        others = {p: m["allocation_while_waiting"] for p, m in means.items() if p != "tessera"}
+        others = {p: m["allocation_while_waiting"] for p, m in rivals.items()}
         lead = max(others, key=others.get)
         verdicts.append("against %s alone (the best other on allocation while pods wait): %s" % (
             lead, ", ".join("%s %s" % (metric, "PASS" if goal(means["tessera"][metric],
