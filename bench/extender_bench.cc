@@ -321,6 +321,9 @@ int Run(const Options& o) {
   config.state.filter_answer = o.answer;
   std::optional<tessera::testing::TlsFiles> tls;
   if (o.tls) {
+    // The certificates go beside the JSON, whose folder may not exist yet (a fresh build's).
+    std::error_code ignored;
+    std::filesystem::create_directories(std::filesystem::path(o.json).parent_path(), ignored);
     const std::string dir =
         (std::filesystem::path(o.json).parent_path() / "extender_bench_tls").string();
     auto made = tessera::testing::MakeTlsFiles(dir);

@@ -308,6 +308,29 @@ class EmptyNodeCount {
   uint64_t changes_ = 0;        // its Cluster::changes() when counted
 };
 
+// The GPU share free per node class (indices of the caller's), over the whole cluster: brought up
+// to date from the nodes changed since the last Update, or counted again when further behind.
+class ClassFree {
+ public:
+  // `class_of`: per node of the clusters to count, its class (0..classes-1), or -1 for a node
+  // not counted; capacities from `cluster`. Forgets the counts.
+  void Reset(const Cluster& cluster, std::vector<int> class_of, int classes);
+  void Update(const Cluster& cluster);
+  int class_of(int node) const { return class_of_[static_cast<size_t>(node)]; }
+  int64_t free(int k) const { return free_[static_cast<size_t>(k)]; }
+  int64_t capacity(int k) const { return capacity_[static_cast<size_t>(k)]; }
+
+ private:
+  void Set(const Cluster& cluster, int node);
+
+  std::vector<int> class_of_;
+  std::vector<int64_t> seen_;      // per node: its share free, as last counted
+  std::vector<int64_t> free_;      // per class
+  std::vector<int64_t> capacity_;  // per class: its GPUs' whole share
+  uint64_t cluster_id_ = 0;        // the cluster counted (0: none; Cluster ids start at 1)
+  uint64_t changes_ = 0;           // its Cluster::changes() when counted
+};
+
 std::unique_ptr<Policy> MakeRandom(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeBinpack(const PolicyOptions& options);
 std::unique_ptr<Policy> MakeSpread(const PolicyOptions& options);

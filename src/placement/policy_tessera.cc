@@ -14,12 +14,16 @@
 //       may use class k are expected to leave unused on a GPU with that much free;
 //   P_n protects scarce models: with rho_k the part of class k's GPUs that demand which may go to
 //       few classes (by its constraint, or by its size: an 8-GPU request of 120 cores fits only
-//       128-core nodes) will need (ClassPressure), a request pays (rho_k - rho_min) per milli of
-//       GPU it takes, rho_min being the lowest pressure among the classes it may use. A request
-//       that could go elsewhere leaves scarce models to those that cannot; a request that may use
-//       only one class, or classes under equal pressure, pays nothing. A request that asks no
-//       GPU pays for the CPU it takes in the same way, at kCpuProtection of the rate: with
-//       sigma_k the part of class k's GPUs that constrained demand alone will need
+//       128-core nodes) will need (ClassPressure), and r_k = rho_k x (class k's GPUs / the share
+//       it has free now, at least one GPU's), a request pays (r_k - r_min) per milli of GPU it
+//       takes, r_min being the lowest among the classes it may use. A request that could go
+//       elsewhere leaves scarce models to those that cannot, the more so as a class fills: a
+//       small class whose own demand is small against its GPUs draws other pods while it is
+//       empty, and stops drawing them before its own pods find it full. A request that may use
+//       only one class, or classes under equal pressure, pays nothing. (The scores kept per node
+//       hold rho_k; what the fill adds is added for each scan, in whole steps: BeginScan.) A
+//       request that asks no GPU pays for the CPU it takes in the same way, at kCpuProtection of
+//       the rate: with sigma_k the part of class k's GPUs that constrained demand alone will need
 //       (ClassConstraintPressure) and sigma_min the lowest over the cluster's classes,
 //       kCpuProtection (sigma_k - sigma_min) per milli of GPU its CPU would serve (its CPU over
 //       kappa_k): the constrained pods of a class run out of its CPU before its GPUs.
@@ -166,6 +170,12 @@ class TesseraPolicy final : public ScoredNodePolicy {
       lowest_constraint_pressure_ = std::min(lowest_constraint_pressure_, t.constraint_pressure);
     }
     AttachWholeNodeDemand(c, classes);
+    std::vector<int> table_of(static_cast<size_t>(c.node_count()), -1);
+    for (int n = 0; n < c.node_count(); ++n) {
+      const int k = NodeClass(c.spec(n));
+      if (k >= 0) table_of[static_cast<size_t>(n)] = class_of_[static_cast<size_t>(k)];
+    }
+    class_free_.Reset(c, std::move(table_of), static_cast<int>(tables_.size()));
   }
 
   // Two parts of a score are added to the cached scores for each scan. The age preference (the
@@ -188,11 +198,35 @@ class TesseraPolicy final : public ScoredNodePolicy {
                     r.gpu_count < kind_size_[k].gpu_count;
       }
     }
-    return aging_ || charging_;
+    // A GPU request pays for its class by the constrained demand over what the class has free.
+    filling_ = r.gpu_count > 0 && !r.mig() && !tables_.empty();
+    if (filling_) {
+      class_free_.Update(c);
+      lowest_static_ = LowestPressure(c, r);
+      lowest_filled_ = 1e300;
+      filled_.resize(tables_.size());
+      for (size_t i = 0; i < tables_.size(); ++i) {
+        filled_[i] = FilledPressure(i);
+        if (MayUse(r, c.spec(tables_[i].first_node))) {
+          lowest_filled_ = std::min(lowest_filled_, filled_[i]);
+        }
+      }
+    }
+    return aging_ || charging_ || filling_;
   }
 
   void AdjustScore(const Cluster& c, int n, const Request& r, Score& s) override {
     if (aging_) s.secondary += AgeTerm(c, n);
+    if (filling_) {
+      // The cached score holds P_n at the class's whole capacity; what its fill adds since, in
+      // whole steps.
+      const int i = class_free_.class_of(n);
+      if (i >= 0) {
+        const auto k = static_cast<size_t>(i);
+        const double extra = (filled_[k] - lowest_filled_) - (tables_[k].pressure - lowest_static_);
+        s.primary -= std::round(extra * static_cast<double>(r.total_gpu_milli()) / kStepMilli);
+      }
+    }
     if (!charging_) return;
     const int k = kind_of_[static_cast<size_t>(n)];
     if (k < 0 || empty_.empty(k) > kind_keep_[static_cast<size_t>(k)]) return;
@@ -412,6 +446,14 @@ class TesseraPolicy final : public ScoredNodePolicy {
     return lowest;
   }
 
+  // Class i's pressure against what it has free now: rho_i x its GPUs / its free share (at least
+  // one GPU's worth). rho_i when the class is empty; it grows as the class fills.
+  double FilledPressure(size_t i) const {
+    const int64_t capacity = class_free_.capacity(static_cast<int>(i));
+    const int64_t free = std::max<int64_t>(class_free_.free(static_cast<int>(i)), kMilliPerGpu);
+    return tables_[i].pressure * static_cast<double>(capacity) / static_cast<double>(free);
+  }
+
   // The lowest pressure among the classes `r` may use.
   double LowestPressure(const Cluster& c, const Request& r) const {
     double lowest = 1;
@@ -447,8 +489,13 @@ class TesseraPolicy final : public ScoredNodePolicy {
     uint64_t version = ~uint64_t{0};
     double term = 0;
   };
-  std::vector<AgeEntry> age_;  // per node: AgeTerm at an instant and node version
-  uint64_t age_cluster_ = 0;   // the Cluster age_ is of
+  std::vector<AgeEntry> age_;   // per node: AgeTerm at an instant and node version
+  uint64_t age_cluster_ = 0;    // the Cluster age_ is of
+  ClassFree class_free_;        // per class: GPU share free, brought up to date by BeginScan
+  bool filling_ = false;        // this scan adds what the classes' fill adds to P_n
+  std::vector<double> filled_;  // per class: FilledPressure this scan
+  double lowest_filled_ = 0;    // among the classes the request may use (r_min)
+  double lowest_static_ = 0;    // the same of rho (rho_min)
 };
 
 }  // namespace
@@ -478,6 +525,42 @@ void EmptyNodeCount::Update(const Cluster& c) {
   } else {
     std::fill(empty_.begin(), empty_.end(), 0);
     std::fill(count_.begin(), count_.end(), 0);
+    for (int n = 0; n < c.node_count(); ++n) Set(c, n);
+    cluster_id_ = c.id();
+  }
+  changes_ = c.changes();
+}
+
+void ClassFree::Reset(const Cluster& c, std::vector<int> class_of, int classes) {
+  class_of_ = std::move(class_of);
+  seen_.assign(class_of_.size(), 0);
+  free_.assign(static_cast<size_t>(classes), 0);
+  capacity_.assign(static_cast<size_t>(classes), 0);
+  for (int n = 0; n < c.node_count() && static_cast<size_t>(n) < class_of_.size(); ++n) {
+    const int k = class_of_[static_cast<size_t>(n)];
+    if (k >= 0) capacity_[static_cast<size_t>(k)] += int64_t{c.spec(n).gpu_count} * kMilliPerGpu;
+  }
+  cluster_id_ = 0;
+  changes_ = 0;
+}
+
+void ClassFree::Set(const Cluster& c, int node) {
+  if (node < 0 || static_cast<size_t>(node) >= class_of_.size()) return;
+  const int k = class_of_[static_cast<size_t>(node)];
+  if (k < 0) return;
+  int64_t& seen = seen_[static_cast<size_t>(node)];
+  free_[static_cast<size_t>(k)] += c.share_free_total(node) - seen;
+  seen = c.share_free_total(node);
+}
+
+void ClassFree::Update(const Cluster& c) {
+  if (c.id() == cluster_id_ && c.changes() - changes_ <= Cluster::kChangeLog) {
+    for (uint64_t change = changes_ + 1; change <= c.changes(); ++change) {
+      Set(c, c.changed_node(change));
+    }
+  } else {
+    std::fill(seen_.begin(), seen_.end(), 0);
+    std::fill(free_.begin(), free_.end(), 0);
     for (int n = 0; n < c.node_count(); ++n) Set(c, n);
     cluster_id_ = c.id();
   }

@@ -593,6 +593,33 @@ TEST(PolicyTest, EmptyNodeCountFollowsEveryChange) {
   }
 }
 
+TEST(PolicyTest, TesseraChargesAClassByWhatItHasFreeNow) {
+  // Eight P100 and eight G2 nodes of the same shape. P100-only demand is small against its GPUs,
+  // G2-only demand larger: on an empty cluster a pod that may go anywhere takes a P100 node. With
+  // seven P100 nodes full of P100-only pods, P100's pressure against what it has free (0.12 x 16
+  // / 2) is above G2's (0.47): the pod leaves the last P100 node to the pods that need it.
+  std::vector<std::tuple<int64_t, int, std::string>> specs(8, {32000, 2, "P100"});
+  specs.insert(specs.end(), 8, {32000, 2, "G2"});
+  Cluster c = Nodes(specs);
+  const int p100 = c.models().Find("P100");
+  Request p100_only = Pod(1000, 1, 4000);
+  p100_only.allowed = ModelSet::Of(p100);
+  Request g2_only = Pod(1000, 1, 4000);
+  g2_only.allowed = ModelSet::Of(c.models().Find("G2"));
+  const Request any = Pod(1000, 1, 4000);
+  std::vector<Request> requests(4, g2_only);
+  requests.push_back(p100_only);
+  requests.insert(requests.end(), 12, any);
+  const TargetWorkload w = TargetWorkload::FromRequests(requests);
+  auto policy = Make("tessera", &w);
+  EXPECT_EQ(policy->Select(c, any)->node, 0);
+  for (int n = 0; n < 7; ++n) {
+    for (uint32_t g = 0; g < 2; ++g) ASSERT_TRUE(c.Place(p100_only, {n, 1u << g}).ok());
+  }
+  EXPECT_EQ(c.models().model(c.spec(policy->Select(c, any)->node).model).name, "G2");
+  EXPECT_EQ(policy->Select(c, p100_only)->node, 7);  // which may still go there
+}
+
 TEST(PolicyTest, TesseraJoinsLongRunningPodsAndLeavesYoungOnesToEmpty) {
   // Two nodes in the same state, one GPU used on each: equal steps. The pod on node 1 has run an
   // hour, the one on node 0 a minute: a new pod joins node 1, and node 0 may empty.
