@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/number.h"
 #include "k8s/extender/extender_app.h"
 #include "placement/replay.h"
@@ -312,11 +313,15 @@ int Run(const Options& o) {
     api.CreateNode(NodeObject(s, list->models));
     names.push_back(s.name);
   }
+  // The FGD protocol has no time: the extender's clock stands still, so every pod is as young as
+  // in tessera sim (the age preference plays no part), and the allocation must be the same.
+  tessera::ManualClock protocol_clock;
   tessera::extender::AppConfig config;
   config.api.server = api.url();
   config.listen_host = "127.0.0.1";
   config.listen_port = 0;
   config.state.workload = workload;
+  config.state.clock = &protocol_clock;
   config.state.reservation_ttl = std::chrono::minutes(10);
   config.state.filter_answer = o.answer;
   std::optional<tessera::testing::TlsFiles> tls;

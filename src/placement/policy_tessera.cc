@@ -21,12 +21,14 @@
 //       small class whose own demand is small against its GPUs draws other pods while it is
 //       empty, and stops drawing them before its own pods find it full. A request that may use
 //       only one class, or classes under equal pressure, pays nothing. (The scores kept per node
-//       hold rho_k; what the fill adds is added for each scan, in whole steps: BeginScan.) A
-//       request that asks no GPU pays for the CPU it takes in the same way, at kCpuProtection of
-//       the rate: with sigma_k the part of class k's GPUs that constrained demand alone will need
-//       (ClassConstraintPressure) and sigma_min the lowest over the cluster's classes,
-//       kCpuProtection (sigma_k - sigma_min) per milli of GPU its CPU would serve (its CPU over
-//       kappa_k): the constrained pods of a class run out of its CPU before its GPUs.
+//       hold rho_k; what the fill adds is added for each scan, in whole steps: BeginScan. Only
+//       where the caller keeps a clock, as the age preference: without one, under the FGD
+//       protocol, r_k is rho_k; docs/placement.md says why.) A request that asks no GPU pays for
+//       the CPU it takes in the same way, at kCpuProtection of the rate: with sigma_k the part of
+//       class k's GPUs that constrained demand alone will need (ClassConstraintPressure) and
+//       sigma_min the lowest over the cluster's classes, kCpuProtection (sigma_k - sigma_min) per
+//       milli of GPU its CPU would serve (its CPU over kappa_k): the constrained pods of a class
+//       run out of its CPU before its GPUs.
 // kappa_k and W_k weigh the shapes as class k sees them (ClassShapeWeights: a constrained shape
 // counts only on the classes it may use, by its arrivals per GPU there). Without placement
 // constraints every class sees the whole workload and P is 0.
@@ -198,8 +200,9 @@ class TesseraPolicy final : public ScoredNodePolicy {
                     r.gpu_count < kind_size_[k].gpu_count;
       }
     }
-    // A GPU request pays for its class by the constrained demand over what the class has free.
-    filling_ = r.gpu_count > 0 && !r.mig() && !tables_.empty();
+    // A GPU request pays for its class by the constrained demand over what the class has free,
+    // where a clock is kept (pods come and go; the file's comment).
+    filling_ = aging_ && r.gpu_count > 0 && !r.mig() && !tables_.empty();
     if (filling_) {
       class_free_.Update(c);
       lowest_static_ = LowestPressure(c, r);

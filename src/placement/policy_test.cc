@@ -597,7 +597,8 @@ TEST(PolicyTest, TesseraChargesAClassByWhatItHasFreeNow) {
   // Eight P100 and eight G2 nodes of the same shape. P100-only demand is small against its GPUs,
   // G2-only demand larger: on an empty cluster a pod that may go anywhere takes a P100 node. With
   // seven P100 nodes full of P100-only pods, P100's pressure against what it has free (0.12 x 16
-  // / 2) is above G2's (0.47): the pod leaves the last P100 node to the pods that need it.
+  // / 2) is above G2's (0.47): the pod leaves the last P100 node to the pods that need it. Only
+  // where a clock is kept, as in the replay and the extender.
   std::vector<std::tuple<int64_t, int, std::string>> specs(8, {32000, 2, "P100"});
   specs.insert(specs.end(), 8, {32000, 2, "G2"});
   Cluster c = Nodes(specs);
@@ -612,12 +613,16 @@ TEST(PolicyTest, TesseraChargesAClassByWhatItHasFreeNow) {
   requests.insert(requests.end(), 12, any);
   const TargetWorkload w = TargetWorkload::FromRequests(requests);
   auto policy = Make("tessera", &w);
+  c.set_now(1);  // a clock is kept (pods come and go): the charge follows the fill
   EXPECT_EQ(policy->Select(c, any)->node, 0);
   for (int n = 0; n < 7; ++n) {
-    for (uint32_t g = 0; g < 2; ++g) ASSERT_TRUE(c.Place(p100_only, {n, 1u << g}).ok());
+    for (uint32_t g = 0; g < 2; ++g) ASSERT_TRUE(c.Place(p100_only, {n, 1u << g}, 1).ok());
   }
   EXPECT_EQ(c.models().model(c.spec(policy->Select(c, any)->node).model).name, "G2");
   EXPECT_EQ(policy->Select(c, p100_only)->node, 7);  // which may still go there
+  // Without a clock (the FGD protocol) the charge is rho_k's: the last P100 node.
+  c.set_now(0);
+  EXPECT_EQ(policy->Select(c, any)->node, 7);
 }
 
 TEST(PolicyTest, TesseraJoinsLongRunningPodsAndLeavesYoungOnesToEmpty) {
