@@ -214,6 +214,8 @@ class TesseraPolicy final : public ScoredNodePolicy {
           lowest_filled_ = std::min(lowest_filled_, filled_[i]);
         }
       }
+      // No class it may use as a whole (nodes whose GPUs have modes of their own): P_n as cached.
+      if (lowest_filled_ == 1e300) filling_ = false;
     }
     return aging_ || charging_ || filling_;
   }
