@@ -522,18 +522,31 @@ void EmptyNodeCount::Set(const Cluster& c, int n) {
   was = now;
 }
 
-void EmptyNodeCount::Update(const Cluster& c) {
-  if (c.id() == cluster_id_ && c.changes() - changes_ <= Cluster::kChangeLog) {
-    for (uint64_t change = changes_ + 1; change <= c.changes(); ++change) {
-      Set(c, c.changed_node(change));
+// Brings per-node values summed per group up to date with `c`: `set(node)` for each node changed
+// since `changes` while the cluster's change log still holds them, else `clear()` and every node.
+namespace {
+template <typename SetNode, typename Clear>
+void CatchUp(const Cluster& c, uint64_t& cluster_id, uint64_t& changes, SetNode set, Clear clear) {
+  if (c.id() == cluster_id && c.changes() - changes <= Cluster::kChangeLog) {
+    for (uint64_t change = changes + 1; change <= c.changes(); ++change) {
+      set(c.changed_node(change));
     }
   } else {
-    std::fill(empty_.begin(), empty_.end(), 0);
-    std::fill(count_.begin(), count_.end(), 0);
-    for (int n = 0; n < c.node_count(); ++n) Set(c, n);
-    cluster_id_ = c.id();
+    clear();
+    for (int n = 0; n < c.node_count(); ++n) set(n);
+    cluster_id = c.id();
   }
-  changes_ = c.changes();
+  changes = c.changes();
+}
+}  // namespace
+
+void EmptyNodeCount::Update(const Cluster& c) {
+  CatchUp(
+      c, cluster_id_, changes_, [&](int n) { Set(c, n); },
+      [&] {
+        std::fill(empty_.begin(), empty_.end(), 0);
+        std::fill(count_.begin(), count_.end(), 0);
+      });
 }
 
 void ClassFree::Reset(const Cluster& c, std::vector<int> class_of, int classes) {
@@ -559,17 +572,12 @@ void ClassFree::Set(const Cluster& c, int node) {
 }
 
 void ClassFree::Update(const Cluster& c) {
-  if (c.id() == cluster_id_ && c.changes() - changes_ <= Cluster::kChangeLog) {
-    for (uint64_t change = changes_ + 1; change <= c.changes(); ++change) {
-      Set(c, c.changed_node(change));
-    }
-  } else {
-    std::fill(seen_.begin(), seen_.end(), 0);
-    std::fill(free_.begin(), free_.end(), 0);
-    for (int n = 0; n < c.node_count(); ++n) Set(c, n);
-    cluster_id_ = c.id();
-  }
-  changes_ = c.changes();
+  CatchUp(
+      c, cluster_id_, changes_, [&](int n) { Set(c, n); },
+      [&] {
+        std::fill(seen_.begin(), seen_.end(), 0);
+        std::fill(free_.begin(), free_.end(), 0);
+      });
 }
 
 std::vector<ClassInfo> ClusterClasses(const Cluster& cluster) {
