@@ -308,13 +308,16 @@ class EmptyNodeCount {
   uint64_t changes_ = 0;        // its Cluster::changes() when counted
 };
 
-// The GPU share free per node class (indices of the caller's), over the whole cluster: brought up
-// to date from the nodes changed since the last Update, or counted again when further behind.
+// The GPU share free per node class (indices of the caller's), over the whole cluster, counted as
+// far as each node's free CPU serves it: a node's free share, at most its free CPU over the
+// class's CPU per GPU (a GPU whose node has no CPU left serves no pod). Brought up to date from
+// the nodes changed since the last Update, or counted again when further behind.
 class ClassFree {
  public:
   // `class_of`: per node of the clusters to count, its class (0..classes-1), or -1 for a node
-  // not counted; capacities from `cluster`. Forgets the counts.
-  void Reset(const Cluster& cluster, std::vector<int> class_of, int classes);
+  // not counted; `cpu_per_gpu`: per class, the CPU (milli) its pods ask per whole GPU (0: CPU
+  // limits nothing); capacities from `cluster`. Forgets the counts.
+  void Reset(const Cluster& cluster, std::vector<int> class_of, std::vector<double> cpu_per_gpu);
   void Update(const Cluster& cluster);
   int class_of(int node) const { return class_of_[static_cast<size_t>(node)]; }
   int64_t free(int k) const { return free_[static_cast<size_t>(k)]; }
@@ -324,11 +327,12 @@ class ClassFree {
   void Set(const Cluster& cluster, int node);
 
   std::vector<int> class_of_;
-  std::vector<int64_t> seen_;      // per node: its share free, as last counted
-  std::vector<int64_t> free_;      // per class
-  std::vector<int64_t> capacity_;  // per class: its GPUs' whole share
-  uint64_t cluster_id_ = 0;        // the cluster counted (0: none; Cluster ids start at 1)
-  uint64_t changes_ = 0;           // its Cluster::changes() when counted
+  std::vector<double> cpu_per_gpu_;  // per class
+  std::vector<int64_t> seen_;        // per node: its share free as served, as last counted
+  std::vector<int64_t> free_;        // per class
+  std::vector<int64_t> capacity_;    // per class: its GPUs' whole share
+  uint64_t cluster_id_ = 0;          // the cluster counted (0: none; Cluster ids start at 1)
+  uint64_t changes_ = 0;             // its Cluster::changes() when counted
 };
 
 std::unique_ptr<Policy> MakeRandom(const PolicyOptions& options);

@@ -15,11 +15,13 @@
 //   P_n protects scarce models: with rho_k the part of class k's GPUs that demand which may go to
 //       few classes (by its constraint, or by its size: an 8-GPU request of 120 cores fits only
 //       128-core nodes) will need (ClassPressure), and r_k = rho_k x (class k's GPUs / the share
-//       it has free now, at least one GPU's), a request pays (r_k - r_min) per milli of GPU it
+//       it has free now, at least one GPU's; a node's free share counts only as far as its free
+//       CPU serves it at kappa_k per GPU), a request pays (r_k - r_min) per milli of GPU it
 //       takes, r_min being the lowest among the classes it may use. A request that could go
 //       elsewhere leaves scarce models to those that cannot, the more so as a class fills: a
 //       small class whose own demand is small against its GPUs draws other pods while it is
-//       empty, and stops drawing them before its own pods find it full. A request that may use
+//       empty, and stops drawing them before its own pods find it full (its GPUs, or the CPU
+//       beside them: a class of little CPU per GPU runs out of CPU first). A request that may use
 //       only one class, or classes under equal pressure, pays nothing. (The scores kept per node
 //       hold rho_k; what the fill adds is added for each scan, in whole steps: BeginScan. Only
 //       where the caller keeps a clock, as the age preference: without one, under the FGD
@@ -177,7 +179,9 @@ class TesseraPolicy final : public ScoredNodePolicy {
       const int k = NodeClass(c.spec(n));
       if (k >= 0) table_of[static_cast<size_t>(n)] = class_of_[static_cast<size_t>(k)];
     }
-    class_free_.Reset(c, std::move(table_of), static_cast<int>(tables_.size()));
+    std::vector<double> cpu_per_gpu;
+    for (const ClassTable& t : tables_) cpu_per_gpu.push_back(t.cpu_per_gpu);
+    class_free_.Reset(c, std::move(table_of), std::move(cpu_per_gpu));
   }
 
   // Two parts of a score are added to the cached scores for each scan. The age preference (the
@@ -451,8 +455,9 @@ class TesseraPolicy final : public ScoredNodePolicy {
     return lowest;
   }
 
-  // Class i's pressure against what it has free now: rho_i x its GPUs / its free share (at least
-  // one GPU's worth). rho_i when the class is empty; it grows as the class fills.
+  // Class i's pressure against what it has free now: rho_i x its GPUs / its free share that its
+  // nodes' free CPU serves (ClassFree; at least one GPU's worth). rho_i when the class is empty;
+  // it grows as the class fills.
   double FilledPressure(size_t i) const {
     const int64_t capacity = class_free_.capacity(static_cast<int>(i));
     const int64_t free = std::max<int64_t>(class_free_.free(static_cast<int>(i)), kMilliPerGpu);
@@ -496,7 +501,7 @@ class TesseraPolicy final : public ScoredNodePolicy {
   };
   std::vector<AgeEntry> age_;   // per node: AgeTerm at an instant and node version
   uint64_t age_cluster_ = 0;    // the Cluster age_ is of
-  ClassFree class_free_;        // per class: GPU share free, brought up to date by BeginScan
+  ClassFree class_free_;        // per class: GPU share free as served, up to date by BeginScan
   bool filling_ = false;        // this scan adds what the classes' fill adds to P_n
   std::vector<double> filled_;  // per class: FilledPressure this scan
   double lowest_filled_ = 0;    // among the classes the request may use (r_min)
@@ -549,11 +554,13 @@ void EmptyNodeCount::Update(const Cluster& c) {
       });
 }
 
-void ClassFree::Reset(const Cluster& c, std::vector<int> class_of, int classes) {
+void ClassFree::Reset(const Cluster& c, std::vector<int> class_of,
+                      std::vector<double> cpu_per_gpu) {
   class_of_ = std::move(class_of);
+  cpu_per_gpu_ = std::move(cpu_per_gpu);
   seen_.assign(class_of_.size(), 0);
-  free_.assign(static_cast<size_t>(classes), 0);
-  capacity_.assign(static_cast<size_t>(classes), 0);
+  free_.assign(cpu_per_gpu_.size(), 0);
+  capacity_.assign(cpu_per_gpu_.size(), 0);
   for (int n = 0; n < c.node_count() && static_cast<size_t>(n) < class_of_.size(); ++n) {
     const int k = class_of_[static_cast<size_t>(n)];
     if (k >= 0) capacity_[static_cast<size_t>(k)] += int64_t{c.spec(n).gpu_count} * kMilliPerGpu;
@@ -566,9 +573,15 @@ void ClassFree::Set(const Cluster& c, int node) {
   if (node < 0 || static_cast<size_t>(node) >= class_of_.size()) return;
   const int k = class_of_[static_cast<size_t>(node)];
   if (k < 0) return;
+  int64_t served = c.share_free_total(node);
+  const double cpu_per_gpu = cpu_per_gpu_[static_cast<size_t>(k)];
+  if (cpu_per_gpu > 0) {
+    served = std::min(served, static_cast<int64_t>(static_cast<double>(c.cpu_free(node)) *
+                                                   kMilliPerGpu / cpu_per_gpu));
+  }
   int64_t& seen = seen_[static_cast<size_t>(node)];
-  free_[static_cast<size_t>(k)] += c.share_free_total(node) - seen;
-  seen = c.share_free_total(node);
+  free_[static_cast<size_t>(k)] += served - seen;
+  seen = served;
 }
 
 void ClassFree::Update(const Cluster& c) {

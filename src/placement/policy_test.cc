@@ -625,6 +625,32 @@ TEST(PolicyTest, TesseraChargesAClassByWhatItHasFreeNow) {
   EXPECT_EQ(policy->Select(c, any)->node, 7);
 }
 
+TEST(PolicyTest, TesseraCountsWhatAClassHasFreeAsFarAsItsCpuServes) {
+  // As above, with the seven P100 nodes' GPUs free but their CPU taken by CPU-only pods: their
+  // GPUs serve no pod, so P100 has as little free as if they were full, and a pod that may go
+  // anywhere leaves the last P100 node to the pods that need it.
+  std::vector<std::tuple<int64_t, int, std::string>> specs(8, {32000, 2, "P100"});
+  specs.insert(specs.end(), 8, {32000, 2, "G2"});
+  Cluster c = Nodes(specs);
+  Request p100_only = Pod(1000, 1, 4000);
+  p100_only.allowed = ModelSet::Of(c.models().Find("P100"));
+  Request g2_only = Pod(1000, 1, 4000);
+  g2_only.allowed = ModelSet::Of(c.models().Find("G2"));
+  const Request any = Pod(1000, 1, 4000);
+  std::vector<Request> requests(4, g2_only);
+  requests.push_back(p100_only);
+  requests.insert(requests.end(), 12, any);
+  const TargetWorkload w = TargetWorkload::FromRequests(requests);
+  auto policy = Make("tessera", &w);
+  c.set_now(1);
+  EXPECT_EQ(policy->Select(c, any)->node, 0);
+  for (int n = 0; n < 7; ++n) ASSERT_TRUE(c.Place(Pod(0, 0, 32000), {n, 0}, 1).ok());
+  EXPECT_EQ(c.models().model(c.spec(policy->Select(c, any)->node).model).name, "G2");
+  EXPECT_EQ(policy->Select(c, p100_only)->node, 7);
+  // A fresh policy counts the same from the cluster as it is.
+  EXPECT_EQ(c.models().model(c.spec(Make("tessera", &w)->Select(c, any)->node).model).name, "G2");
+}
+
 TEST(PolicyTest, TesseraJoinsLongRunningPodsAndLeavesYoungOnesToEmpty) {
   // Two nodes in the same state, one GPU used on each: equal steps. The pod on node 1 has run an
   // hour, the one on node 0 a minute: a new pod joins node 1, and node 0 may empty.
