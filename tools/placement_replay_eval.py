@@ -18,12 +18,13 @@ Traces: `default` (the openb default list), the names of tools/openb_variants.py
 
 With --svg DIR, also draws the pods waiting over time (mean over seeds, one line per policy) per
 trace and load, as replay-waiting-TRACE-LOAD.svg; --from-json reads the runs a --json wrote
-instead of running them again.
+instead of running them again, and --rerun P,... runs those policies again over it (the others'
+runs from the file, tessera's from the build at hand: the loop of changing tessera).
 
 usage: tools/placement_replay_eval.py [--traces "default gpushare40 ..."] [--loads 1.0,1.2]
            [--seeds 1-5] [--policies all] [--jobs 2] [--queue kube-scheduler|fcfs]
            [--variant-seed 2023] [--variants-dir DIR] [--json OUT] [--protocol] [--svg DIR]
-           [--from-json FILE] [--starving-factor F]
+           [--from-json FILE [--rerun tessera]] [--starving-factor F]
 Needs build/bin/tessera; the trace is data/openb ($TESSERA_OPENB_DIR for another copy).
 """
 
@@ -145,6 +146,9 @@ def main():
     ap.add_argument("--json", default="", help="also write every run's summary here")
     ap.add_argument("--svg", default="", help="draw pods waiting over time into this directory")
     ap.add_argument("--from-json", default="", help="read the runs a --json wrote")
+    ap.add_argument("--rerun", default="",
+                    help="with --from-json: run these policies again (comma-separated) in place "
+                    "of the file's runs of them")
     ap.add_argument("--starving-factor", type=float, default=0,
                     help="leave out of the best other the policies whose longest wait is over F "
                     "x the shortest longest wait among the others (0: leave none out)")
@@ -177,15 +181,33 @@ def main():
                         "--out", args.variants_dir, "--seed", str(args.variant_seed)] + names,
                        check=True, stdout=subprocess.DEVNULL)
     results = {}
+    rerun = [p for p in args.rerun.split(",") if p]
+    if rerun and not args.from_json:
+        die("--rerun needs --from-json")
     if args.from_json:
         with open(args.from_json) as f:
             for entry in json.load(f):
-                results[(entry["trace"], entry["load"])] = entry["runs"]
-        policies = [p for p in policies if all(p in r for r in results.values())]
-    else:
+                if not rerun or (entry["trace"] in traces and entry["load"] in loads):
+                    results[(entry["trace"], entry["load"])] = entry["runs"]
+        if rerun:
+            # What runs again must line up with the file: its traces, loads and seeds.
+            missing = [(t, l) for t in traces for l in loads if (t, l) not in results]
+            if missing:
+                die("%s has no runs of %s" % (args.from_json, ", ".join(
+                    "%s at load %g" % m for m in missing)))
+            for (t, l), runs in results.items():
+                for p, rs in runs.items():
+                    if p not in rerun and sorted(r["seed"] for r in rs) != seeds:
+                        die("%s's %s runs of %s at load %g are of seeds %s, not --seeds %s" % (
+                            args.from_json, p, t, l, sorted(r["seed"] for r in rs), args.seeds))
+        policies = [p for p in policies if p in rerun or all(p in r for r in results.values())]
+        for r in results.values():
+            for p in rerun:
+                r.pop(p, None)
+    if not args.from_json or rerun:
         jobs = [(tessera, nodes, pods, p, s, load, args.queue, args.reservations)
-                for name, pods in traces.items() for load in loads for p in policies
-                for s in seeds]
+                for name, pods in traces.items() for load in loads
+                for p in (rerun or policies) for s in seeds]
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             for job, r in zip(jobs, pool.map(run, jobs)):
                 name = [n for n, p in traces.items() if p == job[2]][0]
@@ -209,6 +231,10 @@ def main():
         # Policies that starve pods (their longest wait far above the others') have short p99
         # waits because they never serve their big pods; --starving-factor leaves them out.
         rivals = {p: m for p, m in means.items() if p != "tessera"}
+        if not rivals:
+            summary.append({"trace": name, "load": load, "means": means, "verdicts": [],
+                            "runs": by_policy})
+            continue
         if args.starving_factor > 0:
             shortest = min(m["wait_s_max"] for m in rivals.values())
             starving = sorted(p for p, m in rivals.items()
