@@ -46,7 +46,7 @@ struct DemoArgs {
 // `tessera sim`.
 struct SimArgs {
   std::optional<std::string> nodes, pods, out, policy, seed, seeds, inflation, load, speedup, queue,
-      reservations;
+      reservations, hold_after;
   bool json = false;
   bool replay = false;
 };

@@ -275,10 +275,14 @@ int RunSim(const SimArgs& args) {
     }
     replay_options.reservations = *args.reservations == "on";
   }
+  if (args.hold_after && !ParseNumber(*args.hold_after, 0, 1e9, &replay_options.hold_after_s)) {
+    return Usage(FlagError("--hold-after", *args.hold_after, "seconds from 0 to 1e9"));
+  }
   for (const auto& [flag, given] : {std::pair{"--load", args.load.has_value()},
                                     {"--speedup", args.speedup.has_value()},
                                     {"--queue", args.queue.has_value()},
-                                    {"--reservations", args.reservations.has_value()}}) {
+                                    {"--reservations", args.reservations.has_value()},
+                                    {"--hold-after", args.hold_after.has_value()}}) {
     if (!args.replay && given) return Usage(std::string(flag) + " needs --replay");
   }
   if (args.replay && args.inflation) {

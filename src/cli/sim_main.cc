@@ -79,6 +79,11 @@ int main(int argc, char** argv) {
                    "replay: on (default: nodes drained for waiting multi-GPU pods, where the "
                    "policy keeps them, as tessera does) or off")
       ->type_name("on|off");
+  sim_cmd
+      ->add_option("--hold-after", sim.hold_after,
+                   "replay: seconds a waiting multi-GPU pod waits before it holds a node, "
+                   "0-1e9 (default 1200)")
+      ->type_name("S");
 
   // Called as `tessera sim ...` (through the CLI) or as `tessera-sim ...`: the same command line.
   std::vector<char*> args(argv, argv + argc);

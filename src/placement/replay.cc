@@ -141,6 +141,10 @@ Status CheckOptions(const ReplayOptions& options) {
     return Status::Error("points " + std::to_string(options.points) +
                          ": expected 2 to 10000 timeline samples");
   }
+  if (!(options.hold_after_s >= 0 && options.hold_after_s <= 1e9)) {
+    return Status::Error("hold after " + std::to_string(options.hold_after_s) +
+                         " s: expected 0 to 1e9 seconds of waiting before a pod holds a node");
+  }
   return Status::Ok();
 }
 
@@ -214,7 +218,8 @@ class Run {
         options_(options),
         order_(std::move(run_pods.order)),
         at_(std::move(run_pods.arrival_s)),
-        queue_(options.queue_options) {
+        queue_(options.queue_options),
+        reservations_(options.hold_after_s) {
     reserving_ = options.reservations && scheduler.ReservesForWaiting();
   }
 
@@ -250,6 +255,7 @@ class Run {
   std::vector<Assignment> where_;  // per pod of the run
   std::vector<double> started_;    // per pod of the run: when it was placed
   std::vector<char> failed_once_;
+  std::vector<double> waiting_since_;  // per pod: its first failed attempt
   using Departure = std::pair<double, int>;
   std::priority_queue<Departure, std::vector<Departure>, std::greater<>> running_;
   std::vector<int> fcfs_waiting_;  // FCFS: pending pods in arrival order
@@ -308,10 +314,13 @@ Result<bool> Run::Attempt(int pod, double now) {
   const Request& r = RequestOf(pod);
   ++res_.attempts;
   cluster_.set_now(now);
-  if (reserving_ && plan_dirty_) {
+  if (reserving_ && (plan_dirty_ || now >= reservations_.next_change_s())) {
     std::vector<WaitingPod> waiting;
     waiting.reserve(holders_.size());
-    for (int h : holders_) waiting.push_back(WaitingPod{static_cast<uint64_t>(h), RequestOf(h)});
+    for (int h : holders_) {
+      waiting.push_back(WaitingPod{static_cast<uint64_t>(h), RequestOf(h),
+                                   waiting_since_[static_cast<size_t>(h)]});
+    }
     if (reservations_.Plan(cluster_, waiting)) {
       for (const Reservations::Held& held : reservations_.held()) ever_held_.insert(held.key);
       res_.reservations_made = static_cast<int64_t>(ever_held_.size());
@@ -347,6 +356,7 @@ Result<bool> Run::Attempt(int pod, double now) {
     if (options_.queue == QueueModel::kKubeScheduler) queue_.AddUnschedulable(pod, rejectors, now);
     if (!failed_once_[static_cast<size_t>(pod)]) {
       failed_once_[static_cast<size_t>(pod)] = 1;
+      waiting_since_[static_cast<size_t>(pod)] = now;
       if (Status s = scheduler_.MarkWaiting(pod, r); !s.ok()) return s;
       if (reserving_ && Reservations::Holds(r)) {
         holders_.insert(pod);
@@ -458,6 +468,7 @@ Result<ReplayResult> Run::Go() {
   where_.assign(order_.size(), Assignment{});
   started_.assign(order_.size(), 0);
   failed_once_.assign(order_.size(), 0);
+  waiting_since_.assign(order_.size(), 0);
   res_.pod_waits.assign(order_.size(), -1);
 
   const bool kube = options_.queue == QueueModel::kKubeScheduler;

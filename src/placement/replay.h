@@ -54,8 +54,9 @@ struct ReplayOptions {
   QueueModel queue = QueueModel::kKubeScheduler;
   QueueOptions queue_options;  // kKubeScheduler's settings (kube-scheduler's defaults)
   // Plan reservations for waiting pods when the policy keeps them (false: never, to measure
-  // what they give).
+  // what they give), for those that have waited `hold_after_s` since their first failed attempt.
   bool reservations = true;
+  double hold_after_s = Reservations::kHoldAfterS;  // [0, 1e9]
   // An attempt whose request failed since the last departure and reservation change fails again
   // without asking the scheduler (the outcome is the same; false asks every time).
   bool skip_known_failures = true;

@@ -156,6 +156,7 @@ TEST(ReplayTest, AReservationDrainsANodeForTheWaitingMultiGpuPod) {
   o.resample = false;
   o.speedup = 1;
   o.queue = QueueModel::kFcfs;
+  o.hold_after_s = 0;  // holds from the first failure
   auto r = Replay(c, trace.requests, trace.times, w, "tessera", o);
   ASSERT_TRUE(r.ok()) << r.error();
   EXPECT_TRUE(r->reservations);
@@ -166,8 +167,19 @@ TEST(ReplayTest, AReservationDrainsANodeForTheWaitingMultiGpuPod) {
   ASSERT_TRUE(free.ok()) << free.error();
   EXPECT_FALSE(free->reservations);
   EXPECT_EQ(free->pod_waits, (std::vector<double>{0, 90, 0, 20, 5, -1}));
-  // A policy that keeps none is not given any.
+  // Holding only after 30 s of waiting: p1 fails at 10 and holds from the first attempt after 40
+  // (p2's departure at 50), so p2 takes the free GPU at 20 as without reservations; p3 and p4
+  // then wait for p1, and take the two GPUs when it leaves at 150.
   o.reservations = true;
+  o.hold_after_s = 30;
+  auto later = Replay(c, trace.requests, trace.times, w, "tessera", o);
+  ASSERT_TRUE(later.ok()) << later.error();
+  EXPECT_EQ(later->reservations_made, 1);
+  EXPECT_EQ(later->pod_waits, (std::vector<double>{0, 90, 0, 120, 95, -1}));
+  o.hold_after_s = -1;
+  EXPECT_FALSE(Replay(c, trace.requests, trace.times, w, "tessera", o).ok());
+  o.hold_after_s = 0;
+  // A policy that keeps none is not given any.
   auto fgd = Replay(c, trace.requests, trace.times, w, "fgd", o);
   ASSERT_TRUE(fgd.ok());
   EXPECT_FALSE(fgd->reservations);

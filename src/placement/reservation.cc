@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <limits>
 
 namespace tessera::placement {
 
@@ -88,9 +89,15 @@ bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting,
   std::vector<Held> held;
   std::vector<int> holder_of(static_cast<size_t>(c.node_count()), -1);
   int held_gpus = 0;
+  const double now = c.now();
+  next_change_s_ = std::numeric_limits<double>::infinity();
   for (const WaitingPod& w : waiting) {
     if (!Holds(w.request)) continue;
     if (held_gpus >= kHeldGpus) break;
+    if (now > 0 && now - w.waiting_since_s < hold_after_s_) {
+      next_change_s_ = std::min(next_change_s_, w.waiting_since_s + hold_after_s_);
+      continue;
+    }
     std::vector<Deficit>& deficits = DeficitsFor(c, w.request);
     int best = -1;
     const Deficit* best_d = nullptr;
@@ -124,6 +131,7 @@ void Reservations::Clear() {
   if (!held_.empty()) ++generation_;
   held_.clear();
   holder_of_.clear();
+  next_change_s_ = std::numeric_limits<double>::infinity();
 }
 
 const Reservations::Held* Reservations::On(int node) const {

@@ -1,11 +1,13 @@
 // Tests of the reservations for waiting multi-GPU pods: who holds one, which node (the closest to
-// fitting, oldest pod first, one node each, fewer than kHeldGpus GPUs asked by the holders), who
+// fitting, oldest pod first, one node each, fewer than kHeldGpus GPUs asked by the holders, only
+// once a pod has waited hold_after_s), who
 // may still use a held node, that a placement on a node no one holds leaves the plan as it was,
 // and FitsWhenEmpty's rules.
 #include "placement/reservation.h"
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <vector>
 
 namespace tessera::placement {
@@ -104,6 +106,34 @@ TEST(ReservationsTest, HoldersAskFewerThanEightGpusTogetherAndTheOldestAlwaysHol
   r.Plan(c, std::vector<WaitingPod>{{8, Gpus(16)}, {9, Gpus(8)}});
   ASSERT_EQ(r.held().size(), 1u);
   EXPECT_EQ(r.held()[0].key, 9u);
+}
+
+TEST(ReservationsTest, APodHoldsOnlyOnceItHasWaitedHoldAfterOnTheClusterClock) {
+  Cluster c = Nodes();
+  for (int n = 0; n < 4; ++n) Fill(c, n, 6);
+  Reservations r(600);
+  const std::vector<WaitingPod> waiting{{1, Gpus(3), 1000}, {2, Gpus(3), 1300}};
+  // At 1 500 s neither has waited 600 s: no holder, and the plan may change at 1 600 s.
+  c.set_now(1500);
+  r.Plan(c, waiting);
+  EXPECT_TRUE(r.empty());
+  EXPECT_EQ(r.next_change_s(), 1600);
+  // At 1 600 s the first holds; the second from 1 900 s.
+  c.set_now(1600);
+  EXPECT_TRUE(r.Plan(c, waiting));
+  ASSERT_EQ(r.held().size(), 1u);
+  EXPECT_EQ(r.held()[0].key, 1u);
+  EXPECT_EQ(r.next_change_s(), 1900);
+  c.set_now(1900);
+  EXPECT_TRUE(r.Plan(c, waiting));
+  EXPECT_EQ(r.held().size(), 2u);
+  EXPECT_EQ(r.next_change_s(), std::numeric_limits<double>::infinity());
+  // A cluster that keeps no clock (now 0): every waiting pod holds at once.
+  c.set_now(0);
+  Reservations timeless(600);
+  timeless.Plan(c, waiting);
+  EXPECT_EQ(timeless.held().size(), 2u);
+  EXPECT_EQ(Reservations().hold_after_s(), Reservations::kHoldAfterS);
 }
 
 TEST(ReservationsTest, ShortCpuCountsOnlyAfterTheGpusAndAsAPartOfTheNode) {

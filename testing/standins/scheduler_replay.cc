@@ -161,7 +161,10 @@ Status ExtenderReplayScheduler::MarkWaiting(int pod, const pl::Request&) {
   }
   is_waiting_[static_cast<size_t>(pod)] = 1;
   ++waiting_;
-  return Status::Ok();
+  // The extender notes on its clock when it first sees a pod waiting (a reservation waits for
+  // it, placement/reservation.h): it sees the condition at the replay's instant of the failure,
+  // before the replay's clock moves on.
+  return AwaitExtender(live_pods_, waiting_, allocated_);
 }
 
 void ExtenderReplayScheduler::Placed(const pl::Cluster& cluster, int pod, const pl::Request&,

@@ -26,7 +26,7 @@ void ClusterState::Impl::NoteWaiting(const PodRec& rec) {
   const bool was = unschedulable.count(rec.uid) > 0;
   if (now == was) return;
   if (now) {
-    unschedulable.insert(rec.uid);
+    unschedulable.emplace(rec.uid, Seconds(clock.Now()));
   } else {
     unschedulable.erase(rec.uid);
   }
@@ -41,18 +41,24 @@ void ClusterState::Impl::EnsureDrains() {
     drains.Clear();
     return;
   }
-  if (drains_changes == changes && drains_waiting == unschedulable_version) return;
+  const double now = Seconds(clock.Now());
+  if (drains_changes == changes && drains_waiting == unschedulable_version &&
+      now < drains.next_change_s()) {
+    return;
+  }
+  cluster->set_now(now);
   struct Entry {
     const PodRec* rec;
     pl::Request request;
+    double since;
   };
   std::vector<Entry> entries;
-  for (const std::string& uid : unschedulable) {
+  for (const auto& [uid, since] : unschedulable) {
     auto it = pods.find(uid);
     if (it == pods.end()) continue;
     auto reqs = k8s::PlacementRequestsOf(it->second.demand, Allowed(it->second.demand));
     if (!reqs.ok() || !pl::Reservations::Holds(reqs->requests[reqs->primary])) continue;
-    entries.push_back({&it->second, reqs->requests[reqs->primary]});
+    entries.push_back({&it->second, reqs->requests[reqs->primary], since});
   }
   // Oldest first: creation time (RFC 3339 in UTC sorts as text), then name.
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
@@ -60,7 +66,7 @@ void ClusterState::Impl::EnsureDrains() {
                                             : a.rec->key < b.rec->key;
   });
   std::vector<pl::WaitingPod> oldest_first;
-  for (const Entry& e : entries) oldest_first.push_back({DrainKey(*e.rec), e.request});
+  for (const Entry& e : entries) oldest_first.push_back({DrainKey(*e.rec), e.request, e.since});
   std::vector<uint8_t> eligible(quick.size(), 0);
   for (size_t n = 0; n < quick.size(); ++n) {
     eligible[n] = quick[n].gate == Gate::kOpen && quick[n].policy == k8s::PlacementPolicy::kTessera;

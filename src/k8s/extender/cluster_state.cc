@@ -192,11 +192,16 @@ void ClusterState::ReplacePods(const std::vector<Json>& pods) {
   }
   s.pods = std::move(listed);
   s.EnsureBuilt();
+  // Pods still waiting keep when they were first seen waiting.
+  std::map<std::string, double> seen = std::move(s.unschedulable);
   s.unschedulable.clear();
   ++s.unschedulable_version;
   for (const auto& [uid, rec] : s.pods) {
     s.Observe(rec);
     s.NoteWaiting(rec);
+    if (auto it = seen.find(uid); it != seen.end() && s.unschedulable.count(uid) > 0) {
+      s.unschedulable[uid] = it->second;
+    }
   }
 }
 

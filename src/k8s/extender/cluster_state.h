@@ -79,8 +79,11 @@ struct StateOptions {
   FilterAnswer filter_answer = FilterAnswer::kChosen;
   // Keep a node draining for each pending pod that asks for two GPUs or more and that
   // kube-scheduler marked unschedulable (placement/reservation.h), on the nodes whose policy
-  // keeps such reservations (tessera).
+  // keeps such reservations (tessera), once the pod has waited `hold_after` since this state
+  // first saw it marked unschedulable.
   bool reserve_for_waiting = true;
+  std::chrono::milliseconds hold_after{
+      static_cast<int64_t>(placement::Reservations::kHoldAfterS * 1000)};
   // The least time between two re-cuts of one MIG GPU (PlanMigRecuts).
   std::chrono::milliseconds mig_recut_interval{300000};
   // Where reservation deadlines, relearning and waiting times read the time; it must outlive the

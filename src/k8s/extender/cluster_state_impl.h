@@ -32,7 +32,9 @@ namespace tessera::extender {
 
 struct ClusterState::Impl {
   explicit Impl(StateOptions o)
-      : options(std::move(o)), clock(options.clock ? *options.clock : RealClock()) {
+      : options(std::move(o)),
+        clock(options.clock ? *options.clock : RealClock()),
+        drains(std::max(0.0, std::chrono::duration<double>(options.hold_after).count())) {
     workload = options.workload ? options.workload : std::make_shared<pl::TargetWorkload>();
   }
 
@@ -59,8 +61,9 @@ struct ClusterState::Impl {
   std::unordered_map<std::string, Hold> holds;    // by uid
   std::set<std::string> reserved;                 // uids with a reserved hold
   std::set<std::string> conflicted;               // uids whose hold did not all fit
-  // Pending pods kube-scheduler marked unschedulable (uids), and the nodes drained for them.
-  std::set<std::string> unschedulable;
+  // Pending pods kube-scheduler marked unschedulable (uid -> when this state first saw it so
+  // marked, on `clock`, in seconds), and the nodes drained for them.
+  std::map<std::string, double> unschedulable;
   uint64_t unschedulable_version = 0;  // bumped when `unschedulable` changes
   pl::Reservations drains;
   uint64_t drains_changes =
@@ -269,8 +272,9 @@ struct ClusterState::Impl {
     return it->second;
   }
 
-  // Plans the drained nodes again when the cluster or the waiting pods changed (the plan is a
-  // function of both, so planning more often than needed gives the same plan).
+  // Plans the drained nodes again when the cluster or the waiting pods changed, or the clock
+  // reached the plan's next_change_s (the plan is a function of these, so planning more often
+  // than needed gives the same plan).
   void EnsureDrains();
 
   // Whether `rec`'s pod (asking `primary`) may go to node `n`, and if not who holds it.

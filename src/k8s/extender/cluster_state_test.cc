@@ -46,10 +46,11 @@ std::set<std::string> PlanGpus(const BindPlan& plan, size_t c = 0) {
 // tests of FilterAnswer::kChosen, the program's default, ask for it.
 std::unique_ptr<ClusterState> MakeState(
     std::shared_ptr<const placement::TargetWorkload> w = nullptr,
-    FilterAnswer answer = FilterAnswer::kFitting) {
+    FilterAnswer answer = FilterAnswer::kFitting, const Clock* clock = nullptr) {
   StateOptions o;
   o.workload = w ? w : std::make_shared<placement::TargetWorkload>();
   o.filter_answer = answer;
+  o.clock = clock;
   return std::make_unique<ClusterState>(o);
 }
 
@@ -492,13 +493,22 @@ TEST(ClusterStateTest, AWaitingMultiGpuPodKeepsTheClosestNodeDrainingAcrossARest
   pods.push_back(
       Unschedulable(Pod("young", {{"tessera.io/gpu-count", "4"}}), "2026-01-01T00:00:05Z"));
   const std::vector<std::string> names = {"a", "b", "c"};
+  ManualClock clock;
+  clock.Advance(std::chrono::hours(1));
   for (int life = 0; life < 2; ++life) {  // the second: a restarted extender, from the lists
     SCOPED_TRACE(life);
-    auto s = MakeState();
+    auto s = MakeState(nullptr, FilterAnswer::kFitting, &clock);
     s->ReplaceNodes(nodes);
     s->ReplacePods(pods);
     EXPECT_EQ(s->Stats().pods_waiting, 2u);
-    // Another pod asking one GPU may only go to b, the node no one waits for.
+    // The waiting pods hold nothing until they have waited 20 minutes since this extender first
+    // saw them waiting (a restarted one counts from its restart).
+    EXPECT_EQ(s->Filter(Pod("one", {{"tessera.io/gpu-count", "1"}}), names)->fits.size(), 3u);
+    EXPECT_EQ(s->Stats().nodes_reserved, 0u);
+    clock.Advance(std::chrono::minutes(19));
+    EXPECT_EQ(s->Filter(Pod("one", {{"tessera.io/gpu-count", "1"}}), names)->fits.size(), 3u);
+    clock.Advance(std::chrono::minutes(1));
+    // Then another pod asking one GPU may only go to b, the node no one waits for.
     auto one = s->Filter(Pod("one", {{"tessera.io/gpu-count", "1"}}), names);
     ASSERT_TRUE(one.ok());
     EXPECT_EQ(one->fits, std::vector<std::string>{"b"});
@@ -517,12 +527,17 @@ TEST(ClusterStateTest, AWaitingMultiGpuPodKeepsTheClosestNodeDrainingAcrossARest
     plain.cpu = "2";
     auto cpu = s->Filter(Pod("cpu", std::vector<TestContainer>{plain}), names);
     EXPECT_EQ(cpu->fits.size(), 3u);
+    // The same pods listed again keep when each was first seen waiting.
+    s->ReplacePods(pods);
+    EXPECT_EQ(s->Filter(Pod("one", {{"tessera.io/gpu-count", "1"}}), names)->fits,
+              std::vector<std::string>{"b"});
   }
   // Once the older pod is bound (to a, its two others gone), its drain ends: c stays the
   // younger pod's, and a is open again.
-  auto s = MakeState();
+  auto s = MakeState(nullptr, FilterAnswer::kFitting, &clock);
   s->ReplaceNodes(nodes);
   s->ReplacePods(pods);
+  clock.Advance(std::chrono::minutes(20));
   s->RemovePod("uid-a-run0");
   k8s::Json old = pods[pods.size() - 2];
   old.erase("status");

@@ -74,6 +74,7 @@ TEST(ExtenderReplayTest, SamePlacementsAndWaitsAsTheSimulator) {
   pl::ReplayOptions o;
   o.resample = false;
   o.speedup = 1;
+  o.hold_after_s = 30;  // the trace's pods run minutes: a hold after half a minute's wait
   auto sim = pl::Replay(cluster, trace.requests, trace.times, *workload, "tessera", o);
   ASSERT_TRUE(sim.ok()) << sim.error();
   // The trace does what it is for: pods wait, and multi-GPU pods hold nodes.
@@ -95,6 +96,7 @@ TEST(ExtenderReplayTest, SamePlacementsAndWaitsAsTheSimulator) {
   config.quiet = true;
   config.state.workload = workload;
   config.state.clock = &clock;
+  config.state.hold_after = std::chrono::seconds(30);
   ExtenderApp app(config);
   ASSERT_TRUE(app.Start().ok());
   ASSERT_TRUE(app.WaitReady(std::chrono::seconds(30)));
