@@ -593,26 +593,38 @@ TEST(PolicyTest, EmptyNodeCountFollowsEveryChange) {
   }
 }
 
-TEST(PolicyTest, TesseraChargesAClassByWhatItHasFreeNow) {
-  // Eight P100 and eight G2 nodes of the same shape. P100-only demand is small against its GPUs,
-  // G2-only demand larger: on an empty cluster a pod that may go anywhere takes a P100 node. With
-  // seven P100 nodes full of P100-only pods, P100's pressure against what it has free (0.12 x 16
-  // / 2) is above G2's (0.47): the pod leaves the last P100 node to the pods that need it. Only
-  // where a clock is kept, as in the replay and the extender.
-  std::vector<std::tuple<int64_t, int, std::string>> specs(8, {32000, 2, "P100"});
-  specs.insert(specs.end(), 8, {32000, 2, "G2"});
-  Cluster c = Nodes(specs);
-  const int p100 = c.models().Find("P100");
+// Eight P100 and eight G2 nodes of the same shape. P100-only demand is small against its GPUs,
+// G2-only demand larger: on an empty cluster a pod that may go anywhere takes a P100 node.
+struct SmallAndLargeClass {
+  static Cluster MakeNodes() {
+    std::vector<std::tuple<int64_t, int, std::string>> specs(8, {32000, 2, "P100"});
+    specs.insert(specs.end(), 8, {32000, 2, "G2"});
+    return Nodes(specs);
+  }
+  SmallAndLargeClass() {
+    p100_only.allowed = ModelSet::Of(c.models().Find("P100"));
+    Request g2_only = Pod(1000, 1, 4000);
+    g2_only.allowed = ModelSet::Of(c.models().Find("G2"));
+    std::vector<Request> requests(4, g2_only);
+    requests.push_back(p100_only);
+    requests.insert(requests.end(), 12, any);
+    w = TargetWorkload::FromRequests(requests);
+  }
+  Cluster c = MakeNodes();
   Request p100_only = Pod(1000, 1, 4000);
-  p100_only.allowed = ModelSet::Of(p100);
-  Request g2_only = Pod(1000, 1, 4000);
-  g2_only.allowed = ModelSet::Of(c.models().Find("G2"));
   const Request any = Pod(1000, 1, 4000);
-  std::vector<Request> requests(4, g2_only);
-  requests.push_back(p100_only);
-  requests.insert(requests.end(), 12, any);
-  const TargetWorkload w = TargetWorkload::FromRequests(requests);
-  auto policy = Make("tessera", &w);
+  TargetWorkload w;
+};
+
+TEST(PolicyTest, TesseraChargesAClassByWhatItHasFreeNow) {
+  // With seven P100 nodes full of P100-only pods, P100's pressure against what it has free (0.12
+  // x 16 / 2) is above G2's (0.47): the pod leaves the last P100 node to the pods that need it.
+  // Only where a clock is kept, as in the replay and the extender.
+  SmallAndLargeClass k;
+  Cluster& c = k.c;
+  const Request& p100_only = k.p100_only;
+  const Request& any = k.any;
+  auto policy = Make("tessera", &k.w);
   c.set_now(1);  // a clock is kept (pods come and go): the charge follows the fill
   EXPECT_EQ(policy->Select(c, any)->node, 0);
   for (int n = 0; n < 7; ++n) {
@@ -629,24 +641,16 @@ TEST(PolicyTest, TesseraCountsWhatAClassHasFreeAsFarAsItsCpuServes) {
   // As above, with the seven P100 nodes' GPUs free but their CPU taken by CPU-only pods: their
   // GPUs serve no pod, so P100 has as little free as if they were full, and a pod that may go
   // anywhere leaves the last P100 node to the pods that need it.
-  std::vector<std::tuple<int64_t, int, std::string>> specs(8, {32000, 2, "P100"});
-  specs.insert(specs.end(), 8, {32000, 2, "G2"});
-  Cluster c = Nodes(specs);
-  Request p100_only = Pod(1000, 1, 4000);
-  p100_only.allowed = ModelSet::Of(c.models().Find("P100"));
-  Request g2_only = Pod(1000, 1, 4000);
-  g2_only.allowed = ModelSet::Of(c.models().Find("G2"));
-  const Request any = Pod(1000, 1, 4000);
-  std::vector<Request> requests(4, g2_only);
-  requests.push_back(p100_only);
-  requests.insert(requests.end(), 12, any);
-  const TargetWorkload w = TargetWorkload::FromRequests(requests);
+  SmallAndLargeClass k;
+  Cluster& c = k.c;
+  const Request& any = k.any;
+  const TargetWorkload& w = k.w;
   auto policy = Make("tessera", &w);
   c.set_now(1);
   EXPECT_EQ(policy->Select(c, any)->node, 0);
   for (int n = 0; n < 7; ++n) ASSERT_TRUE(c.Place(Pod(0, 0, 32000), {n, 0}, 1).ok());
   EXPECT_EQ(c.models().model(c.spec(policy->Select(c, any)->node).model).name, "G2");
-  EXPECT_EQ(policy->Select(c, p100_only)->node, 7);
+  EXPECT_EQ(policy->Select(c, k.p100_only)->node, 7);
   // A fresh policy counts the same from the cluster as it is.
   EXPECT_EQ(c.models().model(c.spec(Make("tessera", &w)->Select(c, any)->node).model).name, "G2");
 }
