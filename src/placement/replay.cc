@@ -358,7 +358,7 @@ Result<bool> Run::Attempt(int pod, double now) {
       failed_once_[static_cast<size_t>(pod)] = 1;
       waiting_since_[static_cast<size_t>(pod)] = now;
       if (Status s = scheduler_.MarkWaiting(pod, r); !s.ok()) return s;
-      if (reserving_ && Reservations::Holds(r)) {
+      if (reserving_ && reservations_.Holds(cluster_, r)) {
         holders_.insert(pod);
         plan_dirty_ = true;
       }

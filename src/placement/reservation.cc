@@ -9,7 +9,24 @@
 
 namespace tessera::placement {
 
-bool Reservations::Holds(const Request& r) { return r.gpu_count >= 2 && !r.mig(); }
+bool Reservations::Holds(const Cluster& c, const Request& r) {
+  if (r.mig() || r.gpu_count == 0) return false;
+  if (r.gpu_count >= 2) return true;
+  Forget(c);
+  if (holds_.size() >= 4096) holds_.clear();  // many shapes: start again
+  auto [it, fresh] = holds_.try_emplace(KeyOf(r), false);
+  if (!fresh) return it->second;
+  bool fits_any = false;
+  bool node_sized = true;
+  for (int n = 0; n < c.node_count() && node_sized; ++n) {
+    if (!FitsWhenEmpty(c, n, r)) continue;
+    const NodeSpec& spec = c.spec(n);
+    fits_any = true;
+    node_sized = r.cpu_milli * spec.gpu_count >= int64_t{kHeldCpuOfGpus} * spec.cpu_milli;
+  }
+  it->second = fits_any && node_sized;
+  return it->second;
+}
 
 bool Reservations::FitsWhenEmpty(const Cluster& c, int node, const Request& r) {
   const NodeSpec& spec = c.spec(node);
@@ -71,15 +88,22 @@ Reservations::Deficit Reservations::Measure(const Cluster& c, int node, const Re
   return d;
 }
 
+Reservations::ShapeKey Reservations::KeyOf(const Request& r) {
+  return ShapeKey{r.cpu_milli, r.memory_mib,     r.gpu_mem_mib, r.gpu_count,
+                  r.gpu_milli, r.allowed.bits(), r.gpu_modes};
+}
+
+void Reservations::Forget(const Cluster& c) {
+  if (c.id() == cluster_id_) return;
+  deficits_.clear();
+  holds_.clear();
+  cluster_id_ = c.id();
+}
+
 std::vector<Reservations::Deficit>& Reservations::DeficitsFor(const Cluster& c, const Request& r) {
-  if (c.id() != cluster_id_) {
-    deficits_.clear();
-    cluster_id_ = c.id();
-  }
+  Forget(c);
   if (deficits_.size() >= 64) deficits_.clear();  // many shapes: start again
-  const ShapeKey key{r.cpu_milli, r.memory_mib,     r.gpu_mem_mib, r.gpu_count,
-                     r.gpu_milli, r.allowed.bits(), r.gpu_modes};
-  auto [it, fresh] = deficits_.try_emplace(key);
+  auto [it, fresh] = deficits_.try_emplace(KeyOf(r));
   if (fresh) it->second.resize(static_cast<size_t>(c.node_count()));
   return it->second;
 }
@@ -92,7 +116,7 @@ bool Reservations::Plan(const Cluster& c, std::span<const WaitingPod> waiting,
   const double now = c.now();
   next_change_s_ = std::numeric_limits<double>::infinity();
   for (const WaitingPod& w : waiting) {
-    if (!Holds(w.request)) continue;
+    if (!Holds(c, w.request)) continue;
     if (held_gpus >= kHeldGpus) break;
     if (now > 0 && now - w.waiting_since_s < hold_after_s_) {
       next_change_s_ = std::min(next_change_s_, w.waiting_since_s + hold_after_s_);

@@ -1,4 +1,5 @@
-// Tests of the reservations for waiting multi-GPU pods: who holds one, which node (the closest to
+// Tests of the reservations for waiting multi-GPU pods: who holds one (also a single GPU asking
+// the CPU of several), which node (the closest to
 // fitting, oldest pod first, one node each, fewer than kHeldGpus GPUs asked by the holders, only
 // once a pod has waited hold_after_s), who
 // may still use a held node, that a placement on a node no one holds leaves the plan as it was,
@@ -51,12 +52,51 @@ void Fill(Cluster& c, int node, int gpus) {
   }
 }
 
-TEST(ReservationsTest, OnlyPodsAskingSeveralGpusHoldOne) {
-  EXPECT_TRUE(Reservations::Holds(Gpus(2)));
-  EXPECT_TRUE(Reservations::Holds(Gpus(8)));
-  EXPECT_FALSE(Reservations::Holds(Gpus(1)));
-  EXPECT_FALSE(Reservations::Holds(Gpus(1, 500)));
-  EXPECT_FALSE(Reservations::Holds(CpuOnly(1000)));
+TEST(ReservationsTest, PodsAskingSeveralGpusOrTheCpuOfSeveralHoldOne) {
+  Cluster c = Nodes();  // 8 cores per GPU on the 8-GPU nodes, 32 on the 2-GPU node
+  Reservations r;
+  EXPECT_TRUE(r.Holds(c, Gpus(2)));
+  EXPECT_TRUE(r.Holds(c, Gpus(8)));
+  EXPECT_FALSE(r.Holds(c, Gpus(1)));
+  EXPECT_FALSE(r.Holds(c, Gpus(1, 500)));
+  EXPECT_FALSE(r.Holds(c, CpuOnly(1000)));
+  // One GPU with the CPU of two of every node's GPUs: 64 cores (2 x 32 on the 2-GPU node).
+  EXPECT_TRUE(r.Holds(c, Gpus(1, kMilliPerGpu, 64000)));
+  EXPECT_TRUE(r.Holds(c, Gpus(1, 500, 64000)));
+  // 16 cores are two GPUs' worth on the 8-GPU nodes, not on the 2-GPU node it also fits.
+  EXPECT_FALSE(r.Holds(c, Gpus(1, kMilliPerGpu, 16000)));
+  EXPECT_FALSE(r.Holds(c, Gpus(1, kMilliPerGpu, 63000)));
+  // A pod that fits no node holds nothing; nor does a MIG request.
+  EXPECT_FALSE(r.Holds(c, Gpus(1, kMilliPerGpu, 65000)));
+  Request mig = Gpus(1, kMilliPerGpu, 64000);
+  mig.mig_profile = 0;
+  EXPECT_FALSE(r.Holds(c, mig));
+}
+
+TEST(ReservationsTest, ASinglePodWithTheCpuOfSeveralGpusHoldsWhereItsModelIs) {
+  ModelTable models;
+  const int a = *models.Intern("A");
+  const int b = *models.Intern("B");
+  std::vector<NodeSpec> specs = {
+      {"a0", 64000, 1 << 20, 8, a, NodeMode::kMemoryAndCompute},
+      {"a1", 64000, 1 << 20, 8, a, NodeMode::kMemoryAndCompute},
+      {"b0", 32000, 1 << 20, 1, b, NodeMode::kMemoryAndCompute},
+  };
+  Cluster c = *Cluster::Create(models, specs);
+  Reservations r;
+  Request any = Gpus(1, kMilliPerGpu, 16000);
+  EXPECT_FALSE(r.Holds(c, any));  // a whole 1-GPU node of B serves it
+  Request only_a = any;
+  only_a.allowed = ModelSet::Of(a);
+  EXPECT_TRUE(r.Holds(c, only_a));
+  // It holds the node closest to fitting it: a1, 9 cores short, against a0's 16.
+  Fill(c, 0, 1);
+  Fill(c, 1, 1);
+  ASSERT_TRUE(c.Place(CpuOnly(56000), Assignment{1, 0}).ok());
+  ASSERT_TRUE(c.Place(CpuOnly(63000), Assignment{0, 0}).ok());
+  EXPECT_TRUE(r.Plan(c, std::vector<WaitingPod>{{7, only_a}}));
+  ASSERT_EQ(r.held().size(), 1u);
+  EXPECT_EQ(r.held()[0].node, 1);
 }
 
 TEST(ReservationsTest, EachHolderOldestFirstGetsTheNodeClosestToFittingIt) {

@@ -57,7 +57,7 @@ void ClusterState::Impl::EnsureDrains() {
     auto it = pods.find(uid);
     if (it == pods.end()) continue;
     auto reqs = k8s::PlacementRequestsOf(it->second.demand, Allowed(it->second.demand));
-    if (!reqs.ok() || !pl::Reservations::Holds(reqs->requests[reqs->primary])) continue;
+    if (!reqs.ok() || !drains.Holds(*cluster, reqs->requests[reqs->primary])) continue;
     entries.push_back({&it->second, reqs->requests[reqs->primary], since});
   }
   // Oldest first: creation time (RFC 3339 in UTC sorts as text), then name.
@@ -89,10 +89,14 @@ NodeFailure ClusterState::Impl::DrainFailure(int n) const {
   const pl::Reservations::Held* h = drains.On(n);
   const std::string holder =
       h != nullptr && h->key - 1 < drain_pods.size() ? drain_pods[h->key - 1] : "?";
+  const int gpus = h != nullptr ? h->request.gpu_count : 0;
+  const int64_t cpu = h != nullptr ? h->request.cpu_milli : 0;
+  const std::string cpu_text =
+      cpu % 1000 == 0 ? std::to_string(cpu / 1000) : std::to_string(cpu) + "m";
   return NodeFailure{by_index[static_cast<size_t>(n)]->name,
                      "tessera: node kept draining for pod " + holder + ", which waits for " +
-                         std::to_string(h != nullptr ? h->request.gpu_count : 0) +
-                         " GPUs on one node",
+                         std::to_string(gpus) + (gpus == 1 ? " GPU" : " GPUs") + " and " +
+                         cpu_text + " CPU on one node",
                      false, "reserved"};
 }
 

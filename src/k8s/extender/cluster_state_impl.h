@@ -5,7 +5,7 @@
 //   cluster_holds.cc    the holds on the books (observed, reserved, binding): applied to the
 //                       Cluster, dropped, retried, swept; the bind plan of a hold
 //   cluster_decide.cc   the decisions: which nodes fit a pod, the engine's choice, the reasons
-//   cluster_drains.cc   the nodes kept draining for pods that wait for whole GPUs
+//   cluster_drains.cc   the nodes kept draining for pods that wait for a node to empty
 // The records it keeps are cluster_records.h; the public verbs (cluster_state.cc) take the mutex
 // and call these. Internal to the extender; no I/O.
 #pragma once

@@ -557,6 +557,55 @@ TEST(ClusterStateTest, AWaitingMultiGpuPodKeepsTheClosestNodeDrainingAcrossARest
   EXPECT_EQ(s->Stats().nodes_reserved, 1u);
 }
 
+TEST(ClusterStateTest, AWaitingSingleGpuPodAskingTheCpuOfSeveralGpusKeepsANodeDraining) {
+  // Two 4-GPU nodes of 32 cores (8 per GPU), a with 3 GPUs and 21 cores taken, b with 2 and 14.
+  // A pod asking one GPU and 16 cores (two GPUs' worth) waits: it holds b, where its CPU is free
+  // (a is 5 cores short). One asking one GPU and 15 cores would hold nothing.
+  std::vector<k8s::Json> nodes = {Node("a", Gpus(4)), Node("b", Gpus(4))};
+  std::vector<k8s::Json> pods;
+  for (const auto& [node, taken] : {std::pair{"a", 3}, {"b", 2}}) {
+    for (int i = 0; i < taken; ++i) {
+      TestContainer c;
+      c.limits = {{"tessera.io/gpu-count", "1"}};
+      c.cpu = "7";
+      k8s::Json p = Pod(std::string(node) + "-run" + std::to_string(i), std::vector{c});
+      k8s::Assignment a;
+      a.node = node;
+      a.seq = static_cast<uint64_t>(pods.size() + 1);
+      a.containers = {{"app", {{GpuUuid(node, i), Bytes(16ull << 30), *Percent::FromInt(100)}}}};
+      p["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
+      pods.push_back(Bound(p, node));
+    }
+  }
+  TestContainer heavy;
+  heavy.limits = {{"tessera.io/gpu-count", "1"}};
+  heavy.cpu = "16";
+  pods.push_back(Unschedulable(Pod("heavy", std::vector{heavy}), "2026-01-01T00:00:00Z"));
+  const std::vector<std::string> names = {"a", "b"};
+  ManualClock clock;
+  clock.Advance(std::chrono::hours(1));
+  auto s = MakeState(nullptr, FilterAnswer::kFitting, &clock);
+  s->ReplaceNodes(nodes);
+  s->ReplacePods(pods);
+  clock.Advance(std::chrono::minutes(20));
+  auto one = s->Filter(Pod("one", {{"tessera.io/gpu-count", "1"}}), names);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->fits, std::vector<std::string>{"a"});
+  ASSERT_NE(FailureOf(*one, "b"), nullptr);
+  EXPECT_EQ(FailureOf(*one, "b")->reason,
+            "tessera: node kept draining for pod default/heavy, which waits for 1 GPU and 16 CPU "
+            "on one node");
+  // With 15 cores it is an ordinary single-GPU pod: nothing is held.
+  heavy.cpu = "15";
+  pods.back() = Unschedulable(Pod("heavy", std::vector{heavy}), "2026-01-01T00:00:00Z");
+  auto t = MakeState(nullptr, FilterAnswer::kFitting, &clock);
+  t->ReplaceNodes(nodes);
+  t->ReplacePods(pods);
+  clock.Advance(std::chrono::minutes(20));
+  EXPECT_EQ(t->Filter(Pod("one", {{"tessera.io/gpu-count", "1"}}), names)->fits.size(), 2u);
+  EXPECT_EQ(t->Stats().nodes_reserved, 0u);
+}
+
 TEST(ClusterStateTest, BoundPodsWithoutTesseraResourcesHoldTheirCpu) {
   auto s = MakeState();
   ASSERT_TRUE(s->UpsertNode(Node("n", Gpus(1), "core_mem", "4")).ok());
