@@ -1,9 +1,8 @@
 // Tests of the reservations for waiting multi-GPU pods: who holds one (also a single GPU asking
-// the CPU of several), which node (the closest to
-// fitting, oldest pod first, one node each, fewer than kHeldGpus GPUs asked by the holders, only
-// once a pod has waited hold_after_s), who
-// may still use a held node, that a placement on a node no one holds leaves the plan as it was,
-// and FitsWhenEmpty's rules.
+// the CPU of several), which node (the closest to fitting, oldest pod first, one node each, fewer
+// than kHeldGpus GPUs asked by the holders, only once a pod has waited hold_after_s), who may
+// still use a held node, that a placement on a node no one holds leaves the plan as it was, and
+// FitsWhenEmpty's rules.
 #include "placement/reservation.h"
 
 #include <gtest/gtest.h>
