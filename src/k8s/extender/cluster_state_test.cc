@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <initializer_list>
 #include <set>
 #include <sstream>
 
@@ -471,15 +472,17 @@ k8s::Json Unschedulable(k8s::Json pod, const std::string& created) {
   return pod;
 }
 
-TEST(ClusterStateTest, AWaitingMultiGpuPodKeepsTheClosestNodeDrainingAcrossARestart) {
-  // Three 4-GPU nodes: a has 1 GPU taken, b 3, c 2. A pod asking 4 GPUs waits (kube-scheduler
-  // marked it); so does a younger one asking 4. The older gets a (3 free), the younger c (2).
-  std::vector<k8s::Json> nodes = {Node("a", Gpus(4)), Node("b", Gpus(4)), Node("c", Gpus(4))};
+// Pods bound to the nodes named, `taken` whole GPUs each (one pod per GPU, from GPU 0, asking
+// `cpu`), as the API server lists them: "<node>-run<i>", with their assignment annotation.
+std::vector<k8s::Json> SingleGpuPodsOn(std::initializer_list<std::pair<const char*, int>> taken,
+                                       const std::string& cpu = "1") {
   std::vector<k8s::Json> pods;
-  for (const auto& [node, taken] : {std::pair{"a", 1}, {"b", 3}, {"c", 2}}) {
-    for (int i = 0; i < taken; ++i) {
-      k8s::Json p =
-          Pod(std::string(node) + "-run" + std::to_string(i), {{"tessera.io/gpu-count", "1"}});
+  for (const auto& [node, count] : taken) {
+    for (int i = 0; i < count; ++i) {
+      TestContainer c;
+      c.limits = {{"tessera.io/gpu-count", "1"}};
+      c.cpu = cpu;
+      k8s::Json p = Pod(std::string(node) + "-run" + std::to_string(i), std::vector{c});
       k8s::Assignment a;
       a.node = node;
       a.seq = static_cast<uint64_t>(pods.size() + 1);
@@ -488,6 +491,14 @@ TEST(ClusterStateTest, AWaitingMultiGpuPodKeepsTheClosestNodeDrainingAcrossARest
       pods.push_back(Bound(p, node));
     }
   }
+  return pods;
+}
+
+TEST(ClusterStateTest, AWaitingMultiGpuPodKeepsTheClosestNodeDrainingAcrossARestart) {
+  // Three 4-GPU nodes: a has 1 GPU taken, b 3, c 2. A pod asking 4 GPUs waits (kube-scheduler
+  // marked it); so does a younger one asking 4. The older gets a (3 free), the younger c (2).
+  std::vector<k8s::Json> nodes = {Node("a", Gpus(4)), Node("b", Gpus(4)), Node("c", Gpus(4))};
+  std::vector<k8s::Json> pods = SingleGpuPodsOn({{"a", 1}, {"b", 3}, {"c", 2}});
   pods.push_back(
       Unschedulable(Pod("old", {{"tessera.io/gpu-count", "4"}}), "2026-01-01T00:00:00Z"));
   pods.push_back(
@@ -562,21 +573,7 @@ TEST(ClusterStateTest, AWaitingSingleGpuPodAskingTheCpuOfSeveralGpusKeepsANodeDr
   // A pod asking one GPU and 16 cores (two GPUs' worth) waits: it holds b, where its CPU is free
   // (a is 5 cores short). One asking one GPU and 15 cores would hold nothing.
   std::vector<k8s::Json> nodes = {Node("a", Gpus(4)), Node("b", Gpus(4))};
-  std::vector<k8s::Json> pods;
-  for (const auto& [node, taken] : {std::pair{"a", 3}, {"b", 2}}) {
-    for (int i = 0; i < taken; ++i) {
-      TestContainer c;
-      c.limits = {{"tessera.io/gpu-count", "1"}};
-      c.cpu = "7";
-      k8s::Json p = Pod(std::string(node) + "-run" + std::to_string(i), std::vector{c});
-      k8s::Assignment a;
-      a.node = node;
-      a.seq = static_cast<uint64_t>(pods.size() + 1);
-      a.containers = {{"app", {{GpuUuid(node, i), Bytes(16ull << 30), *Percent::FromInt(100)}}}};
-      p["metadata"]["annotations"][k8s::kAssignmentAnnotation] = k8s::WriteAssignment(a);
-      pods.push_back(Bound(p, node));
-    }
-  }
+  std::vector<k8s::Json> pods = SingleGpuPodsOn({{"a", 3}, {"b", 2}}, "7");
   TestContainer heavy;
   heavy.limits = {{"tessera.io/gpu-count", "1"}};
   heavy.cpu = "16";
