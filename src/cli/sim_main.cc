@@ -76,12 +76,12 @@ int main(int argc, char** argv) {
       ->type_name("MODEL");
   sim_cmd
       ->add_option("--reservations", sim.reservations,
-                   "replay: on (default: nodes drained for waiting multi-GPU pods, where the "
-                   "policy keeps them, as tessera does) or off")
+                   "replay: on (default: nodes drained for waiting pods that ask several GPUs, "
+                   "or the CPU of several, where the policy keeps them, as tessera does) or off")
       ->type_name("on|off");
   sim_cmd
       ->add_option("--hold-after", sim.hold_after,
-                   "replay: seconds a waiting multi-GPU pod waits before it holds a node, "
+                   "replay: seconds a waiting pod waits before it holds a node, "
                    "0-1e9 (default 1200)")
       ->type_name("S");
 

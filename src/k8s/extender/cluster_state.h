@@ -171,7 +171,7 @@ struct StateStats {
   uint64_t reservations_expired = 0;
   uint64_t accounting_conflicts = 0;  // observed shares that did not fit their GPUs
   size_t pods_waiting = 0;            // pending pods kube-scheduler marked unschedulable
-  size_t nodes_reserved = 0;          // nodes drained for waiting multi-GPU pods
+  size_t nodes_reserved = 0;          // nodes drained for waiting pods (reservation.h)
   int64_t gpu_milli_capacity = 0;
   int64_t gpu_milli_allocated = 0;
 };
