@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
   sim_cmd
       ->add_option("--reservations", sim.reservations,
                    "replay: on (default: nodes drained for waiting pods that ask several GPUs, "
-                   "or the CPU of several, where the policy keeps them, as tessera does) or off")
+                   "or the CPU of several, or that few GPUs serve, where the policy keeps them, "
+                   "as tessera does) or off")
       ->type_name("on|off");
   sim_cmd
       ->add_option("--hold-after", sim.hold_after,

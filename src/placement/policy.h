@@ -74,8 +74,8 @@ class Policy {
   // returns whenever it chooses that node. Does not change the cluster.
   virtual uint32_t GpusOn(const Cluster& cluster, int node, const Request& request) = 0;
   // Whether the callers should keep reservations for pods waiting to be placed
-  // (reservation.h): nodes drained for waiting pods that ask several GPUs (or the CPU of several),
-  // which other pods then may not use.
+  // (reservation.h): nodes drained for waiting pods that ask several GPUs (or the CPU of several,
+  // or that few GPUs serve), which other pods then may not use.
   virtual bool ReservesForWaiting() const { return false; }
   // Called after the caller applied `a` for `request` (or took it back).
   virtual void OnPlaced(const Cluster& cluster, const Request& request, const Assignment& a) {}

@@ -16,15 +16,19 @@ bool Reservations::Holds(const Cluster& c, const Request& r) {
   if (holds_.size() >= 4096) holds_.clear();  // many shapes: start again
   auto [it, fresh] = holds_.try_emplace(KeyOf(r), false);
   if (!fresh) return it->second;
-  bool fits_any = false;
   bool node_sized = true;
-  for (int n = 0; n < c.node_count() && node_sized; ++n) {
-    if (!FitsWhenEmpty(c, n, r)) continue;
+  int64_t reach = 0;  // GPUs of the nodes it fits when empty
+  int64_t gpus = 0;
+  for (int n = 0; n < c.node_count(); ++n) {
     const NodeSpec& spec = c.spec(n);
-    fits_any = true;
-    node_sized = r.cpu_milli * spec.gpu_count >= int64_t{kHeldCpuOfGpus} * spec.cpu_milli;
+    gpus += spec.gpu_count;
+    if (!FitsWhenEmpty(c, n, r)) continue;
+    reach += spec.gpu_count;
+    node_sized = node_sized &&
+                 r.cpu_milli * spec.gpu_count >= int64_t{kHeldCpuOfGpus} * spec.cpu_milli;
   }
-  it->second = fits_any && node_sized;
+  const bool few = static_cast<double>(reach) <= kFewGpusPart * static_cast<double>(gpus);
+  it->second = reach > 0 && (node_sized || few);
   return it->second;
 }
 

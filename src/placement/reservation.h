@@ -1,26 +1,28 @@
 // Reservations: a node kept draining for a waiting pod that asks for several GPUs, or for as
-// much CPU as several GPUs come with.
+// much CPU as several GPUs come with, or that few of the cluster's GPUs can serve.
 //
 // With pods leaving, the GPUs they free are scattered over many partly used nodes. A pod that
 // needs several GPUs on one node fits only when one node happens to empty that far, while pods
 // asking one GPU or a share take whatever frees first, so it can wait for hours (the openb
 // replay's 8-GPU pods did). A pod asking one GPU with the CPU of several (24 cores where a node
-// has 8 per GPU) fits only such a node too. So the waiting pods that ask for two GPUs or more,
-// or for one GPU with the CPU of two or more of the GPUs of every node they fit (Holds), hold one
-// node each, once they have waited hold_after_s (kHoldAfterS, 20 minutes, by default), the oldest
-// waiting pod first, while the GPUs asked by those that hold come to less than kHeldGpus (the
-// oldest always holds one): the node that is closest to fitting it (the least GPU share missing
-// on its best GPUs for the pod, then the least CPU and memory missing as parts of the node, then
-// the lowest index) among those it fits when empty and no older holder took. A held node stands
-// partly idle while it drains, and the pods that could have used it wait; the policy's age
-// preference (policy_tessera.cc) lets nodes empty on their own, so a few holders at a time are
-// enough to bound the longest wait, and most multi-GPU pods find a node that emptied on its own
-// within minutes: a hold for them would only idle GPUs that waiting single GPUs could use
-// (docs/placement.md, "Holding after 20 minutes"). While it holds the node, no other pod that
+// has 8 per GPU) fits only such a node too. A pod that only a few nodes fit (a model with few
+// GPUs, or CPU that only the largest nodes have) seldom finds that a GPU which frees is on one of
+// them. So the waiting pods that ask for two GPUs or more, for one GPU with the CPU of two or more
+// of the GPUs of every node they fit, or that fit only nodes with few of the cluster's GPUs
+// (Holds), hold one node each, once they have waited hold_after_s (kHoldAfterS, 20 minutes, by
+// default), the oldest waiting pod first, while the GPUs asked by those that hold come to less
+// than kHeldGpus (the oldest always holds one): the node that is closest to fitting it (the least
+// GPU share missing on its best GPUs for the pod, then the least CPU and memory missing as parts
+// of the node, then the lowest index) among those it fits when empty and no older holder took.
+// A held node stands partly idle while it drains, and the pods that could have used it wait; the
+// policy's age preference (policy_tessera.cc) lets nodes empty on their own, so a few holders at
+// a time are enough to bound the longest wait, and most multi-GPU pods find a node that emptied
+// on its own within minutes: a hold for them would only idle GPUs that waiting single GPUs could
+// use (docs/placement.md, "Holding after 20 minutes"). While it holds the node, no other pod that
 // asks for GPUs may go there, and a pod that asks for none only if it leaves the holder's CPU and
 // memory; so the node only drains until the holder fits, and the holder may still go wherever
-// else it fits first. Any other pod that asks for one GPU, or a share, holds nothing: any GPU
-// that frees serves it, and the queue's order serves it in turn.
+// else it fits first. Any other pod that asks for one GPU, or a share, holds nothing: most GPUs
+// that free serve it, and the queue's order serves it in turn.
 //
 // The reservations are a function of the cluster (its clock included) and the waiting pods in age
 // order with the instant each was first found unschedulable, nothing else: the simulator knows
@@ -62,11 +64,13 @@ class Reservations {
 
   // Whether a waiting pod asking `r` holds a reservation on `cluster` (never a MIG request): two
   // GPUs or more, or one GPU (or a share of one) asking at least kHeldCpuOfGpus of a node's GPUs'
-  // worth of CPU (the node's CPU over its GPU count) on every node it fits when empty. Such a pod
-  // fits only a node that has mostly emptied, as a multi-GPU pod does. Remembered per request
-  // shape and cluster.
+  // worth of CPU (the node's CPU over its GPU count) on every node it fits when empty, or whose
+  // nodes (those it fits when empty) have at most kFewGpusPart of the cluster's GPUs. The first
+  // fits only a node that has mostly emptied, as a multi-GPU pod does; for the second, a GPU that
+  // frees is seldom one it can use. Remembered per request shape and cluster.
   bool Holds(const Cluster& cluster, const Request& r);
   static constexpr int kHeldCpuOfGpus = 2;
+  static constexpr double kFewGpusPart = 0.05;
   // Holders are planned, oldest first, while the GPUs they ask come to less than this.
   static constexpr int kHeldGpus = 8;
   // A waiting pod holds only once it has waited this long (seconds on the cluster's clock), by

@@ -1,8 +1,8 @@
 // Tests of the reservations for waiting multi-GPU pods: who holds one (also a single GPU asking
-// the CPU of several), which node (the closest to fitting, oldest pod first, one node each, fewer
-// than kHeldGpus GPUs asked by the holders, only once a pod has waited hold_after_s), who may
-// still use a held node, that a placement on a node no one holds leaves the plan as it was, and
-// FitsWhenEmpty's rules.
+// the CPU of several, or one that few GPUs serve), which node (the closest to fitting, oldest pod
+// first, one node each, fewer than kHeldGpus GPUs asked by the holders, only once a pod has waited
+// hold_after_s), who may still use a held node, that a placement on a node no one holds leaves the
+// plan as it was, and FitsWhenEmpty's rules.
 #include "placement/reservation.h"
 
 #include <gtest/gtest.h>
@@ -96,6 +96,43 @@ TEST(ReservationsTest, ASinglePodWithTheCpuOfSeveralGpusHoldsWhereItsModelIs) {
   EXPECT_TRUE(r.Plan(c, std::vector<WaitingPod>{{7, only_a}}));
   ASSERT_EQ(r.held().size(), 1u);
   EXPECT_EQ(r.held()[0].node, 1);
+}
+
+TEST(ReservationsTest, ASinglePodThatFewGpusServeHoldsOne) {
+  // 20 nodes of 8 A GPUs (160) and one node of 2 B GPUs: B is 2 / 162 of the GPUs, at most
+  // kFewGpusPart; A's nodes are not.
+  ModelTable models;
+  const int a = *models.Intern("A");
+  const int b = *models.Intern("B");
+  std::vector<NodeSpec> specs;
+  for (int i = 0; i < 20; ++i) {
+    specs.push_back({"a" + std::to_string(i), 64000, 1 << 20, 8, a, NodeMode::kMemoryAndCompute});
+  }
+  specs.push_back({"b0", 16000, 1 << 20, 2, b, NodeMode::kMemoryAndCompute});
+  Cluster c = *Cluster::Create(models, specs);
+  Reservations r;
+  Request only_b = Gpus(1);
+  only_b.allowed = ModelSet::Of(b);
+  EXPECT_TRUE(r.Holds(c, only_b));
+  Request share_b = Gpus(1, 500);
+  share_b.allowed = ModelSet::Of(b);
+  EXPECT_TRUE(r.Holds(c, share_b));
+  Request only_a = Gpus(1);
+  only_a.allowed = ModelSet::Of(a);
+  EXPECT_FALSE(r.Holds(c, only_a));
+  EXPECT_FALSE(r.Holds(c, Gpus(1)));
+  // 12 cores fit every node, and are under two GPUs' worth (8 cores per GPU on A's nodes); 24
+  // cores fit only A's nodes, three GPUs' worth there: the CPU rule, not the few-GPUs one.
+  EXPECT_FALSE(r.Holds(c, Gpus(1, kMilliPerGpu, 12000)));
+  EXPECT_TRUE(r.Holds(c, Gpus(1, kMilliPerGpu, 24000)));
+  // It holds the B node, and A-only pods may not go there meanwhile (they do not fit it anyway);
+  // a pod that may use any model may not either.
+  Fill(c, 20, 2);
+  EXPECT_TRUE(r.Plan(c, std::vector<WaitingPod>{{3, only_b}}));
+  ASSERT_EQ(r.held().size(), 1u);
+  EXPECT_EQ(r.held()[0].node, 20);
+  EXPECT_FALSE(r.Allows(c, 20, 4, Gpus(1)));
+  EXPECT_TRUE(r.Allows(c, 20, 3, only_b));
 }
 
 TEST(ReservationsTest, EachHolderOldestFirstGetsTheNodeClosestToFittingIt) {
