@@ -24,8 +24,8 @@ bool Reservations::Holds(const Cluster& c, const Request& r) {
     gpus += spec.gpu_count;
     if (!FitsWhenEmpty(c, n, r)) continue;
     reach += spec.gpu_count;
-    node_sized = node_sized &&
-                 r.cpu_milli * spec.gpu_count >= int64_t{kHeldCpuOfGpus} * spec.cpu_milli;
+    node_sized =
+        node_sized && r.cpu_milli * spec.gpu_count >= int64_t{kHeldCpuOfGpus} * spec.cpu_milli;
   }
   const bool few = static_cast<double>(reach) <= kFewGpusPart * static_cast<double>(gpus);
   it->second = reach > 0 && (node_sized || few);

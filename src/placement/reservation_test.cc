@@ -125,8 +125,7 @@ TEST(ReservationsTest, ASinglePodThatFewGpusServeHoldsOne) {
   // cores fit only A's nodes, three GPUs' worth there: the CPU rule, not the few-GPUs one.
   EXPECT_FALSE(r.Holds(c, Gpus(1, kMilliPerGpu, 12000)));
   EXPECT_TRUE(r.Holds(c, Gpus(1, kMilliPerGpu, 24000)));
-  // It holds the B node, and A-only pods may not go there meanwhile (they do not fit it anyway);
-  // a pod that may use any model may not either.
+  // It holds the B node; no other GPU pod may go there meanwhile.
   Fill(c, 20, 2);
   EXPECT_TRUE(r.Plan(c, std::vector<WaitingPod>{{3, only_b}}));
   ASSERT_EQ(r.held().size(), 1u);

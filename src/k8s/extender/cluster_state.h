@@ -21,9 +21,10 @@
 //
 // Pending pods that kube-scheduler marked unschedulable (PodScheduled False, Unschedulable) and
 // that ask for two GPUs or more, or one GPU with the CPU of two, or that few GPUs can serve
-// (Reservations::Holds), each keep a node draining for them, oldest (by creation time) first, as `tessera sim --replay` plans them
-// (placement/reservation.h): the filter leaves that node to its holder. The plan is a function of
-// what the API server shows, so a restarted extender makes the same one.
+// (Reservations::Holds), each keep a node draining for them, oldest (by creation time) first, as
+// `tessera sim --replay` plans them (placement/reservation.h): the filter leaves that node to its
+// holder. The plan is a function of what the API server shows, so a restarted extender makes the
+// same one.
 //
 // Decisions run the same placement code as `tessera sim`: the node's policy label
 // (`tessera.io/gpu.placement`: tessera, binpack, spread) picks the src/placement Policy, which
@@ -78,9 +79,10 @@ struct StateOptions {
   std::chrono::milliseconds reservation_ttl{30000};
   FilterAnswer filter_answer = FilterAnswer::kChosen;
   // Keep a node draining for each pending pod that asks for two GPUs or more (or one GPU with the
-  // CPU of two, or that few GPUs serve: Reservations::Holds) and that kube-scheduler marked unschedulable
-  // (placement/reservation.h), on the nodes whose policy keeps such reservations (tessera), once
-  // the pod has waited `hold_after` since this state first saw it marked unschedulable.
+  // CPU of two, or that few GPUs serve: Reservations::Holds) and that kube-scheduler marked
+  // unschedulable (placement/reservation.h), on the nodes whose policy keeps such reservations
+  // (tessera), once the pod has waited `hold_after` since this state first saw it marked
+  // unschedulable.
   bool reserve_for_waiting = true;
   std::chrono::milliseconds hold_after{
       static_cast<int64_t>(placement::Reservations::kHoldAfterS * 1000)};
