@@ -18,16 +18,15 @@ bool Reservations::Holds(const Cluster& c, const Request& r) {
   if (!fresh) return it->second;
   bool node_sized = true;
   int64_t reach = 0;  // GPUs of the nodes it fits when empty
-  int64_t gpus = 0;
   for (int n = 0; n < c.node_count(); ++n) {
-    const NodeSpec& spec = c.spec(n);
-    gpus += spec.gpu_count;
     if (!FitsWhenEmpty(c, n, r)) continue;
+    const NodeSpec& spec = c.spec(n);
     reach += spec.gpu_count;
     node_sized =
         node_sized && r.cpu_milli * spec.gpu_count >= int64_t{kHeldCpuOfGpus} * spec.cpu_milli;
   }
-  const bool few = static_cast<double>(reach) <= kFewGpusPart * static_cast<double>(gpus);
+  const bool few = static_cast<double>(reach * kMilliPerGpu) <=
+                   kFewGpusPart * static_cast<double>(c.gpu_milli_capacity());
   it->second = reach > 0 && (node_sized || few);
   return it->second;
 }
